@@ -1,0 +1,402 @@
+//! The HTTP API: routes, request ids, and the answer to `GET /units` and
+//! `GET /metrics` from authentication to the envelope. Only this module (with the
+//! error mapping in `error`) speaks JSON to clients.
+//!
+//! A request is checked in the contract's order (section 3): route, method, token,
+//! parameters, stations, then size. The whole body is assembled before the response
+//! starts, so an error can never follow a 200.
+
+use std::sync::Arc;
+use std::time::Instant as Stopwatch;
+
+use actix_web::body::MessageBody;
+use actix_web::dev::{Service as _, ServiceFactory, ServiceRequest, ServiceResponse};
+use actix_web::error::InternalError;
+use actix_web::http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use actix_web::{web, App, HttpMessage, HttpRequest, HttpResponse};
+use chrono::Utc;
+use serde::Serialize;
+
+use crate::auth::{Principal, Scope, Tokens};
+use crate::cursor::{Cursor, CursorKey};
+use crate::error::{Error, JSON};
+use crate::index::{Catalog, Matcher, RecordFilter};
+use crate::model::Kind;
+use crate::query::{self, Limits, QueryParams};
+use crate::router::{EngineQuery, QueryResult, RouterHandle};
+use crate::time::{timestamp_millis_utc, Instant};
+
+pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// What every worker shares: the data's catalog, the tokens and the settings.
+pub struct AppState {
+    pub catalog: Arc<Catalog>,
+    pub tokens: Arc<Tokens>,
+    pub limits: Limits,
+    pub cursor_key: CursorKey,
+}
+
+/// The request id of a request, set by the request-id middleware.
+#[derive(Clone, Debug)]
+pub struct RequestId(pub String);
+
+/// The application: routes, the request-id middleware, shared state and this
+/// worker's router.
+pub fn app(
+    state: web::Data<AppState>,
+    router: RouterHandle,
+) -> App<
+    impl ServiceFactory<
+        ServiceRequest,
+        Config = (),
+        Response = ServiceResponse<impl MessageBody>,
+        Error = actix_web::Error,
+        InitError = (),
+    >,
+> {
+    App::new()
+        .app_data(state)
+        .app_data(web::Data::new(router))
+        .service(endpoint("/units", Kind::Units))
+        .service(endpoint("/metrics", Kind::Metrics))
+        .default_service(web::to(|| async {
+            Err::<HttpResponse, _>(Error::NotFound)
+        }))
+        .wrap_fn(|request, service| {
+            let id = request_id(request.headers());
+            request.extensions_mut().insert(RequestId(id.clone()));
+            let response = service.call(request);
+            async move {
+                let value = HeaderValue::from_str(&id).expect("request ids are visible ASCII");
+                match response.await {
+                    Ok(mut response) => {
+                        response.headers_mut().insert(X_REQUEST_ID, value);
+                        Ok(response)
+                    }
+                    // Errors normally arrive as responses; one that escapes as an
+                    // error still leaves with its request id.
+                    Err(error) => {
+                        let mut response = error.error_response();
+                        response.headers_mut().insert(X_REQUEST_ID, value);
+                        Err(InternalError::from_response(error, response).into())
+                    }
+                }
+            }
+        })
+}
+
+fn endpoint(path: &str, kind: Kind) -> actix_web::Resource {
+    let handler = move |request: HttpRequest,
+                        state: web::Data<AppState>,
+                        router: web::Data<RouterHandle>| async move {
+        answer(kind, &request, &state, &router).await
+    };
+    web::resource(path)
+        .route(web::get().to(handler.clone()))
+        .route(web::head().to(handler))
+        .default_service(web::to(|| async {
+            Err::<HttpResponse, _>(Error::MethodNotAllowed)
+        }))
+}
+
+/// The client's `X-Request-Id` when it is 1 to 128 visible ASCII characters, else a
+/// fresh UUID v4.
+pub fn request_id(headers: &HeaderMap) -> String {
+    headers
+        .get(X_REQUEST_ID)
+        .map(HeaderValue::as_bytes)
+        .filter(|id| {
+            (1..=128).contains(&id.len()) && id.iter().all(|byte| (b'!'..=b'~').contains(byte))
+        })
+        .and_then(|id| std::str::from_utf8(id).ok())
+        .map_or_else(|| uuid::Uuid::new_v4().to_string(), str::to_owned)
+}
+
+async fn answer(
+    kind: Kind,
+    request: &HttpRequest,
+    state: &AppState,
+    router: &RouterHandle,
+) -> Result<HttpResponse, Error> {
+    let started = Stopwatch::now();
+    let arrived = Instant::now();
+    let request_id = request
+        .extensions()
+        .get::<RequestId>()
+        .map_or_else(|| request_id(request.headers()), |id| id.0.clone());
+
+    let principal = state.tokens.authenticate(
+        request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .map(HeaderValue::as_bytes),
+    )?;
+    let params = query::parse(kind, request.query_string(), state.limits)?;
+    let plan = plan(kind, &params, &principal, state, arrived)?;
+    let mut result = router.execute(plan.query.clone()).await.map_err(|error| {
+        tracing::error!(request_id = %request_id, %error, "query failed");
+        Error::Internal {
+            request_id: request_id.clone(),
+        }
+    })?;
+
+    let next_cursor = match params.limit {
+        None if result.len() > state.limits.max_records => {
+            return Err(Error::ResultTooLarge {
+                max_records: state.limits.max_records,
+            })
+        }
+        None => None,
+        Some(limit) if result.len() > limit => {
+            result.truncate(limit);
+            let after = result
+                .last_position()
+                .expect("a full page has a last record");
+            let cursor = Cursor {
+                kind,
+                generation: state.catalog.generation,
+                window: plan.query.window,
+                after,
+            };
+            Some(cursor.encode(&state.cursor_key, &plan.scope))
+        }
+        Some(_) => None,
+    };
+
+    let meta = Meta {
+        timestamp: timestamp_millis_utc(Utc::now()),
+        request_id: &request_id,
+        query_duration_ms: started.elapsed().as_millis() as u64,
+        next_cursor: next_cursor.as_deref(),
+    };
+    let body = envelope(kind, &result, &meta);
+    Ok(HttpResponse::Ok().content_type(JSON).body(body))
+}
+
+/// A request turned into an engine query, and the scope its cursors are sealed to.
+struct Plan {
+    query: EngineQuery,
+    scope: Vec<u8>,
+}
+
+fn plan(
+    kind: Kind,
+    params: &QueryParams,
+    principal: &Principal,
+    state: &AppState,
+    arrived: Instant,
+) -> Result<Plan, Error> {
+    let catalog = &state.catalog;
+    let scope = cursor_scope(kind, params, principal);
+    let (window, after) = match &params.cursor {
+        None => (params.window(arrived)?, None),
+        Some(text) => {
+            let cursor = Cursor::decode(text, &state.cursor_key, &scope)?;
+            if cursor.kind != kind || cursor.generation != catalog.generation {
+                return Err(Error::InvalidCursor {
+                    reason: "it belongs to another endpoint or data generation",
+                });
+            }
+            let window = if params.has_window() {
+                let window = params.window(arrived)?;
+                if window != cursor.window {
+                    return Err(Error::InvalidCursor {
+                        reason: "the window differs from the one the cursor was made for",
+                    });
+                }
+                window
+            } else {
+                cursor.window
+            };
+            (window, Some(cursor.after))
+        }
+    };
+
+    let stations = match &params.station_ids {
+        Some(requested) => {
+            let forbidden: Vec<String> = requested
+                .iter()
+                .filter(|station| !principal.scope.allows(station))
+                .cloned()
+                .collect();
+            if !forbidden.is_empty() {
+                return Err(Error::Forbidden {
+                    stations: forbidden,
+                });
+            }
+            requested
+                .iter()
+                .filter_map(|station| catalog.rank(station))
+                .collect()
+        }
+        None => match &principal.scope {
+            Scope::All => (0..catalog.stations.len() as u32).collect(),
+            Scope::Stations(allowed) => allowed
+                .iter()
+                .filter_map(|station| catalog.rank(station))
+                .collect(),
+        },
+    };
+
+    let symbols = |texts: &[String]| -> Matcher {
+        if texts.is_empty() {
+            Matcher::Any
+        } else {
+            Matcher::OneOf(
+                texts
+                    .iter()
+                    .filter_map(|text| catalog.symbols.lookup(text))
+                    .collect(),
+            )
+        }
+    };
+    let filter = match kind {
+        Kind::Units => RecordFilter::Units {
+            unit_types: symbols(&params.unit_types),
+            unit_serial: params
+                .unit_serial
+                .as_ref()
+                .map_or(Matcher::Any, |serial| symbols(std::slice::from_ref(serial))),
+            directions: params.directions,
+        },
+        Kind::Metrics => RecordFilter::Metrics {
+            names: symbols(&params.names),
+        },
+    };
+
+    let cap = params.limit.unwrap_or(state.limits.max_records) + 1;
+    Ok(Plan {
+        query: EngineQuery {
+            catalog: Arc::clone(catalog),
+            stations,
+            window,
+            after,
+            filter,
+            cap,
+        },
+        scope,
+    })
+}
+
+/// What a cursor is sealed to besides its own payload: the endpoint, the token and
+/// every normalized filter but the window (which the payload pins).
+fn cursor_scope(kind: Kind, params: &QueryParams, principal: &Principal) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct ScopeOf<'a> {
+        endpoint: &'static str,
+        token: [u8; 32],
+        station_ids: &'a Option<Vec<String>>,
+        unit_types: &'a [String],
+        unit_serial: &'a Option<String>,
+        directions: [bool; 2],
+        names: &'a [String],
+    }
+    serde_json::to_vec(&ScopeOf {
+        endpoint: kind.path(),
+        token: principal.digest,
+        station_ids: &params.station_ids,
+        unit_types: &params.unit_types,
+        unit_serial: &params.unit_serial,
+        directions: if kind == Kind::Units {
+            params.directions
+        } else {
+            [false; 2]
+        },
+        names: &params.names,
+    })
+    .expect("serializing plain data cannot fail")
+}
+
+/// The envelope's `meta` (CONTRACT section 7).
+#[derive(Serialize)]
+pub struct Meta<'a> {
+    pub timestamp: String,
+    pub request_id: &'a str,
+    pub query_duration_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<&'a str>,
+}
+
+/// Assembles the success body from the records' pre-rendered JSON.
+pub fn envelope(kind: Kind, result: &QueryResult, meta: &Meta) -> Vec<u8> {
+    assemble(kind, result.len(), result.records(), meta)
+}
+
+/// `{"data":[...],"message":"...","meta":{...}}` around records rendered at load.
+pub fn assemble<'a>(
+    kind: Kind,
+    count: usize,
+    records: impl Iterator<Item = &'a [u8]> + Clone,
+    meta: &Meta,
+) -> Vec<u8> {
+    let records_bytes: usize = records.clone().map(<[u8]>::len).sum();
+    let mut body = Vec::with_capacity(records_bytes + count + 256);
+    body.extend_from_slice(b"{\"data\":[");
+    for (index, record) in records.enumerate() {
+        if index > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(record);
+    }
+    body.extend_from_slice(b"],\"message\":");
+    let plural = if count == 1 { "" } else { "s" };
+    let message = format!("{count} {} record{plural}", kind.noun());
+    serde_json::to_writer(&mut body, &message).expect("writing to a Vec cannot fail");
+    body.extend_from_slice(b",\"meta\":");
+    serde_json::to_writer(&mut body, meta).expect("writing to a Vec cannot fail");
+    body.push(b'}');
+    body
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    #[test]
+    fn request_ids_are_echoed_only_when_well_formed() {
+        let with = |value: &[u8]| {
+            let mut headers = HeaderMap::new();
+            headers.insert(X_REQUEST_ID, HeaderValue::from_bytes(value).unwrap());
+            request_id(&headers)
+        };
+        assert_eq!(with(b"abc-123"), "abc-123");
+        assert_eq!(with(b"!\"~"), "!\"~");
+        let long = "x".repeat(128);
+        assert_eq!(with(long.as_bytes()), long);
+        for bad in [&b"x".repeat(129)[..], b"a b", b"caf\xc3\xa9"] {
+            let fresh = with(bad);
+            assert!(uuid::Uuid::parse_str(&fresh).is_ok(), "{fresh}");
+        }
+        assert_eq!(request_id(&HeaderMap::new()).len(), 36);
+    }
+
+    #[test]
+    fn the_envelope_wraps_records_as_they_were_rendered() {
+        let records = [&br#"{"a":1}"#[..], &br#"{"b":"2"}"#[..]];
+        let meta = Meta {
+            timestamp: "2024-01-01T00:00:00.000Z".into(),
+            request_id: "id\"quoted",
+            query_duration_ms: 3,
+            next_cursor: Some("abc"),
+        };
+        let body = assemble(Kind::Units, 2, records.iter().copied(), &meta);
+        let value: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            value,
+            json!({"data": [{"a": 1}, {"b": "2"}], "message": "2 unit records",
+                   "meta": {"timestamp": "2024-01-01T00:00:00.000Z", "request_id": "id\"quoted",
+                            "query_duration_ms": 3, "next_cursor": "abc"}})
+        );
+        let single = Meta {
+            next_cursor: None,
+            ..meta
+        };
+        let body = assemble(Kind::Metrics, 1, records[..1].iter().copied(), &single);
+        let value: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(value["message"], "1 metric record");
+        assert!(value["meta"].get("next_cursor").is_none());
+        let empty = assemble(Kind::Metrics, 0, std::iter::empty(), &single);
+        assert!(empty.starts_with(br#"{"data":[],"message":"0 metric records""#));
+    }
+}

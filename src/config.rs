@@ -1,0 +1,149 @@
+//! The command line (CONTRACT section 1). Every flag can also come from an
+//! environment variable `STQ_` + the flag in upper case with `-` as `_`; a flag on
+//! the command line wins over its variable.
+
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::snapshot::OnInvalid;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "stq",
+    version,
+    about = "Station Telemetry Query Service: serves test-station records over HTTP",
+    args_conflicts_with_subcommands = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
+    /// With no subcommand, stq serves with these flags.
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Load a snapshot and serve it over HTTP (the default).
+    Serve(ServeArgs),
+    /// Validate every snapshot file and report invalid lines.
+    Check(CheckArgs),
+    /// Write a synthetic, realistic snapshot.
+    Gen(GenArgs),
+    /// Read a token on standard input and print its SHA-256 for the tokens file.
+    HashToken,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "STQ_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: String,
+
+    /// Snapshot directory, scanned recursively.
+    #[arg(long, env = "STQ_SNAPSHOTS", default_value = "snapshots")]
+    pub snapshots: PathBuf,
+
+    /// Tokens file (JSON with SHA-256 hashes).
+    #[arg(long, env = "STQ_TOKENS", default_value = "snapshots/tokens.json")]
+    pub tokens: PathBuf,
+
+    /// Number of station shards, each an actor on its own thread [default: CPUs].
+    #[arg(long, env = "STQ_SHARDS")]
+    pub shards: Option<NonZeroUsize>,
+
+    /// Most records one response may hold without `limit`; also the largest `limit`.
+    #[arg(long, env = "STQ_MAX_RECORDS", default_value_t = NonZeroUsize::new(100_000).unwrap())]
+    pub max_records: NonZeroUsize,
+
+    /// Most station ids one request may name.
+    #[arg(long, env = "STQ_MAX_STATIONS", default_value_t = NonZeroUsize::new(1000).unwrap())]
+    pub max_stations: NonZeroUsize,
+
+    /// What an invalid snapshot line does: stop the start, or be skipped and counted.
+    #[arg(long, env = "STQ_ON_INVALID", value_enum, default_value_t = OnInvalid::Fail)]
+    pub on_invalid: OnInvalid,
+
+    /// HTTP worker threads, each with its own router [default: CPUs].
+    #[arg(long, env = "STQ_WORKERS")]
+    pub workers: Option<NonZeroUsize>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CheckArgs {
+    /// Snapshot directory, scanned recursively.
+    #[arg(long, env = "STQ_SNAPSHOTS", default_value = "snapshots")]
+    pub snapshots: PathBuf,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct GenArgs {
+    /// Directory to write the snapshot into (created if missing).
+    #[arg(long, env = "STQ_OUT")]
+    pub out: PathBuf,
+
+    /// Number of stations.
+    #[arg(long, env = "STQ_STATIONS", default_value_t = 10)]
+    pub stations: u32,
+
+    /// Days of data, ending at `--end`.
+    #[arg(long, env = "STQ_DAYS", default_value_t = 7)]
+    pub days: u32,
+
+    /// Units processed per station and hour (each gives an input and an output
+    /// record and about ten metric records).
+    #[arg(long, env = "STQ_UNITS_PER_HOUR", default_value_t = 6)]
+    pub units_per_hour: u32,
+
+    /// Seed of the pseudo-random generator.
+    #[arg(long, env = "STQ_SEED", default_value_t = 1)]
+    pub seed: u64,
+
+    /// Exclusive end of the data, RFC 3339 [default: the start of the current hour].
+    #[arg(long, env = "STQ_END")]
+    pub end: Option<String>,
+}
+
+/// The number of CPUs, the default for shards and workers.
+pub fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, NonZeroUsize::get)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn no_subcommand_means_serve_with_flags() {
+        let cli = Cli::try_parse_from(["stq", "--listen", "127.0.0.1:0", "--shards", "3"]).unwrap();
+        assert!(cli.command.is_none());
+        assert_eq!(cli.serve.listen, "127.0.0.1:0");
+        assert_eq!(cli.serve.shards.map(NonZeroUsize::get), Some(3));
+        assert_eq!(cli.serve.max_records.get(), 100_000);
+        assert_eq!(cli.serve.max_stations.get(), 1000);
+        assert_eq!(cli.serve.on_invalid, OnInvalid::Fail);
+    }
+
+    #[test]
+    fn subcommands_parse() {
+        let cli = Cli::try_parse_from(["stq", "serve", "--on-invalid", "skip"]).unwrap();
+        assert!(
+            matches!(cli.command, Some(Command::Serve(args)) if args.on_invalid == OnInvalid::Skip)
+        );
+        let cli = Cli::try_parse_from(["stq", "check", "--snapshots", "x"]).unwrap();
+        assert!(
+            matches!(cli.command, Some(Command::Check(args)) if args.snapshots == PathBuf::from("x"))
+        );
+        assert!(Cli::try_parse_from(["stq", "serve", "--max-records", "0"]).is_err());
+        assert!(Cli::try_parse_from(["stq", "serve", "--on-invalid", "maybe"]).is_err());
+    }
+}

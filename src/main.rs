@@ -1,0 +1,117 @@
+//! The `stq` binary: parses the command line and runs a subcommand.
+
+use std::io::{IsTerminal as _, Read as _};
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Parser as _;
+
+use stq::config::{Cli, Command, GenArgs};
+use stq::snapshot::{self, LoadError};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+
+    let result = match cli.command.unwrap_or(Command::Serve(cli.serve)) {
+        Command::Serve(args) => stq::server::serve(args).map(|()| ExitCode::SUCCESS),
+        Command::Check(args) => check(&args.snapshots),
+        Command::Gen(args) => generate(args).map(|()| ExitCode::SUCCESS),
+        Command::HashToken => hash_token().map(|()| ExitCode::SUCCESS),
+    };
+    result.unwrap_or_else(|error| {
+        eprintln!("stq: {error:#}");
+        ExitCode::FAILURE
+    })
+}
+
+/// `stq check`: 0 when every line is valid, 1 when one is not, 2 when the snapshot
+/// cannot be read at all.
+fn check(directory: &std::path::Path) -> anyhow::Result<ExitCode> {
+    let report = match snapshot::check(directory, stq::config::cpus()) {
+        Ok(report) => report,
+        Err(error @ (LoadError::MissingDirectory(_) | LoadError::Io { .. })) => {
+            eprintln!("stq: {error}");
+            return Ok(ExitCode::from(2));
+        }
+        Err(error) => return Err(error.into()),
+    };
+    for file in &report.files {
+        println!(
+            "{}: {} {} records, {} invalid",
+            file.path,
+            file.records,
+            file.kind.noun(),
+            file.invalid
+        );
+    }
+    for line in &report.invalid {
+        println!("{line}");
+    }
+    println!(
+        "{} files, {} records ({} units, {} metrics), {} stations, {} invalid lines",
+        report.files.len(),
+        report.records(),
+        report.units,
+        report.metrics,
+        report.stations,
+        report.invalid.len()
+    );
+    Ok(if report.invalid.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn generate(args: GenArgs) -> anyhow::Result<()> {
+    let end = match &args.end {
+        Some(text) => chrono::DateTime::parse_from_rfc3339(text)
+            .with_context(|| format!("--end {text:?} is not an RFC 3339 date-time"))?
+            .with_timezone(&chrono::Utc),
+        None => {
+            let now = chrono::Utc::now().timestamp();
+            chrono::DateTime::from_timestamp(now - now.rem_euclid(3600), 0)
+                .context("the clock is out of range")?
+        }
+    };
+    let summary = stq::gen::generate(&stq::gen::GenOptions {
+        out: args.out.clone(),
+        stations: args.stations,
+        days: args.days,
+        units_per_hour: args.units_per_hour,
+        seed: args.seed,
+        end,
+    })
+    .with_context(|| format!("cannot write the snapshot to {}", args.out.display()))?;
+    println!(
+        "wrote {} files to {}: {} unit records, {} metric records, {} bytes",
+        summary.files,
+        args.out.display(),
+        summary.units,
+        summary.metrics,
+        summary.bytes
+    );
+    Ok(())
+}
+
+/// Prints the SHA-256 of the token on standard input, less one trailing line end.
+fn hash_token() -> anyhow::Result<()> {
+    let mut input = String::new();
+    std::io::stdin()
+        .read_to_string(&mut input)
+        .context("cannot read the token from standard input")?;
+    let token = input
+        .strip_suffix("\r\n")
+        .or_else(|| input.strip_suffix('\n'))
+        .unwrap_or(&input);
+    println!("{}", stq::auth::hash_token(token));
+    Ok(())
+}

@@ -1,0 +1,189 @@
+//! The router actor: fans a query out to the shards that hold its stations and
+//! merges their sorted answers into the contract's order.
+//!
+//! Every HTTP worker starts a router of its own ([`Engine::router`]), so no single
+//! router mailbox is the place every request queues on; the shards are shared. A
+//! router keeps no state between requests: each query's fan-out runs as its own
+//! future, so a slow query does not hold up the next one in the mailbox.
+
+use std::sync::Arc;
+
+use actix::prelude::*;
+use futures_util::future::join_all;
+
+use crate::index::{
+    merge_sorted, Catalog, Generation, Hit, Position, RecordFilter, ScanRequest, ShardData,
+    StationRef, Window,
+};
+use crate::shard::{ShardError, ShardHandle};
+
+// --- Messages --------------------------------------------------------------------
+
+/// Answer a query: the first `query.cap` matching records of its stations.
+pub struct Execute {
+    pub query: EngineQuery,
+}
+
+impl Message for Execute {
+    type Result = Result<QueryResult, ShardError>;
+}
+
+/// A query in the index's terms: stations by rank, filters by symbol.
+#[derive(Clone, Debug)]
+pub struct EngineQuery {
+    /// The catalog of the generation the query was planned against.
+    pub catalog: Arc<Catalog>,
+    /// Station ranks, each at most once.
+    pub stations: Vec<u32>,
+    pub window: Window,
+    pub after: Option<Position>,
+    pub filter: RecordFilter,
+    pub cap: usize,
+}
+
+/// Matching records in order, pointing into the shard data they came from.
+#[derive(Debug, Default)]
+pub struct QueryResult {
+    parts: Vec<Arc<ShardData>>,
+    hits: Vec<PartHit>,
+}
+
+/// A hit and the index of the part (shard reply) that holds its bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct PartHit {
+    hit: Hit,
+    part: usize,
+}
+
+impl QueryResult {
+    pub fn len(&self) -> usize {
+        self.hits.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.hits.is_empty()
+    }
+
+    /// Keeps the first `count` records.
+    pub fn truncate(&mut self, count: usize) {
+        self.hits.truncate(count);
+    }
+
+    pub fn last_position(&self) -> Option<Position> {
+        self.hits.last().map(|part_hit| part_hit.hit.position)
+    }
+
+    pub fn positions(&self) -> impl Iterator<Item = Position> + '_ {
+        self.hits.iter().map(|part_hit| part_hit.hit.position)
+    }
+
+    /// The records' response JSON, in order.
+    pub fn records(&self) -> impl Iterator<Item = &[u8]> + Clone + '_ {
+        self.hits
+            .iter()
+            .map(|part_hit| self.parts[part_hit.part].json(&part_hit.hit))
+    }
+}
+
+// --- The actor -------------------------------------------------------------------
+
+pub struct Router {
+    shards: Arc<[ShardHandle]>,
+}
+
+impl Actor for Router {
+    type Context = Context<Self>;
+}
+
+impl Handler<Execute> for Router {
+    type Result = ResponseFuture<Result<QueryResult, ShardError>>;
+
+    fn handle(&mut self, message: Execute, _: &mut Context<Self>) -> Self::Result {
+        let shards = Arc::clone(&self.shards);
+        Box::pin(async move { fan_out(&shards, message.query).await })
+    }
+}
+
+async fn fan_out(shards: &[ShardHandle], query: EngineQuery) -> Result<QueryResult, ShardError> {
+    let catalog = &query.catalog;
+    let mut per_shard: Vec<Vec<StationRef>> = vec![Vec::new(); catalog.shard_count];
+    for &rank in &query.stations {
+        let placement = catalog.placements[rank as usize];
+        per_shard[placement.shard as usize].push(StationRef {
+            rank,
+            local: placement.local,
+        });
+    }
+    let scans = per_shard
+        .into_iter()
+        .enumerate()
+        .filter(|(_, stations)| !stations.is_empty())
+        .map(|(shard, stations)| {
+            shards[shard].scan(
+                catalog.generation,
+                ScanRequest {
+                    stations,
+                    window: query.window,
+                    after: query.after,
+                    filter: query.filter.clone(),
+                    cap: query.cap,
+                },
+            )
+        });
+    let replies = join_all(scans).await;
+
+    let mut parts = Vec::with_capacity(replies.len());
+    let mut streams = Vec::with_capacity(replies.len());
+    for (part, reply) in replies.into_iter().enumerate() {
+        let reply = reply?;
+        parts.push(reply.data);
+        streams.push(reply.hits.into_iter().map(move |hit| PartHit { hit, part }));
+    }
+    Ok(QueryResult {
+        hits: merge_sorted(streams, query.cap),
+        parts,
+    })
+}
+
+// --- The handle ------------------------------------------------------------------
+
+/// The running engine: every shard actor, started once for the whole process.
+#[derive(Clone)]
+pub struct Engine {
+    shards: Arc<[ShardHandle]>,
+}
+
+impl Engine {
+    /// Starts one shard actor per shard of the generation, each on its own arbiter,
+    /// and returns the generation's catalog beside the engine.
+    pub fn start(generation: Generation) -> (Engine, Arc<Catalog>) {
+        let shards: Arc<[ShardHandle]> = generation
+            .shards
+            .into_iter()
+            .map(ShardHandle::start)
+            .collect();
+        (Engine { shards }, generation.catalog)
+    }
+
+    /// Starts a router on the current arbiter (an HTTP worker's own thread).
+    pub fn router(&self) -> RouterHandle {
+        let router = Router {
+            shards: Arc::clone(&self.shards),
+        };
+        RouterHandle {
+            address: router.start(),
+        }
+    }
+}
+
+/// How an HTTP handler reaches its worker's router.
+#[derive(Clone)]
+pub struct RouterHandle {
+    address: Addr<Router>,
+}
+
+impl RouterHandle {
+    pub async fn execute(&self, query: EngineQuery) -> Result<QueryResult, ShardError> {
+        self.address.send(Execute { query }).await?
+    }
+}

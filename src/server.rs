@@ -1,0 +1,123 @@
+//! Start-up of `stq serve`: tokens, snapshot, shard actors, then the HTTP server.
+//!
+//! The listener is bound only once the snapshot has loaded, so a client that can
+//! connect gets answers from complete data.
+
+use std::sync::Arc;
+
+use actix_web::{web, HttpServer};
+use anyhow::Context as _;
+
+use crate::api::{self, AppState};
+use crate::auth::Tokens;
+use crate::config::{cpus, ServeArgs};
+use crate::cursor::CursorKey;
+use crate::query::Limits;
+use crate::router::Engine;
+use crate::snapshot::{self, LoadError, LoadOptions, LoadReport, INVALID_LINES_SHOWN};
+
+/// Loads everything, then serves until the process is stopped.
+pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let tokens = Tokens::load(&args.tokens)?;
+    if tokens.is_empty() {
+        tracing::warn!(path = %args.tokens.display(), "the tokens file holds no tokens: every request will get 401");
+    }
+    let shards = args.shards.map_or_else(cpus, |shards| shards.get());
+    let options = LoadOptions {
+        directory: args.snapshots.clone(),
+        shards,
+        on_invalid: args.on_invalid,
+        generation: 1,
+        threads: cpus(),
+    };
+    let (generation, report) = match snapshot::load(&options) {
+        Ok(loaded) => loaded,
+        Err(LoadError::Invalid { report }) => {
+            for line in report.invalid.iter().take(INVALID_LINES_SHOWN) {
+                eprintln!("{line}");
+            }
+            anyhow::bail!(
+                "{} invalid line(s) in {}; fix them or start with --on-invalid skip",
+                report.invalid.len(),
+                args.snapshots.display()
+            );
+        }
+        Err(error) => return Err(error.into()),
+    };
+    log_load(&report, &args);
+
+    let limits = Limits {
+        max_records: args.max_records.get(),
+        max_stations: args.max_stations.get(),
+    };
+    let workers = args.workers.map_or_else(cpus, |workers| workers.get());
+    actix_web::rt::System::new().block_on(run(
+        args, generation, tokens, limits, shards, workers, report,
+    ))
+}
+
+async fn run(
+    args: ServeArgs,
+    generation: crate::index::Generation,
+    tokens: Tokens,
+    limits: Limits,
+    shards: usize,
+    workers: usize,
+    report: LoadReport,
+) -> anyhow::Result<()> {
+    let (engine, catalog) = Engine::start(generation);
+    let state = web::Data::new(AppState {
+        catalog,
+        tokens: Arc::new(tokens),
+        limits,
+        cursor_key: CursorKey::random(),
+    });
+    let stations = state.catalog.stations.len();
+    let server = HttpServer::new(move || api::app(state.clone(), engine.router()))
+        .workers(workers)
+        .bind(&args.listen)
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let addresses: Vec<String> = server
+        .addrs()
+        .iter()
+        .map(|address| format!("http://{address}"))
+        .collect();
+    tracing::info!(
+        "stq ready: {} records ({} units, {} metrics), {} stations, {} shards, {} invalid lines skipped, \
+         loaded in {} ms ({:.1} MB at {:.0} MB/s), listening on {}",
+        report.records(),
+        report.units,
+        report.metrics,
+        stations,
+        shards,
+        report.invalid.len(),
+        report.elapsed.as_millis(),
+        report.bytes as f64 / 1e6,
+        report.bytes as f64 / 1e6 / report.elapsed.as_secs_f64().max(1e-9),
+        addresses.join(", ")
+    );
+    server.run().await.context("the HTTP server failed")
+}
+
+/// Warnings about what loaded but deserves a look.
+fn log_load(report: &LoadReport, args: &ServeArgs) {
+    if report.files.is_empty() {
+        tracing::warn!(
+            directory = %args.snapshots.display(),
+            "the snapshot directory holds no *.units.jsonl or *.metrics.jsonl files: serving no records"
+        );
+    }
+    for line in &report.invalid {
+        tracing::warn!("skipped {line}");
+    }
+    for file in &report.files {
+        if !file.unknown_fields.is_empty() {
+            let names: Vec<&str> = file.unknown_fields.iter().map(String::as_str).collect();
+            tracing::warn!(
+                "{}: unknown fields ignored: {}",
+                file.path,
+                names.join(", ")
+            );
+        }
+    }
+}

@@ -1,0 +1,99 @@
+//! The shard actor: owns one shard's stations of the current generation and scans
+//! them on its own `Arbiter` (thread), so no shard's work blocks another's.
+
+use std::sync::Arc;
+
+use actix::prelude::*;
+
+use crate::index::{Hit, ScanRequest, ShardData};
+
+// --- Messages --------------------------------------------------------------------
+
+/// Scan this shard for the first `request.cap` matching records of a generation.
+///
+/// Answers with the hits and the shard data they point into, so the bytes can be
+/// copied straight into a response without another message.
+pub struct Scan {
+    pub generation: u64,
+    pub request: ScanRequest,
+}
+
+impl Message for Scan {
+    type Result = Result<ShardReply, ShardError>;
+}
+
+pub struct ShardReply {
+    pub data: Arc<ShardData>,
+    pub hits: Vec<Hit>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ShardError {
+    #[error("the shard holds generation {held}, not {wanted}")]
+    OtherGeneration { held: u64, wanted: u64 },
+    #[error("the shard's mailbox is closed: {0}")]
+    Mailbox(#[from] MailboxError),
+}
+
+// --- The actor -------------------------------------------------------------------
+
+pub struct ShardActor {
+    data: Arc<ShardData>,
+}
+
+impl Actor for ShardActor {
+    type Context = Context<Self>;
+}
+
+impl Handler<Scan> for ShardActor {
+    type Result = Result<ShardReply, ShardError>;
+
+    fn handle(&mut self, message: Scan, _: &mut Context<Self>) -> Self::Result {
+        if message.generation != self.data.generation {
+            return Err(ShardError::OtherGeneration {
+                held: self.data.generation,
+                wanted: message.generation,
+            });
+        }
+        Ok(ShardReply {
+            hits: self.data.scan(&message.request),
+            data: Arc::clone(&self.data),
+        })
+    }
+}
+
+// --- The handle ------------------------------------------------------------------
+
+/// How the router reaches a shard.
+#[derive(Clone)]
+pub struct ShardHandle {
+    address: Addr<ShardActor>,
+    /// Keeps the shard's thread's command channel open for as long as a handle lives.
+    _arbiter: ArbiterHandle,
+}
+
+impl ShardHandle {
+    /// Starts a shard actor on a new arbiter of its own. Needs a running actix system.
+    pub fn start(data: ShardData) -> ShardHandle {
+        let arbiter = Arbiter::new();
+        let data = Arc::new(data);
+        let address = ShardActor::start_in_arbiter(&arbiter.handle(), move |_| ShardActor { data });
+        ShardHandle {
+            address,
+            _arbiter: arbiter.handle(),
+        }
+    }
+
+    pub async fn scan(
+        &self,
+        generation: u64,
+        request: ScanRequest,
+    ) -> Result<ShardReply, ShardError> {
+        self.address
+            .send(Scan {
+                generation,
+                request,
+            })
+            .await?
+    }
+}
