@@ -21,6 +21,7 @@ use chrono::{DateTime, Datelike, Duration, Timelike, Utc};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+/// What to generate and where; see the module documentation for the layout.
 #[derive(Clone, Debug)]
 pub struct GenOptions {
     pub out: PathBuf,
@@ -32,6 +33,7 @@ pub struct GenOptions {
     pub end: DateTime<Utc>,
 }
 
+/// What a run wrote: files, unit and metric records, and bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GenSummary {
     pub files: usize,
@@ -315,17 +317,18 @@ struct Span {
     last: i64,
 }
 
+/// Writes the snapshot tree under `options.out`, one worker per core taking
+/// stations from a shared counter. Files of the same name are replaced; other
+/// files already in `out` are left alone.
 pub fn generate(options: &GenOptions) -> io::Result<GenSummary> {
     let start = options
         .end
         .checked_sub_signed(Duration::days(i64::from(options.days)))
         .ok_or_else(|| invalid_input("the span starts before the supported calendar"))?;
-    let first = start.timestamp_micros();
+    let whole_second = |micros: i64| micros - micros.rem_euclid(MICROS_PER_SECOND);
     let span = Span {
-        first: first
-            + (MICROS_PER_SECOND - first.rem_euclid(MICROS_PER_SECOND)) % MICROS_PER_SECOND,
-        last: options.end.timestamp_micros()
-            - options.end.timestamp_micros().rem_euclid(MICROS_PER_SECOND),
+        first: whole_second(start.timestamp_micros() + MICROS_PER_SECOND - 1),
+        last: whole_second(options.end.timestamp_micros()),
     };
     fs::create_dir_all(&options.out)?;
 
@@ -372,15 +375,14 @@ fn generate_station(options: &GenOptions, index: u32, span: Span) -> io::Result<
     let mut rng = ChaCha8Rng::seed_from_u64(options.seed);
     rng.set_stream(u64::from(index));
     let station = Station::new(index, options.stations, &mut rng);
-    let directory = options.out.join(&station.id);
-    fs::create_dir_all(&directory)?;
-
     let mut summary = GenSummary::default();
     let total = i128::from(options.days) * 24 * i128::from(options.units_per_hour);
     let length = i128::from(span.last - span.first);
     if total == 0 || length <= 0 {
         return Ok(summary);
     }
+    let directory = options.out.join(&station.id);
+    fs::create_dir_all(&directory)?;
 
     let mut generator = StationRun {
         station: &station,
@@ -1039,8 +1041,8 @@ mod tests {
             units_per_hour: 0,
             ..options(&root.0, 1)
         };
-        let summary = generate(&options).unwrap();
-        assert_eq!(summary, GenSummary::default());
+        assert_eq!(generate(&options).unwrap(), GenSummary::default());
+        assert_eq!(fs::read_dir(&root.0).unwrap().count(), 0);
     }
 
     #[test]

@@ -165,6 +165,13 @@ impl Engine {
         (Engine { shards }, generation.catalog)
     }
 
+    /// Stops every shard's thread; routers still running answer with errors after.
+    pub fn stop(&self) {
+        for shard in self.shards.iter() {
+            shard.stop();
+        }
+    }
+
     /// Starts a router on the current arbiter (an HTTP worker's own thread).
     pub fn router(&self) -> RouterHandle {
         let router = Router {

@@ -68,8 +68,7 @@ impl Handler<Scan> for ShardActor {
 #[derive(Clone)]
 pub struct ShardHandle {
     address: Addr<ShardActor>,
-    /// Keeps the shard's thread's command channel open for as long as a handle lives.
-    _arbiter: ArbiterHandle,
+    arbiter: ArbiterHandle,
 }
 
 impl ShardHandle {
@@ -80,8 +79,13 @@ impl ShardHandle {
         let address = ShardActor::start_in_arbiter(&arbiter.handle(), move |_| ShardActor { data });
         ShardHandle {
             address,
-            _arbiter: arbiter.handle(),
+            arbiter: arbiter.handle(),
         }
+    }
+
+    /// Stops the shard's arbiter thread once its queued messages are handled.
+    pub fn stop(&self) {
+        self.arbiter.stop();
     }
 
     pub async fn scan(
