@@ -158,7 +158,11 @@ async fn answer(
                 window: plan.query.window,
                 after,
             };
-            Some(cursor.encode(&state.cursor_key, &plan.scope))
+            let scope = plan
+                .scope
+                .as_deref()
+                .expect("paged queries have a cursor scope");
+            Some(cursor.encode(&state.cursor_key, scope))
         }
         Some(_) => None,
     };
@@ -173,10 +177,11 @@ async fn answer(
     Ok(HttpResponse::Ok().content_type(JSON).body(body))
 }
 
-/// A request turned into an engine query, and the scope its cursors are sealed to.
+/// A request turned into an engine query, and, for a paged one, the scope its
+/// cursors are sealed to.
 struct Plan {
     query: EngineQuery,
-    scope: Vec<u8>,
+    scope: Option<Vec<u8>>,
 }
 
 fn plan(
@@ -187,11 +192,11 @@ fn plan(
     arrived: Instant,
 ) -> Result<Plan, Error> {
     let catalog = &state.catalog;
-    let scope = cursor_scope(kind, params, principal);
-    let (window, after) = match &params.cursor {
-        None => (params.window(arrived)?, None),
-        Some(text) => {
-            let cursor = Cursor::decode(text, &state.cursor_key, &scope)?;
+    // Only pages have cursors (a cursor without `limit` was refused already).
+    let scope = params.limit.map(|_| cursor_scope(kind, params, principal));
+    let (window, after) = match (&params.cursor, &scope) {
+        (Some(text), Some(scope)) => {
+            let cursor = Cursor::decode(text, &state.cursor_key, scope)?;
             if cursor.kind != kind || cursor.generation != catalog.generation {
                 return Err(Error::InvalidCursor {
                     reason: "it belongs to another endpoint or data generation",
@@ -210,6 +215,7 @@ fn plan(
             };
             (window, Some(cursor.after))
         }
+        _ => (params.window(arrived)?, None),
     };
 
     let stations = match &params.station_ids {

@@ -160,7 +160,7 @@ const UNIT_TYPES: [UnitType; 5] = [
         step("boot_time", "ms", 1450.0, 90.0, 0, None, Some(2500.0)),
         step("temperature", "degC", 36.0, 2.5, 1, Some(15.0), Some(70.0)),
         step("gamma", "", 2.20, 0.02, 2, Some(2.1), Some(2.3)).calibration(),
-        step("white_point_x", "", 0.3127, 0.0012, 4, Some(0.308), Some(0.318)).calibration(),
+        step("white_point_x", "", 0.3127, 0.0012, 4, Some(0.308), Some(0.317)).calibration(),
     ]},
     UnitType { name: "battery-pack", cycle_seconds: 240.0, tests: &[
         step("pack_voltage", "V", 11.10, 0.06, 2, Some(10.8), Some(12.6)),
@@ -628,14 +628,14 @@ fn round_to(value: f64, decimals: usize) -> f64 {
 fn render(station: &Station, record: &Record, line: &mut Vec<u8>) -> io::Result<()> {
     let unit = &record.unit;
     let kind = &UNIT_TYPES[unit.unit_type];
-    // Ids, slots and serials are built here from `[A-Z0-9-]`, so they need no
-    // escaping; strings from the tables go through serde_json all the same.
+    // Ids, slots, serials and the fixed words below are `[a-z0-9-]` built here and
+    // need no escaping; table strings go through serde_json so that editing a
+    // table can never break a line.
+    let (id, slot, serial) = (&station.id, unit.slot + 1, unit.serial);
+    write!(line, "{{\"station_id\":\"{id}\",\"slot\":\"slot-{slot}\"")?;
     write!(
         line,
-        "{{\"station_id\":\"{id}\",\"slot\":\"slot-{slot}\",\"unit_serial\":\"SN-{id}-{serial:08X}\",\"time_created\":\"",
-        id = station.id,
-        slot = unit.slot + 1,
-        serial = unit.serial,
+        ",\"unit_serial\":\"SN-{id}-{serial:08X}\",\"time_created\":\""
     )?;
     write_time(line, station, record.micros)?;
     write!(line, "\",\"tz\":")?;
@@ -658,7 +658,13 @@ fn render(station: &Station, record: &Record, line: &mut Vec<u8>) -> io::Result<
                 (true, Some(_)) => "fail",
             };
             let direction = if output { "output" } else { "input" };
-            write!(line, ",\"unit_type\":\"{}\",\"direction\":\"{direction}\",\"result\":\"{result}\",\"metadata\":", kind.name)?;
+            write!(line, ",\"unit_type\":")?;
+            json_string(line, kind.name)?;
+            write!(
+                line,
+                ",\"direction\":\"{direction}\",\"result\":\"{result}\""
+            )?;
+            write!(line, ",\"metadata\":")?;
             if !unit.metadata {
                 write!(line, "null}}")?;
             } else {
@@ -833,34 +839,11 @@ mod tests {
         let options = options(&root.0, 11);
         let summary = generate(&options).unwrap();
         let start = options.end - Duration::days(i64::from(options.days));
-        let unit_keys = [
-            "direction",
-            "metadata",
-            "mode",
-            "result",
-            "slot",
-            "station_id",
-            "tags",
-            "time_created",
-            "tz",
-            "unit_serial",
-            "unit_type",
-        ];
-        let metric_keys = [
-            "limit_lower",
-            "limit_upper",
-            "mode",
-            "name",
-            "slot",
-            "station_id",
-            "tags",
-            "time_created",
-            "type",
-            "tz",
-            "unit",
-            "unit_serial",
-            "value",
-        ];
+        // Sorted, to compare whatever order the JSON map keeps its keys in.
+        let unit_keys = "direction metadata mode result slot station_id tags time_created tz \
+            unit_serial unit_type";
+        let metric_keys = "limit_lower limit_upper mode name slot station_id tags time_created \
+            type tz unit unit_serial value";
         let (mut units, mut metrics) = (0, 0);
 
         for (path, bytes) in read_tree(&root.0) {
@@ -879,16 +862,10 @@ mod tests {
                 assert!(line.starts_with("{\"station_id\":"), "{line}");
                 let record: Value = serde_json::from_str(line).unwrap();
                 let object = record.as_object().unwrap();
-                let keys: Vec<&str> = object.keys().map(String::as_str).collect();
-                assert_eq!(
-                    keys,
-                    if is_units {
-                        &unit_keys[..]
-                    } else {
-                        &metric_keys[..]
-                    },
-                    "{line}"
-                );
+                let mut keys: Vec<&str> = object.keys().map(String::as_str).collect();
+                keys.sort_unstable();
+                let wanted = if is_units { unit_keys } else { metric_keys };
+                assert_eq!(keys.join(" "), wanted, "{line}");
                 assert_eq!(object["station_id"], station.as_str());
 
                 let written = object["time_created"].as_str().unwrap();
@@ -1056,12 +1033,14 @@ mod tests {
                 );
                 assert!(
                     test.lower
-                        .map_or(true, |lower| lower <= test.nominal - 3.0 * test.sigma),
+                        .iter()
+                        .all(|&lower| lower <= test.nominal - 3.0 * test.sigma),
                     "{label}"
                 );
                 assert!(
                     test.upper
-                        .map_or(true, |upper| upper >= test.nominal + 3.0 * test.sigma),
+                        .iter()
+                        .all(|&upper| upper >= test.nominal + 3.0 * test.sigma),
                     "{label}"
                 );
                 // Rounding must not move a value by more than a fraction of its spread.
