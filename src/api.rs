@@ -92,7 +92,7 @@ fn endpoint(path: &str, kind: Kind) -> actix_web::Resource {
         answer(kind, &request, &state, &router).await
     };
     web::resource(path)
-        .route(web::get().to(handler.clone()))
+        .route(web::get().to(handler))
         .route(web::head().to(handler))
         .default_service(web::to(|| async {
             Err::<HttpResponse, _>(Error::MethodNotAllowed)
