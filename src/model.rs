@@ -136,6 +136,15 @@ pub fn parse_line<'a>(
         .map(|tag| tag.as_str())
         .collect();
 
+    let common = CommonOut {
+        station_id: &station_id,
+        slot: text(&fields.slot),
+        unit_serial: text(&fields.unit_serial),
+        time_created: &time_text.0,
+        tz: text(&fields.tz),
+        mode: text(&fields.mode),
+        tags: &tags,
+    };
     let filter = match kind {
         Kind::Units => {
             let direction = match &fields.direction {
@@ -145,13 +154,7 @@ pub fn parse_line<'a>(
                 None => return Err("missing field `direction`".to_owned()),
             };
             let record = UnitOut {
-                station_id: &station_id,
-                slot: text(&fields.slot),
-                unit_serial: text(&fields.unit_serial),
-                time_created: &time_text.0,
-                tz: text(&fields.tz),
-                mode: text(&fields.mode),
-                tags: &tags,
+                common,
                 unit_type: text(&fields.unit_type),
                 direction: direction.as_str(),
                 result: text(&fields.result),
@@ -171,13 +174,7 @@ pub fn parse_line<'a>(
                 None => return Err("missing field `name`".to_owned()),
             };
             let record = MetricOut {
-                station_id: &station_id,
-                slot: text(&fields.slot),
-                unit_serial: text(&fields.unit_serial),
-                time_created: &time_text.0,
-                tz: text(&fields.tz),
-                mode: text(&fields.mode),
-                tags: &tags,
+                common,
                 name: &name,
                 value: text(&fields.value),
                 unit: text(&fields.unit),
@@ -222,9 +219,10 @@ fn describe_json_error(error: serde_json::Error) -> String {
     }
 }
 
-/// The response shape of a unit record (SPEC 2.2); field order is the output order.
+/// The fields both record shapes start with (SPEC 2.2, 2.3); field order is the
+/// output order.
 #[derive(Serialize)]
-struct UnitOut<'a> {
+struct CommonOut<'a> {
     station_id: &'a str,
     slot: &'a str,
     unit_serial: &'a str,
@@ -232,6 +230,13 @@ struct UnitOut<'a> {
     tz: &'a str,
     mode: &'a str,
     tags: &'a [&'a str],
+}
+
+/// The response shape of a unit record (SPEC 2.2).
+#[derive(Serialize)]
+struct UnitOut<'a> {
+    #[serde(flatten)]
+    common: CommonOut<'a>,
     unit_type: &'a str,
     direction: &'a str,
     result: &'a str,
@@ -241,13 +246,8 @@ struct UnitOut<'a> {
 /// The response shape of a metric record (SPEC 2.3).
 #[derive(Serialize)]
 struct MetricOut<'a> {
-    station_id: &'a str,
-    slot: &'a str,
-    unit_serial: &'a str,
-    time_created: &'a str,
-    tz: &'a str,
-    mode: &'a str,
-    tags: &'a [&'a str],
+    #[serde(flatten)]
+    common: CommonOut<'a>,
     name: &'a str,
     value: &'a str,
     unit: &'a str,
