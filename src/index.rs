@@ -79,14 +79,44 @@ pub struct MetricEntry {
 }
 
 /// One station's records of both kinds, and the bytes of their response JSON.
+///
+/// Each kind is held in time order, and once more ordered by the field its most
+/// selective filter names (serial number, metric name) and then by time, so that a
+/// filtered query reads one exact range instead of the station's whole window.
 #[derive(Debug, Default)]
 pub struct StationData {
     pub arena: Box<[u8]>,
     pub units: BTreeMap<RecordKey, UnitEntry>,
+    pub units_by_serial: BTreeMap<(Symbol, RecordKey), UnitEntry>,
     pub metrics: BTreeMap<RecordKey, MetricEntry>,
+    pub metrics_by_name: BTreeMap<(Symbol, RecordKey), Span>,
 }
 
 impl StationData {
+    /// Builds every tree of a station from its records in any order.
+    pub fn new(
+        arena: Box<[u8]>,
+        units: Vec<(RecordKey, UnitEntry)>,
+        metrics: Vec<(RecordKey, MetricEntry)>,
+    ) -> StationData {
+        // Collecting sorts, then bulk-builds densely packed nodes.
+        let units_by_serial = units
+            .iter()
+            .map(|(key, entry)| ((entry.unit_serial, *key), *entry))
+            .collect();
+        let metrics_by_name = metrics
+            .iter()
+            .map(|(key, entry)| ((entry.name, *key), entry.span))
+            .collect();
+        StationData {
+            arena,
+            units: units.into_iter().collect(),
+            units_by_serial,
+            metrics: metrics.into_iter().collect(),
+            metrics_by_name,
+        }
+    }
+
     pub fn json(&self, span: Span) -> &[u8] {
         &self.arena[span.start as usize..(span.start + span.len) as usize]
     }
@@ -96,11 +126,51 @@ impl StationData {
     }
 }
 
+/// A unit record in a shard-wide tree: which station holds it, and its entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShardUnit {
+    pub local: u32,
+    pub entry: UnitEntry,
+}
+
 /// The stations of one shard, in the order the catalog's `Placement::local` names.
 #[derive(Debug, Default)]
 pub struct ShardData {
     pub generation: u64,
     pub stations: Vec<StationData>,
+    /// Every unit record of the shard in the contract's order, for queries over many
+    /// of its stations: one range walk instead of a search and a merge per station.
+    pub units: BTreeMap<Position, ShardUnit>,
+}
+
+impl ShardData {
+    /// A shard of `stations`, whose ranks in the catalog are `ranks`.
+    pub fn new(generation: u64, stations: Vec<StationData>, ranks: &[u32]) -> ShardData {
+        let units = stations
+            .iter()
+            .zip(ranks)
+            .enumerate()
+            .flat_map(|(local, (station, &rank))| {
+                station.units.iter().map(move |(key, entry)| {
+                    let position = Position {
+                        instant: key.instant,
+                        station: rank,
+                        seq: key.seq,
+                    };
+                    let unit = ShardUnit {
+                        local: local as u32,
+                        entry: *entry,
+                    };
+                    (position, unit)
+                })
+            })
+            .collect();
+        ShardData {
+            generation,
+            stations,
+            units,
+        }
+    }
 }
 
 /// Where a station lives: its shard and its index within that shard.
@@ -225,13 +295,6 @@ impl RecordFilter {
             RecordFilter::Metrics { .. } => false,
         }
     }
-
-    fn matches_metric(&self, entry: &MetricEntry) -> bool {
-        match self {
-            RecordFilter::Metrics { names } => names.matches(entry.name),
-            RecordFilter::Units { .. } => false,
-        }
-    }
 }
 
 /// A station to scan: its rank (for the order) and its index in the shard.
@@ -261,54 +324,163 @@ pub struct Hit {
 
 impl ShardData {
     /// The first `request.cap` matching records of the requested stations, in order.
+    ///
+    /// Picks the tree that reads least: a serial number or metric names are exact
+    /// ranges of the per-station secondary trees; units of many stations are one walk
+    /// of the shard-wide tree; anything else walks each station's time range.
     pub fn scan(&self, request: &ScanRequest) -> Vec<Hit> {
         if request.cap == 0 || request.filter.is_impossible() {
             return Vec::new();
         }
-        let window = request.window;
-        let streams = request.stations.iter().filter_map(|station| {
-            let data = self.stations.get(station.local as usize)?;
-            let lower = lower_bound(window.from, request.after, station.rank)?;
-            let upper = RecordKey {
-                instant: window.to,
-                seq: 0,
-            };
-            if lower >= upper {
-                return None;
+        let filter = &request.filter;
+        match filter {
+            RecordFilter::Units {
+                unit_serial: Matcher::OneOf(serials),
+                ..
+            } => self.merge_stations(request, |data, station, lower, upper| {
+                // A serial number is single-valued: one exact range.
+                Box::new(serials.iter().flat_map(move |&serial| {
+                    data.units_by_serial
+                        .range((serial, lower)..(serial, upper))
+                        .filter(|(_, entry)| filter.matches_unit(entry))
+                        .map(move |((_, key), entry)| station.hit(key, entry.span))
+                }))
+            }),
+            RecordFilter::Units { .. } if request.stations.len() * 4 >= self.stations.len() => {
+                self.scan_shard_units(request)
             }
-            let range = (Bound::Included(lower), Bound::Excluded(upper));
-            let hit = move |key: &RecordKey, span: Span| Hit {
-                position: Position {
-                    instant: key.instant,
-                    station: station.rank,
-                    seq: key.seq,
-                },
-                local: station.local,
-                span,
-            };
-            let filter = &request.filter;
-            let stream: Box<dyn Iterator<Item = Hit> + '_> = match filter.kind() {
-                Kind::Units => Box::new(
-                    data.units
-                        .range(range)
-                        .filter(move |(_, entry)| filter.matches_unit(entry))
-                        .map(move |(key, entry)| hit(key, entry.span)),
-                ),
-                Kind::Metrics => Box::new(
-                    data.metrics
-                        .range(range)
-                        .filter(move |(_, entry)| filter.matches_metric(entry))
-                        .map(move |(key, entry)| hit(key, entry.span)),
-                ),
-            };
-            Some(stream)
+            RecordFilter::Units { .. } => {
+                self.merge_stations(request, |data, station, lower, upper| {
+                    Box::new(
+                        data.units
+                            .range(lower..upper)
+                            .filter(|(_, entry)| filter.matches_unit(entry))
+                            .map(move |(key, entry)| station.hit(key, entry.span)),
+                    )
+                })
+            }
+            RecordFilter::Metrics {
+                names: Matcher::OneOf(names),
+            } => {
+                // One stream per (station, name): each is an exact range in time order.
+                let streams = request.stations.iter().flat_map(|&station| {
+                    names.iter().filter_map(move |&name| {
+                        let data = self.stations.get(station.local as usize)?;
+                        let (lower, upper) = station_bounds(request, station.rank)?;
+                        Some(
+                            data.metrics_by_name
+                                .range((name, lower)..(name, upper))
+                                .map(move |((_, key), span)| station.hit(key, *span)),
+                        )
+                    })
+                });
+                merge_sorted(streams.collect(), request.cap)
+            }
+            RecordFilter::Metrics { .. } => {
+                self.merge_stations(request, |data, station, lower, upper| {
+                    Box::new(
+                        data.metrics
+                            .range(lower..upper)
+                            .map(move |(key, entry)| station.hit(key, entry.span)),
+                    )
+                })
+            }
+        }
+    }
+
+    /// Merges one stream per requested station, each made by `stream` from the
+    /// station's data and its key bounds.
+    fn merge_stations<'a>(
+        &'a self,
+        request: &'a ScanRequest,
+        stream: impl Fn(
+            &'a StationData,
+            StationRef,
+            RecordKey,
+            RecordKey,
+        ) -> Box<dyn Iterator<Item = Hit> + 'a>,
+    ) -> Vec<Hit> {
+        let streams = request.stations.iter().filter_map(|&station| {
+            let data = self.stations.get(station.local as usize)?;
+            let (lower, upper) = station_bounds(request, station.rank)?;
+            Some(stream(data, station, lower, upper))
         });
         merge_sorted(streams.collect(), request.cap)
+    }
+
+    /// Units of many stations: one walk of the shard-wide tree, which is already in
+    /// the contract's order.
+    fn scan_shard_units(&self, request: &ScanRequest) -> Vec<Hit> {
+        let mut wanted = vec![false; self.stations.len()];
+        for station in &request.stations {
+            if let Some(slot) = wanted.get_mut(station.local as usize) {
+                *slot = true;
+            }
+        }
+        let start = Position {
+            instant: request.window.from,
+            station: 0,
+            seq: 0,
+        };
+        let end = Position {
+            instant: request.window.to,
+            station: 0,
+            seq: 0,
+        };
+        let lower = match request.after {
+            Some(after) if after >= start => Bound::Excluded(after),
+            _ => Bound::Included(start),
+        };
+        let empty = match lower {
+            Bound::Excluded(after) => after >= end,
+            _ => start >= end,
+        };
+        if empty {
+            return Vec::new();
+        }
+        self.units
+            .range((lower, Bound::Excluded(end)))
+            .filter(|(_, unit)| {
+                wanted[unit.local as usize] && request.filter.matches_unit(&unit.entry)
+            })
+            .take(request.cap)
+            .map(|(position, unit)| Hit {
+                position: *position,
+                local: unit.local,
+                span: unit.entry.span,
+            })
+            .collect()
     }
 
     pub fn json(&self, hit: &Hit) -> &[u8] {
         self.stations[hit.local as usize].json(hit.span)
     }
+}
+
+impl StationRef {
+    /// The hit of this station's record at `key`.
+    fn hit(self, key: &RecordKey, span: Span) -> Hit {
+        Hit {
+            position: Position {
+                instant: key.instant,
+                station: self.rank,
+                seq: key.seq,
+            },
+            local: self.local,
+            span,
+        }
+    }
+}
+
+/// The key range `[lower, upper)` of a station for the request's window and cursor;
+/// `None` when it is empty.
+fn station_bounds(request: &ScanRequest, rank: u32) -> Option<(RecordKey, RecordKey)> {
+    let lower = lower_bound(request.window.from, request.after, rank)?;
+    let upper = RecordKey {
+        instant: request.window.to,
+        seq: 0,
+    };
+    (lower < upper).then_some((lower, upper))
 }
 
 /// The first key of a station that may follow both `from` and the cursor position.
@@ -393,39 +565,35 @@ mod tests {
         let mut symbols = Symbols::default();
         let board = symbols.intern("board");
         let serial = symbols.intern("SN");
-        let station = |times: &[(i64, u64, Direction)]| StationData {
-            arena: Box::default(),
-            units: times
+        let station = |times: &[(i64, u64, Direction)]| {
+            let units = times
                 .iter()
                 .map(|&(seconds, seq, direction)| {
-                    (
-                        RecordKey {
-                            instant: instant(seconds),
-                            seq,
-                        },
-                        UnitEntry {
-                            span: Span { start: 0, len: 0 },
-                            unit_type: board,
-                            unit_serial: serial,
-                            direction,
-                        },
-                    )
+                    let key = RecordKey {
+                        instant: instant(seconds),
+                        seq,
+                    };
+                    let entry = UnitEntry {
+                        span: Span { start: 0, len: 0 },
+                        unit_type: board,
+                        unit_serial: serial,
+                        direction,
+                    };
+                    (key, entry)
                 })
-                .collect(),
-            metrics: BTreeMap::new(),
+                .collect();
+            StationData::new(Box::default(), units, Vec::new())
         };
-        ShardData {
-            generation: 1,
-            stations: vec![
-                station(&[
-                    (10, 1, Direction::Output),
-                    (20, 2, Direction::Output),
-                    (20, 3, Direction::Input),
-                    (30, 4, Direction::Output),
-                ]),
-                station(&[(20, 5, Direction::Output), (40, 6, Direction::Output)]),
-            ],
-        }
+        let stations = vec![
+            station(&[
+                (10, 1, Direction::Output),
+                (20, 2, Direction::Output),
+                (20, 3, Direction::Input),
+                (30, 4, Direction::Output),
+            ]),
+            station(&[(20, 5, Direction::Output), (40, 6, Direction::Output)]),
+        ];
+        ShardData::new(1, stations, &[0, 1])
     }
 
     fn request(from: i64, to: i64, after: Option<Position>, cap: usize) -> ScanRequest {

@@ -564,6 +564,7 @@ fn build(
     let shard_count = options.shards.max(1);
     let shard_of = place(&stations, shard_count);
     let mut per_shard: Vec<Vec<StationBuilder>> = (0..shard_count).map(|_| Vec::new()).collect();
+    let mut ranks_per_shard: Vec<Vec<u32>> = vec![Vec::new(); shard_count];
     let mut names = Vec::with_capacity(stations.len());
     let mut placements = Vec::with_capacity(stations.len());
     for ((name, builder), shard) in stations.into_iter().zip(shard_of) {
@@ -573,16 +574,18 @@ fn build(
             local: shard_stations.len() as u32,
         });
         shard_stations.push(builder);
+        ranks_per_shard[shard].push(names.len() as u32);
         names.push(name);
     }
 
     let shards = crossbeam::scope(|scope| {
         let handles: Vec<_> = per_shard
             .into_iter()
-            .map(|builders| {
-                scope.spawn(move |_| ShardData {
-                    generation: options.generation,
-                    stations: builders.into_iter().map(StationBuilder::finish).collect(),
+            .zip(&ranks_per_shard)
+            .map(|(builders, ranks)| {
+                scope.spawn(move |_| {
+                    let stations = builders.into_iter().map(StationBuilder::finish).collect();
+                    ShardData::new(options.generation, stations, ranks)
                 })
             })
             .collect();
@@ -607,12 +610,7 @@ fn build(
 
 impl StationBuilder {
     fn finish(self) -> StationData {
-        StationData {
-            arena: self.arena.into_boxed_slice(),
-            // Collecting sorts, then bulk-builds densely packed nodes.
-            units: self.units.into_iter().collect(),
-            metrics: self.metrics.into_iter().collect(),
-        }
+        StationData::new(self.arena.into_boxed_slice(), self.units, self.metrics)
     }
 }
 
