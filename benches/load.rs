@@ -54,9 +54,13 @@ const SAMPLE_SIZE: usize = 200;
 const MINIMUM_SHARE_WITH_DATA: f64 = 0.5;
 const WRK_THREADS: u32 = 2;
 const WRK_CONNECTIONS: u32 = 32;
-const WARM_UP_SECONDS: u64 = 2;
+const WARM_UP_SECONDS: u64 = 1;
 /// The measured duration per query and server; `LOAD_SECONDS` overrides it.
-const DEFAULT_MEASURED_SECONDS: u64 = 10;
+const DEFAULT_MEASURED_SECONDS: u64 = 5;
+/// stq and the limit take turns this many times per query, so that a machine that
+/// slows down or speeds up during the run does so for both; the report gives the
+/// median of each and the median of the rounds' ratios.
+const ROUNDS: usize = 3;
 /// How long a server may take to load and say it is listening.
 const START_TIMEOUT: Duration = Duration::from_secs(300);
 /// Seeds the path generator, so that every run sends the same requests.
@@ -729,8 +733,26 @@ fn start_limit(
 struct Outcome {
     query: &'static Query,
     sample: SampleCheck,
+    /// The round with the median request rate, for each server.
     stq: WrkFigures,
     limit: WrkFigures,
+    /// stq's rate over the limit's, round by round, in ascending order.
+    ratios: Vec<f64>,
+}
+
+impl Outcome {
+    fn median_ratio(&self) -> f64 {
+        self.ratios[self.ratios.len() / 2]
+    }
+}
+
+/// The round whose request rate is the median of the rounds.
+fn median_round(mut rounds: Vec<WrkFigures>) -> WrkFigures {
+    rounds.sort_by(|left, right| {
+        left.requests_per_second()
+            .total_cmp(&right.requests_per_second())
+    });
+    rounds.swap_remove(rounds.len() / 2)
 }
 
 fn measure_query(
@@ -756,8 +778,8 @@ fn measure_query(
         100.0 * sample.share_with_data()
     );
 
-    let run = |server: &str, address: &str| -> anyhow::Result<WrkFigures> {
-        let label = format!("{server}-{}", query.name);
+    let run = |server: &str, address: &str, round: usize| -> anyhow::Result<WrkFigures> {
+        let label = format!("{server}-{}-round-{round}", query.name);
         let wrk = Wrk {
             layout,
             address,
@@ -769,16 +791,27 @@ fn measure_query(
         figures.print(server, &sample);
         Ok(figures)
     };
-    let stq_figures = run("stq", &stq.address)?;
     let body_bytes = sample.mean_body_bytes().round() as usize;
     let limit = start_limit(layout, query, body_bytes, pids)?;
-    let limit_figures = run("limit", &limit.address)?;
+    let mut stq_rounds = Vec::with_capacity(ROUNDS);
+    let mut limit_rounds = Vec::with_capacity(ROUNDS);
+    for round in 1..=ROUNDS {
+        stq_rounds.push(run("stq", &stq.address, round)?);
+        limit_rounds.push(run("limit", &limit.address, round)?);
+    }
     drop(limit);
+    let mut ratios: Vec<f64> = stq_rounds
+        .iter()
+        .zip(&limit_rounds)
+        .map(|(stq, limit)| stq.requests_per_second() / limit.requests_per_second())
+        .collect();
+    ratios.sort_by(f64::total_cmp);
     Ok(Outcome {
         query,
         sample,
-        stq: stq_figures,
-        limit: limit_figures,
+        stq: median_round(stq_rounds),
+        limit: median_round(limit_rounds),
+        ratios,
     })
 }
 
@@ -1028,9 +1061,11 @@ impl Report {
         let mut text = String::new();
         let _ = writeln!(
             text,
-            "wrk {WRK_THREADS} threads, {WRK_CONNECTIONS} connections, {} s per query and \
-             server after a {WARM_UP_SECONDS} s warm-up, {PATHS_PER_QUERY} paths per query; \
-             the limit: actix-web with stq's worker count, a fixed body of stq's mean body size.\n",
+            "wrk {WRK_THREADS} threads, {WRK_CONNECTIONS} connections, {PATHS_PER_QUERY} paths per \
+             query; {ROUNDS} rounds per query in which stq and the limit take turns, {} s each \
+             after a {WARM_UP_SECONDS} s warm-up; req/s, latencies and bytes are each server's \
+             median round, stq/limit the median of the rounds' ratios. The limit: actix-web \
+             with stq's worker count, a fixed body of stq's mean body size.\n",
             self.measured_seconds
         );
         text.push_str(&self.queries_table());
@@ -1061,6 +1096,7 @@ impl Report {
             "stq req/s",
             "limit req/s",
             "stq/limit",
+            "rounds' ratios",
             "stq p50",
             "stq p99",
             "limit p50",
@@ -1078,10 +1114,13 @@ impl Report {
                     format!("{} {}", outcome.query.name, outcome.query.description),
                     format!("{:.0}", stq.requests_per_second()),
                     format!("{:.0}", limit.requests_per_second()),
-                    format!(
-                        "{:.2}",
-                        stq.requests_per_second() / limit.requests_per_second()
-                    ),
+                    format!("{:.2}", outcome.median_ratio()),
+                    outcome
+                        .ratios
+                        .iter()
+                        .map(|ratio| format!("{ratio:.2}"))
+                        .collect::<Vec<_>>()
+                        .join(" "),
                     milliseconds(stq.latency_p50_us),
                     milliseconds(stq.latency_p99_us),
                     milliseconds(limit.latency_p50_us),
