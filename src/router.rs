@@ -73,10 +73,6 @@ impl QueryResult {
         self.hits.last().map(|part_hit| part_hit.hit.position)
     }
 
-    pub fn positions(&self) -> impl Iterator<Item = Position> + '_ {
-        self.hits.iter().map(|part_hit| part_hit.hit.position)
-    }
-
     /// The records' response JSON, in order.
     pub fn records(&self) -> impl Iterator<Item = &[u8]> + Clone + '_ {
         self.hits

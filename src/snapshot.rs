@@ -474,7 +474,8 @@ impl Worker {
                                 },
                             )),
                         }
-                    } else {
+                    } else if !state.stations.contains_key(parsed.station_id.as_ref()) {
+                        // `check` only counts stations: no allocation per record.
                         state.stations.entry(parsed.station_id.into()).or_default();
                     }
                 }
