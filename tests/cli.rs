@@ -5,27 +5,45 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::process::Output;
 use std::time::Duration;
 
 use common::*;
 use serde_json::{json, Value};
 
-const T: Duration = Duration::from_secs(60);
+const TIMEOUT: Duration = Duration::from_secs(60);
 
-fn s(p: &Path) -> String {
-    p.display().to_string()
+fn text(bytes: &[u8]) -> String {
+    strip_ansi(&String::from_utf8_lossy(bytes))
 }
 
-fn text(b: &[u8]) -> String {
-    strip_ansi(&String::from_utf8_lossy(b))
+/// `stq check --snapshots SNAPSHOTS`
+fn check_snapshots(snapshots: &Path) -> Output {
+    run(
+        &["check", "--snapshots", &path_string(snapshots)],
+        None,
+        &[],
+        TIMEOUT,
+    )
+}
+
+#[track_caller]
+fn assert_exit_code(output: &Output, code: i32) {
+    assert_eq!(
+        output.status.code(),
+        Some(code),
+        "stdout:\n{}\nstderr:\n{}",
+        text(&output.stdout),
+        text(&output.stderr)
+    );
 }
 
 // ---------------------------------------------------------------------------
 // A snapshot with invalid lines
 // ---------------------------------------------------------------------------
 
-/// `(files, invalid (rel, line) pairs)`.
+/// `(files, invalid (relative_path, line) pairs)`.
 fn invalid_files() -> (Vec<FileSpec>, Vec<(&'static str, usize)>) {
     let units = [
         /* 1 */ r#"{"station_id":"ST-01","unit_serial":"V1","time_created":"2024-03-10T10:00:00Z","direction":"output"}"#,
@@ -43,14 +61,14 @@ fn invalid_files() -> (Vec<FileSpec>, Vec<(&'static str, usize)>) {
     ]
     .join("\n")
         + "\n";
-    let m1 = [
+    let metrics_first_member = [
         /* 1 */
         r#"{"station_id":"ST-01","time_created":"2024-03-10T10:00:00Z","name":"v","value":"1"}"#,
         /* 2 */ "",
         "",
     ]
     .join("\n");
-    let m2 = [
+    let metrics_second_member = [
         /* 3 */ r#"{"station_id":"ST-01","time_created":"2024-03-10T10:00:00Z"}"#,
         /* 4 */
         r#"{"station_id":"ST-01","time_created":"2024-03-10T10:00:00Z","name":"v","value":[1]}"#,
@@ -59,79 +77,67 @@ fn invalid_files() -> (Vec<FileSpec>, Vec<(&'static str, usize)>) {
         /* 6 */ r#"{"station_id":"ST-01","time_created":"2024-03-10T10:06:00Z","name":""}"#,
     ]
     .join("\n");
-    let split = m1.len();
+    let member_split = metrics_first_member.len();
     let files = vec![
         FileSpec::plain("bad.units.jsonl", units),
-        FileSpec::gz("sub/bad.metrics.jsonl.gz", format!("{m1}{m2}"), &[split]),
+        FileSpec::gz(
+            "sub/bad.metrics.jsonl.gz",
+            format!("{metrics_first_member}{metrics_second_member}"),
+            &[member_split],
+        ),
         FileSpec::plain(
             "good.units.jsonl",
             r#"{"station_id":"ST-03","unit_serial":"V3","time_created":"2024-03-10T12:00:00Z","direction":"output"}"#,
         ),
     ];
-    let mut bad: Vec<(&str, usize)> = [2, 3, 4, 5, 6, 7, 8, 9, 11, 12]
+    let mut invalid: Vec<(&str, usize)> = [2, 3, 4, 5, 6, 7, 8, 9, 11, 12]
         .iter()
-        .map(|l| ("bad.units.jsonl", *l))
+        .map(|line| ("bad.units.jsonl", *line))
         .collect();
-    bad.extend([3, 4, 6].iter().map(|l| ("sub/bad.metrics.jsonl.gz", *l)));
-    (files, bad)
+    invalid.extend(
+        [3, 4, 6]
+            .iter()
+            .map(|line| ("sub/bad.metrics.jsonl.gz", *line)),
+    );
+    (files, invalid)
 }
 
-/// A fixture directory holding the files (and the suite's tokens file).
-fn dir_with(files: &[FileSpec]) -> (tempfile::TempDir, PathBuf, PathBuf) {
-    let tmp = temp_dir();
-    let snap = tmp.path().join("snap");
-    std::fs::create_dir_all(&snap).unwrap();
-    write_files(&snap, files);
-    let tokens = tmp.path().join("tokens.json");
-    std::fs::write(&tokens, tokens_json()).unwrap();
-    (tmp, snap, tokens)
-}
-
-fn serve_args(snap: &Path, tokens: &Path, extra: &[&str]) -> Vec<String> {
-    let mut a: Vec<String> = [
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--snapshots",
-        &s(snap),
-        "--tokens",
-        &s(tokens),
-    ]
-    .iter()
-    .map(|x| x.to_string())
-    .collect();
-    a.extend(extra.iter().map(|x| x.to_string()));
-    a
-}
-
-/// Asserts that some line of `out` contains `path:line: reason` (reason non-empty)
+/// Asserts that some line of `output` contains `path:line: reason` (reason non-empty)
 /// for each invalid line, and that no valid line is reported.
 #[track_caller]
 fn assert_reports(
-    out: &str,
-    snap: &Path,
-    bad: &[(&str, usize)],
+    output: &str,
+    snapshots: &Path,
+    invalid: &[(&str, usize)],
     valid: &[(&str, usize)],
-    line_starts: bool,
+    at_line_start: bool,
 ) {
-    for (rel, line) in bad {
-        let prefix = format!("{}:{}: ", s(&snap.join(rel)), line);
-        let hit = out.lines().find(|l| {
-            if line_starts {
-                l.starts_with(&prefix)
+    for (relative_path, line_number) in invalid {
+        let prefix = format!(
+            "{}:{}: ",
+            path_string(&snapshots.join(relative_path)),
+            line_number
+        );
+        let hit = output.lines().find(|printed| {
+            if at_line_start {
+                printed.starts_with(&prefix)
             } else {
-                l.contains(&prefix)
+                printed.contains(&prefix)
             }
         });
-        let hit = hit.unwrap_or_else(|| panic!("no `{prefix}reason` line in:\n{out}"));
+        let hit = hit.unwrap_or_else(|| panic!("no `{prefix}reason` line in:\n{output}"));
         let reason = &hit[hit.find(&prefix).unwrap() + prefix.len()..];
         assert!(!reason.trim().is_empty(), "empty reason: {hit}");
     }
-    for (rel, line) in valid {
-        let prefix = format!("{}:{}:", s(&snap.join(rel)), line);
+    for (relative_path, line_number) in valid {
+        let prefix = format!(
+            "{}:{}:",
+            path_string(&snapshots.join(relative_path)),
+            line_number
+        );
         assert!(
-            !out.contains(&prefix),
-            "valid line reported as invalid ({prefix}):\n{out}"
+            !output.contains(&prefix),
+            "valid line reported as invalid ({prefix}):\n{output}"
         );
     }
 }
@@ -148,12 +154,12 @@ const VALID_LINES: [(&str, usize); 5] = [
 // serve --on-invalid
 // ---------------------------------------------------------------------------
 
-fn expect_start_failure(args: &[String], envs: &[(&str, &str)]) -> String {
-    match Server::try_spawn(args, envs) {
-        Started::Ready(srv) => panic!(
+fn expect_start_failure(args: &[String], variables: &[(&str, &str)]) -> String {
+    match Server::try_spawn(args, variables) {
+        Started::Ready(server) => panic!(
             "server started (port {}) but must not:\n{}",
-            srv.port,
-            srv.log().join("\n")
+            server.port,
+            server.log().join("\n")
         ),
         Started::Exited(code, log) => {
             assert!(
@@ -168,26 +174,30 @@ fn expect_start_failure(args: &[String], envs: &[(&str, &str)]) -> String {
 
 #[test]
 fn serve_on_invalid_fail_is_the_default_and_lists_path_line_reason() {
-    let (files, bad) = invalid_files();
-    let (_tmp, snap, tokens) = dir_with(&files);
-    let log = expect_start_failure(&serve_args(&snap, &tokens, &[]), &[]);
-    assert_reports(&log, &snap, &bad, &VALID_LINES, false);
+    let (files, invalid) = invalid_files();
+    let (_directory, snapshots, tokens) = write_snapshot(&files);
+    let log = expect_start_failure(&serve_args(&snapshots, &tokens, &[]), &[]);
+    assert_reports(&log, &snapshots, &invalid, &VALID_LINES, false);
 }
 
 #[test]
 fn serve_on_invalid_fail_flag_exits_non_zero_before_binding() {
-    let (files, bad) = invalid_files();
-    let (_tmp, snap, tokens) = dir_with(&files);
-    let log = expect_start_failure(&serve_args(&snap, &tokens, &["--on-invalid", "fail"]), &[]);
-    assert_reports(&log, &snap, &bad, &VALID_LINES, false);
+    let (files, invalid) = invalid_files();
+    let (_directory, snapshots, tokens) = write_snapshot(&files);
+    let log = expect_start_failure(
+        &serve_args(&snapshots, &tokens, &["--on-invalid", "fail"]),
+        &[],
+    );
+    assert_reports(&log, &snapshots, &invalid, &VALID_LINES, false);
 }
 
 #[test]
 fn serve_on_invalid_fail_prints_at_most_20_lines_and_the_total() {
     let many: String = (0..25).map(|_| "{bad\n").collect();
-    let (_tmp, snap, tokens) = dir_with(&[FileSpec::plain("many.units.jsonl", many)]);
-    let log = expect_start_failure(&serve_args(&snap, &tokens, &[]), &[]);
-    let path = s(&snap.join("many.units.jsonl"));
+    let (_directory, snapshots, tokens) =
+        write_snapshot(&[FileSpec::plain("many.units.jsonl", many)]);
+    let log = expect_start_failure(&serve_args(&snapshots, &tokens, &[]), &[]);
+    let path = path_string(&snapshots.join("many.units.jsonl"));
     let listed: BTreeSet<usize> = (1..=25)
         .filter(|n| log.contains(&format!("{path}:{n}: ")))
         .collect();
@@ -199,75 +209,68 @@ fn serve_on_invalid_fail_prints_at_most_20_lines_and_the_total() {
     let total = log
         .lines()
         .filter(|l| !l.contains(&format!("{path}:")))
-        .map(|l| l.replace(&s(&snap), ""))
+        .map(|l| l.replace(&path_string(&snapshots), ""))
         .any(|l| l.split(|c: char| !c.is_ascii_digit()).any(|n| n == "25"));
     assert!(total, "the total count 25 is not printed:\n{log}");
 }
 
 #[test]
 fn serve_on_invalid_skip_serves_the_valid_records_and_logs_the_skipped_lines() {
-    let (files, bad) = invalid_files();
-    let (_tmp, snap, tokens) = dir_with(&files);
-    let srv = Server::spawn(&serve_args(&snap, &tokens, &["--on-invalid", "skip"]), &[]);
-    let env = srv.ok(&format!("/units?{WIN}"));
-    let serials: Vec<&str> = env
-        .data
-        .iter()
-        .map(|r| r["unit_serial"].as_str().unwrap())
-        .collect();
-    assert_eq!(serials, ["V1", "V2", "V3"]);
-    let env = srv.ok(&format!("/metrics?{WIN}"));
-    let values: Vec<&str> = env
-        .data
-        .iter()
-        .map(|r| r["value"].as_str().unwrap())
-        .collect();
-    assert_eq!(values, ["1", "2"]);
-    let log = srv.log().join("\n");
-    assert_reports(&log, &snap, &bad, &VALID_LINES, false);
+    let (files, invalid) = invalid_files();
+    let (_directory, snapshots, tokens) = write_snapshot(&files);
+    let server = Server::spawn(
+        &serve_args(&snapshots, &tokens, &["--on-invalid", "skip"]),
+        &[],
+    );
+    let envelope = server.ok(&format!("/units?{WINDOW}"));
+    assert_eq!(serials(&envelope.data), ["V1", "V2", "V3"]);
+    let envelope = server.ok(&format!("/metrics?{WINDOW}"));
+    assert_eq!(metric_values(&envelope.data), ["1", "2"]);
+    let log = server.log().join("\n");
+    assert_reports(&log, &snapshots, &invalid, &VALID_LINES, false);
 }
 
 #[test]
 fn serve_on_invalid_from_env_and_flag_beats_env() {
     let (files, _) = invalid_files();
-    let (_tmp, snap, tokens) = dir_with(&files);
-    let srv = Server::spawn(
-        &serve_args(&snap, &tokens, &[]),
+    let (_directory, snapshots, tokens) = write_snapshot(&files);
+    let server = Server::spawn(
+        &serve_args(&snapshots, &tokens, &[]),
         &[("STQ_ON_INVALID", "skip")],
     );
-    assert_eq!(srv.ok(&format!("/units?{WIN}")).data.len(), 3);
-    drop(srv);
+    assert_eq!(server.ok(&format!("/units?{WINDOW}")).data.len(), 3);
+    drop(server);
     expect_start_failure(
-        &serve_args(&snap, &tokens, &["--on-invalid", "fail"]),
+        &serve_args(&snapshots, &tokens, &["--on-invalid", "fail"]),
         &[("STQ_ON_INVALID", "skip")],
     );
 }
 
 #[test]
 fn serve_with_a_missing_snapshot_directory_fails_to_start() {
-    let (tmp, _snap, tokens) = dir_with(&[]);
-    let missing = tmp.path().join("does-not-exist");
+    let (directory, _snapshots, tokens) = write_snapshot(&[]);
+    let missing = directory.path().join("does-not-exist");
     let log = expect_start_failure(&serve_args(&missing, &tokens, &[]), &[]);
     assert!(!log.trim().is_empty(), "no message");
 }
 
 #[test]
 fn serve_with_an_empty_snapshot_directory_serves_no_records() {
-    let (_tmp, snap, tokens) = dir_with(&[]);
-    let srv = Server::spawn(&serve_args(&snap, &tokens, &[]), &[]);
-    assert!(srv
-        .ok(&format!("/units?{WIN}&direction=input,output"))
+    let (_directory, snapshots, tokens) = write_snapshot(&[]);
+    let server = Server::spawn(&serve_args(&snapshots, &tokens, &[]), &[]);
+    assert!(server
+        .ok(&format!("/units?{WINDOW}&direction=input,output"))
         .data
         .is_empty());
-    assert!(srv.ok("/metrics").data.is_empty());
+    assert!(server.ok("/metrics").data.is_empty());
 }
 
 #[test]
 fn serve_ignores_files_that_are_not_snapshots() {
-    let rec = r#"{"station_id":"ST-01","unit_serial":"OK","time_created":"2024-03-10T10:00:00Z","direction":"output"}"#;
+    let line = r#"{"station_id":"ST-01","unit_serial":"OK","time_created":"2024-03-10T10:00:00Z","direction":"output"}"#;
     let garbage = "this is not json\n{\"station_id\":\"ST-IGN\"}\n";
     let files = vec![
-        FileSpec::plain("a.units.jsonl", rec),
+        FileSpec::plain("a.units.jsonl", line),
         FileSpec::plain("notes.txt", garbage),
         FileSpec::plain("data.jsonl", garbage),
         FileSpec::plain("x.units.json", garbage),
@@ -275,14 +278,13 @@ fn serve_ignores_files_that_are_not_snapshots() {
         FileSpec::plain("a.metrics.jsonl.zip", garbage),
         FileSpec::plain("sub/readme.md", garbage),
     ];
-    let (_tmp, snap, tokens) = dir_with(&files);
-    let srv = Server::spawn(&serve_args(&snap, &tokens, &[]), &[]);
-    let env = srv.ok(&format!("/units?{WIN}"));
-    assert_eq!(env.data.len(), 1);
-    assert_eq!(env.data[0]["unit_serial"], "OK");
-    assert!(srv.ok(&format!("/metrics?{WIN}")).data.is_empty());
-    let out = run(&["check", "--snapshots", &s(&snap)], None, &[], T);
-    assert_eq!(out.status.code(), Some(0), "check: {}", text(&out.stdout));
+    let (_directory, snapshots, tokens) = write_snapshot(&files);
+    let server = Server::spawn(&serve_args(&snapshots, &tokens, &[]), &[]);
+    let envelope = server.ok(&format!("/units?{WINDOW}"));
+    assert_eq!(envelope.data.len(), 1);
+    assert_eq!(envelope.data[0]["unit_serial"], "OK");
+    assert!(server.ok(&format!("/metrics?{WINDOW}")).data.is_empty());
+    assert_exit_code(&check_snapshots(&snapshots), 0);
 }
 
 // ---------------------------------------------------------------------------
@@ -291,114 +293,91 @@ fn serve_ignores_files_that_are_not_snapshots() {
 
 #[test]
 fn check_on_a_valid_snapshot_exits_0_and_prints_counts_per_file() {
-    let fx = Fixture::main();
-    let out = run(&["check", "--snapshots", &s(&fx.snapshots)], None, &[], T);
-    let stdout = text(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "stdout:\n{stdout}\nstderr:\n{}",
-        text(&out.stderr)
-    );
+    let fixture = Fixture::main();
+    let output = check_snapshots(&fixture.snapshots);
+    assert_exit_code(&output, 0);
+    let stdout = text(&output.stdout);
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-    for r in &fx.recs {
-        *counts.entry(r.rel.as_str()).or_default() += 1;
+    for record in &fixture.records {
+        *counts.entry(record.relative_path.as_str()).or_default() += 1;
     }
-    for (rel, n) in counts {
-        let name = rel.rsplit('/').next().unwrap();
+    for (relative_path, count) in counts {
+        let name = relative_path.rsplit('/').next().unwrap();
         let line = stdout
             .lines()
             .find(|l| l.contains(name))
-            .unwrap_or_else(|| panic!("no count line for {rel}:\n{stdout}"));
+            .unwrap_or_else(|| panic!("no count line for {relative_path}:\n{stdout}"));
         let stripped = line
-            .replace(&s(&fx.snapshots.join(rel)), "")
-            .replace(rel, "")
+            .replace(&path_string(&fixture.snapshots.join(relative_path)), "")
+            .replace(relative_path, "")
             .replace(name, "");
         let numbers: Vec<&str> = stripped
             .split(|c: char| !c.is_ascii_digit())
             .filter(|x| !x.is_empty())
             .collect();
         assert!(
-            numbers.contains(&n.to_string().as_str()),
-            "count {n} of {rel} not on its line: {line}"
+            numbers.contains(&count.to_string().as_str()),
+            "count {count} of {relative_path} not on its line: {line}"
         );
     }
 }
 
 #[test]
 fn check_with_invalid_lines_exits_1_and_prints_every_path_line_reason() {
-    let (files, bad) = invalid_files();
-    let (_tmp, snap, _tokens) = dir_with(&files);
-    let out = run(&["check", "--snapshots", &s(&snap)], None, &[], T);
-    let stdout = text(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "stdout:\n{stdout}\nstderr:\n{}",
-        text(&out.stderr)
-    );
-    assert_reports(&stdout, &snap, &bad, &VALID_LINES, true);
+    let (files, invalid) = invalid_files();
+    let (_directory, snapshots, _tokens) = write_snapshot(&files);
+    let output = check_snapshots(&snapshots);
+    assert_exit_code(&output, 1);
+    let stdout = text(&output.stdout);
+    assert_reports(&stdout, &snapshots, &invalid, &VALID_LINES, true);
 }
 
 #[test]
 fn check_prints_every_invalid_line_even_beyond_20() {
     let many: String = (0..25).map(|_| "{bad\n").collect();
-    let (_tmp, snap, _tokens) = dir_with(&[FileSpec::plain("many.units.jsonl", many)]);
-    let out = run(&["check", "--snapshots", &s(&snap)], None, &[], T);
-    let stdout = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{stdout}");
-    let bad: Vec<(&str, usize)> = (1..=25).map(|n| ("many.units.jsonl", n)).collect();
-    assert_reports(&stdout, &snap, &bad, &[], true);
+    let (_directory, snapshots, _tokens) =
+        write_snapshot(&[FileSpec::plain("many.units.jsonl", many)]);
+    let output = check_snapshots(&snapshots);
+    assert_exit_code(&output, 1);
+    let stdout = text(&output.stdout);
+    let invalid: Vec<(&str, usize)> = (1..=25).map(|n| ("many.units.jsonl", n)).collect();
+    assert_reports(&stdout, &snapshots, &invalid, &[], true);
 }
 
 #[test]
 fn check_on_a_missing_directory_exits_2() {
-    let tmp = temp_dir();
-    let out = run(
-        &["check", "--snapshots", &s(&tmp.path().join("nope"))],
-        None,
-        &[],
-        T,
-    );
-    assert_eq!(
-        out.status.code(),
-        Some(2),
-        "stdout:\n{}\nstderr:\n{}",
-        text(&out.stdout),
-        text(&out.stderr)
-    );
+    let directory = temporary_directory();
+    assert_exit_code(&check_snapshots(&directory.path().join("nope")), 2);
 }
 
 #[test]
 fn check_on_an_empty_directory_exits_0() {
-    let tmp = temp_dir();
-    let out = run(&["check", "--snapshots", &s(tmp.path())], None, &[], T);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "stdout:\n{}\nstderr:\n{}",
-        text(&out.stdout),
-        text(&out.stderr)
-    );
+    let directory = temporary_directory();
+    assert_exit_code(&check_snapshots(directory.path()), 0);
 }
 
 #[test]
 fn check_reads_the_snapshot_directory_from_env() {
-    let (files, bad) = invalid_files();
-    let (_tmp, snap, _tokens) = dir_with(&files);
-    let out = run(&["check"], None, &[("STQ_SNAPSHOTS", &s(&snap))], T);
-    let stdout = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{stdout}");
-    assert_reports(&stdout, &snap, &bad, &VALID_LINES, true);
-    // the flag wins over the variable
-    let tmp = temp_dir();
-    let out = run(
-        &["check", "--snapshots", &s(tmp.path())],
+    let (files, invalid) = invalid_files();
+    let (_directory, snapshots, _tokens) = write_snapshot(&files);
+    let output = run(
+        &["check"],
         None,
-        &[("STQ_SNAPSHOTS", &s(&snap))],
-        T,
+        &[("STQ_SNAPSHOTS", &path_string(&snapshots))],
+        TIMEOUT,
     );
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    assert_exit_code(&output, 1);
+    let stdout = text(&output.stdout);
+    assert_reports(&stdout, &snapshots, &invalid, &VALID_LINES, true);
+    // the flag wins over the variable
+    let directory = temporary_directory();
+    let output = run(
+        &["check", "--snapshots", &path_string(directory.path())],
+        None,
+        &[("STQ_SNAPSHOTS", &path_string(&snapshots))],
+        TIMEOUT,
+    );
+    assert_exit_code(&output, 0);
 }
 
 // ---------------------------------------------------------------------------
@@ -406,9 +385,14 @@ fn check_reads_the_snapshot_directory_from_env() {
 // ---------------------------------------------------------------------------
 
 fn hash_token(input: &[u8]) -> String {
-    let out = run(&["hash-token"], Some(input), &[], T);
-    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
+    let output = run(&["hash-token"], Some(input), &[], TIMEOUT);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "stderr: {}",
+        text(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
 }
 
 #[test]
@@ -448,18 +432,18 @@ fn hash_token_strips_only_one_line_end() {
 fn hash_token_output_authenticates_through_a_tokens_file() {
     let token = "fresh-token-for-hash-test";
     let hash = hash_token(format!("{token}\n").as_bytes());
-    let fx = Fixture::main();
-    let tokens = fx.tmp.path().join("hashed-tokens.json");
+    let fixture = Fixture::main();
+    let tokens = fixture.directory.path().join("hashed-tokens.json");
     let body = json!({"tokens": [{"name": "t", "sha256": hash.trim_end(), "stations": ["ST-03"]}]});
     std::fs::write(&tokens, body.to_string()).unwrap();
-    let srv = Server::spawn(&serve_args(&fx.snapshots, &tokens, &[]), &[]);
-    let env = srv.get(&format!("/metrics?{WIN}"), Some(token)).ok();
+    let server = Server::spawn(&serve_args(&fixture.snapshots, &tokens, &[]), &[]);
+    let envelope = server.get(&format!("/metrics?{WINDOW}"), Some(token)).ok();
     assert_records(
-        &env.data,
-        &fx.expect(&Q::metrics().scope(&["ST-03"])),
+        &envelope.data,
+        &fixture.expect(&Query::metrics().scope(&["ST-03"])),
         "hashed token",
     );
-    srv.get("/metrics", Some(OPS)).err(401, "unauthorized");
+    server.get("/metrics", Some(OPS)).error(401, "unauthorized");
 }
 
 // ---------------------------------------------------------------------------
@@ -468,83 +452,101 @@ fn hash_token_output_authenticates_through_a_tokens_file() {
 
 #[test]
 fn env_max_records_configures_serve() {
-    let fx = Fixture::main();
-    let srv = Server::spawn(
-        &serve_args(&fx.snapshots, &fx.tokens, &[]),
+    let fixture = Fixture::main();
+    let server = Server::spawn(
+        &serve_args(&fixture.snapshots, &fixture.tokens, &[]),
         &[("STQ_MAX_RECORDS", "2")],
     );
-    let d = srv
-        .get(&format!("/units?{WIN}"), Some(OPS))
-        .err(400, "result_too_large");
-    assert_eq!(d, json!({"max_records": 2}));
-    srv.get(&format!("/units?{WIN}&limit=3"), Some(OPS))
-        .err(400, "invalid_parameter");
+    let details = server
+        .get(&format!("/units?{WINDOW}"), Some(OPS))
+        .error(400, "result_too_large");
+    assert_eq!(details, json!({"max_records": 2}));
+    server
+        .get(&format!("/units?{WINDOW}&limit=3"), Some(OPS))
+        .error(400, "invalid_parameter");
 }
 
 #[test]
 fn max_records_flag_beats_env() {
-    let fx = Fixture::main();
-    let srv = Server::spawn(
-        &serve_args(&fx.snapshots, &fx.tokens, &["--max-records", "50"]),
+    let fixture = Fixture::main();
+    let server = Server::spawn(
+        &serve_args(
+            &fixture.snapshots,
+            &fixture.tokens,
+            &["--max-records", "50"],
+        ),
         &[("STQ_MAX_RECORDS", "2")],
     );
-    let env = srv.ok(&format!("/units?{WIN}"));
-    assert_records(&env.data, &fx.expect(&Q::units()), "flag 50");
-    srv.ok(&format!("/units?{WIN}&limit=50"));
-    let d = srv
-        .get(&format!("/units?{WIN}&limit=51"), Some(OPS))
-        .err(400, "invalid_parameter");
-    assert_eq!(d, json!({"parameter": "limit", "value": "51"}));
+    let envelope = server.ok(&format!("/units?{WINDOW}"));
+    assert_records(&envelope.data, &fixture.expect(&Query::units()), "flag 50");
+    server.ok(&format!("/units?{WINDOW}&limit=50"));
+    let details = server
+        .get(&format!("/units?{WINDOW}&limit=51"), Some(OPS))
+        .error(400, "invalid_parameter");
+    assert_eq!(details, json!({"parameter": "limit", "value": "51"}));
 }
 
 #[test]
 fn env_max_stations_configures_serve_and_flag_beats_it() {
-    let fx = Fixture::main();
-    let srv = Server::spawn(
-        &serve_args(&fx.snapshots, &fx.tokens, &[]),
+    let fixture = Fixture::main();
+    let server = Server::spawn(
+        &serve_args(&fixture.snapshots, &fixture.tokens, &[]),
         &[("STQ_MAX_STATIONS", "1")],
     );
-    srv.get(&format!("/units?{WIN}&station_ids=ST-01,ST-02"), Some(OPS))
-        .err(400, "too_many_stations");
-    srv.ok(&format!("/units?{WIN}&station_ids=ST-01,ST-01"));
-    drop(srv);
-    let srv = Server::spawn(
-        &serve_args(&fx.snapshots, &fx.tokens, &["--max-stations", "2"]),
+    server
+        .get(
+            &format!("/units?{WINDOW}&station_ids=ST-01,ST-02"),
+            Some(OPS),
+        )
+        .error(400, "too_many_stations");
+    server.ok(&format!("/units?{WINDOW}&station_ids=ST-01,ST-01"));
+    drop(server);
+    let server = Server::spawn(
+        &serve_args(
+            &fixture.snapshots,
+            &fixture.tokens,
+            &["--max-stations", "2"],
+        ),
         &[("STQ_MAX_STATIONS", "1")],
     );
-    srv.ok(&format!("/units?{WIN}&station_ids=ST-01,ST-02"));
-    srv.get(
-        &format!("/units?{WIN}&station_ids=ST-01,ST-02,ST-03"),
-        Some(OPS),
-    )
-    .err(400, "too_many_stations");
+    server.ok(&format!("/units?{WINDOW}&station_ids=ST-01,ST-02"));
+    server
+        .get(
+            &format!("/units?{WINDOW}&station_ids=ST-01,ST-02,ST-03"),
+            Some(OPS),
+        )
+        .error(400, "too_many_stations");
 }
 
 #[test]
 fn serve_reads_listen_snapshots_tokens_and_shards_from_env() {
-    let fx = Fixture::main();
-    let srv = Server::spawn(
+    let fixture = Fixture::main();
+    let server = Server::spawn(
         &["serve".to_string()],
         &[
             ("STQ_LISTEN", "127.0.0.1:0"),
-            ("STQ_SNAPSHOTS", &s(&fx.snapshots)),
-            ("STQ_TOKENS", &s(&fx.tokens)),
+            ("STQ_SNAPSHOTS", &path_string(&fixture.snapshots)),
+            ("STQ_TOKENS", &path_string(&fixture.tokens)),
             ("STQ_SHARDS", "2"),
         ],
     );
-    let env = srv.ok(&format!("/units?{WIN}&direction=input,output"));
-    assert_records(&env.data, &fx.expect(&Q::units().both()), "all from env");
+    let envelope = server.ok(&format!("/units?{WINDOW}&direction=input,output"));
+    assert_records(
+        &envelope.data,
+        &fixture.expect(&Query::units().both()),
+        "all from env",
+    );
 }
 
 #[test]
 fn listen_flag_beats_env() {
-    let fx = Fixture::main();
+    let fixture = Fixture::main();
     // an address that cannot be bound in the env; the flag's port 0 must be used
-    let srv = Server::spawn(
-        &serve_args(&fx.snapshots, &fx.tokens, &[]),
+    let server = Server::spawn(
+        &serve_args(&fixture.snapshots, &fixture.tokens, &[]),
         &[("STQ_LISTEN", "192.0.2.1:1")],
     );
-    srv.ok(&format!("/metrics?{WIN}"));
+    server.ok(&format!("/metrics?{WINDOW}"));
 }
 
 // ---------------------------------------------------------------------------
@@ -553,13 +555,13 @@ fn listen_flag_beats_env() {
 
 const GEN_END: &str = "2024-03-10T00:00:00Z";
 
-fn gen_into(dir: &Path) {
-    std::fs::create_dir_all(dir).unwrap();
-    let out = run(
+fn gen_into(directory: &Path) {
+    std::fs::create_dir_all(directory).unwrap();
+    let output = run(
         &[
             "gen",
             "--out",
-            &s(dir),
+            &path_string(directory),
             "--stations",
             "3",
             "--days",
@@ -576,41 +578,42 @@ fn gen_into(dir: &Path) {
         Duration::from_secs(120),
     );
     assert!(
-        out.status.success(),
+        output.status.success(),
         "gen failed: {}\n{}",
-        text(&out.stdout),
-        text(&out.stderr)
+        text(&output.stdout),
+        text(&output.stderr)
     );
 }
 
-fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    fn rec(base: &Path, dir: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
-        for e in std::fs::read_dir(dir).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                rec(base, &p, out);
+/// Every file below `directory`, by its path relative to it.
+fn tree(directory: &Path) -> BTreeMap<String, Vec<u8>> {
+    fn collect(base: &Path, directory: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
+        for entry in std::fs::read_dir(directory).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                collect(base, &path, out);
             } else {
-                let rel = p
+                let relative_path = path
                     .strip_prefix(base)
                     .unwrap()
                     .to_string_lossy()
                     .replace('\\', "/");
-                out.insert(rel, std::fs::read(&p).unwrap());
+                out.insert(relative_path, std::fs::read(&path).unwrap());
             }
         }
     }
     let mut out = BTreeMap::new();
-    rec(dir, dir, &mut out);
+    collect(directory, directory, &mut out);
     out
 }
 
-fn decompressed(rel: &str, bytes: &[u8]) -> String {
-    if rel.ends_with(".gz") {
-        let mut s = String::new();
+fn decompressed(relative_path: &str, bytes: &[u8]) -> String {
+    if relative_path.ends_with(".gz") {
+        let mut text = String::new();
         flate2::read::MultiGzDecoder::new(bytes)
-            .read_to_string(&mut s)
+            .read_to_string(&mut text)
             .unwrap();
-        s
+        text
     } else {
         String::from_utf8(bytes.to_vec()).unwrap()
     }
@@ -618,67 +621,63 @@ fn decompressed(rel: &str, bytes: &[u8]) -> String {
 
 #[test]
 fn gen_output_depends_only_on_its_flags() {
-    let tmp = temp_dir();
-    let (a, b) = (tmp.path().join("one"), tmp.path().join("two"));
-    gen_into(&a);
-    gen_into(&b);
-    let (ta, tb) = (tree(&a), tree(&b));
+    let directory = temporary_directory();
+    let (first, second) = (directory.path().join("one"), directory.path().join("two"));
+    gen_into(&first);
+    gen_into(&second);
+    let (first_tree, second_tree) = (tree(&first), tree(&second));
     assert!(
-        ta.keys().any(|k| k.contains(".units.jsonl")),
+        first_tree.keys().any(|name| name.contains(".units.jsonl")),
         "no units file: {:?}",
-        ta.keys()
+        first_tree.keys()
     );
     assert!(
-        ta.keys().any(|k| k.contains(".metrics.jsonl")),
+        first_tree
+            .keys()
+            .any(|name| name.contains(".metrics.jsonl")),
         "no metrics file: {:?}",
-        ta.keys()
+        first_tree.keys()
     );
     assert_eq!(
-        ta.keys().collect::<Vec<_>>(),
-        tb.keys().collect::<Vec<_>>(),
+        first_tree.keys().collect::<Vec<_>>(),
+        second_tree.keys().collect::<Vec<_>>(),
         "file lists differ"
     );
-    for (k, v) in &ta {
+    for (name, bytes) in &first_tree {
         assert!(
-            v == &tb[k],
-            "{k} differs between two runs with the same flags"
+            bytes == &second_tree[name],
+            "{name} differs between two runs with the same flags"
         );
     }
 }
 
 #[test]
 fn gen_output_is_valid_and_spans_the_days_before_end() {
-    let tmp = temp_dir();
-    let dir = tmp.path().join("gen");
-    gen_into(&dir);
-    let out = run(&["check", "--snapshots", &s(&dir)], None, &[], T);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "check of gen output:\n{}",
-        text(&out.stdout)
-    );
+    let directory = temporary_directory();
+    let generated = directory.path().join("gen");
+    gen_into(&generated);
+    assert_exit_code(&check_snapshots(&generated), 0);
     let end = instant(GEN_END);
     let start = end - DAY;
     let mut units = 0usize;
     let mut stations = BTreeSet::new();
-    for (rel, bytes) in tree(&dir) {
-        let is_units = rel.contains(".units.jsonl");
-        if !is_units && !rel.contains(".metrics.jsonl") {
+    for (relative_path, bytes) in tree(&generated) {
+        let is_units = relative_path.contains(".units.jsonl");
+        if !is_units && !relative_path.contains(".metrics.jsonl") {
             continue;
         }
-        for line in decompressed(&rel, &bytes).lines() {
+        for line in decompressed(&relative_path, &bytes).lines() {
             if line.trim().is_empty() {
                 continue;
             }
-            let v: Value = serde_json::from_str(line).unwrap();
-            let t = instant(v["time_created"].as_str().unwrap());
+            let record: Value = serde_json::from_str(line).unwrap();
+            let at = instant(record["time_created"].as_str().unwrap());
             assert!(
-                start <= t && t < end,
-                "{rel}: {} outside [end - 1 day, end)",
-                v["time_created"]
+                start <= at && at < end,
+                "{relative_path}: {} outside [end - 1 day, end)",
+                record["time_created"]
             );
-            stations.insert(v["station_id"].as_str().unwrap().to_string());
+            stations.insert(record["station_id"].as_str().unwrap().to_string());
             if is_units {
                 units += 1;
             }
@@ -687,11 +686,11 @@ fn gen_output_is_valid_and_spans_the_days_before_end() {
     assert!(units > 0);
     assert!(!stations.is_empty() && stations.len() <= 3, "{stations:?}");
     // and it is served
-    let tokens = tmp.path().join("tokens.json");
+    let tokens = directory.path().join("tokens.json");
     std::fs::write(&tokens, tokens_json()).unwrap();
-    let srv = Server::spawn(&serve_args(&dir, &tokens, &[]), &[]);
-    let env = srv.ok(&format!(
+    let server = Server::spawn(&serve_args(&generated, &tokens, &[]), &[]);
+    let envelope = server.ok(&format!(
         "/units?to={GEN_END}&direction=input,output&limit=100000"
     ));
-    assert_eq!(env.data.len(), units);
+    assert_eq!(envelope.data.len(), units);
 }

@@ -4,62 +4,40 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::sync::OnceLock;
 
 use common::*;
 use serde_json::{json, Value};
 
-struct Shared {
-    fx: Fixture,
-    srv: Server,
-}
-
-fn shared() -> &'static Shared {
-    static S: OnceLock<Shared> = OnceLock::new();
-    S.get_or_init(|| {
-        let fx = Fixture::main();
-        let srv = Server::start(&fx, &[]);
-        Shared { fx, srv }
-    })
-}
-
-fn srv() -> &'static Server {
-    &shared().srv
-}
-
-fn fx() -> &'static Fixture {
-    &shared().fx
-}
-
-fn units_all() -> String {
-    format!("/units?{WIN}&direction=input,output")
-}
-
-fn metrics_all() -> String {
-    format!("/metrics?{WIN}")
-}
-
 fn find<'a>(data: &'a [Value], field: &str, value: &str) -> &'a Value {
     data.iter()
-        .find(|r| r[field] == value)
+        .find(|record| record[field] == value)
         .unwrap_or_else(|| panic!("no record with {field}={value} in {:?}", brief(data)))
 }
 
-fn is_uuid_v4(s: &str) -> bool {
-    let b = s.as_bytes();
-    if b.len() != 36 {
+fn field_names(record: &Value) -> BTreeSet<&str> {
+    record
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(|name| name.as_str())
+        .collect()
+}
+
+fn is_uuid_v4(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    if bytes.len() != 36 {
         return false;
     }
-    for (i, c) in b.iter().enumerate() {
-        let ok = match i {
-            8 | 13 | 18 | 23 => *c == b'-',
-            _ => c.is_ascii_hexdigit(),
+    for (index, byte) in bytes.iter().enumerate() {
+        let ok = match index {
+            8 | 13 | 18 | 23 => *byte == b'-',
+            _ => byte.is_ascii_hexdigit(),
         };
         if !ok {
             return false;
         }
     }
-    b[14] == b'4' && matches!(b[19].to_ascii_lowercase(), b'8' | b'9' | b'a' | b'b')
+    bytes[14] == b'4' && matches!(bytes[19].to_ascii_lowercase(), b'8' | b'9' | b'a' | b'b')
 }
 
 // ---------------------------------------------------------------------------
@@ -70,136 +48,132 @@ fn is_uuid_v4(s: &str) -> bool {
 fn units_success_envelope_is_exactly_data_message_meta() {
     // `ok()` asserts: 200, application/json, keys exactly data/message/meta, meta keys
     // exactly timestamp/request_id/query_duration_ms, timestamp format, request id.
-    let env = srv().ok(&units_all());
-    assert!(!env.data.is_empty());
+    let envelope = server().ok(&units_all());
+    assert!(!envelope.data.is_empty());
     assert!(
-        !env.meta.contains_key("next_cursor"),
+        !envelope.meta.contains_key("next_cursor"),
         "no limit: no next_cursor"
     );
 }
 
 #[test]
 fn metrics_success_envelope_is_exactly_data_message_meta() {
-    let env = srv().ok(&metrics_all());
-    assert!(!env.data.is_empty());
-    assert!(!env.meta.contains_key("next_cursor"));
+    let envelope = server().ok(&metrics_all());
+    assert!(!envelope.data.is_empty());
+    assert!(!envelope.meta.contains_key("next_cursor"));
 }
 
 #[test]
 fn empty_result_has_the_same_envelope() {
-    let env = srv().ok("/units?from=2020-01-01T00:00:00Z&to=2020-01-02T00:00:00Z");
-    assert!(env.data.is_empty());
-    let env = srv().ok("/metrics?from=2020-01-01T00:00:00Z&to=2020-01-02T00:00:00Z");
-    assert!(env.data.is_empty());
+    let envelope = server().ok("/units?from=2020-01-01T00:00:00Z&to=2020-01-02T00:00:00Z");
+    assert!(envelope.data.is_empty());
+    let envelope = server().ok("/metrics?from=2020-01-01T00:00:00Z&to=2020-01-02T00:00:00Z");
+    assert!(envelope.data.is_empty());
 }
 
 #[test]
 fn meta_timestamp_is_utc_with_milliseconds() {
-    let env = srv().ok(&units_all());
-    let ts = env.meta["timestamp"].as_str().unwrap();
-    assert_eq!(ts.len(), 24, "{ts}");
+    let envelope = server().ok(&units_all());
+    let timestamp = envelope.meta["timestamp"].as_str().unwrap();
+    assert_eq!(timestamp.len(), 24, "{timestamp}");
     assert!(
-        ts.ends_with('Z') && ts.as_bytes()[10] == b'T' && ts.as_bytes()[19] == b'.',
-        "{ts}"
+        timestamp.ends_with('Z')
+            && timestamp.as_bytes()[10] == b'T'
+            && timestamp.as_bytes()[19] == b'.',
+        "{timestamp}"
     );
-    let ms = parse_meta_timestamp(ts).expect("YYYY-MM-DDTHH:MM:SS.mmmZ");
+    let milliseconds = parse_meta_timestamp(timestamp).expect("YYYY-MM-DDTHH:MM:SS.mmmZ");
     assert!(
-        (ms - now_secs() * 1000).abs() < 120_000,
-        "timestamp {ts} is not the time of the response"
+        (milliseconds - now_seconds() * 1000).abs() < 120_000,
+        "timestamp {timestamp} is not the time of the response"
     );
 }
 
 #[test]
 fn meta_query_duration_ms_is_a_whole_number() {
-    let env = srv().ok(&metrics_all());
-    let d = &env.meta["query_duration_ms"];
-    assert!(d.is_u64(), "{d}");
+    let envelope = server().ok(&metrics_all());
+    let duration = &envelope.meta["query_duration_ms"];
+    assert!(duration.is_u64(), "{duration}");
     assert!(
-        !env.resp.body.contains("\"query_duration_ms\":-"),
+        !envelope.response.body.contains("\"query_duration_ms\":-"),
         "{}",
-        env.resp.body
+        envelope.response.body
     );
     // whole milliseconds: written as an integer, not 0.3
-    let raw = env
-        .resp
+    let raw = envelope
+        .response
         .body
         .split("\"query_duration_ms\":")
         .nth(1)
         .unwrap();
-    let num: String = raw
+    let number: String = raw
         .chars()
         .take_while(|c| !matches!(c, ',' | '}'))
         .collect();
     assert!(
-        num.trim().bytes().all(|b| b.is_ascii_digit()),
-        "query_duration_ms written as {num}"
+        number.trim().bytes().all(|b| b.is_ascii_digit()),
+        "query_duration_ms written as {number}"
     );
 }
 
 #[test]
 fn message_is_a_string() {
-    let env = srv().ok(&units_all());
-    assert!(!env.message.is_empty());
-    let env = srv().ok(&metrics_all());
-    assert!(!env.message.is_empty());
+    let envelope = server().ok(&units_all());
+    assert!(!envelope.message.is_empty());
+    let envelope = server().ok(&metrics_all());
+    assert!(!envelope.message.is_empty());
 }
 
 #[test]
 fn success_content_type_is_application_json() {
     for path in [units_all(), metrics_all()] {
-        let r = srv().get(&path, Some(OPS));
-        assert_eq!(r.status, 200, "{}", r.ctx());
-        r.assert_json_content_type();
+        let response = server().get(&path, Some(OPS));
+        assert_eq!(response.status, 200, "{}", response.context());
+        response.assert_json_content_type();
     }
 }
 
 #[test]
 fn unit_records_carry_exactly_the_spec_fields() {
-    let env = srv().ok(&units_all());
+    let envelope = server().ok(&units_all());
     let want: BTreeSet<&str> = UNIT_FIELDS.into_iter().collect();
-    for r in &env.data {
-        let keys: BTreeSet<&str> = r.as_object().unwrap().keys().map(|k| k.as_str()).collect();
-        assert_eq!(keys, want, "unit record {r}");
-        for f in [
-            "station_id",
-            "slot",
-            "unit_serial",
-            "time_created",
-            "tz",
-            "mode",
-            "unit_type",
-            "direction",
-            "result",
-        ] {
-            assert!(r[f].is_string(), "{f} of {r}");
+    for record in &envelope.data {
+        let keys = field_names(record);
+        assert_eq!(keys, want, "unit record {record}");
+        for field in UNIT_STRING_FIELDS {
+            assert!(record[field].is_string(), "{field} of {record}");
         }
-        let tags = r["tags"]
+        let tags = record["tags"]
             .as_array()
-            .unwrap_or_else(|| panic!("tags of {r}"));
-        assert!(tags.iter().all(|t| t.is_string()), "{r}");
+            .unwrap_or_else(|| panic!("tags of {record}"));
+        assert!(tags.iter().all(|t| t.is_string()), "{record}");
         assert!(
-            matches!(r["direction"].as_str(), Some("input" | "output")),
-            "{r}"
+            matches!(record["direction"].as_str(), Some("input" | "output")),
+            "{record}"
         );
     }
 }
 
 #[test]
 fn metric_records_carry_exactly_the_spec_fields() {
-    let env = srv().ok(&metrics_all());
+    let envelope = server().ok(&metrics_all());
     let want: BTreeSet<&str> = METRIC_FIELDS.into_iter().collect();
-    for r in &env.data {
-        let keys: BTreeSet<&str> = r.as_object().unwrap().keys().map(|k| k.as_str()).collect();
+    for record in &envelope.data {
+        let keys = field_names(record);
         // a metric line with "metadata" and "direction" must not leak them
-        assert_eq!(keys, want, "metric record {r}");
-        for f in METRIC_FIELDS {
-            if f == "tags" {
+        assert_eq!(keys, want, "metric record {record}");
+        for field in METRIC_FIELDS {
+            if field == "tags" {
                 assert!(
-                    r[f].as_array().unwrap().iter().all(|t| t.is_string()),
-                    "{r}"
+                    record[field]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .all(|t| t.is_string()),
+                    "{record}"
                 );
             } else {
-                assert!(r[f].is_string(), "{f} of {r}");
+                assert!(record[field].is_string(), "{field} of {record}");
             }
         }
     }
@@ -207,54 +181,54 @@ fn metric_records_carry_exactly_the_spec_fields() {
 
 #[test]
 fn all_unit_records_match_the_reference() {
-    let env = srv().ok(&units_all());
+    let envelope = server().ok(&units_all());
     assert_records(
-        &env.data,
-        &fx().expect(&Q::units().both()),
+        &envelope.data,
+        &fixture().expect(&Query::units().both()),
         "units, whole window, both directions",
     );
 }
 
 #[test]
 fn all_metric_records_match_the_reference() {
-    let env = srv().ok(&metrics_all());
+    let envelope = server().ok(&metrics_all());
     assert_records(
-        &env.data,
-        &fx().expect(&Q::metrics()),
+        &envelope.data,
+        &fixture().expect(&Query::metrics()),
         "metrics, whole window",
     );
 }
 
 #[test]
 fn absent_optional_unit_fields_are_empty_string_empty_list_null() {
-    let env = srv().ok(&units_all());
+    let envelope = server().ok(&units_all());
     // SN-002: slot, tz, mode, tags, result, metadata absent
-    let r = find(&env.data, "unit_serial", "SN-002");
-    for f in ["slot", "tz", "mode", "result"] {
-        assert_eq!(r[f], json!(""), "{f} of {r}");
+    let record = find(&envelope.data, "unit_serial", "SN-002");
+    for field in ["slot", "tz", "mode", "result"] {
+        assert_eq!(record[field], json!(""), "{field} of {record}");
     }
-    assert_eq!(r["tags"], json!([]), "{r}");
-    assert_eq!(r["metadata"], Value::Null, "{r}");
+    assert_eq!(record["tags"], json!([]), "{record}");
+    assert_eq!(record["metadata"], Value::Null, "{record}");
     // SN-005: tags and result given as null = absent
-    let r = find(&env.data, "unit_serial", "SN-005");
-    assert_eq!(r["tags"], json!([]), "{r}");
-    assert_eq!(r["result"], json!(""), "{r}");
-    assert_eq!(r["metadata"], Value::Null, "{r}");
+    let record = find(&envelope.data, "unit_serial", "SN-005");
+    assert_eq!(record["tags"], json!([]), "{record}");
+    assert_eq!(record["result"], json!(""), "{record}");
+    assert_eq!(record["metadata"], Value::Null, "{record}");
     // SN-001 of ST-03: metadata null
-    let r = env
+    let record = envelope
         .data
         .iter()
-        .find(|r| r["unit_serial"] == "SN-001" && r["station_id"] == "ST-03")
+        .find(|record| record["unit_serial"] == "SN-001" && record["station_id"] == "ST-03")
         .unwrap();
-    assert_eq!(r["metadata"], Value::Null, "{r}");
-    assert_eq!(r["slot"], json!(""), "{r}");
+    assert_eq!(record["metadata"], Value::Null, "{record}");
+    assert_eq!(record["slot"], json!(""), "{record}");
 }
 
 #[test]
 fn absent_optional_metric_fields_are_empty_string_and_empty_list() {
-    let env = srv().ok(&metrics_all());
-    let r = find(&env.data, "station_id", "ST-10");
-    for f in [
+    let envelope = server().ok(&metrics_all());
+    let record = find(&envelope.data, "station_id", "ST-10");
+    for field in [
         "slot",
         "unit_serial",
         "tz",
@@ -265,45 +239,46 @@ fn absent_optional_metric_fields_are_empty_string_and_empty_list() {
         "limit_upper",
         "limit_lower",
     ] {
-        assert_eq!(r[f], json!(""), "{f} of {r}");
+        assert_eq!(record[field], json!(""), "{field} of {record}");
     }
-    assert_eq!(r["tags"], json!([]), "{r}");
+    assert_eq!(record["tags"], json!([]), "{record}");
 }
 
 #[test]
 fn numbers_as_metric_values_come_back_as_their_text() {
-    let env = srv().ok(&metrics_all());
-    let v = find(&env.data, "unit", "V");
-    assert_eq!(v["value"], json!("3.30"), "{v}");
-    assert_eq!(v["limit_upper"], json!("3.6"), "{v}");
-    assert_eq!(v["limit_lower"], json!("3.0"), "{v}");
-    let a = find(&env.data, "unit", "A");
-    assert_eq!(a["value"], json!("0.25"), "{a}");
-    assert_eq!(a["limit_upper"], json!("1E+5"), "{a}");
-    assert_eq!(a["limit_lower"], json!("-0.0"), "{a}");
-    let c = find(&env.data, "unit", "C");
+    let envelope = server().ok(&metrics_all());
+    let voltage = find(&envelope.data, "unit", "V");
+    assert_eq!(voltage["value"], json!("3.30"), "{voltage}");
+    assert_eq!(voltage["limit_upper"], json!("3.6"), "{voltage}");
+    assert_eq!(voltage["limit_lower"], json!("3.0"), "{voltage}");
+    let current = find(&envelope.data, "unit", "A");
+    assert_eq!(current["value"], json!("0.25"), "{current}");
+    assert_eq!(current["limit_upper"], json!("1E+5"), "{current}");
+    assert_eq!(current["limit_lower"], json!("-0.0"), "{current}");
+    let temperature = find(&envelope.data, "unit", "C");
     assert_eq!(
-        c["value"],
+        temperature["value"],
         json!("123456789012345678901234567890.123456789"),
-        "{c}"
+        "{temperature}"
     );
-    let s3 = find(&env.data, "station_id", "ST-03");
-    assert_eq!(s3["value"], json!("5"), "{s3}");
-    let late = env
+    let station_03 = find(&envelope.data, "station_id", "ST-03");
+    assert_eq!(station_03["value"], json!("5"), "{station_03}");
+    let late = envelope
         .data
         .iter()
-        .find(|r| r["time_created"] == "2024-03-10T23:59:59.999999999Z")
+        .find(|record| record["time_created"] == "2024-03-10T23:59:59.999999999Z")
         .unwrap();
     assert_eq!(late["value"], json!("0.5"), "{late}");
 }
 
 #[test]
 fn time_created_is_returned_exactly_as_written() {
-    let env = srv().ok(&units_all());
+    let envelope = server().ok(&units_all());
     let by = |serial: &str, station: &str| -> String {
-        env.data
+        envelope
+            .data
             .iter()
-            .find(|r| r["unit_serial"] == serial && r["station_id"] == station)
+            .find(|record| record["unit_serial"] == serial && record["station_id"] == station)
             .unwrap_or_else(|| panic!("{serial}"))["time_created"]
             .as_str()
             .unwrap()
@@ -319,84 +294,87 @@ fn time_created_is_returned_exactly_as_written() {
 
 #[test]
 fn metadata_is_returned_as_written() {
-    let env = srv().ok(&units_all());
-    let r = env
+    let envelope = server().ok(&units_all());
+    let record = envelope
         .data
         .iter()
-        .find(|r| r["unit_serial"] == "SN-001" && r["station_id"] == "ST-01")
+        .find(|record| record["unit_serial"] == "SN-001" && record["station_id"] == "ST-01")
         .unwrap();
-    assert_eq!(r["metadata"]["op"], json!("alice"), "{r}");
+    assert_eq!(record["metadata"]["op"], json!("alice"), "{record}");
     assert!(
-        r["metadata"]["n"].is_number() && r["metadata"]["big"].is_number(),
-        "{r}"
+        record["metadata"]["n"].is_number() && record["metadata"]["big"].is_number(),
+        "{record}"
     );
     // numbers keep their text
     assert!(
-        env.resp.body.contains("1.50"),
+        envelope.response.body.contains("1.50"),
         "metadata 1.50 lost its text: {}",
-        env.resp.body
+        envelope.response.body
     );
     assert!(
-        env.resp.body.contains("12345678901234567890123"),
+        envelope.response.body.contains("12345678901234567890123"),
         "big metadata number lost its text"
     );
     assert_eq!(
-        find(&env.data, "unit_serial", "SN-003")["metadata"],
+        find(&envelope.data, "unit_serial", "SN-003")["metadata"],
         json!("note")
     );
     assert_eq!(
-        find(&env.data, "unit_serial", "SN-004")["metadata"],
+        find(&envelope.data, "unit_serial", "SN-004")["metadata"],
         json!([1, 2])
     );
 }
 
 #[test]
 fn unknown_snapshot_fields_are_not_returned() {
-    let env = srv().ok(&units_all());
-    assert!(!env.resp.body.contains("extra_field"), "{}", env.resp.body);
-    let env = srv().ok(&metrics_all());
-    assert!(!env.resp.body.contains("ignored"), "{}", env.resp.body);
+    let envelope = server().ok(&units_all());
+    assert!(
+        !envelope.response.body.contains("extra_field"),
+        "{}",
+        envelope.response.body
+    );
+    let envelope = server().ok(&metrics_all());
+    assert!(
+        !envelope.response.body.contains("ignored"),
+        "{}",
+        envelope.response.body
+    );
 }
 
 #[test]
 fn gzip_multi_member_and_nested_files_are_loaded() {
-    let env = srv().ok(&units_all());
+    let envelope = server().ok(&units_all());
     for serial in ["SN-010", "SN-011", "SN-012"] {
-        find(&env.data, "unit_serial", serial);
+        find(&envelope.data, "unit_serial", serial);
     }
-    let env = srv().ok(&metrics_all());
-    find(&env.data, "value", "3.31");
-    find(&env.data, "name", "Voltage");
+    let envelope = server().ok(&metrics_all());
+    find(&envelope.data, "value", "3.31");
+    find(&envelope.data, "name", "Voltage");
 }
 
 // ---------------------------------------------------------------------------
 // X-Request-Id (CONTRACT 7)
 // ---------------------------------------------------------------------------
 
-fn get_with_id(path: &str, id: &str, token: Option<&str>) -> Resp {
-    let auth = token.map(|t| format!("Bearer {t}"));
-    let mut h: Vec<(&str, &str)> = vec![("X-Request-Id", id)];
-    if let Some(a) = &auth {
-        h.push(("Authorization", a));
-    }
-    srv().req("GET", path, &h)
+fn get_with_id(path: &str, id: &str, token: Option<&str>) -> Response {
+    server().request_as("GET", path, token, &[("X-Request-Id", id)])
 }
 
 #[test]
 fn valid_x_request_id_is_echoed_in_header_and_meta() {
-    let r = get_with_id(&units_all(), "trace-abc_123.XYZ", Some(OPS));
-    assert_eq!(r.request_id(), "trace-abc_123.XYZ");
-    let env = r.ok();
-    assert_eq!(env.meta["request_id"], json!("trace-abc_123.XYZ"));
+    let response = get_with_id(&units_all(), "trace-abc_123.XYZ", Some(OPS));
+    assert_eq!(response.request_id(), "trace-abc_123.XYZ");
+    let envelope = response.ok();
+    assert_eq!(envelope.meta["request_id"], json!("trace-abc_123.XYZ"));
 }
 
 #[test]
 fn x_request_id_of_128_visible_characters_is_echoed() {
     let visible: String = (b'!'..=b'~').map(|b| b as char).collect(); // 94 chars
     let id: String = visible.chars().cycle().take(128).collect();
-    let r = get_with_id(&metrics_all(), &id, Some(OPS));
-    assert_eq!(r.request_id(), id);
-    assert_eq!(r.ok().meta["request_id"], json!(id));
+    let response = get_with_id(&metrics_all(), &id, Some(OPS));
+    assert_eq!(response.request_id(), id);
+    assert_eq!(response.ok().meta["request_id"], json!(id));
     let one = get_with_id(&metrics_all(), "x", Some(OPS));
     assert_eq!(one.request_id(), "x");
 }
@@ -404,35 +382,35 @@ fn x_request_id_of_128_visible_characters_is_echoed() {
 #[test]
 fn x_request_id_of_129_characters_is_replaced_by_a_uuid_v4() {
     let id = "a".repeat(129);
-    let r = get_with_id(&units_all(), &id, Some(OPS));
-    let got = r.request_id();
+    let response = get_with_id(&units_all(), &id, Some(OPS));
+    let got = response.request_id();
     assert_ne!(got, id);
     assert!(is_uuid_v4(&got), "{got}");
-    assert_eq!(r.ok().meta["request_id"], json!(got));
+    assert_eq!(response.ok().meta["request_id"], json!(got));
 }
 
 #[test]
 fn x_request_id_with_a_space_is_replaced_by_a_uuid_v4() {
-    let r = get_with_id(&units_all(), "abc def", Some(OPS));
-    let got = r.request_id();
+    let response = get_with_id(&units_all(), "abc def", Some(OPS));
+    let got = response.request_id();
     assert!(is_uuid_v4(&got), "{got}");
-    assert_eq!(r.ok().meta["request_id"], json!(got));
+    assert_eq!(response.ok().meta["request_id"], json!(got));
 }
 
 #[test]
 fn empty_x_request_id_is_replaced_by_a_uuid_v4() {
-    let r = get_with_id(&units_all(), "", Some(OPS));
-    let got = r.request_id();
+    let response = get_with_id(&units_all(), "", Some(OPS));
+    let got = response.request_id();
     assert!(is_uuid_v4(&got), "{got}");
 }
 
 #[test]
 fn missing_x_request_id_gets_a_fresh_uuid_v4_each_time() {
-    let a = srv().get(&units_all(), Some(OPS)).request_id();
-    let b = srv().get(&units_all(), Some(OPS)).request_id();
-    assert!(is_uuid_v4(&a), "{a}");
-    assert!(is_uuid_v4(&b), "{b}");
-    assert_ne!(a, b);
+    let first = server().get(&units_all(), Some(OPS)).request_id();
+    let second = server().get(&units_all(), Some(OPS)).request_id();
+    assert!(is_uuid_v4(&first), "{first}");
+    assert!(is_uuid_v4(&second), "{second}");
+    assert_ne!(first, second);
 }
 
 #[test]
@@ -448,17 +426,18 @@ fn x_request_id_is_on_every_error_response() {
         ("/metrics".into(), "DELETE", None, 405),
     ];
     for (path, method, token, status) in cases {
-        let auth = token.map(|t| format!("Bearer {t}"));
-        let mut h: Vec<(&str, &str)> = vec![("X-Request-Id", "err-trace-7")];
-        if let Some(a) = &auth {
-            h.push(("Authorization", a));
-        }
-        let r = srv().req(method, &path, &h);
-        assert_eq!(r.status, status, "{}", r.ctx());
-        assert_eq!(r.request_id(), "err-trace-7", "{}", r.ctx());
+        let response =
+            server().request_as(method, &path, token, &[("X-Request-Id", "err-trace-7")]);
+        assert_eq!(response.status, status, "{}", response.context());
+        assert_eq!(
+            response.request_id(),
+            "err-trace-7",
+            "{}",
+            response.context()
+        );
         // and a fresh one without the header
-        let r2 = srv().req(method, &path, &h[1..]);
-        assert!(is_uuid_v4(&r2.request_id()), "{}", r2.ctx());
+        let fresh = server().request_as(method, &path, token, &[]);
+        assert!(is_uuid_v4(&fresh.request_id()), "{}", fresh.context());
     }
 }
 
@@ -466,13 +445,14 @@ fn x_request_id_is_on_every_error_response() {
 // HEAD (CONTRACT 7)
 // ---------------------------------------------------------------------------
 
-fn comparable_header_names(r: &Resp) -> BTreeSet<String> {
-    r.headers
+fn comparable_header_names(response: &Response) -> BTreeSet<String> {
+    response
+        .headers
         .iter()
-        .map(|(k, _)| k.clone())
-        .filter(|k| {
+        .map(|(name, _)| name.clone())
+        .filter(|name| {
             !matches!(
-                k.as_str(),
+                name.as_str(),
                 "date" | "content-length" | "transfer-encoding" | "connection" | "keep-alive"
             )
         })
@@ -482,14 +462,14 @@ fn comparable_header_names(r: &Resp) -> BTreeSet<String> {
 #[test]
 fn head_is_answered_like_get_without_a_body() {
     for path in [units_all(), metrics_all()] {
-        let h = [
+        let headers = [
             ("Authorization", "Bearer tok-ops-0001"),
             ("X-Request-Id", "head-1"),
         ];
-        let get = srv().req("GET", &path, &h);
-        let head = srv().req("HEAD", &path, &h);
-        assert_eq!(get.status, 200, "{}", get.ctx());
-        assert_eq!(head.status, 200, "{}", head.ctx());
+        let get = server().request("GET", &path, &headers);
+        let head = server().request("HEAD", &path, &headers);
+        assert_eq!(get.status, 200, "{}", get.context());
+        assert_eq!(head.status, 200, "{}", head.context());
         assert!(head.body.is_empty(), "HEAD body: {}", head.body);
         head.assert_json_content_type();
         assert_eq!(head.request_id(), "head-1");
@@ -510,12 +490,10 @@ fn head_errors_are_answered_like_get_without_a_body() {
         ("/nope", Some(OPS), 404),
     ];
     for (path, token, status) in cases {
-        let auth = token.map(|t| format!("Bearer {t}"));
-        let h: Vec<(&str, &str)> = auth.iter().map(|a| ("Authorization", a.as_str())).collect();
-        let get = srv().req("GET", path, &h);
-        let head = srv().req("HEAD", path, &h);
-        assert_eq!(get.status, status, "{}", get.ctx());
-        assert_eq!(head.status, status, "{}", head.ctx());
+        let get = server().request_as("GET", path, token, &[]);
+        let head = server().request_as("HEAD", path, token, &[]);
+        assert_eq!(get.status, status, "{}", get.context());
+        assert_eq!(head.status, status, "{}", head.context());
         assert!(head.body.is_empty(), "HEAD {path} body: {}", head.body);
         head.request_id();
         assert_eq!(
@@ -545,43 +523,49 @@ fn unknown_path_is_404_not_found() {
         "/metrics/1",
         "/healthzz",
     ] {
-        let r = srv().get(path, Some(OPS));
-        let details = r.err(404, "not_found");
+        let response = server().get(path, Some(OPS));
+        let details = response.error(404, "not_found");
         let _ = details;
     }
 }
 
 #[test]
 fn unknown_path_is_404_with_any_method() {
-    for m in ["GET", "POST", "PUT", "DELETE", "OPTIONS", "PATCH"] {
-        let r = srv().req(m, "/nope", &[]);
-        r.err(404, "not_found");
+    for method in ["GET", "POST", "PUT", "DELETE", "OPTIONS", "PATCH"] {
+        let response = server().request(method, "/nope", &[]);
+        response.error(404, "not_found");
     }
-    let head = srv().req("HEAD", "/nope", &[]);
-    assert_eq!(head.status, 404, "{}", head.ctx());
+    let head = server().request("HEAD", "/nope", &[]);
+    assert_eq!(head.status, 404, "{}", head.context());
     assert!(head.body.is_empty());
 }
 
 #[test]
 fn unknown_path_404_comes_before_401_and_400() {
     // no token, unknown parameter, bad value: still 404
-    let r = srv().get("/nope?bogus=1&from=x", None);
-    r.err(404, "not_found");
-    let r = srv().req(
+    let response = server().get("/nope?bogus=1&from=x", None);
+    response.error(404, "not_found");
+    let response = server().request(
         "POST",
         "/nope?bogus=1",
         &[("Authorization", "Bearer wrong")],
     );
-    r.err(404, "not_found");
+    response.error(404, "not_found");
 }
 
 #[test]
 fn other_methods_on_units_and_metrics_are_405_with_allow() {
     for path in ["/units", "/metrics"] {
-        for m in ["POST", "PUT", "DELETE", "OPTIONS", "PATCH"] {
-            let r = srv().req(m, path, &[("Authorization", "Bearer tok-ops-0001")]);
-            r.err(405, "method_not_allowed");
-            assert_eq!(r.header("allow"), Some("GET, HEAD"), "{}", r.ctx());
+        for method in ["POST", "PUT", "DELETE", "OPTIONS", "PATCH"] {
+            let response =
+                server().request(method, path, &[("Authorization", "Bearer tok-ops-0001")]);
+            response.error(405, "method_not_allowed");
+            assert_eq!(
+                response.header("allow"),
+                Some("GET, HEAD"),
+                "{}",
+                response.context()
+            );
         }
     }
 }
@@ -589,29 +573,33 @@ fn other_methods_on_units_and_metrics_are_405_with_allow() {
 #[test]
 fn method_not_allowed_comes_before_unauthorized() {
     for path in ["/units", "/metrics"] {
-        let r = srv().req("POST", path, &[]);
-        r.err(405, "method_not_allowed");
-        assert_eq!(r.header("allow"), Some("GET, HEAD"));
-        assert!(r.header("www-authenticate").is_none(), "{:?}", r.headers);
-        let r = srv().req("PUT", path, &[("Authorization", "Bearer wrong")]);
-        r.err(405, "method_not_allowed");
+        let response = server().request("POST", path, &[]);
+        response.error(405, "method_not_allowed");
+        assert_eq!(response.header("allow"), Some("GET, HEAD"));
+        assert!(
+            response.header("www-authenticate").is_none(),
+            "{:?}",
+            response.headers
+        );
+        let response = server().request("PUT", path, &[("Authorization", "Bearer wrong")]);
+        response.error(405, "method_not_allowed");
     }
 }
 
 #[test]
 fn method_not_allowed_comes_before_bad_parameters() {
-    let r = srv().req(
+    let response = server().request(
         "DELETE",
         "/units?bogus=1&from=x",
         &[("Authorization", "Bearer tok-ops-0001")],
     );
-    r.err(405, "method_not_allowed");
-    let r = srv().req(
+    response.error(405, "method_not_allowed");
+    let response = server().request(
         "POST",
         "/metrics?station_ids=ST-03",
         &[("Authorization", "Bearer tok-line-0001")],
     );
-    r.err(405, "method_not_allowed");
+    response.error(405, "method_not_allowed");
 }
 
 // ---------------------------------------------------------------------------
@@ -621,13 +609,13 @@ fn method_not_allowed_comes_before_bad_parameters() {
 #[test]
 fn missing_authorization_is_401_with_bearer_realm() {
     for path in ["/units", "/metrics"] {
-        let r = srv().get(path, None);
-        r.err(401, "unauthorized");
+        let response = server().get(path, None);
+        response.error(401, "unauthorized");
         assert_eq!(
-            r.header_all("www-authenticate"),
+            response.header_all("www-authenticate"),
             vec![r#"Bearer realm="stq""#],
             "{}",
-            r.ctx()
+            response.context()
         );
     }
 }
@@ -635,10 +623,10 @@ fn missing_authorization_is_401_with_bearer_realm() {
 #[test]
 fn other_scheme_is_401_without_error_param() {
     for value in ["Basic dXNlcjpwYXNz", "Token tok-ops-0001", "tok-ops-0001"] {
-        let r = srv().req("GET", "/units", &[("Authorization", value)]);
-        r.err(401, "unauthorized");
+        let response = server().request("GET", "/units", &[("Authorization", value)]);
+        response.error(401, "unauthorized");
         assert_eq!(
-            r.header("www-authenticate"),
+            response.header("www-authenticate"),
             Some(r#"Bearer realm="stq""#),
             "{value}"
         );
@@ -648,10 +636,10 @@ fn other_scheme_is_401_without_error_param() {
 #[test]
 fn unknown_bearer_token_is_401_invalid_token() {
     for path in ["/units", "/metrics"] {
-        let r = srv().get(path, Some("tok-unknown-9999"));
-        r.err(401, "unauthorized");
+        let response = server().get(path, Some("tok-unknown-9999"));
+        response.error(401, "unauthorized");
         assert_eq!(
-            r.header("www-authenticate"),
+            response.header("www-authenticate"),
             Some(r#"Bearer realm="stq", error="invalid_token""#)
         );
     }
@@ -659,10 +647,10 @@ fn unknown_bearer_token_is_401_invalid_token() {
 
 #[test]
 fn empty_bearer_token_is_401_invalid_token() {
-    let r = srv().req("GET", "/units", &[("Authorization", "Bearer ")]);
-    r.err(401, "unauthorized");
+    let response = server().request("GET", "/units", &[("Authorization", "Bearer ")]);
+    response.error(401, "unauthorized");
     assert_eq!(
-        r.header("www-authenticate"),
+        response.header("www-authenticate"),
         Some(r#"Bearer realm="stq", error="invalid_token""#)
     );
 }
@@ -670,28 +658,32 @@ fn empty_bearer_token_is_401_invalid_token() {
 #[test]
 fn bearer_scheme_name_is_case_insensitive() {
     for scheme in ["bearer", "BEARER", "BeArEr"] {
-        let r = srv().req(
+        let response = server().request(
             "GET",
             &units_all(),
             &[("Authorization", &format!("{scheme} {OPS}"))],
         );
-        let env = r.ok();
-        assert_records(&env.data, &fx().expect(&Q::units().both()), scheme);
+        let envelope = response.ok();
+        assert_records(
+            &envelope.data,
+            &fixture().expect(&Query::units().both()),
+            scheme,
+        );
     }
 }
 
 #[test]
 fn token_never_appears_in_a_response() {
     let secret = "tok-very-secret-unknown-42";
-    let r = srv().get("/units", Some(secret));
-    r.err(401, "unauthorized");
-    assert!(!r.body.contains(secret));
-    assert!(r.headers.iter().all(|(_, v)| !v.contains(secret)));
-    let r = srv().get("/units?station_ids=ST-03", Some(LINE));
-    r.err(403, "forbidden");
-    assert!(!r.body.contains(LINE));
-    let r = srv().get(&units_all(), Some(OPS));
-    assert!(!r.body.contains(OPS));
+    let response = server().get("/units", Some(secret));
+    response.error(401, "unauthorized");
+    assert!(!response.body.contains(secret));
+    assert!(response.headers.iter().all(|(_, v)| !v.contains(secret)));
+    let response = server().get("/units?station_ids=ST-03", Some(LINE));
+    response.error(403, "forbidden");
+    assert!(!response.body.contains(LINE));
+    let response = server().get(&units_all(), Some(OPS));
+    assert!(!response.body.contains(OPS));
 }
 
 #[test]
@@ -706,13 +698,16 @@ fn unauthorized_comes_before_parameter_errors() {
         "/units?cursor=garbage&limit=1",
     ];
     for path in cases {
-        let r = srv().get(path, None);
-        r.err(401, "unauthorized");
-        assert_eq!(r.header("www-authenticate"), Some(r#"Bearer realm="stq""#));
-        let r = srv().get(path, Some("tok-unknown"));
-        r.err(401, "unauthorized");
+        let response = server().get(path, None);
+        response.error(401, "unauthorized");
         assert_eq!(
-            r.header("www-authenticate"),
+            response.header("www-authenticate"),
+            Some(r#"Bearer realm="stq""#)
+        );
+        let response = server().get(path, Some("tok-unknown"));
+        response.error(401, "unauthorized");
+        assert_eq!(
+            response.header("www-authenticate"),
             Some(r#"Bearer realm="stq", error="invalid_token""#)
         );
     }
@@ -725,42 +720,53 @@ fn unauthorized_comes_before_parameter_errors() {
 #[test]
 fn forbidden_station_is_403_with_the_station_in_details() {
     for path in ["/units?station_ids=ST-03", "/metrics?station_ids=ST-03"] {
-        let r = srv().get(path, Some(LINE));
-        let d = r.err(403, "forbidden");
-        assert_eq!(d, json!({"stations": ["ST-03"]}), "{}", r.ctx());
+        let response = server().get(path, Some(LINE));
+        let details = response.error(403, "forbidden");
+        assert_eq!(
+            details,
+            json!({"stations": ["ST-03"]}),
+            "{}",
+            response.context()
+        );
     }
 }
 
 #[test]
 fn forbidden_stations_mixed_into_a_list_are_listed_alone_sorted_and_deduplicated() {
-    let r = srv().get(
+    let response = server().get(
         "/units?station_ids=ST-10,ST-01,ST-03,ST-03,%20ST-99%20,ST-02,ST-2",
         Some(LINE),
     );
-    let d = r.err(403, "forbidden");
+    let details = response.error(403, "forbidden");
     assert_eq!(
-        d,
+        details,
         json!({"stations": ["ST-03", "ST-10", "ST-2", "ST-99"]}),
         "{}",
-        r.ctx()
+        response.context()
     );
-    let r = srv().get("/metrics?station_ids=ST-02,ST-01,ST-01,st-01", Some(LINE));
-    let d = r.err(403, "forbidden");
-    assert_eq!(d, json!({"stations": ["st-01"]}), "{}", r.ctx());
+    let response = server().get("/metrics?station_ids=ST-02,ST-01,ST-01,st-01", Some(LINE));
+    let details = response.error(403, "forbidden");
+    assert_eq!(
+        details,
+        json!({"stations": ["st-01"]}),
+        "{}",
+        response.context()
+    );
 }
 
 #[test]
 fn nonexistent_station_is_forbidden_like_an_existing_one() {
-    let existing = srv().get("/units?station_ids=ST-03", Some(LINE));
-    let missing = srv().get("/units?station_ids=ST-77", Some(LINE));
-    let de = existing.err(403, "forbidden");
-    let dm = missing.err(403, "forbidden");
-    assert_eq!(de, json!({"stations": ["ST-03"]}));
-    assert_eq!(dm, json!({"stations": ["ST-77"]}));
+    let existing = server().get("/units?station_ids=ST-03", Some(LINE));
+    let missing = server().get("/units?station_ids=ST-77", Some(LINE));
+    let existing_details = existing.error(403, "forbidden");
+    let missing_details = missing.error(403, "forbidden");
+    assert_eq!(existing_details, json!({"stations": ["ST-03"]}));
+    assert_eq!(missing_details, json!({"stations": ["ST-77"]}));
     // the same answer but for the id: existence does not leak
-    let e = existing.json();
-    let m: Value = serde_json::from_str(&missing.body.replace("ST-77", "ST-03")).unwrap();
-    assert_eq!(e, m);
+    let existing_body = existing.json();
+    let missing_body: Value =
+        serde_json::from_str(&missing.body.replace("ST-77", "ST-03")).unwrap();
+    assert_eq!(existing_body, missing_body);
     assert_eq!(
         existing.header_all("content-type"),
         missing.header_all("content-type")
@@ -769,54 +775,54 @@ fn nonexistent_station_is_forbidden_like_an_existing_one() {
 
 #[test]
 fn nonexistent_station_for_an_all_stations_token_is_an_empty_result() {
-    let env = srv().ok(&format!("/units?{WIN}&station_ids=ST-99"));
-    assert!(env.data.is_empty());
-    let env = srv().ok(&format!("/metrics?{WIN}&station_ids=ST-99"));
-    assert!(env.data.is_empty());
+    let envelope = server().ok(&format!("/units?{WINDOW}&station_ids=ST-99"));
+    assert!(envelope.data.is_empty());
+    let envelope = server().ok(&format!("/metrics?{WINDOW}&station_ids=ST-99"));
+    assert!(envelope.data.is_empty());
 }
 
 #[test]
 fn station_list_within_the_token_scope_is_200() {
-    let env = srv().ok_as(
-        &format!("/units?{WIN}&direction=input,output&station_ids=ST-02,ST-01"),
+    let envelope = server().ok_as(
+        &format!("/units?{WINDOW}&direction=input,output&station_ids=ST-02,ST-01"),
         LINE,
     );
     assert_records(
-        &env.data,
-        &fx().expect(&Q::units().both().stations(&["ST-01", "ST-02"])),
+        &envelope.data,
+        &fixture().expect(&Query::units().both().stations(&["ST-01", "ST-02"])),
         "line token",
     );
 }
 
 #[test]
 fn line_token_never_sees_other_stations_records() {
-    let env = srv().ok_as(&units_all(), LINE);
-    assert!(!env.data.is_empty());
-    for r in &env.data {
+    let envelope = server().ok_as(&units_all(), LINE);
+    assert!(!envelope.data.is_empty());
+    for record in &envelope.data {
         assert!(
-            matches!(r["station_id"].as_str(), Some("ST-01" | "ST-02")),
-            "{r}"
+            matches!(record["station_id"].as_str(), Some("ST-01" | "ST-02")),
+            "{record}"
         );
     }
     assert_records(
-        &env.data,
-        &fx().expect(&Q::units().both().scope(&["ST-01", "ST-02"])),
+        &envelope.data,
+        &fixture().expect(&Query::units().both().scope(&["ST-01", "ST-02"])),
         "line units",
     );
-    let env = srv().ok_as(&metrics_all(), LINE);
+    let envelope = server().ok_as(&metrics_all(), LINE);
     assert_records(
-        &env.data,
-        &fx().expect(&Q::metrics().scope(&["ST-01", "ST-02"])),
+        &envelope.data,
+        &fixture().expect(&Query::metrics().scope(&["ST-01", "ST-02"])),
         "line metrics",
     );
-    let env = srv().ok_as(
-        &format!("/units?{WIN}&type=Cable&direction=input,output"),
+    let envelope = server().ok_as(
+        &format!("/units?{WINDOW}&type=Cable&direction=input,output"),
         LINE,
     );
     assert_records(
-        &env.data,
-        &fx().expect(
-            &Q::units()
+        &envelope.data,
+        &fixture().expect(
+            &Query::units()
                 .both()
                 .types(&["Cable"])
                 .scope(&["ST-01", "ST-02"]),
@@ -824,23 +830,23 @@ fn line_token_never_sees_other_stations_records() {
         "line units Cable",
     );
     // the default window of ST-NOW is out of scope too
-    let env = srv().ok_as("/units?direction=input,output", LINE);
-    assert!(env.data.is_empty(), "{:?}", brief(&env.data));
-    let env = srv().ok_as(&metrics_all(), ST03);
+    let envelope = server().ok_as("/units?direction=input,output", LINE);
+    assert!(envelope.data.is_empty(), "{:?}", brief(&envelope.data));
+    let envelope = server().ok_as(&metrics_all(), ST03);
     assert_records(
-        &env.data,
-        &fx().expect(&Q::metrics().scope(&["ST-03"])),
+        &envelope.data,
+        &fixture().expect(&Query::metrics().scope(&["ST-03"])),
         "st03 metrics",
     );
 }
 
 #[test]
 fn no_station_list_covers_every_station_of_an_all_stations_token() {
-    let env = srv().ok(&units_all());
-    let stations: BTreeSet<&str> = env
+    let envelope = server().ok(&units_all());
+    let stations: BTreeSet<&str> = envelope
         .data
         .iter()
-        .map(|r| r["station_id"].as_str().unwrap())
+        .map(|record| record["station_id"].as_str().unwrap())
         .collect();
     assert_eq!(
         stations,
@@ -850,14 +856,14 @@ fn no_station_list_covers_every_station_of_an_all_stations_token() {
 
 #[test]
 fn unauthorized_and_forbidden_are_distinct() {
-    let r = srv().get("/units?station_ids=ST-03", None);
-    r.err(401, "unauthorized");
-    let r = srv().get("/units?station_ids=ST-03", Some(LINE));
-    r.err(403, "forbidden");
+    let response = server().get("/units?station_ids=ST-03", None);
+    response.error(401, "unauthorized");
+    let response = server().get("/units?station_ids=ST-03", Some(LINE));
+    response.error(403, "forbidden");
     assert!(
-        r.header("www-authenticate").is_none(),
+        response.header("www-authenticate").is_none(),
         "403 carries no WWW-Authenticate: {:?}",
-        r.headers
+        response.headers
     );
 }
 
@@ -894,8 +900,8 @@ fn parameter_errors_come_before_forbidden() {
         ),
     ];
     for (path, code) in cases {
-        let r = srv().get(&path, Some(LINE));
-        r.err(400, code);
+        let response = server().get(&path, Some(LINE));
+        response.error(400, code);
     }
 }
 
@@ -919,18 +925,16 @@ fn every_error_body_is_exactly_error_code_message_details() {
         ("GET", "/units?x=1", Some(OPS), 400, "unknown_parameter"),
         ("GET", "/units?to=x", Some(OPS), 400, "invalid_parameter"),
     ];
-    for (m, path, token, status, code) in cases {
-        let auth = token.map(|t| format!("Bearer {t}"));
-        let h: Vec<(&str, &str)> = auth.iter().map(|a| ("Authorization", a.as_str())).collect();
-        let r = srv().req(m, path, &h);
-        // `err` checks exactly {"error":{"code","message","details"}}
-        r.err(status, code);
+    for (method, path, token, status, code) in cases {
+        let response = server().request_as(method, path, token, &[]);
+        // `error` checks exactly {"error":{"code","message","details"}}
+        response.error(status, code);
     }
 }
 
 #[test]
 fn unauthorized_details_are_null_or_absent_of_the_token() {
-    let r = srv().get("/units", Some("tok-zzz"));
-    let d = r.err(401, "unauthorized");
-    assert!(!d.to_string().contains("tok-zzz"));
+    let response = server().get("/units", Some("tok-zzz"));
+    let details = response.error(401, "unauthorized");
+    assert!(!details.to_string().contains("tok-zzz"));
 }

@@ -12,7 +12,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Output, Stdio};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant as StdInstant, SystemTime, UNIX_EPOCH};
 
@@ -33,8 +33,8 @@ pub const LINE: &str = "tok-line-0001";
 /// `["ST-03"]`.
 pub const ST03: &str = "tok-st03-0001";
 
-pub fn sha256_hex(s: &str) -> String {
-    hex::encode(Sha256::digest(s.as_bytes()))
+pub fn sha256_hex(text: &str) -> String {
+    hex::encode(Sha256::digest(text.as_bytes()))
 }
 
 /// The tokens file of the suite.
@@ -54,82 +54,95 @@ pub fn tokens_json() -> String {
 // Time (test-side reference arithmetic)
 // ---------------------------------------------------------------------------
 
-pub const NANOS: i128 = 1_000_000_000;
-pub const HOUR: i128 = 3600 * NANOS;
+pub const SECOND: i128 = 1_000_000_000;
+pub const HOUR: i128 = 3600 * SECOND;
 pub const DAY: i128 = 24 * HOUR;
 
-pub fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = if y >= 0 { y } else { y - 399 } / 400;
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+// Howard Hinnant's civil-calendar algorithms: eras of 400 years, and years that
+// start on 1 March so that the leap day falls at the end of a year.
+
+pub fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = if year >= 0 { year } else { year - 399 } / 400;
+    let year_of_era = year - era * 400;
+    let month_from_march = (month + 9) % 12;
+    let day_of_year = (153 * month_from_march + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
 }
 
-pub fn civil_from_days(z: i64) -> (i64, i64, i64) {
-    let z = z + 719_468;
-    let era = if z >= 0 { z } else { z - 146_096 } / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (if m <= 2 { y + 1 } else { y }, m, d)
+pub fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let days = days + 719_468;
+    let era = if days >= 0 { days } else { days - 146_096 } / 146_097;
+    let day_of_era = days - era * 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let year = year_of_era + era * 400;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_from_march = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
+    let month = if month_from_march < 10 {
+        month_from_march + 3
+    } else {
+        month_from_march - 9
+    };
+    (if month <= 2 { year + 1 } else { year }, month, day)
 }
 
 /// Nanoseconds since the Unix epoch of a date-time the suite itself writes
 /// (RFC 3339 with `T`/`Z` in either case), or of a bare integer (epoch ms).
-pub fn instant(s: &str) -> i128 {
-    let t = s.trim();
-    if !t.is_empty()
-        && t.trim_start_matches('-')
+pub fn instant(written: &str) -> i128 {
+    let text = written.trim();
+    if !text.is_empty()
+        && text
+            .trim_start_matches('-')
             .bytes()
             .all(|b| b.is_ascii_digit())
     {
-        return t.parse::<i128>().expect("epoch ms") * 1_000_000;
+        return text.parse::<i128>().expect("epoch ms") * 1_000_000;
     }
-    let num = |a: usize, b: usize| -> i64 {
-        t[a..b]
+    let number = |start: usize, end: usize| -> i64 {
+        text[start..end]
             .parse()
-            .unwrap_or_else(|_| panic!("bad test date-time {t}"))
+            .unwrap_or_else(|_| panic!("bad test date-time {text}"))
     };
-    let (y, mo, d, h, mi, se) = (
-        num(0, 4),
-        num(5, 7),
-        num(8, 10),
-        num(11, 13),
-        num(14, 16),
-        num(17, 19),
+    let (year, month, day, hour, minute, second) = (
+        number(0, 4),
+        number(5, 7),
+        number(8, 10),
+        number(11, 13),
+        number(14, 16),
+        number(17, 19),
     );
-    let mut rest = &t[19..];
-    let mut nanos: i128 = 0;
-    if let Some(r) = rest.strip_prefix('.') {
-        let digits: String = r.chars().take_while(|c| c.is_ascii_digit()).collect();
+    let mut rest = &text[19..];
+    let mut nanoseconds: i128 = 0;
+    if let Some(fraction) = rest.strip_prefix('.') {
+        let digits: String = fraction
+            .chars()
+            .take_while(|c| c.is_ascii_digit())
+            .collect();
         let mut padded = digits.clone();
         while padded.len() < 9 {
             padded.push('0');
         }
-        nanos = padded[..9].parse().unwrap();
-        rest = &r[digits.len()..];
+        nanoseconds = padded[..9].parse().unwrap();
+        rest = &fraction[digits.len()..];
     }
-    let offset_secs: i64 = match rest {
+    let offset_seconds: i64 = match rest {
         "Z" | "z" => 0,
         _ => {
             let sign = if rest.starts_with('-') { -1 } else { 1 };
-            let oh: i64 = rest[1..3].parse().unwrap();
-            let om: i64 = rest[4..6].parse().unwrap();
-            sign * (oh * 3600 + om * 60)
+            let offset_hours: i64 = rest[1..3].parse().unwrap();
+            let offset_minutes: i64 = rest[4..6].parse().unwrap();
+            sign * (offset_hours * 3600 + offset_minutes * 60)
         }
     };
-    let secs = days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + se - offset_secs;
-    secs as i128 * NANOS + nanos
+    let seconds = days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second
+        - offset_seconds;
+    seconds as i128 * SECOND + nanoseconds
 }
 
-pub fn now_secs() -> i64 {
+pub fn now_seconds() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
@@ -137,42 +150,54 @@ pub fn now_secs() -> i64 {
 }
 
 /// `YYYY-MM-DDTHH:MM:SSZ` of Unix seconds.
-pub fn rfc3339_secs(secs: i64) -> String {
-    let days = secs.div_euclid(86_400);
-    let sod = secs.rem_euclid(86_400);
-    let (y, m, d) = civil_from_days(days);
+pub fn rfc3339_from_seconds(seconds: i64) -> String {
+    let days = seconds.div_euclid(86_400);
+    let second_of_day = seconds.rem_euclid(86_400);
+    let (year, month, day) = civil_from_days(days);
     format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        sod / 3600,
-        sod / 60 % 60,
-        sod % 60
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        second_of_day / 3600,
+        second_of_day / 60 % 60,
+        second_of_day % 60
     )
 }
 
 /// Checks `YYYY-MM-DDTHH:MM:SS.mmmZ` and returns its Unix milliseconds.
-pub fn parse_meta_timestamp(s: &str) -> Option<i64> {
-    let b = s.as_bytes();
-    if b.len() != 24 {
+pub fn parse_meta_timestamp(text: &str) -> Option<i64> {
+    let bytes = text.as_bytes();
+    if bytes.len() != 24 {
         return None;
     }
     let shape = "dddd-dd-ddTdd:dd:dd.dddZ".as_bytes();
-    for (c, p) in b.iter().zip(shape) {
-        let ok = if *p == b'd' {
-            c.is_ascii_digit()
+    for (byte, expected) in bytes.iter().zip(shape) {
+        let fits = if *expected == b'd' {
+            byte.is_ascii_digit()
         } else {
-            c == p
+            byte == expected
         };
-        if !ok {
+        if !fits {
             return None;
         }
     }
-    let n = |a: usize, z: usize| -> i64 { s[a..z].parse().unwrap() };
-    let (mo, d, h, mi, se) = (n(5, 7), n(8, 10), n(11, 13), n(14, 16), n(17, 19));
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || se > 59 {
+    let number = |start: usize, end: usize| -> i64 { text[start..end].parse().unwrap() };
+    let (month, day, hour, minute, second) = (
+        number(5, 7),
+        number(8, 10),
+        number(11, 13),
+        number(14, 16),
+        number(17, 19),
+    );
+    if !(1..=12).contains(&month)
+        || !(1..=31).contains(&day)
+        || hour > 23
+        || minute > 59
+        || second > 59
+    {
         return None;
     }
-    let secs = days_from_civil(n(0, 4), mo, d) * 86_400 + h * 3600 + mi * 60 + se;
-    Some(secs * 1000 + n(20, 23))
+    let seconds =
+        days_from_civil(number(0, 4), month, day) * 86_400 + hour * 3600 + minute * 60 + second;
+    Some(seconds * 1000 + number(20, 23))
 }
 
 // ---------------------------------------------------------------------------
@@ -180,10 +205,10 @@ pub fn parse_meta_timestamp(s: &str) -> Option<i64> {
 // ---------------------------------------------------------------------------
 
 /// The window that holds every 2024 record of the main fixture.
-pub const W_FROM: &str = "2024-03-01T00:00:00Z";
-pub const W_TO: &str = "2024-04-01T00:00:00Z";
-/// `from=W_FROM&to=W_TO`
-pub const WIN: &str = "from=2024-03-01T00:00:00Z&to=2024-04-01T00:00:00Z";
+pub const WINDOW_FROM: &str = "2024-03-01T00:00:00Z";
+pub const WINDOW_TO: &str = "2024-04-01T00:00:00Z";
+/// `from=WINDOW_FROM&to=WINDOW_TO`
+pub const WINDOW: &str = "from=2024-03-01T00:00:00Z&to=2024-04-01T00:00:00Z";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -204,22 +229,22 @@ impl Kind {
 /// decompressed text, and, for a `.gz` file, the byte offsets where a new gzip
 /// member starts.
 pub struct FileSpec {
-    pub rel: String,
+    pub relative_path: String,
     pub text: String,
     pub gz_members: Option<Vec<usize>>,
 }
 
 impl FileSpec {
-    pub fn plain(rel: &str, text: impl Into<String>) -> FileSpec {
+    pub fn plain(relative_path: &str, text: impl Into<String>) -> FileSpec {
         FileSpec {
-            rel: rel.to_string(),
+            relative_path: relative_path.to_string(),
             text: text.into(),
             gz_members: None,
         }
     }
-    pub fn gz(rel: &str, text: impl Into<String>, splits: &[usize]) -> FileSpec {
+    pub fn gz(relative_path: &str, text: impl Into<String>, splits: &[usize]) -> FileSpec {
         FileSpec {
-            rel: rel.to_string(),
+            relative_path: relative_path.to_string(),
             text: text.into(),
             gz_members: Some(splits.to_vec()),
         }
@@ -228,39 +253,40 @@ impl FileSpec {
 
 /// A record as the reference filter sees it.
 #[derive(Clone, Debug)]
-pub struct Rec {
+pub struct Record {
     pub kind: Kind,
-    pub rel: String,
+    pub relative_path: String,
     pub line: usize,
     pub at: i128,
     /// The record as the API must return it.
     pub out: Value,
 }
 
-impl Rec {
-    pub fn s(&self, field: &str) -> &str {
+impl Record {
+    /// A string field of the record as returned ("" when it is not a string).
+    pub fn text(&self, field: &str) -> &str {
         self.out[field].as_str().unwrap_or("")
     }
 }
 
 pub fn gzip(data: &[u8]) -> Vec<u8> {
-    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    enc.write_all(data).unwrap();
-    enc.finish().unwrap()
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    encoder.write_all(data).unwrap();
+    encoder.finish().unwrap()
 }
 
-/// Writes the files under `dir` (creating sub-directories).
-pub fn write_files(dir: &Path, files: &[FileSpec]) {
-    for f in files {
-        let path = dir.join(&f.rel);
+/// Writes the files under `directory` (creating sub-directories).
+pub fn write_files(directory: &Path, files: &[FileSpec]) {
+    for file in files {
+        let path = directory.join(&file.relative_path);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        let bytes = match &f.gz_members {
-            None => f.text.as_bytes().to_vec(),
+        let bytes = match &file.gz_members {
+            None => file.text.as_bytes().to_vec(),
             Some(splits) => {
                 let mut out = Vec::new();
                 let mut start = 0;
-                for &end in splits.iter().chain(std::iter::once(&f.text.len())) {
-                    out.extend(gzip(&f.text.as_bytes()[start..end]));
+                for &end in splits.iter().chain(std::iter::once(&file.text.len())) {
+                    out.extend(gzip(&file.text.as_bytes()[start..end]));
                     start = end;
                 }
                 out
@@ -270,7 +296,8 @@ pub fn write_files(dir: &Path, files: &[FileSpec]) {
     }
 }
 
-const UNIT_STRINGS: [&str; 9] = [
+/// Unit fields that are JSON strings, on disk and in a response.
+pub const UNIT_STRING_FIELDS: [&str; 9] = [
     "station_id",
     "slot",
     "unit_serial",
@@ -281,7 +308,9 @@ const UNIT_STRINGS: [&str; 9] = [
     "direction",
     "result",
 ];
-const METRIC_STRINGS: [&str; 9] = [
+/// Metric fields that are JSON strings, on disk and in a response (`value` and the
+/// limits are strings in a response too, but may be numbers on disk).
+pub const METRIC_STRING_FIELDS: [&str; 9] = [
     "station_id",
     "slot",
     "unit_serial",
@@ -325,30 +354,34 @@ pub const METRIC_FIELDS: [&str; 13] = [
 pub fn render(kind: Kind, line: &str) -> Value {
     let raw: BTreeMap<String, Box<RawValue>> =
         serde_json::from_str(line).expect("fixture line is valid JSON");
-    let get = |k: &str| -> Option<&str> { raw.get(k).map(|r| r.get()).filter(|t| *t != "null") };
-    let string = |k: &str| -> Value {
-        match get(k) {
+    let get = |key: &str| -> Option<&str> {
+        raw.get(key)
+            .map(|value| value.get())
+            .filter(|text| *text != "null")
+    };
+    let string = |key: &str| -> Value {
+        match get(key) {
             None => Value::String(String::new()),
-            Some(t) => serde_json::from_str::<String>(t)
+            Some(text) => serde_json::from_str::<String>(text)
                 .map(Value::String)
                 .unwrap_or_else(|_| {
                     // value / limit_*: a number keeps its text
-                    Value::String(t.to_string())
+                    Value::String(text.to_string())
                 }),
         }
     };
     let mut out = Map::new();
     let strings: &[&str] = match kind {
-        Kind::Units => &UNIT_STRINGS,
-        Kind::Metrics => &METRIC_STRINGS,
+        Kind::Units => &UNIT_STRING_FIELDS,
+        Kind::Metrics => &METRIC_STRING_FIELDS,
     };
-    for k in strings {
-        out.insert(k.to_string(), string(k));
+    for key in strings {
+        out.insert(key.to_string(), string(key));
     }
     out.insert(
         "tags".into(),
         get("tags")
-            .map(|t| serde_json::from_str(t).unwrap())
+            .map(|text| serde_json::from_str(text).unwrap())
             .unwrap_or_else(|| Value::Array(vec![])),
     );
     match kind {
@@ -356,13 +389,13 @@ pub fn render(kind: Kind, line: &str) -> Value {
             out.insert(
                 "metadata".into(),
                 get("metadata")
-                    .map(|t| serde_json::from_str(t).unwrap())
+                    .map(|text| serde_json::from_str(text).unwrap())
                     .unwrap_or(Value::Null),
             );
         }
         Kind::Metrics => {
-            for k in ["value", "limit_upper", "limit_lower"] {
-                out.insert(k.to_string(), string(k));
+            for key in ["value", "limit_upper", "limit_lower"] {
+                out.insert(key.to_string(), string(key));
             }
         }
     }
@@ -370,10 +403,10 @@ pub fn render(kind: Kind, line: &str) -> Value {
 }
 
 /// The records of a set of files, as a loader following CONTRACT section 2 sees them.
-pub fn load(files: &[FileSpec]) -> Vec<Rec> {
-    let mut recs = Vec::new();
-    for f in files {
-        let name = f.rel.rsplit('/').next().unwrap();
+pub fn load(files: &[FileSpec]) -> Vec<Record> {
+    let mut records = Vec::new();
+    for file in files {
+        let name = file.relative_path.rsplit('/').next().unwrap();
         let stem = name.strip_suffix(".gz").unwrap_or(name);
         let kind = if stem.ends_with(".units.jsonl") {
             Kind::Units
@@ -382,23 +415,23 @@ pub fn load(files: &[FileSpec]) -> Vec<Rec> {
         } else {
             continue;
         };
-        for (i, line) in f.text.split('\n').enumerate() {
+        for (index, line) in file.text.split('\n').enumerate() {
             let line = line.strip_suffix('\r').unwrap_or(line);
             if line.trim().is_empty() {
                 continue;
             }
             let out = render(kind, line);
             let at = instant(out["time_created"].as_str().unwrap());
-            recs.push(Rec {
+            records.push(Record {
                 kind,
-                rel: f.rel.clone(),
-                line: i + 1,
+                relative_path: file.relative_path.clone(),
+                line: index + 1,
                 at,
                 out,
             });
         }
     }
-    recs
+    records
 }
 
 /// The main fixture: several stations, offsets, fractions, ties across and within
@@ -433,20 +466,20 @@ pub fn main_files(now: i64) -> Vec<FileSpec> {
     ]
     .concat();
 
-    let c1 = [
+    let c_first_member = [
         r#"{"station_id":"ST-01","unit_serial":"SN-010","time_created":"2024-03-10T11:00:00+01:00","unit_type":"PCB","direction":"output"}"#,
         "\n",
         r#"{"station_id":"ST-03","unit_serial":"SN-011","time_created":"2024-03-10T13:15:00Z","unit_type":"Cable","direction":"input"}"#,
         "\n",
     ]
     .concat();
-    let c2 = [
+    let c_second_member = [
         r#"{"station_id":"ST-10","unit_serial":"SN-012","time_created":"2024-03-10T10:00:00-00:00","unit_type":"PCB","direction":"output"}"#,
         "\n",
     ]
     .concat();
-    let c_split = c1.len();
-    let c_units = format!("{c1}{c2}");
+    let c_split = c_first_member.len();
+    let c_units = format!("{c_first_member}{c_second_member}");
 
     let z_units = [
         r#"{"station_id":"ST-02","unit_serial":"SN-020","time_created":"2024-03-10T10:00:00Z","unit_type":"Module","direction":"output"}"#,
@@ -490,29 +523,29 @@ pub fn main_files(now: i64) -> Vec<FileSpec> {
     ]
     .concat();
 
-    let t = |delta: i64| rfc3339_secs(now + delta);
+    let from_now = |delta: i64| rfc3339_from_seconds(now + delta);
     let now_units = [
-        format!(r#"{{"station_id":"ST-NOW","unit_serial":"SN-N1","time_created":"{}","unit_type":"PCB","direction":"output"}}"#, t(-3600)),
-        format!(r#"{{"station_id":"ST-NOW","unit_serial":"SN-N2","time_created":"{}","unit_type":"PCB","direction":"output"}}"#, t(-23 * 3600)),
-        format!(r#"{{"station_id":"ST-NOW","unit_serial":"SN-N3","time_created":"{}","unit_type":"PCB","direction":"output"}}"#, t(-25 * 3600)),
-        format!(r#"{{"station_id":"ST-NOW","unit_serial":"SN-N4","time_created":"{}","unit_type":"PCB","direction":"output"}}"#, t(3600)),
-        format!(r#"{{"station_id":"ST-NOW","unit_serial":"SN-N5","time_created":"{}","unit_type":"PCB","direction":"input"}}"#, t(-2 * 3600)),
-        format!(r#"{{"station_id":"ST-NOW","unit_serial":"SN-N6","time_created":"{}","unit_type":"PCB","direction":"output"}}"#, t(-3 * 3600)),
-        format!(r#"{{"station_id":"ST-NOW","unit_serial":"SN-N7","time_created":"{}","unit_type":"PCB","direction":"output"}}"#, t(-4 * 3600)),
+        format!(r#"{{"station_id":"ST-NOW","unit_serial":"SN-N1","time_created":"{}","unit_type":"PCB","direction":"output"}}"#, from_now(-3600)),
+        format!(r#"{{"station_id":"ST-NOW","unit_serial":"SN-N2","time_created":"{}","unit_type":"PCB","direction":"output"}}"#, from_now(-23 * 3600)),
+        format!(r#"{{"station_id":"ST-NOW","unit_serial":"SN-N3","time_created":"{}","unit_type":"PCB","direction":"output"}}"#, from_now(-25 * 3600)),
+        format!(r#"{{"station_id":"ST-NOW","unit_serial":"SN-N4","time_created":"{}","unit_type":"PCB","direction":"output"}}"#, from_now(3600)),
+        format!(r#"{{"station_id":"ST-NOW","unit_serial":"SN-N5","time_created":"{}","unit_type":"PCB","direction":"input"}}"#, from_now(-2 * 3600)),
+        format!(r#"{{"station_id":"ST-NOW","unit_serial":"SN-N6","time_created":"{}","unit_type":"PCB","direction":"output"}}"#, from_now(-3 * 3600)),
+        format!(r#"{{"station_id":"ST-NOW","unit_serial":"SN-N7","time_created":"{}","unit_type":"PCB","direction":"output"}}"#, from_now(-4 * 3600)),
     ]
     .join("\n");
     let now_metrics = [
         format!(
             r#"{{"station_id":"ST-NOW","time_created":"{}","name":"voltage","value":"1"}}"#,
-            t(-3600)
+            from_now(-3600)
         ),
         format!(
             r#"{{"station_id":"ST-NOW","time_created":"{}","name":"voltage","value":"2"}}"#,
-            t(-25 * 3600)
+            from_now(-25 * 3600)
         ),
         format!(
             r#"{{"station_id":"ST-NOW","time_created":"{}","name":"voltage","value":"3"}}"#,
-            t(-5 * 3600)
+            from_now(-5 * 3600)
         ),
     ]
     .join("\n")
@@ -531,93 +564,108 @@ pub fn main_files(now: i64) -> Vec<FileSpec> {
 
 /// A snapshot directory and tokens file on disk, with its reference records.
 pub struct Fixture {
-    pub tmp: tempfile::TempDir,
+    /// Holds `snapshots` and `tokens`; removed when the fixture drops.
+    pub directory: tempfile::TempDir,
     pub snapshots: PathBuf,
     pub tokens: PathBuf,
-    pub recs: Vec<Rec>,
+    pub records: Vec<Record>,
     /// Unix seconds at which the fixture was written.
     pub now: i64,
 }
 
-pub fn temp_dir() -> tempfile::TempDir {
+pub fn temporary_directory() -> tempfile::TempDir {
     tempfile::Builder::new()
         .prefix("stq-test-")
         .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
         .unwrap()
 }
 
+/// Writes the files into a fresh snapshot directory beside the suite's tokens file:
+/// `(the directory holding both, snapshots, tokens)`.
+pub fn write_snapshot(files: &[FileSpec]) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let directory = temporary_directory();
+    let snapshots = directory.path().join("snap");
+    std::fs::create_dir_all(&snapshots).unwrap();
+    write_files(&snapshots, files);
+    let tokens = directory.path().join("tokens.json");
+    std::fs::write(&tokens, tokens_json()).unwrap();
+    (directory, snapshots, tokens)
+}
+
 impl Fixture {
     pub fn from_files(files: &[FileSpec]) -> Fixture {
-        let tmp = temp_dir();
-        let snapshots = tmp.path().join("snap");
-        std::fs::create_dir_all(&snapshots).unwrap();
-        write_files(&snapshots, files);
-        let tokens = tmp.path().join("tokens.json");
-        std::fs::write(&tokens, tokens_json()).unwrap();
+        let (directory, snapshots, tokens) = write_snapshot(files);
         Fixture {
-            tmp,
+            directory,
             snapshots,
             tokens,
-            recs: load(files),
-            now: now_secs(),
+            records: load(files),
+            now: now_seconds(),
         }
     }
 
     pub fn main() -> Fixture {
-        let now = now_secs();
-        let mut f = Fixture::from_files(&main_files(now));
-        f.now = now;
-        f
+        let now = now_seconds();
+        let mut fixture = Fixture::from_files(&main_files(now));
+        fixture.now = now;
+        fixture
     }
 
     /// The reference answer of a query.
-    pub fn expect(&self, q: &Q) -> Vec<Value> {
-        let mut hits: Vec<&Rec> = self
-            .recs
+    pub fn expect(&self, query: &Query) -> Vec<Value> {
+        // `None`: no list given, so every value passes.
+        let listed = |list: &Option<Vec<String>>, value: &str| {
+            list.as_ref()
+                .map_or(true, |items| items.iter().any(|x| x == value))
+        };
+        let mut hits: Vec<&Record> = self
+            .records
             .iter()
-            .filter(|r| r.kind == q.kind)
-            .filter(|r| q.from <= r.at && r.at < q.to)
-            .filter(|r| {
-                q.stations
-                    .as_ref()
-                    .map_or(true, |s| s.iter().any(|x| x == r.s("station_id")))
+            .filter(|record| record.kind == query.kind)
+            .filter(|record| query.from <= record.at && record.at < query.to)
+            .filter(|record| listed(&query.stations, record.text("station_id")))
+            .filter(|record| listed(&query.scope, record.text("station_id")))
+            .filter(|record| {
+                query.types.is_empty() || query.types.iter().any(|x| x == record.text("unit_type"))
             })
-            .filter(|r| {
-                q.scope
+            .filter(|record| {
+                query
+                    .serial
                     .as_ref()
-                    .map_or(true, |s| s.iter().any(|x| x == r.s("station_id")))
+                    .map_or(true, |x| x == record.text("unit_serial"))
             })
-            .filter(|r| q.types.is_empty() || q.types.iter().any(|x| x == r.s("unit_type")))
-            .filter(|r| q.serial.as_ref().map_or(true, |x| x == r.s("unit_serial")))
-            .filter(|r| {
-                q.kind == Kind::Metrics
-                    || if q.directions.is_empty() {
-                        r.s("direction") == "output"
+            .filter(|record| {
+                query.kind == Kind::Metrics
+                    || if query.directions.is_empty() {
+                        record.text("direction") == "output"
                     } else {
-                        q.directions.iter().any(|x| x == r.s("direction"))
+                        query
+                            .directions
+                            .iter()
+                            .any(|x| x == record.text("direction"))
                     }
             })
-            .filter(|r| {
-                q.kind == Kind::Units
-                    || q.names.is_empty()
-                    || q.names.iter().any(|x| x == r.s("name"))
+            .filter(|record| {
+                query.kind == Kind::Units
+                    || query.names.is_empty()
+                    || query.names.iter().any(|x| x == record.text("name"))
             })
             .collect();
-        hits.sort_by(|a, b| {
-            (a.at, a.s("station_id").as_bytes(), a.rel.as_bytes(), a.line).cmp(&(
-                b.at,
-                b.s("station_id").as_bytes(),
-                b.rel.as_bytes(),
-                b.line,
-            ))
+        hits.sort_by_key(|record| {
+            (
+                record.at,
+                record.text("station_id").as_bytes(),
+                record.relative_path.as_bytes(),
+                record.line,
+            )
         });
-        hits.into_iter().map(|r| r.out.clone()).collect()
+        hits.into_iter().map(|record| record.out.clone()).collect()
     }
 }
 
 /// A query for the reference filter.
 #[derive(Clone, Debug)]
-pub struct Q {
+pub struct Query {
     pub kind: Kind,
     pub from: i128,
     pub to: i128,
@@ -630,16 +678,16 @@ pub struct Q {
     pub names: Vec<String>,
 }
 
-fn strings(v: &[&str]) -> Vec<String> {
-    v.iter().map(|s| s.to_string()).collect()
+fn strings(values: &[&str]) -> Vec<String> {
+    values.iter().map(|s| s.to_string()).collect()
 }
 
-impl Q {
-    pub fn new(kind: Kind, from: &str, to: &str) -> Q {
-        Q::at(kind, instant(from), instant(to))
+impl Query {
+    pub fn new(kind: Kind, from: &str, to: &str) -> Query {
+        Query::at(kind, instant(from), instant(to))
     }
-    pub fn at(kind: Kind, from: i128, to: i128) -> Q {
-        Q {
+    pub fn at(kind: Kind, from: i128, to: i128) -> Query {
+        Query {
             kind,
             from,
             to,
@@ -652,37 +700,37 @@ impl Q {
         }
     }
     /// The whole 2024 window.
-    pub fn units() -> Q {
-        Q::new(Kind::Units, W_FROM, W_TO)
+    pub fn units() -> Query {
+        Query::new(Kind::Units, WINDOW_FROM, WINDOW_TO)
     }
-    pub fn metrics() -> Q {
-        Q::new(Kind::Metrics, W_FROM, W_TO)
+    pub fn metrics() -> Query {
+        Query::new(Kind::Metrics, WINDOW_FROM, WINDOW_TO)
     }
-    pub fn stations(mut self, s: &[&str]) -> Q {
-        self.stations = Some(strings(s));
+    pub fn stations(mut self, stations: &[&str]) -> Query {
+        self.stations = Some(strings(stations));
         self
     }
-    pub fn scope(mut self, s: &[&str]) -> Q {
-        self.scope = Some(strings(s));
+    pub fn scope(mut self, scope: &[&str]) -> Query {
+        self.scope = Some(strings(scope));
         self
     }
-    pub fn types(mut self, s: &[&str]) -> Q {
-        self.types = strings(s);
+    pub fn types(mut self, types: &[&str]) -> Query {
+        self.types = strings(types);
         self
     }
-    pub fn serial(mut self, s: &str) -> Q {
-        self.serial = Some(s.to_string());
+    pub fn serial(mut self, serial: &str) -> Query {
+        self.serial = Some(serial.to_string());
         self
     }
-    pub fn directions(mut self, s: &[&str]) -> Q {
-        self.directions = strings(s);
+    pub fn directions(mut self, directions: &[&str]) -> Query {
+        self.directions = strings(directions);
         self
     }
-    pub fn both(self) -> Q {
+    pub fn both(self) -> Query {
         self.directions(&["input", "output"])
     }
-    pub fn names(mut self, s: &[&str]) -> Q {
-        self.names = strings(s);
+    pub fn names(mut self, names: &[&str]) -> Query {
+        self.names = strings(names);
         self
     }
 }
@@ -691,16 +739,16 @@ impl Q {
 pub fn brief(records: &[Value]) -> Vec<String> {
     records
         .iter()
-        .map(|r| {
-            let id = if r.get("name").is_some() {
-                &r["name"]
+        .map(|record| {
+            let id = if record.get("name").is_some() {
+                &record["name"]
             } else {
-                &r["unit_serial"]
+                &record["unit_serial"]
             };
             format!(
                 "{} {} {}",
-                r["station_id"].as_str().unwrap_or("?"),
-                r["time_created"].as_str().unwrap_or("?"),
+                record["station_id"].as_str().unwrap_or("?"),
+                record["time_created"].as_str().unwrap_or("?"),
                 id.as_str().unwrap_or("?")
             )
         })
@@ -708,10 +756,10 @@ pub fn brief(records: &[Value]) -> Vec<String> {
 }
 
 #[track_caller]
-pub fn assert_records(got: &[Value], want: &[Value], ctx: &str) {
+pub fn assert_records(got: &[Value], want: &[Value], context: &str) {
     if got != want {
         panic!(
-            "{ctx}: records differ\n got  ({}): {:#?}\n want ({}): {:#?}\n full got: {}\n full want: {}",
+            "{context}: records differ\n got  ({}): {:#?}\n want ({}): {:#?}\n full got: {}\n full want: {}",
             got.len(),
             brief(got),
             want.len(),
@@ -727,13 +775,13 @@ pub fn assert_records(got: &[Value], want: &[Value], ctx: &str) {
 // ---------------------------------------------------------------------------
 
 /// Percent-encodes everything but unreserved characters.
-pub fn enc(s: &str) -> String {
+pub fn percent_encode(text: &str) -> String {
     let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            out.push(b as char);
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            out.push(byte as char);
         } else {
-            out.push_str(&format!("%{b:02X}"));
+            out.push_str(&format!("%{byte:02X}"));
         }
     }
     out
@@ -743,42 +791,44 @@ pub fn enc(s: &str) -> String {
 // The server process
 // ---------------------------------------------------------------------------
 
-pub fn bin() -> &'static str {
+pub fn stq_binary() -> &'static str {
     env!("CARGO_BIN_EXE_stq")
 }
 
 /// Removes every inherited `STQ_*` variable (and log settings) so the
-/// environment of the test run does not configure the program under test.
-pub fn clean_env(cmd: &mut Command) {
-    for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("STQ_") {
-            cmd.env_remove(&k);
+/// environment of the test run does not configure the program under test; then
+/// sets `variables`, the ones a test means.
+pub fn clean_environment(command: &mut Command, variables: &[(&str, &str)]) {
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("STQ_") {
+            command.env_remove(&name);
         }
     }
-    cmd.env_remove("RUST_LOG");
-    cmd.env("NO_COLOR", "1");
+    command.env_remove("RUST_LOG");
+    command.env("NO_COLOR", "1");
     // Not built yet (CONTRACT 8); harmless to an env-reading CLI that ignores it,
     // and keeps parallel servers off one fixed admin port once it exists.
-    cmd.env("STQ_ADMIN_LISTEN", "127.0.0.1:0");
+    command.env("STQ_ADMIN_LISTEN", "127.0.0.1:0");
+    command.envs(variables.iter().copied());
 }
 
 /// Removes ANSI escape sequences (coloured log output).
-pub fn strip_ansi(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
+pub fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(character) = chars.next() {
+        if character == '\u{1b}' {
             if chars.peek() == Some(&'[') {
                 chars.next();
-                for c2 in chars.by_ref() {
-                    if c2.is_ascii_alphabetic() {
+                for inside in chars.by_ref() {
+                    if inside.is_ascii_alphabetic() {
                         break;
                     }
                 }
             }
             continue;
         }
-        out.push(c);
+        out.push(character);
     }
     out
 }
@@ -792,9 +842,9 @@ pid=$!
 ( read _x <&3; kill -KILL $pid 2>/dev/null ) &
 watcher=$!
 wait $pid
-st=$?
+exit_status=$?
 kill $watcher 2>/dev/null
-exit $st
+exit $exit_status
 "#;
 
 pub struct Server {
@@ -812,47 +862,59 @@ pub enum Started {
     Exited(Option<i32>, String),
 }
 
+pub fn path_string(path: &Path) -> String {
+    path.display().to_string()
+}
+
+/// `serve --listen 127.0.0.1:0 --snapshots SNAPSHOTS --tokens TOKENS EXTRA`
+pub fn serve_args(snapshots: &Path, tokens: &Path, extra: &[&str]) -> Vec<String> {
+    let snapshots = path_string(snapshots);
+    let tokens = path_string(tokens);
+    let fixed = [
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--snapshots",
+        &snapshots,
+        "--tokens",
+        &tokens,
+    ];
+    fixed
+        .iter()
+        .chain(extra)
+        .map(|arg| arg.to_string())
+        .collect()
+}
+
 impl Server {
-    /// `stq serve --listen 127.0.0.1:0 --snapshots .. --tokens .. EXTRA`
-    pub fn start(fx: &Fixture, extra: &[&str]) -> Server {
-        let mut args = vec![
-            "serve".to_string(),
-            "--listen".into(),
-            "127.0.0.1:0".into(),
-            "--snapshots".into(),
-            fx.snapshots.display().to_string(),
-            "--tokens".into(),
-            fx.tokens.display().to_string(),
-        ];
-        args.extend(extra.iter().map(|s| s.to_string()));
-        Server::spawn(&args, &[])
+    /// `stq serve` on the fixture with extra flags.
+    pub fn start(fixture: &Fixture, extra: &[&str]) -> Server {
+        Server::spawn(&serve_args(&fixture.snapshots, &fixture.tokens, extra), &[])
     }
 
     /// Starts `stq ARGS` with extra environment variables; panics unless it gets ready.
-    pub fn spawn(args: &[String], envs: &[(&str, &str)]) -> Server {
-        match Server::try_spawn(args, envs) {
-            Started::Ready(s) => s,
+    pub fn spawn(args: &[String], variables: &[(&str, &str)]) -> Server {
+        match Server::try_spawn(args, variables) {
+            Started::Ready(server) => server,
             Started::Exited(code, log) => {
                 panic!("server {args:?} exited ({code:?}) before ready:\n{log}")
             }
         }
     }
 
-    pub fn try_spawn(args: &[String], envs: &[(&str, &str)]) -> Started {
-        let mut cmd = Command::new("sh");
-        cmd.arg("-c").arg(WRAPPER).arg(bin()).args(args);
-        clean_env(&mut cmd);
-        for (k, v) in envs {
-            cmd.env(k, v);
-        }
-        cmd.stdin(Stdio::piped())
+    pub fn try_spawn(args: &[String], variables: &[(&str, &str)]) -> Started {
+        let mut command = Command::new("sh");
+        command.arg("-c").arg(WRAPPER).arg(stq_binary()).args(args);
+        clean_environment(&mut command, variables);
+        command
+            .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        let mut child = cmd.spawn().expect("spawn sh wrapper");
+        let mut child = command.spawn().expect("spawn sh wrapper");
         let stdin = child.stdin.take();
         let stderr = child.stderr.take().unwrap();
         let log = Arc::new(Mutex::new(Vec::<String>::new()));
-        let (tx, rx) = mpsc::channel::<String>();
+        let (sender, receiver) = mpsc::channel::<String>();
         {
             let log = log.clone();
             thread::spawn(move || {
@@ -861,18 +923,18 @@ impl Server {
                     let Ok(line) = line else { break };
                     let line = strip_ansi(&String::from_utf8_lossy(&line));
                     log.lock().unwrap().push(line.clone());
-                    let _ = tx.send(line);
+                    let _ = sender.send(line);
                 }
             });
         }
         let deadline = StdInstant::now() + Duration::from_secs(30);
         let marker = "listening on http://127.0.0.1:";
         loop {
-            let left = deadline.saturating_duration_since(StdInstant::now());
-            match rx.recv_timeout(left) {
+            let remaining = deadline.saturating_duration_since(StdInstant::now());
+            match receiver.recv_timeout(remaining) {
                 Ok(line) => {
-                    if let Some(pos) = line.find(marker) {
-                        let digits: String = line[pos + marker.len()..]
+                    if let Some(position) = line.find(marker) {
+                        let digits: String = line[position + marker.len()..]
                             .chars()
                             .take_while(|c| c.is_ascii_digit())
                             .collect();
@@ -893,7 +955,7 @@ impl Server {
                 }
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
                     drop(stdin);
-                    let status = child.wait().ok().and_then(|s| s.code());
+                    let status = child.wait().ok().and_then(|status| status.code());
                     let text = log.lock().unwrap().join("\n");
                     return Started::Exited(status, text);
                 }
@@ -920,20 +982,34 @@ impl Server {
     }
 
     /// Any method, any headers, any status.
-    pub fn req(&self, method: &str, path_and_query: &str, headers: &[(&str, &str)]) -> Resp {
+    pub fn request(
+        &self,
+        method: &str,
+        path_and_query: &str,
+        headers: &[(&str, &str)],
+    ) -> Response {
         call(&self.agent, method, &self.url(path_and_query), headers)
     }
 
-    /// `GET` with an optional bearer token.
-    pub fn get(&self, path_and_query: &str, token: Option<&str>) -> Resp {
-        match token {
-            Some(t) => self.req(
-                "GET",
-                path_and_query,
-                &[("Authorization", &format!("Bearer {t}"))],
-            ),
-            None => self.req("GET", path_and_query, &[]),
+    /// Any method and headers, with an optional bearer token.
+    pub fn request_as(
+        &self,
+        method: &str,
+        path_and_query: &str,
+        token: Option<&str>,
+        headers: &[(&str, &str)],
+    ) -> Response {
+        let authorization = token.map(|token| format!("Bearer {token}"));
+        let mut all: Vec<(&str, &str)> = headers.to_vec();
+        if let Some(authorization) = &authorization {
+            all.push(("Authorization", authorization));
         }
+        self.request(method, path_and_query, &all)
+    }
+
+    /// `GET` with an optional bearer token.
+    pub fn get(&self, path_and_query: &str, token: Option<&str>) -> Response {
+        self.request_as("GET", path_and_query, token, &[])
     }
 
     /// `GET` as `ops`, expecting a 200 envelope.
@@ -969,11 +1045,69 @@ impl Drop for Server {
 }
 
 // ---------------------------------------------------------------------------
+// The shared server
+// ---------------------------------------------------------------------------
+
+/// A fixture and a server on it.
+pub struct Shared {
+    pub fixture: Fixture,
+    pub server: Server,
+}
+
+impl Shared {
+    /// The main fixture, served with extra flags.
+    pub fn start(extra: &[&str]) -> Shared {
+        let fixture = Fixture::main();
+        let server = Server::start(&fixture, extra);
+        Shared { fixture, server }
+    }
+}
+
+/// The main fixture with a server of default flags, started once per test binary
+/// (each integration test file is a crate of its own) and shared by its tests.
+pub fn shared_main() -> &'static Shared {
+    static SHARED: OnceLock<Shared> = OnceLock::new();
+    SHARED.get_or_init(|| Shared::start(&[]))
+}
+
+pub fn server() -> &'static Server {
+    &shared_main().server
+}
+
+pub fn fixture() -> &'static Fixture {
+    &shared_main().fixture
+}
+
+/// Every unit record of the main fixture's 2024 window, of both directions.
+pub fn units_all() -> String {
+    format!("/units?{WINDOW}&direction=input,output")
+}
+
+/// Every metric record of the main fixture's 2024 window.
+pub fn metrics_all() -> String {
+    format!("/metrics?{WINDOW}")
+}
+
+/// The `unit_serial` of each record.
+pub fn serials(data: &[Value]) -> Vec<String> {
+    data.iter()
+        .map(|record| record["unit_serial"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The `value` of each metric record.
+pub fn metric_values(data: &[Value]) -> Vec<&str> {
+    data.iter()
+        .map(|record| record["value"].as_str().unwrap())
+        .collect()
+}
+
+// ---------------------------------------------------------------------------
 // HTTP
 // ---------------------------------------------------------------------------
 
 #[derive(Debug, Clone)]
-pub struct Resp {
+pub struct Response {
     pub method: String,
     pub url: String,
     pub status: u16,
@@ -982,38 +1116,40 @@ pub struct Resp {
     pub body: String,
 }
 
-pub fn call(agent: &ureq::Agent, method: &str, url: &str, headers: &[(&str, &str)]) -> Resp {
-    let mut req = agent.request(method, url);
-    for (k, v) in headers {
-        req = req.set(k, v);
+pub fn call(agent: &ureq::Agent, method: &str, url: &str, headers: &[(&str, &str)]) -> Response {
+    let mut request = agent.request(method, url);
+    for (name, value) in headers {
+        request = request.set(name, value);
     }
-    let resp = match req.call() {
-        Ok(r) => r,
-        Err(ureq::Error::Status(_, r)) => r,
-        Err(e) => panic!("{method} {url}: transport error: {e}"),
+    // ureq returns 4xx/5xx as errors; a test wants them like any response.
+    let response = match request.call() {
+        Ok(response) => response,
+        Err(ureq::Error::Status(_, response)) => response,
+        Err(error) => panic!("{method} {url}: transport error: {error}"),
     };
-    let status = resp.status();
-    let mut names: Vec<String> = resp.headers_names();
+    let status = response.status();
+    let mut names: Vec<String> = response.headers_names();
     names.dedup();
     let mut seen = BTreeSet::new();
-    let mut hs = Vec::new();
-    for n in names {
-        if !seen.insert(n.clone()) {
+    let mut received = Vec::new();
+    for name in names {
+        if !seen.insert(name.clone()) {
             continue;
         }
-        for v in resp.all(&n) {
-            hs.push((n.clone(), v.to_string()));
+        for value in response.all(&name) {
+            received.push((name.clone(), value.to_string()));
         }
     }
     let mut body = String::new();
-    resp.into_reader()
+    response
+        .into_reader()
         .read_to_string(&mut body)
-        .unwrap_or_else(|e| panic!("{method} {url}: body: {e}"));
-    Resp {
+        .unwrap_or_else(|error| panic!("{method} {url}: body: {error}"));
+    Response {
         method: method.to_string(),
         url: url.to_string(),
         status,
-        headers: hs,
+        headers: received,
         body,
     }
 }
@@ -1022,36 +1158,32 @@ pub struct Envelope {
     pub data: Vec<Value>,
     pub message: String,
     pub meta: Map<String, Value>,
-    pub resp: Resp,
+    pub response: Response,
 }
 
 impl Envelope {
     pub fn cursor(&self) -> Option<String> {
         self.meta
             .get("next_cursor")
-            .map(|c| c.as_str().unwrap().to_string())
+            .map(|cursor| cursor.as_str().unwrap().to_string())
     }
 }
 
-impl Resp {
+impl Response {
     pub fn header(&self, name: &str) -> Option<&str> {
-        let name = name.to_ascii_lowercase();
-        self.headers
-            .iter()
-            .find(|(k, _)| *k == name)
-            .map(|(_, v)| v.as_str())
+        self.header_all(name).first().copied()
     }
 
     pub fn header_all(&self, name: &str) -> Vec<&str> {
         let name = name.to_ascii_lowercase();
         self.headers
             .iter()
-            .filter(|(k, _)| *k == name)
-            .map(|(_, v)| v.as_str())
+            .filter(|(received, _)| *received == name)
+            .map(|(_, value)| value.as_str())
             .collect()
     }
 
-    pub fn ctx(&self) -> String {
+    pub fn context(&self) -> String {
         format!(
             "{} {} -> {} {}",
             self.method, self.url, self.status, self.body
@@ -1060,19 +1192,44 @@ impl Resp {
 
     pub fn json(&self) -> Value {
         serde_json::from_str(&self.body)
-            .unwrap_or_else(|e| panic!("{}: body is not JSON: {e}", self.ctx()))
+            .unwrap_or_else(|error| panic!("{}: body is not JSON: {error}", self.context()))
+    }
+
+    /// The body, which must be a JSON object.
+    #[track_caller]
+    fn json_object(&self) -> Map<String, Value> {
+        match self.json() {
+            Value::Object(object) => object,
+            _ => panic!("{}: not an object", self.context()),
+        }
+    }
+
+    #[track_caller]
+    fn assert_keys(&self, object: &Map<String, Value>, expected: &[&str], what: &str) {
+        let keys: BTreeSet<&str> = object.keys().map(|key| key.as_str()).collect();
+        let expected: BTreeSet<&str> = expected.iter().copied().collect();
+        assert_eq!(keys, expected, "{}: {what}", self.context());
+    }
+
+    #[track_caller]
+    fn non_empty_string<'a>(&self, object: &'a Map<String, Value>, key: &str) -> &'a str {
+        let text = object[key]
+            .as_str()
+            .unwrap_or_else(|| panic!("{}: {key} not a string", self.context()));
+        assert!(!text.is_empty(), "{}: empty {key}", self.context());
+        text
     }
 
     #[track_caller]
     pub fn assert_json_content_type(&self) {
-        let ct = self
+        let content_type = self
             .header("content-type")
-            .unwrap_or_else(|| panic!("{}: no Content-Type", self.ctx()));
-        let media = ct.split(';').next().unwrap().trim();
+            .unwrap_or_else(|| panic!("{}: no Content-Type", self.context()));
+        let media = content_type.split(';').next().unwrap().trim();
         assert!(
             media.eq_ignore_ascii_case("application/json"),
-            "{}: Content-Type {ct}",
-            self.ctx()
+            "{}: Content-Type {content_type}",
+            self.context()
         );
     }
 
@@ -1084,7 +1241,7 @@ impl Resp {
             ids.len(),
             1,
             "{}: X-Request-Id headers: {ids:?}",
-            self.ctx()
+            self.context()
         );
         ids[0].to_string()
     }
@@ -1092,105 +1249,81 @@ impl Resp {
     /// Asserts a 200 envelope of CONTRACT section 7 and returns it.
     #[track_caller]
     pub fn ok(self) -> Envelope {
-        assert_eq!(self.status, 200, "{}", self.ctx());
+        assert_eq!(self.status, 200, "{}", self.context());
         self.assert_json_content_type();
-        let rid = self.request_id();
-        let v = self.json();
-        let obj = v
-            .as_object()
-            .unwrap_or_else(|| panic!("{}: not an object", self.ctx()));
-        let keys: BTreeSet<&str> = obj.keys().map(|k| k.as_str()).collect();
-        assert_eq!(
-            keys,
-            BTreeSet::from(["data", "message", "meta"]),
-            "{}: envelope keys",
-            self.ctx()
-        );
-        let data = obj["data"]
+        let request_id = self.request_id();
+        let envelope = self.json_object();
+        self.assert_keys(&envelope, &["data", "message", "meta"], "envelope keys");
+        let data = envelope["data"]
             .as_array()
-            .unwrap_or_else(|| panic!("{}: data not an array", self.ctx()))
+            .unwrap_or_else(|| panic!("{}: data not an array", self.context()))
             .clone();
-        let message = obj["message"]
-            .as_str()
-            .unwrap_or_else(|| panic!("{}: message not a string", self.ctx()));
-        assert!(!message.is_empty(), "{}: empty message", self.ctx());
-        let meta = obj["meta"]
+        let message = self.non_empty_string(&envelope, "message");
+        let meta = envelope["meta"]
             .as_object()
-            .unwrap_or_else(|| panic!("{}: meta not an object", self.ctx()))
+            .unwrap_or_else(|| panic!("{}: meta not an object", self.context()))
             .clone();
-        let mkeys: BTreeSet<&str> = meta.keys().map(|k| k.as_str()).collect();
-        let mut want = BTreeSet::from(["timestamp", "request_id", "query_duration_ms"]);
+        let mut meta_keys = vec!["timestamp", "request_id", "query_duration_ms"];
         if meta.contains_key("next_cursor") {
-            want.insert("next_cursor");
-            let c = meta["next_cursor"]
-                .as_str()
-                .unwrap_or_else(|| panic!("{}: next_cursor not a string", self.ctx()));
-            assert!(!c.is_empty(), "{}: empty next_cursor", self.ctx());
+            meta_keys.push("next_cursor");
+            self.non_empty_string(&meta, "next_cursor");
         }
-        assert_eq!(mkeys, want, "{}: meta keys", self.ctx());
-        let ts = meta["timestamp"]
+        self.assert_keys(&meta, &meta_keys, "meta keys");
+        let timestamp = meta["timestamp"]
             .as_str()
-            .unwrap_or_else(|| panic!("{}: timestamp not a string", self.ctx()));
-        let ms = parse_meta_timestamp(ts).unwrap_or_else(|| {
+            .unwrap_or_else(|| panic!("{}: timestamp not a string", self.context()));
+        let milliseconds = parse_meta_timestamp(timestamp).unwrap_or_else(|| {
             panic!(
-                "{}: timestamp {ts:?} is not YYYY-MM-DDTHH:MM:SS.mmmZ",
-                self.ctx()
+                "{}: timestamp {timestamp:?} is not YYYY-MM-DDTHH:MM:SS.mmmZ",
+                self.context()
             )
         });
-        let now_ms = now_secs() * 1000;
+        let now_milliseconds = now_seconds() * 1000;
         assert!(
-            (ms - now_ms).abs() < 300_000,
-            "{}: timestamp {ts} far from now",
-            self.ctx()
+            (milliseconds - now_milliseconds).abs() < 300_000,
+            "{}: timestamp {timestamp} far from now",
+            self.context()
         );
         assert_eq!(
             meta["request_id"].as_str(),
-            Some(rid.as_str()),
+            Some(request_id.as_str()),
             "{}: meta.request_id vs header",
-            self.ctx()
+            self.context()
         );
         assert!(
             meta["query_duration_ms"].is_u64(),
             "{}: query_duration_ms not a non-negative integer",
-            self.ctx()
+            self.context()
         );
         Envelope {
             data,
             message: message.to_string(),
             meta,
-            resp: self,
+            response: self,
         }
     }
 
     /// Asserts an error response: status, JSON, exactly `{"error":{"code","message","details"}}`,
     /// the code, an `X-Request-Id`; returns `details`.
     #[track_caller]
-    pub fn err(&self, status: u16, code: &str) -> Value {
-        assert_eq!(self.status, status, "{}", self.ctx());
+    pub fn error(&self, status: u16, code: &str) -> Value {
+        assert_eq!(self.status, status, "{}", self.context());
         self.assert_json_content_type();
         self.request_id();
-        let v = self.json();
-        let obj = v
+        let body = self.json_object();
+        self.assert_keys(&body, &["error"], "top-level keys");
+        let error = body["error"]
             .as_object()
-            .unwrap_or_else(|| panic!("{}: not an object", self.ctx()));
-        let keys: Vec<&str> = obj.keys().map(|k| k.as_str()).collect();
-        assert_eq!(keys, vec!["error"], "{}: top-level keys", self.ctx());
-        let e = obj["error"]
-            .as_object()
-            .unwrap_or_else(|| panic!("{}: error not an object", self.ctx()));
-        let ekeys: BTreeSet<&str> = e.keys().map(|k| k.as_str()).collect();
+            .unwrap_or_else(|| panic!("{}: error not an object", self.context()));
+        self.assert_keys(error, &["code", "message", "details"], "error keys");
         assert_eq!(
-            ekeys,
-            BTreeSet::from(["code", "message", "details"]),
-            "{}: error keys",
-            self.ctx()
+            error["code"].as_str(),
+            Some(code),
+            "{}: code",
+            self.context()
         );
-        assert_eq!(e["code"].as_str(), Some(code), "{}: code", self.ctx());
-        let msg = e["message"]
-            .as_str()
-            .unwrap_or_else(|| panic!("{}: message not a string", self.ctx()));
-        assert!(!msg.is_empty(), "{}: empty message", self.ctx());
-        e["details"].clone()
+        self.non_empty_string(error, "message");
+        error["details"].clone()
     }
 }
 
@@ -1198,65 +1331,64 @@ impl Resp {
 // Running the CLI
 // ---------------------------------------------------------------------------
 
-/// Runs `stq ARGS` to completion (at most `timeout`), with optional stdin and env.
+/// Reads all of `source` on a thread of its own, so that a full pipe cannot stall
+/// the child while we wait for the other one.
+fn read_in_background(mut source: impl Read + Send + 'static) -> thread::JoinHandle<Vec<u8>> {
+    thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = source.read_to_end(&mut bytes);
+        bytes
+    })
+}
+
+/// Runs `stq ARGS` to completion (at most `timeout`), with optional stdin and
+/// environment variables.
 pub fn run(
     args: &[&str],
     stdin: Option<&[u8]>,
-    envs: &[(&str, &str)],
+    variables: &[(&str, &str)],
     timeout: Duration,
 ) -> Output {
-    let mut cmd = Command::new(bin());
-    cmd.args(args);
-    clean_env(&mut cmd);
-    for (k, v) in envs {
-        cmd.env(k, v);
-    }
-    cmd.stdin(if stdin.is_some() {
-        Stdio::piped()
-    } else {
-        Stdio::null()
-    })
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("spawn stq");
+    let mut command = Command::new(stq_binary());
+    command.args(args);
+    clean_environment(&mut command, variables);
+    command
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command.spawn().expect("spawn stq");
     if let Some(input) = stdin {
-        let mut w = child.stdin.take().unwrap();
+        let mut writer = child.stdin.take().unwrap();
         let input = input.to_vec();
         thread::spawn(move || {
-            let _ = w.write_all(&input);
+            let _ = writer.write_all(&input);
         });
     }
-    let mut out = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let t_out = thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = out.read_to_end(&mut v);
-        v
-    });
-    let t_err = thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = err.read_to_end(&mut v);
-        v
-    });
+    let stdout = read_in_background(child.stdout.take().unwrap());
+    let stderr = read_in_background(child.stderr.take().unwrap());
     let deadline = StdInstant::now() + timeout;
     let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
         }
         if StdInstant::now() > deadline {
             let _ = child.kill();
             let _ = child.wait();
-            let e = t_err.join().unwrap();
+            let stderr = stderr.join().unwrap();
             panic!(
                 "stq {args:?} still running after {timeout:?}; stderr:\n{}",
-                String::from_utf8_lossy(&e)
+                String::from_utf8_lossy(&stderr)
             );
         }
         thread::sleep(Duration::from_millis(20));
     };
     Output {
         status,
-        stdout: t_out.join().unwrap(),
-        stderr: t_err.join().unwrap(),
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
     }
 }
