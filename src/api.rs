@@ -15,6 +15,7 @@ use actix_web::error::InternalError;
 use actix_web::http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use actix_web::{web, App, HttpMessage, HttpRequest, HttpResponse};
 use chrono::Utc;
+use parking_lot::RwLock;
 use serde::Serialize;
 
 use crate::auth::{Principal, Scope, Tokens};
@@ -24,16 +25,50 @@ use crate::index::{Catalog, Matcher, RecordFilter};
 use crate::model::Kind;
 use crate::query::{self, Limits, QueryParams};
 use crate::router::{EngineQuery, QueryResult, RouterHandle};
+use crate::shard::ShardError;
 use crate::time::{timestamp_millis_utc, Instant};
 
 pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-/// What every worker shares: the data's catalog, the tokens and the settings.
+/// What every worker shares: the current generation's catalog and the tokens (both
+/// swapped whole by a reload), and the settings.
 pub struct AppState {
-    pub catalog: Arc<Catalog>,
-    pub tokens: Arc<Tokens>,
+    catalog: RwLock<Arc<Catalog>>,
+    tokens: RwLock<Arc<Tokens>>,
     pub limits: Limits,
     pub cursor_key: CursorKey,
+}
+
+impl AppState {
+    pub fn new(
+        catalog: Arc<Catalog>,
+        tokens: Arc<Tokens>,
+        limits: Limits,
+        cursor_key: CursorKey,
+    ) -> AppState {
+        AppState {
+            catalog: RwLock::new(catalog),
+            tokens: RwLock::new(tokens),
+            limits,
+            cursor_key,
+        }
+    }
+
+    /// The current generation's catalog; a request keeps the one it took first.
+    pub fn catalog(&self) -> Arc<Catalog> {
+        Arc::clone(&self.catalog.read())
+    }
+
+    pub fn tokens(&self) -> Arc<Tokens> {
+        Arc::clone(&self.tokens.read())
+    }
+
+    /// Makes a new generation (already installed in every shard) and the tokens
+    /// read with it current.
+    pub fn swap(&self, catalog: Arc<Catalog>, tokens: Arc<Tokens>) {
+        *self.tokens.write() = tokens;
+        *self.catalog.write() = catalog;
+    }
 }
 
 /// The request id of a request, set by the request-id middleware.
@@ -59,6 +94,8 @@ pub fn app(
         .app_data(web::Data::new(router))
         .service(endpoint("/units", Kind::Units))
         .service(endpoint("/metrics", Kind::Metrics))
+        .service(get_and_head("/healthz", health))
+        .service(get_and_head("/readyz", readiness))
         .default_service(web::to(|| async {
             Err::<HttpResponse, _>(Error::NotFound)
         }))
@@ -86,17 +123,51 @@ pub fn app(
 }
 
 fn endpoint(path: &str, kind: Kind) -> actix_web::Resource {
-    let handler = move |request: HttpRequest,
-                        state: web::Data<AppState>,
-                        router: web::Data<RouterHandle>| async move {
-        answer(kind, &request, &state, &router).await
-    };
+    get_and_head(
+        path,
+        move |request: HttpRequest, state: web::Data<AppState>, router: web::Data<RouterHandle>| async move {
+            answer(kind, &request, &state, &router).await
+        },
+    )
+}
+
+/// A path answered on GET and HEAD, and 405 to any other method.
+fn get_and_head<F, Args>(path: &str, handler: F) -> actix_web::Resource
+where
+    F: actix_web::Handler<Args> + Clone,
+    Args: actix_web::FromRequest + 'static,
+    F::Output: actix_web::Responder + 'static,
+{
     web::resource(path)
-        .route(web::get().to(handler))
+        .route(web::get().to(handler.clone()))
         .route(web::head().to(handler))
         .default_service(web::to(|| async {
             Err::<HttpResponse, _>(Error::MethodNotAllowed)
         }))
+}
+
+/// `GET /healthz`: the process serves.
+async fn health() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type(JSON)
+        .body(r#"{"status":"ok"}"#)
+}
+
+/// `GET /readyz`: which generation is served, and what its load found. The server
+/// binds only once the first snapshot has loaded, so it is always ready here.
+async fn readiness(state: web::Data<AppState>) -> HttpResponse {
+    let catalog = state.catalog();
+    let summary = &catalog.summary;
+    let body = serde_json::json!({
+        "status": "ready",
+        "generation": catalog.generation,
+        "loaded_at": summary.loaded_at,
+        "units": summary.units,
+        "metrics": summary.metrics,
+        "stations": catalog.stations.len(),
+        "skipped_lines": summary.skipped_lines,
+    });
+    HttpResponse::Ok().content_type(JSON).body(body.to_string())
 }
 
 /// The client's `X-Request-Id` when it is 1 to 128 visible ASCII characters, else a
@@ -125,20 +196,29 @@ async fn answer(
         .get::<RequestId>()
         .map_or_else(|| request_id(request.headers()), |id| id.0.clone());
 
-    let principal = state.tokens.authenticate(
+    let principal = state.tokens().authenticate(
         request
             .headers()
             .get(header::AUTHORIZATION)
             .map(HeaderValue::as_bytes),
     )?;
     let params = query::parse(kind, request.query_string(), state.limits)?;
-    let plan = plan(kind, &params, &principal, state, arrived)?;
-    let mut result = router.execute(plan.query.clone()).await.map_err(|error| {
-        tracing::error!(request_id = %request_id, %error, "query failed");
-        Error::Internal {
-            request_id: request_id.clone(),
+    // A request is answered from the one generation it planned on. Only if two
+    // reloads pass while it is in flight has that generation left the shards; it is
+    // then planned once more, on the current one.
+    let mut retried = false;
+    let (plan, mut result) = loop {
+        let catalog = state.catalog();
+        let plan = plan(kind, &params, &principal, state, catalog, arrived)?;
+        match router.execute(plan.query.clone()).await {
+            Ok(result) => break (plan, result),
+            Err(ShardError::OtherGeneration { .. }) if !retried => retried = true,
+            Err(error) => {
+                tracing::error!(request_id = %request_id, %error, "query failed");
+                return Err(Error::Internal { request_id });
+            }
         }
-    })?;
+    };
 
     let next_cursor = match params.limit {
         None if result.len() > state.limits.max_records => {
@@ -154,7 +234,7 @@ async fn answer(
                 .expect("a full page has a last record");
             let cursor = Cursor {
                 kind,
-                generation: state.catalog.generation,
+                generation: plan.query.catalog.generation,
                 window: plan.query.window,
                 after,
             };
@@ -189,9 +269,9 @@ fn plan(
     params: &QueryParams,
     principal: &Principal,
     state: &AppState,
+    catalog: Arc<Catalog>,
     arrived: Instant,
 ) -> Result<Plan, Error> {
-    let catalog = &state.catalog;
     // Only pages have cursors (a cursor without `limit` was refused already).
     let scope = params.limit.map(|_| cursor_scope(kind, params, principal));
     let (window, after) = match (&params.cursor, &scope) {
@@ -273,7 +353,7 @@ fn plan(
     let cap = params.limit.unwrap_or(state.limits.max_records) + 1;
     Ok(Plan {
         query: EngineQuery {
-            catalog: Arc::clone(catalog),
+            catalog,
             stations,
             window,
             after,

@@ -67,6 +67,11 @@ pub struct ServeArgs {
     #[arg(long, env = "STQ_ON_INVALID", value_enum, default_value_t = OnInvalid::Fail)]
     pub on_invalid: OnInvalid,
 
+    /// Reload on its own when a snapshot file or the tokens file changes (SIGHUP
+    /// always reloads).
+    #[arg(long, env = "STQ_WATCH")]
+    pub watch: bool,
+
     /// HTTP worker threads, each with its own router [default: CPUs].
     #[arg(long, env = "STQ_WORKERS")]
     pub workers: Option<NonZeroUsize>,

@@ -190,6 +190,17 @@ pub struct Catalog {
     pub placements: Vec<Placement>,
     pub symbols: Symbols,
     pub shard_count: usize,
+    pub summary: LoadSummary,
+}
+
+/// What the load that made a generation found, as `/readyz` reports it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LoadSummary {
+    /// RFC 3339, UTC.
+    pub loaded_at: String,
+    pub units: u64,
+    pub metrics: u64,
+    pub skipped_lines: u64,
 }
 
 impl Catalog {

@@ -10,6 +10,7 @@ pub mod gen;
 pub mod index;
 pub mod model;
 pub mod query;
+pub mod reload;
 pub mod router;
 pub mod server;
 pub mod shard;

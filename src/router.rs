@@ -161,6 +161,30 @@ impl Engine {
         (Engine { shards }, generation.catalog)
     }
 
+    /// Hands every shard its part of a new generation and waits until all hold it.
+    /// Only then may the catalog be swapped: a request planned on the new catalog
+    /// must find the new data in every shard.
+    pub async fn install(&self, generation: Generation) -> Result<Arc<Catalog>, ShardError> {
+        assert_eq!(
+            generation.shards.len(),
+            self.shards.len(),
+            "a generation is built for the engine's shard count"
+        );
+        let installs = self
+            .shards
+            .iter()
+            .zip(generation.shards)
+            .map(|(shard, data)| shard.install(data));
+        for result in join_all(installs).await {
+            result?;
+        }
+        Ok(generation.catalog)
+    }
+
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
     /// Stops every shard's thread; routers still running answer with errors after.
     pub fn stop(&self) {
         for shard in self.shards.iter() {

@@ -13,6 +13,7 @@ use crate::auth::Tokens;
 use crate::config::{cpus, ServeArgs};
 use crate::cursor::CursorKey;
 use crate::query::Limits;
+use crate::reload::{reload_on_change, reload_on_hangup, Reloader};
 use crate::router::Engine;
 use crate::snapshot::{self, LoadError, LoadOptions, LoadReport, INVALID_LINES_SHOWN};
 
@@ -66,13 +67,32 @@ async fn run(
     report: LoadReport,
 ) -> anyhow::Result<()> {
     let (engine, catalog) = Engine::start(generation);
-    let state = web::Data::new(AppState {
+    let stations = catalog.stations.len();
+    let state = web::Data::new(AppState::new(
         catalog,
-        tokens: Arc::new(tokens),
+        Arc::new(tokens),
         limits,
-        cursor_key: CursorKey::random(),
-    });
-    let stations = state.catalog.stations.len();
+        CursorKey::random(),
+    ));
+    let trigger = Reloader {
+        engine: engine.clone(),
+        state: state.clone(),
+        snapshots: args.snapshots.clone(),
+        tokens: args.tokens.clone(),
+        on_invalid: args.on_invalid,
+        threads: cpus(),
+    }
+    .spawn();
+    reload_on_hangup(trigger.clone()).context("cannot listen for SIGHUP")?;
+    // The watch lasts as long as this value: until the server stops.
+    let _watcher = if args.watch {
+        Some(
+            reload_on_change(trigger, &args.snapshots, &args.tokens)
+                .context("cannot watch the snapshot directory and the tokens file")?,
+        )
+    } else {
+        None
+    };
     let server = HttpServer::new(move || api::app(state.clone(), engine.router()))
         .workers(workers)
         .bind(&args.listen)

@@ -1,5 +1,6 @@
-//! The shard actor: owns one shard's stations of the current generation and scans
-//! them on its own `Arbiter` (thread), so no shard's work blocks another's.
+//! The shard actor: owns one shard's stations of the current generation (and of the
+//! one before, for requests still in flight across a reload) and scans them on its
+//! own `Arbiter` (thread), so no shard's work blocks another's.
 
 use std::sync::Arc;
 
@@ -27,6 +28,16 @@ pub struct ShardReply {
     pub hits: Vec<Hit>,
 }
 
+/// Make `data` the current generation; the current one becomes the previous one, so
+/// that requests planned against it before the catalog was swapped still finish.
+pub struct Install {
+    pub data: Arc<ShardData>,
+}
+
+impl Message for Install {
+    type Result = ();
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ShardError {
     #[error("the shard holds generation {held}, not {wanted}")]
@@ -38,7 +49,8 @@ pub enum ShardError {
 // --- The actor -------------------------------------------------------------------
 
 pub struct ShardActor {
-    data: Arc<ShardData>,
+    current: Arc<ShardData>,
+    previous: Option<Arc<ShardData>>,
 }
 
 impl Actor for ShardActor {
@@ -49,16 +61,25 @@ impl Handler<Scan> for ShardActor {
     type Result = Result<ShardReply, ShardError>;
 
     fn handle(&mut self, message: Scan, _: &mut Context<Self>) -> Self::Result {
-        if message.generation != self.data.generation {
-            return Err(ShardError::OtherGeneration {
-                held: self.data.generation,
+        let data = std::iter::once(&self.current)
+            .chain(&self.previous)
+            .find(|data| data.generation == message.generation)
+            .ok_or(ShardError::OtherGeneration {
+                held: self.current.generation,
                 wanted: message.generation,
-            });
-        }
+            })?;
         Ok(ShardReply {
-            hits: self.data.scan(&message.request),
-            data: Arc::clone(&self.data),
+            hits: data.scan(&message.request),
+            data: Arc::clone(data),
         })
+    }
+}
+
+impl Handler<Install> for ShardActor {
+    type Result = ();
+
+    fn handle(&mut self, message: Install, _: &mut Context<Self>) {
+        self.previous = Some(std::mem::replace(&mut self.current, message.data));
     }
 }
 
@@ -75,8 +96,11 @@ impl ShardHandle {
     /// Starts a shard actor on a new arbiter of its own. Needs a running actix system.
     pub fn start(data: ShardData) -> ShardHandle {
         let arbiter = Arbiter::new();
-        let data = Arc::new(data);
-        let address = ShardActor::start_in_arbiter(&arbiter.handle(), move |_| ShardActor { data });
+        let current = Arc::new(data);
+        let address = ShardActor::start_in_arbiter(&arbiter.handle(), move |_| ShardActor {
+            current,
+            previous: None,
+        });
         ShardHandle {
             address,
             arbiter: arbiter.handle(),
@@ -86,6 +110,11 @@ impl ShardHandle {
     /// Stops the shard's arbiter thread once its queued messages are handled.
     pub fn stop(&self) {
         self.arbiter.stop();
+    }
+
+    pub async fn install(&self, data: ShardData) -> Result<(), ShardError> {
+        let data = Arc::new(data);
+        Ok(self.address.send(Install { data }).await?)
     }
 
     pub async fn scan(

@@ -24,8 +24,8 @@ use flate2::read::MultiGzDecoder;
 use parking_lot::Mutex;
 
 use crate::index::{
-    load_seq, Catalog, Generation, MetricEntry, Placement, RecordKey, ShardData, Span, StationData,
-    Symbol, Symbols, UnitEntry,
+    load_seq, Catalog, Generation, LoadSummary, MetricEntry, Placement, RecordKey, ShardData, Span,
+    StationData, Symbol, Symbols, UnitEntry,
 };
 use crate::model::{parse_line, FilterFields, Kind};
 
@@ -132,7 +132,13 @@ pub fn load(options: &LoadOptions) -> Result<(Generation, LoadReport), LoadError
         });
     }
     let symbols = std::mem::take(&mut state.symbols).into_symbols();
-    let generation = build(state.stations, symbols, options)?;
+    let summary = LoadSummary {
+        loaded_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        units: report.units,
+        metrics: report.metrics,
+        skipped_lines: report.invalid.len() as u64,
+    };
+    let generation = build(state.stations, symbols, summary, options)?;
     report.stations = generation.catalog.stations.len();
     report.elapsed = started.elapsed();
     Ok((generation, report))
@@ -549,6 +555,7 @@ impl StationBuilder {
 fn build(
     stations: DashMap<Box<str>, StationBuilder>,
     symbols: Symbols,
+    summary: LoadSummary,
     options: &LoadOptions,
 ) -> Result<Generation, LoadError> {
     let mut stations: Vec<(Box<str>, StationBuilder)> = stations.into_iter().collect();
@@ -604,6 +611,7 @@ fn build(
             placements,
             symbols,
             shard_count,
+            summary,
         }),
         shards,
     })

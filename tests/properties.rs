@@ -1077,15 +1077,15 @@ impl Server {
             Tokens::parse(&tokens_file(tokens)).map_err(|error| failure("tokens", error))?;
 
         let (engine, catalog) = Engine::start(generation);
-        let state = web::Data::new(AppState {
+        let state = web::Data::new(AppState::new(
             catalog,
-            tokens: Arc::new(tokens),
-            limits: Limits {
+            Arc::new(tokens),
+            Limits {
                 max_records,
                 max_stations: 1000,
             },
-            cursor_key: CursorKey::random(),
-        });
+            CursorKey::random(),
+        ));
         let service = Rc::new(actix_test::init_service(app(state, engine.router())).await);
         let call: Call = Box::new(move |uri, secret| {
             let service = Rc::clone(&service);
