@@ -6,6 +6,7 @@
 //! parameters, stations, then size. The whole body is assembled before the response
 //! starts, so an error can never follow a 200.
 
+use std::hash::{Hash as _, Hasher as _};
 use std::sync::Arc;
 use std::time::Instant as Stopwatch;
 
@@ -13,6 +14,7 @@ use actix_web::body::MessageBody;
 use actix_web::dev::{Service as _, ServiceFactory, ServiceRequest, ServiceResponse};
 use actix_web::error::InternalError;
 use actix_web::http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use actix_web::middleware::Compress;
 use actix_web::{web, App, HttpMessage, HttpRequest, HttpResponse};
 use chrono::Utc;
 use parking_lot::RwLock;
@@ -37,6 +39,9 @@ pub struct AppState {
     tokens: RwLock<Arc<Tokens>>,
     pub limits: Limits,
     pub cursor_key: CursorKey,
+    /// Drawn at start-up and part of every ETag: generations count from 1 again
+    /// after a restart, and a restarted server must not call a client's copy fresh.
+    boot: u64,
 }
 
 impl AppState {
@@ -51,6 +56,7 @@ impl AppState {
             tokens: RwLock::new(tokens),
             limits,
             cursor_key,
+            boot: rand::random(),
         }
     }
 
@@ -99,6 +105,7 @@ pub fn app(
         .default_service(web::to(|| async {
             Err::<HttpResponse, _>(Error::NotFound)
         }))
+        .wrap(Compress::default())
         .wrap_fn(|request, service| {
             let id = request_id(request.headers());
             request.extensions_mut().insert(RequestId(id.clone()));
@@ -107,19 +114,33 @@ pub fn app(
                 let value = HeaderValue::from_str(&id).expect("request ids are visible ASCII");
                 match response.await {
                     Ok(mut response) => {
-                        response.headers_mut().insert(X_REQUEST_ID, value);
+                        common_headers(response.headers_mut(), value);
                         Ok(response)
                     }
                     // Errors normally arrive as responses; one that escapes as an
-                    // error still leaves with its request id.
+                    // error still leaves with the same headers.
                     Err(error) => {
                         let mut response = error.error_response();
-                        response.headers_mut().insert(X_REQUEST_ID, value);
+                        common_headers(response.headers_mut(), value);
                         Err(InternalError::from_response(error, response).into())
                     }
                 }
             }
         })
+}
+
+/// What every response carries (CONTRACT sections 7 and 8). Set after compression,
+/// so that `Vary` is exactly the contract's.
+fn common_headers(headers: &mut HeaderMap, request_id: HeaderValue) {
+    headers.insert(X_REQUEST_ID, request_id);
+    headers.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("private, no-cache"),
+    );
+    headers.insert(
+        header::VARY,
+        HeaderValue::from_static("Authorization, Accept-Encoding"),
+    );
 }
 
 fn endpoint(path: &str, kind: Kind) -> actix_web::Resource {
@@ -220,6 +241,15 @@ async fn answer(
         }
     };
 
+    // The tag depends only on the request, so a fresh copy is known before any
+    // record is copied.
+    let etag = entity_tag(state.boot, kind, &plan, &params, &principal.scope);
+    if if_none_match(request.headers(), &etag) {
+        return Ok(HttpResponse::NotModified()
+            .insert_header((header::ETAG, etag))
+            .finish());
+    }
+
     let next_cursor = match params.limit {
         None if result.len() > state.limits.max_records => {
             return Err(Error::ResultTooLarge {
@@ -254,7 +284,45 @@ async fn answer(
         next_cursor: next_cursor.as_deref(),
     };
     let body = envelope(kind, &result, &meta);
-    Ok(HttpResponse::Ok().content_type(JSON).body(body))
+    Ok(HttpResponse::Ok()
+        .content_type(JSON)
+        .insert_header((header::ETAG, etag))
+        .body(body))
+}
+
+/// A weak ETag that changes exactly when the response's `data` or `next_cursor`
+/// could: it hashes the generation, the endpoint, the normalized query with its
+/// window resolved, the page's start and size, and the token's station scope (not
+/// the token: two tokens that see the same stations share cached answers).
+fn entity_tag(boot: u64, kind: Kind, plan: &Plan, params: &QueryParams, scope: &Scope) -> String {
+    let mut hasher = std::hash::DefaultHasher::new();
+    (
+        boot,
+        plan.query.catalog.generation,
+        kind,
+        plan.query.window,
+        plan.query.after,
+        params.limit,
+        &params.station_ids,
+        &params.unit_types,
+        &params.unit_serial,
+        params.directions,
+        &params.names,
+        scope,
+    )
+        .hash(&mut hasher);
+    format!("W/\"{:016x}\"", hasher.finish())
+}
+
+/// Whether `If-None-Match` names `etag` (weak comparison) or is `*`.
+fn if_none_match(headers: &HeaderMap, etag: &str) -> bool {
+    let opaque = |tag: &str| tag.trim().trim_start_matches("W/").to_owned();
+    let wanted = opaque(etag);
+    headers
+        .get_all(header::IF_NONE_MATCH)
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .any(|tag| tag.trim() == "*" || opaque(tag) == wanted)
 }
 
 /// A request turned into an engine query, and, for a paged one, the scope its

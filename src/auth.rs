@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 use crate::error::Error;
 
 /// The stations a token may see.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Scope {
     All,
     Stations(BTreeSet<String>),
