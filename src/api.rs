@@ -10,12 +10,15 @@ use std::hash::{Hash as _, Hasher as _};
 use std::sync::Arc;
 use std::time::Instant as Stopwatch;
 
+use actix_cors::Cors;
+use actix_web::body::EitherBody;
 use actix_web::body::MessageBody;
 use actix_web::dev::{Service as _, ServiceFactory, ServiceRequest, ServiceResponse};
 use actix_web::error::InternalError;
 use actix_web::http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use actix_web::middleware::Compress;
-use actix_web::{web, App, HttpMessage, HttpRequest, HttpResponse};
+use actix_web::http::{Method, StatusCode};
+use actix_web::middleware::{Compress, Condition};
+use actix_web::{web, App, HttpMessage, HttpRequest, HttpResponse, ResponseError as _};
 use chrono::Utc;
 use parking_lot::RwLock;
 use serde::Serialize;
@@ -39,6 +42,8 @@ pub struct AppState {
     tokens: RwLock<Arc<Tokens>>,
     pub limits: Limits,
     pub cursor_key: CursorKey,
+    /// Origins allowed by CORS; none by default.
+    pub cors_origins: Vec<String>,
     /// Drawn at start-up and part of every ETag: generations count from 1 again
     /// after a restart, and a restarted server must not call a client's copy fresh.
     boot: u64,
@@ -57,6 +62,14 @@ impl AppState {
             limits,
             cursor_key,
             boot: rand::random(),
+            cors_origins: Vec::new(),
+        }
+    }
+
+    pub fn with_cors_origins(self, cors_origins: Vec<String>) -> AppState {
+        AppState {
+            cors_origins,
+            ..self
         }
     }
 
@@ -95,6 +108,7 @@ pub fn app(
         InitError = (),
     >,
 > {
+    let origins: Arc<[String]> = state.cors_origins.clone().into();
     App::new()
         .app_data(state)
         .app_data(web::Data::new(router))
@@ -106,27 +120,84 @@ pub fn app(
             Err::<HttpResponse, _>(Error::NotFound)
         }))
         .wrap(Compress::default())
-        .wrap_fn(|request, service| {
+        .wrap(Condition::new(!origins.is_empty(), cors(&origins)))
+        .wrap_fn(move |request, service| {
             let id = request_id(request.headers());
             request.extensions_mut().insert(RequestId(id.clone()));
-            let response = service.call(request);
+            let preflight = is_preflight(&request);
+            // An unlisted origin gets no CORS headers: its preflight is one more
+            // OPTIONS, and that is a 405.
+            let refused = preflight && !origin_listed(&origins, request.headers());
+            let response = if refused {
+                Err(request)
+            } else {
+                Ok(service.call(request))
+            };
             async move {
                 let value = HeaderValue::from_str(&id).expect("request ids are visible ASCII");
-                match response.await {
-                    Ok(mut response) => {
-                        common_headers(response.headers_mut(), value);
-                        Ok(response)
-                    }
-                    // Errors normally arrive as responses; one that escapes as an
-                    // error still leaves with the same headers.
-                    Err(error) => {
-                        let mut response = error.error_response();
-                        common_headers(response.headers_mut(), value);
-                        Err(InternalError::from_response(error, response).into())
-                    }
-                }
+                let mut response = match response {
+                    Err(request) => request
+                        .error_response(Error::MethodNotAllowed)
+                        .map_into_right_body(),
+                    Ok(response) => match response.await {
+                        Ok(response) if preflight => answer_preflight(response),
+                        Ok(response) => response.map_into_left_body(),
+                        // Errors normally arrive as responses; one that escapes as
+                        // an error still leaves with the same headers.
+                        Err(error) => {
+                            let mut response = error.error_response();
+                            common_headers(response.headers_mut(), value);
+                            return Err(InternalError::from_response(error, response).into());
+                        }
+                    },
+                };
+                common_headers(response.headers_mut(), value);
+                Ok(response)
             }
         })
+}
+
+/// CORS for the listed origins (`*` for any): GET and HEAD with `Authorization`.
+fn cors(origins: &[String]) -> Cors {
+    let cors = origins
+        .iter()
+        .fold(Cors::default(), |cors, origin| match origin.as_str() {
+            "*" => cors.allow_any_origin(),
+            origin => cors.allowed_origin(origin),
+        });
+    cors.allowed_methods([Method::GET, Method::HEAD])
+        .allowed_header(header::AUTHORIZATION)
+        .max_age(600)
+}
+
+fn is_preflight(request: &ServiceRequest) -> bool {
+    request.method() == Method::OPTIONS
+        && request.headers().contains_key(header::ORIGIN)
+        && request
+            .headers()
+            .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD)
+}
+
+fn origin_listed(origins: &[String], headers: &HeaderMap) -> bool {
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return false;
+    };
+    origins
+        .iter()
+        .any(|listed| listed == "*" || listed.as_bytes() == origin.as_bytes())
+}
+
+/// A listed origin's preflight, as actix-cors answered it: 204 when it allowed the
+/// request, else the 405 any other OPTIONS gets, with the contract's error body.
+fn answer_preflight<B>(mut response: ServiceResponse<B>) -> ServiceResponse<EitherBody<B>> {
+    if response.status().is_success() {
+        *response.response_mut().status_mut() = StatusCode::NO_CONTENT;
+        response.map_into_left_body()
+    } else {
+        response
+            .into_response(Error::MethodNotAllowed.error_response())
+            .map_into_right_body()
+    }
 }
 
 /// What every response carries (CONTRACT sections 7 and 8). Set after compression,

@@ -72,6 +72,11 @@ pub struct ServeArgs {
     #[arg(long, env = "STQ_WATCH")]
     pub watch: bool,
 
+    /// An origin that browsers may call stq from, e.g. `https://grafana.example.com`
+    /// (repeatable; `*` for any). None by default.
+    #[arg(long = "cors-origin", env = "STQ_CORS_ORIGIN", value_delimiter = ',', value_parser = parse_origin)]
+    pub cors_origins: Vec<String>,
+
     /// HTTP worker threads, each with its own router [default: CPUs].
     #[arg(long, env = "STQ_WORKERS")]
     pub workers: Option<NonZeroUsize>,
@@ -112,6 +117,27 @@ pub struct GenArgs {
     pub end: Option<String>,
 }
 
+/// An origin as browsers send it: `scheme://host[:port]`, nothing more; or `*`.
+fn parse_origin(text: &str) -> Result<String, String> {
+    if text == "*" {
+        return Ok(text.to_owned());
+    }
+    let uri: actix_web::http::Uri = text
+        .parse()
+        .map_err(|error| format!("not an origin: {error}"))?;
+    let plain = matches!(uri.scheme_str(), Some("http" | "https"))
+        && uri.host().is_some()
+        && uri
+            .path_and_query()
+            .map_or(true, |path| matches!(path.as_str(), "" | "/"))
+        && !text.ends_with('/');
+    if plain {
+        Ok(text.to_owned())
+    } else {
+        Err("an origin is scheme://host[:port], e.g. https://grafana.example.com".to_owned())
+    }
+}
+
 /// The number of CPUs, the default for shards and workers.
 pub fn cpus() -> usize {
     std::thread::available_parallelism().map_or(1, NonZeroUsize::get)
@@ -150,5 +176,28 @@ mod tests {
         );
         assert!(Cli::try_parse_from(["stq", "serve", "--max-records", "0"]).is_err());
         assert!(Cli::try_parse_from(["stq", "serve", "--on-invalid", "maybe"]).is_err());
+        let cli = Cli::try_parse_from([
+            "stq",
+            "--cors-origin",
+            "https://a.example",
+            "--cors-origin",
+            "http://b.example:3000",
+        ])
+        .unwrap();
+        assert_eq!(
+            cli.serve.cors_origins,
+            ["https://a.example", "http://b.example:3000"]
+        );
+        for bad in [
+            "a.example",
+            "https://a.example/",
+            "https://a.example/x",
+            "ftp://a.example",
+        ] {
+            assert!(
+                Cli::try_parse_from(["stq", "--cors-origin", bad]).is_err(),
+                "{bad}"
+            );
+        }
     }
 }
