@@ -92,7 +92,9 @@ impl Reloader {
             while receiver.recv().await.is_some() {
                 let current = self.state.catalog().generation;
                 match self.reload().await {
-                    Ok((generation, report)) => tracing::info!(
+                    Ok((generation, report)) => {
+                        report.log_warnings(&self.snapshots);
+                        tracing::info!(
                         "reloaded: generation {generation}, {} records ({} units, {} metrics), \
                          {} stations, {} invalid lines skipped, in {} ms",
                         report.records(),
@@ -101,7 +103,8 @@ impl Reloader {
                         report.stations,
                         report.invalid.len(),
                         report.elapsed.as_millis()
-                    ),
+                    )
+                    }
                     Err(ReloadError::Snapshot(LoadError::Invalid { report })) => {
                         for line in &report.invalid {
                             tracing::error!("reload: {line}");

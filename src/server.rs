@@ -45,7 +45,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
         Err(error) => return Err(error.into()),
     };
-    log_load(&report, &args);
+    report.log_warnings(&args.snapshots);
 
     let limits = Limits {
         max_records: args.max_records.get(),
@@ -68,12 +68,10 @@ async fn run(
 ) -> anyhow::Result<()> {
     let (engine, catalog) = Engine::start(generation);
     let stations = catalog.stations.len();
-    let state = web::Data::new(AppState::new(
-        catalog,
-        Arc::new(tokens),
-        limits,
-        CursorKey::random(),
-    ));
+    let state = web::Data::new(
+        AppState::new(catalog, Arc::new(tokens), limits, CursorKey::random())
+            .with_cors_origins(args.cors_origins.clone()),
+    );
     let trigger = Reloader {
         engine: engine.clone(),
         state: state.clone(),
@@ -95,6 +93,8 @@ async fn run(
     };
     let server = HttpServer::new(move || api::app(state.clone(), engine.router()))
         .workers(workers)
+        // actix-server stops at once on SIGINT; the contract wants both graceful.
+        .disable_signals()
         .bind(&args.listen)
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let addresses: Vec<String> = server
@@ -116,28 +116,29 @@ async fn run(
         report.bytes as f64 / 1e6 / report.elapsed.as_secs_f64().max(1e-9),
         addresses.join(", ")
     );
-    server.run().await.context("the HTTP server failed")
+    let server = server.run();
+    stop_gracefully_on_signals(server.handle()).context("cannot listen for SIGTERM and SIGINT")?;
+    server.await.context("the HTTP server failed")
 }
 
-/// Warnings about what loaded but deserves a look.
-fn log_load(report: &LoadReport, args: &ServeArgs) {
-    if report.files.is_empty() {
-        tracing::warn!(
-            directory = %args.snapshots.display(),
-            "the snapshot directory holds no *.units.jsonl or *.metrics.jsonl files: serving no records"
-        );
-    }
-    for line in &report.invalid {
-        tracing::warn!("skipped {line}");
-    }
-    for file in &report.files {
-        if !file.unknown_fields.is_empty() {
-            let names: Vec<&str> = file.unknown_fields.iter().map(String::as_str).collect();
-            tracing::warn!(
-                "{}: unknown fields ignored: {}",
-                file.path,
-                names.join(", ")
-            );
-        }
-    }
+/// On SIGTERM or SIGINT: stop accepting, let the requests in flight finish, then
+/// end the process.
+fn stop_gracefully_on_signals(server: actix_web::dev::ServerHandle) -> std::io::Result<()> {
+    use actix_web::rt::signal::unix::{signal, SignalKind};
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    actix_web::rt::spawn(async move {
+        let name = match futures_util::future::select(
+            Box::pin(terminate.recv()),
+            Box::pin(interrupt.recv()),
+        )
+        .await
+        {
+            futures_util::future::Either::Left(_) => "SIGTERM",
+            futures_util::future::Either::Right(_) => "SIGINT",
+        };
+        tracing::info!("{name}: no new connections; finishing the requests in flight");
+        server.stop(true).await;
+    });
+    Ok(())
 }

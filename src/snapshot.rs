@@ -95,6 +95,30 @@ impl LoadReport {
     pub fn records(&self) -> u64 {
         self.units + self.metrics
     }
+
+    /// Logs what loaded but deserves a look: an empty directory, each skipped line
+    /// as `path:line: reason`, and each file's unknown fields, once.
+    pub fn log_warnings(&self, directory: &Path) {
+        if self.files.is_empty() {
+            tracing::warn!(
+                directory = %directory.display(),
+                "the snapshot directory holds no *.units.jsonl or *.metrics.jsonl files: serving no records"
+            );
+        }
+        for line in &self.invalid {
+            tracing::warn!("skipped {line}");
+        }
+        for file in &self.files {
+            if !file.unknown_fields.is_empty() {
+                let names: Vec<&str> = file.unknown_fields.iter().map(String::as_str).collect();
+                tracing::warn!(
+                    "{}: unknown fields ignored: {}",
+                    file.path,
+                    names.join(", ")
+                );
+            }
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,987 @@
+//! CONTRACT section 8, operations: the probes `/healthz` and `/readyz`, hot reload
+//! of the snapshot directory and the tokens file on SIGHUP and with `--watch`, and
+//! what generations promise: a failed reload keeps the old one serving and logs each
+//! `path:line: reason`, a request is answered from one whole generation even while
+//! reloads run under load, and a cursor does not cross from one to the next. Last,
+//! a stop signal (SIGTERM, SIGINT) lets a large in-flight response finish.
+//!
+//! Each test starts its own `stq serve` directly, not through the shell wrapper of
+//! `common::Server`, because signals must reach the server's own process id.
+//! Reloads take time: tests poll `/readyz` for the next generation (or stderr for
+//! `reload failed`) instead of sleeping.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+
+/// How long a reload (or a reload failure) may take to show.
+const RELOAD_TIMEOUT: Duration = Duration::from_secs(10);
+
+// ---------------------------------------------------------------------------
+// The server process, with its pid
+// ---------------------------------------------------------------------------
+
+/// `stq serve` as a direct child, so that `kill -HUP <pid>` reaches it; its stderr
+/// is collected line by line as it comes. Dropping it kills the server.
+struct ServerProcess {
+    child: Mutex<Child>,
+    pid: u32,
+    base: String,
+    agent: ureq::Agent,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl ServerProcess {
+    fn start(fixture: &Fixture, extra: &[&str]) -> ServerProcess {
+        let mut command = Command::new(stq_binary());
+        command.args(serve_args(&fixture.snapshots, &fixture.tokens, extra));
+        clean_environment(&mut command, &[]);
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().expect("spawn stq");
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        {
+            let log = log.clone();
+            thread::spawn(move || {
+                for line in BufReader::new(stderr).split(b'\n') {
+                    let Ok(line) = line else { break };
+                    let line = strip_ansi(&String::from_utf8_lossy(&line));
+                    log.lock().unwrap().push(line);
+                }
+            });
+        }
+        let mut server = ServerProcess {
+            pid: child.id(),
+            child: Mutex::new(child),
+            base: String::new(),
+            agent: ureq::AgentBuilder::new()
+                .timeout(Duration::from_secs(30))
+                .redirects(0)
+                .build(),
+            log,
+        };
+        let marker = "listening on http://127.0.0.1:";
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let port = server.log().iter().find_map(|line| {
+                let after = &line[line.find(marker)? + marker.len()..];
+                let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
+                digits.parse::<u16>().ok()
+            });
+            if let Some(port) = port {
+                server.base = format!("http://127.0.0.1:{port}");
+                return server;
+            }
+            if let Some(status) = server.child.lock().unwrap().try_wait().unwrap() {
+                thread::sleep(Duration::from_millis(100));
+                panic!(
+                    "stq exited ({status}) before ready:\n{}",
+                    server.log().join("\n")
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "stq not ready within 30 s:\n{}",
+                server.log().join("\n")
+            );
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn url(&self, path_and_query: &str) -> String {
+        format!("{}{}", self.base, path_and_query)
+    }
+
+    /// Sends `kill -NAME` to the server.
+    fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .args([format!("-{name}"), self.pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{name} {} failed", self.pid);
+    }
+
+    fn request(&self, method: &str, path_and_query: &str, token: Option<&str>) -> Response {
+        let authorization = token.map(|token| format!("Bearer {token}"));
+        let headers: Vec<(&str, &str)> = authorization
+            .iter()
+            .map(|value| ("Authorization", value.as_str()))
+            .collect();
+        call(&self.agent, method, &self.url(path_and_query), &headers)
+    }
+
+    fn get(&self, path_and_query: &str, token: Option<&str>) -> Response {
+        self.request("GET", path_and_query, token)
+    }
+
+    /// `GET` as `ops`: the records of a 200 envelope.
+    fn records(&self, path_and_query: &str) -> Vec<Value> {
+        self.get(path_and_query, Some(OPS)).ok().data
+    }
+
+    /// The body of `GET /readyz`, which must be 200.
+    fn readiness(&self) -> Value {
+        let response = self.get("/readyz", None);
+        assert_eq!(response.status, 200, "{}", response.context());
+        response.json()
+    }
+
+    fn generation(&self) -> u64 {
+        generation_of(&self.readiness())
+    }
+
+    /// Polls `/readyz` until the generation is past `previous`; returns that body.
+    #[track_caller]
+    fn wait_for_generation_after(&self, previous: u64) -> Value {
+        let deadline = Instant::now() + RELOAD_TIMEOUT;
+        loop {
+            let readiness = self.readiness();
+            if generation_of(&readiness) > previous {
+                return readiness;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "still generation {previous} after {RELOAD_TIMEOUT:?}; stderr:\n{}",
+                self.log().join("\n")
+            );
+            thread::sleep(Duration::from_millis(25));
+        }
+    }
+
+    /// Everything the server wrote on stderr so far.
+    fn log(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+
+    fn log_count(&self, needle: &str) -> usize {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|line| line.contains(needle))
+            .count()
+    }
+
+    /// Waits until `needle` has appeared on `occurrences` stderr lines.
+    #[track_caller]
+    fn wait_for_log(&self, needle: &str, occurrences: usize) {
+        let deadline = Instant::now() + RELOAD_TIMEOUT;
+        while self.log_count(needle) < occurrences {
+            assert!(
+                Instant::now() < deadline,
+                "{needle:?} not logged {occurrences} time(s) within {RELOAD_TIMEOUT:?}; stderr:\n{}",
+                self.log().join("\n")
+            );
+            thread::sleep(Duration::from_millis(25));
+        }
+    }
+
+    /// Waits for the process to end on its own.
+    #[track_caller]
+    fn wait_for_exit(&self, timeout: Duration) -> ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.lock().unwrap().try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "stq still running {timeout:?} after the stop signal; stderr:\n{}",
+                self.log().join("\n")
+            );
+            thread::sleep(Duration::from_millis(25));
+        }
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let child = self
+            .child
+            .get_mut()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Ok(None) = child.try_wait() {
+            let _ = child.kill();
+        }
+        let _ = child.wait();
+    }
+}
+
+fn generation_of(readiness: &Value) -> u64 {
+    readiness["generation"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("readyz generation is not a number: {readiness}"))
+}
+
+// ---------------------------------------------------------------------------
+// Snapshot files
+// ---------------------------------------------------------------------------
+
+/// Where the test records start: inside the suite's 2024 window.
+const BASE_TIME: &str = "2024-03-10T10:00:00Z";
+
+fn base_seconds() -> i64 {
+    (instant(BASE_TIME) / SECOND) as i64
+}
+
+/// An output unit record of `station` at `BASE_TIME + offset_seconds`.
+fn unit_line(station: &str, serial: &str, offset_seconds: i64) -> String {
+    format!(
+        r#"{{"station_id":"{station}","unit_serial":"{serial}","time_created":"{}","unit_type":"PCB","direction":"output"}}"#,
+        rfc3339_from_seconds(base_seconds() + offset_seconds)
+    )
+}
+
+/// JSON Lines text of `lines`, each ended by `\n`.
+fn lines(lines: &[String]) -> String {
+    lines.iter().map(|line| format!("{line}\n")).collect()
+}
+
+/// Every output unit record of the 2024 window, as `ops`.
+fn all_units() -> String {
+    format!("/units?{WINDOW}")
+}
+
+/// What the API must answer for `query` over exactly `files`.
+fn reference(files: &[FileSpec], query: &Query) -> Vec<Value> {
+    Fixture::from_files(files).expect(query)
+}
+
+/// A fixture on disk without reference records, for files the reference loader
+/// cannot or need not read (invalid lines, a large file).
+fn unchecked_fixture(files: &[FileSpec]) -> Fixture {
+    let (directory, snapshots, tokens) = write_snapshot(files);
+    Fixture {
+        directory,
+        snapshots,
+        tokens,
+        records: Vec::new(),
+        now: now_seconds(),
+    }
+}
+
+/// Writes `text` beside the snapshot directory, then renames it to `target`, so
+/// that a reader sees either no file or the whole file.
+fn write_by_rename(fixture: &Fixture, target: &Path, text: &str) {
+    let staging = fixture.directory.path().join(format!(
+        "staging-{}",
+        target.file_name().unwrap().to_string_lossy()
+    ));
+    std::fs::write(&staging, text).unwrap();
+    std::fs::rename(&staging, target).unwrap();
+}
+
+fn append(path: &Path, text: &str) {
+    use std::io::Write as _;
+    let mut file = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+    file.write_all(text.as_bytes()).unwrap();
+}
+
+/// Three records of ST-01 and one of ST-02.
+fn small_files() -> Vec<FileSpec> {
+    vec![FileSpec::plain(
+        "first.units.jsonl",
+        lines(&[
+            unit_line("ST-01", "SN-A1", 0),
+            unit_line("ST-02", "SN-A2", 60),
+            unit_line("ST-01", "SN-A3", 120),
+            unit_line("ST-01", "SN-A4", 180),
+        ]),
+    )]
+}
+
+/// A tokens file with `(token, stations)` entries (`None` = `"*"`).
+fn tokens_file(entries: &[(&str, Option<&[&str]>)]) -> String {
+    let tokens: Vec<Value> = entries
+        .iter()
+        .enumerate()
+        .map(|(index, (token, stations))| {
+            serde_json::json!({
+                "name": format!("token-{index}"),
+                "sha256": sha256_hex(token),
+                "stations": match stations {
+                    None => Value::String("*".into()),
+                    Some(stations) => serde_json::json!(stations),
+                },
+            })
+        })
+        .collect();
+    serde_json::json!({ "tokens": tokens }).to_string()
+}
+
+// ---------------------------------------------------------------------------
+// 1. Probes
+// ---------------------------------------------------------------------------
+
+#[test]
+fn probes_answer_without_a_token_in_their_exact_shapes() {
+    let fixture = Fixture::main();
+    let started_at = now_seconds();
+    let server = ServerProcess::start(&fixture, &[]);
+
+    let stations: BTreeSet<&str> = fixture
+        .records
+        .iter()
+        .map(|record| record.text("station_id"))
+        .collect();
+    let count = |kind: Kind| {
+        fixture
+            .records
+            .iter()
+            .filter(|record| record.kind == kind)
+            .count() as u64
+    };
+
+    let health = server.get("/healthz", None);
+    assert_eq!(health.status, 200, "{}", health.context());
+    health.assert_json_content_type();
+    health.request_id();
+    assert_eq!(health.json(), serde_json::json!({"status": "ok"}));
+
+    let ready = server.get("/readyz", None);
+    assert_eq!(ready.status, 200, "{}", ready.context());
+    ready.assert_json_content_type();
+    ready.request_id();
+    let body = ready.json();
+    let loaded_at = body["loaded_at"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{}: loaded_at is not a string", ready.context()))
+        .to_string();
+    assert_eq!(
+        body,
+        serde_json::json!({
+            "status": "ready",
+            "generation": 1,
+            "loaded_at": loaded_at,
+            "units": count(Kind::Units),
+            "metrics": count(Kind::Metrics),
+            "stations": stations.len(),
+            "skipped_lines": 0,
+        }),
+        "{}",
+        ready.context()
+    );
+    let parsed = chrono::DateTime::parse_from_rfc3339(&loaded_at)
+        .unwrap_or_else(|error| panic!("loaded_at {loaded_at:?} is not RFC 3339: {error}"));
+    let loaded_seconds = parsed.timestamp();
+    assert!(
+        started_at - 1 <= loaded_seconds && loaded_seconds <= now_seconds() + 1,
+        "loaded_at {loaded_at} is not the time of the load (started {started_at})"
+    );
+
+    for response in [&health, &ready] {
+        for station in &stations {
+            assert!(
+                !response.body.contains(station),
+                "{}: lists station {station}",
+                response.context()
+            );
+        }
+    }
+
+    // A token changes nothing; a wrong method is a 405 like on the API.
+    assert_eq!(server.get("/readyz", Some(OPS)).json(), body);
+    for path in ["/healthz", "/readyz"] {
+        let head = server.request("HEAD", path, None);
+        assert_eq!(head.status, 200, "{}", head.context());
+        assert!(head.body.is_empty(), "{}", head.context());
+        head.request_id();
+        for method in ["POST", "PUT", "DELETE"] {
+            let refused = server.request(method, path, None);
+            assert_eq!(refused.error(405, "method_not_allowed"), Value::Null);
+            assert_eq!(
+                refused.header("allow"),
+                Some("GET, HEAD"),
+                "{}",
+                refused.context()
+            );
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// 2. SIGHUP: new data
+// ---------------------------------------------------------------------------
+
+#[test]
+fn sighup_serves_an_added_snapshot_file() {
+    let mut files = small_files();
+    let fixture = Fixture::from_files(&files);
+    let server = ServerProcess::start(&fixture, &[]);
+    let before = server.readiness();
+    assert_eq!(generation_of(&before), 1);
+    assert_eq!(before["units"], 4);
+    assert_eq!(before["stations"], 2);
+    let query = Query::units();
+    assert_records(
+        &server.records(&all_units()),
+        &reference(&files, &query),
+        "generation 1",
+    );
+
+    // New records before, between and after the old ones, and a new station.
+    let added = FileSpec::plain(
+        "nested/second.units.jsonl",
+        lines(&[
+            unit_line("ST-05", "SN-B1", -60),
+            unit_line("ST-01", "SN-B2", 90),
+            unit_line("ST-05", "SN-B3", 600),
+        ]),
+    );
+    write_files(&fixture.snapshots, std::slice::from_ref(&added));
+    files.push(added);
+    server.signal("HUP");
+
+    let after = server.wait_for_generation_after(1);
+    assert_eq!(generation_of(&after), 2, "{after}");
+    assert_eq!(after["units"], 7, "{after}");
+    assert_eq!(after["metrics"], 0, "{after}");
+    assert_eq!(after["stations"], 3, "{after}");
+    assert_eq!(after["skipped_lines"], 0, "{after}");
+    assert!(
+        instant(after["loaded_at"].as_str().unwrap())
+            >= instant(before["loaded_at"].as_str().unwrap()),
+        "loaded_at went back: {before} then {after}"
+    );
+    let expected = reference(&files, &query);
+    assert_eq!(expected.len(), 7);
+    assert_records(&server.records(&all_units()), &expected, "generation 2");
+    assert_records(
+        &server.records(&format!("{}&station_ids=ST-05", all_units())),
+        &reference(&files, &query.stations(&["ST-05"])),
+        "generation 2, the new station",
+    );
+}
+
+// ---------------------------------------------------------------------------
+// 3. A failed reload
+// ---------------------------------------------------------------------------
+
+#[test]
+fn a_failed_reload_keeps_the_old_generation_and_logs_the_line() {
+    let mut files = small_files();
+    let fixture = Fixture::from_files(&files);
+    let server = ServerProcess::start(&fixture, &[]);
+    let before = server.readiness();
+    let expected = reference(&files, &Query::units());
+    assert_records(&server.records(&all_units()), &expected, "generation 1");
+
+    // Line 5 of the file: a time that is not a date-time.
+    let broken = "first.units.jsonl";
+    let broken_path = fixture.snapshots.join(broken);
+    append(
+        &broken_path,
+        r#"{"station_id":"ST-01","unit_serial":"SN-BAD","time_created":"yesterday","direction":"output"}"#,
+    );
+    append(&broken_path, "\n");
+    let failures = server.log_count("reload failed");
+    server.signal("HUP");
+    server.wait_for_log("reload failed", failures + 1);
+
+    assert_eq!(
+        server.readiness(),
+        before,
+        "a failed reload changed /readyz"
+    );
+    assert_records(
+        &server.records(&all_units()),
+        &expected,
+        "after the failed reload",
+    );
+    let log = server.log();
+    let location = format!("{}:5: ", path_string(&broken_path));
+    let reported = log
+        .iter()
+        .position(|line| {
+            line.contains("reload: ")
+                && line
+                    .split_once(&location)
+                    .is_some_and(|(_, reason)| !reason.trim().is_empty())
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "no `reload: {location}<reason>` line on stderr:\n{}",
+                log.join("\n")
+            )
+        });
+    let failed = log
+        .iter()
+        .position(|line| line.contains("reload failed"))
+        .unwrap();
+    assert!(
+        reported < failed,
+        "the invalid line was logged after `reload failed`:\n{}",
+        log.join("\n")
+    );
+
+    // Fixed, the next reload is generation 2: the failure did not use a number.
+    let fixed_text = files[0].text.clone() + &unit_line("ST-01", "SN-FIX", 240) + "\n";
+    write_by_rename(&fixture, &broken_path, &fixed_text);
+    files[0] = FileSpec::plain(broken, fixed_text);
+    server.signal("HUP");
+    let after = server.wait_for_generation_after(1);
+    assert_eq!(generation_of(&after), 2, "{after}");
+    assert_eq!(after["units"], 5, "{after}");
+    assert_records(
+        &server.records(&all_units()),
+        &reference(&files, &Query::units()),
+        "after the fix",
+    );
+}
+
+// ---------------------------------------------------------------------------
+// 4. Tokens
+// ---------------------------------------------------------------------------
+
+#[test]
+fn sighup_reloads_the_tokens_file() {
+    const NEW: &str = "tok-new-0001";
+    let files = small_files();
+    let fixture = Fixture::from_files(&files);
+    let server = ServerProcess::start(&fixture, &[]);
+    let station_01 = format!("{}&station_ids=ST-01", all_units());
+    server.get(&station_01, Some(OPS2)).ok();
+    server
+        .get(&station_01, Some(NEW))
+        .error(401, "unauthorized");
+
+    // ops-2 removed, a new token for ST-01 only.
+    let replacement = tokens_file(&[(OPS, None), (NEW, Some(&["ST-01"]))]);
+    write_by_rename(&fixture, &fixture.tokens, &replacement);
+    server.signal("HUP");
+    let after = server.wait_for_generation_after(1);
+    assert_eq!(generation_of(&after), 2, "{after}");
+
+    let check_tokens = |when: &str| {
+        assert_records(
+            &server.get(&station_01, Some(NEW)).ok().data,
+            &reference(&files, &Query::units().stations(&["ST-01"])),
+            &format!("{when}: the new token"),
+        );
+        // Its scope came with it.
+        let details = server
+            .get(&format!("{}&station_ids=ST-02", all_units()), Some(NEW))
+            .error(403, "forbidden");
+        assert_eq!(
+            details,
+            serde_json::json!({"stations": ["ST-02"]}),
+            "{when}"
+        );
+        assert_records(
+            &server.get(&all_units(), Some(NEW)).ok().data,
+            &reference(&files, &Query::units().scope(&["ST-01"])),
+            &format!("{when}: the new token without station_ids"),
+        );
+        server
+            .get(&station_01, Some(OPS2))
+            .error(401, "unauthorized");
+        server.get(&station_01, Some(OPS)).ok();
+    };
+    check_tokens("after the reload");
+
+    // A broken tokens file fails the reload and keeps the tokens in force.
+    std::fs::write(&fixture.tokens, r#"{"tokens": [{"name": "#).unwrap();
+    let failures = server.log_count("reload failed");
+    server.signal("HUP");
+    server.wait_for_log("reload failed", failures + 1);
+    assert_eq!(server.generation(), 2);
+    check_tokens("after a failed reload");
+}
+
+// ---------------------------------------------------------------------------
+// 5. Reloads under load
+// ---------------------------------------------------------------------------
+
+/// How many answers of each set a request thread saw, and what else it saw.
+#[derive(Default)]
+struct Tally {
+    set_a: usize,
+    set_b: usize,
+    failures: Vec<String>,
+    failure_count: usize,
+}
+
+/// `GET url` as `ops` without panicking: the `data` of a 200, or what went wrong.
+fn fetch_data(agent: &ureq::Agent, url: &str) -> Result<Vec<Value>, String> {
+    let response = match agent
+        .get(url)
+        .set("Authorization", &format!("Bearer {OPS}"))
+        .call()
+    {
+        Ok(response) => response,
+        Err(ureq::Error::Status(status, response)) => {
+            let body = response.into_string().unwrap_or_default();
+            return Err(format!("status {status}: {body}"));
+        }
+        Err(error) => return Err(format!("transport error: {error}")),
+    };
+    let body = response
+        .into_string()
+        .map_err(|error| format!("body: {error}"))?;
+    let value: Value =
+        serde_json::from_str(&body).map_err(|error| format!("not JSON ({error}): {body}"))?;
+    value["data"]
+        .as_array()
+        .cloned()
+        .ok_or_else(|| format!("no data array: {body}"))
+}
+
+/// Sets the flag when dropped, also while a panic unwinds.
+struct SetOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn requests_during_reloads_see_one_whole_generation() {
+    // Set A: a1..a50 of ST-01; set B: the same file plus b1..b50 in between them.
+    let series = |prefix: &str, relative_path: &str, offset: i64| {
+        let records: Vec<String> = (1..=50)
+            .map(|index| unit_line("ST-01", &format!("{prefix}{index}"), index * 120 + offset))
+            .collect();
+        FileSpec::plain(relative_path, lines(&records))
+    };
+    let set_a = [series("a", "a.units.jsonl", 0)];
+    let set_b = [
+        series("a", "a.units.jsonl", 0),
+        series("b", "b.units.jsonl", 60),
+    ];
+    let path = format!("{}&station_ids=ST-01", all_units());
+    let query = Query::units().stations(&["ST-01"]);
+    let expected_a = reference(&set_a, &query);
+    let expected_b = reference(&set_b, &query);
+    assert_eq!((expected_a.len(), expected_b.len()), (50, 100));
+
+    let fixture = Fixture::from_files(&set_a);
+    // B's file waits beside the snapshot directory; a rename moves it in or out whole.
+    let inside: PathBuf = fixture.snapshots.join("b.units.jsonl");
+    let outside: PathBuf = fixture.directory.path().join("b.units.jsonl.stash");
+    std::fs::write(&outside, &set_b[1].text).unwrap();
+    let server = ServerProcess::start(&fixture, &["--workers", "4"]);
+    let url = server.url(&path);
+
+    let stop = AtomicBool::new(false);
+    let mut reloads = 0;
+    let tallies: Vec<Tally> = thread::scope(|scope| {
+        let requesters: Vec<_> = (0..4)
+            .map(|_| {
+                scope.spawn(|| {
+                    let agent = ureq::AgentBuilder::new()
+                        .timeout(Duration::from_secs(30))
+                        .build();
+                    let mut tally = Tally::default();
+                    while !stop.load(Ordering::SeqCst) {
+                        match fetch_data(&agent, &url) {
+                            Ok(data) if data == expected_a => tally.set_a += 1,
+                            Ok(data) if data == expected_b => tally.set_b += 1,
+                            Ok(data) => {
+                                tally.failure_count += 1;
+                                let serials = serials(&data);
+                                tally
+                                    .failures
+                                    .push(format!("a mix of {} records: {serials:?}", data.len()));
+                            }
+                            Err(error) => {
+                                tally.failure_count += 1;
+                                tally.failures.push(error);
+                            }
+                        }
+                        tally.failures.truncate(5);
+                    }
+                    tally
+                })
+            })
+            .collect();
+
+        let stop_requesters = SetOnDrop(&stop);
+        let started = Instant::now();
+        let mut generation = 1;
+        let mut serving_b = false;
+        while started.elapsed() < Duration::from_secs(3) || reloads < 6 {
+            if serving_b {
+                std::fs::rename(&inside, &outside).unwrap();
+            } else {
+                std::fs::rename(&outside, &inside).unwrap();
+            }
+            serving_b = !serving_b;
+            server.signal("HUP");
+            let readiness = server.wait_for_generation_after(generation);
+            assert_eq!(generation_of(&readiness), generation + 1, "{readiness}");
+            let units = if serving_b { 100 } else { 50 };
+            assert_eq!(readiness["units"], units, "{readiness}");
+            generation += 1;
+            reloads += 1;
+            thread::sleep(Duration::from_millis(150));
+        }
+        drop(stop_requesters);
+        requesters
+            .into_iter()
+            .map(|requester| requester.join().expect("request thread panicked"))
+            .collect()
+    });
+
+    let set_a: usize = tallies.iter().map(|tally| tally.set_a).sum();
+    let set_b: usize = tallies.iter().map(|tally| tally.set_b).sum();
+    let failure_count: usize = tallies.iter().map(|tally| tally.failure_count).sum();
+    let failures: Vec<&String> = tallies.iter().flat_map(|tally| &tally.failures).collect();
+    eprintln!("{reloads} reloads; answers: {set_a} of set A, {set_b} of set B");
+    assert_eq!(
+        failure_count, 0,
+        "{failure_count} answers were neither set A nor set B (of {} in all, {reloads} reloads); first ones: {failures:#?}",
+        set_a + set_b + failure_count
+    );
+    assert!(
+        set_a > 0 && set_b > 0,
+        "both sets must have been served: {set_a} of A, {set_b} of B"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// 6. Cursors
+// ---------------------------------------------------------------------------
+
+#[test]
+fn a_cursor_from_an_earlier_generation_is_invalid() {
+    let files = small_files();
+    let fixture = Fixture::from_files(&files);
+    let server = ServerProcess::start(&fixture, &[]);
+    let expected = reference(&files, &Query::units());
+    let first = server
+        .get(&format!("{}&limit=1", all_units()), Some(OPS))
+        .ok();
+    assert_records(&first.data, &expected[..1], "page 1");
+    let cursor = first.cursor().expect("page 1 has a next_cursor");
+    let next = format!("{}&limit=1&cursor={}", all_units(), percent_encode(&cursor));
+    // In its own generation the cursor works.
+    assert_records(&server.records(&next), &expected[1..2], "page 2");
+
+    server.signal("HUP");
+    let after = server.wait_for_generation_after(1);
+    assert_eq!(generation_of(&after), 2, "{after}");
+    server.get(&next, Some(OPS)).error(400, "invalid_cursor");
+
+    // A walk started in generation 2 works.
+    let fresh = server
+        .get(&format!("{}&limit=1", all_units()), Some(OPS))
+        .ok();
+    let cursor = fresh.cursor().expect("page 1 has a next_cursor");
+    assert_records(
+        &server.records(&format!(
+            "{}&limit=1&cursor={}",
+            all_units(),
+            percent_encode(&cursor)
+        )),
+        &expected[1..2],
+        "page 2 of generation 2",
+    );
+}
+
+// ---------------------------------------------------------------------------
+// 7. --watch
+// ---------------------------------------------------------------------------
+
+#[test]
+fn watch_reloads_changed_files_without_a_signal() {
+    const NEW: &str = "tok-watch-0001";
+    let mut files = small_files();
+    let fixture = Fixture::from_files(&files);
+    let server = ServerProcess::start(&fixture, &["--watch"]);
+    assert_eq!(server.generation(), 1);
+
+    let added = FileSpec::plain(
+        "second.units.jsonl",
+        lines(&[unit_line("ST-07", "SN-W1", 30)]),
+    );
+    write_by_rename(
+        &fixture,
+        &fixture.snapshots.join(&added.relative_path),
+        &added.text,
+    );
+    files.push(added);
+    let after_file = server.wait_for_generation_after(1);
+    assert_eq!(after_file["units"], 5, "{after_file}");
+    assert_eq!(after_file["stations"], 3, "{after_file}");
+    assert_records(
+        &server.records(&all_units()),
+        &reference(&files, &Query::units()),
+        "after the new file",
+    );
+
+    // The tokens file is watched too.
+    server
+        .get(&all_units(), Some(NEW))
+        .error(401, "unauthorized");
+    write_by_rename(
+        &fixture,
+        &fixture.tokens,
+        &tokens_file(&[(OPS, None), (NEW, None)]),
+    );
+    let after_tokens = server.wait_for_generation_after(generation_of(&after_file));
+    server.get(&all_units(), Some(NEW)).ok();
+
+    // Nothing changes: no further reload.
+    thread::sleep(Duration::from_millis(1000));
+    assert_eq!(server.generation(), generation_of(&after_tokens));
+}
+
+// ---------------------------------------------------------------------------
+// 8. Stopping with a response in flight
+// ---------------------------------------------------------------------------
+
+const LARGE_COUNT: usize = 50_000;
+
+/// `LARGE_COUNT` unit records of ST-01, one second apart, each padded so that the
+/// whole response (about 20 MB) is larger than the socket buffers can hold.
+fn large_units_file() -> String {
+    let padding = "x".repeat(300);
+    let base = base_seconds();
+    let mut text = String::with_capacity(LARGE_COUNT * 480);
+    for index in 0..LARGE_COUNT {
+        writeln!(
+            text,
+            r#"{{"station_id":"ST-01","unit_serial":"SN-{index:06}","time_created":"{}","unit_type":"PCB","direction":"output","metadata":{{"note":"{padding}"}}}}"#,
+            rfc3339_from_seconds(base + index as i64)
+        )
+        .unwrap();
+    }
+    text
+}
+
+/// Starts a request for every record, sends `signal` once the response has begun
+/// (its headers arrived, most of the body not yet read), and expects the whole
+/// response, then the process to exit.
+fn stop_signal_lets_a_large_response_finish(signal: &str) {
+    let fixture = unchecked_fixture(&[FileSpec::plain("large.units.jsonl", large_units_file())]);
+    let server = ServerProcess::start(&fixture, &["--max-records", "100000"]);
+    let url = server.url(&format!("{}&station_ids=ST-01", all_units()));
+
+    let (headers_arrived, headers_received) = mpsc::channel();
+    let request = thread::spawn(move || -> Result<(u16, Vec<u8>), String> {
+        let agent = ureq::AgentBuilder::new()
+            .timeout(Duration::from_secs(60))
+            .build();
+        let response = agent
+            .get(&url)
+            .set("Authorization", &format!("Bearer {OPS}"))
+            .call()
+            .map_err(|error| format!("request: {error}"))?;
+        let status = response.status();
+        let _ = headers_arrived.send(());
+        // Let the server start stopping while most of the body is still unsent.
+        thread::sleep(Duration::from_millis(500));
+        let mut body = Vec::new();
+        let read = response.into_reader().read_to_end(&mut body);
+        read.map_err(|error| format!("body cut after {} bytes: {error}", body.len()))?;
+        Ok((status, body))
+    });
+    headers_received
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the response did not begin within 30 s");
+    server.signal(signal);
+
+    let outcome = request.join().expect("request thread panicked");
+    let (status, body) = outcome.unwrap_or_else(|error| {
+        panic!(
+            "SIG{signal} cut the in-flight response: {error}; stderr:\n{}",
+            server.log().join("\n")
+        )
+    });
+    assert_eq!(status, 200);
+    let envelope: Value = serde_json::from_slice(&body).unwrap_or_else(|error| {
+        panic!(
+            "SIG{signal}: the body ({} bytes) is not JSON: {error}",
+            body.len()
+        )
+    });
+    let data = envelope["data"].as_array().expect("data array");
+    let expected: Vec<String> = (0..LARGE_COUNT)
+        .map(|index| format!("SN-{index:06}"))
+        .collect();
+    assert_eq!(data.len(), LARGE_COUNT, "SIG{signal}: records received");
+    assert!(
+        serials(data) == expected,
+        "SIG{signal}: records out of order"
+    );
+
+    let status = server.wait_for_exit(Duration::from_secs(15));
+    assert!(
+        status.success(),
+        "SIG{signal}: stq exited with {status}; stderr:\n{}",
+        server.log().join("\n")
+    );
+}
+
+#[test]
+fn sigterm_lets_a_large_in_flight_response_finish() {
+    stop_signal_lets_a_large_response_finish("TERM");
+}
+
+#[test]
+fn sigint_lets_a_large_in_flight_response_finish() {
+    stop_signal_lets_a_large_response_finish("INT");
+}
+
+// ---------------------------------------------------------------------------
+// --on-invalid skip on reload
+// ---------------------------------------------------------------------------
+
+#[test]
+fn a_reload_with_on_invalid_skip_counts_and_logs_skipped_lines() {
+    let mut files = small_files();
+    files[0].text.push_str("{not json\n");
+    let fixture = unchecked_fixture(&files);
+    let server = ServerProcess::start(&fixture, &["--on-invalid", "skip"]);
+    let before = server.readiness();
+    assert_eq!(before["skipped_lines"], 1, "{before}");
+    assert_eq!(before["units"], 4, "{before}");
+
+    // Line 2 is invalid (direction missing), line 1 and 3 are new records.
+    let added_path = fixture.snapshots.join("second.units.jsonl");
+    let added_text = [
+        unit_line("ST-01", "SN-S1", 30),
+        r#"{"station_id":"ST-01","unit_serial":"SN-S2","time_created":"2024-03-10T10:01:00Z"}"#
+            .to_string(),
+        unit_line("ST-01", "SN-S3", 90),
+    ]
+    .join("\n");
+    write_by_rename(&fixture, &added_path, &added_text);
+    server.signal("HUP");
+    let after = server.wait_for_generation_after(1);
+    assert_eq!(generation_of(&after), 2, "{after}");
+    assert_eq!(after["skipped_lines"], 2, "{after}");
+    assert_eq!(after["units"], 6, "{after}");
+    let got = serials(&server.records(&all_units()));
+    assert_eq!(
+        got,
+        ["SN-A1", "SN-S1", "SN-A2", "SN-S3", "SN-A3", "SN-A4"],
+        "the valid lines of the new file are served"
+    );
+
+    // CONTRACT section 2: a skipped line is logged as `path:line: reason`.
+    let location = format!("{}:2: ", path_string(&added_path));
+    let log = server.log();
+    assert!(
+        log.iter().any(|line| line
+            .split_once(&location)
+            .is_some_and(|(_, reason)| !reason.trim().is_empty())),
+        "the reload skipped {location}... without logging it; stderr:\n{}",
+        log.join("\n")
+    );
+}
