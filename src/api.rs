@@ -27,6 +27,7 @@ use crate::auth::{Principal, Scope, Tokens};
 use crate::cursor::{Cursor, CursorKey};
 use crate::error::{Error, JSON};
 use crate::index::{Catalog, Matcher, RecordFilter};
+use crate::metrics::{endpoint_label, EndpointLabels, Metrics, RequestLabels};
 use crate::model::Kind;
 use crate::query::{self, Limits, QueryParams};
 use crate::router::{EngineQuery, QueryResult, RouterHandle};
@@ -42,6 +43,7 @@ pub struct AppState {
     tokens: RwLock<Arc<Tokens>>,
     pub limits: Limits,
     pub cursor_key: CursorKey,
+    pub metrics: Arc<Metrics>,
     /// Origins allowed by CORS; none by default.
     pub cors_origins: Vec<String>,
     /// Drawn at start-up and part of every ETag: generations count from 1 again
@@ -62,6 +64,7 @@ impl AppState {
             limits,
             cursor_key,
             boot: rand::random(),
+            metrics: Arc::default(),
             cors_origins: Vec::new(),
         }
     }
@@ -109,6 +112,7 @@ pub fn app(
     >,
 > {
     let origins: Arc<[String]> = state.cors_origins.clone().into();
+    let metrics = Arc::clone(&state.metrics);
     App::new()
         .app_data(state)
         .app_data(web::Data::new(router))
@@ -124,6 +128,7 @@ pub fn app(
         .wrap_fn(move |request, service| {
             let id = request_id(request.headers());
             request.extensions_mut().insert(RequestId(id.clone()));
+            let access = Access::begin(&request, id);
             let preflight = is_preflight(&request);
             // An unlisted origin gets no CORS headers: its preflight is one more
             // OPTIONS, and that is a 405.
@@ -133,8 +138,8 @@ pub fn app(
             } else {
                 Ok(service.call(request))
             };
+            let metrics = Arc::clone(&metrics);
             async move {
-                let value = HeaderValue::from_str(&id).expect("request ids are visible ASCII");
                 let mut response = match response {
                     Err(request) => request
                         .error_response(Error::MethodNotAllowed)
@@ -146,15 +151,79 @@ pub fn app(
                         // an error still leaves with the same headers.
                         Err(error) => {
                             let mut response = error.error_response();
-                            common_headers(response.headers_mut(), value);
+                            common_headers(response.headers_mut(), &access.request_id);
+                            access.end(&metrics, response.status(), 0);
                             return Err(InternalError::from_response(error, response).into());
                         }
                     },
                 };
-                common_headers(response.headers_mut(), value);
+                common_headers(response.headers_mut(), &access.request_id);
+                let records = response
+                    .response()
+                    .extensions()
+                    .get::<RecordCount>()
+                    .map_or(0, |count| count.0);
+                access.end(&metrics, response.status(), records);
                 Ok(response)
             }
         })
+}
+
+/// How many records a response holds, for the access log and the metrics.
+#[derive(Clone, Copy, Debug)]
+struct RecordCount(usize);
+
+/// A request being answered, as the access log and the metrics see it.
+struct Access {
+    request_id: String,
+    method: Method,
+    /// Without the query string: a token pasted into a URL must not reach a log.
+    path: String,
+    started: Stopwatch,
+}
+
+impl Access {
+    fn begin(request: &ServiceRequest, request_id: String) -> Access {
+        Access {
+            request_id,
+            method: request.method().clone(),
+            path: request.path().to_owned(),
+            started: Stopwatch::now(),
+        }
+    }
+
+    /// One access line, and the request counted.
+    fn end(self, metrics: &Metrics, status: StatusCode, records: usize) {
+        let elapsed = self.started.elapsed();
+        tracing::info!(
+            target: "stq::access",
+            request_id = %self.request_id,
+            method = %self.method,
+            path = %self.path,
+            status = status.as_u16(),
+            records,
+            duration_ms = elapsed.as_secs_f64() * 1e3,
+            "request"
+        );
+        let endpoint = endpoint_label(&self.path);
+        metrics
+            .requests
+            .get_or_create(&RequestLabels {
+                endpoint,
+                status: status.as_u16(),
+            })
+            .inc();
+        metrics
+            .request_duration
+            .get_or_create(&EndpointLabels { endpoint })
+            .observe(elapsed.as_secs_f64());
+        if records > 0 {
+            metrics
+                .records_returned
+                .get_or_create(&EndpointLabels { endpoint })
+                .inc_by(records as u64);
+        }
+    }
 }
 
 /// CORS for the listed origins (`*` for any): GET and HEAD with `Authorization`.
@@ -202,7 +271,8 @@ fn answer_preflight<B>(mut response: ServiceResponse<B>) -> ServiceResponse<Eith
 
 /// What every response carries (CONTRACT sections 7 and 8). Set after compression,
 /// so that `Vary` is exactly the contract's.
-fn common_headers(headers: &mut HeaderMap, request_id: HeaderValue) {
+fn common_headers(headers: &mut HeaderMap, request_id: &str) {
+    let request_id = HeaderValue::from_str(request_id).expect("request ids are visible ASCII");
     headers.insert(X_REQUEST_ID, request_id);
     headers.insert(
         header::CACHE_CONTROL,
@@ -355,10 +425,12 @@ async fn answer(
         next_cursor: next_cursor.as_deref(),
     };
     let body = envelope(kind, &result, &meta);
-    Ok(HttpResponse::Ok()
+    let mut response = HttpResponse::Ok()
         .content_type(JSON)
         .insert_header((header::ETAG, etag))
-        .body(body))
+        .body(body);
+    response.extensions_mut().insert(RecordCount(result.len()));
+    Ok(response)
 }
 
 /// A weak ETag that changes exactly when the response's `data` or `next_cursor`

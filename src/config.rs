@@ -67,6 +67,14 @@ pub struct ServeArgs {
     #[arg(long, env = "STQ_ON_INVALID", value_enum, default_value_t = OnInvalid::Fail)]
     pub on_invalid: OnInvalid,
 
+    /// Address of the admin listener, which serves Prometheus metrics at /metrics.
+    #[arg(long, env = "STQ_ADMIN_LISTEN", default_value = "127.0.0.1:9464")]
+    pub admin_listen: String,
+
+    /// Log lines as plain text or as JSON objects.
+    #[arg(long, env = "STQ_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
     /// Reload on its own when a snapshot file or the tokens file changes (SIGHUP
     /// always reloads).
     #[arg(long, env = "STQ_WATCH")]
@@ -80,6 +88,12 @@ pub struct ServeArgs {
     /// HTTP worker threads, each with its own router [default: CPUs].
     #[arg(long, env = "STQ_WORKERS")]
     pub workers: Option<NonZeroUsize>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -219,6 +219,16 @@ pub struct Generation {
     pub shards: Vec<ShardData>,
 }
 
+impl Generation {
+    /// How many records each shard holds.
+    pub fn shard_records(&self) -> Vec<usize> {
+        self.shards
+            .iter()
+            .map(|shard| shard.stations.iter().map(StationData::record_count).sum())
+            .collect()
+    }
+}
+
 /// The last record a page returned; the next page starts strictly after it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Position {

@@ -8,6 +8,7 @@ pub mod cursor;
 pub mod error;
 pub mod gen;
 pub mod index;
+pub mod metrics;
 pub mod model;
 pub mod query;
 pub mod reload;

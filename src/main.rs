@@ -6,19 +6,32 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::Parser as _;
 
-use stq::config::{Cli, Command, GenArgs};
+use stq::config::{Cli, Command, GenArgs, LogFormat};
 use stq::snapshot::{self, LoadError};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
+    let log_format = match &cli.command {
+        Some(Command::Serve(args)) => args.log_format,
+        None => cli.serve.log_format,
+        Some(_) => LogFormat::Text,
+    };
+    // Lines are written by a thread of their own, so that the HTTP workers never
+    // wait on standard error; none is dropped, an access log must be whole.
+    let (writer, _flush_on_exit) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(false)
+        .finish(std::io::stderr());
+    let logs = tracing_subscriber::fmt()
+        .with_writer(writer)
         .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+        );
+    match log_format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs.json().init(),
+    }
 
     let result = match cli.command.unwrap_or(Command::Serve(cli.serve)) {
         Command::Serve(args) => stq::server::serve(args).map(|()| ExitCode::SUCCESS),

@@ -79,9 +79,13 @@ impl Reloader {
         })
         .await
         .map_err(|error| ReloadError::Loader(error.to_string()))??;
+        let shard_records = generation.shard_records();
         let catalog = self.engine.install(generation).await?;
         let number = catalog.generation;
         self.state.swap(catalog, Arc::new(tokens));
+        let metrics = &self.state.metrics;
+        metrics.serving(number, report.elapsed.as_secs_f64(), &shard_records);
+        metrics.reloads.inc();
         Ok((number, report))
     }
 
@@ -91,7 +95,11 @@ impl Reloader {
         actix_web::rt::spawn(async move {
             while receiver.recv().await.is_some() {
                 let current = self.state.catalog().generation;
-                match self.reload().await {
+                let result = self.reload().await;
+                if result.is_err() {
+                    self.state.metrics.failed_reloads.inc();
+                }
+                match result {
                     Ok((generation, report)) => {
                         report.log_warnings(&self.snapshots);
                         tracing::info!(

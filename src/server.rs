@@ -12,6 +12,7 @@ use crate::api::{self, AppState};
 use crate::auth::Tokens;
 use crate::config::{cpus, ServeArgs};
 use crate::cursor::CursorKey;
+use crate::metrics::Metrics;
 use crate::query::Limits;
 use crate::reload::{reload_on_change, reload_on_hangup, Reloader};
 use crate::router::Engine;
@@ -66,12 +67,17 @@ async fn run(
     workers: usize,
     report: LoadReport,
 ) -> anyhow::Result<()> {
+    let shard_records = generation.shard_records();
     let (engine, catalog) = Engine::start(generation);
     let stations = catalog.stations.len();
     let state = web::Data::new(
         AppState::new(catalog, Arc::new(tokens), limits, CursorKey::random())
             .with_cors_origins(args.cors_origins.clone()),
     );
+    state
+        .metrics
+        .serving(1, report.elapsed.as_secs_f64(), &shard_records);
+    let admin = admin_server(&args.admin_listen, Arc::clone(&state.metrics))?;
     let trigger = Reloader {
         engine: engine.clone(),
         state: state.clone(),
@@ -117,13 +123,42 @@ async fn run(
         addresses.join(", ")
     );
     let server = server.run();
-    stop_gracefully_on_signals(server.handle()).context("cannot listen for SIGTERM and SIGINT")?;
+    stop_gracefully_on_signals(vec![server.handle(), admin.handle()])
+        .context("cannot listen for SIGTERM and SIGINT")?;
+    actix_web::rt::spawn(admin);
     server.await.context("the HTTP server failed")
+}
+
+/// The admin listener: Prometheus metrics at `GET /metrics`, on its own address so
+/// that it can stay off the network the API faces.
+fn admin_server(address: &str, metrics: Arc<Metrics>) -> anyhow::Result<actix_web::dev::Server> {
+    let server = HttpServer::new(move || {
+        let metrics = Arc::clone(&metrics);
+        actix_web::App::new().route(
+            "/metrics",
+            web::get().to(move || {
+                let text = metrics.render();
+                async move {
+                    actix_web::HttpResponse::Ok()
+                        .content_type("application/openmetrics-text; version=1.0.0; charset=utf-8")
+                        .body(text)
+                }
+            }),
+        )
+    })
+    .workers(1)
+    .disable_signals()
+    .bind(address)
+    .with_context(|| format!("cannot listen on {address} for the admin listener"))?;
+    for bound in server.addrs() {
+        tracing::info!("metrics at http://{bound}/metrics");
+    }
+    Ok(server.run())
 }
 
 /// On SIGTERM or SIGINT: stop accepting, let the requests in flight finish, then
 /// end the process.
-fn stop_gracefully_on_signals(server: actix_web::dev::ServerHandle) -> std::io::Result<()> {
+fn stop_gracefully_on_signals(servers: Vec<actix_web::dev::ServerHandle>) -> std::io::Result<()> {
     use actix_web::rt::signal::unix::{signal, SignalKind};
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
@@ -138,7 +173,7 @@ fn stop_gracefully_on_signals(server: actix_web::dev::ServerHandle) -> std::io::
             futures_util::future::Either::Right(_) => "SIGINT",
         };
         tracing::info!("{name}: no new connections; finishing the requests in flight");
-        server.stop(true).await;
+        futures_util::future::join_all(servers.iter().map(|server| server.stop(true))).await;
     });
     Ok(())
 }
