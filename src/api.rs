@@ -120,6 +120,7 @@ pub fn app(
         .service(endpoint("/metrics", Kind::Metrics))
         .service(get_and_head("/healthz", health))
         .service(get_and_head("/readyz", readiness))
+        .service(get_and_head("/openapi.json", openapi))
         .default_service(web::to(|| async {
             Err::<HttpResponse, _>(Error::NotFound)
         }))
@@ -313,6 +314,15 @@ async fn health() -> HttpResponse {
     HttpResponse::Ok()
         .content_type(JSON)
         .body(r#"{"status":"ok"}"#)
+}
+
+/// The OpenAPI 3.1 document of the API as built; `tests/openapi.rs` validates real
+/// responses against it.
+const OPENAPI: &str = include_str!("openapi.json");
+
+/// `GET /openapi.json`: no token needed.
+async fn openapi() -> HttpResponse {
+    HttpResponse::Ok().content_type(JSON).body(OPENAPI)
 }
 
 /// `GET /readyz`: which generation is served, and what its load found. The server

@@ -1,0 +1,1077 @@
+//! The OpenAPI document (`src/openapi.json`, served at `GET /openapi.json`) against
+//! the real server: the document is well formed, every path and operation it lists
+//! is answered as it says, and every response the suite can provoke (successes,
+//! every 4xx code, the probes) has a status, headers and body the document names for
+//! that path, method and status, checked with a JSON Schema validator.
+//!
+//! The server is started with a small `--max-stations` and `--max-records` so that
+//! `too_many_stations` and `result_too_large` are easy to provoke, and with one CORS
+//! origin so that the preflight is answered too.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::sync::OnceLock;
+
+use common::*;
+use serde_json::{json, Value};
+
+/// The document as the repository holds it; `GET /openapi.json` must serve it.
+const DOCUMENT: &str = include_str!("../src/openapi.json");
+
+const MAX_STATIONS: &str = "2";
+const MAX_RECORDS: &str = "5";
+const CORS_ORIGIN: &str = "https://grafana.example";
+
+/// Every error code of CONTRACT section 7, and its status.
+const ERROR_CODES: [(&str, u16); 12] = [
+    ("invalid_parameter", 400),
+    ("unknown_parameter", 400),
+    ("invalid_window", 400),
+    ("too_many_stations", 400),
+    ("result_too_large", 400),
+    ("invalid_cursor", 400),
+    ("unauthorized", 401),
+    ("forbidden", 403),
+    ("not_found", 404),
+    ("method_not_allowed", 405),
+    ("internal_error", 500),
+    ("not_ready", 503),
+];
+
+/// The codes a test can provoke (`internal_error` and `not_ready` it cannot).
+const PROVOKED_CODES: [&str; 10] = [
+    "invalid_parameter",
+    "unknown_parameter",
+    "invalid_window",
+    "too_many_stations",
+    "result_too_large",
+    "invalid_cursor",
+    "unauthorized",
+    "forbidden",
+    "not_found",
+    "method_not_allowed",
+];
+
+/// The operations of a path item an OpenAPI 3.1 document may hold.
+const METHODS: [&str; 8] = [
+    "get", "head", "options", "post", "put", "patch", "delete", "trace",
+];
+
+fn document() -> &'static Value {
+    static DOCUMENT_VALUE: OnceLock<Value> = OnceLock::new();
+    DOCUMENT_VALUE.get_or_init(|| {
+        serde_json::from_str(DOCUMENT)
+            .unwrap_or_else(|error| panic!("src/openapi.json is not JSON: {error}"))
+    })
+}
+
+fn shared() -> &'static Shared {
+    static SHARED: OnceLock<Shared> = OnceLock::new();
+    SHARED.get_or_init(|| {
+        Shared::start(&[
+            "--max-stations",
+            MAX_STATIONS,
+            "--max-records",
+            MAX_RECORDS,
+            "--cors-origin",
+            CORS_ORIGIN,
+        ])
+    })
+}
+
+fn server() -> &'static Server {
+    &shared().server
+}
+
+// ---------------------------------------------------------------------------
+// Reading the document
+// ---------------------------------------------------------------------------
+
+/// The value a local reference (`#/a/b`) points at.
+fn pointer<'d>(doc: &'d Value, reference: &str) -> Option<&'d Value> {
+    doc.pointer(reference.strip_prefix('#')?)
+}
+
+/// `value`, or what its `$ref` (chain) points at.
+fn resolve<'d>(doc: &'d Value, mut value: &'d Value) -> Result<&'d Value, String> {
+    for _ in 0..16 {
+        match value.get("$ref").and_then(Value::as_str) {
+            None => return Ok(value),
+            Some(reference) => {
+                value = pointer(doc, reference)
+                    .ok_or_else(|| format!("$ref {reference} does not resolve"))?;
+            }
+        }
+    }
+    Err("a $ref chain longer than 16".to_string())
+}
+
+/// Every `$ref` of the document that does not point at a value, with where it is.
+fn unresolved_refs(doc: &Value) -> Vec<String> {
+    fn walk(doc: &Value, value: &Value, at: &str, bad: &mut Vec<String>) {
+        match value {
+            Value::Object(object) => {
+                for (key, child) in object {
+                    let here = format!("{at}/{key}");
+                    if key == "$ref" {
+                        match child.as_str() {
+                            Some(reference) if pointer(doc, reference).is_some() => {}
+                            _ => bad.push(format!("{here}: {child}")),
+                        }
+                    } else {
+                        walk(doc, child, &here, bad);
+                    }
+                }
+            }
+            Value::Array(items) => {
+                for (index, child) in items.iter().enumerate() {
+                    walk(doc, child, &format!("{at}/{index}"), bad);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut bad = Vec::new();
+    walk(doc, doc, "#", &mut bad);
+    bad
+}
+
+/// A validator for `schema` (a schema of the document, e.g. a `$ref` into
+/// `components/schemas`) with the document's components available to `$ref`, and
+/// formats (`date-time`) checked.
+fn validator(doc: &Value, schema: &Value) -> jsonschema::Validator {
+    let root = json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "components": doc["components"],
+        "allOf": [schema],
+    });
+    jsonschema::draft202012::options()
+        .should_validate_formats(true)
+        .build(&root)
+        .unwrap_or_else(|error| panic!("schema {schema} does not compile: {error}"))
+}
+
+/// What is wrong with `instance` under `schema`: empty when it is valid.
+fn schema_errors(doc: &Value, schema: &Value, instance: &Value) -> Vec<String> {
+    validator(doc, schema)
+        .iter_errors(instance)
+        .map(|error| format!("at {:?}: {error}", error.instance_path.as_str()))
+        .collect()
+}
+
+fn component_schema(name: &str) -> Value {
+    let reference = format!("#/components/schemas/{name}");
+    assert!(
+        pointer(document(), &reference).is_some(),
+        "no schema {name} in the document"
+    );
+    json!({ "$ref": reference })
+}
+
+/// The schema named `name` accepts `instance`.
+fn is_valid(name: &str, instance: &Value) -> bool {
+    schema_errors(document(), &component_schema(name), instance).is_empty()
+}
+
+/// The response object the document gives for `method path` answering `status`
+/// (references followed), with where it was found. A path the document does not
+/// list must be a 404, whose response is `components/responses/NotFound`.
+fn documented_response<'d>(
+    doc: &'d Value,
+    path: &str,
+    method: &str,
+    status: u16,
+) -> Result<(String, &'d Value), String> {
+    let method = method.to_ascii_lowercase();
+    let Some(item) = doc["paths"].get(path) else {
+        if status != 404 {
+            return Err(format!(
+                "{path} is not in the document, yet answered {status} (only a 404 may answer an undocumented path)"
+            ));
+        }
+        let not_found = pointer(doc, "#/components/responses/NotFound")
+            .ok_or("no components/responses/NotFound for undocumented paths")?;
+        return Ok(("#/components/responses/NotFound".to_string(), not_found));
+    };
+    let operation = item
+        .get(&method)
+        .ok_or_else(|| format!("{method} {path} is not documented, yet answered {status}"))?;
+    let response = operation["responses"]
+        .get(status.to_string())
+        .ok_or_else(|| {
+            let documented: Vec<&String> = operation["responses"]
+                .as_object()
+                .map(|responses| responses.keys().collect())
+                .unwrap_or_default();
+            format!(
+                "status {status} of {method} {path} is not documented (documented: {documented:?})"
+            )
+        })?;
+    Ok((
+        format!("#/paths/{path}/{method}/responses/{status}"),
+        resolve(doc, response)?,
+    ))
+}
+
+/// The path of a request URL (`http://host:port/units?x` -> `/units`).
+fn path_of(url: &str) -> String {
+    let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let path_and_query = after_scheme
+        .find('/')
+        .map_or("/", |start| &after_scheme[start..]);
+    path_and_query
+        .split(['?', '#'])
+        .next()
+        .unwrap_or("/")
+        .to_string()
+}
+
+/// Everything about `response` the document disagrees with: its status is not
+/// documented for its path and method, a required header is missing, a header or
+/// the body does not fit its schema, or a body came where none is documented.
+fn problems(doc: &Value, response: &Response) -> Vec<String> {
+    let path = path_of(&response.url);
+    let (location, documented) =
+        match documented_response(doc, &path, &response.method, response.status) {
+            Ok(found) => found,
+            Err(problem) => return vec![problem],
+        };
+    let mut found = Vec::new();
+    if let Some(headers) = documented.get("headers").and_then(Value::as_object) {
+        for (name, header) in headers {
+            let header = match resolve(doc, header) {
+                Ok(header) => header,
+                Err(problem) => {
+                    found.push(format!("header {name}: {problem}"));
+                    continue;
+                }
+            };
+            match response.header(name) {
+                None if header["required"] == true => {
+                    found.push(format!("required header {name} is missing ({location})"))
+                }
+                None => {}
+                Some(value) => {
+                    for error in schema_errors(doc, &header["schema"], &json!(value)) {
+                        found.push(format!("header {name}: {value:?}: {error} ({location})"));
+                    }
+                }
+            }
+        }
+    }
+    match documented.pointer("/content/application~1json/schema") {
+        Some(schema) => {
+            let media = response
+                .header("content-type")
+                .map(|value| value.split(';').next().unwrap_or("").trim().to_string());
+            if !media
+                .as_deref()
+                .is_some_and(|media| media.eq_ignore_ascii_case("application/json"))
+            {
+                found.push(format!(
+                    "Content-Type {media:?}, documented application/json"
+                ));
+            }
+            match serde_json::from_str::<Value>(&response.body) {
+                Err(error) => found.push(format!("the body is not JSON: {error}")),
+                Ok(body) => {
+                    for error in schema_errors(doc, schema, &body) {
+                        found.push(format!("body: {error} (schema of {location}: {schema})"));
+                    }
+                }
+            }
+        }
+        None if !response.body.is_empty() => found.push(format!(
+            "a body where {location} documents none: {}",
+            response.body
+        )),
+        None => {}
+    }
+    found
+}
+
+/// Asserts that `response` is answered as the document says; returns its JSON
+/// body (`null` when it has none).
+#[track_caller]
+fn check(response: &Response) -> Value {
+    let found = problems(document(), response);
+    assert!(
+        found.is_empty(),
+        "{}: the document disagrees:\n  {}",
+        response.context(),
+        found.join("\n  ")
+    );
+    if response.body.is_empty() {
+        Value::Null
+    } else {
+        response.json()
+    }
+}
+
+/// `check`, then the error code of the body.
+#[track_caller]
+fn check_error(response: &Response, status: u16, code: &str) {
+    assert_eq!(response.status, status, "{}", response.context());
+    let body = check(response);
+    assert_eq!(body["error"]["code"], code, "{}", response.context());
+}
+
+// ---------------------------------------------------------------------------
+// The document itself
+// ---------------------------------------------------------------------------
+
+#[test]
+fn the_document_is_well_formed_openapi_3_1() {
+    let doc = document();
+    assert_eq!(doc["openapi"], "3.1.0");
+    assert_eq!(doc["info"]["title"], "stq: Station Telemetry Query Service");
+    assert_eq!(doc["info"]["version"], "0.1.0");
+    assert!(doc["info"]["description"]
+        .as_str()
+        .is_some_and(|text| !text.is_empty()));
+    assert_eq!(doc["servers"].as_array().map(Vec::len), Some(1));
+    assert_eq!(doc["servers"][0]["url"], "http://127.0.0.1:8080");
+    assert_eq!(
+        doc["components"]["securitySchemes"]["bearerAuth"]["type"],
+        "http"
+    );
+    assert_eq!(
+        doc["components"]["securitySchemes"]["bearerAuth"]["scheme"],
+        "bearer"
+    );
+
+    let bad = unresolved_refs(doc);
+    assert!(bad.is_empty(), "unresolved $refs: {bad:#?}");
+
+    // Every schema compiles.
+    for name in doc["components"]["schemas"].as_object().unwrap().keys() {
+        validator(doc, &component_schema(name));
+    }
+
+    let mut operation_ids = BTreeSet::new();
+    let paths = doc["paths"].as_object().unwrap();
+    let listed: BTreeSet<&str> = paths.keys().map(String::as_str).collect();
+    assert_eq!(
+        listed,
+        BTreeSet::from(["/units", "/metrics", "/healthz", "/readyz", "/openapi.json"])
+    );
+    for (path, item) in paths {
+        for method in ["get", "head"] {
+            assert!(item.get(method).is_some(), "{method} {path} missing");
+        }
+        for (method, operation) in item.as_object().unwrap() {
+            if !METHODS.contains(&method.as_str()) {
+                continue;
+            }
+            let id = operation["operationId"].as_str().unwrap_or_else(|| {
+                panic!("{method} {path}: no operationId");
+            });
+            assert!(operation_ids.insert(id), "operationId {id} repeated");
+            // The token is needed exactly by GET and HEAD of the record endpoints.
+            let records =
+                (path == "/units" || path == "/metrics") && (method == "get" || method == "head");
+            let expected = if records {
+                json!([{"bearerAuth": []}])
+            } else {
+                json!([])
+            };
+            assert_eq!(
+                operation["security"], expected,
+                "security of {method} {path}"
+            );
+            let responses = operation["responses"].as_object().unwrap();
+            assert!(!responses.is_empty(), "{method} {path}: no responses");
+            for (status, response) in responses {
+                let response = resolve(doc, response).unwrap();
+                assert!(
+                    response["description"].is_string(),
+                    "{method} {path} {status}: no description"
+                );
+                let schema = response.pointer("/content/application~1json/schema");
+                assert_eq!(
+                    schema.is_some(),
+                    method != "head" && status != "304" && status != "204",
+                    "{method} {path} {status}: a body only for GET answers (and errors)"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn the_error_schemas_list_every_code_by_status() {
+    let doc = document();
+    let all: BTreeSet<&str> = doc
+        .pointer("/components/schemas/Error/properties/error/properties/code/enum")
+        .and_then(Value::as_array)
+        .expect("Error: an enum of error.code")
+        .iter()
+        .map(|code| code.as_str().unwrap())
+        .collect();
+    let expected: BTreeSet<&str> = ERROR_CODES.iter().map(|(code, _)| *code).collect();
+    assert_eq!(all, expected, "the codes of Error");
+
+    // The schema each error status of GET /units and /metrics names lists exactly
+    // that status's codes; a body of each code validates, and of no other.
+    let mut covered = BTreeSet::new();
+    for path in ["/units", "/metrics"] {
+        for status in [400, 401, 403, 500, 503] {
+            let (location, response) = documented_response(doc, path, "get", status).unwrap();
+            let schema = response
+                .pointer("/content/application~1json/schema")
+                .unwrap_or_else(|| panic!("{location}: no schema"));
+            let target = resolve(doc, schema).unwrap();
+            let codes: BTreeSet<&str> = target
+                .pointer("/properties/error/properties/code/enum")
+                .and_then(Value::as_array)
+                .unwrap_or_else(|| panic!("{location}: no enum of error.code"))
+                .iter()
+                .map(|code| code.as_str().unwrap())
+                .collect();
+            let wanted: BTreeSet<&str> = ERROR_CODES
+                .iter()
+                .filter(|(_, of)| *of == status)
+                .map(|(code, _)| *code)
+                .collect();
+            assert_eq!(codes, wanted, "{location}");
+            covered.extend(codes);
+        }
+    }
+    for (name, status) in [("NotFound", 404), ("MethodNotAllowed", 405)] {
+        let schema = pointer(doc, &format!("#/components/responses/{name}"))
+            .and_then(|response| response.pointer("/content/application~1json/schema"))
+            .unwrap();
+        let target = resolve(doc, schema).unwrap();
+        let codes = &target["properties"]["error"]["properties"]["code"]["enum"];
+        let wanted: Vec<&str> = ERROR_CODES
+            .iter()
+            .filter(|(_, of)| *of == status)
+            .map(|(code, _)| *code)
+            .collect();
+        assert_eq!(codes, &json!(wanted), "{name}");
+        covered.extend(wanted);
+    }
+    assert_eq!(covered, expected, "every code has its status");
+
+    // Each code's own body under each status schema.
+    let statuses = [
+        (400, "BadRequestError"),
+        (401, "UnauthorizedError"),
+        (403, "ForbiddenError"),
+        (404, "NotFoundError"),
+        (405, "MethodNotAllowedError"),
+        (500, "InternalServerError"),
+        (503, "NotReadyError"),
+    ];
+    let body_of = |code: &str| {
+        let details = match code {
+            "invalid_parameter" => json!({"parameter": "from", "value": "x"}),
+            "unknown_parameter" => json!({"parameter": "x"}),
+            "invalid_window" => {
+                json!({"from": "2024-01-02T00:00:00Z", "to": "2024-01-01T00:00:00Z"})
+            }
+            "too_many_stations" => json!({"count": 3, "max_stations": 2}),
+            "result_too_large" => json!({"max_records": 5}),
+            "forbidden" => json!({"stations": ["ST-03"]}),
+            "internal_error" => json!({"request_id": "abc"}),
+            _ => Value::Null,
+        };
+        json!({"error": {"code": code, "message": "m", "details": details}})
+    };
+    for (code, status) in ERROR_CODES {
+        assert!(is_valid("Error", &body_of(code)), "{code} under Error");
+        for (of, schema) in statuses {
+            assert_eq!(
+                is_valid(schema, &body_of(code)),
+                of == status,
+                "{code} under {schema}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_reference_check_finds_a_broken_reference() {
+    let mut broken = document().clone();
+    broken["paths"]["/units"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+        ["$ref"] = json!("#/components/schemas/NoSuchSchema");
+    let bad = unresolved_refs(&broken);
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    assert!(bad[0].contains("NoSuchSchema"), "{bad:?}");
+    assert!(unresolved_refs(document()).is_empty());
+}
+
+// ---------------------------------------------------------------------------
+// The document against the server
+// ---------------------------------------------------------------------------
+
+/// Fails until `GET /openapi.json` is routed (src/api.rs serving
+/// `include_str!("openapi.json")`).
+#[test]
+fn the_server_serves_this_document() {
+    let response = server().get("/openapi.json", None);
+    assert_eq!(
+        response.status,
+        200,
+        "GET /openapi.json is not served (yet): {}",
+        response.context()
+    );
+    let served = check(&response);
+    assert_eq!(
+        &served,
+        document(),
+        "GET /openapi.json differs from src/openapi.json"
+    );
+    let head = server().request("HEAD", "/openapi.json", &[]);
+    assert_eq!(head.status, 200, "{}", head.context());
+    check(&head);
+}
+
+/// Every operation of every documented path, tried on the server: none is a 404,
+/// and each answer is documented for its path, method and status. Fails for
+/// `/openapi.json` until that route exists.
+#[test]
+fn every_documented_operation_is_answered_as_documented() {
+    let doc = document();
+    let mut failures = Vec::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for method in METHODS {
+            if item.get(method).is_none() {
+                continue;
+            }
+            let method = method.to_ascii_uppercase();
+            let token = matches!(method.as_str(), "GET" | "HEAD").then_some(OPS);
+            let response = server().request_as(&method, path, token, &[]);
+            if response.status == 404 {
+                failures.push(format!("{method} {path} is documented but answered 404"));
+                continue;
+            }
+            let found = problems(doc, &response);
+            if !found.is_empty() {
+                failures.push(format!("{}: {}", response.context(), found.join("; ")));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn a_paged_units_walk_matches_the_document() {
+    let first = server().get(&format!("{}&limit=2", units_all()), Some(OPS));
+    assert_eq!(first.status, 200, "{}", first.context());
+    let body = check(&first);
+    assert_eq!(body["data"].as_array().unwrap().len(), 2);
+    let mut cursor = body["meta"]["next_cursor"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{}: no next_cursor", first.context()))
+        .to_string();
+    let mut records = body["data"].as_array().unwrap().clone();
+    // Every page validates, the last one without next_cursor.
+    for _ in 0..100 {
+        let page = server().get(
+            &format!("{}&limit=4&cursor={}", units_all(), percent_encode(&cursor)),
+            Some(OPS),
+        );
+        assert_eq!(page.status, 200, "{}", page.context());
+        let body = check(&page);
+        records.extend(body["data"].as_array().unwrap().iter().cloned());
+        match body["meta"]["next_cursor"].as_str() {
+            Some(next) => cursor = next.to_string(),
+            None => break,
+        }
+    }
+    let want = shared().fixture.expect(&Query::units().both());
+    assert_records(&records, &want, "the walk");
+
+    // HEAD of the first page: the same status and headers, no body.
+    let head = server().request_as("HEAD", &format!("{}&limit=2", units_all()), Some(OPS), &[]);
+    assert_eq!(head.status, 200, "{}", head.context());
+    check(&head);
+    assert_eq!(head.header("etag"), first.header("etag"));
+
+    // The ETag of the first page gives a 304, for GET and HEAD.
+    let etag = first.header("etag").unwrap();
+    for method in ["GET", "HEAD"] {
+        let again = server().request_as(
+            method,
+            &format!("{}&limit=2", units_all()),
+            Some(OPS),
+            &[("If-None-Match", etag)],
+        );
+        assert_eq!(again.status, 304, "{}", again.context());
+        check(&again);
+    }
+}
+
+#[test]
+fn metrics_answers_match_the_document() {
+    let query = format!("/metrics?{WINDOW}&station_ids=ST-01,ST-02");
+    let want = shared()
+        .fixture
+        .expect(&Query::metrics().stations(&["ST-01", "ST-02"]));
+    assert!(
+        !want.is_empty() && want.len() <= 5,
+        "fixture: {}",
+        want.len()
+    );
+    let response = server().get(&query, Some(OPS));
+    assert_eq!(response.status, 200, "{}", response.context());
+    let body = check(&response);
+    assert_records(body["data"].as_array().unwrap(), &want, &query);
+    assert!(body["meta"].get("next_cursor").is_none());
+
+    let page = server().get(&format!("{query}&limit=1&names=voltage,current"), Some(OPS));
+    assert_eq!(page.status, 200, "{}", page.context());
+    let body = check(&page);
+    assert!(
+        body["meta"]["next_cursor"].is_string(),
+        "{}",
+        page.context()
+    );
+
+    let head = server().request_as("HEAD", &query, Some(OPS), &[]);
+    assert_eq!(head.status, 200, "{}", head.context());
+    check(&head);
+
+    // The unit schema does not describe a metric answer: the schemas are not lax.
+    let metrics = response.json();
+    assert!(is_valid("MetricEnvelope", &metrics));
+    assert!(!is_valid("UnitEnvelope", &metrics));
+}
+
+/// Every error the suite can provoke, each checked against the response the
+/// document names for its path, method and status. `$W` is the fixture's window.
+#[test]
+fn every_client_error_matches_the_document() {
+    // (request, token, status, code; "" for a HEAD, which has no body)
+    #[rustfmt::skip]
+    let cases: [(&str, Option<&str>, u16, &str); 30] = [
+        ("GET /units?from=yesterday", Some(OPS), 400, "invalid_parameter"),
+        ("GET /units?$W&limit=0", Some(OPS), 400, "invalid_parameter"),
+        ("GET /units?$W&direction=sideways", Some(OPS), 400, "invalid_parameter"),
+        ("GET /metrics?$W&to=2024-05-01T00:00:00Z", Some(OPS), 400, "invalid_parameter"),
+        ("GET /metrics?$W&cursor=abc", Some(OPS), 400, "invalid_parameter"),
+        ("HEAD /units?limit=abc", Some(OPS), 400, ""),
+        ("GET /units?$W&station_id=ST-01", Some(OPS), 400, "unknown_parameter"),
+        ("GET /metrics?$W&type=PCB", Some(OPS), 400, "unknown_parameter"),
+        ("GET /units?access_token=x", Some(OPS), 400, "unknown_parameter"),
+        ("GET /units?from=2024-03-02T00:00:00Z&to=2024-03-01T00:00:00Z", Some(OPS), 400, "invalid_window"),
+        ("GET /metrics?from=1710028800000&to=1710028800000", Some(OPS), 400, "invalid_window"),
+        // --max-stations 2
+        ("GET /units?$W&station_ids=ST-01,ST-02,ST-03", Some(OPS), 400, "too_many_stations"),
+        // --max-records 5
+        ("GET /units?$W&direction=input,output", Some(OPS), 400, "result_too_large"),
+        ("GET /metrics?$W", Some(OPS), 400, "result_too_large"),
+        ("GET /units?$W&limit=2&cursor=not-a-cursor", Some(OPS), 400, "invalid_cursor"),
+        ("GET /metrics?$W&limit=2&cursor=AQEAAAAAAAAAAQAAAABq_jwA", Some(OPS), 400, "invalid_cursor"),
+        ("GET /units?$W", None, 401, "unauthorized"),
+        ("GET /metrics?$W", Some("no-such-token"), 401, "unauthorized"),
+        ("GET /units?station_id=x", Some(""), 401, "unauthorized"),
+        ("HEAD /metrics", None, 401, ""),
+        ("GET /units?$W&station_ids=ST-01,ST-03", Some(LINE), 403, "forbidden"),
+        ("GET /metrics?$W&station_ids=NOPE", Some(ST03), 403, "forbidden"),
+        ("HEAD /metrics?station_ids=ST-01", Some(ST03), 403, ""),
+        ("GET /nope", Some(OPS), 404, "not_found"),
+        ("GET /units/ST-01", None, 404, "not_found"),
+        ("POST /", None, 404, "not_found"),
+        ("POST /units", Some(OPS), 405, "method_not_allowed"),
+        ("DELETE /metrics", None, 405, "method_not_allowed"),
+        ("PUT /healthz", None, 405, "method_not_allowed"),
+        ("OPTIONS /units", None, 405, "method_not_allowed"),
+    ];
+    let mut observed = BTreeSet::new();
+    for (request, token, status, code) in cases {
+        let (method, target) = request.split_once(' ').unwrap();
+        let target = target.replace("$W", WINDOW);
+        let response = server().request_as(method, &target, token, &[]);
+        if code.is_empty() {
+            assert_eq!(response.status, status, "{}", response.context());
+            check(&response);
+        } else {
+            check_error(&response, status, code);
+            observed.insert(code);
+        }
+    }
+    assert_eq!(observed, BTreeSet::from(PROVOKED_CODES));
+}
+
+#[test]
+fn the_probes_and_the_preflight_match_the_document() {
+    let health = server().get("/healthz", None);
+    assert_eq!(health.status, 200, "{}", health.context());
+    assert_eq!(check(&health), json!({"status": "ok"}));
+
+    let ready = server().get("/readyz", None);
+    assert_eq!(ready.status, 200, "{}", ready.context());
+    let body = check(&ready);
+    assert_eq!(body["status"], "ready");
+    assert_eq!(
+        body["units"].as_u64().unwrap() + body["metrics"].as_u64().unwrap(),
+        shared().fixture.records.len() as u64
+    );
+
+    for path in ["/healthz", "/readyz"] {
+        let head = server().request("HEAD", path, &[]);
+        assert_eq!(head.status, 200, "{}", head.context());
+        check(&head);
+    }
+
+    // A preflight from the listed origin is a 204; from another, a 405.
+    for path in ["/units", "/metrics", "/healthz"] {
+        let preflight = server().request(
+            "OPTIONS",
+            path,
+            &[
+                ("Origin", CORS_ORIGIN),
+                ("Access-Control-Request-Method", "GET"),
+                ("Access-Control-Request-Headers", "authorization"),
+            ],
+        );
+        assert_eq!(preflight.status, 204, "{}", preflight.context());
+        check(&preflight);
+        let stranger = server().request(
+            "OPTIONS",
+            path,
+            &[
+                ("Origin", "https://elsewhere.example"),
+                ("Access-Control-Request-Method", "GET"),
+            ],
+        );
+        check_error(&stranger, 405, "method_not_allowed");
+    }
+}
+
+/// Each documented query parameter, sent with its documented example, is one the
+/// endpoint accepts; the other endpoint's are refused as unknown; and the
+/// documented names are exactly the contract's.
+#[test]
+fn the_documented_parameters_are_the_ones_the_server_accepts() {
+    let doc = document();
+    let names_of = |path: &str| -> Vec<(String, Value)> {
+        doc["paths"][path]["get"]["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|parameter| resolve(doc, parameter).unwrap().clone())
+            .filter(|parameter| parameter["in"] == "query")
+            .map(|parameter| (parameter["name"].as_str().unwrap().to_string(), parameter))
+            .collect()
+    };
+    let contract = [
+        (
+            "/units",
+            vec![
+                "station_ids",
+                "from",
+                "to",
+                "type",
+                "serial_number",
+                "direction",
+                "limit",
+                "cursor",
+            ],
+        ),
+        (
+            "/metrics",
+            vec!["station_ids", "from", "to", "names", "limit", "cursor"],
+        ),
+    ];
+    for (path, expected) in &contract {
+        let documented: BTreeSet<String> =
+            names_of(path).into_iter().map(|(name, _)| name).collect();
+        let expected: BTreeSet<String> = expected.iter().map(|name| name.to_string()).collect();
+        assert_eq!(documented, expected, "query parameters of GET {path}");
+        // HEAD takes the same parameters.
+        assert_eq!(
+            doc["paths"][path]["get"]["parameters"], doc["paths"][path]["head"]["parameters"],
+            "HEAD {path}"
+        );
+    }
+
+    // A parameter's example, encoded as its style says.
+    let encode = |name: &str, parameter: &Value| -> String {
+        let example = &parameter["example"];
+        match example {
+            Value::Array(items) => {
+                let items: Vec<String> = items
+                    .iter()
+                    .map(|item| percent_encode(item.as_str().unwrap()))
+                    .collect();
+                assert_eq!(parameter["style"], "form", "{name}");
+                if parameter["explode"] == true {
+                    items
+                        .iter()
+                        .map(|item| format!("{name}={item}"))
+                        .collect::<Vec<_>>()
+                        .join("&")
+                } else {
+                    format!("{name}={}", items.join(","))
+                }
+            }
+            Value::String(text) => format!("{name}={}", percent_encode(text)),
+            Value::Number(number) => format!("{name}={number}"),
+            other => panic!("{name}: example {other}"),
+        }
+    };
+    for (path, _) in &contract {
+        let mut all = Vec::new();
+        for (name, parameter) in names_of(path) {
+            let errors = schema_errors(doc, &parameter["schema"], &parameter["example"]);
+            assert!(errors.is_empty(), "{path} {name}: example: {errors:?}");
+            let sent = if name == "limit" {
+                // The example fits the default --max-records; this server has 5.
+                format!("limit={MAX_RECORDS}")
+            } else {
+                encode(&name, &parameter)
+            };
+            let response = if name == "cursor" {
+                server().get(&format!("{path}?{sent}&limit={MAX_RECORDS}"), Some(OPS))
+            } else if name == "limit" {
+                all.push(sent.clone());
+                server().get(&format!("{path}?{sent}"), Some(OPS))
+            } else {
+                all.push(sent.clone());
+                server().get(&format!("{path}?{sent}&limit={MAX_RECORDS}"), Some(OPS))
+            };
+            let body = check(&response);
+            if name == "cursor" {
+                // Accepted as a parameter; the example is not a live cursor.
+                assert_eq!(
+                    body["error"]["code"],
+                    "invalid_cursor",
+                    "{}",
+                    response.context()
+                );
+            } else {
+                assert_eq!(response.status, 200, "{}", response.context());
+            }
+            // A list is repeatable exactly when the document says `explode: true`
+            // (`type`, `direction`, `names`); `station_ids` given twice is a 400.
+            if parameter["schema"]["type"] == "array" {
+                let lists = ["type", "direction", "names"];
+                assert_eq!(
+                    parameter["explode"] == true,
+                    lists.contains(&name.as_str()),
+                    "{path} {name}: explode"
+                );
+                let first = parameter["example"][0].as_str().unwrap();
+                let twice = format!("{name}={first}&{name}={first}&limit={MAX_RECORDS}");
+                let response = server().get(&format!("{path}?{twice}"), Some(OPS));
+                if parameter["explode"] == true {
+                    assert_eq!(response.status, 200, "{}", response.context());
+                    check(&response);
+                } else {
+                    check_error(&response, 400, "invalid_parameter");
+                }
+            }
+        }
+        // All examples at once.
+        let response = server().get(&format!("{path}?{}", all.join("&")), Some(OPS));
+        assert_eq!(response.status, 200, "{}", response.context());
+        check(&response);
+    }
+
+    // The other endpoint's parameters are unknown here.
+    let units: BTreeSet<String> = names_of("/units")
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    let metrics: BTreeSet<String> = names_of("/metrics")
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    for (path, others) in [
+        ("/units", metrics.difference(&units)),
+        ("/metrics", units.difference(&metrics)),
+    ] {
+        for name in others {
+            let response = server().get(&format!("{path}?{name}=x"), Some(OPS));
+            check_error(&response, 400, "unknown_parameter");
+        }
+    }
+
+    // The documented request id header is echoed.
+    let example = doc["components"]["parameters"]["XRequestId"]["example"]
+        .as_str()
+        .unwrap();
+    let response = server().request("GET", "/healthz", &[("X-Request-Id", example)]);
+    check(&response);
+    assert_eq!(response.header("x-request-id"), Some(example));
+}
+
+// ---------------------------------------------------------------------------
+// The checks can fail
+// ---------------------------------------------------------------------------
+
+fn with(mut value: Value, pointer: &str, replacement: Value) -> Value {
+    *value
+        .pointer_mut(pointer)
+        .unwrap_or_else(|| panic!("no {pointer}")) = replacement;
+    value
+}
+
+fn adding(mut value: Value, pointer: &str, key: &str, added: Value) -> Value {
+    value
+        .pointer_mut(pointer)
+        .and_then(Value::as_object_mut)
+        .unwrap_or_else(|| panic!("no object at {pointer}"))
+        .insert(key.to_string(), added);
+    value
+}
+
+fn without(mut value: Value, pointer: &str, key: &str) -> Value {
+    value
+        .pointer_mut(pointer)
+        .and_then(Value::as_object_mut)
+        .unwrap_or_else(|| panic!("no object at {pointer}"))
+        .remove(key)
+        .unwrap_or_else(|| panic!("no {key} at {pointer}"));
+    value
+}
+
+#[test]
+fn the_schemas_refuse_what_the_contract_forbids() {
+    // Real answers, valid as they are.
+    let units = server()
+        .get(&format!("{}&limit=2", units_all()), Some(OPS))
+        .json();
+    let metrics = server()
+        .get(&format!("/metrics?{WINDOW}&station_ids=ST-01"), Some(OPS))
+        .json();
+    let bad_request = server().get("/units?from=nope", Some(OPS)).json();
+    let forbidden = server().get("/units?station_ids=ST-03", Some(LINE)).json();
+    let ready = server().get("/readyz", None).json();
+    assert!(is_valid("UnitEnvelope", &units), "{units}");
+    assert!(is_valid("MetricEnvelope", &metrics), "{metrics}");
+    assert!(is_valid("BadRequestError", &bad_request), "{bad_request}");
+    assert!(is_valid("ForbiddenError", &forbidden), "{forbidden}");
+    assert!(is_valid("Readiness", &ready), "{ready}");
+    assert!(is_valid("Health", &json!({"status": "ok"})));
+
+    let record = units["data"][0].clone();
+    let metric = metrics["data"][0].clone();
+    // (what, the schema, an instance it must refuse)
+    #[rustfmt::skip]
+    let refused: Vec<(&str, &str, Value)> = vec![
+        ("a unit record with an extra field", "UnitRecord", adding(record.clone(), "", "extra", json!("x"))),
+        ("a unit record without metadata", "UnitRecord", without(record.clone(), "", "metadata")),
+        ("a unit record with a number for a string", "UnitRecord", with(record.clone(), "/slot", json!(1))),
+        ("a unit record with a null string", "UnitRecord", with(record.clone(), "/result", Value::Null)),
+        ("a tag that is not a string", "UnitRecord", with(record.clone(), "/tags", json!([1]))),
+        ("another direction", "UnitRecord", with(record.clone(), "/direction", json!("sideways"))),
+        ("a time that is no date-time", "UnitRecord", with(record.clone(), "/time_created", json!("yesterday"))),
+        ("an empty station id", "UnitRecord", with(record.clone(), "/station_id", json!(""))),
+        ("a metric value as a number", "MetricRecord", with(metric.clone(), "/value", json!(3.3))),
+        ("a metric record without limit_lower", "MetricRecord", without(metric.clone(), "", "limit_lower")),
+        ("a metric record with metadata", "MetricRecord", adding(metric.clone(), "", "metadata", Value::Null)),
+        ("a unit record among metrics", "MetricEnvelope", with(metrics.clone(), "/data/0", record.clone())),
+        ("an extra envelope key", "UnitEnvelope", adding(units.clone(), "", "total", json!(2))),
+        ("no message", "UnitEnvelope", without(units.clone(), "", "message")),
+        ("another message", "UnitEnvelope", with(units.clone(), "/message", json!("2 metric records"))),
+        ("an extra meta key", "UnitEnvelope", adding(units.clone(), "/meta", "page", json!(1))),
+        ("a timestamp without milliseconds", "UnitEnvelope", with(units.clone(), "/meta/timestamp", json!("2024-01-01T00:00:00Z"))),
+        ("a negative duration", "UnitEnvelope", with(units.clone(), "/meta/query_duration_ms", json!(-1))),
+        ("a fractional duration", "UnitEnvelope", with(units.clone(), "/meta/query_duration_ms", json!(1.5))),
+        ("an empty next_cursor", "UnitEnvelope", with(units.clone(), "/meta/next_cursor", json!(""))),
+        ("a request id with a space", "UnitEnvelope", with(units.clone(), "/meta/request_id", json!("a b"))),
+        ("a 403 code in a 400", "BadRequestError", with(bad_request.clone(), "/error/code", json!("forbidden"))),
+        ("an unknown code", "Error", with(bad_request.clone(), "/error/code", json!("teapot"))),
+        ("an error without details", "Error", without(bad_request.clone(), "/error", "details")),
+        ("an extra error key", "Error", adding(bad_request.clone(), "/error", "hint", json!("x"))),
+        ("invalid_parameter details without the parameter", "BadRequestError", without(bad_request.clone(), "/error/details", "parameter")),
+        ("forbidden without stations", "ForbiddenError", with(forbidden.clone(), "/error/details", Value::Null)),
+        ("another health", "Health", json!({"status": "fine"})),
+        ("readiness listing stations", "Readiness", adding(ready.clone(), "", "station_ids", json!(["ST-01"]))),
+        ("readiness without generation", "Readiness", without(ready.clone(), "", "generation")),
+    ];
+    for (what, schema, instance) in refused {
+        assert!(
+            !is_valid(schema, &instance),
+            "{what}: {schema} accepts {instance}"
+        );
+    }
+}
+
+#[test]
+fn the_response_check_refuses_what_the_document_does_not_say() {
+    let doc = document();
+    let real = server().get(&format!("{}&limit=2", units_all()), Some(OPS));
+    assert!(
+        problems(doc, &real).is_empty(),
+        "{:?}",
+        problems(doc, &real)
+    );
+
+    let status = Response {
+        status: 418,
+        ..real.clone()
+    };
+    assert!(!problems(doc, &status).is_empty(), "an undocumented status");
+
+    let method = Response {
+        method: "CONNECT".into(),
+        ..real.clone()
+    };
+    assert!(!problems(doc, &method).is_empty(), "an undocumented method");
+
+    let headers = Response {
+        headers: real
+            .headers
+            .iter()
+            .filter(|(name, _)| name != "etag")
+            .cloned()
+            .collect(),
+        ..real.clone()
+    };
+    assert!(!problems(doc, &headers).is_empty(), "a missing ETag");
+
+    let vary = Response {
+        headers: real
+            .headers
+            .iter()
+            .map(|(name, value)| {
+                let value = if name == "vary" {
+                    "Origin".to_string()
+                } else {
+                    value.clone()
+                };
+                (name.clone(), value)
+            })
+            .collect(),
+        ..real.clone()
+    };
+    assert!(!problems(doc, &vary).is_empty(), "another Vary");
+
+    let mut extra = real.json();
+    extra["data"][0]["extra"] = json!(1);
+    let body = Response {
+        body: extra.to_string(),
+        ..real.clone()
+    };
+    assert!(
+        !problems(doc, &body).is_empty(),
+        "a record with an extra field"
+    );
+
+    let unit_path = Response {
+        url: real.url.replace("/units", "/metrics"),
+        ..real.clone()
+    };
+    assert!(!problems(doc, &unit_path).is_empty(), "units from /metrics");
+
+    let head_with_body = Response {
+        method: "HEAD".into(),
+        ..real.clone()
+    };
+    assert!(!problems(doc, &head_with_body).is_empty(), "a body to HEAD");
+
+    let elsewhere = Response {
+        url: real.url.replace("/units", "/elsewhere"),
+        ..real.clone()
+    };
+    assert!(
+        !problems(doc, &elsewhere).is_empty(),
+        "a 200 from an undocumented path"
+    );
+}
