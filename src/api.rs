@@ -158,6 +158,13 @@ pub fn app(
                         }
                     },
                 };
+                // Compress refuses a request that excludes every coding, itself;
+                // the refusal still gets the contract's error body.
+                if response.status() == StatusCode::NOT_ACCEPTABLE {
+                    response = response
+                        .into_response(Error::NotAcceptable.error_response())
+                        .map_into_right_body();
+                }
                 common_headers(response.headers_mut(), &access.request_id);
                 let records = response
                     .response()
@@ -240,9 +247,10 @@ fn cors(origins: &[String]) -> Cors {
         .max_age(600)
 }
 
+/// An OPTIONS that asks for CORS permission. Without an `Origin` it can never be
+/// granted, and is refused like any other OPTIONS.
 fn is_preflight(request: &ServiceRequest) -> bool {
     request.method() == Method::OPTIONS
-        && request.headers().contains_key(header::ORIGIN)
         && request
             .headers()
             .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD)
@@ -378,12 +386,19 @@ async fn answer(
     // A request is answered from the one generation it planned on. Only if two
     // reloads pass while it is in flight has that generation left the shards; it is
     // then planned once more, on the current one.
+    let precondition = IfNoneMatch::of(request.headers());
     let mut retried = false;
-    let (plan, mut result) = loop {
+    let (plan, mut result, etag) = loop {
         let catalog = state.catalog();
         let plan = plan(kind, &params, &principal, state, catalog, arrived)?;
+        let etag = entity_tag(state.boot, kind, &plan, &params, &principal.scope);
+        // A tag can only come from a 200 to this same query over this generation and
+        // scope, which would be a 200 again: the shards need not be asked.
+        if precondition.names(&etag) {
+            return Ok(not_modified(etag));
+        }
         match router.execute(plan.query.clone()).await {
-            Ok(result) => break (plan, result),
+            Ok(result) => break (plan, result, etag),
             Err(ShardError::OtherGeneration { .. }) if !retried => retried = true,
             Err(error) => {
                 tracing::error!(request_id = %request_id, %error, "query failed");
@@ -391,15 +406,6 @@ async fn answer(
             }
         }
     };
-
-    // The tag depends only on the request, so a fresh copy is known before any
-    // record is copied.
-    let etag = entity_tag(state.boot, kind, &plan, &params, &principal.scope);
-    if if_none_match(request.headers(), &etag) {
-        return Ok(HttpResponse::NotModified()
-            .insert_header((header::ETAG, etag))
-            .finish());
-    }
 
     let next_cursor = match params.limit {
         None if result.len() > state.limits.max_records => {
@@ -427,6 +433,10 @@ async fn answer(
         }
         Some(_) => None,
     };
+    // `*` matches any current answer, but only an answer: not a refusal.
+    if precondition == IfNoneMatch::Any {
+        return Ok(not_modified(etag));
+    }
 
     let meta = Meta {
         timestamp: timestamp_millis_utc(Utc::now()),
@@ -467,15 +477,47 @@ fn entity_tag(boot: u64, kind: Kind, plan: &Plan, params: &QueryParams, scope: &
     format!("W/\"{:016x}\"", hasher.finish())
 }
 
-/// Whether `If-None-Match` names `etag` (weak comparison) or is `*`.
-fn if_none_match(headers: &HeaderMap, etag: &str) -> bool {
-    let opaque = |tag: &str| tag.trim().trim_start_matches("W/").to_owned();
-    let wanted = opaque(etag);
-    headers
-        .get_all(header::IF_NONE_MATCH)
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|value| value.split(','))
-        .any(|tag| tag.trim() == "*" || opaque(tag) == wanted)
+/// A request's `If-None-Match`: the tags it names (compared weakly), or `*`.
+#[derive(Debug, PartialEq, Eq)]
+enum IfNoneMatch {
+    Absent,
+    Tags(Vec<String>),
+    Any,
+}
+
+impl IfNoneMatch {
+    fn of(headers: &HeaderMap) -> IfNoneMatch {
+        let mut tags = Vec::new();
+        for value in headers.get_all(header::IF_NONE_MATCH) {
+            for tag in value.to_str().unwrap_or_default().split(',') {
+                match tag.trim() {
+                    "*" => return IfNoneMatch::Any,
+                    "" => {}
+                    tag => tags.push(opaque_tag(tag).to_owned()),
+                }
+            }
+        }
+        if tags.is_empty() {
+            IfNoneMatch::Absent
+        } else {
+            IfNoneMatch::Tags(tags)
+        }
+    }
+
+    fn names(&self, etag: &str) -> bool {
+        matches!(self, IfNoneMatch::Tags(tags) if tags.iter().any(|tag| tag == opaque_tag(etag)))
+    }
+}
+
+/// A tag without its weakness mark: weak comparison ignores it.
+fn opaque_tag(tag: &str) -> &str {
+    tag.strip_prefix("W/").unwrap_or(tag)
+}
+
+fn not_modified(etag: String) -> HttpResponse {
+    HttpResponse::NotModified()
+        .insert_header((header::ETAG, etag))
+        .finish()
 }
 
 /// A request turned into an engine query, and, for a paged one, the scope its

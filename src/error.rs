@@ -56,6 +56,9 @@ pub enum Error {
         stations: Vec<String>,
     },
 
+    #[error("no acceptable content coding; accept gzip, br or identity")]
+    NotAcceptable,
+
     #[error("the snapshot is not loaded yet")]
     NotReady,
 
@@ -78,6 +81,7 @@ impl Error {
             Error::ResultTooLarge { .. } => "result_too_large",
             Error::InvalidCursor { .. } => "invalid_cursor",
             Error::Forbidden { .. } => "forbidden",
+            Error::NotAcceptable => "not_acceptable",
             Error::NotReady => "not_ready",
             Error::Internal { .. } => "internal_error",
         }
@@ -105,6 +109,7 @@ impl Error {
             | Error::MethodNotAllowed
             | Error::Unauthorized { .. }
             | Error::InvalidCursor { .. }
+            | Error::NotAcceptable
             | Error::NotReady => Value::Null,
         }
     }
@@ -123,6 +128,7 @@ impl ResponseError for Error {
             | Error::ResultTooLarge { .. }
             | Error::InvalidCursor { .. } => StatusCode::BAD_REQUEST,
             Error::Forbidden { .. } => StatusCode::FORBIDDEN,
+            Error::NotAcceptable => StatusCode::NOT_ACCEPTABLE,
             Error::NotReady => StatusCode::SERVICE_UNAVAILABLE,
             Error::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }

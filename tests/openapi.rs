@@ -24,7 +24,7 @@ const MAX_RECORDS: &str = "5";
 const CORS_ORIGIN: &str = "https://grafana.example";
 
 /// Every error code of CONTRACT section 7, and its status.
-const ERROR_CODES: [(&str, u16); 12] = [
+const ERROR_CODES: [(&str, u16); 13] = [
     ("invalid_parameter", 400),
     ("unknown_parameter", 400),
     ("invalid_window", 400),
@@ -35,6 +35,7 @@ const ERROR_CODES: [(&str, u16); 12] = [
     ("forbidden", 403),
     ("not_found", 404),
     ("method_not_allowed", 405),
+    ("not_acceptable", 406),
     ("internal_error", 500),
     ("not_ready", 503),
 ];
@@ -416,7 +417,7 @@ fn the_error_schemas_list_every_code_by_status() {
     // that status's codes; a body of each code validates, and of no other.
     let mut covered = BTreeSet::new();
     for path in ["/units", "/metrics"] {
-        for status in [400, 401, 403, 500, 503] {
+        for status in [400, 401, 403, 406, 500, 503] {
             let (location, response) = documented_response(doc, path, "get", status).unwrap();
             let schema = response
                 .pointer("/content/application~1json/schema")
