@@ -17,10 +17,12 @@ fn main() -> ExitCode {
         Some(_) => LogFormat::Text,
     };
     // Lines are written by a thread of their own, so that the HTTP workers never
-    // wait on standard error; none is dropped, an access log must be whole.
+    // wait on standard error; none is dropped, an access log must be whole. That
+    // thread drains every queued line into the buffer, then flushes: one write per
+    // burst, not per line.
     let (writer, _flush_on_exit) = tracing_appender::non_blocking::NonBlockingBuilder::default()
         .lossy(false)
-        .finish(std::io::stderr());
+        .finish(std::io::BufWriter::new(std::io::stderr()));
     let logs = tracing_subscriber::fmt()
         .with_writer(writer)
         .with_ansi(std::io::stderr().is_terminal())
