@@ -14,17 +14,17 @@
 //!
 //! Most tests share one server of default flags (`common::server()`) or one with
 //! two CORS origins; tests that need other flags, other data or a SIGHUP start
-//! their own. `ureq` is built without its decoders, so compressed bodies arrive as
-//! sent and are decoded here.
+//! their own (`Server::signal` reaches the server itself, not its shell wrapper).
+//! `ureq` is built without its decoders, so compressed bodies arrive as sent and
+//! are decoded here.
 
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::io::Read;
+use std::sync::OnceLock;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use serde_json::Value;
@@ -60,132 +60,6 @@ fn cors_server() -> &'static Server {
         .server
 }
 
-/// `stq serve` as a direct child, so that SIGHUP reaches the server itself (not
-/// the shell wrapper of `common::Server`). Dropping it kills the server.
-struct SignalledServer {
-    child: Child,
-    base: String,
-    agent: ureq::Agent,
-    log: Arc<Mutex<Vec<String>>>,
-}
-
-impl SignalledServer {
-    fn start(fixture: &Fixture) -> SignalledServer {
-        let mut command = Command::new(stq_binary());
-        command.args(serve_args(&fixture.snapshots, &fixture.tokens, &[]));
-        clean_environment(&mut command, &[]);
-        command
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        let mut child = command.spawn().expect("spawn stq");
-        let stderr = child.stderr.take().unwrap();
-        let log = Arc::new(Mutex::new(Vec::new()));
-        {
-            let log = log.clone();
-            thread::spawn(move || {
-                for line in BufReader::new(stderr).split(b'\n') {
-                    let Ok(line) = line else { break };
-                    log.lock()
-                        .unwrap()
-                        .push(strip_ansi(&String::from_utf8_lossy(&line)));
-                }
-            });
-        }
-        let mut server = SignalledServer {
-            child,
-            base: String::new(),
-            agent: ureq::AgentBuilder::new()
-                .timeout(Duration::from_secs(30))
-                .redirects(0)
-                .build(),
-            log,
-        };
-        let marker = "listening on http://127.0.0.1:";
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let port = server.log().iter().find_map(|line| {
-                let after = &line[line.find(marker)? + marker.len()..];
-                let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
-                digits.parse::<u16>().ok()
-            });
-            if let Some(port) = port {
-                server.base = format!("http://127.0.0.1:{port}");
-                return server;
-            }
-            if let Some(status) = server.child.try_wait().unwrap() {
-                panic!(
-                    "stq exited ({status}) before ready:\n{}",
-                    server.log().join("\n")
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "stq not ready within 30 s:\n{}",
-                server.log().join("\n")
-            );
-            thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    fn log(&self) -> Vec<String> {
-        self.log.lock().unwrap().clone()
-    }
-
-    /// `GET` with an optional bearer token and extra headers.
-    fn get(&self, path_and_query: &str, token: Option<&str>, headers: &[(&str, &str)]) -> Response {
-        let authorization = token.map(|token| format!("Bearer {token}"));
-        let mut all = headers.to_vec();
-        if let Some(authorization) = &authorization {
-            all.push(("Authorization", authorization));
-        }
-        call(
-            &self.agent,
-            "GET",
-            &format!("{}{path_and_query}", self.base),
-            &all,
-        )
-    }
-
-    fn generation(&self) -> u64 {
-        let readiness = self.get("/readyz", None, &[]);
-        assert_eq!(readiness.status, 200, "{}", readiness.context());
-        readiness.json()["generation"]
-            .as_u64()
-            .unwrap_or_else(|| panic!("{}: no generation", readiness.context()))
-    }
-
-    /// Sends SIGHUP and waits until `/readyz` shows the next generation.
-    #[track_caller]
-    fn reload(&self) {
-        let before = self.generation();
-        let status = Command::new("kill")
-            .args(["-HUP", &self.child.id().to_string()])
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill -HUP {} failed", self.child.id());
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while self.generation() == before {
-            assert!(
-                Instant::now() < deadline,
-                "still generation {before} 10 s after SIGHUP; stderr:\n{}",
-                self.log().join("\n")
-            );
-            thread::sleep(Duration::from_millis(25));
-        }
-        assert_eq!(self.generation(), before + 1, "one SIGHUP, one generation");
-    }
-}
-
-impl Drop for SignalledServer {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-        }
-        let _ = self.child.wait();
-    }
-}
-
 // ---------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------
@@ -198,6 +72,20 @@ fn get_with(
     headers: &[(&str, &str)],
 ) -> Response {
     server.request_as("GET", path_and_query, token, headers)
+}
+
+/// Sends SIGHUP to the server itself and waits until `/readyz` shows the next
+/// generation.
+#[track_caller]
+fn reload(server: &Server) {
+    let before = server.generation();
+    server.signal("HUP");
+    server.wait_for_generation_after(before);
+    assert_eq!(
+        server.generation(),
+        before + 1,
+        "one SIGHUP, one generation"
+    );
 }
 
 /// The one `ETag` of a response, which must be weak: `W/"..."`.
@@ -823,24 +711,24 @@ fn result_too_large_is_decided_before_not_modified() {
 #[test]
 fn a_reload_changes_the_tag_and_ends_not_modified() {
     let fixture = Fixture::main();
-    let server = SignalledServer::start(&fixture);
+    let server = Server::start(&fixture, &[]);
     let path = units_all();
-    let first = server.get(&path, Some(OPS), &[]);
+    let first = get_with(&server, &path, Some(OPS), &[]);
     let first_tag = entity_tag(&first);
     let first_data = first.ok().data;
     assert_not_modified(
-        &server.get(&path, Some(OPS), &[("If-None-Match", &first_tag)]),
+        &get_with(&server, &path, Some(OPS), &[("If-None-Match", &first_tag)]),
         &first_tag,
     );
 
     // The same files, a new generation: the old tag is no longer fresh.
-    server.reload();
-    let after = server.get(&path, Some(OPS), &[("If-None-Match", &first_tag)]);
+    reload(&server);
+    let after = get_with(&server, &path, Some(OPS), &[("If-None-Match", &first_tag)]);
     let second_tag = entity_tag(&after);
     assert_ne!(second_tag, first_tag, "generation 2 has a tag of its own");
     assert_records(&after.ok().data, &first_data, "the same files reloaded");
     assert_not_modified(
-        &server.get(&path, Some(OPS), &[("If-None-Match", &second_tag)]),
+        &get_with(&server, &path, Some(OPS), &[("If-None-Match", &second_tag)]),
         &second_tag,
     );
 
@@ -852,8 +740,8 @@ fn a_reload_changes_the_tag_and_ends_not_modified() {
     );
     std::fs::write(fixture.snapshots.join(&added.relative_path), &added.text).unwrap();
     files.push(added);
-    server.reload();
-    let changed = server.get(&path, Some(OPS), &[("If-None-Match", &second_tag)]);
+    reload(&server);
+    let changed = get_with(&server, &path, Some(OPS), &[("If-None-Match", &second_tag)]);
     assert_ne!(entity_tag(&changed), second_tag, "generation 3");
     let expected = Fixture::from_files(&files).expect(&Query::units().both());
     assert_records(&changed.ok().data, &expected, "after the new file");

@@ -5,227 +5,24 @@
 //! reloads run under load, and a cursor does not cross from one to the next. Last,
 //! a stop signal (SIGTERM, SIGINT) lets a large in-flight response finish.
 //!
-//! Each test starts its own `stq serve` directly, not through the shell wrapper of
-//! `common::Server`, because signals must reach the server's own process id.
-//! Reloads take time: tests poll `/readyz` for the next generation (or stderr for
-//! `reload failed`) instead of sleeping.
+//! Each test starts its own `common::Server`, whose `signal` reaches the server's
+//! own process id (not its shell wrapper's). Reloads take time: tests poll
+//! `/readyz` for the next generation (or stderr for `reload failed`) instead of
+//! sleeping.
 
 mod common;
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::Value;
-
-/// How long a reload (or a reload failure) may take to show.
-const RELOAD_TIMEOUT: Duration = Duration::from_secs(10);
-
-// ---------------------------------------------------------------------------
-// The server process, with its pid
-// ---------------------------------------------------------------------------
-
-/// `stq serve` as a direct child, so that `kill -HUP <pid>` reaches it; its stderr
-/// is collected line by line as it comes. Dropping it kills the server.
-struct ServerProcess {
-    child: Mutex<Child>,
-    pid: u32,
-    base: String,
-    agent: ureq::Agent,
-    log: Arc<Mutex<Vec<String>>>,
-}
-
-impl ServerProcess {
-    fn start(fixture: &Fixture, extra: &[&str]) -> ServerProcess {
-        let mut command = Command::new(stq_binary());
-        command.args(serve_args(&fixture.snapshots, &fixture.tokens, extra));
-        clean_environment(&mut command, &[]);
-        command
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        let mut child = command.spawn().expect("spawn stq");
-        let stderr = child.stderr.take().unwrap();
-        let log = Arc::new(Mutex::new(Vec::new()));
-        {
-            let log = log.clone();
-            thread::spawn(move || {
-                for line in BufReader::new(stderr).split(b'\n') {
-                    let Ok(line) = line else { break };
-                    let line = strip_ansi(&String::from_utf8_lossy(&line));
-                    log.lock().unwrap().push(line);
-                }
-            });
-        }
-        let mut server = ServerProcess {
-            pid: child.id(),
-            child: Mutex::new(child),
-            base: String::new(),
-            agent: ureq::AgentBuilder::new()
-                .timeout(Duration::from_secs(30))
-                .redirects(0)
-                .build(),
-            log,
-        };
-        let marker = "listening on http://127.0.0.1:";
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let port = server.log().iter().find_map(|line| {
-                let after = &line[line.find(marker)? + marker.len()..];
-                let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
-                digits.parse::<u16>().ok()
-            });
-            if let Some(port) = port {
-                server.base = format!("http://127.0.0.1:{port}");
-                return server;
-            }
-            if let Some(status) = server.child.lock().unwrap().try_wait().unwrap() {
-                thread::sleep(Duration::from_millis(100));
-                panic!(
-                    "stq exited ({status}) before ready:\n{}",
-                    server.log().join("\n")
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "stq not ready within 30 s:\n{}",
-                server.log().join("\n")
-            );
-            thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    fn url(&self, path_and_query: &str) -> String {
-        format!("{}{}", self.base, path_and_query)
-    }
-
-    /// Sends `kill -NAME` to the server.
-    fn signal(&self, name: &str) {
-        let status = Command::new("kill")
-            .args([format!("-{name}"), self.pid.to_string()])
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill -{name} {} failed", self.pid);
-    }
-
-    fn request(&self, method: &str, path_and_query: &str, token: Option<&str>) -> Response {
-        let authorization = token.map(|token| format!("Bearer {token}"));
-        let headers: Vec<(&str, &str)> = authorization
-            .iter()
-            .map(|value| ("Authorization", value.as_str()))
-            .collect();
-        call(&self.agent, method, &self.url(path_and_query), &headers)
-    }
-
-    fn get(&self, path_and_query: &str, token: Option<&str>) -> Response {
-        self.request("GET", path_and_query, token)
-    }
-
-    /// `GET` as `ops`: the records of a 200 envelope.
-    fn records(&self, path_and_query: &str) -> Vec<Value> {
-        self.get(path_and_query, Some(OPS)).ok().data
-    }
-
-    /// The body of `GET /readyz`, which must be 200.
-    fn readiness(&self) -> Value {
-        let response = self.get("/readyz", None);
-        assert_eq!(response.status, 200, "{}", response.context());
-        response.json()
-    }
-
-    fn generation(&self) -> u64 {
-        generation_of(&self.readiness())
-    }
-
-    /// Polls `/readyz` until the generation is past `previous`; returns that body.
-    #[track_caller]
-    fn wait_for_generation_after(&self, previous: u64) -> Value {
-        let deadline = Instant::now() + RELOAD_TIMEOUT;
-        loop {
-            let readiness = self.readiness();
-            if generation_of(&readiness) > previous {
-                return readiness;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "still generation {previous} after {RELOAD_TIMEOUT:?}; stderr:\n{}",
-                self.log().join("\n")
-            );
-            thread::sleep(Duration::from_millis(25));
-        }
-    }
-
-    /// Everything the server wrote on stderr so far.
-    fn log(&self) -> Vec<String> {
-        self.log.lock().unwrap().clone()
-    }
-
-    fn log_count(&self, needle: &str) -> usize {
-        self.log
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|line| line.contains(needle))
-            .count()
-    }
-
-    /// Waits until `needle` has appeared on `occurrences` stderr lines.
-    #[track_caller]
-    fn wait_for_log(&self, needle: &str, occurrences: usize) {
-        let deadline = Instant::now() + RELOAD_TIMEOUT;
-        while self.log_count(needle) < occurrences {
-            assert!(
-                Instant::now() < deadline,
-                "{needle:?} not logged {occurrences} time(s) within {RELOAD_TIMEOUT:?}; stderr:\n{}",
-                self.log().join("\n")
-            );
-            thread::sleep(Duration::from_millis(25));
-        }
-    }
-
-    /// Waits for the process to end on its own.
-    #[track_caller]
-    fn wait_for_exit(&self, timeout: Duration) -> ExitStatus {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.child.lock().unwrap().try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "stq still running {timeout:?} after the stop signal; stderr:\n{}",
-                self.log().join("\n")
-            );
-            thread::sleep(Duration::from_millis(25));
-        }
-    }
-}
-
-impl Drop for ServerProcess {
-    fn drop(&mut self) {
-        let child = self
-            .child
-            .get_mut()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Ok(None) = child.try_wait() {
-            let _ = child.kill();
-        }
-        let _ = child.wait();
-    }
-}
-
-fn generation_of(readiness: &Value) -> u64 {
-    readiness["generation"]
-        .as_u64()
-        .unwrap_or_else(|| panic!("readyz generation is not a number: {readiness}"))
-}
 
 // ---------------------------------------------------------------------------
 // Snapshot files
@@ -331,7 +128,7 @@ fn tokens_file(entries: &[(&str, Option<&[&str]>)]) -> String {
 fn probes_answer_without_a_token_in_their_exact_shapes() {
     let fixture = Fixture::main();
     let started_at = now_seconds();
-    let server = ServerProcess::start(&fixture, &[]);
+    let server = Server::start(&fixture, &[]);
 
     let stations: BTreeSet<&str> = fixture
         .records
@@ -396,12 +193,12 @@ fn probes_answer_without_a_token_in_their_exact_shapes() {
     // A token changes nothing; a wrong method is a 405 like on the API.
     assert_eq!(server.get("/readyz", Some(OPS)).json(), body);
     for path in ["/healthz", "/readyz"] {
-        let head = server.request("HEAD", path, None);
+        let head = server.request("HEAD", path, &[]);
         assert_eq!(head.status, 200, "{}", head.context());
         assert!(head.body.is_empty(), "{}", head.context());
         head.request_id();
         for method in ["POST", "PUT", "DELETE"] {
-            let refused = server.request(method, path, None);
+            let refused = server.request(method, path, &[]);
             assert_eq!(refused.error(405, "method_not_allowed"), Value::Null);
             assert_eq!(
                 refused.header("allow"),
@@ -421,14 +218,14 @@ fn probes_answer_without_a_token_in_their_exact_shapes() {
 fn sighup_serves_an_added_snapshot_file() {
     let mut files = small_files();
     let fixture = Fixture::from_files(&files);
-    let server = ServerProcess::start(&fixture, &[]);
+    let server = Server::start(&fixture, &[]);
     let before = server.readiness();
     assert_eq!(generation_of(&before), 1);
     assert_eq!(before["units"], 4);
     assert_eq!(before["stations"], 2);
     let query = Query::units();
     assert_records(
-        &server.records(&all_units()),
+        &server.ok(&all_units()).data,
         &reference(&files, &query),
         "generation 1",
     );
@@ -459,9 +256,11 @@ fn sighup_serves_an_added_snapshot_file() {
     );
     let expected = reference(&files, &query);
     assert_eq!(expected.len(), 7);
-    assert_records(&server.records(&all_units()), &expected, "generation 2");
+    assert_records(&server.ok(&all_units()).data, &expected, "generation 2");
     assert_records(
-        &server.records(&format!("{}&station_ids=ST-05", all_units())),
+        &server
+            .ok(&format!("{}&station_ids=ST-05", all_units()))
+            .data,
         &reference(&files, &query.stations(&["ST-05"])),
         "generation 2, the new station",
     );
@@ -475,10 +274,10 @@ fn sighup_serves_an_added_snapshot_file() {
 fn a_failed_reload_keeps_the_old_generation_and_logs_the_line() {
     let mut files = small_files();
     let fixture = Fixture::from_files(&files);
-    let server = ServerProcess::start(&fixture, &[]);
+    let server = Server::start(&fixture, &[]);
     let before = server.readiness();
     let expected = reference(&files, &Query::units());
-    assert_records(&server.records(&all_units()), &expected, "generation 1");
+    assert_records(&server.ok(&all_units()).data, &expected, "generation 1");
 
     // Line 5 of the file: a time that is not a date-time.
     let broken = "first.units.jsonl";
@@ -498,7 +297,7 @@ fn a_failed_reload_keeps_the_old_generation_and_logs_the_line() {
         "a failed reload changed /readyz"
     );
     assert_records(
-        &server.records(&all_units()),
+        &server.ok(&all_units()).data,
         &expected,
         "after the failed reload",
     );
@@ -537,7 +336,7 @@ fn a_failed_reload_keeps_the_old_generation_and_logs_the_line() {
     assert_eq!(generation_of(&after), 2, "{after}");
     assert_eq!(after["units"], 5, "{after}");
     assert_records(
-        &server.records(&all_units()),
+        &server.ok(&all_units()).data,
         &reference(&files, &Query::units()),
         "after the fix",
     );
@@ -552,7 +351,7 @@ fn sighup_reloads_the_tokens_file() {
     const NEW: &str = "tok-new-0001";
     let files = small_files();
     let fixture = Fixture::from_files(&files);
-    let server = ServerProcess::start(&fixture, &[]);
+    let server = Server::start(&fixture, &[]);
     let station_01 = format!("{}&station_ids=ST-01", all_units());
     server.get(&station_01, Some(OPS2)).ok();
     server
@@ -674,7 +473,7 @@ fn requests_during_reloads_see_one_whole_generation() {
     let inside: PathBuf = fixture.snapshots.join("b.units.jsonl");
     let outside: PathBuf = fixture.directory.path().join("b.units.jsonl.stash");
     std::fs::write(&outside, &set_b[1].text).unwrap();
-    let server = ServerProcess::start(&fixture, &["--workers", "4"]);
+    let server = Server::start(&fixture, &["--workers", "4"]);
     let url = server.url(&path);
 
     let stop = AtomicBool::new(false);
@@ -761,7 +560,7 @@ fn requests_during_reloads_see_one_whole_generation() {
 fn a_cursor_from_an_earlier_generation_is_invalid() {
     let files = small_files();
     let fixture = Fixture::from_files(&files);
-    let server = ServerProcess::start(&fixture, &[]);
+    let server = Server::start(&fixture, &[]);
     let expected = reference(&files, &Query::units());
     let first = server
         .get(&format!("{}&limit=1", all_units()), Some(OPS))
@@ -770,7 +569,7 @@ fn a_cursor_from_an_earlier_generation_is_invalid() {
     let cursor = first.cursor().expect("page 1 has a next_cursor");
     let next = format!("{}&limit=1&cursor={}", all_units(), percent_encode(&cursor));
     // In its own generation the cursor works.
-    assert_records(&server.records(&next), &expected[1..2], "page 2");
+    assert_records(&server.ok(&next).data, &expected[1..2], "page 2");
 
     server.signal("HUP");
     let after = server.wait_for_generation_after(1);
@@ -783,11 +582,13 @@ fn a_cursor_from_an_earlier_generation_is_invalid() {
         .ok();
     let cursor = fresh.cursor().expect("page 1 has a next_cursor");
     assert_records(
-        &server.records(&format!(
-            "{}&limit=1&cursor={}",
-            all_units(),
-            percent_encode(&cursor)
-        )),
+        &server
+            .ok(&format!(
+                "{}&limit=1&cursor={}",
+                all_units(),
+                percent_encode(&cursor)
+            ))
+            .data,
         &expected[1..2],
         "page 2 of generation 2",
     );
@@ -802,7 +603,7 @@ fn watch_reloads_changed_files_without_a_signal() {
     const NEW: &str = "tok-watch-0001";
     let mut files = small_files();
     let fixture = Fixture::from_files(&files);
-    let server = ServerProcess::start(&fixture, &["--watch"]);
+    let server = Server::start(&fixture, &["--watch"]);
     assert_eq!(server.generation(), 1);
 
     let added = FileSpec::plain(
@@ -819,7 +620,7 @@ fn watch_reloads_changed_files_without_a_signal() {
     assert_eq!(after_file["units"], 5, "{after_file}");
     assert_eq!(after_file["stations"], 3, "{after_file}");
     assert_records(
-        &server.records(&all_units()),
+        &server.ok(&all_units()).data,
         &reference(&files, &Query::units()),
         "after the new file",
     );
@@ -869,7 +670,7 @@ fn large_units_file() -> String {
 /// response, then the process to exit.
 fn stop_signal_lets_a_large_response_finish(signal: &str) {
     let fixture = unchecked_fixture(&[FileSpec::plain("large.units.jsonl", large_units_file())]);
-    let server = ServerProcess::start(&fixture, &["--max-records", "100000"]);
+    let server = Server::start(&fixture, &["--max-records", "100000"]);
     let url = server.url(&format!("{}&station_ids=ST-01", all_units()));
 
     let (headers_arrived, headers_received) = mpsc::channel();
@@ -920,7 +721,13 @@ fn stop_signal_lets_a_large_response_finish(signal: &str) {
         "SIG{signal}: records out of order"
     );
 
-    let status = server.wait_for_exit(Duration::from_secs(15));
+    let timeout = Duration::from_secs(15);
+    let status = server.wait_for_exit(timeout).unwrap_or_else(|| {
+        panic!(
+            "stq still running {timeout:?} after the stop signal; stderr:\n{}",
+            server.log().join("\n")
+        )
+    });
     assert!(
         status.success(),
         "SIG{signal}: stq exited with {status}; stderr:\n{}",
@@ -947,7 +754,7 @@ fn a_reload_with_on_invalid_skip_counts_and_logs_skipped_lines() {
     let mut files = small_files();
     files[0].text.push_str("{not json\n");
     let fixture = unchecked_fixture(&files);
-    let server = ServerProcess::start(&fixture, &["--on-invalid", "skip"]);
+    let server = Server::start(&fixture, &["--on-invalid", "skip"]);
     let before = server.readiness();
     assert_eq!(before["skipped_lines"], 1, "{before}");
     assert_eq!(before["units"], 4, "{before}");
@@ -967,7 +774,7 @@ fn a_reload_with_on_invalid_skip_counts_and_logs_skipped_lines() {
     assert_eq!(generation_of(&after), 2, "{after}");
     assert_eq!(after["skipped_lines"], 2, "{after}");
     assert_eq!(after["units"], 6, "{after}");
-    let got = serials(&server.records(&all_units()));
+    let got = serials(&server.ok(&all_units()).data);
     assert_eq!(
         got,
         ["SN-A1", "SN-S1", "SN-A2", "SN-S3", "SN-A3", "SN-A4"],

@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
@@ -836,9 +836,16 @@ pub fn strip_ansi(text: &str) -> String {
 /// Wraps the server in a tiny shell that kills it when our end of its stdin
 /// closes: when the guard drops, or when the test process exits (a server held in
 /// a `static` is never dropped). The shell exits with the server's status.
+///
+/// The shell prints the server's own process id as the one line of its stdout
+/// (the server's stdout goes to `/dev/null`), so that a test can signal the server
+/// itself rather than the shell; stdout, not stderr, so the line can never be
+/// interleaved with the server's log.
 const WRAPPER: &str = r#"exec 3<&0
-"$0" "$@" </dev/null 3<&- &
+"$0" "$@" </dev/null >/dev/null 3<&- &
 pid=$!
+echo "$pid"
+exec >/dev/null
 ( read _x <&3; kill -KILL $pid 2>/dev/null ) &
 watcher=$!
 wait $pid
@@ -847,8 +854,13 @@ kill $watcher 2>/dev/null
 exit $exit_status
 "#;
 
+/// How long a reload (or a reload failure) may take to show.
+pub const RELOAD_TIMEOUT: Duration = Duration::from_secs(10);
+
 pub struct Server {
     pub port: u16,
+    /// The process id of `stq` itself (not of its shell wrapper), for signals.
+    pub pid: u32,
     pub base: String,
     stdin: Mutex<Option<ChildStdin>>,
     child: Mutex<Child>,
@@ -908,10 +920,19 @@ impl Server {
         clean_environment(&mut command, variables);
         command
             .stdin(Stdio::piped())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut child = command.spawn().expect("spawn sh wrapper");
         let stdin = child.stdin.take();
+        // The wrapper prints the pid right after starting the server, before it waits.
+        let mut pid_line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut pid_line)
+            .expect("read the server's pid from the wrapper");
+        let pid: u32 = pid_line
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("the wrapper printed {pid_line:?}, not a pid"));
         let stderr = child.stderr.take().unwrap();
         let log = Arc::new(Mutex::new(Vec::<String>::new()));
         let (sender, receiver) = mpsc::channel::<String>();
@@ -945,6 +966,7 @@ impl Server {
                             .build();
                         return Started::Ready(Server {
                             port,
+                            pid,
                             base: format!("http://127.0.0.1:{port}"),
                             stdin: Mutex::new(stdin),
                             child: Mutex::new(child),
@@ -975,6 +997,85 @@ impl Server {
     /// Everything the server wrote on stderr so far (ANSI stripped).
     pub fn log(&self) -> Vec<String> {
         self.stderr.lock().unwrap().clone()
+    }
+
+    /// How many stderr lines so far contain `needle`.
+    pub fn log_count(&self, needle: &str) -> usize {
+        self.stderr
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|line| line.contains(needle))
+            .count()
+    }
+
+    /// Waits until `needle` has appeared on `occurrences` stderr lines.
+    #[track_caller]
+    pub fn wait_for_log(&self, needle: &str, occurrences: usize) {
+        let deadline = StdInstant::now() + RELOAD_TIMEOUT;
+        while self.log_count(needle) < occurrences {
+            assert!(
+                StdInstant::now() < deadline,
+                "{needle:?} not logged {occurrences} time(s) within {RELOAD_TIMEOUT:?}; stderr:\n{}",
+                self.log().join("\n")
+            );
+            thread::sleep(Duration::from_millis(25));
+        }
+    }
+
+    /// Sends `kill -NAME` to the server itself.
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .args([format!("-{name}"), self.pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{name} {} failed", self.pid);
+    }
+
+    /// Waits for the server to end on its own: its exit status, or `None` if it
+    /// still runs after `timeout`. The wrapper exits with the server's status.
+    pub fn wait_for_exit(&self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = StdInstant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.lock().unwrap().try_wait().unwrap() {
+                return Some(status);
+            }
+            if StdInstant::now() >= deadline {
+                return None;
+            }
+            thread::sleep(Duration::from_millis(25));
+        }
+    }
+
+    /// The body of `GET /readyz`, which must be 200.
+    #[track_caller]
+    pub fn readiness(&self) -> Value {
+        let response = self.get("/readyz", None);
+        assert_eq!(response.status, 200, "{}", response.context());
+        response.json()
+    }
+
+    pub fn generation(&self) -> u64 {
+        generation_of(&self.readiness())
+    }
+
+    /// Polls `/readyz` until the generation is past `previous`; returns that body.
+    /// Reloads take time: polling, not sleeping.
+    #[track_caller]
+    pub fn wait_for_generation_after(&self, previous: u64) -> Value {
+        let deadline = StdInstant::now() + RELOAD_TIMEOUT;
+        loop {
+            let readiness = self.readiness();
+            if generation_of(&readiness) > previous {
+                return readiness;
+            }
+            assert!(
+                StdInstant::now() < deadline,
+                "still generation {previous} after {RELOAD_TIMEOUT:?}; stderr:\n{}",
+                self.log().join("\n")
+            );
+            thread::sleep(Duration::from_millis(25));
+        }
     }
 
     pub fn url(&self, path_and_query: &str) -> String {
@@ -1042,6 +1143,13 @@ impl Drop for Server {
             }
         }
     }
+}
+
+/// The `generation` of a `/readyz` body.
+pub fn generation_of(readiness: &Value) -> u64 {
+    readiness["generation"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("readyz generation is not a number: {readiness}"))
 }
 
 // ---------------------------------------------------------------------------
