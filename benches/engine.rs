@@ -208,6 +208,7 @@ fn query_parsing(criterion: &mut Criterion) {
     let limits = Limits {
         max_records: 100_000,
         max_stations: 1000,
+        ..Limits::default()
     };
     let mut group = criterion.benchmark_group("query parsing");
     let cases = [

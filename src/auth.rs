@@ -1,7 +1,9 @@
 //! Bearer tokens and what they may see (CONTRACT section 3).
 //!
-//! The tokens file holds only SHA-256 digests; a presented token is hashed and looked
-//! up by its digest, so the plain token is never stored, compared or logged.
+//! The tokens file holds only SHA-256 digests; a presented token is hashed and its
+//! digest compared with every known one, so the plain token is never stored,
+//! compared or logged, and the check takes the same time whichever token (if any)
+//! matches and however many leading bytes a wrong digest shares with a right one.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
@@ -10,6 +12,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context as _};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
+use subtle::{ConditionallySelectable as _, ConstantTimeEq as _};
 
 use crate::error::Error;
 
@@ -41,7 +44,8 @@ pub struct Principal {
 /// Every known token, by digest.
 #[derive(Debug, Default)]
 pub struct Tokens {
-    by_digest: HashMap<[u8; 32], Arc<Principal>>,
+    /// A list rather than a map: a map's lookup ends at the first differing byte.
+    principals: Vec<Arc<Principal>>,
 }
 
 impl Tokens {
@@ -74,6 +78,7 @@ impl Tokens {
 
         let file: File = serde_json::from_str(text)?;
         let mut tokens = Tokens::default();
+        let mut names_by_digest = HashMap::new();
         for entry in file.tokens {
             let mut digest = [0u8; 32];
             if entry.sha256.len() != 64 || hex::decode_to_slice(&entry.sha256, &mut digest).is_err()
@@ -90,27 +95,27 @@ impl Tokens {
                 }
                 Stations::List(stations) => Scope::Stations(stations.into_iter().collect()),
             };
-            let principal = Principal {
+            if let Some(previous) = names_by_digest.insert(digest, entry.name.clone()) {
+                bail!(
+                    "tokens `{previous}` and `{}` have the same sha256",
+                    entry.name
+                );
+            }
+            tokens.principals.push(Arc::new(Principal {
                 name: entry.name,
                 scope,
                 digest,
-            };
-            if let Some(previous) = tokens.by_digest.insert(digest, Arc::new(principal)) {
-                bail!(
-                    "token `{}` has the same sha256 as another token",
-                    previous.name
-                );
-            }
+            }));
         }
         Ok(tokens)
     }
 
     pub fn len(&self) -> usize {
-        self.by_digest.len()
+        self.principals.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.by_digest.is_empty()
+        self.principals.is_empty()
     }
 
     /// The principal of an `Authorization` header value, or 401.
@@ -124,7 +129,17 @@ impl Tokens {
         if token.is_empty() {
             return Err(unknown);
         }
-        self.by_digest.get(&sha256(token)).cloned().ok_or(unknown)
+        let digest = sha256(token);
+        // Every digest is compared in full, and the match is picked without a branch.
+        let mut found = u64::MAX;
+        for (position, principal) in self.principals.iter().enumerate() {
+            found.conditional_assign(&(position as u64), principal.digest.ct_eq(&digest));
+        }
+        usize::try_from(found)
+            .ok()
+            .and_then(|position| self.principals.get(position))
+            .cloned()
+            .ok_or(unknown)
     }
 }
 

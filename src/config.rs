@@ -4,6 +4,7 @@
 
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
@@ -88,6 +89,37 @@ pub struct ServeArgs {
     /// HTTP worker threads, each with its own router [default: CPUs].
     #[arg(long, env = "STQ_WORKERS")]
     pub workers: Option<NonZeroUsize>,
+
+    /// Longest query string accepted, in bytes as sent (still percent-encoded).
+    #[arg(long, env = "STQ_MAX_QUERY_BYTES", default_value_t = NonZeroUsize::new(8192).unwrap())]
+    pub max_query_bytes: NonZeroUsize,
+
+    /// Longest time window a request may ask for, the default 24 h window included,
+    /// e.g. `31d` or `12h` [default: none].
+    #[arg(long, env = "STQ_MAX_WINDOW", value_parser = parse_duration)]
+    pub max_window: Option<Duration>,
+
+    /// Longest time a query may take before it is answered 503 `timeout`.
+    #[arg(long, env = "STQ_REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+
+    /// Queries answered at once; beyond it a request waits at most 100 ms, then
+    /// gets 503 `overloaded` [default: 4 x CPUs].
+    #[arg(long, env = "STQ_MAX_CONCURRENT_QUERIES")]
+    pub max_concurrent_queries: Option<NonZeroUsize>,
+
+    /// Longest time a client may take to send a request head, or stay idle on a
+    /// kept-alive connection, or leave a response unread, before the connection is
+    /// closed.
+    #[arg(long, env = "STQ_CLIENT_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    pub client_timeout: Duration,
+}
+
+impl ServeArgs {
+    pub fn max_concurrent_queries(&self) -> usize {
+        self.max_concurrent_queries
+            .map_or_else(|| 4 * cpus(), NonZeroUsize::get)
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -129,6 +161,17 @@ pub struct GenArgs {
     /// Exclusive end of the data, RFC 3339 [default: the start of the current hour].
     #[arg(long, env = "STQ_END")]
     pub end: Option<String>,
+}
+
+/// A duration above zero, as `humantime` reads it: `10s`, `250ms`, `12h`, `31d`, `1h 30m`.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(text) {
+        Ok(duration) if duration.is_zero() => Err("must be longer than zero".to_owned()),
+        Ok(duration) => Ok(duration),
+        Err(error) => Err(format!(
+            "{error}; write e.g. `10s`, `250ms`, `12h` or `31d`"
+        )),
+    }
 }
 
 /// An origin as browsers send it: `scheme://host[:port]`, nothing more; or `*`.
@@ -176,6 +219,32 @@ mod tests {
         assert_eq!(cli.serve.max_records.get(), 100_000);
         assert_eq!(cli.serve.max_stations.get(), 1000);
         assert_eq!(cli.serve.on_invalid, OnInvalid::Fail);
+        assert_eq!(cli.serve.max_query_bytes.get(), 8192);
+        assert_eq!(cli.serve.max_window, None);
+        assert_eq!(cli.serve.request_timeout, Duration::from_secs(10));
+        assert_eq!(cli.serve.client_timeout, Duration::from_secs(5));
+        assert_eq!(cli.serve.max_concurrent_queries(), 4 * cpus());
+    }
+
+    #[test]
+    fn durations_read_as_the_flags_document_them() {
+        let serve = |flags: &[&str]| {
+            Cli::try_parse_from(std::iter::once("stq").chain(flags.iter().copied()))
+                .map(|cli| cli.serve)
+        };
+        let args = serve(&["--max-window", "31d", "--request-timeout", "250ms"]).unwrap();
+        assert_eq!(args.max_window, Some(Duration::from_secs(31 * 86_400)));
+        assert_eq!(args.request_timeout, Duration::from_millis(250));
+        assert_eq!(
+            serve(&["--client-timeout", "1h 30m"])
+                .unwrap()
+                .client_timeout,
+            Duration::from_secs(5400)
+        );
+        for bad in ["0s", "10", "ten seconds", "-5s", ""] {
+            assert!(serve(&["--max-window", bad]).is_err(), "{bad}");
+        }
+        assert!(serve(&["--max-concurrent-queries", "0"]).is_err());
     }
 
     #[test]

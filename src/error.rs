@@ -9,7 +9,9 @@ use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::time::Instant;
+use std::time::Duration;
+
+use crate::time::{duration_text, Instant};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -62,6 +64,25 @@ pub enum Error {
     #[error("the snapshot is not loaded yet")]
     NotReady,
 
+    #[error("the query string is {length} bytes long; at most {max} are accepted")]
+    UriTooLong { length: usize, max: usize },
+
+    #[error("the window spans more than the {} allowed; narrow it", duration_text(*.max_window))]
+    WindowTooLarge {
+        from: Instant,
+        to: Instant,
+        max_window: Duration,
+    },
+
+    #[error("the query took longer than {}; narrow the window or the filters", duration_text(*.after))]
+    Timeout { after: Duration },
+
+    #[error("too many queries at once; retry in a second")]
+    Overloaded,
+
+    #[error("malformed request: {reason}")]
+    InvalidRequest { reason: &'static str },
+
     /// Something went wrong on our side; the cause was logged, the client sees only
     /// the request id to quote.
     #[error("internal error")]
@@ -83,6 +104,11 @@ impl Error {
             Error::Forbidden { .. } => "forbidden",
             Error::NotAcceptable => "not_acceptable",
             Error::NotReady => "not_ready",
+            Error::UriTooLong { .. } => "uri_too_long",
+            Error::WindowTooLarge { .. } => "window_too_large",
+            Error::Timeout { .. } => "timeout",
+            Error::Overloaded => "overloaded",
+            Error::InvalidRequest { .. } => "invalid_request",
             Error::Internal { .. } => "internal_error",
         }
     }
@@ -105,12 +131,27 @@ impl Error {
             Error::ResultTooLarge { max_records } => json!({ "max_records": max_records }),
             Error::Forbidden { stations } => json!({ "stations": stations }),
             Error::Internal { request_id } => json!({ "request_id": request_id }),
+            Error::UriTooLong { length, max } => {
+                json!({ "length": length, "max_query_bytes": max })
+            }
+            Error::WindowTooLarge {
+                from,
+                to,
+                max_window,
+            } => json!({
+                "from": from.to_rfc3339(),
+                "to": to.to_rfc3339(),
+                "max_window": duration_text(*max_window),
+            }),
+            Error::Timeout { after } => json!({ "request_timeout": duration_text(*after) }),
             Error::NotFound
             | Error::MethodNotAllowed
             | Error::Unauthorized { .. }
             | Error::InvalidCursor { .. }
             | Error::NotAcceptable
-            | Error::NotReady => Value::Null,
+            | Error::NotReady
+            | Error::Overloaded
+            | Error::InvalidRequest { .. } => Value::Null,
         }
     }
 }
@@ -126,7 +167,11 @@ impl ResponseError for Error {
             | Error::InvalidWindow { .. }
             | Error::TooManyStations { .. }
             | Error::ResultTooLarge { .. }
-            | Error::InvalidCursor { .. } => StatusCode::BAD_REQUEST,
+            | Error::InvalidCursor { .. }
+            | Error::WindowTooLarge { .. }
+            | Error::InvalidRequest { .. } => StatusCode::BAD_REQUEST,
+            Error::UriTooLong { .. } => StatusCode::URI_TOO_LONG,
+            Error::Timeout { .. } | Error::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
             Error::Forbidden { .. } => StatusCode::FORBIDDEN,
             Error::NotAcceptable => StatusCode::NOT_ACCEPTABLE,
             Error::NotReady => StatusCode::SERVICE_UNAVAILABLE,
@@ -164,6 +209,9 @@ impl ResponseError for Error {
             }
             Error::MethodNotAllowed => {
                 response.insert_header((header::ALLOW, "GET, HEAD"));
+            }
+            Error::Overloaded => {
+                response.insert_header((header::RETRY_AFTER, "1"));
             }
             _ => {}
         }

@@ -8,6 +8,7 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use percent_encoding::percent_decode;
 
@@ -16,11 +17,39 @@ use crate::index::Window;
 use crate::model::{Direction, Kind};
 use crate::time::{parse_query_time, Instant, DAY_SECONDS};
 
-/// The limits that parameter validation depends on.
+/// The limits that parameter validation depends on (CONTRACT sections 4, 6 and 9).
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
     pub max_records: usize,
     pub max_stations: usize,
+    /// Bytes of the query string as sent, still percent-encoded.
+    pub max_query_bytes: usize,
+    /// The longest window, the default 24 h included; `None`: any.
+    pub max_window: Option<Duration>,
+}
+
+impl Default for Limits {
+    /// The contract's defaults.
+    fn default() -> Limits {
+        Limits {
+            max_records: 100_000,
+            max_stations: 1000,
+            max_query_bytes: 8192,
+            max_window: None,
+        }
+    }
+}
+
+/// 414 when the query string is longer than the limit. Checked before anything
+/// else reads the query, by the handler as well as by [`parse`].
+pub fn check_length(query: &str, limits: &Limits) -> Result<(), Error> {
+    if query.len() > limits.max_query_bytes {
+        return Err(Error::UriTooLong {
+            length: query.len(),
+            max: limits.max_query_bytes,
+        });
+    }
+    Ok(())
 }
 
 /// A request's parameters, validated and normalized: lists deduplicated and sorted,
@@ -100,6 +129,7 @@ impl Parameter {
 
 /// Parses and validates the query string of a request to `kind`'s endpoint.
 pub fn parse(kind: Kind, query: &str, limits: Limits) -> Result<QueryParams, Error> {
+    check_length(query, &limits)?;
     let pairs: Vec<(&str, &str)> = query
         .split('&')
         .filter(|pair| !pair.is_empty())
@@ -203,8 +233,9 @@ pub fn parse(kind: Kind, query: &str, limits: Limits) -> Result<QueryParams, Err
 }
 
 impl QueryParams {
-    /// The window of CONTRACT section 5, with `now` the time the request arrived.
-    pub fn window(&self, now: Instant) -> Result<Window, Error> {
+    /// The window of CONTRACT section 5, with `now` the time the request arrived,
+    /// no longer than `max_window` (section 9).
+    pub fn window(&self, now: Instant, max_window: Option<Duration>) -> Result<Window, Error> {
         let (from, to) = match (self.from, self.to) {
             (Some(from), Some(to)) => (from, to),
             (Some(from), None) => (from, from.add_seconds(DAY_SECONDS)),
@@ -213,6 +244,15 @@ impl QueryParams {
         };
         if from >= to {
             return Err(Error::InvalidWindow { from, to });
+        }
+        if let Some(max_window) = max_window {
+            if to.nanos_since(from) > max_window.as_nanos() as i128 {
+                return Err(Error::WindowTooLarge {
+                    from,
+                    to,
+                    max_window,
+                });
+            }
         }
         Ok(Window { from, to })
     }
@@ -266,6 +306,8 @@ mod tests {
     const LIMITS: Limits = Limits {
         max_records: 1000,
         max_stations: 3,
+        max_query_bytes: 200,
+        max_window: None,
     };
 
     fn units(query: &str) -> Result<QueryParams, Error> {
@@ -399,21 +441,21 @@ mod tests {
     fn windows_default_to_a_day() {
         let now = parse_rfc3339("2024-01-02T00:00:00Z").unwrap();
         let day_before = parse_rfc3339("2024-01-01T00:00:00Z").unwrap();
-        let window = units("").unwrap().window(now).unwrap();
+        let window = units("").unwrap().window(now, None).unwrap();
         assert_eq!((window.from, window.to), (day_before, now));
         let window = units("from=2024-01-01T00:00:00Z")
             .unwrap()
-            .window(now)
+            .window(now, None)
             .unwrap();
         assert_eq!((window.from, window.to), (day_before, now));
         let window = units("to=2024-01-02T00:00:00Z")
             .unwrap()
-            .window(Instant::MIN)
+            .window(Instant::MIN, None)
             .unwrap();
         assert_eq!((window.from, window.to), (day_before, now));
         let window = units("from=1704067200000&to=1704153600000")
             .unwrap()
-            .window(now)
+            .window(now, None)
             .unwrap();
         assert_eq!((window.from, window.to), (day_before, now));
     }
@@ -422,8 +464,55 @@ mod tests {
     fn an_empty_or_reversed_window_is_invalid() {
         let now = Instant::now();
         let same = units("from=2024-01-01T00:00:00Z&to=2024-01-01T01:00:00+01:00").unwrap();
-        assert_eq!(same.window(now).unwrap_err().code(), "invalid_window");
+        assert_eq!(same.window(now, None).unwrap_err().code(), "invalid_window");
         let reversed = units("from=2024-01-02T00:00:00Z&to=2024-01-01T00:00:00Z").unwrap();
-        assert_eq!(reversed.window(now).unwrap_err().code(), "invalid_window");
+        assert_eq!(
+            reversed.window(now, None).unwrap_err().code(),
+            "invalid_window"
+        );
+    }
+
+    #[test]
+    fn a_window_may_be_as_long_as_the_limit_but_no_longer() {
+        let now = parse_rfc3339("2024-01-02T00:00:00Z").unwrap();
+        let day = Some(Duration::from_secs(24 * 3600));
+        let half_day = Some(Duration::from_secs(12 * 3600));
+        assert!(units("").unwrap().window(now, day).is_ok());
+        // The default window counts too.
+        assert_eq!(
+            units("").unwrap().window(now, half_day).unwrap_err().code(),
+            "window_too_large"
+        );
+        let exact = units("from=2024-01-01T00:00:00Z&to=2024-01-01T12:00:00Z").unwrap();
+        assert!(exact.window(now, half_day).is_ok());
+        let one_nanosecond_more =
+            units("from=2024-01-01T00:00:00Z&to=2024-01-01T12:00:00.000000001Z").unwrap();
+        assert_eq!(
+            one_nanosecond_more
+                .window(now, half_day)
+                .unwrap_err()
+                .code(),
+            "window_too_large"
+        );
+        // An empty window is reported as such, whatever the limit.
+        let reversed = units("from=2024-01-02T00:00:00Z&to=2024-01-01T00:00:00Z").unwrap();
+        assert_eq!(
+            reversed.window(now, half_day).unwrap_err().code(),
+            "invalid_window"
+        );
+    }
+
+    #[test]
+    fn a_query_string_longer_than_the_limit_is_refused_before_it_is_read() {
+        let longest = format!("station_ids={}", "A".repeat(200 - "station_ids=".len()));
+        assert_eq!(longest.len(), 200);
+        assert!(units(&longest).is_ok());
+        let too_long = format!("{longest}B");
+        assert_eq!(code(units(&too_long)), "uri_too_long");
+        // Even an unknown parameter is not looked at.
+        assert_eq!(
+            code(units(&format!("x={}", "A".repeat(300)))),
+            "uri_too_long"
+        );
     }
 }

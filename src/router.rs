@@ -7,6 +7,7 @@
 //! future, so a slow query does not hold up the next one in the mailbox.
 
 use std::sync::Arc;
+use std::time::Instant as Stopwatch;
 
 use actix::prelude::*;
 use futures_util::future::join_all;
@@ -22,6 +23,9 @@ use crate::shard::{ShardError, ShardHandle};
 /// Answer a query: the first `query.cap` matching records of its stations.
 pub struct Execute {
     pub query: EngineQuery,
+    /// After it nobody waits for the answer: a shard that reaches the query later
+    /// skips it.
+    pub deadline: Stopwatch,
 }
 
 impl Message for Execute {
@@ -96,11 +100,15 @@ impl Handler<Execute> for Router {
 
     fn handle(&mut self, message: Execute, _: &mut Context<Self>) -> Self::Result {
         let shards = Arc::clone(&self.shards);
-        Box::pin(async move { fan_out(&shards, message.query).await })
+        Box::pin(async move { fan_out(&shards, message.query, message.deadline).await })
     }
 }
 
-async fn fan_out(shards: &[ShardHandle], query: EngineQuery) -> Result<QueryResult, ShardError> {
+async fn fan_out(
+    shards: &[ShardHandle],
+    query: EngineQuery,
+    deadline: Stopwatch,
+) -> Result<QueryResult, ShardError> {
     let catalog = &query.catalog;
     let mut per_shard: Vec<Vec<StationRef>> = vec![Vec::new(); catalog.shard_count];
     for &rank in &query.stations {
@@ -124,6 +132,7 @@ async fn fan_out(shards: &[ShardHandle], query: EngineQuery) -> Result<QueryResu
                     filter: query.filter.clone(),
                     cap: query.cap,
                 },
+                deadline,
             )
         });
     let replies = join_all(scans).await;
@@ -210,7 +219,11 @@ pub struct RouterHandle {
 }
 
 impl RouterHandle {
-    pub async fn execute(&self, query: EngineQuery) -> Result<QueryResult, ShardError> {
-        self.address.send(Execute { query }).await?
+    pub async fn execute(
+        &self,
+        query: EngineQuery,
+        deadline: Stopwatch,
+    ) -> Result<QueryResult, ShardError> {
+        self.address.send(Execute { query, deadline }).await?
     }
 }

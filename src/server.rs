@@ -8,7 +8,7 @@ use std::sync::Arc;
 use actix_web::{web, HttpServer};
 use anyhow::Context as _;
 
-use crate::api::{self, AppState};
+use crate::api::{self, Admission, AppState};
 use crate::auth::Tokens;
 use crate::config::{cpus, ServeArgs};
 use crate::cursor::CursorKey;
@@ -51,6 +51,8 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let limits = Limits {
         max_records: args.max_records.get(),
         max_stations: args.max_stations.get(),
+        max_query_bytes: args.max_query_bytes.get(),
+        max_window: args.max_window,
     };
     let workers = args.workers.map_or_else(cpus, |workers| workers.get());
     actix_web::rt::System::new().block_on(run(
@@ -72,7 +74,11 @@ async fn run(
     let stations = catalog.stations.len();
     let state = web::Data::new(
         AppState::new(catalog, Arc::new(tokens), limits, CursorKey::random())
-            .with_cors_origins(args.cors_origins.clone()),
+            .with_cors_origins(args.cors_origins.clone())
+            .with_admission(Admission::new(
+                args.max_concurrent_queries(),
+                args.request_timeout,
+            )),
     );
     state
         .metrics

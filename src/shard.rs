@@ -3,6 +3,7 @@
 //! own `Arbiter` (thread), so no shard's work blocks another's.
 
 use std::sync::Arc;
+use std::time::Instant as Stopwatch;
 
 use actix::prelude::*;
 
@@ -17,6 +18,8 @@ use crate::index::{Hit, ScanRequest, ShardData};
 pub struct Scan {
     pub generation: u64,
     pub request: ScanRequest,
+    /// Past it the request has been answered 503 `timeout`: the scan is skipped.
+    pub deadline: Stopwatch,
 }
 
 impl Message for Scan {
@@ -42,6 +45,8 @@ impl Message for Install {
 pub enum ShardError {
     #[error("the shard holds generation {held}, not {wanted}")]
     OtherGeneration { held: u64, wanted: u64 },
+    #[error("the request's deadline passed before the shard reached it")]
+    Expired,
     #[error("the shard's mailbox is closed: {0}")]
     Mailbox(#[from] MailboxError),
 }
@@ -61,6 +66,9 @@ impl Handler<Scan> for ShardActor {
     type Result = Result<ShardReply, ShardError>;
 
     fn handle(&mut self, message: Scan, _: &mut Context<Self>) -> Self::Result {
+        if Stopwatch::now() > message.deadline {
+            return Err(ShardError::Expired);
+        }
         let data = std::iter::once(&self.current)
             .chain(&self.previous)
             .find(|data| data.generation == message.generation)
@@ -121,11 +129,13 @@ impl ShardHandle {
         &self,
         generation: u64,
         request: ScanRequest,
+        deadline: Stopwatch,
     ) -> Result<ShardReply, ShardError> {
         self.address
             .send(Scan {
                 generation,
                 request,
+                deadline,
             })
             .await?
     }

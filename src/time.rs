@@ -55,6 +55,13 @@ impl Instant {
         }
     }
 
+    /// Nanoseconds from `earlier` to this instant (negative when `earlier` is later).
+    /// `i128` holds any distance on the time line.
+    pub fn nanos_since(self, earlier: Instant) -> i128 {
+        (i128::from(self.seconds) - i128::from(earlier.seconds)) * 1_000_000_000
+            + (i128::from(self.nanos) - i128::from(earlier.nanos))
+    }
+
     /// RFC 3339 in UTC with as many fraction digits as needed, for messages.
     pub fn to_rfc3339(self) -> String {
         match DateTime::<Utc>::from_timestamp(self.seconds, self.nanos) {
@@ -62,6 +69,26 @@ impl Instant {
             None => format!("{}s{}ns since the Unix epoch", self.seconds, self.nanos),
         }
     }
+}
+
+/// A duration as the flags write it, in the largest unit that holds it exactly:
+/// `31d`, `36h`, `90m`, `10s`, `250ms`, `1500us`, `7ns`.
+pub fn duration_text(duration: std::time::Duration) -> String {
+    const UNITS: [(u128, &str); 6] = [
+        (86_400_000_000_000, "d"),
+        (3_600_000_000_000, "h"),
+        (60_000_000_000, "m"),
+        (1_000_000_000, "s"),
+        (1_000_000, "ms"),
+        (1_000, "us"),
+    ];
+    let nanos = duration.as_nanos();
+    for (size, name) in UNITS {
+        if nanos >= size && nanos % size == 0 {
+            return format!("{}{name}", nanos / size);
+        }
+    }
+    format!("{nanos}ns")
 }
 
 /// `YYYY-MM-DDTHH:MM:SS.mmmZ`, the format of `meta.timestamp`.
@@ -170,6 +197,33 @@ mod tests {
 
     fn at(text: &str) -> Instant {
         parse_rfc3339(text).unwrap_or_else(|| panic!("{text} should parse"))
+    }
+
+    #[test]
+    fn durations_are_written_in_their_largest_exact_unit() {
+        use std::time::Duration;
+        assert_eq!(duration_text(Duration::from_secs(31 * 86_400)), "31d");
+        assert_eq!(duration_text(Duration::from_secs(36 * 3600)), "36h");
+        assert_eq!(duration_text(Duration::from_secs(90 * 60)), "90m");
+        assert_eq!(duration_text(Duration::from_secs(10)), "10s");
+        assert_eq!(duration_text(Duration::from_millis(1500)), "1500ms");
+        assert_eq!(duration_text(Duration::from_nanos(7)), "7ns");
+        assert_eq!(duration_text(Duration::ZERO), "0ns");
+    }
+
+    #[test]
+    fn distances_between_instants_span_the_whole_time_line() {
+        let a = Instant {
+            seconds: 10,
+            nanos: 900_000_000,
+        };
+        let b = Instant {
+            seconds: 12,
+            nanos: 100_000_000,
+        };
+        assert_eq!(b.nanos_since(a), 1_200_000_000);
+        assert_eq!(a.nanos_since(b), -1_200_000_000);
+        assert!(Instant::MAX.nanos_since(Instant::MIN) > 0);
     }
 
     #[test]

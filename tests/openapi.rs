@@ -21,37 +21,50 @@ const DOCUMENT: &str = include_str!("../src/openapi.json");
 
 const MAX_STATIONS: &str = "2";
 const MAX_RECORDS: &str = "5";
+/// As long as the fixture's `WINDOW`, so that only a longer one is refused.
+const MAX_WINDOW: &str = "31d";
+const MAX_QUERY_BYTES: &str = "512";
 const CORS_ORIGIN: &str = "https://grafana.example";
 
 /// Every error code of CONTRACT section 7, and its status.
-const ERROR_CODES: [(&str, u16); 13] = [
+const ERROR_CODES: [(&str, u16); 18] = [
     ("invalid_parameter", 400),
     ("unknown_parameter", 400),
     ("invalid_window", 400),
     ("too_many_stations", 400),
     ("result_too_large", 400),
     ("invalid_cursor", 400),
+    ("window_too_large", 400),
+    ("invalid_request", 400),
     ("unauthorized", 401),
     ("forbidden", 403),
     ("not_found", 404),
     ("method_not_allowed", 405),
     ("not_acceptable", 406),
+    ("uri_too_long", 414),
     ("internal_error", 500),
     ("not_ready", 503),
+    ("timeout", 503),
+    ("overloaded", 503),
 ];
 
-/// The codes a test can provoke (`internal_error` and `not_ready` it cannot).
-const PROVOKED_CODES: [&str; 10] = [
+/// The codes this file provokes. `internal_error` and `not_ready` cannot be
+/// provoked here, and `timeout` and `overloaded` need load or injected faults:
+/// `tests/faults.rs` checks those against the document.
+const PROVOKED_CODES: [&str; 13] = [
     "invalid_parameter",
     "unknown_parameter",
     "invalid_window",
     "too_many_stations",
     "result_too_large",
     "invalid_cursor",
+    "window_too_large",
+    "invalid_request",
     "unauthorized",
     "forbidden",
     "not_found",
     "method_not_allowed",
+    "uri_too_long",
 ];
 
 /// The operations of a path item an OpenAPI 3.1 document may hold.
@@ -75,6 +88,10 @@ fn shared() -> &'static Shared {
             MAX_STATIONS,
             "--max-records",
             MAX_RECORDS,
+            "--max-window",
+            MAX_WINDOW,
+            "--max-query-bytes",
+            MAX_QUERY_BYTES,
             "--cors-origin",
             CORS_ORIGIN,
         ])
@@ -417,7 +434,7 @@ fn the_error_schemas_list_every_code_by_status() {
     // that status's codes; a body of each code validates, and of no other.
     let mut covered = BTreeSet::new();
     for path in ["/units", "/metrics"] {
-        for status in [400, 401, 403, 406, 500, 503] {
+        for status in [400, 401, 403, 406, 414, 500, 503] {
             let (location, response) = documented_response(doc, path, "get", status).unwrap();
             let schema = response
                 .pointer("/content/application~1json/schema")
@@ -462,8 +479,9 @@ fn the_error_schemas_list_every_code_by_status() {
         (403, "ForbiddenError"),
         (404, "NotFoundError"),
         (405, "MethodNotAllowedError"),
+        (414, "UriTooLongError"),
         (500, "InternalServerError"),
-        (503, "NotReadyError"),
+        (503, "ServiceUnavailableError"),
     ];
     let body_of = |code: &str| {
         let details = match code {
@@ -476,6 +494,13 @@ fn the_error_schemas_list_every_code_by_status() {
             "result_too_large" => json!({"max_records": 5}),
             "forbidden" => json!({"stations": ["ST-03"]}),
             "internal_error" => json!({"request_id": "abc"}),
+            "uri_too_long" => json!({"length": 9000, "max_query_bytes": 8192}),
+            "window_too_large" => json!({
+                "from": "2024-01-01T00:00:00Z",
+                "to": "2024-03-01T00:00:00Z",
+                "max_window": "31d",
+            }),
+            "timeout" => json!({"request_timeout": "10s"}),
             _ => Value::Null,
         };
         json!({"error": {"code": code, "message": "m", "details": details}})
@@ -647,7 +672,7 @@ fn metrics_answers_match_the_document() {
 fn every_client_error_matches_the_document() {
     // (request, token, status, code; "" for a HEAD, which has no body)
     #[rustfmt::skip]
-    let cases: [(&str, Option<&str>, u16, &str); 30] = [
+    let cases: [(&str, Option<&str>, u16, &str); 32] = [
         ("GET /units?from=yesterday", Some(OPS), 400, "invalid_parameter"),
         ("GET /units?$W&limit=0", Some(OPS), 400, "invalid_parameter"),
         ("GET /units?$W&direction=sideways", Some(OPS), 400, "invalid_parameter"),
@@ -664,6 +689,10 @@ fn every_client_error_matches_the_document() {
         // --max-records 5
         ("GET /units?$W&direction=input,output", Some(OPS), 400, "result_too_large"),
         ("GET /metrics?$W", Some(OPS), 400, "result_too_large"),
+        // --max-window 31d, as long as $W
+        ("GET /units?from=2024-03-01T00:00:00Z&to=2024-04-01T00:00:01Z", Some(OPS), 400, "window_too_large"),
+        // --max-query-bytes 512
+        ("GET /units?station_ids=$LONG", Some(OPS), 414, "uri_too_long"),
         ("GET /units?$W&limit=2&cursor=not-a-cursor", Some(OPS), 400, "invalid_cursor"),
         ("GET /metrics?$W&limit=2&cursor=AQEAAAAAAAAAAQAAAABq_jwA", Some(OPS), 400, "invalid_cursor"),
         ("GET /units?$W", None, 401, "unauthorized"),
@@ -684,7 +713,9 @@ fn every_client_error_matches_the_document() {
     let mut observed = BTreeSet::new();
     for (request, token, status, code) in cases {
         let (method, target) = request.split_once(' ').unwrap();
-        let target = target.replace("$W", WINDOW);
+        let target = target
+            .replace("$W", WINDOW)
+            .replace("$LONG", &"A".repeat(600));
         let response = server().request_as(method, &target, token, &[]);
         if code.is_empty() {
             assert_eq!(response.status, status, "{}", response.context());
@@ -694,6 +725,16 @@ fn every_client_error_matches_the_document() {
             observed.insert(code);
         }
     }
+    // The client replaces a header of the same name, but tells `authorization`
+    // from `Authorization`: so it sends both.
+    let two_tokens = server().request_as(
+        "GET",
+        &format!("/units?{WINDOW}"),
+        Some(OPS),
+        &[("authorization", "Bearer x")],
+    );
+    check_error(&two_tokens, 400, "invalid_request");
+    observed.insert("invalid_request");
     assert_eq!(observed, BTreeSet::from(PROVOKED_CODES));
 }
 

@@ -1083,6 +1083,7 @@ impl Server {
             Limits {
                 max_records,
                 max_stations: 1000,
+                ..Limits::default()
             },
             CursorKey::random(),
         ));

@@ -31,24 +31,48 @@ pub(super) async fn answer(
     router: &RouterHandle,
 ) -> Result<HttpResponse, Error> {
     let started = Stopwatch::now();
+    let deadline = state.admission.deadline(started);
+    let answering = answer_by(kind, request, state, router, started, deadline);
+    match actix_web::rt::time::timeout(state.admission.request_timeout(), answering).await {
+        Ok(answer) => answer,
+        Err(_) => Err(Error::Timeout {
+            after: state.admission.request_timeout(),
+        }),
+    }
+}
+
+/// The answer, for `answer` to bound in time.
+async fn answer_by(
+    kind: Kind,
+    request: &HttpRequest,
+    state: &AppState,
+    router: &RouterHandle,
+    started: Stopwatch,
+    deadline: Stopwatch,
+) -> Result<HttpResponse, Error> {
     let arrived = Instant::now();
     let request_id = request
         .extensions()
         .get::<RequestId>()
         .map_or_else(|| request_id(request.headers()), |id| id.0.clone());
 
-    let principal = state.tokens().authenticate(
-        request
-            .headers()
-            .get(header::AUTHORIZATION)
-            .map(HeaderValue::as_bytes),
-    )?;
+    query::check_length(request.query_string(), &state.limits)?;
+    let mut authorizations = request.headers().get_all(header::AUTHORIZATION);
+    let authorization = authorizations.next().map(HeaderValue::as_bytes);
+    if authorizations.next().is_some() {
+        return Err(Error::InvalidRequest {
+            reason: "more than one Authorization header",
+        });
+    }
+    let principal = state.tokens().authenticate(authorization)?;
     let params = query::parse(kind, request.query_string(), state.limits)?;
     // A request is answered from the one generation it planned on. Only if two
     // reloads pass while it is in flight has that generation left the shards; it is
     // then planned once more, on the current one.
     let precondition = IfNoneMatch::of(request.headers());
     let mut retried = false;
+    // Taken at the first engine call: refusals and 304s cost no permit.
+    let mut permit = None;
     let (plan, mut result, etag) = loop {
         let catalog = state.catalog();
         let plan = plan(kind, &params, &principal, state, catalog, arrived)?;
@@ -58,9 +82,17 @@ pub(super) async fn answer(
         if precondition.names(&etag) {
             return Ok(not_modified(etag));
         }
-        match router.execute(plan.query.clone()).await {
+        if permit.is_none() {
+            permit = Some(state.admission.enter().await?);
+        }
+        match router.execute(plan.query.clone(), deadline).await {
             Ok(result) => break (plan, result, etag),
             Err(ShardError::OtherGeneration { .. }) if !retried => retried = true,
+            Err(ShardError::Expired) => {
+                return Err(Error::Timeout {
+                    after: state.admission.request_timeout(),
+                })
+            }
             Err(error) => {
                 tracing::error!(request_id = %request_id, %error, "query failed");
                 return Err(Error::Internal { request_id });
@@ -106,6 +138,13 @@ pub(super) async fn answer(
         next_cursor: next_cursor.as_deref(),
     };
     let body = envelope(kind, &result, &meta);
+    drop(permit);
+    // Assembly runs on this thread without a pause the timer could act in.
+    if Stopwatch::now() > deadline {
+        return Err(Error::Timeout {
+            after: state.admission.request_timeout(),
+        });
+    }
     let mut response = HttpResponse::Ok()
         .content_type(JSON)
         .insert_header((header::ETAG, etag))
@@ -140,7 +179,7 @@ fn plan(
                 });
             }
             let window = if params.has_window() {
-                let window = params.window(arrived)?;
+                let window = params.window(arrived, state.limits.max_window)?;
                 if window != cursor.window {
                     return Err(Error::InvalidCursor {
                         reason: "the window differs from the one the cursor was made for",
@@ -152,7 +191,7 @@ fn plan(
             };
             (window, Some(cursor.after))
         }
-        _ => (params.window(arrived)?, None),
+        _ => (params.window(arrived, state.limits.max_window)?, None),
     };
 
     let stations = match &params.station_ids {

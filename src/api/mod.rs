@@ -10,11 +10,13 @@
 //! access line and metrics, and does CORS; `handler` answers the two endpoints, with
 //! `caching` for ETags and `If-None-Match`; `envelope` writes the success body.
 
+mod admission;
 mod caching;
 mod envelope;
 mod handler;
 mod middleware;
 
+pub use admission::{Admission, ADMISSION_WAIT};
 pub use envelope::{assemble, envelope, Meta};
 
 use std::sync::Arc;
@@ -54,6 +56,8 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// Origins allowed by CORS; none by default.
     pub cors_origins: Vec<String>,
+    /// The cap on queries at once and their deadline.
+    pub admission: Admission,
     /// Drawn at start-up and part of every ETag: generations count from 1 again
     /// after a restart, and a restarted server must not call a client's copy fresh.
     boot: u64,
@@ -74,7 +78,12 @@ impl AppState {
             boot: rand::random(),
             metrics: Arc::default(),
             cors_origins: Vec::new(),
+            admission: Admission::default(),
         }
+    }
+
+    pub fn with_admission(self, admission: Admission) -> AppState {
+        AppState { admission, ..self }
     }
 
     pub fn with_cors_origins(self, cors_origins: Vec<String>) -> AppState {
