@@ -221,6 +221,15 @@ impl ResponseError for Error {
     }
 }
 
+/// The text a panic was raised with, when it has one.
+pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic without a message")
+}
+
 /// `application/json`, without parameters, as the contract writes it.
 pub const JSON: &str = "application/json";
 

@@ -4,8 +4,10 @@
 pub mod api;
 pub mod auth;
 pub mod config;
+pub mod connection;
 pub mod cursor;
 pub mod error;
+pub mod fault;
 pub mod gen;
 pub mod index;
 pub mod metrics;

@@ -34,6 +34,14 @@ fn main() -> ExitCode {
         LogFormat::Text => logs.init(),
         LogFormat::Json => logs.json().init(),
     }
+    // A panic is one log line in the log's own format, not raw text on stderr: a
+    // JSON log must stay JSON. The request it hit is logged beside it, by id.
+    std::panic::set_hook(Box::new(|info| {
+        let thread = std::thread::current();
+        // One line: "panicked at FILE:LINE:COLUMN: MESSAGE".
+        let text = info.to_string().replace('\n', " ");
+        tracing::error!(thread = thread.name().unwrap_or("unnamed"), "{text}");
+    }));
 
     let result = match cli.command.unwrap_or(Command::Serve(cli.serve)) {
         Command::Serve(args) => stq::server::serve(args).map(|()| ExitCode::SUCCESS),

@@ -41,6 +41,8 @@ pub struct Metrics {
     pub reloads: Counter,
     pub failed_reloads: Counter,
     pub generation: Gauge,
+    /// Counted by the shard handles, which restart a shard actor that died.
+    pub shard_restarts: Counter,
 }
 
 impl Default for Metrics {
@@ -97,8 +99,15 @@ impl Default for Metrics {
             "The generation being served",
             generation.clone(),
         );
+        let shard_restarts = Counter::default();
+        registry.register(
+            "shard_restarts",
+            "Shard actors that died and were started again with their data",
+            shard_restarts.clone(),
+        );
         Metrics {
             registry,
+            shard_restarts,
             requests,
             request_duration,
             records_returned,

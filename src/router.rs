@@ -11,7 +11,9 @@ use std::time::Instant as Stopwatch;
 
 use actix::prelude::*;
 use futures_util::future::join_all;
+use prometheus_client::metrics::counter::Counter;
 
+use crate::fault::ShardFault;
 use crate::index::{
     merge_sorted, Catalog, Generation, Hit, Position, RecordFilter, ScanRequest, ShardData,
     StationRef, Window,
@@ -26,6 +28,8 @@ pub struct Execute {
     /// After it nobody waits for the answer: a shard that reaches the query later
     /// skips it.
     pub deadline: Stopwatch,
+    /// Only tests ask for one (see `fault`).
+    pub fault: Option<ShardFault>,
 }
 
 impl Message for Execute {
@@ -100,15 +104,16 @@ impl Handler<Execute> for Router {
 
     fn handle(&mut self, message: Execute, _: &mut Context<Self>) -> Self::Result {
         let shards = Arc::clone(&self.shards);
-        Box::pin(async move { fan_out(&shards, message.query, message.deadline).await })
+        Box::pin(async move { fan_out(&shards, message).await })
     }
 }
 
-async fn fan_out(
-    shards: &[ShardHandle],
-    query: EngineQuery,
-    deadline: Stopwatch,
-) -> Result<QueryResult, ShardError> {
+async fn fan_out(shards: &[ShardHandle], message: Execute) -> Result<QueryResult, ShardError> {
+    let Execute {
+        query,
+        deadline,
+        fault,
+    } = message;
     let catalog = &query.catalog;
     let mut per_shard: Vec<Vec<StationRef>> = vec![Vec::new(); catalog.shard_count];
     for &rank in &query.stations {
@@ -133,6 +138,7 @@ async fn fan_out(
                     cap: query.cap,
                 },
                 deadline,
+                fault,
             )
         });
     let replies = join_all(scans).await;
@@ -160,12 +166,14 @@ pub struct Engine {
 
 impl Engine {
     /// Starts one shard actor per shard of the generation, each on its own arbiter,
-    /// and returns the generation's catalog beside the engine.
-    pub fn start(generation: Generation) -> (Engine, Arc<Catalog>) {
+    /// and returns the generation's catalog beside the engine. `restarts` counts the
+    /// shard actors that die and are started again.
+    pub fn start(generation: Generation, restarts: Counter) -> (Engine, Arc<Catalog>) {
         let shards: Arc<[ShardHandle]> = generation
             .shards
             .into_iter()
-            .map(ShardHandle::start)
+            .enumerate()
+            .map(|(number, data)| ShardHandle::start(number, data, restarts.clone()))
             .collect();
         (Engine { shards }, generation.catalog)
     }
@@ -223,7 +231,14 @@ impl RouterHandle {
         &self,
         query: EngineQuery,
         deadline: Stopwatch,
+        fault: Option<ShardFault>,
     ) -> Result<QueryResult, ShardError> {
-        self.address.send(Execute { query, deadline }).await?
+        self.address
+            .send(Execute {
+                query,
+                deadline,
+                fault,
+            })
+            .await?
     }
 }

@@ -5,12 +5,21 @@
 
 use std::sync::Arc;
 
+use std::net::ToSocketAddrs as _;
+use std::time::Duration;
+
+use actix_http::{error::DispatchError, HttpService};
+use actix_service::{fn_service, map_config, ServiceFactoryExt as _};
+use actix_web::dev::AppConfig;
+use actix_web::rt::net::TcpStream;
 use actix_web::{web, HttpServer};
 use anyhow::Context as _;
+use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::api::{self, Admission, AppState};
 use crate::auth::Tokens;
 use crate::config::{cpus, ServeArgs};
+use crate::connection::Deadlined;
 use crate::cursor::CursorKey;
 use crate::metrics::Metrics;
 use crate::query::Limits;
@@ -70,10 +79,12 @@ async fn run(
     report: LoadReport,
 ) -> anyhow::Result<()> {
     let shard_records = generation.shard_records();
-    let (engine, catalog) = Engine::start(generation);
+    let metrics = Arc::new(Metrics::default());
+    let (engine, catalog) = Engine::start(generation, metrics.shard_restarts.clone());
     let stations = catalog.stations.len();
     let state = web::Data::new(
         AppState::new(catalog, Arc::new(tokens), limits, CursorKey::random())
+            .with_metrics(metrics)
             .with_cors_origins(args.cors_origins.clone())
             .with_admission(Admission::new(
                 args.max_concurrent_queries(),
@@ -103,17 +114,31 @@ async fn run(
     } else {
         None
     };
-    let server = HttpServer::new(move || api::app(state.clone(), engine.router()))
+    let listener = listen(&args.listen)?;
+    let address = listener.local_addr()?;
+    let client_timeout = args.client_timeout;
+    // actix-web's HttpServer would do this assembly, but it has no place to wrap the
+    // socket, which the client deadlines need (see `connection`).
+    let server = actix_server::Server::build()
         .workers(workers)
         // actix-server stops at once on SIGINT; the contract wants both graceful.
         .disable_signals()
-        .bind(&args.listen)
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
-    let addresses: Vec<String> = server
-        .addrs()
-        .iter()
-        .map(|address| format!("http://{address}"))
-        .collect();
+        .listen("stq", listener, move || {
+            let app = api::app(state.clone(), engine.router());
+            fn_service(move |stream: TcpStream| async move {
+                let peer = stream.peer_addr().ok();
+                Ok::<_, DispatchError>((Deadlined::new(stream, client_timeout), peer))
+            })
+            .and_then(
+                HttpService::build()
+                    .keep_alive(client_timeout)
+                    .client_request_timeout(client_timeout)
+                    .client_disconnect_timeout(Duration::from_secs(1))
+                    .local_addr(address)
+                    .h1(map_config(app, |_| AppConfig::default())),
+            )
+        })?;
+    let addresses = [format!("http://{address}")];
     tracing::info!(
         "stq ready: {} records ({} units, {} metrics), {} stations, {} shards, {} invalid lines skipped, \
          loaded in {} ms ({:.1} MB at {:.0} MB/s), listening on {}",
@@ -133,6 +158,27 @@ async fn run(
         .context("cannot listen for SIGTERM and SIGINT")?;
     actix_web::rt::spawn(admin);
     server.await.context("the HTTP server failed")
+}
+
+/// A listening socket as actix-web's own server makes it: address reuse, and a
+/// backlog deep enough for a burst of dashboards connecting at once.
+fn listen(address: &str) -> anyhow::Result<std::net::TcpListener> {
+    let context = || format!("cannot listen on {address}");
+    let resolved = address
+        .to_socket_addrs()
+        .with_context(context)?
+        .next()
+        .with_context(context)?;
+    let socket = Socket::new(
+        Domain::for_address(resolved),
+        Type::STREAM,
+        Some(Protocol::TCP),
+    )
+    .with_context(context)?;
+    socket.set_reuse_address(true).with_context(context)?;
+    socket.bind(&resolved.into()).with_context(context)?;
+    socket.listen(1024).with_context(context)?;
+    Ok(socket.into())
 }
 
 /// The admin listener: Prometheus metrics at `GET /metrics`, on its own address so

@@ -1,11 +1,22 @@
 //! The shard actor: owns one shard's stations of the current generation (and of the
 //! one before, for requests still in flight across a reload) and scans them on its
 //! own `Arbiter` (thread), so no shard's work blocks another's.
+//!
+//! Failures stay small. A scan that panics fails only its own query: the actor's
+//! data is immutable, so nothing is left half-changed, and the actor goes on. An
+//! actor that dies anyway closes its mailbox; the handle, which keeps the data it
+//! installed, starts a new actor with that data on the same arbiter, so only the
+//! queries that were in the dead mailbox fail.
 
 use std::sync::Arc;
 use std::time::Instant as Stopwatch;
 
 use actix::prelude::*;
+use parking_lot::{Mutex, RwLock};
+use prometheus_client::metrics::counter::Counter;
+
+use crate::error::panic_message;
+use crate::fault::ShardFault;
 
 use crate::index::{Hit, ScanRequest, ShardData};
 
@@ -20,6 +31,8 @@ pub struct Scan {
     pub request: ScanRequest,
     /// Past it the request has been answered 503 `timeout`: the scan is skipped.
     pub deadline: Stopwatch,
+    /// Only tests ask for one (see `fault`).
+    pub fault: Option<ShardFault>,
 }
 
 impl Message for Scan {
@@ -47,6 +60,8 @@ pub enum ShardError {
     OtherGeneration { held: u64, wanted: u64 },
     #[error("the request's deadline passed before the shard reached it")]
     Expired,
+    #[error("shard {shard} panicked: {message}")]
+    Panicked { shard: usize, message: String },
     #[error("the shard's mailbox is closed: {0}")]
     Mailbox(#[from] MailboxError),
 }
@@ -54,6 +69,13 @@ pub enum ShardError {
 // --- The actor -------------------------------------------------------------------
 
 pub struct ShardActor {
+    number: usize,
+    held: Held,
+}
+
+/// The generations a shard holds: the current one, and the one before.
+#[derive(Clone)]
+struct Held {
     current: Arc<ShardData>,
     previous: Option<Arc<ShardData>>,
 }
@@ -69,15 +91,29 @@ impl Handler<Scan> for ShardActor {
         if Stopwatch::now() > message.deadline {
             return Err(ShardError::Expired);
         }
-        let data = std::iter::once(&self.current)
-            .chain(&self.previous)
+        if message.fault == Some(ShardFault::Death) {
+            // Outside `guarded`: the panic ends the actor, as a real crash would.
+            panic!("shard {} dies, as the request asked", self.number);
+        }
+        let held = &self.held;
+        let data = std::iter::once(&held.current)
+            .chain(&held.previous)
             .find(|data| data.generation == message.generation)
             .ok_or(ShardError::OtherGeneration {
-                held: self.current.generation,
+                held: held.current.generation,
                 wanted: message.generation,
             })?;
+        let hits = guarded(self.number, || {
+            if message.fault == Some(ShardFault::Panic) {
+                panic!(
+                    "shard {} panics in a scan, as the request asked",
+                    self.number
+                );
+            }
+            data.scan(&message.request)
+        })?;
         Ok(ShardReply {
-            hits: data.scan(&message.request),
+            hits,
             data: Arc::clone(data),
         })
     }
@@ -87,42 +123,89 @@ impl Handler<Install> for ShardActor {
     type Result = ();
 
     fn handle(&mut self, message: Install, _: &mut Context<Self>) {
-        self.previous = Some(std::mem::replace(&mut self.current, message.data));
+        self.held.install(message.data);
     }
+}
+
+impl Held {
+    fn install(&mut self, data: Arc<ShardData>) {
+        self.previous = Some(std::mem::replace(&mut self.current, data));
+    }
+}
+
+/// Runs `work`, turning a panic in it into an error for this one message.
+fn guarded<T>(shard: usize, work: impl FnOnce() -> T) -> Result<T, ShardError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).map_err(|panic| {
+        ShardError::Panicked {
+            shard,
+            message: panic_message(&*panic).to_owned(),
+        }
+    })
 }
 
 // --- The handle ------------------------------------------------------------------
 
-/// How the router reaches a shard.
+/// How the router reaches a shard; restarts the shard's actor if it has died.
 #[derive(Clone)]
 pub struct ShardHandle {
-    address: Addr<ShardActor>,
+    slot: Arc<Slot>,
+}
+
+struct Slot {
+    number: usize,
     arbiter: ArbiterHandle,
+    address: RwLock<Addr<ShardActor>>,
+    /// What the actor holds, kept here too so that a new actor can take over.
+    held: Mutex<Held>,
+    restarts: Counter,
 }
 
 impl ShardHandle {
-    /// Starts a shard actor on a new arbiter of its own. Needs a running actix system.
-    pub fn start(data: ShardData) -> ShardHandle {
-        let arbiter = Arbiter::new();
-        let current = Arc::new(data);
-        let address = ShardActor::start_in_arbiter(&arbiter.handle(), move |_| ShardActor {
-            current,
+    /// Starts shard `number`'s actor on a new arbiter of its own. Needs a running
+    /// actix system.
+    pub fn start(number: usize, data: ShardData, restarts: Counter) -> ShardHandle {
+        let arbiter = Arbiter::new().handle();
+        let held = Held {
+            current: Arc::new(data),
             previous: None,
-        });
+        };
+        let address = start_actor(&arbiter, number, held.clone());
         ShardHandle {
-            address,
-            arbiter: arbiter.handle(),
+            slot: Arc::new(Slot {
+                number,
+                arbiter,
+                address: RwLock::new(address),
+                held: Mutex::new(held),
+                restarts,
+            }),
         }
     }
 
     /// Stops the shard's arbiter thread once its queued messages are handled.
     pub fn stop(&self) {
-        self.arbiter.stop();
+        self.slot.arbiter.stop();
     }
 
     pub async fn install(&self, data: ShardData) -> Result<(), ShardError> {
         let data = Arc::new(data);
-        Ok(self.address.send(Install { data }).await?)
+        let address = self.address();
+        match address
+            .send(Install {
+                data: Arc::clone(&data),
+            })
+            .await
+        {
+            Ok(()) => {
+                self.slot.held.lock().install(data);
+                Ok(())
+            }
+            Err(error) => {
+                // The new actor starts with the data it would have had.
+                self.slot.held.lock().install(data);
+                self.restart(&address);
+                Err(error.into())
+            }
+        }
     }
 
     pub async fn scan(
@@ -130,13 +213,46 @@ impl ShardHandle {
         generation: u64,
         request: ScanRequest,
         deadline: Stopwatch,
+        fault: Option<ShardFault>,
     ) -> Result<ShardReply, ShardError> {
-        self.address
-            .send(Scan {
-                generation,
-                request,
-                deadline,
-            })
-            .await?
+        let address = self.address();
+        let scan = Scan {
+            generation,
+            request,
+            deadline,
+            fault,
+        };
+        match address.send(scan).await {
+            Ok(reply) => reply,
+            Err(error) => {
+                self.restart(&address);
+                Err(error.into())
+            }
+        }
     }
+
+    fn address(&self) -> Addr<ShardActor> {
+        self.slot.address.read().clone()
+    }
+
+    /// Starts a new actor in place of `dead`, unless another request did already.
+    /// A closed mailbox means the actor is gone or going: it dropped a message
+    /// without answering, which a live actor never does.
+    fn restart(&self, dead: &Addr<ShardActor>) {
+        let mut address = self.slot.address.write();
+        if *address != *dead {
+            return;
+        }
+        let held = self.slot.held.lock().clone();
+        *address = start_actor(&self.slot.arbiter, self.slot.number, held);
+        self.slot.restarts.inc();
+        tracing::warn!(
+            shard = self.slot.number,
+            "shard actor died; started a new one with its data"
+        );
+    }
+}
+
+fn start_actor(arbiter: &ArbiterHandle, number: usize, held: Held) -> Addr<ShardActor> {
+    ShardActor::start_in_arbiter(arbiter, move |_| ShardActor { number, held })
 }

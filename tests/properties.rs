@@ -1076,7 +1076,7 @@ impl Server {
         let tokens =
             Tokens::parse(&tokens_file(tokens)).map_err(|error| failure("tokens", error))?;
 
-        let (engine, catalog) = Engine::start(generation);
+        let (engine, catalog) = Engine::start(generation, Default::default());
         let state = web::Data::new(AppState::new(
             catalog,
             Arc::new(tokens),

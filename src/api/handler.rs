@@ -12,6 +12,7 @@ use serde::Serialize;
 use crate::auth::{Principal, Scope};
 use crate::cursor::Cursor;
 use crate::error::{Error, JSON};
+use crate::fault::Fault;
 use crate::index::{Catalog, Matcher, RecordFilter};
 use crate::model::Kind;
 use crate::query::{self, QueryParams};
@@ -65,6 +66,10 @@ async fn answer_by(
         });
     }
     let principal = state.tokens().authenticate(authorization)?;
+    let fault = Fault::of(request.headers());
+    if fault == Some(Fault::HandlerPanic) {
+        panic!("the handler panics, as the request asked");
+    }
     let params = query::parse(kind, request.query_string(), state.limits)?;
     // A request is answered from the one generation it planned on. Only if two
     // reloads pass while it is in flight has that generation left the shards; it is
@@ -84,8 +89,14 @@ async fn answer_by(
         }
         if permit.is_none() {
             permit = Some(state.admission.enter().await?);
+            if let Some(Fault::Delay(delay)) = fault {
+                actix_web::rt::time::sleep(delay).await;
+            }
         }
-        match router.execute(plan.query.clone(), deadline).await {
+        match router
+            .execute(plan.query.clone(), deadline, Fault::in_shard(fault))
+            .await
+        {
             Ok(result) => break (plan, result, etag),
             Err(ShardError::OtherGeneration { .. }) if !retried => retried = true,
             Err(ShardError::Expired) => {

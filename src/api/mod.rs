@@ -19,6 +19,7 @@ mod middleware;
 pub use admission::{Admission, ADMISSION_WAIT};
 pub use envelope::{assemble, envelope, Meta};
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use actix_web::body::MessageBody;
@@ -28,11 +29,12 @@ use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
 use actix_web::http::StatusCode;
 use actix_web::middleware::{Compress, Condition};
 use actix_web::{web, App, HttpMessage, HttpRequest, HttpResponse, ResponseError as _};
+use futures_util::FutureExt as _;
 use parking_lot::RwLock;
 
 use crate::auth::Tokens;
 use crate::cursor::CursorKey;
-use crate::error::{Error, JSON};
+use crate::error::{panic_message, Error, JSON};
 use crate::index::Catalog;
 use crate::metrics::Metrics;
 use crate::model::Kind;
@@ -80,6 +82,10 @@ impl AppState {
             cors_origins: Vec::new(),
             admission: Admission::default(),
         }
+    }
+
+    pub fn with_metrics(self, metrics: Arc<Metrics>) -> AppState {
+        AppState { metrics, ..self }
     }
 
     pub fn with_admission(self, admission: Admission) -> AppState {
@@ -198,7 +204,26 @@ fn endpoint(path: &str, kind: Kind) -> actix_web::Resource {
     get_and_head(
         path,
         move |request: HttpRequest, state: web::Data<AppState>, router: web::Data<RouterHandle>| async move {
-            answer(kind, &request, &state, &router).await
+            // A panic fails this request alone, with a 500 that names its id; the
+            // panic hook has logged the panic itself.
+            match AssertUnwindSafe(answer(kind, &request, &state, &router))
+                .catch_unwind()
+                .await
+            {
+                Ok(answer) => answer,
+                Err(panic) => {
+                    let request_id = request
+                        .extensions()
+                        .get::<RequestId>()
+                        .map_or_else(|| request_id(request.headers()), |id| id.0.clone());
+                    tracing::error!(
+                        request_id = %request_id,
+                        panic = panic_message(&*panic),
+                        "a query panicked; answered 500"
+                    );
+                    Err(Error::Internal { request_id })
+                }
+            }
         },
     )
 }

@@ -1,0 +1,451 @@
+//! The limits of CONTRACT section 9 (issue 5), through the real binary: the query
+//! string's length, the window's length, a real query over its time limit, the
+//! HTTP layer's own 431 and 400, the client deadlines (including the second request
+//! of a kept-alive connection, which actix-http alone does not bound), two
+//! `Authorization` headers, and a token in the URL.
+//!
+//! Faults and the concurrency cap are in `tests/faults.rs`.
+
+mod common;
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::sync::OnceLock;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{json, Value};
+
+fn shared() -> &'static Shared {
+    static SHARED: OnceLock<Shared> = OnceLock::new();
+    SHARED.get_or_init(|| Shared::start(&["--client-timeout", "1s"]))
+}
+
+fn server() -> &'static Server {
+    &shared().server
+}
+
+// --- The query string -----------------------------------------------------------
+
+/// A `/units` query of exactly `length` bytes: the window, then one long station id.
+fn query_of_length(length: usize) -> String {
+    let head = format!("{WINDOW}&station_ids=");
+    format!("{head}{}", "S".repeat(length - head.len()))
+}
+
+#[test]
+fn a_query_string_of_the_limit_is_read_and_one_byte_more_is_414() {
+    let at_limit = query_of_length(8192);
+    // Read as usual: the token may not see that station.
+    server()
+        .get(&format!("/units?{at_limit}"), Some(LINE))
+        .error(403, "forbidden");
+    let over = query_of_length(8193);
+    let details = server()
+        .get(&format!("/units?{over}"), Some(OPS))
+        .error(414, "uri_too_long");
+    assert_eq!(details, json!({"length": 8193, "max_query_bytes": 8192}));
+}
+
+#[test]
+fn the_length_is_counted_as_sent_still_percent_encoded() {
+    // 2,000 commas sent as `%2C` are 6,000 bytes; 3,000 are 9,000, over the limit.
+    let commas = |count| "%2C".repeat(count);
+    let fits = server().get(
+        &format!("/units?{WINDOW}&station_ids={}", commas(2000)),
+        Some(OPS),
+    );
+    assert_eq!(fits.status, 200, "{}", fits.context());
+    server()
+        .get(
+            &format!("/units?{WINDOW}&station_ids={}", commas(3000)),
+            Some(OPS),
+        )
+        .error(414, "uri_too_long");
+}
+
+#[test]
+fn the_length_is_checked_after_path_and_method_and_before_anything_else() {
+    let over = query_of_length(9000);
+    server()
+        .get(&format!("/nope?{over}"), Some(OPS))
+        .error(404, "not_found");
+    server()
+        .request_as("POST", &format!("/metrics?{over}"), Some(OPS), &[])
+        .error(405, "method_not_allowed");
+    // Before the token: a long query is refused without hashing anything.
+    server()
+        .get(&format!("/units?{over}"), None)
+        .error(414, "uri_too_long");
+    server()
+        .get(&format!("/units?{over}"), Some("no-such-token"))
+        .error(414, "uri_too_long");
+    server()
+        .get(&format!("/metrics?nope=1&{over}"), Some(OPS))
+        .error(414, "uri_too_long");
+    let head = server().request_as("HEAD", &format!("/units?{over}"), Some(OPS), &[]);
+    assert_eq!(head.status, 414);
+    assert!(head.body.is_empty());
+}
+
+#[test]
+fn the_limit_is_configurable_by_flag_and_environment() {
+    let fixture = Fixture::main();
+    for server in [
+        Server::start(&fixture, &["--max-query-bytes", "100"]),
+        Server::spawn(
+            &serve_args(&fixture.snapshots, &fixture.tokens, &[]),
+            &[("STQ_MAX_QUERY_BYTES", "100")],
+        ),
+    ] {
+        let fits = server.get(&format!("/units?{}", query_of_length(100)), Some(OPS));
+        assert_eq!(fits.status, 200, "{}", fits.context());
+        let details = server
+            .get(&format!("/units?{}", query_of_length(101)), Some(OPS))
+            .error(414, "uri_too_long");
+        assert_eq!(details, json!({"length": 101, "max_query_bytes": 100}));
+    }
+}
+
+// --- The window -----------------------------------------------------------------
+
+#[test]
+fn a_window_longer_than_max_window_is_refused_the_default_one_included() {
+    let fixture = Fixture::main();
+    let server = Server::start(&fixture, &["--max-window", "12h"]);
+
+    // The default 24 h window, and the 24 h windows of a lone `from` or `to`.
+    for query in ["", "from=2024-03-05T00:00:00Z", "to=2024-03-05T00:00:00Z"] {
+        let details = server
+            .get(&format!("/units?{query}"), Some(OPS))
+            .error(400, "window_too_large");
+        assert_eq!(details["max_window"], "12h");
+    }
+    let details = server
+        .get(
+            "/metrics?from=2024-03-05T00:00:00Z&to=2024-03-05T12:00:00.000000001Z",
+            Some(OPS),
+        )
+        .error(400, "window_too_large");
+    assert_eq!(
+        details,
+        json!({
+            "from": "2024-03-05T00:00:00Z",
+            "to": "2024-03-05T12:00:00.000000001Z",
+            "max_window": "12h",
+        })
+    );
+
+    // Exactly 12 h is allowed, and so is a walk over it with cursors.
+    let exact = "from=2024-03-05T00:00:00Z&to=2024-03-05T12:00:00Z";
+    let all = server.ok(&format!("/metrics?{exact}"));
+    let mut walked = Vec::new();
+    let mut page = server.ok(&format!("/metrics?{exact}&limit=2"));
+    loop {
+        walked.extend(page.data.clone());
+        let Some(cursor) = page.cursor() else { break };
+        page = server.ok(&format!("/metrics?limit=2&cursor={cursor}"));
+    }
+    assert_eq!(walked, all.data);
+
+    // An empty window is still `invalid_window`, whatever its length.
+    server
+        .get(
+            "/units?from=2024-03-06T00:00:00Z&to=2024-03-01T00:00:00Z",
+            Some(OPS),
+        )
+        .error(400, "invalid_window");
+}
+
+#[test]
+fn without_max_window_any_window_is_allowed() {
+    let response = server().get(
+        "/units?from=0000-01-01T00:00:00Z&to=9999-12-31T23:59:59.999999999Z&limit=1",
+        Some(OPS),
+    );
+    assert_eq!(response.status, 200, "{}", response.context());
+}
+
+// --- A real query over its time limit ---------------------------------------------
+
+/// A synthetic snapshot big enough that a query over all of it takes well over a
+/// millisecond, even in a release build.
+fn generated(directory: &Path) {
+    let output = run(
+        &[
+            "gen",
+            "--out",
+            &path_string(directory),
+            "--stations",
+            "8",
+            "--days",
+            "2",
+            "--units-per-hour",
+            "60",
+            "--end",
+            "2024-03-03T00:00:00Z",
+        ],
+        None,
+        &[],
+        Duration::from_secs(120),
+    );
+    assert!(output.status.success(), "{output:?}");
+}
+
+#[test]
+fn a_real_query_over_the_request_timeout_gets_503_timeout() {
+    let directory = temporary_directory();
+    generated(directory.path());
+    let tokens = directory.path().join("tokens.json");
+    std::fs::write(&tokens, tokens_json()).unwrap();
+    let server = Server::spawn(
+        &serve_args(directory.path(), &tokens, &["--request-timeout", "1ms"]),
+        &[],
+    );
+    let everything = "/metrics?from=2024-03-01T00:00:00Z&to=2024-03-03T00:00:00Z&limit=100000";
+    let details = server.get(everything, Some(OPS)).error(503, "timeout");
+    assert_eq!(details, json!({"request_timeout": "1ms"}));
+    // What is refused before any work is not timed out.
+    server
+        .get("/metrics?limit=0", Some(OPS))
+        .error(400, "invalid_parameter");
+    assert_eq!(server.get("/healthz", None).status, 200);
+}
+
+// --- The HTTP layer ----------------------------------------------------------------
+
+fn connect(server: &Server) -> TcpStream {
+    let stream = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .unwrap();
+    stream
+}
+
+/// Everything the server sends until it closes the connection, and how long that
+/// took. A reset counts as a close.
+fn read_until_closed(stream: &mut TcpStream) -> (Vec<u8>, Duration) {
+    let started = Instant::now();
+    let mut received = Vec::new();
+    let mut buffer = [0u8; 65536];
+    loop {
+        match stream.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(count) => received.extend_from_slice(&buffer[..count]),
+            Err(error) if error.kind() == ErrorKind::ConnectionReset => break,
+            Err(error) => panic!("the connection was not closed: {error}"),
+        }
+    }
+    (received, started.elapsed())
+}
+
+fn status_of(response: &[u8]) -> u16 {
+    let text = String::from_utf8_lossy(response);
+    text.split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP response: {text:?}"))
+}
+
+#[test]
+fn a_head_over_the_http_layers_limits_gets_431_and_a_bad_request_line_400() {
+    let many_headers: String = (0..200).map(|index| format!("X-{index}: a\r\n")).collect();
+    let huge_header = format!("X-Big: {}\r\n", "a".repeat(200 * 1024));
+    for (head, status) in [
+        (
+            format!("GET /units HTTP/1.1\r\nHost: x\r\n{many_headers}\r\n"),
+            431,
+        ),
+        (
+            format!("GET /units HTTP/1.1\r\nHost: x\r\n{huge_header}\r\n"),
+            431,
+        ),
+        ("GARBAGE\r\n\r\n".to_owned(), 400),
+        ("GET /units HTTP/9.9\r\nHost: x\r\n\r\n".to_owned(), 400),
+        ("GET /un its HTTP/1.1\r\nHost: x\r\n\r\n".to_owned(), 400),
+    ] {
+        let mut stream = connect(server());
+        // The server may answer and close before it has read everything.
+        let _ = stream.write_all(head.as_bytes());
+        let (response, _) = read_until_closed(&mut stream);
+        assert_eq!(status_of(&response), status, "{:.60}", head);
+    }
+    // And it goes on serving.
+    assert_eq!(server().get("/healthz", None).status, 200);
+}
+
+// --- Client deadlines --------------------------------------------------------------
+
+/// `--client-timeout 1s`: closed after at least a little under it (actix-http's
+/// clock ticks in half seconds) and well within a loaded machine's margin.
+fn assert_closed_in_time(elapsed: Duration, what: &str) {
+    assert!(elapsed >= Duration::from_millis(400), "{what}: {elapsed:?}");
+    assert!(elapsed < Duration::from_secs(5), "{what}: {elapsed:?}");
+}
+
+const HEALTH: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+
+/// Reads one `/healthz` response off a kept-alive connection.
+fn read_health_response(stream: &mut TcpStream) {
+    let mut received = Vec::new();
+    let mut buffer = [0u8; 1024];
+    while !received.ends_with(br#"{"status":"ok"}"#) {
+        let count = stream.read(&mut buffer).unwrap();
+        assert!(
+            count > 0,
+            "closed early: {:?}",
+            String::from_utf8_lossy(&received)
+        );
+        received.extend_from_slice(&buffer[..count]);
+    }
+    assert_eq!(status_of(&received), 200);
+}
+
+/// Sends `bytes` one at a time, `pause` apart, until the server closes the
+/// connection; how long after the first byte it did.
+fn trickle(stream: &mut TcpStream, bytes: &[u8], pause: Duration) -> Duration {
+    let started = Instant::now();
+    stream
+        .set_read_timeout(Some(Duration::from_millis(1)))
+        .unwrap();
+    let mut buffer = [0u8; 1024];
+    for byte in bytes {
+        if stream.write_all(&[*byte]).is_err() {
+            return started.elapsed();
+        }
+        thread::sleep(pause);
+        match stream.read(&mut buffer) {
+            Ok(0) => return started.elapsed(),
+            Err(error) if error.kind() == ErrorKind::ConnectionReset => return started.elapsed(),
+            // A 408 before the close is allowed.
+            Ok(_) | Err(_) => {}
+        }
+    }
+    panic!("still open after {:?} of trickling", started.elapsed());
+}
+
+/// A head long enough to trickle for longer than the timeout.
+fn slow_head() -> Vec<u8> {
+    format!(
+        "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: {}",
+        "a".repeat(200)
+    )
+    .into_bytes()
+}
+
+#[test]
+fn an_idle_new_connection_is_closed_within_the_client_timeout() {
+    let mut stream = connect(server());
+    let (_, elapsed) = read_until_closed(&mut stream);
+    assert_closed_in_time(elapsed, "idle new connection");
+}
+
+#[test]
+fn an_idle_kept_alive_connection_is_closed_within_the_client_timeout() {
+    let mut stream = connect(server());
+    stream.write_all(HEALTH).unwrap();
+    read_health_response(&mut stream);
+    let (rest, elapsed) = read_until_closed(&mut stream);
+    assert!(rest.is_empty(), "{:?}", String::from_utf8_lossy(&rest));
+    assert_closed_in_time(elapsed, "idle kept-alive connection");
+}
+
+#[test]
+fn a_trickled_first_request_is_cut_off() {
+    let mut stream = connect(server());
+    let elapsed = trickle(&mut stream, &slow_head(), Duration::from_millis(50));
+    assert_closed_in_time(elapsed, "trickled first request");
+}
+
+#[test]
+fn a_trickled_second_request_on_a_kept_alive_connection_is_cut_off() {
+    // actix-http bounds only the first request's head; this is the gap stq closes.
+    let mut stream = connect(server());
+    stream.write_all(HEALTH).unwrap();
+    read_health_response(&mut stream);
+    stream.write_all(HEALTH).unwrap();
+    read_health_response(&mut stream);
+    let elapsed = trickle(&mut stream, &slow_head(), Duration::from_millis(50));
+    assert_closed_in_time(elapsed, "trickled second request");
+}
+
+#[test]
+fn a_prompt_client_keeps_its_connection_across_requests() {
+    // Requests spaced under the timeout, each sent whole, are all answered on one
+    // connection, for longer than the timeout in all.
+    let mut stream = connect(server());
+    for _ in 0..4 {
+        stream.write_all(HEALTH).unwrap();
+        read_health_response(&mut stream);
+        thread::sleep(Duration::from_millis(400));
+    }
+}
+
+// --- Authorization -------------------------------------------------------------------
+
+fn raw_exchange(server: &Server, head: &str) -> (u16, Value) {
+    let mut stream = connect(server);
+    stream.write_all(head.as_bytes()).unwrap();
+    let (response, _) = read_until_closed(&mut stream);
+    let text = String::from_utf8(response).unwrap();
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+    (
+        status_of(text.as_bytes()),
+        serde_json::from_str(body).unwrap_or(Value::Null),
+    )
+}
+
+#[test]
+fn two_authorization_headers_are_an_invalid_request() {
+    for (first, second) in [(OPS, OPS), (OPS, "no-such-token"), ("", LINE)] {
+        let head = format!(
+            "GET /units?{WINDOW} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
+             Authorization: Bearer {first}\r\nAuthorization: Bearer {second}\r\n\r\n"
+        );
+        let (status, body) = raw_exchange(server(), &head);
+        assert_eq!(status, 400, "{body}");
+        assert_eq!(body["error"]["code"], "invalid_request");
+        assert_eq!(body["error"]["details"], Value::Null);
+    }
+    // Path and method come first.
+    let head = format!(
+        "DELETE /units HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
+         Authorization: Bearer {OPS}\r\nAuthorization: Bearer {OPS}\r\n\r\n"
+    );
+    assert_eq!(raw_exchange(server(), &head).0, 405);
+}
+
+#[test]
+fn a_token_in_the_url_is_never_read() {
+    let query = format!("/units?{WINDOW}&access_token={OPS}");
+    let refused = server().get(&query, None);
+    refused.error(401, "unauthorized");
+    assert_eq!(
+        refused.header("www-authenticate"),
+        Some(r#"Bearer realm="stq""#),
+        "no token was presented"
+    );
+    let details = server()
+        .get(&query, Some(OPS))
+        .error(400, "unknown_parameter");
+    assert_eq!(details, json!({"parameter": "access_token"}));
+}
+
+#[test]
+fn tokens_never_reach_the_log() {
+    let fixture = Fixture::main();
+    let server = Server::start(&fixture, &["--log-format", "json"]);
+    let secret = "tok-ops-0001";
+    assert_eq!(secret, OPS);
+    server.get(&format!("/units?{WINDOW}&access_token={secret}"), None);
+    server.get(&format!("/units?{WINDOW}&access_token={secret}"), Some(OPS));
+    server.get(&format!("/units?{WINDOW}"), Some(OPS));
+    server.get(&format!("/units?{WINDOW}"), Some("tok-wrong-0001"));
+    server.get(&format!("/units?from={secret}"), Some(OPS));
+    server.wait_for_log("\"status\":400", 1);
+    let log = server.log().join("\n");
+    assert!(!log.contains(secret), "{log}");
+    assert!(!log.contains("tok-wrong-0001"), "{log}");
+}
