@@ -90,8 +90,9 @@ pub struct ServeArgs {
     #[arg(long, env = "STQ_WORKERS")]
     pub workers: Option<NonZeroUsize>,
 
-    /// Longest query string accepted, in bytes as sent (still percent-encoded).
-    #[arg(long, env = "STQ_MAX_QUERY_BYTES", default_value_t = NonZeroUsize::new(8192).unwrap())]
+    /// Longest query string accepted, in bytes as sent (still percent-encoded); at
+    /// most 65000, as the HTTP layer refuses a longer request target itself.
+    #[arg(long, env = "STQ_MAX_QUERY_BYTES", default_value = "8192", value_parser = parse_max_query_bytes)]
     pub max_query_bytes: NonZeroUsize,
 
     /// Longest time window a request may ask for, the default 24 h window included,
@@ -161,6 +162,24 @@ pub struct GenArgs {
     /// Exclusive end of the data, RFC 3339 [default: the start of the current hour].
     #[arg(long, env = "STQ_END")]
     pub end: Option<String>,
+}
+
+/// The largest `--max-query-bytes` that can take effect: the `http` crate, under
+/// actix-web, refuses a request target over 65,534 bytes with a bare 400 before stq
+/// sees the request, and the path comes before the query.
+pub const MAX_QUERY_BYTES_CEILING: usize = 65_000;
+
+fn parse_max_query_bytes(text: &str) -> Result<NonZeroUsize, String> {
+    let bytes: NonZeroUsize = text
+        .parse()
+        .map_err(|_| format!("not a whole number from 1 to {MAX_QUERY_BYTES_CEILING}"))?;
+    if bytes.get() > MAX_QUERY_BYTES_CEILING {
+        return Err(format!(
+            "at most {MAX_QUERY_BYTES_CEILING}: the HTTP layer refuses a longer request target \
+             (400) before stq could answer 414"
+        ));
+    }
+    Ok(bytes)
 }
 
 /// A duration above zero, as `humantime` reads it: `10s`, `250ms`, `12h`, `31d`, `1h 30m`.
@@ -245,6 +264,16 @@ mod tests {
             assert!(serve(&["--max-window", bad]).is_err(), "{bad}");
         }
         assert!(serve(&["--max-concurrent-queries", "0"]).is_err());
+        assert_eq!(
+            serve(&["--max-query-bytes", "65000"])
+                .unwrap()
+                .max_query_bytes
+                .get(),
+            65_000
+        );
+        for bad in ["0", "65001", "1000000", "-1", "8k"] {
+            assert!(serve(&["--max-query-bytes", bad]).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -123,8 +123,8 @@ pub fn parse_line<'a>(
         .ok_or_else(|| "missing field `time_created`".to_owned())?;
     let instant = parse_rfc3339(&time_text.0).ok_or_else(|| {
         format!(
-            "field `time_created` is not an RFC 3339 date-time: {:?}",
-            time_text.0
+            "field `time_created` is not an RFC 3339 date-time: {}",
+            quoted(&time_text.0)
         )
     })?;
 
@@ -149,7 +149,10 @@ pub fn parse_line<'a>(
         Kind::Units => {
             let direction = match &fields.direction {
                 Some(Text(value)) => Direction::parse(value).ok_or_else(|| {
-                    format!("field `direction` must be \"input\" or \"output\", not {value:?}")
+                    format!(
+                        "field `direction` must be \"input\" or \"output\", not {}",
+                        quoted(value)
+                    )
                 })?,
                 None => return Err("missing field `direction`".to_owned()),
             };
@@ -204,18 +207,50 @@ fn write_json<T: Serialize>(rendered: &mut Vec<u8>, record: &T) -> Result<(), St
     serde_json::to_writer(&mut *rendered, record).map_err(|error| error.to_string())
 }
 
+/// The most characters of a bad value a reason quotes. A reason names the line; it
+/// need not repeat it, and a 10 MB value must not make a 10 MB log line.
+const QUOTED_CHARACTERS: usize = 48;
+
+/// A bad value for a reason: quoted, and cut short when long.
+fn quoted(value: &str) -> String {
+    if value.chars().count() <= QUOTED_CHARACTERS {
+        return format!("{value:?}");
+    }
+    let head: String = value.chars().take(QUOTED_CHARACTERS).collect();
+    format!("{head:?}... ({} bytes)", value.len())
+}
+
+/// serde_json quotes a value of the wrong type in full (`invalid type: string
+/// "..."`); the quote is cut as [`quoted`] cuts one.
+fn shorten_quote(message: &str) -> Cow<'_, str> {
+    let (Some(open), Some(close)) = (message.find('"'), message.rfind('"')) else {
+        return Cow::Borrowed(message);
+    };
+    let inner = message.get(open + 1..close).unwrap_or_default();
+    if inner.chars().count() <= QUOTED_CHARACTERS {
+        return Cow::Borrowed(message);
+    }
+    let head: String = inner.chars().take(QUOTED_CHARACTERS).collect();
+    Cow::Owned(format!(
+        "{}\"{head}\"... ({} bytes){}",
+        &message[..open],
+        inner.len(),
+        &message[close + 1..]
+    ))
+}
+
 /// serde_json ends its messages with " at line 1 column N"; the line is ours to
 /// name, so only the column is kept.
 fn describe_json_error(error: serde_json::Error) -> String {
     let text = error.to_string();
-    let message = match text.rfind(" at line ") {
+    let message = shorten_quote(match text.rfind(" at line ") {
         Some(cut) => &text[..cut],
         None => &text,
-    };
+    });
     if error.column() > 0 {
         format!("{message} (column {})", error.column())
     } else {
-        message.to_owned()
+        message.into_owned()
     }
 }
 
@@ -421,6 +456,39 @@ mod tests {
         let mut unknown = Vec::new();
         parse_line(kind, line, &mut rendered, &mut unknown)?;
         Ok((serde_json::from_slice(&rendered).unwrap(), unknown))
+    }
+
+    #[test]
+    fn issue_5_reasons_quote_long_bad_values_cut_short() {
+        let huge = "x".repeat(1 << 20);
+        for line in [
+            format!(r#"{{"station_id":"S","time_created":"{huge}","direction":"output"}}"#),
+            format!(
+                r#"{{"station_id":"S","time_created":"2024-01-01T00:00:00Z","direction":"{huge}"}}"#
+            ),
+            format!(
+                r#"{{"station_id":"S","time_created":"2024-01-01T00:00:00Z","direction":"output","tags":"{huge}"}}"#
+            ),
+        ] {
+            let reason = parse(Kind::Units, &line).unwrap_err();
+            assert!(
+                reason.len() < 200,
+                "{} bytes: {:.200}",
+                reason.len(),
+                reason
+            );
+            assert!(reason.contains("... (1048576 bytes)"), "{reason}");
+        }
+        // Short values are quoted whole.
+        let reason = parse(
+            Kind::Units,
+            r#"{"station_id":"S","time_created":"2024-01-01T00:00:00Z","direction":"sideways"}"#,
+        )
+        .unwrap_err();
+        assert_eq!(
+            reason,
+            r#"field `direction` must be "input" or "output", not "sideways""#
+        );
     }
 
     #[test]

@@ -942,14 +942,13 @@ fn a_file_that_vanishes_fails_the_reload_cleanly_and_names_its_path() {
 }
 
 // ---------------------------------------------------------------------------
-// A bug found by this corpus
+// A bug this corpus found
 // ---------------------------------------------------------------------------
 
-/// The reasons of three kinds of invalid line quote the bad value in full: a 10 MiB
-/// `time_created`, `direction` or `tags` string comes back as a 10 MiB reason, on
-/// stdout, in the start-up error and in every log line. Ignored until fixed.
+/// The reasons of three kinds of invalid line quoted the bad value in full: a 10 MiB
+/// `time_created`, `direction` or `tags` string came back as a 10 MiB reason, on
+/// stdout, in the start-up error and in every log line (issue 5).
 #[test]
-#[ignore = "bug (issue 5): a reason quotes a 10 MiB bad value in full; tests/hostile/README.md"]
 fn a_ten_megabyte_bad_value_is_not_quoted_in_full_by_its_reason() {
     let huge = "x".repeat(HUGE);
     let lines = [
