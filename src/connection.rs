@@ -96,28 +96,36 @@ impl<T: AsyncRead + Unpin> AsyncRead for Deadlined<T> {
     }
 }
 
+impl<T> Deadlined<T> {
+    /// A write's outcome, with the write deadline armed while it cannot proceed and
+    /// dropped once it does.
+    fn bound_write(
+        &mut self,
+        context: &mut Context<'_>,
+        outcome: Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>> {
+        if outcome.is_ready() {
+            self.write_deadline = None;
+            return outcome;
+        }
+        let timeout = self.timeout;
+        self.write_deadline
+            .get_or_insert_with(|| Box::pin(sleep(timeout)));
+        if expired(&mut self.write_deadline, context) {
+            return Poll::Ready(Err(timed_out("response not read")));
+        }
+        Poll::Pending
+    }
+}
+
 impl<T: AsyncWrite + Unpin> AsyncWrite for Deadlined<T> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         context: &mut Context<'_>,
         bytes: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let this = &mut *self;
-        match Pin::new(&mut this.io).poll_write(context, bytes) {
-            Poll::Pending => {
-                let timeout = this.timeout;
-                this.write_deadline
-                    .get_or_insert_with(|| Box::pin(sleep(timeout)));
-                if expired(&mut this.write_deadline, context) {
-                    return Poll::Ready(Err(timed_out("response not read")));
-                }
-                Poll::Pending
-            }
-            ready => {
-                this.write_deadline = None;
-                ready
-            }
-        }
+        let outcome = Pin::new(&mut self.io).poll_write(context, bytes);
+        self.bound_write(context, outcome)
     }
 
     fn poll_write_vectored(
@@ -125,22 +133,8 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Deadlined<T> {
         context: &mut Context<'_>,
         buffers: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let this = &mut *self;
-        match Pin::new(&mut this.io).poll_write_vectored(context, buffers) {
-            Poll::Pending => {
-                let timeout = this.timeout;
-                this.write_deadline
-                    .get_or_insert_with(|| Box::pin(sleep(timeout)));
-                if expired(&mut this.write_deadline, context) {
-                    return Poll::Ready(Err(timed_out("response not read")));
-                }
-                Poll::Pending
-            }
-            ready => {
-                this.write_deadline = None;
-                ready
-            }
-        }
+        let outcome = Pin::new(&mut self.io).poll_write_vectored(context, buffers);
+        self.bound_write(context, outcome)
     }
 
     fn is_write_vectored(&self) -> bool {
