@@ -27,6 +27,20 @@ use crate::snapshot::{self, LoadError, LoadOptions, LoadReport, OnInvalid};
 /// file.
 const QUIET: Duration = Duration::from_millis(300);
 
+/// How long after a request's time limit the generation it may have used is kept.
+const RETIRE_MARGIN: Duration = Duration::from_secs(1);
+
+/// Hands the pages of freed generations back to the system. glibc keeps freed
+/// memory in its arenas, and a generation is hundreds of megabytes freed at once.
+fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free pages to the system; it touches no
+    // memory in use and may be called from any thread at any time.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// What a reload needs to build and install a generation.
 pub struct Reloader {
     pub engine: Engine,
@@ -83,10 +97,25 @@ impl Reloader {
         let catalog = self.engine.install(generation).await?;
         let number = catalog.generation;
         self.state.swap(catalog, Arc::new(tokens));
+        self.retire_later(number);
         let metrics = &self.state.metrics;
         metrics.serving(number, report.elapsed.as_secs_f64(), &shard_records);
         metrics.reloads.inc();
         Ok((number, report))
+    }
+
+    /// Once every request that may have planned on the generation before `number`
+    /// has ended (requests last at most `--request-timeout`), the shards drop it, and
+    /// the memory goes back to the system: otherwise a server reloaded every few
+    /// seconds would hold two generations for good, and more in freed pages.
+    fn retire_later(&self, number: u64) {
+        let engine = self.engine.clone();
+        let grace = self.state.admission.request_timeout() + RETIRE_MARGIN;
+        actix_web::rt::spawn(async move {
+            actix_web::rt::time::sleep(grace).await;
+            engine.retire_before(number).await;
+            release_freed_memory();
+        });
     }
 
     /// Starts the reload task on the current actix system and returns its trigger.

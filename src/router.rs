@@ -198,6 +198,12 @@ impl Engine {
         Ok(generation.catalog)
     }
 
+    /// Has every shard drop the generation before `generation`, once no request
+    /// can still be answered from it.
+    pub async fn retire_before(&self, generation: u64) {
+        join_all(self.shards.iter().map(|shard| shard.retire(generation))).await;
+    }
+
     pub fn shard_count(&self) -> usize {
         self.shards.len()
     }

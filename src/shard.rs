@@ -54,6 +54,16 @@ impl Message for Install {
     type Result = ();
 }
 
+/// Drop the generation before `generation`, if `generation` is still the current
+/// one: no request can use the previous one any longer.
+pub struct Retire {
+    pub generation: u64,
+}
+
+impl Message for Retire {
+    type Result = ();
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ShardError {
     #[error("the shard holds generation {held}, not {wanted}")]
@@ -127,9 +137,23 @@ impl Handler<Install> for ShardActor {
     }
 }
 
+impl Handler<Retire> for ShardActor {
+    type Result = ();
+
+    fn handle(&mut self, message: Retire, _: &mut Context<Self>) {
+        self.held.retire(message.generation);
+    }
+}
+
 impl Held {
     fn install(&mut self, data: Arc<ShardData>) {
         self.previous = Some(std::mem::replace(&mut self.current, data));
+    }
+
+    fn retire(&mut self, generation: u64) {
+        if self.current.generation == generation {
+            self.previous = None;
+        }
     }
 }
 
@@ -208,6 +232,13 @@ impl ShardHandle {
         }
     }
 
+    /// Drops the generation before `generation`, here and in the actor.
+    pub async fn retire(&self, generation: u64) {
+        self.slot.held.lock().retire(generation);
+        // A dead actor is restarted from `held`, which no longer has it either.
+        let _ = self.address().send(Retire { generation }).await;
+    }
+
     pub async fn scan(
         &self,
         generation: u64,
@@ -255,4 +286,31 @@ impl ShardHandle {
 
 fn start_actor(arbiter: &ArbiterHandle, number: usize, held: Held) -> Addr<ShardActor> {
     ShardActor::start_in_arbiter(arbiter, move |_| ShardActor { number, held })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn generation(number: u64) -> Arc<ShardData> {
+        Arc::new(ShardData::new(number, Vec::new(), &[]))
+    }
+
+    #[test]
+    fn the_previous_generation_is_dropped_only_while_its_successor_is_current() {
+        let mut held = Held {
+            current: generation(1),
+            previous: None,
+        };
+        held.install(generation(2));
+        assert_eq!(held.previous.as_ref().map(|data| data.generation), Some(1));
+        // A retirement meant for generation 2 comes after generation 3 arrived:
+        // generation 2 is now the previous one, and may still be in use.
+        held.install(generation(3));
+        held.retire(2);
+        assert_eq!(held.previous.as_ref().map(|data| data.generation), Some(2));
+        held.retire(3);
+        assert!(held.previous.is_none());
+        assert_eq!(held.current.generation, 3);
+    }
 }
