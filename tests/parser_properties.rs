@@ -864,3 +864,23 @@ fn seed_lines_taken_from_snapshots_are_accepted() {
     }
     assert!(accepted >= 3, "only {accepted} seeds from snapshots");
 }
+
+/// The loader hands the parser whole lines of any length, and `metadata` is any
+/// JSON value: nesting past serde_json's recursion limit (128) is kept as written,
+/// in `metadata` and in skipped unknown fields alike, without overflowing the stack.
+#[test]
+fn deeply_nested_values_are_kept_without_overflowing_the_stack() {
+    for depth in [128, 129, 100_000] {
+        let line = format!(
+            r#"{{"station_id":"S","time_created":"2024-01-01T00:00:00Z","direction":"input","metadata":{}{}}}"#,
+            "[".repeat(depth),
+            "]".repeat(depth)
+        );
+        assert!(check_line(Kind::Units, &line), "metadata at depth {depth}");
+        let line = line.replace("metadata", "unknown");
+        assert!(
+            check_line(Kind::Units, &line),
+            "unknown field at depth {depth}"
+        );
+    }
+}
