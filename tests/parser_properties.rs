@@ -59,8 +59,8 @@ fn config() -> ProptestConfig {
 // Query strings
 // ---------------------------------------------------------------------------
 
-/// Parameter names: each endpoint's own, the other endpoint's, and near misses.
-const NAMES: &[&str] = &[
+/// The parameter names of both endpoints.
+const PARAMETER_NAMES: &[&str] = &[
     "station_ids",
     "from",
     "to",
@@ -70,6 +70,10 @@ const NAMES: &[&str] = &[
     "names",
     "limit",
     "cursor",
+];
+
+/// Names no endpoint accepts: a token in the URL, typos, encoded near misses.
+const UNKNOWN_NAMES: &[&str] = &[
     "access_token",
     "station_id",
     "Station_ids",
@@ -115,10 +119,36 @@ const VALUE_PIECES: &[&str] = &[
     "99999999999999999999999",
     "9223372036854775807",
     "-9223372036854775808",
+];
+
+fn value() -> impl Strategy<Value = String> {
+    let piece = prop_oneof![4 => select(VALUE_PIECES), 1 => select(TIME_VALUES)];
+    vec(piece, 0..6).prop_map(|pieces| pieces.concat())
+}
+
+/// `a,b,c…` of short ids, up to 60 of them: mostly within a small `max_stations`,
+/// sometimes far beyond it.
+fn id_list() -> impl Strategy<Value = String> {
+    let length = prop_oneof![3 => 0usize..6, 1 => 0usize..60];
+    (
+        length.prop_flat_map(|length| vec("[A-Za-z0-9é-]{0,4}", length)),
+        any::<bool>(),
+    )
+        .prop_map(|(items, encoded)| items.join(if encoded { "%2C" } else { "," }))
+}
+
+/// Times and epoch milliseconds, valid and not, as `from` and `to` receive them.
+const TIME_VALUES: &[&str] = &[
     "1704067200000",
+    "-1",
+    "9223372036854775807",
+    "-9223372036854775808",
+    "99999999999999999999999",
     "2024-01-01T00:00:00Z",
     "2024-01-01t00:00:00.123456789z",
     "2024-01-01T01:00:00+01:00",
+    "2024-01-01T01:00:00%2B01:00",
+    "2024-01-01T01:00:00%2001:00",
     "2024-01-01T00:00:00-00:00",
     "0000-01-01T00:00:00Z",
     "0000-01-01T00:00:00+23:59",
@@ -129,30 +159,51 @@ const VALUE_PIECES: &[&str] = &[
     "2024-01-01T00:00:00.1234567890Z",
 ];
 
-fn value() -> impl Strategy<Value = String> {
-    vec(select(VALUE_PIECES), 0..6).prop_map(|pieces| pieces.concat())
-}
+const LIMIT_VALUES: &[&str] = &[
+    "1",
+    "2",
+    "3",
+    "0007",
+    "10",
+    "1000",
+    "100000",
+    "0",
+    "-1",
+    "+1",
+    "99999999999999999999999",
+];
 
-/// `a,b,c…` of up to 60 short ids: lists longer than any small `max_stations`.
-fn long_list() -> impl Strategy<Value = String> {
-    (vec("[A-Za-z0-9é-]{0,4}", 0..60), any::<bool>())
-        .prop_map(|(items, encoded)| items.join(if encoded { "%2C" } else { "," }))
+const DIRECTION_ITEMS: &[&str] = &["input", "output", "Output", "", "+input+", "%20output"];
+
+/// A value for parameter `name`: mostly one of the kind it takes, so that many
+/// queries are accepted and their limits checked; else any hostile value.
+fn value_for(name: &'static str) -> BoxedStrategy<String> {
+    let fitting = match name {
+        "from" | "to" => select(TIME_VALUES).prop_map(str::to_owned).boxed(),
+        "limit" => select(LIMIT_VALUES).prop_map(str::to_owned).boxed(),
+        "direction" => (vec(select(DIRECTION_ITEMS), 0..4), select(vec![",", "%2C"]))
+            .prop_map(|(items, separator)| items.join(separator))
+            .boxed(),
+        "station_ids" => id_list().boxed(),
+        _ => value().boxed(),
+    };
+    prop_oneof![3 => fitting, 1 => value()].boxed()
 }
 
 fn structured_query() -> impl Strategy<Value = String> {
+    let name = prop_oneof![8 => select(PARAMETER_NAMES), 1 => select(UNKNOWN_NAMES)];
     let pair = (
-        select(NAMES),
-        prop_oneof![4 => value(), 1 => long_list()],
+        name.prop_flat_map(|name| (Just(name), value_for(name))),
         any::<bool>(),
     )
-        .prop_map(|(name, value, with_equals)| {
+        .prop_map(|((name, value), with_equals)| {
             if with_equals || !value.is_empty() {
                 format!("{name}={value}")
             } else {
                 name.to_owned()
             }
         });
-    vec(pair, 0..8).prop_map(|pairs| pairs.join("&"))
+    vec(pair, 0..6).prop_map(|pairs| pairs.join("&"))
 }
 
 /// Text that looks like a query string more often than arbitrary Unicode does.
