@@ -1,0 +1,26 @@
+//! Fuzz target for the snapshot line parser, `stq::model::parse_line` (CONTRACT
+//! section 2): the input, when it is UTF-8, is one line of a `*.units.jsonl` and of
+//! a `*.metrics.jsonl` file. It must never panic; an accepted line must render a
+//! JSON record with exactly its kind's fields, each as the line wrote it
+//! (`time_created` verbatim); a rejected line must leave the output buffer alone.
+//! The invariants are `tests/parser_checks/mod.rs`, shared with the proptest
+//! properties of `tests/parser_properties.rs`.
+
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use stq::model::Kind;
+
+// Each target uses half of the shared checks.
+#[allow(dead_code)]
+#[path = "../../tests/parser_checks/mod.rs"]
+mod parser_checks;
+
+fuzz_target!(|data: &[u8]| {
+    // The loader turns invalid UTF-8 into a reason before the parser sees it.
+    let Ok(line) = std::str::from_utf8(data) else {
+        return;
+    };
+    parser_checks::check_line(Kind::Units, line);
+    parser_checks::check_line(Kind::Metrics, line);
+});
