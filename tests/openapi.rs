@@ -194,7 +194,10 @@ fn is_valid(name: &str, instance: &Value) -> bool {
 
 /// The response object the document gives for `method path` answering `status`
 /// (references followed), with where it was found. A path the document does not
-/// list must be a 404, whose response is `components/responses/NotFound`.
+/// list must be a 404, whose response is `components/responses/NotFound`; a method
+/// it does not list for a path must be a 405, whose response is
+/// `components/responses/MethodNotAllowed` (OpenAPI lists only the operations a
+/// path has, so a method it leaves out is one the server does not accept).
 fn documented_response<'d>(
     doc: &'d Value,
     path: &str,
@@ -212,9 +215,19 @@ fn documented_response<'d>(
             .ok_or("no components/responses/NotFound for undocumented paths")?;
         return Ok(("#/components/responses/NotFound".to_string(), not_found));
     };
-    let operation = item
-        .get(&method)
-        .ok_or_else(|| format!("{method} {path} is not documented, yet answered {status}"))?;
+    let Some(operation) = item.get(&method) else {
+        if status != 405 {
+            return Err(format!(
+                "{method} {path} is not documented, yet answered {status} (only a 405 may answer an undocumented method)"
+            ));
+        }
+        let not_allowed = pointer(doc, "#/components/responses/MethodNotAllowed")
+            .ok_or("no components/responses/MethodNotAllowed for undocumented methods")?;
+        return Ok((
+            "#/components/responses/MethodNotAllowed".to_string(),
+            not_allowed,
+        ));
+    };
     let response = operation["responses"]
         .get(status.to_string())
         .ok_or_else(|| {
@@ -375,9 +388,21 @@ fn the_document_is_well_formed_openapi_3_1() {
         BTreeSet::from(["/units", "/metrics", "/healthz", "/readyz", "/openapi.json"])
     );
     for (path, item) in paths {
-        for method in ["get", "head"] {
-            assert!(item.get(method).is_some(), "{method} {path} missing");
-        }
+        // Only what the server accepts is an operation: GET, HEAD and the CORS
+        // preflight. Any other method is the 405 of `documented_response`, as
+        // schemathesis's `unsupported_method` check also expects.
+        let operations: BTreeSet<&str> = item
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .filter(|key| METHODS.contains(key))
+            .collect();
+        assert_eq!(
+            operations,
+            BTreeSet::from(["get", "head", "options"]),
+            "operations of {path}"
+        );
         for (method, operation) in item.as_object().unwrap() {
             if !METHODS.contains(&method.as_str()) {
                 continue;
@@ -554,23 +579,21 @@ fn the_server_serves_this_document() {
     check(&head);
 }
 
-/// Every operation of every documented path, tried on the server: none is a 404,
-/// and each answer is documented for its path, method and status. Fails for
-/// `/openapi.json` until that route exists.
+/// Every method on every documented path, tried on the server: none is a 404, and
+/// each answer is documented for its path, method and status (for a method the
+/// path does not list, the 405 with `Allow`). Fails for `/openapi.json` until that
+/// route exists.
 #[test]
 fn every_documented_operation_is_answered_as_documented() {
     let doc = document();
     let mut failures = Vec::new();
-    for (path, item) in doc["paths"].as_object().unwrap() {
+    for path in doc["paths"].as_object().unwrap().keys() {
         for method in METHODS {
-            if item.get(method).is_none() {
-                continue;
-            }
             let method = method.to_ascii_uppercase();
             let token = matches!(method.as_str(), "GET" | "HEAD").then_some(OPS);
             let response = server().request_as(&method, path, token, &[]);
             if response.status == 404 {
-                failures.push(format!("{method} {path} is documented but answered 404"));
+                failures.push(format!("{method} {path}: a documented path answered 404"));
                 continue;
             }
             let found = problems(doc, &response);
@@ -859,6 +882,29 @@ fn the_documented_parameters_are_the_ones_the_server_accepts() {
     for (path, _) in &contract {
         let mut all = Vec::new();
         for (name, parameter) in names_of(path) {
+            if name == "cursor" {
+                // Only a cursor the server issued is valid, so the document gives no
+                // example (schemathesis would send it as a valid value). A live
+                // one is accepted.
+                assert!(parameter.get("example").is_none(), "{path} cursor: example");
+                let query = if *path == "/units" {
+                    units_all()
+                } else {
+                    metrics_all()
+                };
+                let first = server().get(&format!("{query}&limit=1"), Some(OPS));
+                let cursor = check(&first)["meta"]["next_cursor"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{}: no next_cursor", first.context()))
+                    .to_string();
+                let next = server().get(
+                    &format!("{query}&limit=1&cursor={}", percent_encode(&cursor)),
+                    Some(OPS),
+                );
+                assert_eq!(next.status, 200, "{}", next.context());
+                check(&next);
+                continue;
+            }
             let errors = schema_errors(doc, &parameter["schema"], &parameter["example"]);
             assert!(errors.is_empty(), "{path} {name}: example: {errors:?}");
             let sent = if name == "limit" {
@@ -867,27 +913,15 @@ fn the_documented_parameters_are_the_ones_the_server_accepts() {
             } else {
                 encode(&name, &parameter)
             };
-            let response = if name == "cursor" {
-                server().get(&format!("{path}?{sent}&limit={MAX_RECORDS}"), Some(OPS))
-            } else if name == "limit" {
+            let response = if name == "limit" {
                 all.push(sent.clone());
                 server().get(&format!("{path}?{sent}"), Some(OPS))
             } else {
                 all.push(sent.clone());
                 server().get(&format!("{path}?{sent}&limit={MAX_RECORDS}"), Some(OPS))
             };
-            let body = check(&response);
-            if name == "cursor" {
-                // Accepted as a parameter; the example is not a live cursor.
-                assert_eq!(
-                    body["error"]["code"],
-                    "invalid_cursor",
-                    "{}",
-                    response.context()
-                );
-            } else {
-                assert_eq!(response.status, 200, "{}", response.context());
-            }
+            check(&response);
+            assert_eq!(response.status, 200, "{}", response.context());
             // A list is repeatable exactly when the document says `explode: true`
             // (`type`, `direction`, `names`); `station_ids` given twice is a 400.
             if parameter["schema"]["type"] == "array" {
@@ -940,6 +974,76 @@ fn the_documented_parameters_are_the_ones_the_server_accepts() {
     let response = server().request("GET", "/healthz", &[("X-Request-Id", example)]);
     check(&response);
     assert_eq!(response.header("x-request-id"), Some(example));
+}
+
+/// The `pattern`s of `from`/`to` and of a `direction` item say exactly what the
+/// server accepts, on both sides of each rule of CONTRACT section 4: schemathesis
+/// sends what they accept as valid data, and what they refuse as invalid data.
+#[test]
+fn the_documented_patterns_are_what_the_server_accepts() {
+    let doc = document();
+    let parameters = &doc["components"]["parameters"];
+    assert_eq!(
+        parameters["From"]["schema"]["pattern"], parameters["To"]["schema"]["pattern"],
+        "from and to take the same forms"
+    );
+    // (parameter, schema, value, accepted)
+    #[rustfmt::skip]
+    let cases: Vec<(&str, &Value, &str, bool)> = {
+        let time = &parameters["From"]["schema"];
+        let direction = &parameters["Direction"]["schema"]["items"];
+        vec![
+            ("from", time, "2024-03-10T00:00:00Z", true),
+            ("from", time, "2024-03-10t00:00:00z", true),
+            ("from", time, "2024-02-29T12:00:00.123456789+05:30", true),
+            ("from", time, "2000-02-29T00:00:00-00:00", true),
+            ("from", time, "0000-02-29T23:59:59.5-23:59", true),
+            ("from", time, "2024-01-31T00:00:00Z", true),
+            ("from", time, "1710028800000", true),
+            ("from", time, "-1", true),
+            ("from", time, "0", true),
+            ("from", time, "2023-02-29T00:00:00Z", false),
+            ("from", time, "1900-02-29T00:00:00Z", false),
+            ("from", time, "2024-04-31T00:00:00Z", false),
+            ("from", time, "2024-13-01T00:00:00Z", false),
+            ("from", time, "2024-03-10 00:00:00Z", false),
+            ("from", time, "2024-03-10T24:00:00Z", false),
+            ("from", time, "2024-03-10T00:00:60Z", false),
+            ("from", time, "2024-03-10T00:00Z", false),
+            ("from", time, "2024-03-10T00:00:00+0100", false),
+            ("from", time, "2024-03-10T00:00:00+24:00", false),
+            ("from", time, "2024-03-10T00:00:00.1234567890Z", false),
+            ("from", time, "2024-03-10T00:00:00.Z", false),
+            ("from", time, "2024-03-10T00:00:00", false),
+            ("from", time, "yesterday", false),
+            ("from", time, "1.5", false),
+            ("from", time, "+1", false),
+            ("from", time, "", false),
+            ("direction", direction, "input", true),
+            ("direction", direction, " output\t", true),
+            ("direction", direction, "", true),
+            ("direction", direction, "  ", true),
+            ("direction", direction, "Input", false),
+            ("direction", direction, "in put", false),
+            ("direction", direction, "sideways", false),
+        ]
+    };
+    let mut disagreements = Vec::new();
+    for (name, schema, value, accepted) in cases {
+        let valid = schema_errors(doc, schema, &json!(value)).is_empty();
+        let response = server().get(
+            &format!("/units?{name}={}&limit=1", percent_encode(value)),
+            Some(OPS),
+        );
+        let served = response.status == 200;
+        if valid != accepted || served != accepted {
+            disagreements.push(format!(
+                "{name}={value:?}: the schema says {valid}, the server {} (expected {accepted})",
+                response.status
+            ));
+        }
+    }
+    assert!(disagreements.is_empty(), "{}", disagreements.join("\n"));
 }
 
 // ---------------------------------------------------------------------------
