@@ -221,6 +221,7 @@ generation_at_start=$(readyz_generation)
 [[ $generation_at_start == 1 ]] || die "/readyz says generation $generation_at_start at start, not 1"
 
 rss_start=$(rss_kb)
+loadavg_start=$(cut -d' ' -f1 /proc/loadavg)
 ticks_start=$(stq_cpu_ticks)
 machine_start=$(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8 }' /proc/stat)
 
@@ -290,6 +291,7 @@ kill "$hup_pid" 2>/dev/null || true
 wait "$hup_pid" 2>/dev/null || true
 hup_pid=
 load_ended=$(elapsed)
+loadavg_end=$(cut -d' ' -f1 /proc/loadavg)
 ticks_end=$(stq_cpu_ticks)
 machine_end=$(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8 }' /proc/stat)
 [[ $oha_status == 0 && -s $work/oha.json ]] ||
@@ -446,7 +448,7 @@ fi
     echo "| connection and other errors | $failed_requests${error_counts:+ ($error_counts)} |"
     echo "| **errors (not 2xx, 429 or 503)** | **$errors** |"
     echo "| stq's own count (admin /metrics) | ${server_statuses:-unavailable} |"
-    echo "| CPU | stq $stq_cores cores on average, oha $(awk -v c="$oha_cpu" -v s="$duration" 'BEGIN { printf "%.2f", c / s }'); the machine's CPUs were $machine_busy busy (stq, oha and any other tenant) |"
+    echo "| CPU | stq $stq_cores cores on average, oha $(awk -v c="$oha_cpu" -v s="$duration" 'BEGIN { printf "%.2f", c / s }'); the machine's CPUs were $machine_busy busy (stq, oha and any other tenant; load average $loadavg_start before, $loadavg_end after) |"
     echo "| mean answers in flight | $in_flight of $connections connections |"
     echo
     echo "$rate_note"
