@@ -14,6 +14,9 @@
 //!
 //! The limit server is this same binary started with `--serve-limit BYTES`: a process
 //! of its own, like stq, so that both are measured the same way.
+//!
+//! `cargo bench --bench load -- --prepare` only makes the dataset, the tokens file and
+//! the request paths, and exits: `benches/soak.sh` drives its load from them.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -73,6 +76,9 @@ fn main() -> ExitCode {
     let arguments: Vec<String> = std::env::args().skip(1).collect();
     let result = if let Some(position) = arguments.iter().position(|a| a == "--serve-limit") {
         serve_limit(arguments.get(position + 1).map(String::as_str))
+    } else if arguments.iter().any(|argument| argument == "--prepare") {
+        // Checked before `--bench`, which `cargo bench` always passes.
+        prepare()
     } else if arguments.iter().any(|argument| argument == "--bench") {
         run_benchmark()
     } else {
@@ -191,6 +197,21 @@ fn run_benchmark() -> anyhow::Result<()> {
         started.elapsed().as_secs_f64()
     );
     pids.remove();
+    Ok(())
+}
+
+/// `cargo bench --bench load -- --prepare`: only the dataset, the tokens file and
+/// the paths files under `target/load/`, the same as a benchmark run makes them,
+/// for other drivers of the same load (`benches/soak.sh`) to reuse. Starts nothing.
+fn prepare() -> anyhow::Result<()> {
+    let layout = Layout::new()?;
+    ensure_dataset(&layout)?;
+    let dataset = Dataset::scan(&layout.snapshots())?;
+    write_tokens_file(&layout)?;
+    for path in write_paths(&layout, &dataset)? {
+        println!("paths: {}", path.display());
+    }
+    println!("snapshot: {}", layout.snapshots().display());
     Ok(())
 }
 
