@@ -126,6 +126,9 @@ async fn run(
         .listen("stq", listener, move || {
             let app = api::app(state.clone(), engine.router());
             fn_service(move |stream: TcpStream| async move {
+                // As actix-web's own server does: an answer leaves at once instead
+                // of waiting for the client's acknowledgement of the last one.
+                let _ = stream.set_nodelay(true);
                 let peer = stream.peer_addr().ok();
                 Ok::<_, DispatchError>((Deadlined::new(stream, client_timeout), peer))
             })

@@ -30,6 +30,10 @@ impl Admission {
 
     /// A permit to run one query, or 503 `overloaded` after [`ADMISSION_WAIT`].
     pub async fn enter(&self) -> Result<SemaphorePermit<'_>, Error> {
+        // A free slot needs no timer.
+        if let Ok(permit) = self.permits.try_acquire() {
+            return Ok(permit);
+        }
         match actix_web::rt::time::timeout(ADMISSION_WAIT, self.permits.acquire()).await {
             Ok(Ok(permit)) => Ok(permit),
             // The semaphore is never closed; a closed one would also mean "no".
