@@ -18,16 +18,6 @@ fn text(bytes: &[u8]) -> String {
     strip_ansi(&String::from_utf8_lossy(bytes))
 }
 
-/// `stq check --snapshots SNAPSHOTS`
-fn check_snapshots(snapshots: &Path) -> Output {
-    run(
-        &["check", "--snapshots", &path_string(snapshots)],
-        None,
-        &[],
-        TIMEOUT,
-    )
-}
-
 #[track_caller]
 fn assert_exit_code(output: &Output, code: i32) {
     assert_eq!(

@@ -47,15 +47,11 @@ fn assert_internal_error(response: &Response, request_id: &str) {
 
 /// The admin listener's `stq_shard_restarts_total`.
 fn shard_restarts(server: &Server) -> f64 {
-    let url = server
-        .log()
-        .into_iter()
-        .find_map(|line| {
-            let start = line.find("metrics at http://")? + "metrics at ".len();
-            Some(line[start..].split_whitespace().next()?.to_owned())
-        })
-        .expect("the server logs its metrics address");
-    let text = ureq::get(&url).call().unwrap().into_string().unwrap();
+    let text = ureq::get(&server.metrics_url())
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap();
     text.lines()
         .find_map(|line| line.strip_prefix("stq_shard_restarts_total "))
         .expect("stq_shard_restarts_total is exposed")

@@ -21,15 +21,10 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::Output;
 use std::sync::OnceLock;
-use std::time::Duration;
 
 use common::*;
 use serde_json::Value;
-
-/// For a whole `stq check` run; on a loaded machine even a 30 MiB file is quick.
-const TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Cases land in this sub-directory of a snapshot directory, so that a reported path
 /// is the directory joined with a relative path of more than one part.
@@ -429,16 +424,6 @@ fn place(case: &Case, snapshots: &Path) -> String {
     path_string(&path)
 }
 
-/// `stq check --snapshots SNAPSHOTS`
-fn check_snapshots(snapshots: &Path) -> Output {
-    run(
-        &["check", "--snapshots", &path_string(snapshots)],
-        None,
-        &[],
-        TIMEOUT,
-    )
-}
-
 /// A panic would print this; `stq` must report bad input, never crash on it.
 #[track_caller]
 fn assert_no_panic(output: &str, what: &str) {
@@ -806,9 +791,7 @@ fn a_reload_meeting_a_bad_file_keeps_the_old_generation_and_logs_each_line() {
 
     for case in CASES {
         let path = place(case, &fixture.snapshots);
-        let failures = server.log_count("reload failed");
-        server.signal("HUP");
-        server.wait_for_log("reload failed", failures + 1);
+        server.reload_expecting_failure();
         assert_eq!(
             server.readiness(),
             before,
@@ -870,9 +853,7 @@ fn a_file_that_vanishes_fails_the_reload_cleanly_and_names_its_path() {
     );
 
     std::fs::remove_file(&target).unwrap();
-    let failures = server.log_count("reload failed");
-    server.signal("HUP");
-    server.wait_for_log("reload failed", failures + 1);
+    server.reload_expecting_failure();
     assert_eq!(
         server.readiness(),
         before,

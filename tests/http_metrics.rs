@@ -39,28 +39,9 @@ impl Exposition {
     }
 }
 
-/// The admin listener's address, from the server's `metrics at http://...` line.
-fn metrics_url(server: &Server) -> String {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        let line = server.log().into_iter().find_map(|line| {
-            let start = line.find("metrics at http://")? + "metrics at ".len();
-            Some(line[start..].split_whitespace().next()?.to_owned())
-        });
-        if let Some(url) = line {
-            return url;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the server never logged its metrics address"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-}
-
 fn scrape(server: &Server) -> Exposition {
     let agent = ureq::AgentBuilder::new().build();
-    let response = call(&agent, "GET", &metrics_url(server), &[]);
+    let response = call(&agent, "GET", &server.metrics_url(), &[]);
     assert_eq!(response.status, 200, "{}", response.body);
     let content_type = response.header("content-type").unwrap_or_default();
     assert!(

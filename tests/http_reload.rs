@@ -287,9 +287,7 @@ fn a_failed_reload_keeps_the_old_generation_and_logs_the_line() {
         r#"{"station_id":"ST-01","unit_serial":"SN-BAD","time_created":"yesterday","direction":"output"}"#,
     );
     append(&broken_path, "\n");
-    let failures = server.log_count("reload failed");
-    server.signal("HUP");
-    server.wait_for_log("reload failed", failures + 1);
+    server.reload_expecting_failure();
 
     assert_eq!(
         server.readiness(),
@@ -394,9 +392,7 @@ fn sighup_reloads_the_tokens_file() {
 
     // A broken tokens file fails the reload and keeps the tokens in force.
     std::fs::write(&fixture.tokens, r#"{"tokens": [{"name": "#).unwrap();
-    let failures = server.log_count("reload failed");
-    server.signal("HUP");
-    server.wait_for_log("reload failed", failures + 1);
+    server.reload_expecting_failure();
     assert_eq!(server.generation(), 2);
     check_tokens("after a failed reload");
 }

@@ -204,20 +204,13 @@ fn every_record(kind: Kind) -> &'static str {
 /// The reference answer: the sample's records of `kind` at `stations`, in the
 /// order of CONTRACT section 6.
 fn expected(kind: Kind, stations: &BTreeSet<&str>) -> Vec<Value> {
-    let mut hits: Vec<&Record> = sample()
-        .records
-        .iter()
-        .filter(|record| record.kind == kind && stations.contains(record.text("station_id")))
-        .collect();
-    hits.sort_by_key(|record| {
-        (
-            record.at,
-            record.text("station_id").as_bytes(),
-            record.relative_path.as_bytes(),
-            record.line,
-        )
-    });
-    hits.into_iter().map(|record| record.out.clone()).collect()
+    in_contract_order(
+        sample()
+            .records
+            .iter()
+            .filter(|record| record.kind == kind && stations.contains(record.text("station_id")))
+            .collect(),
+    )
 }
 
 /// Every record `token` gets for `kind` with `stations` (a `station_ids=...`

@@ -45,6 +45,13 @@ impl Admission {
         self.request_timeout
     }
 
+    /// The answer to a request that ran past its deadline.
+    pub fn timed_out(&self) -> Error {
+        Error::Timeout {
+            after: self.request_timeout,
+        }
+    }
+
     /// When a request that started at `started` must have been answered.
     pub fn deadline(&self, started: Instant) -> Instant {
         started + self.request_timeout

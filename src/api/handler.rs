@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Instant as Stopwatch;
 
 use actix_web::http::header::{self, HeaderValue};
-use actix_web::{HttpMessage, HttpRequest, HttpResponse};
+use actix_web::{HttpRequest, HttpResponse};
 use chrono::Utc;
 use serde::Serialize;
 
@@ -23,7 +23,7 @@ use crate::time::{timestamp_millis_utc, Instant};
 use super::caching::{entity_tag, not_modified, IfNoneMatch};
 use super::envelope::{envelope, Meta};
 use super::middleware::RecordCount;
-use super::{request_id, AppState, RequestId};
+use super::{AppState, RequestId};
 
 pub(super) async fn answer(
     kind: Kind,
@@ -36,9 +36,7 @@ pub(super) async fn answer(
     let answering = answer_by(kind, request, state, router, started, deadline);
     match actix_web::rt::time::timeout(state.admission.request_timeout(), answering).await {
         Ok(answer) => answer,
-        Err(_) => Err(Error::Timeout {
-            after: state.admission.request_timeout(),
-        }),
+        Err(_) => Err(state.admission.timed_out()),
     }
 }
 
@@ -52,10 +50,7 @@ async fn answer_by(
     deadline: Stopwatch,
 ) -> Result<HttpResponse, Error> {
     let arrived = Instant::now();
-    let request_id = request
-        .extensions()
-        .get::<RequestId>()
-        .map_or_else(|| request_id(request.headers()), |id| id.0.clone());
+    let request_id = RequestId::of(request);
 
     query::check_length(request.query_string(), &state.limits)?;
     let mut authorizations = request.headers().get_all(header::AUTHORIZATION);
@@ -99,11 +94,7 @@ async fn answer_by(
         {
             Ok(result) => break (plan, result, etag),
             Err(ShardError::OtherGeneration { .. }) if !retried => retried = true,
-            Err(ShardError::Expired) => {
-                return Err(Error::Timeout {
-                    after: state.admission.request_timeout(),
-                })
-            }
+            Err(ShardError::Expired) => return Err(state.admission.timed_out()),
             Err(error) => {
                 tracing::error!(request_id = %request_id, %error, "query failed");
                 return Err(Error::Internal { request_id });
@@ -152,9 +143,7 @@ async fn answer_by(
     drop(permit);
     // Assembly runs on this thread without a pause the timer could act in.
     if Stopwatch::now() > deadline {
-        return Err(Error::Timeout {
-            after: state.admission.request_timeout(),
-        });
+        return Err(state.admission.timed_out());
     }
     let mut response = HttpResponse::Ok()
         .content_type(JSON)

@@ -120,6 +120,16 @@ impl AppState {
 #[derive(Clone, Debug)]
 pub struct RequestId(pub String);
 
+impl RequestId {
+    /// The id the middleware gave `request` (or, outside it, the one it would).
+    pub fn of(request: &HttpRequest) -> String {
+        request
+            .extensions()
+            .get::<RequestId>()
+            .map_or_else(|| request_id(request.headers()), |id| id.0.clone())
+    }
+}
+
 /// The application: routes, the request-id middleware, shared state and this
 /// worker's router.
 pub fn app(
@@ -212,10 +222,7 @@ fn endpoint(path: &str, kind: Kind) -> actix_web::Resource {
             {
                 Ok(answer) => answer,
                 Err(panic) => {
-                    let request_id = request
-                        .extensions()
-                        .get::<RequestId>()
-                        .map_or_else(|| request_id(request.headers()), |id| id.0.clone());
+                    let request_id = RequestId::of(&request);
                     tracing::error!(
                         request_id = %request_id,
                         panic = panic_message(&*panic),

@@ -618,7 +618,7 @@ impl Fixture {
             list.as_ref()
                 .map_or(true, |items| items.iter().any(|x| x == value))
         };
-        let mut hits: Vec<&Record> = self
+        let hits: Vec<&Record> = self
             .records
             .iter()
             .filter(|record| record.kind == query.kind)
@@ -651,16 +651,25 @@ impl Fixture {
                     || query.names.iter().any(|x| x == record.text("name"))
             })
             .collect();
-        hits.sort_by_key(|record| {
-            (
-                record.at,
-                record.text("station_id").as_bytes(),
-                record.relative_path.as_bytes(),
-                record.line,
-            )
-        });
-        hits.into_iter().map(|record| record.out.clone()).collect()
+        in_contract_order(hits)
     }
+}
+
+/// Records' response JSON in the order of CONTRACT section 6: instant, station id,
+/// then file and line.
+pub fn in_contract_order(mut records: Vec<&Record>) -> Vec<Value> {
+    records.sort_by_key(|record| {
+        (
+            record.at,
+            record.text("station_id").as_bytes(),
+            record.relative_path.as_bytes(),
+            record.line,
+        )
+    });
+    records
+        .into_iter()
+        .map(|record| record.out.clone())
+        .collect()
 }
 
 /// A query for the reference filter.
@@ -1020,6 +1029,32 @@ impl Server {
                 self.log().join("\n")
             );
             thread::sleep(Duration::from_millis(25));
+        }
+    }
+
+    /// Sends SIGHUP and waits until the reload it asked for has failed.
+    pub fn reload_expecting_failure(&self) {
+        let failures = self.log_count("reload failed");
+        self.signal("HUP");
+        self.wait_for_log("reload failed", failures + 1);
+    }
+
+    /// The admin listener's metrics address, from the `metrics at http://...` line.
+    pub fn metrics_url(&self) -> String {
+        let deadline = StdInstant::now() + Duration::from_secs(10);
+        loop {
+            let line = self.log().into_iter().find_map(|line| {
+                let start = line.find("metrics at http://")? + "metrics at ".len();
+                Some(line[start..].split_whitespace().next()?.to_owned())
+            });
+            if let Some(url) = line {
+                return url;
+            }
+            assert!(
+                StdInstant::now() < deadline,
+                "the server never logged its metrics address"
+            );
+            thread::sleep(Duration::from_millis(20));
         }
     }
 
@@ -1438,6 +1473,16 @@ impl Response {
 // ---------------------------------------------------------------------------
 // Running the CLI
 // ---------------------------------------------------------------------------
+
+/// `stq check --snapshots SNAPSHOTS`
+pub fn check_snapshots(snapshots: &Path) -> Output {
+    run(
+        &["check", "--snapshots", &path_string(snapshots)],
+        None,
+        &[],
+        Duration::from_secs(60),
+    )
+}
 
 /// Reads all of `source` on a thread of its own, so that a full pipe cannot stall
 /// the child while we wait for the other one.
