@@ -10,16 +10,17 @@ use std::path::PathBuf;
 
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
 
-use stq::api::{assemble, Meta};
-use stq::gen::{generate, GenOptions};
-use stq::index::{
-    merge_sorted, Generation, Hit, Matcher, Position, RecordFilter, ScanRequest, Span, StationRef,
-    Window,
-};
-use stq::model::{parse_line, Kind};
-use stq::query::{self, Limits};
-use stq::snapshot::{load, LoadOptions, OnInvalid};
-use stq::time::{parse_rfc3339, Instant};
+use stq::http::{assemble, Meta};
+use stq_core::data::catalog::Generation;
+use stq_core::data::key::Position;
+use stq_core::data::merge::merge_sorted;
+use stq_core::data::scan::{Hit, Matcher, RecordFilter, ScanRequest, ShardStation};
+use stq_core::data::snapshot::{load, LoadOptions, OnInvalid};
+use stq_core::data::station::ByteRange;
+use stq_core::domain::query::{self, Limits};
+use stq_core::domain::record::{parse_line, Directions, Kind};
+use stq_core::domain::time::{parse_rfc3339, Timestamp, Window};
+use stq_gen::{generate, GenOptions};
 
 const END: &str = "2026-11-01T00:00:00Z";
 
@@ -48,7 +49,7 @@ fn dataset() -> (PathBuf, Generation) {
     (directory, generation)
 }
 
-fn at(text: &str) -> Instant {
+fn at(text: &str) -> Timestamp {
     parse_rfc3339(text).unwrap()
 }
 
@@ -56,21 +57,21 @@ fn all_units() -> RecordFilter {
     RecordFilter::Units {
         unit_types: Matcher::Any,
         unit_serial: Matcher::Any,
-        directions: [true, true],
+        directions: Directions::BOTH,
     }
 }
 
 fn scan(criterion: &mut Criterion) {
     let (_, generation) = dataset();
     let shard = &generation.shards[0];
-    let stations: Vec<StationRef> = generation
+    let stations: Vec<ShardStation> = generation
         .catalog
         .placements
         .iter()
         .enumerate()
-        .map(|(rank, placement)| StationRef {
+        .map(|(rank, placement)| ShardStation {
             rank: rank as u32,
-            local: placement.local,
+            station_index: placement.station_index,
         })
         .collect();
     let names = RecordFilter::Metrics {
@@ -136,15 +137,18 @@ fn merge(criterion: &mut Criterion) {
                 (0..total / shards)
                     .map(|index| Hit {
                         position: Position {
-                            instant: Instant {
+                            instant: Timestamp {
                                 seconds: (index * shards + shard) as i64,
                                 nanos: 0,
                             },
-                            station: shard as u32,
-                            seq: index as u64,
+                            station_rank: shard as u32,
+                            load_order: index as u64,
                         },
-                        local: 0,
-                        span: Span { start: 0, len: 0 },
+                        station_index: 0,
+                        bytes: ByteRange {
+                            start: 0,
+                            length: 0,
+                        },
                     })
                     .collect()
             })
@@ -160,7 +164,7 @@ fn merge(criterion: &mut Criterion) {
                         black_box(merge_sorted(iterators, total + 1))
                     },
                     BatchSize::SmallInput,
-                )
+                );
             },
         );
     }
@@ -197,7 +201,7 @@ fn assembly(criterion: &mut Criterion) {
                         slice.iter().map(Vec::as_slice),
                         black_box(&meta),
                     ))
-                })
+                });
             },
         );
     }
@@ -232,7 +236,7 @@ fn query_parsing(criterion: &mut Criterion) {
     ];
     for (kind, name, text) in cases {
         group.bench_function(name, |bencher| {
-            bencher.iter(|| black_box(query::parse(kind, black_box(text), limits)))
+            bencher.iter(|| black_box(query::parse(kind, black_box(text), limits)));
         });
     }
     group.finish();
@@ -255,7 +259,7 @@ fn line_parsing(criterion: &mut Criterion) {
                     rendered.clear();
                     black_box(parse_line(kind, line, &mut rendered, &mut unknown).unwrap());
                 }
-            })
+            });
         });
     }
     group.finish();

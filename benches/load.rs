@@ -704,7 +704,7 @@ fn serve_limit(body_bytes: Option<&str>) -> anyhow::Result<()> {
         .parse()
         .context("BYTES must be a whole number")?;
     let body = web::Bytes::from(fixed_json_body(body_bytes));
-    let workers = thread::available_parallelism().map_or(1, |cpus| cpus.get());
+    let workers = thread::available_parallelism().map_or(1, std::num::NonZero::get);
     actix_web::rt::System::new().block_on(async move {
         let server = HttpServer::new(move || {
             let body = body.clone();
@@ -1216,7 +1216,7 @@ fn table(header: &[&str], rows: &[Vec<String>]) -> String {
             .collect();
         format!("| {} |\n", padded.join(" | "))
     };
-    let mut text = line(header.iter().map(|cell| cell.to_string()).collect());
+    let mut text = line(header.iter().map(ToString::to_string).collect());
     text.push_str(&line(
         widths.iter().map(|width| "-".repeat(*width)).collect(),
     ));

@@ -1,21 +1,14 @@
 //! stq, the Station Telemetry Query Service: a read-only HTTP service over
-//! test-station records. See ARCHITECTURE.md for the map of these modules.
+//! test-station records. ARCHITECTURE.md maps the code; this crate is the service
+//! on top of `stq-core`'s pure layers.
+//!
+//! Layers point one way: [`cli`] → [`http`] → [`engine`] → `stq_core::data` →
+//! `stq_core::domain`. [`metrics`] is a leaf both the HTTP layer and the engine
+//! feed.
 
-pub mod api;
-pub mod auth;
-pub mod config;
-pub mod connection;
-pub mod cursor;
-pub mod error;
-pub mod fault;
-pub mod gen;
-pub mod index;
+#![warn(unreachable_pub)]
+
+pub mod cli;
+pub mod engine;
+pub mod http;
 pub mod metrics;
-pub mod model;
-pub mod query;
-pub mod reload;
-pub mod router;
-pub mod server;
-pub mod shard;
-pub mod snapshot;
-pub mod time;

@@ -6,8 +6,8 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::Parser as _;
 
-use stq::config::{Cli, Command, GenArgs, LogFormat};
-use stq::snapshot::{self, LoadError};
+use stq::cli::{Cli, Command, GenArgs, LogFormat};
+use stq_core::data::snapshot::{self, LoadError};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -44,7 +44,7 @@ fn main() -> ExitCode {
     }));
 
     let result = match cli.command.unwrap_or(Command::Serve(cli.serve)) {
-        Command::Serve(args) => stq::server::serve(args).map(|()| ExitCode::SUCCESS),
+        Command::Serve(args) => stq::cli::serve(args).map(|()| ExitCode::SUCCESS),
         Command::Check(args) => check(&args.snapshots),
         Command::Gen(args) => generate(args).map(|()| ExitCode::SUCCESS),
         Command::HashToken => hash_token().map(|()| ExitCode::SUCCESS),
@@ -58,7 +58,7 @@ fn main() -> ExitCode {
 /// `stq check`: 0 when every line is valid, 1 when one is not, 2 when the snapshot
 /// cannot be read at all.
 fn check(directory: &std::path::Path) -> anyhow::Result<ExitCode> {
-    let report = match snapshot::check(directory, stq::config::cpus()) {
+    let report = match snapshot::check(directory, stq::cli::cpus()) {
         Ok(report) => report,
         Err(error @ (LoadError::MissingDirectory(_) | LoadError::Io { .. })) => {
             eprintln!("stq: {error}");
@@ -105,7 +105,7 @@ fn generate(args: GenArgs) -> anyhow::Result<()> {
                 .context("the clock is out of range")?
         }
     };
-    let summary = stq::gen::generate(&stq::gen::GenOptions {
+    let summary = stq_gen::generate(&stq_gen::GenOptions {
         out: args.out.clone(),
         stations: args.stations,
         days: args.days,
@@ -135,6 +135,6 @@ fn hash_token() -> anyhow::Result<()> {
         .strip_suffix("\r\n")
         .or_else(|| input.strip_suffix('\n'))
         .unwrap_or(&input);
-    println!("{}", stq::auth::hash_token(token));
+    println!("{}", stq_core::domain::auth::hash_token(token));
     Ok(())
 }

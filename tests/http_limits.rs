@@ -270,7 +270,7 @@ fn a_head_over_the_http_layers_limits_gets_431_and_a_bad_request_line_400() {
         // The server may answer and close before it has read everything.
         let _ = stream.write_all(head.as_bytes());
         let (response, _) = read_until_closed(&mut stream);
-        assert_eq!(status_of(&response), status, "{:.60}", head);
+        assert_eq!(status_of(&response), status, "{head:.60}");
     }
     // And it goes on serving.
     assert_eq!(server().get("/healthz", None).status, 200);

@@ -1,4 +1,4 @@
-//! The OpenAPI document (`src/openapi.json`, served at `GET /openapi.json`) against
+//! The OpenAPI document (`src/http/openapi.json`, served at `GET /openapi.json`) against
 //! the real server: the document is well formed, every path and operation it lists
 //! is answered as it says, and every response the suite can provoke (successes,
 //! every 4xx code, the probes) has a status, headers and body the document names for
@@ -17,7 +17,7 @@ use common::*;
 use serde_json::{json, Value};
 
 /// The document as the repository holds it; `GET /openapi.json` must serve it.
-const DOCUMENT: &str = include_str!("../src/openapi.json");
+const DOCUMENT: &str = include_str!("../src/http/openapi.json");
 
 const MAX_STATIONS: &str = "2";
 const MAX_RECORDS: &str = "5";
@@ -76,7 +76,7 @@ fn document() -> &'static Value {
     static DOCUMENT_VALUE: OnceLock<Value> = OnceLock::new();
     DOCUMENT_VALUE.get_or_init(|| {
         serde_json::from_str(DOCUMENT)
-            .unwrap_or_else(|error| panic!("src/openapi.json is not JSON: {error}"))
+            .unwrap_or_else(|error| panic!("src/http/openapi.json is not JSON: {error}"))
     })
 }
 
@@ -280,7 +280,7 @@ fn problems(doc: &Value, response: &Response) -> Vec<String> {
             };
             match response.header(name) {
                 None if header["required"] == true => {
-                    found.push(format!("required header {name} is missing ({location})"))
+                    found.push(format!("required header {name} is missing ({location})"));
                 }
                 None => {}
                 Some(value) => {
@@ -572,7 +572,7 @@ fn the_server_serves_this_document() {
     assert_eq!(
         &served,
         document(),
-        "GET /openapi.json differs from src/openapi.json"
+        "GET /openapi.json differs from src/http/openapi.json"
     );
     let head = server().request("HEAD", "/openapi.json", &[]);
     assert_eq!(head.status, 200, "{}", head.context());
@@ -845,7 +845,7 @@ fn the_documented_parameters_are_the_ones_the_server_accepts() {
     for (path, expected) in &contract {
         let documented: BTreeSet<String> =
             names_of(path).into_iter().map(|(name, _)| name).collect();
-        let expected: BTreeSet<String> = expected.iter().map(|name| name.to_string()).collect();
+        let expected: BTreeSet<String> = expected.iter().map(ToString::to_string).collect();
         assert_eq!(documented, expected, "query parameters of GET {path}");
         // HEAD takes the same parameters.
         assert_eq!(

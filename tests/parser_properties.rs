@@ -1,6 +1,6 @@
 //! Property tests of the two parsers that read hostile input directly: the query
-//! string parser (`stq::query::parse`, CONTRACT sections 4, 5 and 9) and the
-//! snapshot line parser (`stq::model::parse_line`, CONTRACT section 2). The
+//! string parser (`stq_core::domain::query::parse`, CONTRACT sections 4, 5 and 9) and the
+//! snapshot line parser (`stq_core::domain::record::parse_line`, CONTRACT section 2). The
 //! invariants themselves live in `tests/parser_checks/mod.rs`, shared with the
 //! cargo-fuzz targets under `fuzz/`; this file says which inputs they must hold for:
 //!
@@ -37,9 +37,9 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
-use stq::model::{Direction, Kind};
-use stq::query::{Limits, QueryParams};
-use stq::time::{parse_query_time, parse_rfc3339, Instant};
+use stq_core::domain::query::{Limits, QueryParams};
+use stq_core::domain::record::{Direction, Directions, Kind};
+use stq_core::domain::time::{parse_query_time, parse_rfc3339, Timestamp};
 
 use parser_checks::{check_line, check_query};
 
@@ -235,16 +235,16 @@ fn limits() -> impl Strategy<Value = Limits> {
 }
 
 /// The time a request arrived: ordinary, and the ends of the time line.
-fn now() -> impl Strategy<Value = Instant> {
+fn now() -> impl Strategy<Value = Timestamp> {
     prop_oneof![
         4 => select(vec![
-            Instant { seconds: 1_704_153_600, nanos: 0 },
-            Instant { seconds: 0, nanos: 0 },
-            Instant::MIN,
-            Instant::MAX,
+            Timestamp { seconds: 1_704_153_600, nanos: 0 },
+            Timestamp { seconds: 0, nanos: 0 },
+            Timestamp::MIN,
+            Timestamp::MAX,
         ]),
         1 => (any::<i64>(), 0u32..1_000_000_000)
-            .prop_map(|(seconds, nanos)| Instant { seconds, nanos }),
+            .prop_map(|(seconds, nanos)| Timestamp { seconds, nanos }),
     ]
 }
 
@@ -362,24 +362,21 @@ struct Request {
 
 impl Request {
     fn expected(&self) -> QueryParams {
-        let mut stations: Vec<String> = self.stations.iter().map(|s| s.to_string()).collect();
+        let mut stations: Vec<String> = self.stations.iter().map(ToString::to_string).collect();
         stations.sort();
         stations.dedup();
-        let mut filter: Vec<String> = self.filter.iter().map(|s| s.to_string()).collect();
+        let mut filter: Vec<String> = self.filter.iter().map(ToString::to_string).collect();
         filter.sort();
         filter.dedup();
-        let mut directions = [false; 2];
-        for direction in &self.directions {
-            directions[*direction as usize] = true;
-        }
-        if directions == [false; 2] || self.kind == Kind::Metrics {
-            directions = [false, true];
+        let mut directions = Directions::of(&self.directions);
+        if directions.is_empty() || self.kind == Kind::Metrics {
+            directions = Directions::OUTPUT;
         }
         QueryParams {
             station_ids: (!stations.is_empty()).then_some(stations),
             from: self
                 .from
-                .map(|(millis, _)| Instant::from_unix_millis(millis)),
+                .map(|(millis, _)| Timestamp::from_unix_millis(millis)),
             unit_types: if self.kind == Kind::Units {
                 filter.clone()
             } else {
@@ -575,13 +572,13 @@ proptest! {
         let canonical = request.canonical();
         let respelled = request.respelled();
         let expected = request.expected();
-        let now = Instant { seconds: 1_704_153_600, nanos: 0 };
+        let now = Timestamp { seconds: 1_704_153_600, nanos: 0 };
         let distinct_stations = expected.station_ids.as_ref().map_or(0, Vec::len);
         for query in [&canonical, &respelled] {
             if distinct_stations > max_stations {
-                let error = stq::query::parse(request.kind, query, limits)
+                let error = stq_core::domain::query::parse(request.kind, query, limits)
                     .expect_err("too many stations");
-                prop_assert_eq!(error.code(), "too_many_stations", "{}", query);
+                prop_assert_eq!(parser_checks::code(&error), "too_many_stations", "{}", query);
             } else {
                 let params = check_query(request.kind, query, limits, now);
                 prop_assert_eq!(params.as_ref(), Some(&expected), "{}", query);
@@ -810,7 +807,7 @@ fn valid_line() -> impl Strategy<Value = (Kind, String)> {
                 for (name, optional) in names.iter().zip(optionals) {
                     match optional {
                         Some(Some(value)) => {
-                            fields.push((name, json_string(&value, rng.gen_bool(0.2))))
+                            fields.push((name, json_string(&value, rng.gen_bool(0.2))));
                         }
                         Some(None) => fields.push((name, "null".to_owned())),
                         None => {}

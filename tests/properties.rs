@@ -1,8 +1,8 @@
 //! Property tests of the query path, over random snapshots and random queries.
 //!
 //! Every case writes a random snapshot to a temporary directory, loads it with the
-//! real loader (`stq::snapshot::load`), starts the real sharded, actor-backed engine
-//! (`stq::router::Engine`) and drives the real HTTP app (`stq::api::app`) in-process.
+//! real loader (`stq_core::data::snapshot::load`), starts the real sharded, actor-backed engine
+//! (`stq::engine::Engine`) and drives the real HTTP app (`stq::http::app`) in-process.
 //! What it proves, for every generated case:
 //!
 //! 1. `the_engine_answers_what_the_reference_filter_answers`: an unpaged `/units` or
@@ -55,13 +55,13 @@ use proptest::sample::{select, subsequence};
 use proptest::test_runner::{FileFailurePersistence, TestCaseError};
 use serde_json::{json, Value};
 
-use stq::api::{app, AppState};
-use stq::auth::{hash_token, Tokens};
-use stq::cursor::CursorKey;
-use stq::model::Kind;
-use stq::query::Limits;
-use stq::router::Engine;
-use stq::snapshot::{load, LoadOptions, OnInvalid};
+use stq::engine::Engine;
+use stq::http::{app, AppState};
+use stq_core::data::cursor::CursorKey;
+use stq_core::data::snapshot::{load, LoadOptions, OnInvalid};
+use stq_core::domain::auth::{hash_token, Tokens};
+use stq_core::domain::query::Limits;
+use stq_core::domain::record::Kind;
 
 // --- The pools values are drawn from ----------------------------------------------
 
@@ -472,7 +472,7 @@ impl Token {
     fn allows(&self, station: &str) -> bool {
         self.stations
             .as_ref()
-            .map_or(true, |stations| stations.contains(station))
+            .is_none_or(|stations| stations.contains(station))
     }
 }
 
@@ -549,7 +549,7 @@ fn reference<'a>(
                     (query.types.is_empty() || query.types.contains(&unit_type.unwrap_or("")))
                         && query
                             .serial
-                            .map_or(true, |serial| record.unit_serial.unwrap_or("") == serial)
+                            .is_none_or(|serial| record.unit_serial.unwrap_or("") == serial)
                         && directions.contains(direction)
                 }
                 Body::Metric { name, .. } => query.names.is_empty() || query.names.contains(name),
@@ -559,7 +559,7 @@ fn reference<'a>(
                 && query
                     .stations
                     .as_ref()
-                    .map_or(true, |stations| stations.contains(&station))
+                    .is_none_or(|stations| stations.contains(&station))
                 && from <= record.instant
                 && record.instant < to
                 && filters_match
@@ -1076,9 +1076,8 @@ impl Server {
         let tokens =
             Tokens::parse(&tokens_file(tokens)).map_err(|error| failure("tokens", error))?;
 
-        let (engine, catalog) = Engine::start(generation, Default::default());
-        let state = web::Data::new(AppState::new(
-            catalog,
+        let engine = Engine::start(
+            generation,
             Arc::new(tokens),
             Limits {
                 max_records,
@@ -1086,7 +1085,9 @@ impl Server {
                 ..Limits::default()
             },
             CursorKey::random(),
-        ));
+            Default::default(),
+        );
+        let state = web::Data::new(AppState::new(engine.clone()));
         let service = Rc::new(actix_test::init_service(app(state, engine.router())).await);
         let call: Call = Box::new(move |uri, secret| {
             let service = Rc::clone(&service);

@@ -50,7 +50,7 @@ impl Demo {
     fn permits(&self, station: &str) -> bool {
         self.listed
             .as_ref()
-            .map_or(true, |listed| listed.contains(station))
+            .is_none_or(|listed| listed.contains(station))
     }
 }
 

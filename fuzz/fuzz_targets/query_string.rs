@@ -1,4 +1,4 @@
-//! Fuzz target for the query-string parser, `stq::query::parse` (CONTRACT sections
+//! Fuzz target for the query-string parser, `stq_core::domain::query::parse` (CONTRACT sections
 //! 4, 5 and 9), for both endpoints. It must never panic, and a query it accepts
 //! must respect every limit: length, distinct stations, `limit`, `cursor` only
 //! with `limit`, normalized lists, and a window no longer than `--max-window`.
@@ -15,9 +15,9 @@
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
-use stq::model::Kind;
-use stq::query::Limits;
-use stq::time::Instant;
+use stq_core::domain::query::Limits;
+use stq_core::domain::record::Kind;
+use stq_core::domain::time::Timestamp;
 
 // Each target uses half of the shared checks.
 #[allow(dead_code)]
@@ -37,25 +37,25 @@ const MAX_WINDOW: [Option<Duration>; 6] = [
 ];
 /// 2024-01-02T00:00:00Z, the Unix epoch, 0000-01-01T00:00:00Z,
 /// 9999-12-31T23:59:59.999999999Z, and the two ends of the time line.
-const NOW: [Instant; 6] = [
-    Instant {
+const NOW: [Timestamp; 6] = [
+    Timestamp {
         seconds: 1_704_153_600,
         nanos: 0,
     },
-    Instant {
+    Timestamp {
         seconds: 0,
         nanos: 0,
     },
-    Instant {
+    Timestamp {
         seconds: -62_167_219_200,
         nanos: 0,
     },
-    Instant {
+    Timestamp {
         seconds: 253_402_300_799,
         nanos: 999_999_999,
     },
-    Instant::MIN,
-    Instant::MAX,
+    Timestamp::MIN,
+    Timestamp::MAX,
 ];
 
 fn pick<T: Copy>(table: &[T], byte: u8) -> T {

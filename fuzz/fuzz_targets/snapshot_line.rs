@@ -1,4 +1,4 @@
-//! Fuzz target for the snapshot line parser, `stq::model::parse_line` (CONTRACT
+//! Fuzz target for the snapshot line parser, `stq_core::domain::record::parse_line` (CONTRACT
 //! section 2): the input, when it is UTF-8, is one line of a `*.units.jsonl` and of
 //! a `*.metrics.jsonl` file. It must never panic; an accepted line must render a
 //! JSON record with exactly its kind's fields, each as the line wrote it
@@ -9,7 +9,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use stq::model::Kind;
+use stq_core::domain::record::Kind;
 
 // Each target uses half of the shared checks.
 #[allow(dead_code)]

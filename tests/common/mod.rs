@@ -616,7 +616,7 @@ impl Fixture {
         // `None`: no list given, so every value passes.
         let listed = |list: &Option<Vec<String>>, value: &str| {
             list.as_ref()
-                .map_or(true, |items| items.iter().any(|x| x == value))
+                .is_none_or(|items| items.iter().any(|x| x == value))
         };
         let hits: Vec<&Record> = self
             .records
@@ -632,7 +632,7 @@ impl Fixture {
                 query
                     .serial
                     .as_ref()
-                    .map_or(true, |x| x == record.text("unit_serial"))
+                    .is_none_or(|x| x == record.text("unit_serial"))
             })
             .filter(|record| {
                 query.kind == Kind::Metrics
@@ -1168,7 +1168,7 @@ impl Drop for Server {
             match child.try_wait() {
                 Ok(Some(_)) => return,
                 Ok(None) if StdInstant::now() < deadline => {
-                    thread::sleep(Duration::from_millis(20))
+                    thread::sleep(Duration::from_millis(20));
                 }
                 _ => {
                     let _ = child.kill();

@@ -1,0 +1,17 @@
+//! The data layer: records held in memory and read back in the contract's order.
+//!
+//! A snapshot is loaded ([`snapshot`]) into an immutable [`catalog::Generation`]:
+//! per-station B-tree maps ordered by time ([`station`]) grouped into shards
+//! ([`shard`]), and a catalog that says where each station lives. A query is a
+//! [`scan`] of each shard it touches and a [`merge`] of their sorted hits; a page
+//! ends in a [`cursor`] that says where the next one starts.
+
+pub mod catalog;
+pub mod cursor;
+pub mod key;
+pub mod merge;
+pub mod scan;
+pub mod shard;
+pub mod snapshot;
+pub mod station;
+pub mod symbols;

@@ -1,0 +1,477 @@
+//! The scan of one shard: the first `cap` records of some of its stations that match
+//! a query's window, cursor and filters, in the contract's order.
+//!
+//! Pure and immutable: a generation's index is built once by the snapshot loader
+//! and never changed; a scan only reads it.
+
+use std::ops::Bound;
+
+use crate::data::key::{Position, RecordKey};
+use crate::data::merge::merge_sorted;
+use crate::data::shard::ShardData;
+use crate::data::station::{ByteRange, StationData, UnitEntry};
+use crate::data::symbols::Symbol;
+use crate::domain::record::{Directions, Kind};
+use crate::domain::time::{Timestamp, Window};
+
+/// A set of symbols a field must be one of, or no constraint at all.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Matcher {
+    Any,
+    /// Matches nothing when empty: every requested value was unknown to the data.
+    OneOf(Vec<Symbol>),
+}
+
+impl Matcher {
+    fn matches(&self, symbol: Symbol) -> bool {
+        match self {
+            Matcher::Any => true,
+            Matcher::OneOf(symbols) => symbols.contains(&symbol),
+        }
+    }
+
+    fn is_impossible(&self) -> bool {
+        matches!(self, Matcher::OneOf(symbols) if symbols.is_empty())
+    }
+}
+
+/// The record filters of a query, with strings already turned into symbols.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RecordFilter {
+    Units {
+        unit_types: Matcher,
+        unit_serial: Matcher,
+        directions: Directions,
+    },
+    Metrics {
+        names: Matcher,
+    },
+}
+
+impl RecordFilter {
+    pub fn kind(&self) -> Kind {
+        match self {
+            RecordFilter::Units { .. } => Kind::Units,
+            RecordFilter::Metrics { .. } => Kind::Metrics,
+        }
+    }
+
+    fn is_impossible(&self) -> bool {
+        match self {
+            RecordFilter::Units {
+                unit_types,
+                unit_serial,
+                directions,
+            } => unit_types.is_impossible() || unit_serial.is_impossible() || directions.is_empty(),
+            RecordFilter::Metrics { names } => names.is_impossible(),
+        }
+    }
+
+    fn matches_unit(&self, entry: &UnitEntry) -> bool {
+        match self {
+            RecordFilter::Units {
+                unit_types,
+                unit_serial,
+                directions,
+            } => {
+                directions.contains(entry.direction)
+                    && unit_types.matches(entry.unit_type)
+                    && unit_serial.matches(entry.unit_serial)
+            }
+            RecordFilter::Metrics { .. } => false,
+        }
+    }
+}
+
+/// A station to scan: its rank (for the order) and its index in the shard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShardStation {
+    pub rank: u32,
+    pub station_index: u32,
+}
+
+/// What one shard is asked: the first `cap` matching records of its stations.
+#[derive(Clone, Debug)]
+pub struct ScanRequest {
+    pub stations: Vec<ShardStation>,
+    pub window: Window,
+    pub after: Option<Position>,
+    pub filter: RecordFilter,
+    pub cap: usize,
+}
+
+/// A matching record: its place in the contract's order and where its bytes are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hit {
+    pub position: Position,
+    pub station_index: u32,
+    pub bytes: ByteRange,
+}
+
+impl ShardData {
+    /// The first `request.cap` matching records of the requested stations, in order.
+    ///
+    /// Picks the tree that reads least: a serial number or metric names are exact
+    /// ranges of the per-station secondary trees; units of many stations are one walk
+    /// of the shard-wide tree; anything else walks each station's time range.
+    pub fn scan(&self, request: &ScanRequest) -> Vec<Hit> {
+        if request.cap == 0 || request.filter.is_impossible() {
+            return Vec::new();
+        }
+        let filter = &request.filter;
+        match filter {
+            RecordFilter::Units {
+                unit_serial: Matcher::OneOf(serials),
+                ..
+            } => self.merge_stations(request, |data, station, lower, upper| {
+                // A serial number is single-valued: one exact range.
+                Box::new(serials.iter().flat_map(move |&serial| {
+                    data.units_by_serial
+                        .range((serial, lower)..(serial, upper))
+                        .filter(|(_, entry)| filter.matches_unit(entry))
+                        .map(move |((_, key), entry)| station.hit(key, entry.bytes))
+                }))
+            }),
+            RecordFilter::Units { .. } if request.stations.len() * 4 >= self.stations.len() => {
+                self.scan_shard_units(request)
+            }
+            RecordFilter::Units { .. } => {
+                self.merge_stations(request, |data, station, lower, upper| {
+                    Box::new(
+                        data.units
+                            .range(lower..upper)
+                            .filter(|(_, entry)| filter.matches_unit(entry))
+                            .map(move |(key, entry)| station.hit(key, entry.bytes)),
+                    )
+                })
+            }
+            RecordFilter::Metrics {
+                names: Matcher::OneOf(names),
+            } => {
+                // One stream per (station, name): each is an exact range in time order.
+                let streams = request.stations.iter().flat_map(|&station| {
+                    names.iter().filter_map(move |&name| {
+                        let data = self.stations.get(station.station_index as usize)?;
+                        let (lower, upper) = station_bounds(request, station.rank)?;
+                        Some(
+                            data.metrics_by_name
+                                .range((name, lower)..(name, upper))
+                                .map(move |((_, key), bytes)| station.hit(key, *bytes)),
+                        )
+                    })
+                });
+                merge_sorted(streams.collect(), request.cap)
+            }
+            RecordFilter::Metrics { .. } => {
+                self.merge_stations(request, |data, station, lower, upper| {
+                    Box::new(
+                        data.metrics
+                            .range(lower..upper)
+                            .map(move |(key, entry)| station.hit(key, entry.bytes)),
+                    )
+                })
+            }
+        }
+    }
+
+    /// Merges one stream per requested station, each made by `stream` from the
+    /// station's data and its key bounds.
+    fn merge_stations<'a>(
+        &'a self,
+        request: &'a ScanRequest,
+        stream: impl Fn(
+            &'a StationData,
+            ShardStation,
+            RecordKey,
+            RecordKey,
+        ) -> Box<dyn Iterator<Item = Hit> + 'a>,
+    ) -> Vec<Hit> {
+        let streams = request.stations.iter().filter_map(|&station| {
+            let data = self.stations.get(station.station_index as usize)?;
+            let (lower, upper) = station_bounds(request, station.rank)?;
+            Some(stream(data, station, lower, upper))
+        });
+        merge_sorted(streams.collect(), request.cap)
+    }
+
+    /// Units of many stations: one walk of the shard-wide tree, which is already in
+    /// the contract's order.
+    fn scan_shard_units(&self, request: &ScanRequest) -> Vec<Hit> {
+        let mut wanted = vec![false; self.stations.len()];
+        for station in &request.stations {
+            if let Some(slot) = wanted.get_mut(station.station_index as usize) {
+                *slot = true;
+            }
+        }
+        let start = Position {
+            instant: request.window.from,
+            station_rank: 0,
+            load_order: 0,
+        };
+        let end = Position {
+            instant: request.window.to,
+            station_rank: 0,
+            load_order: 0,
+        };
+        let lower = match request.after {
+            Some(after) if after >= start => Bound::Excluded(after),
+            _ => Bound::Included(start),
+        };
+        let empty = match lower {
+            Bound::Excluded(after) => after >= end,
+            _ => start >= end,
+        };
+        if empty {
+            return Vec::new();
+        }
+        self.units
+            .range((lower, Bound::Excluded(end)))
+            .filter(|(_, unit)| {
+                wanted[unit.station_index as usize] && request.filter.matches_unit(&unit.entry)
+            })
+            .take(request.cap)
+            .map(|(position, unit)| Hit {
+                position: *position,
+                station_index: unit.station_index,
+                bytes: unit.entry.bytes,
+            })
+            .collect()
+    }
+
+    pub fn json(&self, hit: &Hit) -> &[u8] {
+        self.stations[hit.station_index as usize].json(hit.bytes)
+    }
+}
+
+impl ShardStation {
+    /// The hit of this station's record at `key`.
+    fn hit(self, key: &RecordKey, bytes: ByteRange) -> Hit {
+        Hit {
+            position: Position {
+                instant: key.instant,
+                station_rank: self.rank,
+                load_order: key.load_order,
+            },
+            station_index: self.station_index,
+            bytes,
+        }
+    }
+}
+
+/// The key range `[lower, upper)` of a station for the request's window and cursor;
+/// `None` when it is empty.
+fn station_bounds(request: &ScanRequest, rank: u32) -> Option<(RecordKey, RecordKey)> {
+    let lower = lower_bound(request.window.from, request.after, rank)?;
+    let upper = RecordKey {
+        instant: request.window.to,
+        load_order: 0,
+    };
+    (lower < upper).then_some((lower, upper))
+}
+
+/// The first key of a station that may follow both `from` and the cursor position.
+/// `None` when nothing of the station can follow.
+fn lower_bound(from: Timestamp, after: Option<Position>, rank: u32) -> Option<RecordKey> {
+    let window_start = RecordKey {
+        instant: from,
+        load_order: 0,
+    };
+    let Some(after) = after else {
+        return Some(window_start);
+    };
+    let resume = match rank.cmp(&after.station_rank) {
+        // Earlier stations come first among equal instants: only later instants follow.
+        std::cmp::Ordering::Less => RecordKey {
+            instant: next_nanosecond(after.instant)?,
+            load_order: 0,
+        },
+        std::cmp::Ordering::Equal => RecordKey {
+            instant: after.instant,
+            load_order: after.load_order.checked_add(1)?,
+        },
+        std::cmp::Ordering::Greater => RecordKey {
+            instant: after.instant,
+            load_order: 0,
+        },
+    };
+    Some(resume.max(window_start))
+}
+
+fn next_nanosecond(instant: Timestamp) -> Option<Timestamp> {
+    if instant.nanos < 999_999_999 {
+        Some(Timestamp {
+            seconds: instant.seconds,
+            nanos: instant.nanos + 1,
+        })
+    } else {
+        Some(Timestamp {
+            seconds: instant.seconds.checked_add(1)?,
+            nanos: 0,
+        })
+    }
+}
+
+impl PartialOrd for Hit {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Hit {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.position.cmp(&other.position)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::symbols::Symbols;
+    use crate::domain::record::Direction;
+
+    fn instant(seconds: i64) -> Timestamp {
+        Timestamp { seconds, nanos: 0 }
+    }
+
+    /// A shard with two stations: rank 0 has units at 10, 20, 20 (two lines), 30;
+    /// rank 1 has units at 20 and 40.
+    fn shard() -> ShardData {
+        let mut symbols = Symbols::default();
+        let board = symbols.intern("board");
+        let serial = symbols.intern("SN");
+        let station = |times: &[(i64, u64, Direction)]| {
+            let units = times
+                .iter()
+                .map(|&(seconds, load_order, direction)| {
+                    let key = RecordKey {
+                        instant: instant(seconds),
+                        load_order,
+                    };
+                    let entry = UnitEntry {
+                        bytes: ByteRange {
+                            start: 0,
+                            length: 0,
+                        },
+                        unit_type: board,
+                        unit_serial: serial,
+                        direction,
+                    };
+                    (key, entry)
+                })
+                .collect();
+            StationData::new(Box::default(), units, Vec::new())
+        };
+        let stations = vec![
+            station(&[
+                (10, 1, Direction::Output),
+                (20, 2, Direction::Output),
+                (20, 3, Direction::Input),
+                (30, 4, Direction::Output),
+            ]),
+            station(&[(20, 5, Direction::Output), (40, 6, Direction::Output)]),
+        ];
+        ShardData::new(1, stations, &[0, 1])
+    }
+
+    fn request(from: i64, to: i64, after: Option<Position>, cap: usize) -> ScanRequest {
+        ScanRequest {
+            stations: vec![
+                ShardStation {
+                    rank: 0,
+                    station_index: 0,
+                },
+                ShardStation {
+                    rank: 1,
+                    station_index: 1,
+                },
+            ],
+            window: Window {
+                from: instant(from),
+                to: instant(to),
+            },
+            after,
+            filter: RecordFilter::Units {
+                unit_types: Matcher::Any,
+                unit_serial: Matcher::Any,
+                directions: Directions::BOTH,
+            },
+            cap,
+        }
+    }
+
+    fn order(hits: &[Hit]) -> Vec<(i64, u32, u64)> {
+        hits.iter()
+            .map(|hit| {
+                (
+                    hit.position.instant.seconds,
+                    hit.position.station_rank,
+                    hit.position.load_order,
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn ties_order_by_station_then_load_order() {
+        let hits = shard().scan(&request(0, 100, None, 100));
+        assert_eq!(
+            order(&hits),
+            [
+                (10, 0, 1),
+                (20, 0, 2),
+                (20, 0, 3),
+                (20, 1, 5),
+                (30, 0, 4),
+                (40, 1, 6)
+            ]
+        );
+    }
+
+    #[test]
+    fn the_window_is_half_open() {
+        assert_eq!(order(&shard().scan(&request(20, 40, None, 100))).len(), 4);
+        assert_eq!(order(&shard().scan(&request(20, 21, None, 100))).len(), 3);
+        assert!(shard().scan(&request(41, 100, None, 100)).is_empty());
+    }
+
+    #[test]
+    fn the_cap_keeps_the_first_records() {
+        assert_eq!(
+            order(&shard().scan(&request(0, 100, None, 2))),
+            [(10, 0, 1), (20, 0, 2)]
+        );
+    }
+
+    #[test]
+    fn resuming_after_every_position_returns_each_record_once() {
+        let all = shard().scan(&request(0, 100, None, 100));
+        for (index, hit) in all.iter().enumerate() {
+            let rest = shard().scan(&request(0, 100, Some(hit.position), 100));
+            assert_eq!(
+                order(&rest),
+                order(&all[index + 1..]),
+                "after {:?}",
+                hit.position
+            );
+        }
+    }
+
+    #[test]
+    fn filters_select_by_symbol_and_direction() {
+        let mut only_input = request(0, 100, None, 100);
+        only_input.filter = RecordFilter::Units {
+            unit_types: Matcher::Any,
+            unit_serial: Matcher::Any,
+            directions: Directions::of(&[Direction::Input]),
+        };
+        assert_eq!(order(&shard().scan(&only_input)), [(20, 0, 3)]);
+
+        let mut unknown_type = request(0, 100, None, 100);
+        unknown_type.filter = RecordFilter::Units {
+            unit_types: Matcher::OneOf(vec![]),
+            unit_serial: Matcher::Any,
+            directions: Directions::BOTH,
+        };
+        assert!(shard().scan(&unknown_type).is_empty());
+    }
+}

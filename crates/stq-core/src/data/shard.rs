@@ -1,0 +1,54 @@
+//! A shard's stations, and every unit record of the shard once more in one tree in
+//! the contract's order. A shard is what one shard actor of the engine owns.
+
+use std::collections::BTreeMap;
+
+use crate::data::key::Position;
+use crate::data::station::{StationData, UnitEntry};
+
+/// A unit record in a shard-wide tree: which station holds it, and its entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShardUnit {
+    pub station_index: u32,
+    pub entry: UnitEntry,
+}
+
+/// The stations of one shard, in the order the catalog's `Placement::station_index` names.
+#[derive(Debug, Default)]
+pub struct ShardData {
+    pub generation: u64,
+    pub stations: Vec<StationData>,
+    /// Every unit record of the shard in the contract's order, for queries over many
+    /// of its stations: one range walk instead of a search and a merge per station.
+    pub units: BTreeMap<Position, ShardUnit>,
+}
+
+impl ShardData {
+    /// A shard of `stations`, whose ranks in the catalog are `ranks`.
+    pub fn new(generation: u64, stations: Vec<StationData>, ranks: &[u32]) -> ShardData {
+        let units = stations
+            .iter()
+            .zip(ranks)
+            .enumerate()
+            .flat_map(|(station_index, (station, &rank))| {
+                station.units.iter().map(move |(key, entry)| {
+                    let position = Position {
+                        instant: key.instant,
+                        station_rank: rank,
+                        load_order: key.load_order,
+                    };
+                    let unit = ShardUnit {
+                        station_index: station_index as u32,
+                        entry: *entry,
+                    };
+                    (position, unit)
+                })
+            })
+            .collect();
+        ShardData {
+            generation,
+            stations,
+            units,
+        }
+    }
+}

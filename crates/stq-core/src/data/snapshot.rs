@@ -1,0 +1,667 @@
+//! Snapshot loading (CONTRACT section 2): finding the files, reading them (gzip
+//! too), parsing and validating every line on all cores, and building an immutable
+//! [`Generation`] with its stations spread over shards.
+//!
+//! The pipeline: one reader thread streams each file in path order, cut into blocks
+//! at line ends; worker threads parse blocks into records and append them, a block's
+//! worth of one station at a time, to that station's builder in a `DashMap`; finally
+//! stations are placed on shards and each shard's B-tree maps are built, in parallel.
+//! Order does not depend on which worker got which block: a record's load order is
+//! its file index and line number, part of its key.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fmt;
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam::channel;
+use dashmap::DashMap;
+use flate2::read::MultiGzDecoder;
+use parking_lot::Mutex;
+
+use crate::data::catalog::{Catalog, Generation, LoadSummary, Placement};
+use crate::data::key::{load_order, RecordKey};
+use crate::data::shard::ShardData;
+use crate::data::station::{ByteRange, MetricEntry, StationData, UnitEntry};
+use crate::data::symbols::{Symbol, Symbols};
+use crate::domain::record::{parse_line, FilterFields, Kind};
+
+/// Bytes handed to a worker at once: large enough to amortize the hand-off, small
+/// enough to keep both cores busy on a single file.
+const BLOCK_BYTES: usize = 1 << 20;
+
+/// How many invalid lines a failed start prints (CONTRACT section 2).
+pub const INVALID_LINES_SHOWN: usize = 20;
+
+/// What to do with an invalid line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnInvalid {
+    Fail,
+    Skip,
+}
+
+#[derive(Clone, Debug)]
+pub struct LoadOptions {
+    pub directory: PathBuf,
+    pub shards: usize,
+    pub on_invalid: OnInvalid,
+    pub generation: u64,
+    /// Parsing threads; the reader is one more.
+    pub threads: usize,
+}
+
+/// An invalid line, displayed as `path:line: reason`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidLine {
+    pub path: String,
+    pub line: u32,
+    pub reason: String,
+}
+
+impl fmt::Display for InvalidLine {
+    fn fmt(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        write!(formatter, "{}:{}: {}", self.path, self.line, self.reason)
+    }
+}
+
+/// One snapshot file and what was found in it.
+#[derive(Clone, Debug)]
+pub struct FileReport {
+    pub path: String,
+    pub kind: Kind,
+    pub records: u64,
+    pub invalid: u64,
+    /// Field names of the file that the record shape does not have.
+    pub unknown_fields: BTreeSet<String>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct LoadReport {
+    pub files: Vec<FileReport>,
+    /// Every invalid line, in load order.
+    pub invalid: Vec<InvalidLine>,
+    pub units: u64,
+    pub metrics: u64,
+    pub stations: usize,
+    /// JSON Lines bytes read, after decompression.
+    pub bytes: u64,
+    pub elapsed: Duration,
+}
+
+impl LoadReport {
+    pub fn records(&self) -> u64 {
+        self.units + self.metrics
+    }
+
+    /// Logs what loaded but deserves a look: an empty directory, each skipped line
+    /// as `path:line: reason`, and each file's unknown fields, once.
+    pub fn log_warnings(&self, directory: &Path) {
+        if self.files.is_empty() {
+            tracing::warn!(
+                directory = %directory.display(),
+                "the snapshot directory holds no *.units.jsonl or *.metrics.jsonl files: serving no records"
+            );
+        }
+        for line in &self.invalid {
+            tracing::warn!("skipped {line}");
+        }
+        for file in &self.files {
+            if !file.unknown_fields.is_empty() {
+                let names: Vec<&str> = file.unknown_fields.iter().map(String::as_str).collect();
+                tracing::warn!(
+                    "{}: unknown fields ignored: {}",
+                    file.path,
+                    names.join(", ")
+                );
+            }
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("snapshot directory {0} does not exist or is not a directory")]
+    MissingDirectory(PathBuf),
+    #[error("cannot read {path}: {source}")]
+    Io { path: String, source: io::Error },
+    #[error("{station:?} holds more than 4 GiB of records; use more, smaller stations")]
+    StationTooLarge { station: String },
+    #[error("{} invalid snapshot line(s)", report.invalid.len())]
+    Invalid { report: Box<LoadReport> },
+}
+
+/// A snapshot file found by the scan.
+#[derive(Clone, Debug)]
+struct SnapshotFile {
+    path: PathBuf,
+    /// The directory joined with the relative path, as messages name it.
+    display: String,
+    kind: Kind,
+    gzip: bool,
+}
+
+/// Loads a snapshot directory into a generation spread over `options.shards` shards.
+pub fn load(options: &LoadOptions) -> Result<(Generation, LoadReport), LoadError> {
+    let started = Instant::now();
+    let files = discover(&options.directory)?;
+    let mut state = read_all(&files, options.threads, true)?;
+    let mut report = state.report(&files);
+    if !report.invalid.is_empty() && options.on_invalid == OnInvalid::Fail {
+        report.elapsed = started.elapsed();
+        return Err(LoadError::Invalid {
+            report: Box::new(report),
+        });
+    }
+    let symbols = std::mem::take(&mut state.symbols).into_symbols();
+    let summary = LoadSummary {
+        loaded_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        units: report.units,
+        metrics: report.metrics,
+        skipped_lines: report.invalid.len() as u64,
+    };
+    let generation = build(state.stations, symbols, summary, options)?;
+    report.stations = generation.catalog.stations.len();
+    report.elapsed = started.elapsed();
+    Ok((generation, report))
+}
+
+/// Validates every line without building an index (`stq check`).
+pub fn check(directory: &Path, threads: usize) -> Result<LoadReport, LoadError> {
+    let started = Instant::now();
+    let files = discover(directory)?;
+    let state = read_all(&files, threads, false)?;
+    let mut report = state.report(&files);
+    report.stations = state.stations.len();
+    report.elapsed = started.elapsed();
+    Ok(report)
+}
+
+/// Every snapshot file below `directory`, in byte order of the relative paths.
+fn discover(directory: &Path) -> Result<Vec<SnapshotFile>, LoadError> {
+    if !directory.is_dir() {
+        return Err(LoadError::MissingDirectory(directory.to_path_buf()));
+    }
+    let mut files = Vec::new();
+    for entry in walkdir::WalkDir::new(directory).follow_links(true) {
+        let entry = entry.map_err(|error| LoadError::Io {
+            path: error.path().unwrap_or(directory).display().to_string(),
+            source: error.into(),
+        })?;
+        if !entry.file_type().is_file() {
+            continue;
+        }
+        let Some((kind, gzip)) = Kind::of_file_name(&entry.file_name().to_string_lossy()) else {
+            continue;
+        };
+        let relative = entry
+            .path()
+            .strip_prefix(directory)
+            .unwrap_or(entry.path())
+            .components()
+            .map(|component| component.as_os_str().to_string_lossy())
+            .collect::<Vec<_>>()
+            .join("/");
+        files.push((relative, entry.into_path(), kind, gzip));
+    }
+    files.sort_by(|left, right| left.0.as_bytes().cmp(right.0.as_bytes()));
+    Ok(files
+        .into_iter()
+        .map(|(relative, path, kind, gzip)| SnapshotFile {
+            display: directory.join(&relative).display().to_string(),
+            path,
+            kind,
+            gzip,
+        })
+        .collect())
+}
+
+/// A run of lines of one file, ending at a line end (or the file's end).
+struct Block {
+    file: u32,
+    first_line: u32,
+    bytes: Vec<u8>,
+}
+
+/// What the workers build together while the files are read.
+#[derive(Default)]
+struct LoadState {
+    stations: DashMap<Box<str>, StationBuilder>,
+    symbols: SharedSymbols,
+    invalid: Mutex<Vec<InvalidLine>>,
+    files: Vec<FileCounters>,
+    bytes: AtomicU64,
+}
+
+#[derive(Default)]
+struct FileCounters {
+    records: AtomicU64,
+    invalid: AtomicU64,
+    unknown_fields: Mutex<BTreeSet<String>>,
+}
+
+/// One station's records as they arrive, before its B-tree maps are built.
+#[derive(Default)]
+struct StationBuilder {
+    arena: Vec<u8>,
+    units: Vec<(RecordKey, UnitEntry)>,
+    metrics: Vec<(RecordKey, MetricEntry)>,
+}
+
+/// A symbol table the workers intern into concurrently.
+#[derive(Default)]
+struct SharedSymbols {
+    by_text: DashMap<Box<str>, Symbol>,
+    next: AtomicU32,
+}
+
+impl SharedSymbols {
+    fn intern(&self, text: &str) -> Symbol {
+        if let Some(symbol) = self.by_text.get(text) {
+            return *symbol;
+        }
+        *self
+            .by_text
+            .entry(text.into())
+            .or_insert_with(|| Symbol(self.next.fetch_add(1, Ordering::Relaxed)))
+    }
+
+    fn into_symbols(self) -> Symbols {
+        let mut entries: Vec<(Box<str>, Symbol)> = self.by_text.into_iter().collect();
+        entries.sort_by_key(|(_, symbol)| *symbol);
+        let mut symbols = Symbols::default();
+        for (text, symbol) in entries {
+            let interned = symbols.intern(&text);
+            debug_assert_eq!(interned, symbol, "symbols are numbered densely");
+        }
+        symbols
+    }
+}
+
+impl LoadState {
+    fn report(&self, files: &[SnapshotFile]) -> LoadReport {
+        let mut report = LoadReport {
+            bytes: self.bytes.load(Ordering::Relaxed),
+            ..LoadReport::default()
+        };
+        for (file, counters) in files.iter().zip(&self.files) {
+            let records = counters.records.load(Ordering::Relaxed);
+            match file.kind {
+                Kind::Units => report.units += records,
+                Kind::Metrics => report.metrics += records,
+            }
+            report.files.push(FileReport {
+                path: file.display.clone(),
+                kind: file.kind,
+                records,
+                invalid: counters.invalid.load(Ordering::Relaxed),
+                unknown_fields: counters.unknown_fields.lock().clone(),
+            });
+        }
+        let mut invalid = self.invalid.lock().clone();
+        let file_index: HashMap<&str, usize> = files
+            .iter()
+            .enumerate()
+            .map(|(index, file)| (file.display.as_str(), index))
+            .collect();
+        invalid.sort_by_key(|line| (file_index.get(line.path.as_str()).copied(), line.line));
+        report.invalid = invalid;
+        report
+    }
+}
+
+/// Reads and parses every file; `keep` false only validates and counts.
+fn read_all(files: &[SnapshotFile], threads: usize, keep: bool) -> Result<LoadState, LoadError> {
+    let state = LoadState {
+        files: files.iter().map(|_| FileCounters::default()).collect(),
+        ..LoadState::default()
+    };
+    let threads = threads.max(1);
+    let (sender, receiver) = channel::bounded::<Block>(threads * 2);
+    let read_result = crossbeam::scope(|scope| {
+        for _ in 0..threads {
+            let receiver = receiver.clone();
+            let state = &state;
+            scope.spawn(move |_| {
+                let mut worker = Worker::default();
+                for block in receiver {
+                    worker.parse(block, files, state, keep);
+                }
+            });
+        }
+        drop(receiver);
+        let result = files
+            .iter()
+            .enumerate()
+            .try_for_each(|(index, file)| read_file(index as u32, file, &sender, &state));
+        drop(sender);
+        result
+    })
+    .expect("a snapshot worker panicked");
+    read_result?;
+    Ok(state)
+}
+
+/// Streams one file to the workers in blocks that end at line ends.
+fn read_file(
+    index: u32,
+    file: &SnapshotFile,
+    sender: &channel::Sender<Block>,
+    state: &LoadState,
+) -> Result<(), LoadError> {
+    let io_error = |source| LoadError::Io {
+        path: file.display.clone(),
+        source,
+    };
+    let handle = File::open(&file.path).map_err(io_error)?;
+    let mut reader: Box<dyn Read> = if file.gzip {
+        Box::new(MultiGzDecoder::new(io::BufReader::new(handle)))
+    } else {
+        Box::new(handle)
+    };
+
+    let mut next_line: u32 = 1;
+    let mut pending: Vec<u8> = Vec::new();
+    loop {
+        let mut block = std::mem::take(&mut pending);
+        let scanned = block.len();
+        let read = (&mut reader)
+            .take(BLOCK_BYTES as u64)
+            .read_to_end(&mut block);
+        let at_end = match read {
+            Ok(0) => true,
+            Ok(_) => false,
+            // A damaged gzip stream is bad data, not a broken disk: report where the
+            // readable lines end and keep what came before.
+            Err(error) if file.gzip && is_bad_data(&error) => {
+                let complete = memchr::memrchr(b'\n', &block).map_or(0, |end| end + 1);
+                block.truncate(complete);
+                let line = next_line + memchr::memchr_iter(b'\n', &block).count() as u32;
+                send(sender, state, index, &mut next_line, block);
+                state.files[index as usize]
+                    .invalid
+                    .fetch_add(1, Ordering::Relaxed);
+                state.invalid.lock().push(InvalidLine {
+                    path: file.display.clone(),
+                    line,
+                    reason: format!("the gzip stream is damaged or truncated: {error}"),
+                });
+                return Ok(());
+            }
+            Err(error) => return Err(io_error(error)),
+        };
+        if at_end {
+            send(sender, state, index, &mut next_line, block);
+            return Ok(());
+        }
+        // Keep the partial last line for the next block; a line longer than a block
+        // simply makes a longer block.
+        if let Some(end) = memchr::memrchr(b'\n', &block[scanned..]) {
+            pending = block.split_off(scanned + end + 1);
+            send(sender, state, index, &mut next_line, block);
+        } else {
+            pending = block;
+        }
+    }
+}
+
+fn is_bad_data(error: &io::Error) -> bool {
+    matches!(
+        error.kind(),
+        io::ErrorKind::InvalidData | io::ErrorKind::InvalidInput | io::ErrorKind::UnexpectedEof
+    )
+}
+
+fn send(
+    sender: &channel::Sender<Block>,
+    state: &LoadState,
+    file: u32,
+    next_line: &mut u32,
+    bytes: Vec<u8>,
+) {
+    if bytes.is_empty() {
+        return;
+    }
+    state.bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+    let first_line = *next_line;
+    *next_line += memchr::memchr_iter(b'\n', &bytes).count() as u32;
+    // The workers only stop when the channel closes, so sending cannot fail.
+    let _ = sender.send(Block {
+        file,
+        first_line,
+        bytes,
+    });
+}
+
+/// A parsing thread's reusable buffers.
+#[derive(Default)]
+struct Worker {
+    rendered: Vec<u8>,
+    unknown: Vec<String>,
+    /// This block's valid records, grouped by station before they are handed over.
+    batches: HashMap<String, StationBuilder>,
+}
+
+impl Worker {
+    fn parse(&mut self, block: Block, files: &[SnapshotFile], state: &LoadState, keep: bool) {
+        let file = &files[block.file as usize];
+        let counters = &state.files[block.file as usize];
+        let mut records = 0;
+        let mut invalid = Vec::new();
+        for (offset, raw_line) in block.bytes.split(|byte| *byte == b'\n').enumerate() {
+            let line_number = block.first_line + offset as u32;
+            let mut line = raw_line.strip_suffix(b"\r").unwrap_or(raw_line);
+            if line_number == 1 {
+                line = line.strip_prefix("\u{feff}".as_bytes()).unwrap_or(line);
+            }
+            if line.trim_ascii().is_empty() {
+                continue;
+            }
+            let result = std::str::from_utf8(line)
+                .map_err(|error| format!("invalid UTF-8 at byte {}", error.valid_up_to() + 1))
+                .and_then(|text| {
+                    self.rendered.clear();
+                    parse_line(file.kind, text, &mut self.rendered, &mut self.unknown)
+                });
+            match result {
+                Ok(parsed) => {
+                    records += 1;
+                    if keep {
+                        let batch = self
+                            .batches
+                            .entry(parsed.station_id.into_owned())
+                            .or_default();
+                        let key = RecordKey {
+                            instant: parsed.instant,
+                            load_order: load_order(block.file, line_number),
+                        };
+                        let bytes = ByteRange {
+                            start: batch.arena.len() as u32,
+                            length: self.rendered.len() as u32,
+                        };
+                        batch.arena.extend_from_slice(&self.rendered);
+                        match parsed.filter {
+                            FilterFields::Unit {
+                                unit_type,
+                                unit_serial,
+                                direction,
+                            } => batch.units.push((
+                                key,
+                                UnitEntry {
+                                    bytes,
+                                    unit_type: state.symbols.intern(&unit_type),
+                                    unit_serial: state.symbols.intern(&unit_serial),
+                                    direction,
+                                },
+                            )),
+                            FilterFields::Metric { name } => batch.metrics.push((
+                                key,
+                                MetricEntry {
+                                    bytes,
+                                    name: state.symbols.intern(&name),
+                                },
+                            )),
+                        }
+                    } else if !state.stations.contains_key(parsed.station_id.as_ref()) {
+                        // `check` only counts stations: no allocation per record.
+                        state.stations.entry(parsed.station_id.into()).or_default();
+                    }
+                }
+                Err(reason) => invalid.push(InvalidLine {
+                    path: file.display.clone(),
+                    line: line_number,
+                    reason,
+                }),
+            }
+        }
+        counters.records.fetch_add(records, Ordering::Relaxed);
+        if !invalid.is_empty() {
+            counters
+                .invalid
+                .fetch_add(invalid.len() as u64, Ordering::Relaxed);
+            state.invalid.lock().extend(invalid);
+        }
+        if !self.unknown.is_empty() {
+            counters
+                .unknown_fields
+                .lock()
+                .extend(self.unknown.drain(..));
+        }
+        for (station, batch) in self.batches.drain() {
+            state
+                .stations
+                .entry(station.into_boxed_str())
+                .or_default()
+                .append(batch);
+        }
+    }
+}
+
+impl StationBuilder {
+    fn append(&mut self, batch: StationBuilder) {
+        // Byte ranges are relative to the batch until they land in the station's arena.
+        let base = self.arena.len() as u32;
+        self.arena.extend_from_slice(&batch.arena);
+        let shift = |bytes: ByteRange| ByteRange {
+            start: base.wrapping_add(bytes.start),
+            length: bytes.length,
+        };
+        self.units
+            .extend(batch.units.into_iter().map(|(key, entry)| {
+                (
+                    key,
+                    UnitEntry {
+                        bytes: shift(entry.bytes),
+                        ..entry
+                    },
+                )
+            }));
+        self.metrics
+            .extend(batch.metrics.into_iter().map(|(key, entry)| {
+                (
+                    key,
+                    MetricEntry {
+                        bytes: shift(entry.bytes),
+                        ..entry
+                    },
+                )
+            }));
+    }
+
+    fn record_count(&self) -> usize {
+        self.units.len() + self.metrics.len()
+    }
+}
+
+/// Places stations on shards and builds each shard's index, shards in parallel.
+fn build(
+    stations: DashMap<Box<str>, StationBuilder>,
+    symbols: Symbols,
+    summary: LoadSummary,
+    options: &LoadOptions,
+) -> Result<Generation, LoadError> {
+    let mut stations: Vec<(Box<str>, StationBuilder)> = stations.into_iter().collect();
+    stations.sort_by(|left, right| left.0.as_bytes().cmp(right.0.as_bytes()));
+    if let Some((station, _)) = stations
+        .iter()
+        .find(|(_, builder)| u32::try_from(builder.arena.len()).is_err())
+    {
+        return Err(LoadError::StationTooLarge {
+            station: station.to_string(),
+        });
+    }
+
+    let shard_count = options.shards.max(1);
+    let shard_of = place(&stations, shard_count);
+    let mut per_shard: Vec<Vec<StationBuilder>> = (0..shard_count).map(|_| Vec::new()).collect();
+    let mut ranks_per_shard: Vec<Vec<u32>> = vec![Vec::new(); shard_count];
+    let mut names = Vec::with_capacity(stations.len());
+    let mut placements = Vec::with_capacity(stations.len());
+    for ((name, builder), shard) in stations.into_iter().zip(shard_of) {
+        let shard_stations = &mut per_shard[shard];
+        placements.push(Placement {
+            shard: shard as u32,
+            station_index: shard_stations.len() as u32,
+        });
+        shard_stations.push(builder);
+        ranks_per_shard[shard].push(names.len() as u32);
+        names.push(name);
+    }
+
+    let shards = crossbeam::scope(|scope| {
+        let handles: Vec<_> = per_shard
+            .into_iter()
+            .zip(&ranks_per_shard)
+            .map(|(builders, ranks)| {
+                scope.spawn(move |_| {
+                    let stations = builders.into_iter().map(StationBuilder::finish).collect();
+                    ShardData::new(options.generation, stations, ranks)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|handle| handle.join().expect("an index builder panicked"))
+            .collect()
+    })
+    .expect("an index builder panicked");
+
+    Ok(Generation {
+        catalog: Arc::new(Catalog {
+            generation: options.generation,
+            stations: names,
+            placements,
+            symbols,
+            shard_count,
+            summary,
+        }),
+        shards,
+    })
+}
+
+impl StationBuilder {
+    fn finish(self) -> StationData {
+        StationData::new(self.arena.into_boxed_slice(), self.units, self.metrics)
+    }
+}
+
+/// Spreads stations over shards by record count, largest first onto the lightest
+/// shard, so that no shard does much more than its share of the work. Stations are
+/// given in rank order; the result is each one's shard, by rank.
+fn place(stations: &[(Box<str>, StationBuilder)], shard_count: usize) -> Vec<usize> {
+    let mut by_size: Vec<usize> = (0..stations.len()).collect();
+    by_size.sort_by_key(|&rank| std::cmp::Reverse(stations[rank].1.record_count()));
+    let mut load = vec![0usize; shard_count];
+    let mut shard_of = vec![0; stations.len()];
+    for rank in by_size {
+        let shard = (0..shard_count)
+            .min_by_key(|&shard| (load[shard], shard))
+            .expect("there is at least one shard");
+        load[shard] += stations[rank].1.record_count();
+        shard_of[rank] = shard;
+    }
+    shard_of
+}

@@ -1,0 +1,77 @@
+//! One station's records in B-tree maps ordered by time, and the bytes of their
+//! response JSON in one arena.
+
+use std::collections::BTreeMap;
+
+use crate::data::key::RecordKey;
+use crate::data::symbols::Symbol;
+use crate::domain::record::Direction;
+
+/// Where a record's rendered JSON lies in its station's arena.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ByteRange {
+    pub start: u32,
+    pub length: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnitEntry {
+    pub bytes: ByteRange,
+    pub unit_type: Symbol,
+    pub unit_serial: Symbol,
+    pub direction: Direction,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MetricEntry {
+    pub bytes: ByteRange,
+    pub name: Symbol,
+}
+
+/// One station's records of both kinds, and the bytes of their response JSON.
+///
+/// Each kind is held in time order, and once more ordered by the field its most
+/// selective filter names (serial number, metric name) and then by time, so that a
+/// filtered query reads one exact range instead of the station's whole window.
+#[derive(Debug, Default)]
+pub struct StationData {
+    pub arena: Box<[u8]>,
+    pub units: BTreeMap<RecordKey, UnitEntry>,
+    pub units_by_serial: BTreeMap<(Symbol, RecordKey), UnitEntry>,
+    pub metrics: BTreeMap<RecordKey, MetricEntry>,
+    pub metrics_by_name: BTreeMap<(Symbol, RecordKey), ByteRange>,
+}
+
+impl StationData {
+    /// Builds every tree of a station from its records in any order.
+    pub fn new(
+        arena: Box<[u8]>,
+        units: Vec<(RecordKey, UnitEntry)>,
+        metrics: Vec<(RecordKey, MetricEntry)>,
+    ) -> StationData {
+        // Collecting sorts, then bulk-builds densely packed nodes.
+        let units_by_serial = units
+            .iter()
+            .map(|(key, entry)| ((entry.unit_serial, *key), *entry))
+            .collect();
+        let metrics_by_name = metrics
+            .iter()
+            .map(|(key, entry)| ((entry.name, *key), entry.bytes))
+            .collect();
+        StationData {
+            arena,
+            units: units.into_iter().collect(),
+            units_by_serial,
+            metrics: metrics.into_iter().collect(),
+            metrics_by_name,
+        }
+    }
+
+    pub fn json(&self, bytes: ByteRange) -> &[u8] {
+        &self.arena[bytes.start as usize..(bytes.start + bytes.length) as usize]
+    }
+
+    pub fn record_count(&self) -> usize {
+        self.units.len() + self.metrics.len()
+    }
+}

@@ -1,0 +1,7 @@
+//! The domain: records, timestamps, query parameters and tokens, what each one
+//! means and how its text is checked. No I/O but reading a tokens file; no state.
+
+pub mod auth;
+pub mod query;
+pub mod record;
+pub mod time;

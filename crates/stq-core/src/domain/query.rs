@@ -1,0 +1,554 @@
+//! Query-string parsing and validation (CONTRACT section 4), and the time window
+//! rules (section 5). Pure: a raw query string in, a normalized [`QueryParams`] or
+//! the contract's 400 out.
+//!
+//! The query string is decoded here rather than by a general form decoder because
+//! the contract needs what such decoders throw away: whether a parameter came twice,
+//! and, for `from`/`to`, whether a space was a `+` sent unencoded.
+
+use std::borrow::Cow;
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use percent_encoding::percent_decode;
+
+use crate::domain::record::{Direction, Directions, Kind};
+use crate::domain::time::{duration_text, parse_query_time, Timestamp, Window, DAY_SECONDS};
+
+/// Why a query string was refused. Each is one of the contract's client errors;
+/// the HTTP layer gives it its code and status.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum QueryError {
+    #[error("invalid value for parameter `{parameter}`: {reason}")]
+    InvalidParameter {
+        parameter: String,
+        /// The decoded value, when there was one to show.
+        value: Option<String>,
+        reason: String,
+    },
+
+    #[error("unknown parameter `{parameter}`")]
+    UnknownParameter { parameter: String },
+
+    #[error("`from` must be before `to`")]
+    InvalidWindow { from: Timestamp, to: Timestamp },
+
+    #[error("at most {max} station ids may be given, not {count}")]
+    TooManyStations { count: usize, max: usize },
+
+    #[error("the query string is {length} bytes long; at most {max} are accepted")]
+    UriTooLong { length: usize, max: usize },
+
+    #[error("the window spans more than the {} allowed; narrow it", duration_text(*.max_window))]
+    WindowTooLarge {
+        from: Timestamp,
+        to: Timestamp,
+        max_window: Duration,
+    },
+}
+
+/// The limits that parameter validation depends on (CONTRACT sections 4, 6 and 9).
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub max_records: usize,
+    pub max_stations: usize,
+    /// Bytes of the query string as sent, still percent-encoded.
+    pub max_query_bytes: usize,
+    /// The longest window, the default 24 h included; `None`: any.
+    pub max_window: Option<Duration>,
+}
+
+impl Default for Limits {
+    /// The contract's defaults.
+    fn default() -> Limits {
+        Limits {
+            max_records: 100_000,
+            max_stations: 1000,
+            max_query_bytes: 8192,
+            max_window: None,
+        }
+    }
+}
+
+/// 414 when the query string is longer than the limit. Checked before anything
+/// else reads the query, by the handler as well as by [`parse`].
+pub fn check_length(query: &str, limits: &Limits) -> Result<(), QueryError> {
+    if query.len() > limits.max_query_bytes {
+        return Err(QueryError::UriTooLong {
+            length: query.len(),
+            max: limits.max_query_bytes,
+        });
+    }
+    Ok(())
+}
+
+/// A request's parameters, validated and normalized: lists deduplicated and sorted,
+/// so that two spellings of the same query compare equal.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QueryParams {
+    /// `None`: every station the token may access.
+    pub station_ids: Option<Vec<String>>,
+    pub from: Option<Timestamp>,
+    pub to: Option<Timestamp>,
+    pub unit_types: Vec<String>,
+    pub unit_serial: Option<String>,
+    /// Only meaningful for `/units`.
+    pub directions: Directions,
+    pub names: Vec<String>,
+    pub limit: Option<usize>,
+    pub cursor: Option<String>,
+}
+
+/// The parameters each endpoint accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Parameter {
+    StationIds,
+    From,
+    To,
+    Type,
+    SerialNumber,
+    Direction,
+    Names,
+    Limit,
+    Cursor,
+}
+
+impl Parameter {
+    fn of(kind: Kind, name: &str) -> Option<Parameter> {
+        let parameter = match name {
+            "station_ids" => Parameter::StationIds,
+            "from" => Parameter::From,
+            "to" => Parameter::To,
+            "limit" => Parameter::Limit,
+            "cursor" => Parameter::Cursor,
+            "type" if kind == Kind::Units => Parameter::Type,
+            "serial_number" if kind == Kind::Units => Parameter::SerialNumber,
+            "direction" if kind == Kind::Units => Parameter::Direction,
+            "names" if kind == Kind::Metrics => Parameter::Names,
+            _ => return None,
+        };
+        Some(parameter)
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Parameter::StationIds => "station_ids",
+            Parameter::From => "from",
+            Parameter::To => "to",
+            Parameter::Type => "type",
+            Parameter::SerialNumber => "serial_number",
+            Parameter::Direction => "direction",
+            Parameter::Names => "names",
+            Parameter::Limit => "limit",
+            Parameter::Cursor => "cursor",
+        }
+    }
+
+    fn is_list(self) -> bool {
+        matches!(
+            self,
+            Parameter::Type | Parameter::Direction | Parameter::Names
+        )
+    }
+
+    /// `from` and `to` keep a `+` as a `+`: an unencoded offset must survive.
+    fn keeps_plus(self) -> bool {
+        matches!(self, Parameter::From | Parameter::To)
+    }
+}
+
+/// Parses and validates the query string of a request to `kind`'s endpoint.
+pub fn parse(kind: Kind, query: &str, limits: Limits) -> Result<QueryParams, QueryError> {
+    check_length(query, &limits)?;
+    let pairs: Vec<(&str, &str)> = query
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| pair.split_once('=').unwrap_or((pair, "")))
+        .collect();
+
+    // Unknown names first: a typo must never be reported as something else.
+    let mut known = Vec::with_capacity(pairs.len());
+    for (raw_name, raw_value) in pairs {
+        let name = decode(raw_name, false).map_err(|_| QueryError::UnknownParameter {
+            parameter: String::from_utf8_lossy(raw_name.as_bytes()).into_owned(),
+        })?;
+        let parameter = Parameter::of(kind, &name).ok_or_else(|| QueryError::UnknownParameter {
+            parameter: name.clone().into_owned(),
+        })?;
+        known.push((parameter, raw_value));
+    }
+
+    let mut params = QueryParams {
+        directions: Directions::NONE,
+        ..QueryParams::default()
+    };
+    let mut seen: Vec<Parameter> = Vec::with_capacity(known.len());
+    for (parameter, raw_value) in known {
+        if !parameter.is_list() && seen.contains(&parameter) {
+            return Err(invalid(parameter, None, "given more than once"));
+        }
+        seen.push(parameter);
+        let value = decode(raw_value, parameter.keeps_plus())
+            .map_err(|()| invalid(parameter, None, "not valid UTF-8 after decoding"))?;
+        if value.is_empty() && !matches!(parameter, Parameter::StationIds) && !parameter.is_list() {
+            return Err(invalid(parameter, Some(&value), "must not be empty"));
+        }
+        match parameter {
+            Parameter::StationIds => {
+                let stations = list_items(&value);
+                if !stations.is_empty() {
+                    if stations.len() > limits.max_stations {
+                        return Err(QueryError::TooManyStations {
+                            count: stations.len(),
+                            max: limits.max_stations,
+                        });
+                    }
+                    params.station_ids = Some(stations.into_iter().collect());
+                }
+            }
+            Parameter::From | Parameter::To => {
+                let instant = parse_query_time(&value).ok_or_else(|| {
+                    invalid(
+                        parameter,
+                        Some(&value),
+                        "expected an RFC 3339 date-time or Unix epoch milliseconds",
+                    )
+                })?;
+                if parameter == Parameter::From {
+                    params.from = Some(instant);
+                } else {
+                    params.to = Some(instant);
+                }
+            }
+            Parameter::Type => params.unit_types.extend(list_items(&value)),
+            Parameter::Names => params.names.extend(list_items(&value)),
+            Parameter::Direction => {
+                for item in list_items(&value) {
+                    let direction = Direction::parse(&item).ok_or_else(|| {
+                        invalid(parameter, Some(&item), "must be `input` or `output`")
+                    })?;
+                    params.directions.insert(direction);
+                }
+            }
+            Parameter::SerialNumber => params.unit_serial = Some(value.into_owned()),
+            Parameter::Limit => {
+                let limit = value
+                    .bytes()
+                    .all(|byte| byte.is_ascii_digit())
+                    .then(|| value.parse::<usize>().ok())
+                    .flatten()
+                    .filter(|limit| (1..=limits.max_records).contains(limit))
+                    .ok_or_else(|| {
+                        invalid(
+                            parameter,
+                            Some(&value),
+                            &format!("must be a whole number from 1 to {}", limits.max_records),
+                        )
+                    })?;
+                params.limit = Some(limit);
+            }
+            Parameter::Cursor => params.cursor = Some(value.into_owned()),
+        }
+    }
+
+    if params.directions.is_empty() {
+        params.directions = Directions::OUTPUT;
+    }
+    sort_and_deduplicate(&mut params.unit_types);
+    sort_and_deduplicate(&mut params.names);
+    if params.cursor.is_some() && params.limit.is_none() {
+        return Err(invalid(Parameter::Cursor, None, "`cursor` needs `limit`"));
+    }
+    Ok(params)
+}
+
+impl QueryParams {
+    /// The window of CONTRACT section 5, with `now` the time the request arrived,
+    /// no longer than `max_window` (section 9).
+    pub fn window(
+        &self,
+        now: Timestamp,
+        max_window: Option<Duration>,
+    ) -> Result<Window, QueryError> {
+        let (from, to) = match (self.from, self.to) {
+            (Some(from), Some(to)) => (from, to),
+            (Some(from), None) => (from, from.add_seconds(DAY_SECONDS)),
+            (None, Some(to)) => (to.add_seconds(-DAY_SECONDS), to),
+            (None, None) => (now.add_seconds(-DAY_SECONDS), now),
+        };
+        if from >= to {
+            return Err(QueryError::InvalidWindow { from, to });
+        }
+        if let Some(max_window) = max_window {
+            if to.nanos_since(from) > max_window.as_nanos() as i128 {
+                return Err(QueryError::WindowTooLarge {
+                    from,
+                    to,
+                    max_window,
+                });
+            }
+        }
+        Ok(Window { from, to })
+    }
+
+    /// Whether the request named its window itself; a cursor pins it otherwise.
+    pub fn has_window(&self) -> bool {
+        self.from.is_some() || self.to.is_some()
+    }
+}
+
+fn invalid(parameter: Parameter, value: Option<&str>, reason: &str) -> QueryError {
+    QueryError::InvalidParameter {
+        parameter: parameter.name().to_owned(),
+        value: value.map(str::to_owned),
+        reason: reason.to_owned(),
+    }
+}
+
+/// Comma-separated items, trimmed, without empty items and repeats, in byte order.
+fn list_items(value: &str) -> BTreeSet<String> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|item| !item.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+fn sort_and_deduplicate(items: &mut Vec<String>) {
+    items.sort_unstable();
+    items.dedup();
+}
+
+/// Percent-decoding; `+` is a space unless `keep_plus`. Fails on invalid UTF-8.
+fn decode(raw: &str, keep_plus: bool) -> Result<Cow<'_, str>, ()> {
+    if !keep_plus && raw.contains('+') {
+        let spaced = raw.replace('+', " ");
+        return percent_decode(spaced.as_bytes())
+            .decode_utf8()
+            .map(|text| Cow::Owned(text.into_owned()))
+            .map_err(|_| ());
+    }
+    percent_decode(raw.as_bytes()).decode_utf8().map_err(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::time::parse_rfc3339;
+
+    const LIMITS: Limits = Limits {
+        max_records: 1000,
+        max_stations: 3,
+        max_query_bytes: 200,
+        max_window: None,
+    };
+
+    fn units(query: &str) -> Result<QueryParams, QueryError> {
+        parse(Kind::Units, query, LIMITS)
+    }
+
+    /// The contract's name of the refusal, as the HTTP layer will map it.
+    fn code<T: std::fmt::Debug>(result: Result<T, QueryError>) -> &'static str {
+        match result.expect_err("should be rejected") {
+            QueryError::InvalidParameter { .. } => "invalid_parameter",
+            QueryError::UnknownParameter { .. } => "unknown_parameter",
+            QueryError::InvalidWindow { .. } => "invalid_window",
+            QueryError::TooManyStations { .. } => "too_many_stations",
+            QueryError::UriTooLong { .. } => "uri_too_long",
+            QueryError::WindowTooLarge { .. } => "window_too_large",
+        }
+    }
+
+    #[test]
+    fn nothing_given_means_every_default() {
+        let params = units("").unwrap();
+        assert_eq!(params.station_ids, None);
+        assert_eq!(params.directions, Directions::OUTPUT);
+        assert!(params.unit_types.is_empty());
+        assert_eq!(params.limit, None);
+    }
+
+    #[test]
+    fn lists_combine_both_forms_trimmed_and_deduplicated() {
+        let params = units("type=b,%20a&type=a&type=,&direction=input%2Coutput").unwrap();
+        assert_eq!(params.unit_types, ["a", "b"]);
+        assert_eq!(params.directions, Directions::BOTH);
+        let params = parse(Kind::Metrics, "names=x&names=y,x", LIMITS).unwrap();
+        assert_eq!(params.names, ["x", "y"]);
+        let params = units("station_ids=B,A,%20B%20,,").unwrap();
+        assert_eq!(params.station_ids, Some(vec!["A".into(), "B".into()]));
+    }
+
+    #[test]
+    fn an_empty_list_is_not_given() {
+        assert_eq!(units("station_ids=").unwrap().station_ids, None);
+        assert_eq!(units("direction=").unwrap().directions, Directions::OUTPUT);
+        assert_eq!(
+            units("direction=,,").unwrap().directions,
+            Directions::OUTPUT
+        );
+    }
+
+    #[test]
+    fn plus_is_a_space_except_in_times() {
+        let params = units("serial_number=a+b&from=2024-01-01T00:00:00+01:00").unwrap();
+        assert_eq!(params.unit_serial.as_deref(), Some("a b"));
+        assert_eq!(params.from, parse_rfc3339("2024-01-01T00:00:00+01:00"));
+        // An encoded space is still a space, and a space for the offset sign is wrong.
+        assert_eq!(
+            code(units("from=2024-01-01T00:00:00%2001:00")),
+            "invalid_parameter"
+        );
+        assert_eq!(
+            units("from=2024-01-01T00:00:00%2B01:00").unwrap().from,
+            parse_rfc3339("2024-01-01T00:00:00+01:00")
+        );
+    }
+
+    #[test]
+    fn unknown_names_are_rejected_first() {
+        assert_eq!(code(units("station_id=A")), "unknown_parameter");
+        assert_eq!(code(units("from=bad&names=x")), "unknown_parameter");
+        assert_eq!(
+            code(parse(Kind::Metrics, "type=x", LIMITS)),
+            "unknown_parameter"
+        );
+        assert_eq!(code(units("Station_ids=A")), "unknown_parameter");
+        assert_eq!(code(units("access_token=x")), "unknown_parameter");
+        match units("%73tation_id=1") {
+            Err(QueryError::UnknownParameter { parameter }) => assert_eq!(parameter, "station_id"),
+            other => panic!("{other:?}"),
+        }
+        // A name made of a decoded `station_ids` is that parameter.
+        assert!(units("%73tation_ids=A").is_ok());
+    }
+
+    #[test]
+    fn single_values_may_not_repeat_or_be_empty() {
+        for query in [
+            "station_ids=A&station_ids=B",
+            "from=1&from=1",
+            "serial_number=a&serial_number=a",
+            "limit=1&limit=1",
+            "from=",
+            "to=",
+            "serial_number=",
+            "limit=",
+            "cursor=",
+            "from",
+        ] {
+            assert_eq!(code(units(query)), "invalid_parameter", "{query}");
+        }
+    }
+
+    #[test]
+    fn bad_values_name_the_parameter_and_value() {
+        match units("to=2024-01-01%2000:00:00Z") {
+            Err(QueryError::InvalidParameter {
+                parameter, value, ..
+            }) => {
+                assert_eq!(parameter, "to");
+                assert_eq!(value.as_deref(), Some("2024-01-01 00:00:00Z"));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(code(units("direction=up")), "invalid_parameter");
+        assert_eq!(code(units("direction=Output")), "invalid_parameter");
+        assert_eq!(code(units("from=%FF")), "invalid_parameter");
+    }
+
+    #[test]
+    fn limits_are_whole_numbers_within_max_records() {
+        assert_eq!(units("limit=0007").unwrap().limit, Some(7));
+        assert_eq!(units("limit=1000").unwrap().limit, Some(1000));
+        for query in [
+            "limit=0",
+            "limit=1001",
+            "limit=-1",
+            "limit=+1",
+            "limit=1.0",
+            "limit=abc",
+            "limit=99999999999999999999999",
+        ] {
+            assert_eq!(code(units(query)), "invalid_parameter", "{query}");
+        }
+        assert_eq!(code(units("cursor=abc")), "invalid_parameter");
+    }
+
+    #[test]
+    fn too_many_stations_counts_distinct_ids() {
+        assert!(units("station_ids=A,B,C,A,B").is_ok());
+        assert_eq!(code(units("station_ids=A,B,C,D")), "too_many_stations");
+    }
+
+    #[test]
+    fn windows_default_to_a_day() {
+        let now = parse_rfc3339("2024-01-02T00:00:00Z").unwrap();
+        let day_before = parse_rfc3339("2024-01-01T00:00:00Z").unwrap();
+        let window = units("").unwrap().window(now, None).unwrap();
+        assert_eq!((window.from, window.to), (day_before, now));
+        let window = units("from=2024-01-01T00:00:00Z")
+            .unwrap()
+            .window(now, None)
+            .unwrap();
+        assert_eq!((window.from, window.to), (day_before, now));
+        let window = units("to=2024-01-02T00:00:00Z")
+            .unwrap()
+            .window(Timestamp::MIN, None)
+            .unwrap();
+        assert_eq!((window.from, window.to), (day_before, now));
+        let window = units("from=1704067200000&to=1704153600000")
+            .unwrap()
+            .window(now, None)
+            .unwrap();
+        assert_eq!((window.from, window.to), (day_before, now));
+    }
+
+    #[test]
+    fn an_empty_or_reversed_window_is_invalid() {
+        let now = Timestamp::now();
+        let same = units("from=2024-01-01T00:00:00Z&to=2024-01-01T01:00:00+01:00").unwrap();
+        assert_eq!(code(same.window(now, None)), "invalid_window");
+        let reversed = units("from=2024-01-02T00:00:00Z&to=2024-01-01T00:00:00Z").unwrap();
+        assert_eq!(code(reversed.window(now, None)), "invalid_window");
+    }
+
+    #[test]
+    fn a_window_may_be_as_long_as_the_limit_but_no_longer() {
+        let now = parse_rfc3339("2024-01-02T00:00:00Z").unwrap();
+        let day = Some(Duration::from_secs(24 * 3600));
+        let half_day = Some(Duration::from_secs(12 * 3600));
+        assert!(units("").unwrap().window(now, day).is_ok());
+        // The default window counts too.
+        assert_eq!(
+            code(units("").unwrap().window(now, half_day)),
+            "window_too_large"
+        );
+        let exact = units("from=2024-01-01T00:00:00Z&to=2024-01-01T12:00:00Z").unwrap();
+        assert!(exact.window(now, half_day).is_ok());
+        let one_nanosecond_more =
+            units("from=2024-01-01T00:00:00Z&to=2024-01-01T12:00:00.000000001Z").unwrap();
+        assert_eq!(
+            code(one_nanosecond_more.window(now, half_day)),
+            "window_too_large"
+        );
+        // An empty window is reported as such, whatever the limit.
+        let reversed = units("from=2024-01-02T00:00:00Z&to=2024-01-01T00:00:00Z").unwrap();
+        assert_eq!(code(reversed.window(now, half_day)), "invalid_window");
+    }
+
+    #[test]
+    fn a_query_string_longer_than_the_limit_is_refused_before_it_is_read() {
+        let longest = format!("station_ids={}", "A".repeat(200 - "station_ids=".len()));
+        assert_eq!(longest.len(), 200);
+        assert!(units(&longest).is_ok());
+        let too_long = format!("{longest}B");
+        assert_eq!(code(units(&too_long)), "uri_too_long");
+        // Even an unknown parameter is not looked at.
+        assert_eq!(
+            code(units(&format!("x={}", "A".repeat(300)))),
+            "uri_too_long"
+        );
+    }
+}

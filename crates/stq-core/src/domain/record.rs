@@ -1,0 +1,712 @@
+//! Records: the two record kinds, how a snapshot line becomes a record,
+//! and the record's response JSON, rendered once, here, at load time.
+//!
+//! A snapshot line has exactly the shape the API returns (CONTRACT section 2), so
+//! parsing a line and rendering its response bytes are one step: the rendered bytes
+//! are what every later response copies, and nothing serializes a record again.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use crate::domain::time::{parse_rfc3339, Timestamp};
+
+/// Which endpoint, snapshot file suffix and record shape we are dealing with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    Units,
+    Metrics,
+}
+
+impl Kind {
+    /// The record noun of the envelope's `message`.
+    pub fn noun(self) -> &'static str {
+        match self {
+            Kind::Units => "unit",
+            Kind::Metrics => "metric",
+        }
+    }
+
+    pub fn path(self) -> &'static str {
+        match self {
+            Kind::Units => "/units",
+            Kind::Metrics => "/metrics",
+        }
+    }
+
+    /// The kind of a snapshot file, from its name; `None` for files to ignore.
+    pub fn of_file_name(name: &str) -> Option<(Kind, bool)> {
+        let (stem, gzipped) = match name.strip_suffix(".gz") {
+            Some(stem) => (stem, true),
+            None => (name, false),
+        };
+        if stem.ends_with(".units.jsonl") {
+            Some((Kind::Units, gzipped))
+        } else if stem.ends_with(".metrics.jsonl") {
+            Some((Kind::Metrics, gzipped))
+        } else {
+            None
+        }
+    }
+}
+
+/// The direction of a unit record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Direction {
+    Input,
+    Output,
+}
+
+impl Direction {
+    pub fn parse(text: &str) -> Option<Direction> {
+        match text {
+            "input" => Some(Direction::Input),
+            "output" => Some(Direction::Output),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::Input => "input",
+            Direction::Output => "output",
+        }
+    }
+}
+
+/// A set of directions: which unit records a `/units` query keeps.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct Directions {
+    input: bool,
+    output: bool,
+}
+
+impl Directions {
+    /// No direction at all: matches no record.
+    pub const NONE: Directions = Directions {
+        input: false,
+        output: false,
+    };
+    /// What a query that names no direction keeps (CONTRACT section 4).
+    pub const OUTPUT: Directions = Directions {
+        input: false,
+        output: true,
+    };
+    pub const BOTH: Directions = Directions {
+        input: true,
+        output: true,
+    };
+
+    /// The set of exactly `directions`.
+    pub fn of(directions: &[Direction]) -> Directions {
+        let mut set = Directions::NONE;
+        for &direction in directions {
+            set.insert(direction);
+        }
+        set
+    }
+
+    pub fn insert(&mut self, direction: Direction) {
+        match direction {
+            Direction::Input => self.input = true,
+            Direction::Output => self.output = true,
+        }
+    }
+
+    pub fn contains(self, direction: Direction) -> bool {
+        match direction {
+            Direction::Input => self.input,
+            Direction::Output => self.output,
+        }
+    }
+
+    pub fn is_empty(self) -> bool {
+        self == Directions::NONE
+    }
+}
+
+/// What the filters of each endpoint look at, borrowed from the line where possible.
+#[derive(Debug, PartialEq, Eq)]
+pub enum FilterFields<'a> {
+    Unit {
+        unit_type: Cow<'a, str>,
+        unit_serial: Cow<'a, str>,
+        direction: Direction,
+    },
+    Metric {
+        name: Cow<'a, str>,
+    },
+}
+
+/// A valid line: what the index needs. Its response JSON went to the caller's buffer.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ParsedLine<'a> {
+    pub station_id: Cow<'a, str>,
+    pub instant: Timestamp,
+    pub filter: FilterFields<'a>,
+}
+
+/// Parses one snapshot line of `kind` and appends the record's response JSON to
+/// `rendered`; on error `rendered` is left as it was and the reason is returned.
+/// `unknown` receives the names of fields the record shape does not have.
+pub fn parse_line<'a>(
+    kind: Kind,
+    line: &'a str,
+    rendered: &mut Vec<u8>,
+    unknown: &mut Vec<String>,
+) -> Result<ParsedLine<'a>, String> {
+    let mut deserializer = serde_json::Deserializer::from_str(line);
+    let fields = LineSeed { kind }
+        .deserialize(&mut deserializer)
+        .and_then(|fields| deserializer.end().map(|()| fields))
+        .map_err(describe_json_error)?;
+
+    let station_id = match fields.station_id {
+        Some(Text(station)) if !station.is_empty() => station,
+        Some(_) => return Err("field `station_id` is empty".to_owned()),
+        None => return Err("missing field `station_id`".to_owned()),
+    };
+    let time_text = fields
+        .time_created
+        .ok_or_else(|| "missing field `time_created`".to_owned())?;
+    let instant = parse_rfc3339(&time_text.0).ok_or_else(|| {
+        format!(
+            "field `time_created` is not an RFC 3339 date-time: {}",
+            quoted(&time_text.0)
+        )
+    })?;
+
+    let tags: Vec<&str> = fields
+        .tags
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .map(Text::as_str)
+        .collect();
+
+    let common = CommonOut {
+        station_id: &station_id,
+        slot: text(&fields.slot),
+        unit_serial: text(&fields.unit_serial),
+        time_created: &time_text.0,
+        tz: text(&fields.tz),
+        mode: text(&fields.mode),
+        tags: &tags,
+    };
+    let filter = match kind {
+        Kind::Units => {
+            let direction = match &fields.direction {
+                Some(Text(value)) => Direction::parse(value).ok_or_else(|| {
+                    format!(
+                        "field `direction` must be \"input\" or \"output\", not {}",
+                        quoted(value)
+                    )
+                })?,
+                None => return Err("missing field `direction`".to_owned()),
+            };
+            let record = UnitOut {
+                common,
+                unit_type: text(&fields.unit_type),
+                direction: direction.as_str(),
+                result: text(&fields.result),
+                metadata: fields.metadata,
+            };
+            write_json(rendered, &record)?;
+            FilterFields::Unit {
+                unit_type: fields.unit_type.map_or(Cow::Borrowed(""), |t| t.0),
+                unit_serial: fields.unit_serial.map_or(Cow::Borrowed(""), |t| t.0),
+                direction,
+            }
+        }
+        Kind::Metrics => {
+            let name = match fields.name {
+                Some(Text(name)) if !name.is_empty() => name,
+                Some(_) => return Err("field `name` is empty".to_owned()),
+                None => return Err("missing field `name`".to_owned()),
+            };
+            let record = MetricOut {
+                common,
+                name: &name,
+                value: text(&fields.value),
+                unit: text(&fields.unit),
+                r#type: text(&fields.metric_type),
+                limit_upper: text(&fields.limit_upper),
+                limit_lower: text(&fields.limit_lower),
+            };
+            write_json(rendered, &record)?;
+            FilterFields::Metric { name }
+        }
+    };
+    unknown.extend(fields.unknown.into_iter().map(String::from));
+    Ok(ParsedLine {
+        station_id,
+        instant,
+        filter,
+    })
+}
+
+/// An optional string field as returned: absent is `""`.
+fn text<'b>(field: &'b Option<Text<'_>>) -> &'b str {
+    field.as_ref().map_or("", Text::as_str)
+}
+
+fn write_json<T: Serialize>(rendered: &mut Vec<u8>, record: &T) -> Result<(), String> {
+    // Writing to a Vec cannot fail for these types; the mapping is for completeness.
+    serde_json::to_writer(&mut *rendered, record).map_err(|error| error.to_string())
+}
+
+/// The most characters of a bad value a reason quotes. A reason names the line; it
+/// need not repeat it, and a 10 MB value must not make a 10 MB log line.
+const QUOTED_CHARACTERS: usize = 48;
+
+/// A bad value for a reason: quoted, and cut short when long.
+fn quoted(value: &str) -> String {
+    if value.chars().count() <= QUOTED_CHARACTERS {
+        return format!("{value:?}");
+    }
+    let head: String = value.chars().take(QUOTED_CHARACTERS).collect();
+    format!("{head:?}... ({} bytes)", value.len())
+}
+
+/// serde_json quotes a value of the wrong type in full (`invalid type: string
+/// "..."`); the quote is cut as [`quoted`] cuts one.
+fn shorten_quote(message: &str) -> Cow<'_, str> {
+    let (Some(open), Some(close)) = (message.find('"'), message.rfind('"')) else {
+        return Cow::Borrowed(message);
+    };
+    let inner = message.get(open + 1..close).unwrap_or_default();
+    if inner.chars().count() <= QUOTED_CHARACTERS {
+        return Cow::Borrowed(message);
+    }
+    let head: String = inner.chars().take(QUOTED_CHARACTERS).collect();
+    Cow::Owned(format!(
+        "{}\"{head}\"... ({} bytes){}",
+        &message[..open],
+        inner.len(),
+        &message[close + 1..]
+    ))
+}
+
+/// serde_json ends its messages with " at line 1 column N"; the line is ours to
+/// name, so only the column is kept.
+fn describe_json_error(error: serde_json::Error) -> String {
+    let text = error.to_string();
+    let message = shorten_quote(match text.rfind(" at line ") {
+        Some(cut) => &text[..cut],
+        None => &text,
+    });
+    if error.column() > 0 {
+        format!("{message} (column {})", error.column())
+    } else {
+        message.into_owned()
+    }
+}
+
+/// The fields both record shapes start with (SPEC 2.2, 2.3); field order is the
+/// output order.
+#[derive(Serialize)]
+struct CommonOut<'a> {
+    station_id: &'a str,
+    slot: &'a str,
+    unit_serial: &'a str,
+    time_created: &'a str,
+    tz: &'a str,
+    mode: &'a str,
+    tags: &'a [&'a str],
+}
+
+/// The response shape of a unit record (SPEC 2.2).
+#[derive(Serialize)]
+struct UnitOut<'a> {
+    #[serde(flatten)]
+    common: CommonOut<'a>,
+    unit_type: &'a str,
+    direction: &'a str,
+    result: &'a str,
+    metadata: Option<&'a RawValue>,
+}
+
+/// The response shape of a metric record (SPEC 2.3).
+#[derive(Serialize)]
+struct MetricOut<'a> {
+    #[serde(flatten)]
+    common: CommonOut<'a>,
+    name: &'a str,
+    value: &'a str,
+    unit: &'a str,
+    r#type: &'a str,
+    limit_upper: &'a str,
+    limit_lower: &'a str,
+}
+
+/// A JSON string, borrowed from the line when it holds no escapes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Text<'a>(Cow<'a, str>);
+
+impl Text<'_> {
+    fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for Text<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct TextVisitor;
+        impl<'de> Visitor<'de> for TextVisitor {
+            type Value = Text<'de>;
+            fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+                formatter.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, value: &'de str) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Borrowed(value)))
+            }
+            fn visit_str<E: de::Error>(self, value: &str) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Owned(value.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, value: String) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Owned(value)))
+            }
+        }
+        deserializer.deserialize_str(TextVisitor)
+    }
+}
+
+/// The fields of a line as written; `None` is absent or `null`.
+#[derive(Default)]
+struct LineFields<'a> {
+    station_id: Option<Text<'a>>,
+    slot: Option<Text<'a>>,
+    unit_serial: Option<Text<'a>>,
+    time_created: Option<Text<'a>>,
+    tz: Option<Text<'a>>,
+    mode: Option<Text<'a>>,
+    tags: Option<Vec<Text<'a>>>,
+    unit_type: Option<Text<'a>>,
+    direction: Option<Text<'a>>,
+    result: Option<Text<'a>>,
+    metadata: Option<&'a RawValue>,
+    name: Option<Text<'a>>,
+    value: Option<Text<'a>>,
+    unit: Option<Text<'a>>,
+    metric_type: Option<Text<'a>>,
+    limit_upper: Option<Text<'a>>,
+    limit_lower: Option<Text<'a>>,
+    unknown: Vec<Cow<'a, str>>,
+}
+
+/// Deserializes a line of one kind: each field is known to one kind or to both.
+struct LineSeed {
+    kind: Kind,
+}
+
+impl<'de> DeserializeSeed<'de> for LineSeed {
+    type Value = LineFields<'de>;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for LineSeed {
+    type Value = LineFields<'de>;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        write!(formatter, "a {} record object", self.kind.noun())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut fields = LineFields::default();
+        let mut seen: Vec<Cow<'de, str>> = Vec::with_capacity(16);
+        while let Some(Text(key)) = map.next_key::<Text<'de>>()? {
+            if seen.contains(&key) {
+                return Err(de::Error::custom(format_args!("duplicate field `{key}`")));
+            }
+            let units = self.kind == Kind::Units;
+            let slot = match key.as_ref() {
+                "station_id" => Some(&mut fields.station_id),
+                "slot" => Some(&mut fields.slot),
+                "unit_serial" => Some(&mut fields.unit_serial),
+                "time_created" => Some(&mut fields.time_created),
+                "tz" => Some(&mut fields.tz),
+                "mode" => Some(&mut fields.mode),
+                "unit_type" if units => Some(&mut fields.unit_type),
+                "direction" if units => Some(&mut fields.direction),
+                "result" if units => Some(&mut fields.result),
+                "name" if !units => Some(&mut fields.name),
+                "unit" if !units => Some(&mut fields.unit),
+                "type" if !units => Some(&mut fields.metric_type),
+                _ => None,
+            };
+            if let Some(slot) = slot {
+                *slot = map
+                    .next_value::<Option<Text<'de>>>()
+                    .map_err(|error| field_error(&key, error))?;
+            } else {
+                match key.as_ref() {
+                    "tags" => {
+                        fields.tags = map
+                            .next_value::<Option<Vec<Text<'de>>>>()
+                            .map_err(|error| field_error(&key, error))?;
+                    }
+                    "metadata" if units => {
+                        fields.metadata = map.next_value::<Option<&'de RawValue>>()?;
+                    }
+                    "value" | "limit_upper" | "limit_lower" if !units => {
+                        let raw = map.next_value::<&'de RawValue>()?;
+                        let text = string_or_number(raw).map_err(|()| {
+                            de::Error::custom(format_args!(
+                                "field `{key}` must be a string or a number"
+                            ))
+                        })?;
+                        match key.as_ref() {
+                            "value" => fields.value = text,
+                            "limit_upper" => fields.limit_upper = text,
+                            _ => fields.limit_lower = text,
+                        }
+                    }
+                    _ => {
+                        map.next_value::<IgnoredAny>()?;
+                        fields.unknown.push(key.clone());
+                    }
+                }
+            }
+            seen.push(key);
+        }
+        Ok(fields)
+    }
+}
+
+/// Names the field in serde's own reason ("invalid type: integer `5`, expected a
+/// string"); its position suffix is dropped as the caller adds the column.
+fn field_error<E: de::Error>(key: &str, cause: E) -> E {
+    let cause = cause.to_string();
+    let cause = cause.split(" at line ").next().unwrap_or_default();
+    E::custom(format_args!("field `{key}`: {cause}"))
+}
+
+/// `value` and the limits: a JSON string, or a JSON number kept as its exact text.
+fn string_or_number(raw: &RawValue) -> Result<Option<Text<'_>>, ()> {
+    let text = raw.get();
+    match text.as_bytes().first() {
+        Some(b'"') => serde_json::from_str::<Text>(text).map(Some).map_err(|_| ()),
+        Some(b'-' | b'0'..=b'9') => Ok(Some(Text(Cow::Borrowed(text)))),
+        Some(b'n') => Ok(None),
+        _ => Err(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    fn parse(kind: Kind, line: &str) -> Result<(Value, Vec<String>), String> {
+        let mut rendered = Vec::new();
+        let mut unknown = Vec::new();
+        parse_line(kind, line, &mut rendered, &mut unknown)?;
+        Ok((serde_json::from_slice(&rendered).unwrap(), unknown))
+    }
+
+    #[test]
+    fn issue_5_reasons_quote_long_bad_values_cut_short() {
+        let huge = "x".repeat(1 << 20);
+        for line in [
+            format!(r#"{{"station_id":"S","time_created":"{huge}","direction":"output"}}"#),
+            format!(
+                r#"{{"station_id":"S","time_created":"2024-01-01T00:00:00Z","direction":"{huge}"}}"#
+            ),
+            format!(
+                r#"{{"station_id":"S","time_created":"2024-01-01T00:00:00Z","direction":"output","tags":"{huge}"}}"#
+            ),
+        ] {
+            let reason = parse(Kind::Units, &line).unwrap_err();
+            assert!(
+                reason.len() < 200,
+                "{} bytes: {:.200}",
+                reason.len(),
+                reason
+            );
+            assert!(reason.contains("... (1048576 bytes)"), "{reason}");
+        }
+        // Short values are quoted whole.
+        let reason = parse(
+            Kind::Units,
+            r#"{"station_id":"S","time_created":"2024-01-01T00:00:00Z","direction":"sideways"}"#,
+        )
+        .unwrap_err();
+        assert_eq!(
+            reason,
+            r#"field `direction` must be "input" or "output", not "sideways""#
+        );
+    }
+
+    #[test]
+    fn a_minimal_unit_line_renders_every_field_with_defaults() {
+        let (record, _) = parse(
+            Kind::Units,
+            r#"{"station_id":"ST-1","time_created":"2024-01-01T00:00:00Z","direction":"input"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            record,
+            json!({"station_id":"ST-1","slot":"","unit_serial":"","time_created":"2024-01-01T00:00:00Z",
+                   "tz":"","mode":"","tags":[],"unit_type":"","direction":"input","result":"","metadata":null})
+        );
+    }
+
+    #[test]
+    fn metric_numbers_keep_their_exact_text() {
+        let line = r#"{"station_id":"S","time_created":"2024-01-01T00:00:00.120+01:00","name":"v",
+            "value":3.30,"limit_upper":1E+5,"limit_lower":-123456789012345678901234567890.5,"type":null}"#
+            .replace('\n', "");
+        let mut rendered = Vec::new();
+        parse_line(Kind::Metrics, &line, &mut rendered, &mut Vec::new()).unwrap();
+        let text = String::from_utf8(rendered).unwrap();
+        assert!(text.contains(r#""value":"3.30""#), "{text}");
+        assert!(text.contains(r#""limit_upper":"1E+5""#), "{text}");
+        assert!(
+            text.contains(r#""limit_lower":"-123456789012345678901234567890.5""#),
+            "{text}"
+        );
+        assert!(text.contains(r#""type":"""#), "{text}");
+        assert!(text.contains(r#""time_created":"2024-01-01T00:00:00.120+01:00""#));
+        assert!(!text.contains("metadata"));
+    }
+
+    #[test]
+    fn metadata_is_returned_as_written_and_unknown_fields_are_reported() {
+        let line = r#"{"station_id":"S","time_created":"2024-01-01T00:00:00Z","direction":"output",
+            "metadata":{"a":[1.50,{"b":null}]},"extra":1,"name":"not a unit field"}"#
+            .replace('\n', "");
+        let mut rendered = Vec::new();
+        let mut unknown = Vec::new();
+        parse_line(Kind::Units, &line, &mut rendered, &mut unknown).unwrap();
+        let text = String::from_utf8(rendered).unwrap();
+        assert!(
+            text.ends_with(r#""metadata":{"a":[1.50,{"b":null}]}}"#),
+            "{text}"
+        );
+        assert_eq!(unknown, ["extra", "name"]);
+    }
+
+    #[test]
+    fn filter_fields_come_from_the_line() {
+        let line = r#"{"station_id":"S\u0031","time_created":"2024-01-01T00:00:00Z","direction":"output","unit_type":"board","unit_serial":"SN1"}"#;
+        let parsed = parse_line(Kind::Units, line, &mut Vec::new(), &mut Vec::new()).unwrap();
+        assert_eq!(parsed.station_id, "S1");
+        assert_eq!(
+            parsed.filter,
+            FilterFields::Unit {
+                unit_type: "board".into(),
+                unit_serial: "SN1".into(),
+                direction: Direction::Output
+            }
+        );
+    }
+
+    #[test]
+    fn invalid_lines_say_why() {
+        let cases = [
+            (Kind::Units, "@garbage", "expected value"),
+            (Kind::Units, "[1]", "expected a unit record object"),
+            (
+                Kind::Units,
+                r#"{"time_created":"2024-01-01T00:00:00Z","direction":"input"}"#,
+                "missing field `station_id`",
+            ),
+            (
+                Kind::Units,
+                r#"{"station_id":"","time_created":"2024-01-01T00:00:00Z","direction":"input"}"#,
+                "field `station_id` is empty",
+            ),
+            (
+                Kind::Units,
+                r#"{"station_id":"S","direction":"input"}"#,
+                "missing field `time_created`",
+            ),
+            (
+                Kind::Units,
+                r#"{"station_id":"S","time_created":"2024-01-01 00:00:00Z","direction":"input"}"#,
+                "not an RFC 3339 date-time",
+            ),
+            (
+                Kind::Units,
+                r#"{"station_id":"S","time_created":"2024-01-01T00:00:00Z"}"#,
+                "missing field `direction`",
+            ),
+            (
+                Kind::Units,
+                r#"{"station_id":"S","time_created":"2024-01-01T00:00:00Z","direction":"sideways"}"#,
+                "field `direction` must be",
+            ),
+            (
+                Kind::Units,
+                r#"{"station_id":"S","time_created":"2024-01-01T00:00:00Z","direction":"input","slot":5}"#,
+                "field `slot`: invalid type: integer `5`, expected a string",
+            ),
+            (
+                Kind::Units,
+                r#"{"station_id":"S","time_created":"2024-01-01T00:00:00Z","direction":"input","tags":["a",1]}"#,
+                "field `tags`: invalid type: integer `1`, expected a string",
+            ),
+            (
+                Kind::Units,
+                r#"{"station_id":"S","station_id":"T","time_created":"2024-01-01T00:00:00Z","direction":"input"}"#,
+                "duplicate field `station_id`",
+            ),
+            (
+                Kind::Units,
+                r#"{"station_id":"S","time_created":"2024-01-01T00:00:00Z","direction":"input"} x"#,
+                "trailing characters",
+            ),
+            (
+                Kind::Metrics,
+                r#"{"station_id":"S","time_created":"2024-01-01T00:00:00Z"}"#,
+                "missing field `name`",
+            ),
+            (
+                Kind::Metrics,
+                r#"{"station_id":"S","time_created":"2024-01-01T00:00:00Z","name":"n","value":true}"#,
+                "field `value` must be a string or a number",
+            ),
+            (
+                Kind::Metrics,
+                r#"{"station_id":"S","time_created":"2024-01-01T00:00:00Z","name":"n","value":[1]}"#,
+                "field `value` must be a string or a number",
+            ),
+            (
+                Kind::Metrics,
+                r#"{"station_id":7,"time_created":"2024-01-01T00:00:00Z","name":"n"}"#,
+                "field `station_id`: invalid type: integer `7`, expected a string",
+            ),
+        ];
+        for (kind, line, wanted) in cases {
+            let mut rendered = b"kept".to_vec();
+            let reason = parse_line(kind, line, &mut rendered, &mut Vec::new()).unwrap_err();
+            assert!(
+                reason.contains(wanted),
+                "{line}: {reason:?} should contain {wanted:?}"
+            );
+            assert_eq!(
+                rendered, b"kept",
+                "a failed line must not leave output behind"
+            );
+        }
+    }
+
+    #[test]
+    fn file_names_choose_the_kind() {
+        assert_eq!(
+            Kind::of_file_name("a.units.jsonl"),
+            Some((Kind::Units, false))
+        );
+        assert_eq!(
+            Kind::of_file_name("a.metrics.jsonl.gz"),
+            Some((Kind::Metrics, true))
+        );
+        assert_eq!(Kind::of_file_name("a.jsonl"), None);
+        assert_eq!(Kind::of_file_name("a.units.jsonl.bak"), None);
+    }
+}

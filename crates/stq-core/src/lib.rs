@@ -1,0 +1,15 @@
+//! stq's pure layers, in a crate of their own so that the compiler keeps them pure:
+//! this crate depends on no actix, actix-web or clap, owns no threads but the
+//! snapshot loader's scoped ones, and speaks no HTTP.
+//!
+//! - [`domain`]: what the records, times, queries and tokens *are*: parsing and
+//!   validating them, and rendering a record's response JSON. Depends on nothing else
+//!   here.
+//! - [`data`]: how records are *held*: the time index and its scans, the merge of
+//!   sorted results, page cursors, and loading snapshot files into an immutable
+//!   generation. Depends on [`domain`].
+//!
+//! The service crate (`stq`) puts an actor engine and an HTTP layer on top.
+
+pub mod data;
+pub mod domain;

@@ -1,0 +1,338 @@
+//! The command line (CONTRACT section 1). Every flag can also come from an
+//! environment variable `STQ_` + the flag in upper case with `-` as `_`; a flag on
+//! the command line wins over its variable.
+
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use stq_core::data::snapshot::OnInvalid;
+
+mod serve;
+
+pub use serve::serve;
+
+/// `--on-invalid`: what a load does with invalid lines (the loader's [`OnInvalid`],
+/// spelled for the command line).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnInvalidLines {
+    /// Refuse the whole snapshot.
+    Fail,
+    /// Skip each invalid line, and report it.
+    Skip,
+}
+
+impl From<OnInvalidLines> for OnInvalid {
+    fn from(choice: OnInvalidLines) -> OnInvalid {
+        match choice {
+            OnInvalidLines::Fail => OnInvalid::Fail,
+            OnInvalidLines::Skip => OnInvalid::Skip,
+        }
+    }
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "stq",
+    version,
+    about = "Station Telemetry Query Service: serves test-station records over HTTP",
+    args_conflicts_with_subcommands = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
+    /// With no subcommand, stq serves with these flags.
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Load a snapshot and serve it over HTTP (the default).
+    Serve(ServeArgs),
+    /// Validate every snapshot file and report invalid lines.
+    Check(CheckArgs),
+    /// Write a synthetic, realistic snapshot.
+    Gen(GenArgs),
+    /// Read a token on standard input and print its SHA-256 for the tokens file.
+    HashToken,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "STQ_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: String,
+
+    /// Snapshot directory, scanned recursively.
+    #[arg(long, env = "STQ_SNAPSHOTS", default_value = "snapshots")]
+    pub snapshots: PathBuf,
+
+    /// Tokens file (JSON with SHA-256 hashes).
+    #[arg(long, env = "STQ_TOKENS", default_value = "snapshots/tokens.json")]
+    pub tokens: PathBuf,
+
+    /// Number of station shards, each an actor on its own thread [default: CPUs].
+    #[arg(long, env = "STQ_SHARDS")]
+    pub shards: Option<NonZeroUsize>,
+
+    /// Most records one response may hold without `limit`; also the largest `limit`.
+    #[arg(long, env = "STQ_MAX_RECORDS", default_value_t = NonZeroUsize::new(100_000).unwrap())]
+    pub max_records: NonZeroUsize,
+
+    /// Most station ids one request may name.
+    #[arg(long, env = "STQ_MAX_STATIONS", default_value_t = NonZeroUsize::new(1000).unwrap())]
+    pub max_stations: NonZeroUsize,
+
+    /// What an invalid snapshot line does: stop the start, or be skipped and counted.
+    #[arg(long, env = "STQ_ON_INVALID", value_enum, default_value_t = OnInvalidLines::Fail)]
+    pub on_invalid: OnInvalidLines,
+
+    /// Address of the admin listener, which serves Prometheus metrics at /metrics.
+    #[arg(long, env = "STQ_ADMIN_LISTEN", default_value = "127.0.0.1:9464")]
+    pub admin_listen: String,
+
+    /// Log lines as plain text or as JSON objects.
+    #[arg(long, env = "STQ_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Reload on its own when a snapshot file or the tokens file changes (SIGHUP
+    /// always reloads).
+    #[arg(long, env = "STQ_WATCH")]
+    pub watch: bool,
+
+    /// An origin that browsers may call stq from, e.g. `https://grafana.example.com`
+    /// (repeatable; `*` for any). None by default.
+    #[arg(long = "cors-origin", env = "STQ_CORS_ORIGIN", value_delimiter = ',', value_parser = parse_origin)]
+    pub cors_origins: Vec<String>,
+
+    /// HTTP worker threads, each with its own router [default: CPUs].
+    #[arg(long, env = "STQ_WORKERS")]
+    pub workers: Option<NonZeroUsize>,
+
+    /// Longest query string accepted, in bytes as sent (still percent-encoded); at
+    /// most 65000, as the HTTP layer refuses a longer request target itself.
+    #[arg(long, env = "STQ_MAX_QUERY_BYTES", default_value = "8192", value_parser = parse_max_query_bytes)]
+    pub max_query_bytes: NonZeroUsize,
+
+    /// Longest time window a request may ask for, the default 24 h window included,
+    /// e.g. `31d` or `12h` [default: none].
+    #[arg(long, env = "STQ_MAX_WINDOW", value_parser = parse_duration)]
+    pub max_window: Option<Duration>,
+
+    /// Longest time a query may take before it is answered 503 `timeout`.
+    #[arg(long, env = "STQ_REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+
+    /// Queries answered at once; beyond it a request waits at most 100 ms, then
+    /// gets 503 `overloaded` [default: 4 x CPUs].
+    #[arg(long, env = "STQ_MAX_CONCURRENT_QUERIES")]
+    pub max_concurrent_queries: Option<NonZeroUsize>,
+
+    /// Longest time a client may take to send a request head, or stay idle on a
+    /// kept-alive connection, or leave a response unread, before the connection is
+    /// closed.
+    #[arg(long, env = "STQ_CLIENT_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    pub client_timeout: Duration,
+}
+
+impl ServeArgs {
+    pub fn max_concurrent_queries(&self) -> usize {
+        self.max_concurrent_queries
+            .map_or_else(|| 4 * cpus(), NonZeroUsize::get)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CheckArgs {
+    /// Snapshot directory, scanned recursively.
+    #[arg(long, env = "STQ_SNAPSHOTS", default_value = "snapshots")]
+    pub snapshots: PathBuf,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct GenArgs {
+    /// Directory to write the snapshot into (created if missing).
+    #[arg(long, env = "STQ_OUT")]
+    pub out: PathBuf,
+
+    /// Number of stations.
+    #[arg(long, env = "STQ_STATIONS", default_value_t = 10)]
+    pub stations: u32,
+
+    /// Days of data, ending at `--end`.
+    #[arg(long, env = "STQ_DAYS", default_value_t = 7)]
+    pub days: u32,
+
+    /// Units processed per station and hour (each gives an input and an output
+    /// record and about ten metric records).
+    #[arg(long, env = "STQ_UNITS_PER_HOUR", default_value_t = 6)]
+    pub units_per_hour: u32,
+
+    /// Seed of the pseudo-random generator.
+    #[arg(long, env = "STQ_SEED", default_value_t = 1)]
+    pub seed: u64,
+
+    /// Exclusive end of the data, RFC 3339 [default: the start of the current hour].
+    #[arg(long, env = "STQ_END")]
+    pub end: Option<String>,
+}
+
+/// The largest `--max-query-bytes` that can take effect: the `http` crate, under
+/// actix-web, refuses a request target over 65,534 bytes with a bare 400 before stq
+/// sees the request, and the path comes before the query.
+pub const MAX_QUERY_BYTES_CEILING: usize = 65_000;
+
+fn parse_max_query_bytes(text: &str) -> Result<NonZeroUsize, String> {
+    let bytes: NonZeroUsize = text
+        .parse()
+        .map_err(|_| format!("not a whole number from 1 to {MAX_QUERY_BYTES_CEILING}"))?;
+    if bytes.get() > MAX_QUERY_BYTES_CEILING {
+        return Err(format!(
+            "at most {MAX_QUERY_BYTES_CEILING}: the HTTP layer refuses a longer request target \
+             (400) before stq could answer 414"
+        ));
+    }
+    Ok(bytes)
+}
+
+/// A duration above zero, as `humantime` reads it: `10s`, `250ms`, `12h`, `31d`, `1h 30m`.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(text) {
+        Ok(duration) if duration.is_zero() => Err("must be longer than zero".to_owned()),
+        Ok(duration) => Ok(duration),
+        Err(error) => Err(format!(
+            "{error}; write e.g. `10s`, `250ms`, `12h` or `31d`"
+        )),
+    }
+}
+
+/// An origin as browsers send it: `scheme://host[:port]`, nothing more; or `*`.
+fn parse_origin(text: &str) -> Result<String, String> {
+    if text == "*" {
+        return Ok(text.to_owned());
+    }
+    let uri: actix_web::http::Uri = text
+        .parse()
+        .map_err(|error| format!("not an origin: {error}"))?;
+    let plain = matches!(uri.scheme_str(), Some("http" | "https"))
+        && uri.host().is_some()
+        && uri
+            .path_and_query()
+            .is_none_or(|path| matches!(path.as_str(), "" | "/"))
+        && !text.ends_with('/');
+    if plain {
+        Ok(text.to_owned())
+    } else {
+        Err("an origin is scheme://host[:port], e.g. https://grafana.example.com".to_owned())
+    }
+}
+
+/// The number of CPUs, the default for shards and workers.
+pub fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, NonZeroUsize::get)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn no_subcommand_means_serve_with_flags() {
+        let cli = Cli::try_parse_from(["stq", "--listen", "127.0.0.1:0", "--shards", "3"]).unwrap();
+        assert!(cli.command.is_none());
+        assert_eq!(cli.serve.listen, "127.0.0.1:0");
+        assert_eq!(cli.serve.shards.map(NonZeroUsize::get), Some(3));
+        assert_eq!(cli.serve.max_records.get(), 100_000);
+        assert_eq!(cli.serve.max_stations.get(), 1000);
+        assert_eq!(cli.serve.on_invalid, OnInvalidLines::Fail);
+        assert_eq!(cli.serve.max_query_bytes.get(), 8192);
+        assert_eq!(cli.serve.max_window, None);
+        assert_eq!(cli.serve.request_timeout, Duration::from_secs(10));
+        assert_eq!(cli.serve.client_timeout, Duration::from_secs(5));
+        assert_eq!(cli.serve.max_concurrent_queries(), 4 * cpus());
+    }
+
+    #[test]
+    fn durations_read_as_the_flags_document_them() {
+        let serve = |flags: &[&str]| {
+            Cli::try_parse_from(std::iter::once("stq").chain(flags.iter().copied()))
+                .map(|cli| cli.serve)
+        };
+        let args = serve(&["--max-window", "31d", "--request-timeout", "250ms"]).unwrap();
+        assert_eq!(args.max_window, Some(Duration::from_secs(31 * 86_400)));
+        assert_eq!(args.request_timeout, Duration::from_millis(250));
+        assert_eq!(
+            serve(&["--client-timeout", "1h 30m"])
+                .unwrap()
+                .client_timeout,
+            Duration::from_secs(5400)
+        );
+        for bad in ["0s", "10", "ten seconds", "-5s", ""] {
+            assert!(serve(&["--max-window", bad]).is_err(), "{bad}");
+        }
+        assert!(serve(&["--max-concurrent-queries", "0"]).is_err());
+        assert_eq!(
+            serve(&["--max-query-bytes", "65000"])
+                .unwrap()
+                .max_query_bytes
+                .get(),
+            65_000
+        );
+        for bad in ["0", "65001", "1000000", "-1", "8k"] {
+            assert!(serve(&["--max-query-bytes", bad]).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn subcommands_parse() {
+        let cli = Cli::try_parse_from(["stq", "serve", "--on-invalid", "skip"]).unwrap();
+        assert!(
+            matches!(cli.command, Some(Command::Serve(args)) if args.on_invalid == OnInvalidLines::Skip)
+        );
+        let cli = Cli::try_parse_from(["stq", "check", "--snapshots", "x"]).unwrap();
+        assert!(
+            matches!(cli.command, Some(Command::Check(args)) if args.snapshots.as_os_str() == "x")
+        );
+        assert!(Cli::try_parse_from(["stq", "serve", "--max-records", "0"]).is_err());
+        assert!(Cli::try_parse_from(["stq", "serve", "--on-invalid", "maybe"]).is_err());
+        let cli = Cli::try_parse_from([
+            "stq",
+            "--cors-origin",
+            "https://a.example",
+            "--cors-origin",
+            "http://b.example:3000",
+        ])
+        .unwrap();
+        assert_eq!(
+            cli.serve.cors_origins,
+            ["https://a.example", "http://b.example:3000"]
+        );
+        for bad in [
+            "a.example",
+            "https://a.example/",
+            "https://a.example/x",
+            "ftp://a.example",
+        ] {
+            assert!(
+                Cli::try_parse_from(["stq", "--cors-origin", bad]).is_err(),
+                "{bad}"
+            );
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! `stq serve`: tokens, snapshot, engine, reloads, then the listeners.
+//!
+//! The listener is bound only once the snapshot has loaded, so a client that can
+//! connect gets answers from complete data.
+
+use std::sync::Arc;
+
+use actix_web::web;
+use anyhow::Context as _;
+use stq_core::data::catalog::Generation;
+use stq_core::data::cursor::CursorKey;
+use stq_core::data::snapshot::{self, LoadError, LoadOptions, LoadReport, INVALID_LINES_SHOWN};
+use stq_core::domain::auth::Tokens;
+use stq_core::domain::query::Limits;
+
+use super::{cpus, ServeArgs};
+use crate::engine::{reload_on_change, reload_on_hangup, Engine, Reloader};
+use crate::http::{admin_server, api_server, stop_gracefully_on_signals, Admission, AppState};
+use crate::metrics::Metrics;
+
+/// Loads everything, then serves until the process is stopped.
+pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let tokens = Tokens::load(&args.tokens)?;
+    if tokens.is_empty() {
+        tracing::warn!(path = %args.tokens.display(), "the tokens file holds no tokens: every request will get 401");
+    }
+    let shards = args.shards.map_or_else(cpus, std::num::NonZero::get);
+    let options = LoadOptions {
+        directory: args.snapshots.clone(),
+        shards,
+        on_invalid: args.on_invalid.into(),
+        generation: 1,
+        threads: cpus(),
+    };
+    let (generation, report) = match snapshot::load(&options) {
+        Ok(loaded) => loaded,
+        Err(LoadError::Invalid { report }) => {
+            for line in report.invalid.iter().take(INVALID_LINES_SHOWN) {
+                eprintln!("{line}");
+            }
+            anyhow::bail!(
+                "{} invalid line(s) in {}; fix them or start with --on-invalid skip",
+                report.invalid.len(),
+                args.snapshots.display()
+            );
+        }
+        Err(error) => return Err(error.into()),
+    };
+    report.log_warnings(&args.snapshots);
+
+    let limits = Limits {
+        max_records: args.max_records.get(),
+        max_stations: args.max_stations.get(),
+        max_query_bytes: args.max_query_bytes.get(),
+        max_window: args.max_window,
+    };
+    let workers = args.workers.map_or_else(cpus, std::num::NonZero::get);
+    actix_rt::System::new().block_on(run(
+        args, generation, tokens, limits, shards, workers, report,
+    ))
+}
+
+async fn run(
+    args: ServeArgs,
+    generation: Generation,
+    tokens: Tokens,
+    limits: Limits,
+    shards: usize,
+    workers: usize,
+    report: LoadReport,
+) -> anyhow::Result<()> {
+    let shard_records = generation.shard_records();
+    let metrics = Arc::new(Metrics::default());
+    let engine = Engine::start(
+        generation,
+        Arc::new(tokens),
+        limits,
+        CursorKey::random(),
+        metrics.shard_restarts.clone(),
+    );
+    let stations = engine.catalog().stations.len();
+    let state = web::Data::new(
+        AppState::new(engine.clone())
+            .with_metrics(Arc::clone(&metrics))
+            .with_cors_origins(args.cors_origins.clone())
+            .with_admission(Admission::new(
+                args.max_concurrent_queries(),
+                args.request_timeout,
+            )),
+    );
+    metrics.serving(1, report.elapsed.as_secs_f64(), &shard_records);
+    let admin = admin_server(&args.admin_listen, Arc::clone(&metrics))?;
+    let trigger = Reloader {
+        engine: engine.clone(),
+        metrics: Arc::clone(&metrics),
+        request_timeout: args.request_timeout,
+        snapshots: args.snapshots.clone(),
+        tokens: args.tokens.clone(),
+        on_invalid: args.on_invalid.into(),
+        threads: cpus(),
+    }
+    .spawn();
+    reload_on_hangup(trigger.clone()).context("cannot listen for SIGHUP")?;
+    // The watch lasts as long as this value: until the server stops.
+    let _watcher = if args.watch {
+        Some(
+            reload_on_change(trigger, &args.snapshots, &args.tokens)
+                .context("cannot watch the snapshot directory and the tokens file")?,
+        )
+    } else {
+        None
+    };
+    let (server, address) = api_server(&args.listen, workers, args.client_timeout, state)?;
+    let addresses = [format!("http://{address}")];
+    tracing::info!(
+        "stq ready: {} records ({} units, {} metrics), {} stations, {} shards, {} invalid lines skipped, \
+         loaded in {} ms ({:.1} MB at {:.0} MB/s), listening on {}",
+        report.records(),
+        report.units,
+        report.metrics,
+        stations,
+        shards,
+        report.invalid.len(),
+        report.elapsed.as_millis(),
+        report.bytes as f64 / 1e6,
+        report.bytes as f64 / 1e6 / report.elapsed.as_secs_f64().max(1e-9),
+        addresses.join(", ")
+    );
+    stop_gracefully_on_signals(vec![server.handle(), admin.handle()])
+        .context("cannot listen for SIGTERM and SIGINT")?;
+    actix_rt::spawn(admin);
+    server.await.context("the HTTP server failed")
+}

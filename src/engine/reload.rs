@@ -1,0 +1,216 @@
+//! Hot reload (CONTRACT section 8): on SIGHUP, or on a change under the snapshot
+//! directory or to the tokens file with `--watch`, generation N+1 is built off to
+//! the side with the same validation as at start-up, installed into every shard,
+//! and only then swapped in with the tokens read alongside it. A failed reload
+//! keeps generation N serving and logs every `path:line: reason`.
+//!
+//! Reloads run one at a time on one task. Asking for a reload while one is running
+//! queues exactly one more, so a burst of changes costs at most two reloads and the
+//! last one sees the final files.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use notify::{RecursiveMode, Watcher as _};
+use stq_core::data::snapshot::{self, LoadError, LoadOptions, LoadReport, OnInvalid};
+use stq_core::domain::auth::{Tokens, TokensError};
+use tokio::sync::mpsc;
+
+use super::{Engine, EngineError};
+use crate::metrics::Metrics;
+
+/// A change is acted on once the files have been quiet this long: a copy in
+/// progress fires many events, and a reload in the middle of it would see half a
+/// file.
+const QUIET: Duration = Duration::from_millis(300);
+
+/// How long after a request's time limit the generation it may have used is kept.
+const RETIRE_MARGIN: Duration = Duration::from_secs(1);
+
+/// Hands the pages of freed generations back to the system. glibc keeps freed
+/// memory in its arenas, and a generation is hundreds of megabytes freed at once.
+fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free pages to the system; it touches no
+    // memory in use and may be called from any thread at any time.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// What a reload needs to build and install a generation.
+pub struct Reloader {
+    pub engine: Engine,
+    pub metrics: Arc<Metrics>,
+    /// How long a request may use the generation it planned on: `--request-timeout`.
+    pub request_timeout: Duration,
+    pub snapshots: PathBuf,
+    pub tokens: PathBuf,
+    pub on_invalid: OnInvalid,
+    pub threads: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    #[error(transparent)]
+    Tokens(#[from] TokensError),
+    #[error(transparent)]
+    Snapshot(#[from] LoadError),
+    #[error("the shards did not take the new generation: {0}")]
+    Install(#[from] EngineError),
+    #[error("the loading thread failed: {0}")]
+    Loader(String),
+}
+
+/// Asks the reload task for a reload; cheap to clone and to call from any thread.
+#[derive(Clone)]
+pub struct ReloadTrigger {
+    sender: mpsc::Sender<()>,
+}
+
+impl ReloadTrigger {
+    pub fn request(&self) {
+        // A full queue already holds a reload that will see this change too.
+        let _ = self.sender.try_send(());
+    }
+}
+
+impl Reloader {
+    /// Builds, installs and swaps in the next generation; returns its number.
+    pub async fn reload(&self) -> Result<(u64, LoadReport), ReloadError> {
+        let options = LoadOptions {
+            directory: self.snapshots.clone(),
+            shards: self.engine.shard_count(),
+            on_invalid: self.on_invalid,
+            generation: self.engine.catalog().generation + 1,
+            threads: self.threads,
+        };
+        let tokens_path = self.tokens.clone();
+        let (tokens, (generation, report)) = actix_rt::task::spawn_blocking(move || {
+            let tokens = Tokens::load(&tokens_path)?;
+            Ok::<_, ReloadError>((tokens, snapshot::load(&options)?))
+        })
+        .await
+        .map_err(|error| ReloadError::Loader(error.to_string()))??;
+        let shard_records = generation.shard_records();
+        let number = generation.catalog.generation;
+        self.engine.install(generation, Arc::new(tokens)).await?;
+        self.retire_later(number);
+        let metrics = &self.metrics;
+        metrics.serving(number, report.elapsed.as_secs_f64(), &shard_records);
+        metrics.reloads.inc();
+        Ok((number, report))
+    }
+
+    /// Once every request that may have planned on the generation before `number`
+    /// has ended (requests last at most `--request-timeout`), the shards drop it, and
+    /// the memory goes back to the system: otherwise a server reloaded every few
+    /// seconds would hold two generations for good, and more in freed pages.
+    fn retire_later(&self, number: u64) {
+        let engine = self.engine.clone();
+        let grace = self.request_timeout + RETIRE_MARGIN;
+        actix_rt::spawn(async move {
+            actix_rt::time::sleep(grace).await;
+            engine.retire_before(number).await;
+            release_freed_memory();
+        });
+    }
+
+    /// Starts the reload task on the current actix system and returns its trigger.
+    pub fn spawn(self) -> ReloadTrigger {
+        let (sender, mut receiver) = mpsc::channel::<()>(1);
+        actix_rt::spawn(async move {
+            while receiver.recv().await.is_some() {
+                let current = self.engine.catalog().generation;
+                let result = self.reload().await;
+                if result.is_err() {
+                    self.metrics.failed_reloads.inc();
+                }
+                match result {
+                    Ok((generation, report)) => {
+                        report.log_warnings(&self.snapshots);
+                        tracing::info!(
+                        "reloaded: generation {generation}, {} records ({} units, {} metrics), \
+                         {} stations, {} invalid lines skipped, in {} ms",
+                        report.records(),
+                        report.units,
+                        report.metrics,
+                        report.stations,
+                        report.invalid.len(),
+                        report.elapsed.as_millis()
+                    );
+                    }
+                    Err(ReloadError::Snapshot(LoadError::Invalid { report })) => {
+                        for line in &report.invalid {
+                            tracing::error!("reload: {line}");
+                        }
+                        tracing::error!(
+                            "reload failed: {} invalid lines; still serving generation {current}",
+                            report.invalid.len()
+                        );
+                    }
+                    Err(error) => tracing::error!(
+                        "reload failed: {error}; still serving generation {current}"
+                    ),
+                }
+            }
+        });
+        ReloadTrigger { sender }
+    }
+}
+
+/// Reloads on every SIGHUP, for as long as the actix system runs.
+pub fn reload_on_hangup(trigger: ReloadTrigger) -> std::io::Result<()> {
+    use actix_rt::signal::unix::{signal, SignalKind};
+    let mut hangups = signal(SignalKind::hangup())?;
+    actix_rt::spawn(async move {
+        while hangups.recv().await.is_some() {
+            tracing::info!("SIGHUP: reloading the snapshot and the tokens");
+            trigger.request();
+        }
+    });
+    Ok(())
+}
+
+/// Reloads when anything changes under `snapshots` or the tokens file changes;
+/// the watch lasts as long as the returned watcher lives.
+pub fn reload_on_change(
+    trigger: ReloadTrigger,
+    snapshots: &Path,
+    tokens: &Path,
+) -> notify::Result<notify::RecommendedWatcher> {
+    let snapshots = snapshots.canonicalize()?;
+    let tokens = tokens.canonicalize()?;
+    let (events, changes) = std::sync::mpsc::channel::<()>();
+    let relevant = {
+        let snapshots = snapshots.clone();
+        let tokens = tokens.clone();
+        move |path: &Path| path.starts_with(&snapshots) || path == tokens
+    };
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        if let Ok(event) = event {
+            if !event.kind.is_access() && event.paths.iter().any(|path| relevant(path)) {
+                let _ = events.send(());
+            }
+        }
+    })?;
+    watcher.watch(&snapshots, RecursiveMode::Recursive)?;
+    // Editors replace a file by renaming another over it: watch its directory.
+    if let Some(directory) = tokens
+        .parent()
+        .filter(|directory| !directory.starts_with(&snapshots))
+    {
+        watcher.watch(directory, RecursiveMode::NonRecursive)?;
+    }
+    std::thread::Builder::new()
+        .name("stq-watch".into())
+        .spawn(move || {
+            while changes.recv().is_ok() {
+                while changes.recv_timeout(QUIET).is_ok() {}
+                tracing::info!("files changed: reloading the snapshot and the tokens");
+                trigger.request();
+            }
+        })?;
+    Ok(watcher)
+}

@@ -1,0 +1,237 @@
+//! The router actor: fans a planned query out to the shards that hold its stations
+//! and merges their sorted answers into the contract's order.
+//!
+//! Every HTTP worker starts a router of its own ([`Engine::router`]), so no single
+//! router mailbox is the place every request queues on; the shards are shared. A
+//! router keeps no state between requests: each query's fan-out runs as its own
+//! future, so a slow query does not hold up the next one in the mailbox.
+//!
+//! A query is answered from the one generation it was planned on. Only if two
+//! reloads pass while it is in flight has that generation left the shards; the
+//! router then plans it once more, on the current one, and answers from that.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use actix::prelude::*;
+use futures_util::future::join_all;
+use stq_core::data::key::Position;
+use stq_core::data::merge::merge_sorted;
+use stq_core::data::scan::{Hit, ScanRequest, ShardStation};
+use stq_core::data::shard::ShardData;
+
+use super::fault::ShardFault;
+use super::plan::{self, Plan, Request};
+use super::shard::{ShardError, ShardHandle};
+use super::{Engine, EngineError};
+
+// --- Messages --------------------------------------------------------------------
+
+/// Answer a planned request: the page of its records.
+struct Execute {
+    request: Arc<Request>,
+    plan: Plan,
+    /// After it nobody waits for the answer: a shard that reaches the query later
+    /// skips it.
+    deadline: Instant,
+    /// Only tests ask for one (see `fault`).
+    fault: Option<ShardFault>,
+}
+
+impl Message for Execute {
+    type Result = Result<Page, EngineError>;
+}
+
+/// One page of an answer: its records, the cursor of the next page, and the plan
+/// it was answered from (which a retry after a reload may have replaced).
+#[derive(Debug)]
+pub struct Page {
+    pub(crate) records: QueryResult,
+    pub(crate) next_cursor: Option<String>,
+    pub(crate) plan: Plan,
+}
+
+impl Page {
+    pub fn records(&self) -> &QueryResult {
+        &self.records
+    }
+
+    pub fn next_cursor(&self) -> Option<&str> {
+        self.next_cursor.as_deref()
+    }
+
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+}
+
+/// Matching records in order, pointing into the shard data they came from.
+#[derive(Debug, Default)]
+pub struct QueryResult {
+    parts: Vec<Arc<ShardData>>,
+    hits: Vec<PartHit>,
+}
+
+/// A hit and the index of the part (shard reply) that holds its bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct PartHit {
+    hit: Hit,
+    part: usize,
+}
+
+impl QueryResult {
+    pub fn len(&self) -> usize {
+        self.hits.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.hits.is_empty()
+    }
+
+    /// Keeps the first `count` records.
+    pub(crate) fn truncate(&mut self, count: usize) {
+        self.hits.truncate(count);
+    }
+
+    pub(crate) fn last_position(&self) -> Option<Position> {
+        self.hits.last().map(|part_hit| part_hit.hit.position)
+    }
+
+    /// The records' response JSON, in order.
+    pub fn records(&self) -> impl Iterator<Item = &[u8]> + Clone + '_ {
+        self.hits
+            .iter()
+            .map(|part_hit| self.parts[part_hit.part].json(&part_hit.hit))
+    }
+}
+
+// --- The actor -------------------------------------------------------------------
+
+struct Router {
+    engine: Engine,
+}
+
+impl Actor for Router {
+    type Context = Context<Self>;
+}
+
+impl Handler<Execute> for Router {
+    type Result = ResponseFuture<Result<Page, EngineError>>;
+
+    fn handle(&mut self, message: Execute, _: &mut Context<Self>) -> Self::Result {
+        let engine = self.engine.clone();
+        Box::pin(async move { answer(&engine, message).await })
+    }
+}
+
+async fn answer(engine: &Engine, message: Execute) -> Result<Page, EngineError> {
+    let Execute {
+        request,
+        mut plan,
+        deadline,
+        fault,
+    } = message;
+    let mut retried = false;
+    loop {
+        match fan_out(engine.shards(), &plan, deadline, fault).await {
+            Ok(records) => {
+                return plan::paginate(
+                    &request,
+                    plan,
+                    records,
+                    engine.limits(),
+                    engine.cursor_key(),
+                )
+            }
+            Err(ShardError::OtherGeneration { .. }) if !retried => {
+                retried = true;
+                plan = engine.plan(&request)?;
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
+}
+
+async fn fan_out(
+    shards: &[ShardHandle],
+    plan: &Plan,
+    deadline: Instant,
+    fault: Option<ShardFault>,
+) -> Result<QueryResult, ShardError> {
+    let catalog = &plan.catalog;
+    let mut per_shard: Vec<Vec<ShardStation>> = vec![Vec::new(); catalog.shard_count];
+    for &rank in &plan.stations {
+        let placement = catalog.placements[rank as usize];
+        per_shard[placement.shard as usize].push(ShardStation {
+            rank,
+            station_index: placement.station_index,
+        });
+    }
+    let scans = per_shard
+        .into_iter()
+        .enumerate()
+        .filter(|(_, stations)| !stations.is_empty())
+        .map(|(shard, stations)| {
+            shards[shard].scan(
+                catalog.generation,
+                ScanRequest {
+                    stations,
+                    window: plan.window,
+                    after: plan.after,
+                    filter: plan.filter.clone(),
+                    cap: plan.cap,
+                },
+                deadline,
+                fault,
+            )
+        });
+    let replies = join_all(scans).await;
+
+    let mut parts = Vec::with_capacity(replies.len());
+    let mut streams = Vec::with_capacity(replies.len());
+    for (part, reply) in replies.into_iter().enumerate() {
+        let reply = reply?;
+        parts.push(reply.data);
+        streams.push(reply.hits.into_iter().map(move |hit| PartHit { hit, part }));
+    }
+    Ok(QueryResult {
+        hits: merge_sorted(streams, plan.cap),
+        parts,
+    })
+}
+
+// --- The handle ------------------------------------------------------------------
+
+/// How an HTTP handler reaches its worker's router.
+#[derive(Clone)]
+pub struct RouterHandle {
+    address: Addr<Router>,
+}
+
+impl RouterHandle {
+    /// Starts a router for `engine` on the current arbiter.
+    pub(crate) fn start(engine: Engine) -> RouterHandle {
+        RouterHandle {
+            address: Router { engine }.start(),
+        }
+    }
+
+    /// Answers `request`, planned as `plan`, by `deadline`.
+    pub async fn execute(
+        &self,
+        request: Arc<Request>,
+        plan: Plan,
+        deadline: Instant,
+        fault: Option<ShardFault>,
+    ) -> Result<Page, EngineError> {
+        self.address
+            .send(Execute {
+                request,
+                plan,
+                deadline,
+                fault,
+            })
+            .await
+            .map_err(|error| EngineError::Failed(format!("the router's mailbox: {error}")))?
+    }
+}

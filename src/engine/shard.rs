@@ -1,0 +1,325 @@
+//! The shard actor: owns one shard's stations of the current generation (and of the
+//! one before, for requests still in flight across a reload) and scans them on its
+//! own `Arbiter` (thread), so no shard's work blocks another's.
+//!
+//! Failures stay small. A scan that panics fails only its own query: the actor's
+//! data is immutable, so nothing is left half-changed, and the actor goes on. An
+//! actor that dies anyway closes its mailbox; the handle, which keeps the data it
+//! installed, starts a new actor with that data on the same arbiter, so only the
+//! queries that were in the dead mailbox fail.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use actix::prelude::*;
+use parking_lot::{Mutex, RwLock};
+use prometheus_client::metrics::counter::Counter;
+
+use stq_core::data::scan::{Hit, ScanRequest};
+use stq_core::data::shard::ShardData;
+
+use super::fault::ShardFault;
+
+// --- Messages --------------------------------------------------------------------
+
+/// Scan this shard for the first `request.cap` matching records of a generation.
+///
+/// Answers with the hits and the shard data they point into, so the bytes can be
+/// copied straight into a response without another message.
+pub(super) struct Scan {
+    pub generation: u64,
+    pub request: ScanRequest,
+    /// Past it the request has been answered 503 `timeout`: the scan is skipped.
+    pub deadline: Instant,
+    /// Only tests ask for one (see `fault`).
+    pub fault: Option<ShardFault>,
+}
+
+impl Message for Scan {
+    type Result = Result<ShardReply, ShardError>;
+}
+
+pub(super) struct ShardReply {
+    pub data: Arc<ShardData>,
+    pub hits: Vec<Hit>,
+}
+
+/// Make `data` the current generation; the current one becomes the previous one, so
+/// that requests planned against it before the catalog was swapped still finish.
+pub(super) struct Install {
+    pub data: Arc<ShardData>,
+}
+
+impl Message for Install {
+    type Result = ();
+}
+
+/// Drop the generation before `generation`, if `generation` is still the current
+/// one: no request can use the previous one any longer.
+pub(super) struct Retire {
+    pub generation: u64,
+}
+
+impl Message for Retire {
+    type Result = ();
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ShardError {
+    #[error("the shard holds generation {held}, not {wanted}")]
+    OtherGeneration { held: u64, wanted: u64 },
+    #[error("the request's deadline passed before the shard reached it")]
+    Expired,
+    #[error("shard {shard} panicked: {message}")]
+    Panicked { shard: usize, message: String },
+    #[error("the shard's mailbox is closed: {0}")]
+    Mailbox(#[from] MailboxError),
+}
+
+// --- The actor -------------------------------------------------------------------
+
+pub(super) struct ShardActor {
+    number: usize,
+    held: Held,
+}
+
+/// The generations a shard holds: the current one, and the one before.
+#[derive(Clone)]
+struct Held {
+    current: Arc<ShardData>,
+    previous: Option<Arc<ShardData>>,
+}
+
+impl Actor for ShardActor {
+    type Context = Context<Self>;
+}
+
+impl Handler<Scan> for ShardActor {
+    type Result = Result<ShardReply, ShardError>;
+
+    fn handle(&mut self, message: Scan, _: &mut Context<Self>) -> Self::Result {
+        if Instant::now() > message.deadline {
+            return Err(ShardError::Expired);
+        }
+        if message.fault == Some(ShardFault::Death) {
+            // Outside `guarded`: the panic ends the actor, as a real crash would.
+            panic!("shard {} dies, as the request asked", self.number);
+        }
+        let held = &self.held;
+        let data = std::iter::once(&held.current)
+            .chain(&held.previous)
+            .find(|data| data.generation == message.generation)
+            .ok_or(ShardError::OtherGeneration {
+                held: held.current.generation,
+                wanted: message.generation,
+            })?;
+        let hits = guarded(self.number, || {
+            if message.fault == Some(ShardFault::Panic) {
+                panic!(
+                    "shard {} panics in a scan, as the request asked",
+                    self.number
+                );
+            }
+            data.scan(&message.request)
+        })?;
+        Ok(ShardReply {
+            hits,
+            data: Arc::clone(data),
+        })
+    }
+}
+
+impl Handler<Install> for ShardActor {
+    type Result = ();
+
+    fn handle(&mut self, message: Install, _: &mut Context<Self>) {
+        self.held.install(message.data);
+    }
+}
+
+impl Handler<Retire> for ShardActor {
+    type Result = ();
+
+    fn handle(&mut self, message: Retire, _: &mut Context<Self>) {
+        self.held.retire(message.generation);
+    }
+}
+
+impl Held {
+    fn install(&mut self, data: Arc<ShardData>) {
+        self.previous = Some(std::mem::replace(&mut self.current, data));
+    }
+
+    fn retire(&mut self, generation: u64) {
+        if self.current.generation == generation {
+            self.previous = None;
+        }
+    }
+}
+
+/// The text a panic was raised with, when it has one.
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic without a message")
+}
+
+/// Runs `work`, turning a panic in it into an error for this one message.
+fn guarded<T>(shard: usize, work: impl FnOnce() -> T) -> Result<T, ShardError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).map_err(|panic| {
+        ShardError::Panicked {
+            shard,
+            message: panic_message(&*panic).to_owned(),
+        }
+    })
+}
+
+// --- The handle ------------------------------------------------------------------
+
+/// How the router reaches a shard; restarts the shard's actor if it has died.
+#[derive(Clone)]
+pub(super) struct ShardHandle {
+    slot: Arc<Slot>,
+}
+
+struct Slot {
+    number: usize,
+    arbiter: ArbiterHandle,
+    address: RwLock<Addr<ShardActor>>,
+    /// What the actor holds, kept here too so that a new actor can take over.
+    held: Mutex<Held>,
+    restarts: Counter,
+}
+
+impl ShardHandle {
+    /// Starts shard `number`'s actor on a new arbiter of its own. Needs a running
+    /// actix system.
+    pub(super) fn start(number: usize, data: ShardData, restarts: Counter) -> ShardHandle {
+        let arbiter = Arbiter::new().handle();
+        let held = Held {
+            current: Arc::new(data),
+            previous: None,
+        };
+        let address = start_actor(&arbiter, number, held.clone());
+        ShardHandle {
+            slot: Arc::new(Slot {
+                number,
+                arbiter,
+                address: RwLock::new(address),
+                held: Mutex::new(held),
+                restarts,
+            }),
+        }
+    }
+
+    /// Stops the shard's arbiter thread once its queued messages are handled.
+    pub(super) fn stop(&self) {
+        self.slot.arbiter.stop();
+    }
+
+    pub(super) async fn install(&self, data: ShardData) -> Result<(), ShardError> {
+        let data = Arc::new(data);
+        let address = self.address();
+        match address
+            .send(Install {
+                data: Arc::clone(&data),
+            })
+            .await
+        {
+            Ok(()) => {
+                self.slot.held.lock().install(data);
+                Ok(())
+            }
+            Err(error) => {
+                // The new actor starts with the data it would have had.
+                self.slot.held.lock().install(data);
+                self.restart(&address);
+                Err(error.into())
+            }
+        }
+    }
+
+    /// Drops the generation before `generation`, here and in the actor.
+    pub(super) async fn retire(&self, generation: u64) {
+        self.slot.held.lock().retire(generation);
+        // A dead actor is restarted from `held`, which no longer has it either.
+        let _ = self.address().send(Retire { generation }).await;
+    }
+
+    pub(super) async fn scan(
+        &self,
+        generation: u64,
+        request: ScanRequest,
+        deadline: Instant,
+        fault: Option<ShardFault>,
+    ) -> Result<ShardReply, ShardError> {
+        let address = self.address();
+        let scan = Scan {
+            generation,
+            request,
+            deadline,
+            fault,
+        };
+        match address.send(scan).await {
+            Ok(reply) => reply,
+            Err(error) => {
+                self.restart(&address);
+                Err(error.into())
+            }
+        }
+    }
+
+    fn address(&self) -> Addr<ShardActor> {
+        self.slot.address.read().clone()
+    }
+
+    /// Starts a new actor in place of `dead`, unless another request did already.
+    /// A closed mailbox means the actor is gone or going: it dropped a message
+    /// without answering, which a live actor never does.
+    fn restart(&self, dead: &Addr<ShardActor>) {
+        let mut address = self.slot.address.write();
+        if *address != *dead {
+            return;
+        }
+        let held = self.slot.held.lock().clone();
+        *address = start_actor(&self.slot.arbiter, self.slot.number, held);
+        self.slot.restarts.inc();
+        tracing::warn!(
+            shard = self.slot.number,
+            "shard actor died; started a new one with its data"
+        );
+    }
+}
+
+fn start_actor(arbiter: &ArbiterHandle, number: usize, held: Held) -> Addr<ShardActor> {
+    ShardActor::start_in_arbiter(arbiter, move |_| ShardActor { number, held })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn generation(number: u64) -> Arc<ShardData> {
+        Arc::new(ShardData::new(number, Vec::new(), &[]))
+    }
+
+    #[test]
+    fn the_previous_generation_is_dropped_only_while_its_successor_is_current() {
+        let mut held = Held {
+            current: generation(1),
+            previous: None,
+        };
+        held.install(generation(2));
+        assert_eq!(held.previous.as_ref().map(|data| data.generation), Some(1));
+        // A retirement meant for generation 2 comes after generation 3 arrived:
+        // generation 2 is now the previous one, and may still be in use.
+        held.install(generation(3));
+        held.retire(2);
+        assert_eq!(held.previous.as_ref().map(|data| data.generation), Some(2));
+        held.retire(3);
+        assert!(held.previous.is_none());
+        assert_eq!(held.current.generation, 3);
+    }
+}

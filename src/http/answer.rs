@@ -1,0 +1,124 @@
+//! The answer to `GET /units` and `GET /metrics`, in the contract's order
+//! (CONTRACT section 3): query length, token, parameters, then the engine's plan
+//! (window, cursor, stations), `If-None-Match`, a query slot, the engine, and the
+//! envelope. The whole body is assembled before the response starts, so an error
+//! can never follow a 200.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::{HttpRequest, HttpResponse};
+use chrono::Utc;
+use stq_core::domain::query;
+use stq_core::domain::record::Kind;
+use stq_core::domain::time::{timestamp_millis_utc, Timestamp};
+
+use super::caching::{entity_tag, not_modified, IfNoneMatch};
+use super::envelope::{envelope, Meta};
+use super::error::{ApiError, JSON};
+use super::fault;
+use super::request_id::RequestId;
+use super::AppState;
+use crate::engine::{Fault, Request, RouterHandle};
+
+/// How many records a response holds, for the access log and the metrics.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct RecordCount(pub(super) usize);
+
+/// The answer to a query, or `timeout` once `--request-timeout` has passed.
+pub(super) async fn answer(
+    kind: Kind,
+    request: &HttpRequest,
+    state: &AppState,
+    router: &RouterHandle,
+) -> Result<HttpResponse, ApiError> {
+    let started = Instant::now();
+    let answering = answer_in_time(kind, request, state, router, started);
+    match actix_web::rt::time::timeout(state.admission.request_timeout(), answering).await {
+        Ok(answer) => answer,
+        Err(_) => Err(state.admission.timed_out()),
+    }
+}
+
+/// The answer, for [`answer`] to bound in time.
+async fn answer_in_time(
+    kind: Kind,
+    request: &HttpRequest,
+    state: &AppState,
+    router: &RouterHandle,
+    started: Instant,
+) -> Result<HttpResponse, ApiError> {
+    let arrived = Timestamp::now();
+    let deadline = state.admission.deadline(started);
+    let request_id = RequestId::of(request);
+    let engine = &state.engine;
+    let limits = engine.limits();
+
+    query::check_length(request.query_string(), limits)?;
+    let mut authorizations = request.headers().get_all(header::AUTHORIZATION);
+    let authorization = authorizations.next().map(HeaderValue::as_bytes);
+    if authorizations.next().is_some() {
+        return Err(ApiError::InvalidRequest {
+            reason: "more than one Authorization header",
+        });
+    }
+    let principal = engine.tokens().authenticate(authorization)?;
+    let fault = fault::requested(request.headers());
+    if fault == Some(Fault::HandlerPanic) {
+        panic!("the handler panics, as the request asked");
+    }
+    let params = query::parse(kind, request.query_string(), *limits)?;
+    let engine_error =
+        |error| ApiError::from_engine(error, &request_id, state.admission.request_timeout());
+    let query = Arc::new(Request {
+        kind,
+        params,
+        principal,
+        arrived,
+    });
+    let plan = engine.plan(&query).map_err(engine_error)?;
+    // A tag can only come from a 200 to this same query over this generation and
+    // scope, which would be a 200 again: the shards need not be asked.
+    let precondition = IfNoneMatch::of(request.headers());
+    let etag = entity_tag(state.boot, &query, &plan);
+    if precondition.names(&etag) {
+        return Ok(not_modified(etag));
+    }
+
+    // Taken at the first engine call: refusals and 304s cost no slot.
+    let permit = state.admission.enter().await?;
+    if let Some(Fault::Delay(delay)) = fault {
+        actix_web::rt::time::sleep(delay).await;
+    }
+    let page = router
+        .execute(Arc::clone(&query), plan, deadline, Fault::in_shard(fault))
+        .await
+        .map_err(engine_error)?;
+    // The plan answered, which a reload may have replaced since the check above.
+    let etag = entity_tag(state.boot, &query, page.plan());
+    // `*` matches any current answer, but only an answer: not a refusal.
+    if precondition == IfNoneMatch::Any {
+        return Ok(not_modified(etag));
+    }
+
+    let meta = Meta {
+        timestamp: timestamp_millis_utc(Utc::now()),
+        request_id: &request_id,
+        query_duration_ms: started.elapsed().as_millis() as u64,
+        next_cursor: page.next_cursor(),
+    };
+    let records = page.records();
+    let body = envelope(kind, records, &meta);
+    drop(permit);
+    // Assembly runs on this thread without a pause the timer could act in.
+    if Instant::now() > deadline {
+        return Err(state.admission.timed_out());
+    }
+    let mut response = HttpResponse::Ok()
+        .content_type(JSON)
+        .insert_header((header::ETAG, etag))
+        .body(body);
+    response.extensions_mut().insert(RecordCount(records.len()));
+    Ok(response)
+}

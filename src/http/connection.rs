@@ -1,0 +1,282 @@
+//! Client deadlines on a connection (CONTRACT section 9): a client that trickles a
+//! request head, or leaves a response unread, is cut off within `--client-timeout`.
+//!
+//! actix-http bounds the head of a connection's *first* request, and the idle time
+//! between requests, but not the head of a later request on a kept-alive
+//! connection: a client that sends one byte of its second request and then one byte
+//! a minute holds the connection forever. Nor does it bound a write the client never
+//! reads. [`Deadlined`] wraps the socket below actix-http and closes both gaps: from
+//! the first byte of a request head to its blank line, and from a write that cannot
+//! proceed to the next one that does, at most the timeout may pass.
+//!
+//! It tells where a head ends by the blank line that ends it (`\r\n\r\n`, or the
+//! bare `\n\n` HTTP/1.1 parsers also accept). A body would count as the start of the
+//! next head; stq's API takes no bodies, so a request with one is at worst cut off
+//! like a trickling one.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use actix_web::rt::time::{sleep, Sleep};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// A socket whose client must keep up.
+pub(super) struct Deadlined<T> {
+    io: T,
+    timeout: Duration,
+    head: HeadScanner,
+    /// Armed from the first byte of a head until its end.
+    head_deadline: Option<Pin<Box<Sleep>>>,
+    /// Armed while a write cannot proceed.
+    write_deadline: Option<Pin<Box<Sleep>>>,
+}
+
+impl<T> Deadlined<T> {
+    pub(super) fn new(io: T, timeout: Duration) -> Deadlined<T> {
+        Deadlined {
+            io,
+            timeout,
+            head: HeadScanner::default(),
+            head_deadline: None,
+            write_deadline: None,
+        }
+    }
+
+    /// Follows the bytes read through request heads, arming the head deadline when a
+    /// head starts and dropping it when the head is complete.
+    fn observe(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            match self.head.feed(byte) {
+                HeadEvent::Started => self.head_deadline = Some(Box::pin(sleep(self.timeout))),
+                HeadEvent::Ended => self.head_deadline = None,
+                HeadEvent::Within => {}
+            }
+        }
+    }
+}
+
+fn timed_out(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, what)
+}
+
+/// Whether an armed deadline has passed; polling it also wakes the task when it does.
+fn expired(deadline: &mut Option<Pin<Box<Sleep>>>, context: &mut Context<'_>) -> bool {
+    deadline
+        .as_mut()
+        .is_some_and(|sleep| sleep.as_mut().poll(context).is_ready())
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Deadlined<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        context: &mut Context<'_>,
+        buffer: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        let before = buffer.filled().len();
+        match Pin::new(&mut this.io).poll_read(context, buffer) {
+            Poll::Ready(Ok(())) => {
+                // A trickle keeps the read ready; the deadline counts from the head's
+                // first byte, not from the last one.
+                if expired(&mut this.head_deadline, context) {
+                    return Poll::Ready(Err(timed_out("request head too slow")));
+                }
+                this.observe(&buffer.filled()[before..]);
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(error)) => Poll::Ready(Err(error)),
+            Poll::Pending if expired(&mut this.head_deadline, context) => {
+                Poll::Ready(Err(timed_out("request head too slow")))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<T> Deadlined<T> {
+    /// A write's outcome, with the write deadline armed while it cannot proceed and
+    /// dropped once it does.
+    fn bound_write(
+        &mut self,
+        context: &mut Context<'_>,
+        outcome: Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>> {
+        if outcome.is_ready() {
+            self.write_deadline = None;
+            return outcome;
+        }
+        let timeout = self.timeout;
+        self.write_deadline
+            .get_or_insert_with(|| Box::pin(sleep(timeout)));
+        if expired(&mut self.write_deadline, context) {
+            return Poll::Ready(Err(timed_out("response not read")));
+        }
+        Poll::Pending
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Deadlined<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        context: &mut Context<'_>,
+        bytes: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let outcome = Pin::new(&mut self.io).poll_write(context, bytes);
+        self.bound_write(context, outcome)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        context: &mut Context<'_>,
+        buffers: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let outcome = Pin::new(&mut self.io).poll_write_vectored(context, buffers);
+        self.bound_write(context, outcome)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(context)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(context)
+    }
+}
+
+/// Where the bytes read so far stand against request heads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum HeadScanner {
+    /// Between requests: no byte of a head yet.
+    #[default]
+    Between,
+    /// Inside a head; the last byte was not a line end.
+    InLine,
+    /// Inside a head, just after a line end (a `\r` before a `\n` is ignored).
+    AtLineStart,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum HeadEvent {
+    Started,
+    Within,
+    Ended,
+}
+
+impl HeadScanner {
+    fn feed(&mut self, byte: u8) -> HeadEvent {
+        let (next, event) = match (*self, byte) {
+            // Line ends before a request line are allowed and ignored (RFC 9112 2.2).
+            (HeadScanner::Between, b'\r' | b'\n') => (HeadScanner::Between, HeadEvent::Within),
+            (HeadScanner::Between, _) => (HeadScanner::InLine, HeadEvent::Started),
+            (state, b'\r') => (state, HeadEvent::Within),
+            (HeadScanner::InLine, b'\n') => (HeadScanner::AtLineStart, HeadEvent::Within),
+            (HeadScanner::AtLineStart, b'\n') => (HeadScanner::Between, HeadEvent::Ended),
+            (_, _) => (HeadScanner::InLine, HeadEvent::Within),
+        };
+        *self = next;
+        event
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn events(text: &[u8]) -> Vec<HeadEvent> {
+        let mut scanner = HeadScanner::default();
+        text.iter()
+            .map(|&byte| scanner.feed(byte))
+            .filter(|event| *event != HeadEvent::Within)
+            .collect()
+    }
+
+    #[test]
+    fn heads_start_at_their_first_byte_and_end_at_the_blank_line() {
+        use HeadEvent::*;
+        assert_eq!(
+            events(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"),
+            [Started, Ended]
+        );
+        assert_eq!(events(b"GET / HTTP/1.1\nHost: x\n\n"), [Started, Ended]);
+        assert_eq!(
+            events(b"GET /a HTTP/1.1\r\n\r\nGET /b HTTP/1.1\r\n\r\n"),
+            [Started, Ended, Started, Ended]
+        );
+        // Empty lines between requests do not start a head.
+        assert_eq!(events(b"\r\n\r\nGET / HTTP/1.1\r\n\r\n"), [Started, Ended]);
+        // A head still open.
+        assert_eq!(events(b"GET / HTTP/1.1\r\nHost: x\r\n"), [Started]);
+        // A `\r` alone is not a line end: `\r\r\n` ends one line, not the head.
+        assert_eq!(events(b"GET / HTTP/1.1\r\r\nHost: x\r\n"), [Started]);
+    }
+
+    #[actix_web::test]
+    async fn a_trickled_head_is_cut_off_after_the_timeout() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let (client, server) = tokio::io::duplex(64);
+        let mut server = Deadlined::new(server, Duration::from_millis(100));
+        let trickle = actix_web::rt::spawn(async move {
+            let mut client = client;
+            for byte in b"GET / HTTP/1.1\r\nHost: x\r\n" {
+                if client.write_all(&[*byte]).await.is_err() {
+                    break;
+                }
+                sleep(Duration::from_millis(20)).await;
+            }
+            client
+        });
+        let mut buffer = [0u8; 64];
+        let started = std::time::Instant::now();
+        let error = loop {
+            match server.read(&mut buffer).await {
+                Ok(0) => panic!("the client closed first"),
+                Ok(_) => continue,
+                Err(error) => break error,
+            }
+        };
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        let elapsed = started.elapsed();
+        assert!(elapsed >= Duration::from_millis(100), "{elapsed:?}");
+        assert!(elapsed < Duration::from_millis(450), "{elapsed:?}");
+        drop(server);
+        let _ = trickle.await;
+    }
+
+    #[actix_web::test]
+    async fn whole_heads_and_idle_time_between_them_are_not_cut_off() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let (mut client, server) = tokio::io::duplex(1024);
+        let mut server = Deadlined::new(server, Duration::from_millis(50));
+        client
+            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buffer = [0u8; 1024];
+        assert!(server.read(&mut buffer).await.unwrap() > 0);
+        // Idle between requests is actix-http's keep-alive timer's business.
+        sleep(Duration::from_millis(120)).await;
+        client
+            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        assert!(server.read(&mut buffer).await.unwrap() > 0);
+    }
+
+    #[actix_web::test]
+    async fn a_response_nobody_reads_is_cut_off_after_the_timeout() {
+        use tokio::io::AsyncWriteExt as _;
+        let (_client, server) = tokio::io::duplex(16);
+        let mut server = Deadlined::new(server, Duration::from_millis(100));
+        let started = std::time::Instant::now();
+        let error = server.write_all(&[b'x'; 1024]).await.unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        assert!(started.elapsed() >= Duration::from_millis(100));
+    }
+}

@@ -1,0 +1,84 @@
+//! The success envelope (CONTRACT section 7), assembled around records rendered at
+//! load time.
+
+use serde::Serialize;
+
+use stq_core::domain::record::Kind;
+
+use crate::engine::QueryResult;
+
+/// The envelope's `meta` (CONTRACT section 7).
+#[derive(Serialize)]
+pub struct Meta<'a> {
+    pub timestamp: String,
+    pub request_id: &'a str,
+    pub query_duration_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<&'a str>,
+}
+
+/// Assembles the success body from the records' pre-rendered JSON.
+pub fn envelope(kind: Kind, result: &QueryResult, meta: &Meta) -> Vec<u8> {
+    assemble(kind, result.len(), result.records(), meta)
+}
+
+/// `{"data":[...],"message":"...","meta":{...}}` around records rendered at load.
+pub fn assemble<'a>(
+    kind: Kind,
+    count: usize,
+    records: impl Iterator<Item = &'a [u8]> + Clone,
+    meta: &Meta,
+) -> Vec<u8> {
+    let records_bytes: usize = records.clone().map(<[u8]>::len).sum();
+    let mut body = Vec::with_capacity(records_bytes + count + 256);
+    body.extend_from_slice(b"{\"data\":[");
+    for (index, record) in records.enumerate() {
+        if index > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(record);
+    }
+    body.extend_from_slice(b"],\"message\":");
+    let plural = if count == 1 { "" } else { "s" };
+    let message = format!("{count} {} record{plural}", kind.noun());
+    serde_json::to_writer(&mut body, &message).expect("writing to a Vec cannot fail");
+    body.extend_from_slice(b",\"meta\":");
+    serde_json::to_writer(&mut body, meta).expect("writing to a Vec cannot fail");
+    body.push(b'}');
+    body
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    #[test]
+    fn the_envelope_wraps_records_as_they_were_rendered() {
+        let records = [&br#"{"a":1}"#[..], &br#"{"b":"2"}"#[..]];
+        let meta = Meta {
+            timestamp: "2024-01-01T00:00:00.000Z".into(),
+            request_id: "id\"quoted",
+            query_duration_ms: 3,
+            next_cursor: Some("abc"),
+        };
+        let body = assemble(Kind::Units, 2, records.iter().copied(), &meta);
+        let value: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            value,
+            json!({"data": [{"a": 1}, {"b": "2"}], "message": "2 unit records",
+                   "meta": {"timestamp": "2024-01-01T00:00:00.000Z", "request_id": "id\"quoted",
+                            "query_duration_ms": 3, "next_cursor": "abc"}})
+        );
+        let single = Meta {
+            next_cursor: None,
+            ..meta
+        };
+        let body = assemble(Kind::Metrics, 1, records[..1].iter().copied(), &single);
+        let value: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(value["message"], "1 metric record");
+        assert!(value["meta"].get("next_cursor").is_none());
+        let empty = assemble(Kind::Metrics, 0, std::iter::empty(), &single);
+        assert!(empty.starts_with(br#"{"data":[],"message":"0 metric records""#));
+    }
+}

@@ -1,0 +1,302 @@
+//! The one place where errors become the contract's answers (CONTRACT section 7).
+//!
+//! Every layer has its own errors: the query parser's [`QueryError`], the token
+//! check's [`Unauthorized`], the engine's [`EngineError`] (which carries the
+//! cursor's). [`ApiError`] wraps each of them beside the HTTP layer's own, and
+//! only here are they given a code, a status, details and headers, so every body
+//! has the shape `{"error": {"code", "message", "details"}}`. Internal causes are
+//! logged with their request id and never shown to the client.
+
+use std::time::Duration;
+
+use actix_web::http::{header, StatusCode};
+use actix_web::{HttpResponse, ResponseError};
+use serde::Serialize;
+use serde_json::{json, Value};
+use stq_core::domain::auth::Unauthorized;
+use stq_core::domain::query::QueryError;
+use stq_core::domain::time::duration_text;
+
+use crate::engine::EngineError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("no such path; the endpoints are /units and /metrics")]
+    NotFound,
+
+    #[error("method not allowed; use GET or HEAD")]
+    MethodNotAllowed,
+
+    #[error(transparent)]
+    Unauthorized(#[from] Unauthorized),
+
+    #[error(transparent)]
+    Query(#[from] QueryError),
+
+    /// A refusal of the engine's that the client can act on: an invalid cursor,
+    /// forbidden stations, too many records. (Its window errors are `Query`, its
+    /// timeouts `Timeout`, its failures `Internal`.)
+    #[error(transparent)]
+    Engine(EngineError),
+
+    #[error("no acceptable content coding; accept gzip, br or identity")]
+    NotAcceptable,
+
+    #[error("the query took longer than {}; narrow the window or the filters", duration_text(*.after))]
+    Timeout { after: Duration },
+
+    #[error("too many queries at once; retry in a second")]
+    Overloaded,
+
+    #[error("malformed request: {reason}")]
+    InvalidRequest { reason: &'static str },
+
+    /// Something went wrong on our side; the cause was logged, the client sees only
+    /// the request id to quote.
+    #[error("internal error")]
+    Internal { request_id: String },
+}
+
+impl ApiError {
+    /// The answer to an engine error. `request_timeout` names the deadline a
+    /// `timeout` passed; a failure is logged here, with `request_id`, and shown to
+    /// the client only as that id.
+    pub(crate) fn from_engine(
+        error: EngineError,
+        request_id: &str,
+        request_timeout: Duration,
+    ) -> ApiError {
+        match error {
+            EngineError::Query(error) => ApiError::Query(error),
+            EngineError::TimedOut => ApiError::Timeout {
+                after: request_timeout,
+            },
+            EngineError::Failed(cause) => {
+                tracing::error!(request_id = %request_id, error = %cause, "query failed");
+                ApiError::Internal {
+                    request_id: request_id.to_owned(),
+                }
+            }
+            refusal @ (EngineError::Cursor(_)
+            | EngineError::Forbidden { .. }
+            | EngineError::ResultTooLarge { .. }) => ApiError::Engine(refusal),
+        }
+    }
+
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::NotFound => "not_found",
+            ApiError::MethodNotAllowed => "method_not_allowed",
+            ApiError::Unauthorized(_) => "unauthorized",
+            ApiError::Query(error) => match error {
+                QueryError::InvalidParameter { .. } => "invalid_parameter",
+                QueryError::UnknownParameter { .. } => "unknown_parameter",
+                QueryError::InvalidWindow { .. } => "invalid_window",
+                QueryError::TooManyStations { .. } => "too_many_stations",
+                QueryError::UriTooLong { .. } => "uri_too_long",
+                QueryError::WindowTooLarge { .. } => "window_too_large",
+            },
+            ApiError::Engine(error) => match error {
+                EngineError::Cursor(_) => "invalid_cursor",
+                EngineError::Forbidden { .. } => "forbidden",
+                EngineError::ResultTooLarge { .. } => "result_too_large",
+                // Never wrapped: `from_engine` gives these their own variants.
+                EngineError::Query(_) | EngineError::TimedOut | EngineError::Failed(_) => {
+                    "internal_error"
+                }
+            },
+            ApiError::NotAcceptable => "not_acceptable",
+            ApiError::Timeout { .. } => "timeout",
+            ApiError::Overloaded => "overloaded",
+            ApiError::InvalidRequest { .. } => "invalid_request",
+            ApiError::Internal { .. } => "internal_error",
+        }
+    }
+
+    fn details(&self) -> Value {
+        match self {
+            ApiError::Query(error) => match error {
+                QueryError::InvalidParameter {
+                    parameter, value, ..
+                } => match value {
+                    Some(value) => json!({ "parameter": parameter, "value": value }),
+                    None => json!({ "parameter": parameter }),
+                },
+                QueryError::UnknownParameter { parameter } => json!({ "parameter": parameter }),
+                QueryError::InvalidWindow { from, to } => {
+                    json!({ "from": from.to_rfc3339(), "to": to.to_rfc3339() })
+                }
+                QueryError::TooManyStations { count, max } => {
+                    json!({ "count": count, "max_stations": max })
+                }
+                QueryError::UriTooLong { length, max } => {
+                    json!({ "length": length, "max_query_bytes": max })
+                }
+                QueryError::WindowTooLarge {
+                    from,
+                    to,
+                    max_window,
+                } => json!({
+                    "from": from.to_rfc3339(),
+                    "to": to.to_rfc3339(),
+                    "max_window": duration_text(*max_window),
+                }),
+            },
+            ApiError::Engine(EngineError::ResultTooLarge { max_records }) => {
+                json!({ "max_records": max_records })
+            }
+            ApiError::Engine(EngineError::Forbidden { stations }) => {
+                json!({ "stations": stations })
+            }
+            ApiError::Internal { request_id } => json!({ "request_id": request_id }),
+            ApiError::Timeout { after } => json!({ "request_timeout": duration_text(*after) }),
+            ApiError::NotFound
+            | ApiError::MethodNotAllowed
+            | ApiError::Unauthorized(_)
+            | ApiError::Engine(_)
+            | ApiError::NotAcceptable
+            | ApiError::Overloaded
+            | ApiError::InvalidRequest { .. } => Value::Null,
+        }
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            ApiError::NotFound => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Query(QueryError::UriTooLong { .. }) => StatusCode::URI_TOO_LONG,
+            ApiError::Engine(EngineError::Forbidden { .. }) => StatusCode::FORBIDDEN,
+            ApiError::Query(_) | ApiError::Engine(_) | ApiError::InvalidRequest { .. } => {
+                StatusCode::BAD_REQUEST
+            }
+            ApiError::Timeout { .. } | ApiError::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::NotAcceptable => StatusCode::NOT_ACCEPTABLE,
+            ApiError::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        #[derive(Serialize)]
+        struct Body<'a> {
+            error: ErrorBody<'a>,
+        }
+        #[derive(Serialize)]
+        struct ErrorBody<'a> {
+            code: &'a str,
+            message: String,
+            details: Value,
+        }
+        let body = Body {
+            error: ErrorBody {
+                code: self.code(),
+                message: self.to_string(),
+                details: self.details(),
+            },
+        };
+        let mut response = HttpResponse::build(self.status_code());
+        match self {
+            ApiError::Unauthorized(Unauthorized { token_presented }) => {
+                let challenge = if *token_presented {
+                    r#"Bearer realm="stq", error="invalid_token""#
+                } else {
+                    r#"Bearer realm="stq""#
+                };
+                response.insert_header((header::WWW_AUTHENTICATE, challenge));
+            }
+            ApiError::MethodNotAllowed => {
+                response.insert_header((header::ALLOW, "GET, HEAD"));
+            }
+            ApiError::Overloaded => {
+                response.insert_header((header::RETRY_AFTER, "1"));
+            }
+            _ => {}
+        }
+        response
+            .content_type(JSON)
+            .body(serde_json::to_vec(&body).expect("serializing plain data cannot fail"))
+    }
+}
+
+/// `application/json`, without parameters, as the contract writes it.
+pub(crate) const JSON: &str = "application/json";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actix_web::body::MessageBody;
+
+    fn body_of(error: &ApiError) -> Value {
+        let bytes = error.error_response().into_body().try_into_bytes().unwrap();
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    #[test]
+    fn every_body_has_exactly_code_message_details() {
+        let errors = [
+            ApiError::NotFound,
+            ApiError::Query(QueryError::UnknownParameter {
+                parameter: "x".into(),
+            }),
+            ApiError::Engine(EngineError::Forbidden {
+                stations: vec!["A".into()],
+            }),
+            ApiError::Internal {
+                request_id: "r".into(),
+            },
+        ];
+        for error in &errors {
+            let body = body_of(error);
+            let object = body["error"].as_object().unwrap();
+            let mut keys: Vec<_> = object.keys().collect();
+            keys.sort();
+            assert_eq!(keys, ["code", "details", "message"]);
+            assert_eq!(body.as_object().unwrap().len(), 1);
+            assert_eq!(object["code"], error.code());
+        }
+        assert_eq!(
+            body_of(&ApiError::NotFound)["error"]["details"],
+            Value::Null
+        );
+        assert_eq!(
+            body_of(&errors[3])["error"]["details"],
+            json!({"request_id": "r"})
+        );
+    }
+
+    #[test]
+    fn a_query_string_over_the_limit_is_414() {
+        let error = ApiError::Query(QueryError::UriTooLong {
+            length: 9000,
+            max: 8192,
+        });
+        assert_eq!(error.status_code(), StatusCode::URI_TOO_LONG);
+        assert_eq!(
+            body_of(&error)["error"]["details"],
+            json!({"length": 9000, "max_query_bytes": 8192})
+        );
+    }
+
+    #[test]
+    fn unauthorized_challenges_name_the_realm() {
+        let header_of = |presented| {
+            ApiError::from(Unauthorized {
+                token_presented: presented,
+            })
+            .error_response()
+            .headers()
+            .get(header::WWW_AUTHENTICATE)
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_owned()
+        };
+        assert_eq!(header_of(false), r#"Bearer realm="stq""#);
+        assert_eq!(
+            header_of(true),
+            r#"Bearer realm="stq", error="invalid_token""#
+        );
+    }
+}

@@ -1,0 +1,194 @@
+//! The middleware of every response: its request id, `Cache-Control` and `Vary`,
+//! one access line and the metrics, and CORS (actix-cors, with the contract's
+//! answers to preflights it cannot grant).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+use actix_cors::Cors;
+use actix_web::body::{EitherBody, MessageBody};
+use actix_web::dev::{Service, ServiceRequest, ServiceResponse};
+use actix_web::error::InternalError;
+use actix_web::http::header::{self, HeaderMap, HeaderValue};
+use actix_web::http::{Method, StatusCode};
+use actix_web::{HttpMessage as _, ResponseError as _};
+
+use super::answer::RecordCount;
+use super::error::ApiError;
+use super::request_id::{request_id, RequestId, X_REQUEST_ID};
+use crate::metrics::{endpoint_label, EndpointLabels, Metrics, RequestLabels};
+
+/// Runs `service` for `request` and gives every response, of every path and
+/// status, what the contract puts on all of them: its request id, cache headers,
+/// an access line and metrics; and answers CORS preflights.
+pub(super) fn around<S, B>(
+    request: ServiceRequest,
+    service: &S,
+    origins: &[String],
+    metrics: &Arc<Metrics>,
+) -> impl Future<Output = Result<ServiceResponse<EitherBody<B>>, actix_web::Error>>
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error>,
+    B: MessageBody,
+{
+    let id = request_id(request.headers());
+    request.extensions_mut().insert(RequestId(id.clone()));
+    let access = Access::begin(&request, id);
+    let preflight = is_preflight(&request);
+    // An unlisted origin gets no CORS headers: its preflight is one more OPTIONS,
+    // and that is a 405.
+    let refused = preflight && !origin_listed(origins, request.headers());
+    let response = if refused {
+        Err(request)
+    } else {
+        Ok(service.call(request))
+    };
+    let metrics = Arc::clone(metrics);
+    async move {
+        let mut response = match response {
+            Err(request) => request
+                .error_response(ApiError::MethodNotAllowed)
+                .map_into_right_body(),
+            Ok(response) => match response.await {
+                Ok(response) if preflight => answer_preflight(response),
+                Ok(response) => response.map_into_left_body(),
+                // Errors normally arrive as responses; one that escapes as an error
+                // still leaves with the same headers.
+                Err(error) => {
+                    let mut response = error.error_response();
+                    common_headers(response.headers_mut(), &access.request_id);
+                    access.end(&metrics, response.status(), 0);
+                    return Err(InternalError::from_response(error, response).into());
+                }
+            },
+        };
+        // Compress refuses a request that excludes every coding, itself; the
+        // refusal still gets the contract's error body.
+        if response.status() == StatusCode::NOT_ACCEPTABLE {
+            response = response
+                .into_response(ApiError::NotAcceptable.error_response())
+                .map_into_right_body();
+        }
+        common_headers(response.headers_mut(), &access.request_id);
+        let records = response
+            .response()
+            .extensions()
+            .get::<RecordCount>()
+            .map_or(0, |count| count.0);
+        access.end(&metrics, response.status(), records);
+        Ok(response)
+    }
+}
+
+/// A request being answered, as the access log and the metrics see it.
+struct Access {
+    request_id: String,
+    method: Method,
+    /// Without the query string: a token pasted into a URL must not reach a log.
+    path: String,
+    started: Instant,
+}
+
+impl Access {
+    fn begin(request: &ServiceRequest, request_id: String) -> Access {
+        Access {
+            request_id,
+            method: request.method().clone(),
+            path: request.path().to_owned(),
+            started: Instant::now(),
+        }
+    }
+
+    /// One access line, and the request counted.
+    fn end(self, metrics: &Metrics, status: StatusCode, records: usize) {
+        let elapsed = self.started.elapsed();
+        tracing::info!(
+            target: "stq::access",
+            request_id = %self.request_id,
+            method = %self.method,
+            path = %self.path,
+            status = status.as_u16(),
+            records,
+            duration_ms = elapsed.as_secs_f64() * 1e3,
+            "request"
+        );
+        let endpoint = endpoint_label(&self.path);
+        metrics
+            .requests
+            .get_or_create(&RequestLabels {
+                endpoint,
+                status: status.as_u16(),
+            })
+            .inc();
+        metrics
+            .request_duration
+            .get_or_create(&EndpointLabels { endpoint })
+            .observe(elapsed.as_secs_f64());
+        if records > 0 {
+            metrics
+                .records_returned
+                .get_or_create(&EndpointLabels { endpoint })
+                .inc_by(records as u64);
+        }
+    }
+}
+
+/// CORS for the listed origins (`*` for any): GET and HEAD with `Authorization`.
+pub(super) fn cors(origins: &[String]) -> Cors {
+    let cors = origins
+        .iter()
+        .fold(Cors::default(), |cors, origin| match origin.as_str() {
+            "*" => cors.allow_any_origin(),
+            origin => cors.allowed_origin(origin),
+        });
+    cors.allowed_methods([Method::GET, Method::HEAD])
+        .allowed_header(header::AUTHORIZATION)
+        .max_age(600)
+}
+
+/// An OPTIONS that asks for CORS permission. Without an `Origin` it can never be
+/// granted, and is refused like any other OPTIONS.
+fn is_preflight(request: &ServiceRequest) -> bool {
+    request.method() == Method::OPTIONS
+        && request
+            .headers()
+            .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD)
+}
+
+fn origin_listed(origins: &[String], headers: &HeaderMap) -> bool {
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return false;
+    };
+    origins
+        .iter()
+        .any(|listed| listed == "*" || listed.as_bytes() == origin.as_bytes())
+}
+
+/// A listed origin's preflight, as actix-cors answered it: 204 when it allowed the
+/// request, else the 405 any other OPTIONS gets, with the contract's error body.
+fn answer_preflight<B>(mut response: ServiceResponse<B>) -> ServiceResponse<EitherBody<B>> {
+    if response.status().is_success() {
+        *response.response_mut().status_mut() = StatusCode::NO_CONTENT;
+        response.map_into_left_body()
+    } else {
+        response
+            .into_response(ApiError::MethodNotAllowed.error_response())
+            .map_into_right_body()
+    }
+}
+
+/// What every response carries (CONTRACT sections 7 and 8). Set after compression,
+/// so that `Vary` is exactly the contract's.
+fn common_headers(headers: &mut HeaderMap, request_id: &str) {
+    let request_id = HeaderValue::from_str(request_id).expect("request ids are visible ASCII");
+    headers.insert(X_REQUEST_ID, request_id);
+    headers.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("private, no-cache"),
+    );
+    headers.insert(
+        header::VARY,
+        HeaderValue::from_static("Authorization, Accept-Encoding"),
+    );
+}

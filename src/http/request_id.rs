@@ -1,0 +1,58 @@
+//! Request ids (CONTRACT section 7): the client's `X-Request-Id` when it is
+//! printable and short, else a fresh UUID; echoed on the response, quoted in the
+//! envelope, an internal error and the access line.
+
+use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
+use actix_web::{HttpMessage as _, HttpRequest};
+
+pub(crate) const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// The request id of a request, set by the middleware.
+#[derive(Clone, Debug)]
+pub(crate) struct RequestId(pub(crate) String);
+
+impl RequestId {
+    /// The id the middleware gave `request` (or, outside it, the one it would).
+    pub(crate) fn of(request: &HttpRequest) -> String {
+        request
+            .extensions()
+            .get::<RequestId>()
+            .map_or_else(|| request_id(request.headers()), |id| id.0.clone())
+    }
+}
+
+/// The client's `X-Request-Id` when it is 1 to 128 visible ASCII characters, else a
+/// fresh UUID v4.
+pub(crate) fn request_id(headers: &HeaderMap) -> String {
+    headers
+        .get(X_REQUEST_ID)
+        .map(HeaderValue::as_bytes)
+        .filter(|id| {
+            (1..=128).contains(&id.len()) && id.iter().all(|byte| (b'!'..=b'~').contains(byte))
+        })
+        .and_then(|id| std::str::from_utf8(id).ok())
+        .map_or_else(|| uuid::Uuid::new_v4().to_string(), str::to_owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_ids_are_echoed_only_when_well_formed() {
+        let with = |value: &[u8]| {
+            let mut headers = HeaderMap::new();
+            headers.insert(X_REQUEST_ID, HeaderValue::from_bytes(value).unwrap());
+            request_id(&headers)
+        };
+        assert_eq!(with(b"abc-123"), "abc-123");
+        assert_eq!(with(b"!\"~"), "!\"~");
+        let long = "x".repeat(128);
+        assert_eq!(with(long.as_bytes()), long);
+        for bad in [&b"x".repeat(129)[..], b"a b", b"caf\xc3\xa9"] {
+            let fresh = with(bad);
+            assert!(uuid::Uuid::parse_str(&fresh).is_ok(), "{fresh}");
+        }
+        assert_eq!(request_id(&HeaderMap::new()).len(), 36);
+    }
+}

@@ -1,0 +1,132 @@
+//! The listeners: the API's, assembled from actix-server and actix-http around the
+//! client deadlines of [`connection`](super::connection), and the admin listener
+//! that serves the metrics; and the graceful stop on SIGTERM and SIGINT.
+
+use std::net::{SocketAddr, ToSocketAddrs as _};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_http::{error::DispatchError, HttpService};
+use actix_service::{fn_service, map_config, ServiceFactoryExt as _};
+use actix_web::dev::AppConfig;
+use actix_web::rt::net::TcpStream;
+use actix_web::{web, HttpServer};
+use anyhow::Context as _;
+use socket2::{Domain, Protocol, Socket, Type};
+
+use super::connection::Deadlined;
+use super::{app, AppState};
+use crate::metrics::Metrics;
+
+/// The API listener on `address`, with `workers` HTTP workers, each with a router
+/// of its own; not yet running. Returns the address it is bound to.
+pub fn api_server(
+    address: &str,
+    workers: usize,
+    client_timeout: Duration,
+    state: web::Data<AppState>,
+) -> anyhow::Result<(actix_server::Server, SocketAddr)> {
+    let listener = listen(address)?;
+    let address = listener.local_addr()?;
+    // actix-web's HttpServer would do this assembly, but it has no place to wrap the
+    // socket, which the client deadlines need (see `connection`).
+    let server = actix_server::Server::build()
+        .workers(workers)
+        // actix-server stops at once on SIGINT; the contract wants both graceful.
+        .disable_signals()
+        .listen("stq", listener, move || {
+            let app = app(state.clone(), state.engine().router());
+            fn_service(move |stream: TcpStream| async move {
+                // As actix-web's own server does: an answer leaves at once instead
+                // of waiting for the client's acknowledgement of the last one.
+                let _ = stream.set_nodelay(true);
+                let peer = stream.peer_addr().ok();
+                Ok::<_, DispatchError>((Deadlined::new(stream, client_timeout), peer))
+            })
+            .and_then(
+                HttpService::build()
+                    .keep_alive(client_timeout)
+                    .client_request_timeout(client_timeout)
+                    .client_disconnect_timeout(Duration::from_secs(1))
+                    .local_addr(address)
+                    .h1(map_config(app, |_| AppConfig::default())),
+            )
+        })?
+        .run();
+    Ok((server, address))
+}
+
+/// A listening socket as actix-web's own server makes it: address reuse, and a
+/// backlog deep enough for a burst of dashboards connecting at once.
+fn listen(address: &str) -> anyhow::Result<std::net::TcpListener> {
+    let context = || format!("cannot listen on {address}");
+    let resolved = address
+        .to_socket_addrs()
+        .with_context(context)?
+        .next()
+        .with_context(context)?;
+    let socket = Socket::new(
+        Domain::for_address(resolved),
+        Type::STREAM,
+        Some(Protocol::TCP),
+    )
+    .with_context(context)?;
+    socket.set_reuse_address(true).with_context(context)?;
+    socket.bind(&resolved.into()).with_context(context)?;
+    socket.listen(1024).with_context(context)?;
+    Ok(socket.into())
+}
+
+/// The admin listener: Prometheus metrics at `GET /metrics`, on its own address so
+/// that it can stay off the network the API faces.
+pub fn admin_server(
+    address: &str,
+    metrics: Arc<Metrics>,
+) -> anyhow::Result<actix_web::dev::Server> {
+    let server = HttpServer::new(move || {
+        let metrics = Arc::clone(&metrics);
+        actix_web::App::new().route(
+            "/metrics",
+            web::get().to(move || {
+                let text = metrics.render();
+                async move {
+                    actix_web::HttpResponse::Ok()
+                        .content_type("application/openmetrics-text; version=1.0.0; charset=utf-8")
+                        .body(text)
+                }
+            }),
+        )
+    })
+    .workers(1)
+    .disable_signals()
+    .bind(address)
+    .with_context(|| format!("cannot listen on {address} for the admin listener"))?;
+    for bound in server.addrs() {
+        tracing::info!("metrics at http://{bound}/metrics");
+    }
+    Ok(server.run())
+}
+
+/// On SIGTERM or SIGINT: stop accepting, let the requests in flight finish, then
+/// end the process.
+pub fn stop_gracefully_on_signals(
+    servers: Vec<actix_web::dev::ServerHandle>,
+) -> std::io::Result<()> {
+    use actix_web::rt::signal::unix::{signal, SignalKind};
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    actix_web::rt::spawn(async move {
+        let name = match futures_util::future::select(
+            Box::pin(terminate.recv()),
+            Box::pin(interrupt.recv()),
+        )
+        .await
+        {
+            futures_util::future::Either::Left(_) => "SIGTERM",
+            futures_util::future::Either::Right(_) => "SIGINT",
+        };
+        tracing::info!("{name}: no new connections; finishing the requests in flight");
+        futures_util::future::join_all(servers.iter().map(|server| server.stop(true))).await;
+    });
+    Ok(())
+}
