@@ -19,7 +19,7 @@ import re
 
 import schemathesis
 
-# CONTRACT section 4: RFC 3339 as the contract restricts it, or epoch milliseconds.
+# docs/api.md section 4: RFC 3339 as the contract restricts it, or epoch milliseconds.
 # The document's `pattern` for `from`/`to` has already guaranteed one of the two.
 RFC_3339 = re.compile(
     r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?"

@@ -1,4 +1,4 @@
-//! Prometheus metrics (CONTRACT section 8): what stq counts, and their exposition
+//! Prometheus metrics (docs/api.md section 8): what stq counts, and their exposition
 //! in the OpenMetrics text format by prometheus-client, served on the admin
 //! listener. Every name starts with `stq_`.
 //!

@@ -1,5 +1,5 @@
-//! Fuzz target for the query-string parser, `stq_core::domain::query::parse` (CONTRACT sections
-//! 4, 5 and 9), for both endpoints. It must never panic, and a query it accepts
+//! Fuzz target for the query-string parser, `stq_core::domain::query::parse`
+//! (docs/api.md sections 4, 5 and 9), for both endpoints. It must never panic, and a query it accepts
 //! must respect every limit: length, distinct stations, `limit`, `cursor` only
 //! with `limit`, normalized lists, and a window no longer than `--max-window`.
 //! The invariants are `tests/parser_checks/mod.rs`, shared with the proptest

@@ -1,5 +1,5 @@
-//! Fuzz target for the snapshot line parser, `stq_core::domain::record::parse_line` (CONTRACT
-//! section 2): the input, when it is UTF-8, is one line of a `*.units.jsonl` and of
+//! Fuzz target for the snapshot line parser,
+//! `stq_core::domain::record::parse_line` (docs/api.md section 2): the input, when it is UTF-8, is one line of a `*.units.jsonl` and of
 //! a `*.metrics.jsonl` file. It must never panic; an accepted line must render a
 //! JSON record with exactly its kind's fields, each as the line wrote it
 //! (`time_created` verbatim); a rejected line must leave the output buffer alone.

@@ -1,4 +1,4 @@
-//! The command line (CONTRACT section 1). Every flag can also come from an
+//! The command line (docs/api.md section 1). Every flag can also come from an
 //! environment variable `STQ_` + the flag in upper case with `-` as `_`; a flag on
 //! the command line wins over its variable.
 

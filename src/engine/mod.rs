@@ -39,7 +39,7 @@ use shard::{ShardError, ShardHandle};
 /// Why the engine did not answer a query.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
-    /// The request's window cannot be resolved (CONTRACT section 5).
+    /// The request's window cannot be resolved (docs/api.md section 5).
     #[error(transparent)]
     Query(#[from] QueryError),
 

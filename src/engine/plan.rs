@@ -1,4 +1,4 @@
-//! A request turned into a query in the index's terms (CONTRACT sections 3 to 6):
+//! A request turned into a query in the index's terms (docs/api.md sections 3 to 6):
 //! which stations (by rank) the token may and does ask for, the window and where a
 //! cursor resumes it, filters as symbols, and the cap. And, once the shards have
 //! answered, the page: the records it keeps and the cursor of the next one.

@@ -1,4 +1,4 @@
-//! Hot reload (CONTRACT section 8): on SIGHUP, or on a change under the snapshot
+//! Hot reload (docs/api.md section 8): on SIGHUP, or on a change under the snapshot
 //! directory or to the tokens file with `--watch`, generation N+1 is built off to
 //! the side with the same validation as at start-up, installed into every shard,
 //! and only then swapped in with the tokens read alongside it. A failed reload

@@ -1,4 +1,4 @@
-//! How many queries run at once, and for how long (CONTRACT section 9).
+//! How many queries run at once, and for how long (docs/api.md section 9).
 //!
 //! actix-web has neither a concurrency cap nor a handler timeout of its own. A query
 //! holds a permit from its first engine call to its last byte of envelope; a request

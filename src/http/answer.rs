@@ -1,5 +1,5 @@
 //! The answer to `GET /units` and `GET /metrics`, in the contract's order
-//! (CONTRACT section 3): query length, token, parameters, then the engine's plan
+//! (docs/api.md section 3): query length, token, parameters, then the engine's plan
 //! (window, cursor, stations), `If-None-Match`, a query slot, the engine, and the
 //! envelope. The whole body is assembled before the response starts, so an error
 //! can never follow a 200.

@@ -1,4 +1,4 @@
-//! HTTP caching for pollers (CONTRACT section 8): weak ETags from what the answer
+//! HTTP caching for pollers (docs/api.md section 8): weak ETags from what the answer
 //! depends on, and `If-None-Match`.
 
 use std::hash::{Hash as _, Hasher as _};

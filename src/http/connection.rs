@@ -1,4 +1,4 @@
-//! Client deadlines on a connection (CONTRACT section 9): a client that trickles a
+//! Client deadlines on a connection (docs/api.md section 9): a client that trickles a
 //! request head, or leaves a response unread, is cut off within `--client-timeout`.
 //!
 //! actix-http bounds the head of a connection's *first* request, and the idle time

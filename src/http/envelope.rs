@@ -1,4 +1,4 @@
-//! The success envelope (CONTRACT section 7), assembled around records rendered at
+//! The success envelope (docs/api.md section 7), assembled around records rendered at
 //! load time.
 
 use serde::Serialize;
@@ -7,7 +7,7 @@ use stq_core::domain::record::Kind;
 
 use crate::engine::QueryResult;
 
-/// The envelope's `meta` (CONTRACT section 7).
+/// The envelope's `meta` (docs/api.md section 7).
 #[derive(Serialize)]
 pub struct Meta<'a> {
     pub timestamp: String,

@@ -1,4 +1,4 @@
-//! The one place where errors become the contract's answers (CONTRACT section 7).
+//! The one place where errors become the contract's answers (docs/api.md section 7).
 //!
 //! Every layer has its own errors: the query parser's [`QueryError`], the token
 //! check's [`Unauthorized`], the engine's [`EngineError`] (which carries the

@@ -178,7 +178,7 @@ fn answer_preflight<B>(mut response: ServiceResponse<B>) -> ServiceResponse<Eith
     }
 }
 
-/// What every response carries (CONTRACT sections 7 and 8). Set after compression,
+/// What every response carries (docs/api.md sections 7 and 8). Set after compression,
 /// so that `Vary` is exactly the contract's.
 fn common_headers(headers: &mut HeaderMap, request_id: &str) {
     let request_id = HeaderValue::from_str(request_id).expect("request ids are visible ASCII");

@@ -1,4 +1,4 @@
-//! Request ids (CONTRACT section 7): the client's `X-Request-Id` when it is
+//! Request ids (docs/api.md section 7): the client's `X-Request-Id` when it is
 //! printable and short, else a fresh UUID; echoed on the response, quoted in the
 //! envelope, an internal error and the access line.
 

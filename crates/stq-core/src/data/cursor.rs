@@ -1,4 +1,4 @@
-//! Page cursors (CONTRACT section 6): opaque strings that carry where the next page
+//! Page cursors (docs/api.md section 6): opaque strings that carry where the next page
 //! starts and the window the first page resolved.
 //!
 //! A cursor is `base64url(payload || tag)`. The payload holds the endpoint, the

@@ -1,4 +1,4 @@
-//! The contract's record order (CONTRACT section 6) as plain integers: by instant,
+//! The contract's record order (docs/api.md section 6) as plain integers: by instant,
 //! then by station id in byte order, then by load order. A station id is replaced by
 //! its rank in the generation's sorted station list and load order by the line's
 //! file index and line number, so comparing two records compares three numbers.

@@ -1,4 +1,4 @@
-//! Snapshot loading (CONTRACT section 2): finding the files, reading them (gzip
+//! Snapshot loading (docs/api.md section 2): finding the files, reading them (gzip
 //! too), parsing and validating every line on all cores, and building an immutable
 //! [`Generation`] with its stations spread over shards.
 //!
@@ -34,7 +34,7 @@ use crate::domain::record::{parse_line, FilterFields, Kind};
 /// enough to keep both cores busy on a single file.
 const BLOCK_BYTES: usize = 1 << 20;
 
-/// How many invalid lines a failed start prints (CONTRACT section 2).
+/// How many invalid lines a failed start prints (docs/api.md section 2).
 pub const INVALID_LINES_SHOWN: usize = 20;
 
 /// What to do with an invalid line.

@@ -1,4 +1,4 @@
-//! Bearer tokens and what they may see (CONTRACT section 3).
+//! Bearer tokens and what they may see (docs/api.md section 3).
 //!
 //! The tokens file holds only SHA-256 digests; a presented token is hashed and its
 //! digest compared with every known one, so the plain token is never stored,
@@ -13,7 +13,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use subtle::{ConditionallySelectable as _, ConstantTimeEq as _};
 
-/// A request without a known bearer token (CONTRACT section 3).
+/// A request without a known bearer token (docs/api.md section 3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("missing or invalid bearer token")]
 pub struct Unauthorized {

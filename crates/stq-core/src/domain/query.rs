@@ -1,4 +1,4 @@
-//! Query-string parsing and validation (CONTRACT section 4), and the time window
+//! Query-string parsing and validation (docs/api.md section 4), and the time window
 //! rules (section 5). Pure: a raw query string in, a normalized [`QueryParams`] or
 //! the contract's 400 out.
 //!
@@ -47,7 +47,7 @@ pub enum QueryError {
     },
 }
 
-/// The limits that parameter validation depends on (CONTRACT sections 4, 6 and 9).
+/// The limits that parameter validation depends on (docs/api.md sections 4, 6 and 9).
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
     pub max_records: usize,
@@ -263,7 +263,7 @@ pub fn parse(kind: Kind, query: &str, limits: Limits) -> Result<QueryParams, Que
 }
 
 impl QueryParams {
-    /// The window of CONTRACT section 5, with `now` the time the request arrived,
+    /// The window of docs/api.md section 5, with `now` the time the request arrived,
     /// no longer than `max_window` (section 9).
     pub fn window(
         &self,

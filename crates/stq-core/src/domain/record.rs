@@ -1,7 +1,7 @@
 //! Records: the two record kinds, how a snapshot line becomes a record,
 //! and the record's response JSON, rendered once, here, at load time.
 //!
-//! A snapshot line has exactly the shape the API returns (CONTRACT section 2), so
+//! A snapshot line has exactly the shape the API returns (docs/api.md section 2), so
 //! parsing a line and rendering its response bytes are one step: the rendered bytes
 //! are what every later response copies, and nothing serializes a record again.
 
@@ -90,7 +90,7 @@ impl Directions {
         input: false,
         output: false,
     };
-    /// What a query that names no direction keeps (CONTRACT section 4).
+    /// What a query that names no direction keeps (docs/api.md section 4).
     pub const OUTPUT: Directions = Directions {
         input: false,
         output: true,

@@ -1,4 +1,4 @@
-//! Instants and the date-time grammar of CONTRACT section 4.
+//! Instants and the date-time grammar of docs/api.md section 4.
 //!
 //! The contract's grammar is stricter than RFC 3339 parsers in the wild (chrono
 //! accepts a space for `T` and second 60), so the grammar is checked here by hand;
@@ -19,7 +19,7 @@ pub struct Timestamp {
     pub nanos: u32,
 }
 
-/// Seconds in the default window (CONTRACT section 5).
+/// Seconds in the default window (docs/api.md section 5).
 /// A half-open window of time: `from <= t < to`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Window {
