@@ -56,7 +56,10 @@ const SAMPLE_SIZE: usize = 200;
 /// The share of sampled paths that must answer 200 with data, else the paths are wrong.
 const MINIMUM_SHARE_WITH_DATA: f64 = 0.5;
 const WRK_THREADS: u32 = 2;
+/// Every query runs at this many connections; Q1 also at [`MANY_CONNECTIONS`].
 const WRK_CONNECTIONS: u32 = 32;
+/// A crowd of dashboards: Q1 is run once more with this many connections.
+const MANY_CONNECTIONS: u32 = 256;
 const WARM_UP_SECONDS: u64 = 1;
 /// The measured duration per query and server; `LOAD_SECONDS` overrides it.
 const DEFAULT_MEASURED_SECONDS: u64 = 5;
@@ -154,7 +157,19 @@ fn run_benchmark() -> anyhow::Result<()> {
     let tokens = write_tokens_file(&layout)?;
     let paths = write_paths(&layout, &dataset)?;
 
-    let stq = start_stq(&layout, &tokens, &pids)?;
+    let stq = start_stq(&layout.stq, &layout, &tokens, &pids, "stq")?;
+    // `LOAD_CANDIDATE=/path/to/stq`: a second build measured in the same rounds, for
+    // an interleaved A/B of two designs.
+    let candidate = match std::env::var_os("LOAD_CANDIDATE") {
+        Some(path) => Some(start_stq(
+            Path::new(&path),
+            &layout,
+            &tokens,
+            &pids,
+            "candidate",
+        )?),
+        None => None,
+    };
     let startup = Startup::measure(&stq, dataset.jsonl_bytes)?;
     println!(
         "stq ready at {}: loaded in {:.0} ms ({:.1} MB at {:.0} MB/s), RSS {:.1} MB = {:.2} x the JSONL bytes",
@@ -166,19 +181,39 @@ fn run_benchmark() -> anyhow::Result<()> {
         startup.rss_bytes as f64 / startup.jsonl_bytes as f64,
     );
 
+    // `LOAD_QUERIES=Q1,Q3`: only these queries (a quicker, partial run).
+    let only = std::env::var("LOAD_QUERIES").ok();
+    let chosen = |query: &Query| {
+        only.as_deref()
+            .is_none_or(|names| names.split(',').any(|name| name.trim() == query.name))
+    };
+    let mut runs: Vec<(&'static Query, &PathBuf, u32)> = QUERIES
+        .iter()
+        .zip(&paths)
+        .map(|(query, paths_file)| (query, paths_file, WRK_CONNECTIONS))
+        .collect();
+    runs.push((&QUERIES[0], &paths[0], MANY_CONNECTIONS));
     let mut outcomes = Vec::new();
-    for (query, paths_file) in QUERIES.iter().zip(&paths) {
+    for (query, paths_file, connections) in runs {
+        if !chosen(query) {
+            continue;
+        }
         outcomes.push(measure_query(
             &layout,
-            query,
-            paths_file,
+            Measured {
+                query,
+                paths_file,
+                connections,
+            },
             &stq,
+            candidate.as_ref(),
             &pids,
             measured_seconds,
         )?);
     }
     let rss_after_runs = resident_bytes(stq.process.id())?;
     drop(stq);
+    drop(candidate);
 
     let report = Report {
         outcomes,
@@ -186,6 +221,7 @@ fn run_benchmark() -> anyhow::Result<()> {
         rss_after_runs,
         machine: Machine::describe(),
         measured_seconds,
+        candidate: std::env::var("LOAD_CANDIDATE").ok(),
     }
     .to_markdown();
     println!("\n{report}");
@@ -636,19 +672,27 @@ fn write_paths(layout: &Layout, dataset: &Dataset) -> anyhow::Result<Vec<PathBuf
 // ---------------------------------------------------------------------------
 // stq
 
-fn start_stq(layout: &Layout, tokens: &Path, pids: &PidFile) -> anyhow::Result<Server> {
-    println!("starting {}", layout.stq.display());
-    let mut command = Command::new(&layout.stq);
+fn start_stq(
+    binary: &Path,
+    layout: &Layout,
+    tokens: &Path,
+    pids: &PidFile,
+    name: &str,
+) -> anyhow::Result<Server> {
+    println!("starting {}", binary.display());
+    let mut command = Command::new(binary);
     command
         .arg("serve")
         // Port 0: the kernel picks a free port, and stq logs the one it got.
         .args(["--listen", "127.0.0.1:0"])
+        // Two servers may run at once (`LOAD_CANDIDATE`).
+        .args(["--admin-listen", "127.0.0.1:0"])
         .arg("--snapshots")
         .arg(layout.snapshots())
         .arg("--tokens")
         .arg(tokens)
         .env("RUST_LOG", "info");
-    start_server(&mut command, &layout.work.join("stq.log"), pids)
+    start_server(&mut command, &layout.work.join(format!("{name}.log")), pids)
 }
 
 /// stq's start-up: what its ready line says, and its resident memory then.
@@ -753,18 +797,41 @@ fn start_limit(
 /// for the limit.
 struct Outcome {
     query: &'static Query,
+    connections: u32,
     sample: SampleCheck,
     /// The round with the median request rate, for each server.
     stq: WrkFigures,
     limit: WrkFigures,
     /// stq's rate over the limit's, round by round, in ascending order.
     ratios: Vec<f64>,
+    /// The same for `LOAD_CANDIDATE`, when one is measured.
+    candidate: Option<(WrkFigures, Vec<f64>)>,
 }
 
 impl Outcome {
     fn median_ratio(&self) -> f64 {
-        self.ratios[self.ratios.len() / 2]
+        median(&self.ratios)
     }
+
+    fn name(&self) -> String {
+        if self.connections == WRK_CONNECTIONS {
+            self.query.name.to_owned()
+        } else {
+            format!("{} @{}", self.query.name, self.connections)
+        }
+    }
+}
+
+/// The median of values in ascending order.
+fn median(sorted: &[f64]) -> f64 {
+    sorted[sorted.len() / 2]
+}
+
+/// What one run measures: a query's paths at a number of connections.
+struct Measured<'a> {
+    query: &'static Query,
+    paths_file: &'a Path,
+    connections: u32,
 }
 
 /// The round whose request rate is the median of the rounds.
@@ -778,13 +845,21 @@ fn median_round(mut rounds: Vec<WrkFigures>) -> WrkFigures {
 
 fn measure_query(
     layout: &Layout,
-    query: &'static Query,
-    paths_file: &Path,
+    measured: Measured<'_>,
     stq: &Server,
+    candidate: Option<&Server>,
     pids: &PidFile,
     measured_seconds: u64,
 ) -> anyhow::Result<Outcome> {
-    println!("\n{} {}", query.name, query.description);
+    let Measured {
+        query,
+        paths_file,
+        connections,
+    } = measured;
+    println!(
+        "\n{} {}, {connections} connections",
+        query.name, query.description
+    );
     let paths: Vec<String> = fs::read_to_string(paths_file)?
         .lines()
         .map(str::to_owned)
@@ -800,12 +875,13 @@ fn measure_query(
     );
 
     let run = |server: &str, address: &str, round: usize| -> anyhow::Result<WrkFigures> {
-        let label = format!("{server}-{}-round-{round}", query.name);
+        let label = format!("{server}-{}-{connections}-round-{round}", query.name);
         let wrk = Wrk {
             layout,
             address,
             paths_file,
             pids,
+            connections,
         };
         wrk.run(&format!("{label}-warm-up"), WARM_UP_SECONDS)?;
         let figures = wrk.run(&label, measured_seconds)?;
@@ -816,23 +892,39 @@ fn measure_query(
     let limit = start_limit(layout, query, body_bytes, pids)?;
     let mut stq_rounds = Vec::with_capacity(ROUNDS);
     let mut limit_rounds = Vec::with_capacity(ROUNDS);
+    let mut candidate_rounds = Vec::with_capacity(ROUNDS);
     for round in 1..=ROUNDS {
         stq_rounds.push(run("stq", &stq.address, round)?);
+        if let Some(candidate) = candidate {
+            candidate_rounds.push(run("candidate", &candidate.address, round)?);
+        }
         limit_rounds.push(run("limit", &limit.address, round)?);
     }
     drop(limit);
-    let mut ratios: Vec<f64> = stq_rounds
-        .iter()
-        .zip(&limit_rounds)
-        .map(|(stq, limit)| stq.requests_per_second() / limit.requests_per_second())
-        .collect();
-    ratios.sort_by(f64::total_cmp);
+    let ratios = |rounds: &[WrkFigures]| {
+        let mut ratios: Vec<f64> = rounds
+            .iter()
+            .zip(&limit_rounds)
+            .map(|(server, limit)| server.requests_per_second() / limit.requests_per_second())
+            .collect();
+        ratios.sort_by(f64::total_cmp);
+        ratios
+    };
+    let stq_ratios = ratios(&stq_rounds);
+    let candidate = if candidate_rounds.is_empty() {
+        None
+    } else {
+        let candidate_ratios = ratios(&candidate_rounds);
+        Some((median_round(candidate_rounds), candidate_ratios))
+    };
     Ok(Outcome {
         query,
+        connections,
         sample,
         stq: median_round(stq_rounds),
         limit: median_round(limit_rounds),
-        ratios,
+        ratios: stq_ratios,
+        candidate,
     })
 }
 
@@ -920,6 +1012,7 @@ struct Wrk<'a> {
     address: &'a str,
     paths_file: &'a Path,
     pids: &'a PidFile,
+    connections: u32,
 }
 
 impl Wrk<'_> {
@@ -930,7 +1023,7 @@ impl Wrk<'_> {
         command
             .arg("--latency")
             .args(["--threads", &WRK_THREADS.to_string()])
-            .args(["--connections", &WRK_CONNECTIONS.to_string()])
+            .args(["--connections", &self.connections.to_string()])
             .args(["--duration", &format!("{seconds}s")])
             // Slow answers count in the latencies instead of vanishing as timeouts.
             .args(["--timeout", "10s"])
@@ -1075,6 +1168,8 @@ struct Report {
     rss_after_runs: u64,
     machine: Machine,
     measured_seconds: u64,
+    /// `LOAD_CANDIDATE`'s path, when a second build was measured.
+    candidate: Option<String>,
 }
 
 impl Report {
@@ -1082,13 +1177,20 @@ impl Report {
         let mut text = String::new();
         let _ = writeln!(
             text,
-            "wrk {WRK_THREADS} threads, {WRK_CONNECTIONS} connections, {PATHS_PER_QUERY} paths per \
-             query; {ROUNDS} rounds per query in which stq and the limit take turns, {} s each \
+            "wrk {WRK_THREADS} threads, {WRK_CONNECTIONS} connections (Q1 also \
+             {MANY_CONNECTIONS}), {PATHS_PER_QUERY} paths per query; {ROUNDS} rounds per query in which stq and the limit take turns, {} s each \
              after a {WARM_UP_SECONDS} s warm-up; req/s, latencies and bytes are each server's \
              median round, stq/limit the median of the rounds' ratios. The limit: actix-web \
              with stq's worker count, a fixed body of stq's mean body size.\n",
             self.measured_seconds
         );
+        if let Some(candidate) = &self.candidate {
+            let _ = writeln!(
+                text,
+                "The candidate, `{candidate}`, ran in the same rounds, after stq and before \
+                 the limit.\n"
+            );
+        }
         text.push_str(&self.queries_table());
         let errors = self.errors();
         if !errors.is_empty() {
@@ -1112,7 +1214,7 @@ impl Report {
     }
 
     fn queries_table(&self) -> String {
-        let header = [
+        let mut header = vec![
             "query",
             "stq req/s",
             "limit req/s",
@@ -1126,13 +1228,16 @@ impl Report {
             "stq body (sample)",
             "limit bytes/resp (wrk)",
         ];
+        if self.candidate.is_some() {
+            header.extend(["candidate req/s", "candidate/limit", "candidate p99"]);
+        }
         let rows: Vec<Vec<String>> = self
             .outcomes
             .iter()
             .map(|outcome| {
                 let (stq, limit) = (&outcome.stq, &outcome.limit);
-                vec![
-                    format!("{} {}", outcome.query.name, outcome.query.description),
+                let mut row = vec![
+                    format!("{} {}", outcome.name(), outcome.query.description),
                     format!("{:.0}", stq.requests_per_second()),
                     format!("{:.0}", limit.requests_per_second()),
                     format!("{:.2}", outcome.median_ratio()),
@@ -1149,7 +1254,15 @@ impl Report {
                     format!("{:.0}", stq.bytes_per_response()),
                     format!("{:.0}", outcome.sample.mean_body_bytes()),
                     format!("{:.0}", limit.bytes_per_response()),
-                ]
+                ];
+                if let Some((candidate, ratios)) = &outcome.candidate {
+                    row.extend([
+                        format!("{:.0}", candidate.requests_per_second()),
+                        format!("{:.2}", median(ratios)),
+                        milliseconds(candidate.latency_p99_us),
+                    ]);
+                }
+                row
             })
             .collect();
         table(&header, &rows)
@@ -1159,9 +1272,13 @@ impl Report {
     fn errors(&self) -> Vec<String> {
         let mut lines = Vec::new();
         for outcome in &self.outcomes {
-            for (server, figures) in [("stq", &outcome.stq), ("limit", &outcome.limit)] {
-                if let Some(errors) = figures.errors() {
-                    lines.push(format!("{} {server}: {errors}", outcome.query.name));
+            let candidate = outcome.candidate.as_ref().map(|(figures, _)| figures);
+            let servers = [("stq", Some(&outcome.stq)), ("limit", Some(&outcome.limit))]
+                .into_iter()
+                .chain([("candidate", candidate)]);
+            for (server, figures) in servers {
+                if let Some(errors) = figures.and_then(WrkFigures::errors) {
+                    lines.push(format!("{} {server}: {errors}", outcome.name()));
                 }
             }
         }

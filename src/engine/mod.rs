@@ -1,8 +1,9 @@
 //! The engine: the actors that hold the data and answer queries over it.
 //!
-//! One shard actor per shard holds that shard's part of the current generation
-//! ([`shard`]); one router actor per HTTP worker fans a query out to the shards that
-//! hold its stations and merges their answers ([`router`]). A request is first
+//! One shard actor per shard and HTTP worker holds that shard's part of the
+//! current generation ([`shard`]); one router actor per HTTP worker fans a query
+//! out to its own worker's actors of the shards that hold its stations and merges
+//! their answers ([`router`]), so a query stays on the thread it arrived on. A request is first
 //! planned against the current catalog ([`plan`]); a reload builds the next
 //! generation beside the current one and swaps it in ([`reload`]).
 //!
@@ -25,6 +26,7 @@ use parking_lot::RwLock;
 use prometheus_client::metrics::counter::Counter;
 use stq_core::data::catalog::{Catalog, Generation};
 use stq_core::data::cursor::{CursorError, CursorKey};
+use stq_core::data::shard::ShardData;
 use stq_core::domain::auth::Tokens;
 use stq_core::domain::query::{Limits, QueryError};
 
@@ -34,7 +36,8 @@ pub use reload::{reload_on_change, reload_on_hangup, ReloadError, ReloadTrigger,
 pub use router::{Page, QueryResult, RouterHandle};
 pub(crate) use shard::panic_message;
 
-use shard::{ShardError, ShardHandle};
+use parking_lot::Mutex;
+use shard::{Shard, ShardError, ShardHandle};
 
 /// Why the engine did not answer a query.
 #[derive(Debug, thiserror::Error)]
@@ -76,15 +79,20 @@ impl From<ShardError> for EngineError {
     }
 }
 
-/// The running engine: the shard actors, started once for the whole process, and
-/// the generation they serve. Cheap to clone; every clone is the same engine.
+/// The running engine: the shards, the replicas of them that the HTTP workers'
+/// routers started, and the generation they serve. Cheap to clone; every clone is
+/// the same engine.
 #[derive(Clone)]
 pub struct Engine {
     inner: Arc<Inner>,
 }
 
 struct Inner {
-    shards: Box<[ShardHandle]>,
+    shards: Box<[Arc<Shard>]>,
+    /// Every worker's replicas of every shard, for installs and retirements. Held
+    /// while a worker starts its replicas and while a generation is handed to the
+    /// shards, so that no replica misses a generation.
+    replicas: Mutex<Vec<ShardHandle>>,
     /// Swapped whole by a reload, only once every shard holds the new generation.
     current: RwLock<Current>,
     limits: Limits,
@@ -99,9 +107,9 @@ struct Current {
 }
 
 impl Engine {
-    /// Starts one shard actor per shard of `generation`, each on its own arbiter.
-    /// `restarts` counts the shard actors that die and are started again. Needs a
-    /// running actix system.
+    /// The engine over `generation`; its shard actors start with the routers
+    /// ([`Engine::router`]). `restarts` counts the shard actors that die and are
+    /// started again.
     pub fn start(
         generation: Generation,
         tokens: Arc<Tokens>,
@@ -113,11 +121,12 @@ impl Engine {
             .shards
             .into_iter()
             .enumerate()
-            .map(|(number, data)| ShardHandle::start(number, data, restarts.clone()))
+            .map(|(number, data)| Arc::new(Shard::new(number, data, restarts.clone())))
             .collect();
         Engine {
             inner: Arc::new(Inner {
                 shards,
+                replicas: Mutex::new(Vec::new()),
                 current: RwLock::new(Current {
                     catalog: generation.catalog,
                     tokens,
@@ -152,64 +161,77 @@ impl Engine {
         )
     }
 
-    /// Hands every shard its part of a new generation, waits until all hold it, and
-    /// only then makes it and `tokens` current: a request planned on the new catalog
-    /// must find the new data in every shard.
-    pub async fn install(
-        &self,
-        generation: Generation,
-        tokens: Arc<Tokens>,
-    ) -> Result<(), EngineError> {
+    /// Hands every shard its part of a new generation, waits until all replicas
+    /// hold it, and only then makes it and `tokens` current: a request planned on
+    /// the new catalog must find the new data in every replica.
+    pub async fn install(&self, generation: Generation, tokens: Arc<Tokens>) {
         let shards = &self.inner.shards;
         assert_eq!(
             generation.shards.len(),
             shards.len(),
             "a generation is built for the engine's shard count"
         );
-        let installs = shards
-            .iter()
-            .zip(generation.shards)
-            .map(|(shard, data)| shard.install(data));
-        for result in join_all(installs).await {
-            result?;
-        }
+        let data: Vec<Arc<ShardData>> = generation.shards.into_iter().map(Arc::new).collect();
+        let replicas = {
+            let mut replicas = self.inner.replicas.lock();
+            for (shard, data) in shards.iter().zip(&data) {
+                shard.install(data);
+            }
+            replicas.retain(ShardHandle::is_alive);
+            replicas.clone()
+        };
+        join_all(
+            replicas
+                .iter()
+                .map(|replica| replica.install(Arc::clone(&data[replica.number()]))),
+        )
+        .await;
         *self.inner.current.write() = Current {
             catalog: generation.catalog,
             tokens,
         };
-        Ok(())
     }
 
     /// Has every shard drop the generation before `generation`, once no request
     /// can still be answered from it.
     pub async fn retire_before(&self, generation: u64) {
-        join_all(
-            self.inner
-                .shards
-                .iter()
-                .map(|shard| shard.retire(generation)),
-        )
-        .await;
+        let replicas = {
+            let replicas = self.inner.replicas.lock();
+            for shard in self.inner.shards.iter() {
+                shard.retire(generation);
+            }
+            replicas.clone()
+        };
+        join_all(replicas.iter().map(|replica| replica.retire(generation))).await;
     }
 
     pub fn shard_count(&self) -> usize {
         self.inner.shards.len()
     }
 
-    /// Stops every shard's thread; routers still running answer with errors after.
+    /// Forgets every replica: their actors end with their workers' arbiters, and a
+    /// router still running answers from the replicas it holds.
     pub fn stop(&self) {
-        for shard in self.inner.shards.iter() {
-            shard.stop();
-        }
+        self.inner.replicas.lock().clear();
     }
 
-    /// Starts a router on the current arbiter (an HTTP worker's own thread).
+    /// Starts a router, and a replica of every shard for it, on the current arbiter
+    /// (an HTTP worker's own thread). Needs a running actix system.
     pub fn router(&self) -> RouterHandle {
-        RouterHandle::start(self.clone())
+        RouterHandle::start(self.clone(), self.start_replicas())
     }
 
-    fn shards(&self) -> &[ShardHandle] {
-        &self.inner.shards
+    /// A replica of every shard on the current arbiter, in shard order.
+    fn start_replicas(&self) -> Box<[ShardHandle]> {
+        let mut replicas = self.inner.replicas.lock();
+        let started: Box<[ShardHandle]> = self
+            .inner
+            .shards
+            .iter()
+            .map(|shard| ShardHandle::start(Arc::clone(shard)))
+            .collect();
+        replicas.extend(started.iter().cloned());
+        started
     }
 
     fn cursor_key(&self) -> &CursorKey {

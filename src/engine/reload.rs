@@ -17,7 +17,7 @@ use stq_core::data::snapshot::{self, LoadError, LoadOptions, LoadReport, OnInval
 use stq_core::domain::auth::{Tokens, TokensError};
 use tokio::sync::mpsc;
 
-use super::{Engine, EngineError};
+use super::Engine;
 use crate::metrics::Metrics;
 
 /// A change is acted on once the files have been quiet this long: a copy in
@@ -57,8 +57,6 @@ pub enum ReloadError {
     Tokens(#[from] TokensError),
     #[error(transparent)]
     Snapshot(#[from] LoadError),
-    #[error("the shards did not take the new generation: {0}")]
-    Install(#[from] EngineError),
     #[error("the loading thread failed: {0}")]
     Loader(String),
 }
@@ -95,7 +93,7 @@ impl Reloader {
         .map_err(|error| ReloadError::Loader(error.to_string()))??;
         let shard_records = generation.shard_records();
         let number = generation.catalog.generation;
-        self.engine.install(generation, Arc::new(tokens)).await?;
+        self.engine.install(generation, Arc::new(tokens)).await;
         self.retire_later(number);
         let metrics = &self.metrics;
         metrics.serving(number, report.elapsed.as_secs_f64(), &shard_records);

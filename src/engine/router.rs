@@ -10,6 +10,7 @@
 //! reloads pass while it is in flight has that generation left the shards; the
 //! router then plans it once more, on the current one, and answers from that.
 
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -109,6 +110,8 @@ impl QueryResult {
 
 struct Router {
     engine: Engine,
+    /// This worker's replicas of the shards, in shard order.
+    shards: Rc<[ShardHandle]>,
 }
 
 impl Actor for Router {
@@ -120,11 +123,16 @@ impl Handler<Execute> for Router {
 
     fn handle(&mut self, message: Execute, _: &mut Context<Self>) -> Self::Result {
         let engine = self.engine.clone();
-        Box::pin(async move { answer(&engine, message).await })
+        let shards = Rc::clone(&self.shards);
+        Box::pin(async move { answer(&engine, &shards, message).await })
     }
 }
 
-async fn answer(engine: &Engine, message: Execute) -> Result<Page, EngineError> {
+async fn answer(
+    engine: &Engine,
+    shards: &[ShardHandle],
+    message: Execute,
+) -> Result<Page, EngineError> {
     let Execute {
         request,
         mut plan,
@@ -133,7 +141,7 @@ async fn answer(engine: &Engine, message: Execute) -> Result<Page, EngineError> 
     } = message;
     let mut retried = false;
     loop {
-        match fan_out(engine.shards(), &plan, deadline, fault).await {
+        match fan_out(shards, &plan, deadline, fault).await {
             Ok(records) => {
                 return plan::paginate(
                     &request,
@@ -209,10 +217,12 @@ pub struct RouterHandle {
 }
 
 impl RouterHandle {
-    /// Starts a router for `engine` on the current arbiter.
-    pub(crate) fn start(engine: Engine) -> RouterHandle {
+    /// Starts a router for `engine` on the current arbiter, asking `shards`, this
+    /// arbiter's replicas of the engine's shards.
+    pub(super) fn start(engine: Engine, shards: Box<[ShardHandle]>) -> RouterHandle {
+        let shards = Rc::from(shards);
         RouterHandle {
-            address: Router { engine }.start(),
+            address: Router { engine, shards }.start(),
         }
     }
 

@@ -1,12 +1,19 @@
-//! The shard actor: owns one shard's stations of the current generation (and of the
-//! one before, for requests still in flight across a reload) and scans them on its
-//! own `Arbiter` (thread), so no shard's work blocks another's.
+//! The shard actor: scans one shard's stations of the current generation (and of
+//! the one before, for requests still in flight across a reload).
+//!
+//! Thread per core: every HTTP worker's arbiter hosts one actor for every shard,
+//! its *replica* of that shard, and the worker's router asks only its own replicas.
+//! A query's messages therefore never leave the worker's thread: no wake-up of
+//! another thread, no context switch, no core taken from the HTTP workers. The
+//! replicas of a shard share its data (one `Arc<ShardData>` per generation), so a
+//! station's records still lie in exactly one place in memory. ARCHITECTURE.md
+//! gives the measurements that chose this over a thread per shard.
 //!
 //! Failures stay small. A scan that panics fails only its own query: the actor's
-//! data is immutable, so nothing is left half-changed, and the actor goes on. An
-//! actor that dies anyway closes its mailbox; the handle, which keeps the data it
-//! installed, starts a new actor with that data on the same arbiter, so only the
-//! queries that were in the dead mailbox fail.
+//! data is immutable, so nothing is left half-changed, and the actor goes on. A
+//! replica whose actor dies anyway closes its mailbox; its handle starts a new actor
+//! on the same arbiter from the shard's [`Shard`] record, so only the queries that
+//! were in the dead mailbox fail.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -146,8 +153,11 @@ impl Handler<Retire> for ShardActor {
 }
 
 impl Held {
+    /// Idempotent: a replica started after the shard took `data` already holds it.
     fn install(&mut self, data: Arc<ShardData>) {
-        self.previous = Some(std::mem::replace(&mut self.current, data));
+        if self.current.generation != data.generation {
+            self.previous = Some(std::mem::replace(&mut self.current, data));
+        }
     }
 
     fn retire(&mut self, generation: u64) {
@@ -176,75 +186,93 @@ fn guarded<T>(shard: usize, work: impl FnOnce() -> T) -> Result<T, ShardError> {
     })
 }
 
-// --- The handle ------------------------------------------------------------------
+// --- The shard and its replicas --------------------------------------------------
 
-/// How the router reaches a shard; restarts the shard's actor if it has died.
-#[derive(Clone)]
-pub(super) struct ShardHandle {
-    slot: Arc<Slot>,
-}
-
-struct Slot {
+/// One shard, whatever number of replicas it has: the generations it holds, from
+/// which a new or restarted replica starts.
+pub(super) struct Shard {
     number: usize,
-    arbiter: ArbiterHandle,
-    address: RwLock<Addr<ShardActor>>,
-    /// What the actor holds, kept here too so that a new actor can take over.
     held: Mutex<Held>,
     restarts: Counter,
 }
 
+impl Shard {
+    pub(super) fn new(number: usize, data: ShardData, restarts: Counter) -> Shard {
+        Shard {
+            number,
+            held: Mutex::new(Held {
+                current: Arc::new(data),
+                previous: None,
+            }),
+            restarts,
+        }
+    }
+
+    /// Makes `data` this shard's current generation for the replicas started from
+    /// now on; the running ones are told by [`ShardHandle::install`].
+    pub(super) fn install(&self, data: &Arc<ShardData>) {
+        self.held.lock().install(Arc::clone(data));
+    }
+
+    pub(super) fn retire(&self, generation: u64) {
+        self.held.lock().retire(generation);
+    }
+}
+
+// --- The handle ------------------------------------------------------------------
+
+/// How a router reaches its worker's replica of a shard; restarts the replica's
+/// actor if it has died.
+#[derive(Clone)]
+pub(super) struct ShardHandle {
+    replica: Arc<Replica>,
+}
+
+struct Replica {
+    shard: Arc<Shard>,
+    arbiter: ArbiterHandle,
+    address: RwLock<Addr<ShardActor>>,
+}
+
 impl ShardHandle {
-    /// Starts shard `number`'s actor on a new arbiter of its own. Needs a running
-    /// actix system.
-    pub(super) fn start(number: usize, data: ShardData, restarts: Counter) -> ShardHandle {
-        let arbiter = Arbiter::new().handle();
-        let held = Held {
-            current: Arc::new(data),
-            previous: None,
-        };
-        let address = start_actor(&arbiter, number, held.clone());
+    /// Starts a replica of `shard` on the current arbiter (an HTTP worker's thread).
+    /// Needs a running actix system.
+    pub(super) fn start(shard: Arc<Shard>) -> ShardHandle {
+        let arbiter = Arbiter::current();
+        let held = shard.held.lock().clone();
+        let address = start_actor(&arbiter, shard.number, held);
         ShardHandle {
-            slot: Arc::new(Slot {
-                number,
+            replica: Arc::new(Replica {
+                shard,
                 arbiter,
                 address: RwLock::new(address),
-                held: Mutex::new(held),
-                restarts,
             }),
         }
     }
 
-    /// Stops the shard's arbiter thread once its queued messages are handled.
-    pub(super) fn stop(&self) {
-        self.slot.arbiter.stop();
+    /// The shard this is a replica of.
+    pub(super) fn number(&self) -> usize {
+        self.replica.shard.number
     }
 
-    pub(super) async fn install(&self, data: ShardData) -> Result<(), ShardError> {
-        let data = Arc::new(data);
+    /// Whether the replica's thread still runs (a stopped worker takes its
+    /// replicas with it).
+    pub(super) fn is_alive(&self) -> bool {
+        self.replica.arbiter.spawn(async {})
+    }
+
+    /// Hands the replica `data`, already installed in its [`Shard`]. A replica whose
+    /// actor has died is restarted from the shard, which holds `data` already.
+    pub(super) async fn install(&self, data: Arc<ShardData>) {
         let address = self.address();
-        match address
-            .send(Install {
-                data: Arc::clone(&data),
-            })
-            .await
-        {
-            Ok(()) => {
-                self.slot.held.lock().install(data);
-                Ok(())
-            }
-            Err(error) => {
-                // The new actor starts with the data it would have had.
-                self.slot.held.lock().install(data);
-                self.restart(&address);
-                Err(error.into())
-            }
+        if address.send(Install { data }).await.is_err() {
+            self.restart(&address);
         }
     }
 
-    /// Drops the generation before `generation`, here and in the actor.
+    /// Drops the generation before `generation`; the shard has dropped it already.
     pub(super) async fn retire(&self, generation: u64) {
-        self.slot.held.lock().retire(generation);
-        // A dead actor is restarted from `held`, which no longer has it either.
+        // A dead actor is restarted from the shard, which no longer has it either.
         let _ = self.address().send(Retire { generation }).await;
     }
 
@@ -272,22 +300,23 @@ impl ShardHandle {
     }
 
     fn address(&self) -> Addr<ShardActor> {
-        self.slot.address.read().clone()
+        self.replica.address.read().clone()
     }
 
     /// Starts a new actor in place of `dead`, unless another request did already.
     /// A closed mailbox means the actor is gone or going: it dropped a message
     /// without answering, which a live actor never does.
     fn restart(&self, dead: &Addr<ShardActor>) {
-        let mut address = self.slot.address.write();
-        if *address != *dead {
+        let replica = &self.replica;
+        let mut address = replica.address.write();
+        if *address != *dead || !self.is_alive() {
             return;
         }
-        let held = self.slot.held.lock().clone();
-        *address = start_actor(&self.slot.arbiter, self.slot.number, held);
-        self.slot.restarts.inc();
+        let held = replica.shard.held.lock().clone();
+        *address = start_actor(&replica.arbiter, replica.shard.number, held);
+        replica.shard.restarts.inc();
         tracing::warn!(
-            shard = self.slot.number,
+            shard = replica.shard.number,
             "shard actor died; started a new one with its data"
         );
     }
