@@ -17,11 +17,16 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let log_format = match &cli.command {
-        Some(Command::Serve(args)) => args.log_format,
-        None => cli.serve.log_format,
-        Some(_) => LogFormat::Text,
+    let (log_format, access_log) = match &cli.command {
+        Some(Command::Serve(args)) => (args.log_format, args.access_log),
+        None => (cli.serve.log_format, cli.serve.access_log),
+        Some(_) => (LogFormat::Text, false),
     };
+    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    if !access_log {
+        filter = filter.add_directive("stq::access=off".parse().expect("a valid directive"));
+    }
     // Lines are written by a thread of their own, so that the HTTP workers never
     // wait on standard error; none is dropped, an access log must be whole. That
     // thread drains every queued line into the buffer, then flushes: one write per
@@ -32,10 +37,7 @@ fn main() -> ExitCode {
     let logs = tracing_subscriber::fmt()
         .with_writer(writer)
         .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        );
+        .with_env_filter(filter);
     match log_format {
         LogFormat::Text => logs.init(),
         LogFormat::Json => logs.json().init(),

@@ -436,7 +436,8 @@ fn a_token_in_the_url_is_never_read() {
 #[test]
 fn tokens_never_reach_the_log() {
     let fixture = Fixture::main();
-    let server = Server::start(&fixture, &["--log-format", "json"]);
+    // The access lines are where a careless server would write a token.
+    let server = Server::start(&fixture, &["--log-format", "json", "--access-log"]);
     let secret = "tok-ops-0001";
     assert_eq!(secret, OPS);
     server.get(&format!("/units?{WINDOW}&access_token={secret}"), None);
@@ -448,4 +449,28 @@ fn tokens_never_reach_the_log() {
     let log = server.log().join("\n");
     assert!(!log.contains(secret), "{log}");
     assert!(!log.contains("tok-wrong-0001"), "{log}");
+}
+
+/// Access lines cost a tenth of the CPU at full load, so they are opt-in: without
+/// `--access-log` a request leaves none; with it, exactly one.
+#[test]
+fn issue_10_access_lines_only_with_access_log() {
+    let fixture = Fixture::main();
+    for (extra, expected) in [(&[][..], 0), (&["--access-log"][..], 1)] {
+        let server = Server::start(&fixture, extra);
+        let id = format!("access-{expected}");
+        let response = server.request_as(
+            "GET",
+            &format!("/units?{WINDOW}"),
+            Some(OPS),
+            &[("X-Request-Id", &id)],
+        );
+        assert_eq!(response.status, 200);
+        // A line logged after the request's own: once it is in the log, an access
+        // line of the request would be too.
+        server.signal("HUP");
+        server.wait_for_log("reloaded: generation 2", 1);
+        let needle = format!("request_id={id}");
+        assert_eq!(server.log_count(&needle), expected, "{needle}");
+    }
 }
