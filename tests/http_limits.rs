@@ -474,3 +474,65 @@ fn issue_10_access_lines_only_with_access_log() {
         assert_eq!(server.log_count(&needle), expected, "{needle}");
     }
 }
+
+/// Issue 10: a query holds its slot while it is computed, not while its answer is
+/// written. With one slot, two clients that ask for answers far larger than the
+/// socket buffers and do not read them leave the slot free: a third client is
+/// answered 200, not 503 `overloaded`; and the slow readers then get every byte.
+#[test]
+fn issue_10_slow_readers_of_large_answers_hold_no_query_slot() {
+    // 60,000 records of about 520 bytes: an answer of about 31 MB.
+    let padding = "x".repeat(400);
+    let mut units = String::new();
+    for number in 0..60_000 {
+        units.push_str(&format!(
+            r#"{{"station_id":"ST-01","unit_serial":"SN-{number}","time_created":"2024-03-10T10:{:02}:{:02}Z","direction":"output","mode":"{padding}"}}"#,
+            number / 1000 % 60,
+            number % 60
+        ));
+        units.push('\n');
+    }
+    let fixture = Fixture::from_files(&[FileSpec::plain("big.units.jsonl", units)]);
+    let server = Server::start(&fixture, &["--max-concurrent-queries", "1"]);
+    let request = format!(
+        "GET /units?{WINDOW} HTTP/1.1\r\nHost: stq\r\nAuthorization: Bearer {OPS}\r\n\
+         Connection: close\r\n\r\n"
+    );
+    let address = server.url("").trim_start_matches("http://").to_owned();
+    let mut slow_readers: Vec<TcpStream> = (0..2)
+        .map(|_| {
+            let mut stream = TcpStream::connect(&address).expect("connect");
+            stream.write_all(request.as_bytes()).expect("send");
+            // The answer has started: its first bytes are here, the rest waits on us.
+            let mut head = [0u8; 12];
+            stream.read_exact(&mut head).expect("the answer starts");
+            assert_eq!(&head, b"HTTP/1.1 200");
+            stream
+        })
+        .collect();
+
+    let other = server.get(&format!("/units?{WINDOW}&station_ids=ST-02"), Some(OPS));
+    assert_eq!(other.status, 200, "{}", other.body);
+
+    for stream in &mut slow_readers {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).ok();
+        let text = String::from_utf8_lossy(&answer);
+        let (head, body) = text.split_once("\r\n\r\n").expect("a head and a body");
+        let length: usize = head
+            .lines()
+            .find_map(|line| {
+                line.to_ascii_lowercase()
+                    .strip_prefix("content-length: ")
+                    .map(str::to_owned)
+            })
+            .expect("a content length")
+            .parse()
+            .unwrap();
+        assert_eq!(body.len(), length, "the whole body arrives");
+        assert_eq!(body.matches("\"station_id\":\"ST-01\"").count(), 60_000);
+    }
+}
