@@ -221,7 +221,12 @@ fn run_benchmark() -> anyhow::Result<()> {
         rss_after_runs,
         machine: Machine::describe(),
         measured_seconds,
-        candidate: std::env::var("LOAD_CANDIDATE").ok(),
+        candidate: std::env::var("LOAD_CANDIDATE").ok().map(|path| {
+            match std::env::var("LOAD_CANDIDATE_ARGS") {
+                Ok(arguments) => format!("{path} serve {arguments}"),
+                Err(_) => path,
+            }
+        }),
     }
     .to_markdown();
     println!("\n{report}");
@@ -681,8 +686,18 @@ fn start_stq(
 ) -> anyhow::Result<Server> {
     println!("starting {}", binary.display());
     let mut command = Command::new(binary);
+    // `LOAD_CANDIDATE_ARGS="--max-concurrent-queries 100000"`: flags for the
+    // candidate only, to A/B a setting with one build (`LOAD_CANDIDATE` names it).
+    if name == "candidate" {
+        if let Ok(arguments) = std::env::var("LOAD_CANDIDATE_ARGS") {
+            command.args(["serve"]).args(arguments.split_whitespace());
+        } else {
+            command.arg("serve");
+        }
+    } else {
+        command.arg("serve");
+    }
     command
-        .arg("serve")
         // Port 0: the kernel picks a free port, and stq logs the one it got.
         .args(["--listen", "127.0.0.1:0"])
         // Two servers may run at once (`LOAD_CANDIDATE`).

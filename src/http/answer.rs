@@ -91,12 +91,17 @@ async fn answer_in_time(
     if let Some(Fault::Delay(delay)) = fault {
         actix_web::rt::time::sleep(delay).await;
     }
+    let planned_generation = plan.generation();
     let page = router
         .execute(Arc::clone(&query), plan, deadline, Fault::in_shard(fault))
         .await
         .map_err(engine_error)?;
     // The plan answered, which a reload may have replaced since the check above.
-    let etag = entity_tag(state.boot, &query, page.plan());
+    let etag = if page.plan().generation() == planned_generation {
+        etag
+    } else {
+        entity_tag(state.boot, &query, page.plan())
+    };
     // `*` matches any current answer, but only an answer: not a refusal.
     if precondition == IfNoneMatch::Any {
         return Ok(not_modified(etag));
