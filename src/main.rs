@@ -9,12 +9,6 @@ use clap::Parser as _;
 use stq::cli::{Cli, Command, GenArgs, LogFormat};
 use stq_core::data::snapshot::{self, LoadError};
 
-/// mimalloc in place of glibc's allocator: a request allocates and frees a few dozen
-/// small blocks, and glibc's malloc and free took a fifth of a small query's
-/// instructions (BENCHMARKS.md, "Every per-request cost").
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let (log_format, access_log) = match &cli.command {
