@@ -3,7 +3,7 @@
 //! must respect every limit: length, distinct stations, `limit`, `cursor` only
 //! with `limit`, normalized lists, and a window no longer than `--max-window`.
 //! The invariants are `tests/parser_checks/mod.rs`, shared with the proptest
-//! properties of `tests/parser_properties.rs`.
+//! properties of `tests/it/parser_properties.rs`.
 //!
 //! Input: five header bytes choosing the limits and the request's arrival time,
 //! then the raw query string (still percent-encoded, as actix hands it over).

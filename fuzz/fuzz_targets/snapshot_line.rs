@@ -4,7 +4,7 @@
 //! JSON record with exactly its kind's fields, each as the line wrote it
 //! (`time_created` verbatim); a rejected line must leave the output buffer alone.
 //! The invariants are `tests/parser_checks/mod.rs`, shared with the proptest
-//! properties of `tests/parser_properties.rs`.
+//! properties of `tests/it/parser_properties.rs`.
 
 #![no_main]
 

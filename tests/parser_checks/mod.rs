@@ -1,5 +1,5 @@
 //! The invariants of the two parsers that read hostile input directly, written
-//! once and shared by `tests/parser_properties.rs` and the cargo-fuzz targets under
+//! once and shared by `tests/it/parser_properties.rs` and the cargo-fuzz targets under
 //! `fuzz/fuzz_targets/` (which include this file by path):
 //!
 //! - [`check_query`]: `stq_core::domain::query::parse` (CONTRACT sections 4, 5 and 9) never

@@ -8,16 +8,14 @@
 //! `too_many_stations` and `result_too_large` are easy to provoke, and with one CORS
 //! origin so that the preflight is answered too.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::sync::OnceLock;
 
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 /// The document as the repository holds it; `GET /openapi.json` must serve it.
-const DOCUMENT: &str = include_str!("../src/http/openapi.json");
+const DOCUMENT: &str = include_str!("../../src/http/openapi.json");
 
 const MAX_STATIONS: &str = "2";
 const MAX_RECORDS: &str = "5";
@@ -50,7 +48,7 @@ const ERROR_CODES: [(&str, u16); 18] = [
 
 /// The codes this file provokes. `internal_error` and `not_ready` cannot be
 /// provoked here, and `timeout` and `overloaded` need load or injected faults:
-/// `tests/faults.rs` checks those against the document.
+/// `tests/it/faults.rs` checks those against the document.
 const PROVOKED_CODES: [&str; 13] = [
     "invalid_parameter",
     "unknown_parameter",

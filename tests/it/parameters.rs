@@ -2,11 +2,9 @@
 //! filters, date-times, the time window and its defaults, limit, too_many_stations,
 //! result_too_large.
 
-mod common;
-
 use std::sync::OnceLock;
 
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 /// The main fixture served with `--max-records 3 --max-stations 3`.

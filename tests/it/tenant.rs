@@ -15,15 +15,13 @@
 //! The expected records come from the snapshot files themselves, rendered by the
 //! suite's reference loader, not from the server.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 /// README.md's demo tokens, in plain text; `snapshots/tokens.json` holds only

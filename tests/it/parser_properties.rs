@@ -21,8 +21,6 @@
 //! Case counts keep the file at a few seconds in debug; `PROPTEST_CASES=20000`
 //! soaks it. Failing seeds are kept in `proptest-regressions/parser_properties.txt`.
 
-mod parser_checks;
-
 use std::fs;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -41,7 +39,7 @@ use stq_core::domain::query::{Limits, QueryParams};
 use stq_core::domain::record::{Direction, Directions, Kind};
 use stq_core::domain::time::{parse_query_time, parse_rfc3339, Timestamp};
 
-use parser_checks::{check_line, check_query};
+use crate::parser_checks::{self, check_line, check_query};
 
 /// The parsers take microseconds, so 512 cases a property cost little.
 fn config() -> ProptestConfig {

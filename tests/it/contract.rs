@@ -1,11 +1,9 @@
 //! CONTRACT sections 3 and 7 (and SPEC 2): the envelope, the records, the error
 //! body, request ids, HEAD, 404/405, authentication, access and precedence.
 
-mod common;
-
 use std::collections::BTreeSet;
 
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 fn find<'a>(data: &'a [Value], field: &str, value: &str) -> &'a Value {

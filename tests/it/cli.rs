@@ -1,15 +1,13 @@
 //! CONTRACT sections 1 and 2 from the command line: `serve --on-invalid`, start-up
 //! errors, `check`, `hash-token`, `gen`, and configuration through `STQ_*` variables.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 const TIMEOUT: Duration = Duration::from_secs(60);

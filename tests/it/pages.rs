@@ -1,12 +1,10 @@
 //! CONTRACT section 6: order of `data`, `limit` pages, `next_cursor`, cursor errors,
 //! the pinned default window, and load order.
 
-mod common;
-
 use std::thread;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 
 fn with_cursor(base: &str, limit: usize, cursor: Option<&str>) -> String {

@@ -1,11 +1,8 @@
 //! Issue 9: a production build (without the `fault-injection` feature) never reads
 //! `X-Stq-Fault`. Run by `cargo test` without features, as `.ci/run` does; in a
 //! build with the feature this file compiles to nothing, and `faults.rs` runs.
-#![cfg(not(feature = "fault-injection"))]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 /// Every fault a test build would act on is, here, a header like any other: the
 /// answers are the ordinary ones, and no shard restarts.

@@ -3,11 +3,9 @@
 //! describe the loaded generation, and the counters move with the requests served.
 //! It also checks that no station id or token leaks into the metrics.
 
-mod common;
-
 use std::collections::BTreeMap;
 
-use common::*;
+use crate::common::*;
 
 /// A parsed exposition: each sample's series (`name{labels}`) and its value.
 struct Exposition {

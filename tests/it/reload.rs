@@ -10,8 +10,6 @@
 //! `/readyz` for the next generation (or stderr for `reload failed`) instead of
 //! sleeping.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::io::Read;
@@ -21,7 +19,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 
 // ---------------------------------------------------------------------------

@@ -4,9 +4,7 @@
 //! of a kept-alive connection, which actix-http alone does not bound), two
 //! `Authorization` headers, and a token in the URL.
 //!
-//! Faults and the concurrency cap are in `tests/faults.rs`.
-
-mod common;
+//! Faults and the concurrency cap are in `tests/it/faults.rs`.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
@@ -15,7 +13,7 @@ use std::sync::OnceLock;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 fn shared() -> &'static Shared {

@@ -16,14 +16,12 @@
 //! the neighbours a directory walk can meet (a directory or a FIFO with a snapshot
 //! file's name).
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 
 /// Cases land in this sub-directory of a snapshot directory, so that a reported path

@@ -18,15 +18,13 @@
 //! `ureq` is built without its decoders, so compressed bodies arrive as sent and
 //! are decoded here.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::sync::OnceLock;
 use std::thread;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 
 /// The two origins of the CORS server.

@@ -11,14 +11,12 @@
 //! - Beyond `--max-concurrent-queries` a request waits up to 100 ms for a slot, then
 //!   gets 503 `overloaded` with `Retry-After: 1`.
 
-mod common;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 /// The whole fixture, one page of everything: a query every shard takes part in.

@@ -1,0 +1,46 @@
+//! stq's integration tests: one binary, as ripgrep has, so the shared helpers compile
+//! once and the tests that can share a server do (`common::server()`).
+//!
+//! Every module but `properties` and `parser_properties` drives the real `stq` binary
+//! over real HTTP; those two drive the parsers, the loader and the in-process app
+//! against a naive reference. Module by area of docs/api.md:
+//!
+//! | module | what it covers |
+//! |---|---|
+//! | `cli` | section 1: subcommands, flags, environment, `stq check`, `stq gen` |
+//! | `contract` | sections 2, 6, 7: records, order, the envelope, errors |
+//! | `parameters` | sections 4 and 5: every parameter and the window |
+//! | `pages` | section 6: `limit`, cursors, walks |
+//! | `tenant` | section 3: tokens and station scopes |
+//! | `operations` | section 8: health, readiness, caching, compression, CORS |
+//! | `metrics` | section 8: the admin listener's Prometheus metrics |
+//! | `reload` | section 8: SIGHUP and `--watch` |
+//! | `limits` | section 9: query length, window, timeouts, client deadlines, the cap |
+//! | `hostile_queries`, `hostile_snapshots` | hostile input of both kinds |
+//! | `openapi` | the OpenAPI document, checked against real answers |
+//! | `properties`, `parser_properties` | proptest against the reference |
+//! | `faults` | failure isolation (`--features fault-injection` builds only) |
+//! | `production_build` | a build without that feature ignores `X-Stq-Fault` |
+
+mod common;
+#[path = "../parser_checks/mod.rs"]
+mod parser_checks;
+
+mod cli;
+mod contract;
+#[cfg(feature = "fault-injection")]
+mod faults;
+mod hostile_queries;
+mod hostile_snapshots;
+mod limits;
+mod metrics;
+mod openapi;
+mod operations;
+mod pages;
+mod parameters;
+mod parser_properties;
+#[cfg(not(feature = "fault-injection"))]
+mod production_build;
+mod properties;
+mod reload;
+mod tenant;
