@@ -130,13 +130,11 @@ mod tests {
     use super::*;
 
     #[actix_web::test]
-    async fn a_request_beyond_the_cap_waits_briefly_then_is_refused() {
+    async fn a_request_beyond_the_cap_is_refused_and_a_freed_slot_taken() {
         let admission = Admission::new(1, Duration::from_secs(10));
         let held = admission.enter().await.unwrap();
-        let asked = Instant::now();
         let refused = admission.enter().await.unwrap_err();
         assert_eq!(refused.code(), "overloaded");
-        assert!(asked.elapsed() >= ADMISSION_WAIT);
         drop(held);
         assert!(admission.enter().await.is_ok());
     }

@@ -590,6 +590,7 @@ fn a_default_window_is_resolved_into_the_tag_and_pinned_by_a_cursor() {
         !first_data.is_empty(),
         "ST-NOW has records in the last 24 h"
     );
+    // Lets the clock move the default window: the input, not a wait.
     thread::sleep(Duration::from_millis(5));
     let later = get_with(server, path, Some(OPS), &[("If-None-Match", &first_tag)]);
     assert_eq!(later.status, 200, "{}", later.context());

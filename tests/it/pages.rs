@@ -411,6 +411,8 @@ fn default_window_walk_is_accepted_without_from_and_to() {
     let base = "/units?station_ids=ST-NOW&direction=input,output";
     let first_page = server().ok(&with_cursor(base, 2, None));
     assert_eq!(serials(&first_page.data), ["SN-N2", "SN-N7"]);
+    // Time must pass for the default window to move under the walk: these sleeps are
+    // the test's input, not a wait for something to happen.
     thread::sleep(Duration::from_millis(1100));
     let second_page = server().ok(&with_cursor(base, 2, first_page.cursor().as_deref()));
     assert_eq!(serials(&second_page.data), ["SN-N6", "SN-N5"]);
@@ -479,6 +481,7 @@ fn default_window_is_pinned_by_the_cursor() {
     assert_eq!(serials(&units_first_page.data), ["P1", "P2"]);
     let units_cursor = units_first_page.cursor().expect("units cursor");
     let metrics_cursor = metrics_first_page.cursor().expect("metrics cursor");
+    // Until the clock passes the future record: the input of this test.
     while now_seconds() < future + 2 {
         thread::sleep(Duration::from_millis(200));
     }

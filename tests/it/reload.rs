@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::common::*;
 use serde_json::Value;
@@ -442,6 +442,9 @@ impl Drop for SetOnDrop<'_> {
     }
 }
 
+/// Reloads done while requests run, one after another.
+const RELOADS_UNDER_LOAD: usize = 12;
+
 #[test]
 fn requests_during_reloads_see_one_whole_generation() {
     // Set A: a1..a50 of ST-01; set B: the same file plus b1..b50 in between them.
@@ -504,10 +507,9 @@ fn requests_during_reloads_see_one_whole_generation() {
             .collect();
 
         let stop_requesters = SetOnDrop(&stop);
-        let started = Instant::now();
         let mut generation = 1;
         let mut serving_b = false;
-        while started.elapsed() < Duration::from_secs(3) || reloads < 6 {
+        while reloads < RELOADS_UNDER_LOAD {
             if serving_b {
                 std::fs::rename(&inside, &outside).unwrap();
             } else {
@@ -521,6 +523,7 @@ fn requests_during_reloads_see_one_whole_generation() {
             assert_eq!(readiness["units"], units, "{readiness}");
             generation += 1;
             reloads += 1;
+            // Pacing, not waiting for anything: the requesters run between reloads.
             thread::sleep(Duration::from_millis(150));
         }
         drop(stop_requesters);
@@ -631,9 +634,19 @@ fn watch_reloads_changed_files_without_a_signal() {
     let after_tokens = server.wait_for_generation_after(generation_of(&after_file));
     server.get(&all_units(), Some(NEW)).ok();
 
-    // Nothing changes: no further reload.
-    thread::sleep(Duration::from_millis(1000));
-    assert_eq!(server.generation(), generation_of(&after_tokens));
+    // Nothing changed since: the next reload is the one the next change causes, so
+    // no reload came between (the tokens file, rewritten the same, is that change).
+    write_by_rename(
+        &fixture,
+        &fixture.tokens,
+        &tokens_file(&[(OPS, None), (NEW, None)]),
+    );
+    let after_rewrite = server.wait_for_generation_after(generation_of(&after_tokens));
+    assert_eq!(
+        generation_of(&after_rewrite),
+        generation_of(&after_tokens) + 1,
+        "a reload without a change came between"
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -668,6 +681,7 @@ fn stop_signal_lets_a_large_response_finish(signal: &str) {
     let url = server.url(&format!("{}&station_ids=ST-01", all_units()));
 
     let (headers_arrived, headers_received) = mpsc::channel();
+    let (stopping_sender, stopping) = mpsc::channel::<()>();
     let request = thread::spawn(move || -> Result<(u16, Vec<u8>), String> {
         let agent = ureq::AgentBuilder::new()
             .timeout(Duration::from_secs(60))
@@ -679,8 +693,9 @@ fn stop_signal_lets_a_large_response_finish(signal: &str) {
             .map_err(|error| format!("request: {error}"))?;
         let status = response.status();
         let _ = headers_arrived.send(());
-        // Let the server start stopping while most of the body is still unsent.
-        thread::sleep(Duration::from_millis(500));
+        // The body is read only once the server has begun to stop, so most of it is
+        // still unsent when it does.
+        let _ = stopping.recv_timeout(Duration::from_secs(30));
         let mut body = Vec::new();
         let read = response.into_reader().read_to_end(&mut body);
         read.map_err(|error| format!("body cut after {} bytes: {error}", body.len()))?;
@@ -690,6 +705,8 @@ fn stop_signal_lets_a_large_response_finish(signal: &str) {
         .recv_timeout(Duration::from_secs(30))
         .expect("the response did not begin within 30 s");
     server.signal(signal);
+    server.wait_for_log("no new connections; finishing the requests in flight", 1);
+    let _ = stopping_sender.send(());
 
     let outcome = request.join().expect("request thread panicked");
     let (status, body) = outcome.unwrap_or_else(|error| {
