@@ -63,10 +63,10 @@ fn all_units() -> RecordFilter {
 
 fn scan(criterion: &mut Criterion) {
     let (_, generation) = dataset();
-    let shard = &generation.shards[0];
+    let shard = &generation.shards()[0];
     let stations: Vec<ShardStation> = generation
-        .catalog
-        .placements
+        .catalog()
+        .placements()
         .iter()
         .enumerate()
         .map(|(rank, placement)| ShardStation {
@@ -78,7 +78,7 @@ fn scan(criterion: &mut Criterion) {
         names: Matcher::OneOf(
             ["voltage_3v3", "temperature"]
                 .iter()
-                .filter_map(|name| generation.catalog.symbols.lookup(name))
+                .filter_map(|name| generation.catalog().symbols().lookup(name))
                 .collect(),
         ),
     };

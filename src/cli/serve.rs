@@ -78,7 +78,7 @@ async fn run(
         CursorKey::random(),
         metrics.shard_restarts.clone(),
     );
-    let stations = engine.catalog().stations.len();
+    let stations = engine.catalog().stations().len();
     let state = web::Data::new(
         AppState::new(engine.clone())
             .with_metrics(Arc::clone(&metrics))

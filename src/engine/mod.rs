@@ -117,8 +117,8 @@ impl Engine {
         cursor_key: CursorKey,
         restarts: Counter,
     ) -> Engine {
-        let shards = generation
-            .shards
+        let (catalog, shards) = generation.into_parts();
+        let shards = shards
             .into_iter()
             .enumerate()
             .map(|(number, data)| Arc::new(Shard::new(number, data, restarts.clone())))
@@ -127,10 +127,7 @@ impl Engine {
             inner: Arc::new(Inner {
                 shards,
                 replicas: Mutex::new(Vec::new()),
-                current: RwLock::new(Current {
-                    catalog: generation.catalog,
-                    tokens,
-                }),
+                current: RwLock::new(Current { catalog, tokens }),
                 limits,
                 cursor_key,
             }),
@@ -166,12 +163,13 @@ impl Engine {
     /// the new catalog must find the new data in every replica.
     pub async fn install(&self, generation: Generation, tokens: Arc<Tokens>) {
         let shards = &self.inner.shards;
+        let (catalog, data) = generation.into_parts();
         assert_eq!(
-            generation.shards.len(),
+            data.len(),
             shards.len(),
             "a generation is built for the engine's shard count"
         );
-        let data: Vec<Arc<ShardData>> = generation.shards.into_iter().map(Arc::new).collect();
+        let data: Vec<Arc<ShardData>> = data.into_iter().map(Arc::new).collect();
         let replicas = {
             let mut replicas = self.inner.replicas.lock();
             for (shard, data) in shards.iter().zip(&data) {
@@ -186,10 +184,7 @@ impl Engine {
                 .map(|replica| replica.install(Arc::clone(&data[replica.number()]))),
         )
         .await;
-        *self.inner.current.write() = Current {
-            catalog: generation.catalog,
-            tokens,
-        };
+        *self.inner.current.write() = Current { catalog, tokens };
     }
 
     /// Has every shard drop the generation before `generation`, once no request

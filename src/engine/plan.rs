@@ -45,7 +45,7 @@ pub struct Plan {
 
 impl Plan {
     pub fn generation(&self) -> u64 {
-        self.catalog.generation
+        self.catalog.generation()
     }
 
     /// The window the query reads, resolved (or pinned by its cursor).
@@ -76,7 +76,7 @@ pub(crate) fn plan(
     let (window, after) = match (&params.cursor, &scope) {
         (Some(text), Some(scope)) => {
             let cursor = Cursor::decode(text, cursor_key, scope)?;
-            if cursor.kind != *kind || cursor.generation != catalog.generation {
+            if cursor.kind != *kind || cursor.generation != catalog.generation() {
                 return Err(CursorError {
                     reason: "it belongs to another endpoint or data generation",
                 }
@@ -117,7 +117,7 @@ pub(crate) fn plan(
                 .collect()
         }
         None => match &principal.scope {
-            Scope::All => (0..catalog.stations.len() as u32).collect(),
+            Scope::All => (0..catalog.stations().len() as u32).collect(),
             Scope::Stations(allowed) => allowed
                 .iter()
                 .filter_map(|station| catalog.rank(station))
@@ -132,7 +132,7 @@ pub(crate) fn plan(
             Matcher::OneOf(
                 texts
                     .iter()
-                    .filter_map(|text| catalog.symbols.lookup(text))
+                    .filter_map(|text| catalog.symbols().lookup(text))
                     .collect(),
             )
         }

@@ -81,7 +81,7 @@ impl Reloader {
             directory: self.snapshots.clone(),
             shards: self.engine.shard_count(),
             on_invalid: self.on_invalid,
-            generation: self.engine.catalog().generation + 1,
+            generation: self.engine.catalog().generation() + 1,
             threads: self.threads,
         };
         let tokens_path = self.tokens.clone();
@@ -92,7 +92,7 @@ impl Reloader {
         .await
         .map_err(|error| ReloadError::Loader(error.to_string()))??;
         let shard_records = generation.shard_records();
-        let number = generation.catalog.generation;
+        let number = generation.catalog().generation();
         self.engine.install(generation, Arc::new(tokens)).await;
         self.retire_later(number);
         let metrics = &self.metrics;
@@ -120,7 +120,7 @@ impl Reloader {
         let (sender, mut receiver) = mpsc::channel::<()>(1);
         actix_rt::spawn(async move {
             while receiver.recv().await.is_some() {
-                let current = self.engine.catalog().generation;
+                let current = self.engine.catalog().generation();
                 let result = self.reload().await;
                 if result.is_err() {
                     self.metrics.failed_reloads.inc();

@@ -167,9 +167,9 @@ async fn fan_out(
     fault: Option<ShardFault>,
 ) -> Result<QueryResult, ShardError> {
     let catalog = &plan.catalog;
-    let mut per_shard: Vec<Vec<ShardStation>> = vec![Vec::new(); catalog.shard_count];
+    let mut per_shard: Vec<Vec<ShardStation>> = vec![Vec::new(); catalog.shard_count()];
     for &rank in &plan.stations {
-        let placement = catalog.placements[rank as usize];
+        let placement = catalog.placement(rank);
         per_shard[placement.shard as usize].push(ShardStation {
             rank,
             station_index: placement.station_index,
@@ -181,7 +181,7 @@ async fn fan_out(
         .filter(|(_, stations)| !stations.is_empty())
         .map(|(shard, stations)| {
             shards[shard].scan(
-                catalog.generation,
+                catalog.generation(),
                 ScanRequest {
                     stations,
                     window: plan.window,

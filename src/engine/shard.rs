@@ -115,9 +115,9 @@ impl Handler<Scan> for ShardActor {
         let held = &self.held;
         let data = std::iter::once(&held.current)
             .chain(&held.previous)
-            .find(|data| data.generation == message.generation)
+            .find(|data| data.generation() == message.generation)
             .ok_or(ShardError::OtherGeneration {
-                held: held.current.generation,
+                held: held.current.generation(),
                 wanted: message.generation,
             })?;
         let hits = guarded(self.number, || {
@@ -155,13 +155,13 @@ impl Handler<Retire> for ShardActor {
 impl Held {
     /// Idempotent: a replica started after the shard took `data` already holds it.
     fn install(&mut self, data: Arc<ShardData>) {
-        if self.current.generation != data.generation {
+        if self.current.generation() != data.generation() {
             self.previous = Some(std::mem::replace(&mut self.current, data));
         }
     }
 
     fn retire(&mut self, generation: u64) {
-        if self.current.generation == generation {
+        if self.current.generation() == generation {
             self.previous = None;
         }
     }
@@ -341,14 +341,20 @@ mod tests {
             previous: None,
         };
         held.install(generation(2));
-        assert_eq!(held.previous.as_ref().map(|data| data.generation), Some(1));
+        assert_eq!(
+            held.previous.as_ref().map(|data| data.generation()),
+            Some(1)
+        );
         // A retirement meant for generation 2 comes after generation 3 arrived:
         // generation 2 is now the previous one, and may still be in use.
         held.install(generation(3));
         held.retire(2);
-        assert_eq!(held.previous.as_ref().map(|data| data.generation), Some(2));
+        assert_eq!(
+            held.previous.as_ref().map(|data| data.generation()),
+            Some(2)
+        );
         held.retire(3);
         assert!(held.previous.is_none());
-        assert_eq!(held.current.generation, 3);
+        assert_eq!(held.current.generation(), 3);
     }
 }

@@ -179,14 +179,14 @@ async fn openapi() -> HttpResponse {
 /// binds only once the first snapshot has loaded, so it is always ready here.
 async fn readiness(state: web::Data<AppState>) -> HttpResponse {
     let catalog = state.engine.catalog();
-    let summary = &catalog.summary;
+    let summary = catalog.summary();
     let body = serde_json::json!({
         "status": "ready",
-        "generation": catalog.generation,
+        "generation": catalog.generation(),
         "loaded_at": summary.loaded_at,
         "units": summary.units,
         "metrics": summary.metrics,
-        "stations": catalog.stations.len(),
+        "stations": catalog.stations().len(),
         "skipped_lines": summary.skipped_lines,
     });
     HttpResponse::Ok().content_type(JSON).body(body.to_string())

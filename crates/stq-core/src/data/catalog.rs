@@ -18,13 +18,13 @@ pub struct Placement {
 /// shard.
 #[derive(Debug, Default)]
 pub struct Catalog {
-    pub generation: u64,
+    pub(crate) generation: u64,
     /// Station ids in ascending byte order; a station's rank is its index here.
-    pub stations: Vec<Box<str>>,
-    pub placements: Vec<Placement>,
-    pub symbols: Symbols,
-    pub shard_count: usize,
-    pub summary: LoadSummary,
+    pub(crate) stations: Vec<Box<str>>,
+    pub(crate) placements: Vec<Placement>,
+    pub(crate) symbols: Symbols,
+    pub(crate) shard_count: usize,
+    pub(crate) summary: LoadSummary,
 }
 
 /// What the load that made a generation found, as `/readyz` reports it.
@@ -38,6 +38,39 @@ pub struct LoadSummary {
 }
 
 impl Catalog {
+    /// The number of the load that made it: 1 at start-up, then one more per reload.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Station ids in ascending byte order; a station's rank is its index here.
+    pub fn stations(&self) -> &[Box<str>] {
+        &self.stations
+    }
+
+    /// Where the station of `rank` lives.
+    pub fn placement(&self, rank: u32) -> Placement {
+        self.placements[rank as usize]
+    }
+
+    /// Every placement, by rank.
+    pub fn placements(&self) -> &[Placement] {
+        &self.placements
+    }
+
+    /// The interned filter values (types, serials, names) of this generation.
+    pub fn symbols(&self) -> &Symbols {
+        &self.symbols
+    }
+
+    pub fn shard_count(&self) -> usize {
+        self.shard_count
+    }
+
+    pub fn summary(&self) -> &LoadSummary {
+        &self.summary
+    }
+
     pub fn rank(&self, station: &str) -> Option<u32> {
         self.stations
             .binary_search_by(|probe| probe.as_bytes().cmp(station.as_bytes()))
@@ -49,11 +82,25 @@ impl Catalog {
 /// An immutable, complete snapshot of the data: what one load produces.
 #[derive(Debug, Default)]
 pub struct Generation {
-    pub catalog: Arc<Catalog>,
-    pub shards: Vec<ShardData>,
+    pub(crate) catalog: Arc<Catalog>,
+    pub(crate) shards: Vec<ShardData>,
 }
 
 impl Generation {
+    pub fn catalog(&self) -> &Arc<Catalog> {
+        &self.catalog
+    }
+
+    /// Each shard's data, in shard order.
+    pub fn shards(&self) -> &[ShardData] {
+        &self.shards
+    }
+
+    /// The catalog, and the shards for the engine to hand out.
+    pub fn into_parts(self) -> (Arc<Catalog>, Vec<ShardData>) {
+        (self.catalog, self.shards)
+    }
+
     /// How many records each shard holds.
     pub fn shard_records(&self) -> Vec<usize> {
         self.shards

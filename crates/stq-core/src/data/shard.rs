@@ -8,22 +8,27 @@ use crate::data::station::{StationData, UnitEntry};
 
 /// A unit record in a shard-wide tree: which station holds it, and its entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ShardUnit {
-    pub station_index: u32,
-    pub entry: UnitEntry,
+pub(crate) struct ShardUnit {
+    pub(crate) station_index: u32,
+    pub(crate) entry: UnitEntry,
 }
 
 /// The stations of one shard, in the order the catalog's `Placement::station_index` names.
 #[derive(Debug, Default)]
 pub struct ShardData {
-    pub generation: u64,
-    pub stations: Vec<StationData>,
+    pub(crate) generation: u64,
+    pub(crate) stations: Vec<StationData>,
     /// Every unit record of the shard in the contract's order, for queries over many
     /// of its stations: one range walk instead of a search and a merge per station.
-    pub units: BTreeMap<Position, ShardUnit>,
+    pub(crate) units: BTreeMap<Position, ShardUnit>,
 }
 
 impl ShardData {
+    /// The generation this shard's data belongs to.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
     /// A shard of `stations`, whose ranks in the catalog are `ranks`.
     pub fn new(generation: u64, stations: Vec<StationData>, ranks: &[u32]) -> ShardData {
         let units = stations

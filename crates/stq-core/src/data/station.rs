@@ -35,11 +35,11 @@ pub struct MetricEntry {
 /// filtered query reads one exact range instead of the station's whole window.
 #[derive(Debug, Default)]
 pub struct StationData {
-    pub arena: Box<[u8]>,
-    pub units: BTreeMap<RecordKey, UnitEntry>,
-    pub units_by_serial: BTreeMap<(Symbol, RecordKey), UnitEntry>,
-    pub metrics: BTreeMap<RecordKey, MetricEntry>,
-    pub metrics_by_name: BTreeMap<(Symbol, RecordKey), ByteRange>,
+    pub(crate) arena: Box<[u8]>,
+    pub(crate) units: BTreeMap<RecordKey, UnitEntry>,
+    pub(crate) units_by_serial: BTreeMap<(Symbol, RecordKey), UnitEntry>,
+    pub(crate) metrics: BTreeMap<RecordKey, MetricEntry>,
+    pub(crate) metrics_by_name: BTreeMap<(Symbol, RecordKey), ByteRange>,
 }
 
 impl StationData {
