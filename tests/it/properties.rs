@@ -30,8 +30,9 @@
 //! thing many ways: repeated and comma lists, percent-encoding, padding, empty items,
 //! epoch milliseconds, raw and encoded `+` in offsets, any parameter order.
 //!
-//! The reference never parses a time: every record's instant is known from how it
-//! was generated. Failing seeds are kept in `proptest-regressions/properties.txt`.
+//! The reference is the suite's one model, `common::reference`, the same the HTTP
+//! tests use, fed the generated files' text. The generator knows every record's
+//! instant, and checks that the model reads each time to it. Failing seeds are kept in `proptest-regressions/properties.txt`.
 //! The case counts keep the file at a few seconds; `PROPTEST_CASES=5000` soaks it.
 
 use std::collections::BTreeSet;
@@ -54,6 +55,8 @@ use proptest::prelude::*;
 use proptest::sample::{select, subsequence};
 use proptest::test_runner::{FileFailurePersistence, TestCaseError};
 use serde_json::{json, Value};
+
+use crate::common;
 
 use stq::engine::Engine;
 use stq::http::{app, AppState};
@@ -219,12 +222,6 @@ impl Scalar {
             Scalar::Text(text) => quote(text),
         }
     }
-
-    fn text(self) -> &'static str {
-        match self {
-            Scalar::Number(text) | Scalar::Text(text) => text,
-        }
-    }
 }
 
 /// How a record's line is written, none of which may change what it means.
@@ -313,57 +310,6 @@ impl Record {
             .collect();
         format!("{{{}}}", members.join(comma))
     }
-
-    /// The record as the API must return it (CONTRACT section 2): absent strings are
-    /// `""`, absent tags `[]`, absent metadata `null`, numbers keep their text.
-    fn response(&self) -> Value {
-        let text = |field: Option<&str>| Value::from(field.unwrap_or(""));
-        let tags = self.tags.clone().unwrap_or_default();
-        match &self.body {
-            Body::Unit {
-                unit_type,
-                direction,
-                result,
-                metadata,
-            } => json!({
-                "station_id": self.station_id,
-                "slot": text(self.slot),
-                "unit_serial": text(self.unit_serial),
-                "time_created": self.time_created,
-                "tz": text(self.tz),
-                "mode": text(self.mode),
-                "tags": tags,
-                "unit_type": text(*unit_type),
-                "direction": direction,
-                "result": text(*result),
-                "metadata": metadata.map_or(Value::Null, |raw| {
-                    serde_json::from_str(raw).expect("metadata is JSON")
-                }),
-            }),
-            Body::Metric {
-                name,
-                value,
-                unit,
-                metric_type,
-                limit_upper,
-                limit_lower,
-            } => json!({
-                "station_id": self.station_id,
-                "slot": text(self.slot),
-                "unit_serial": text(self.unit_serial),
-                "time_created": self.time_created,
-                "tz": text(self.tz),
-                "mode": text(self.mode),
-                "tags": tags,
-                "name": name,
-                "value": text(value.map(Scalar::text)),
-                "unit": text(*unit),
-                "type": text(*metric_type),
-                "limit_upper": text(limit_upper.map(Scalar::text)),
-                "limit_lower": text(limit_lower.map(Scalar::text)),
-            }),
-        }
-    }
 }
 
 /// One snapshot file: its path relative to the snapshot directory, its records in
@@ -386,7 +332,8 @@ struct Layout {
 }
 
 impl SnapshotFile {
-    fn bytes(&self) -> Vec<u8> {
+    /// The file's text, before any compression.
+    fn text(&self) -> String {
         let end = if self.layout.crlf { "\r\n" } else { "\n" };
         let mut text = String::new();
         for (index, record) in self.records.iter().enumerate() {
@@ -399,6 +346,11 @@ impl SnapshotFile {
                 text.push_str(end);
             }
         }
+        text
+    }
+
+    fn bytes(&self) -> Vec<u8> {
+        let text = self.text();
         if !self.path.ends_with(".gz") {
             return text.into_bytes();
         }
@@ -431,6 +383,23 @@ impl Snapshot {
     /// Every record, in load order.
     fn records(&self) -> impl Iterator<Item = &Record> {
         self.files.iter().flat_map(|file| &file.records)
+    }
+
+    /// The records as the shared reference model reads them from the files' text.
+    fn model(&self) -> Vec<common::Record> {
+        let files: Vec<common::FileSpec> = self
+            .files
+            .iter()
+            .map(|file| common::FileSpec::plain(file.path, file.text()))
+            .collect();
+        let records = common::load(&files);
+        // The model reads each time as the loader must; the generator knows what
+        // each one means. They agree, or the model is wrong.
+        for (model, generated) in records.iter().zip(self.records()) {
+            assert_eq!(model.at, generated.instant, "{}", generated.time_created);
+        }
+        assert_eq!(records.len(), self.records().count());
+        records
     }
 
     fn count(&self, kind: Kind) -> u64 {
@@ -522,54 +491,27 @@ impl Query {
 
 // --- The reference ------------------------------------------------------------------------
 
-/// The naive model of CONTRACT sections 3-6: the flat list of every record in load
-/// order, filtered one by one, then stably sorted by instant and station id bytes,
-/// so that full ties keep load order.
-fn reference<'a>(
-    snapshot: &'a Snapshot,
-    token: &Token,
-    query: &Query,
-    (from, to): (i128, i128),
-) -> Vec<&'a Record> {
-    let directions: &[&str] = if query.directions.is_empty() {
-        &["output"]
-    } else {
-        &query.directions
-    };
-    let mut records: Vec<&Record> = snapshot
-        .records()
-        .filter(|record| {
-            let station = record.station_id;
-            let filters_match = match &record.body {
-                Body::Unit {
-                    unit_type,
-                    direction,
-                    ..
-                } => {
-                    (query.types.is_empty() || query.types.contains(&unit_type.unwrap_or("")))
-                        && query
-                            .serial
-                            .is_none_or(|serial| record.unit_serial.unwrap_or("") == serial)
-                        && directions.contains(direction)
-                }
-                Body::Metric { name, .. } => query.names.is_empty() || query.names.contains(name),
-            };
-            record.kind() == query.kind
-                && token.allows(station)
-                && query
-                    .stations
-                    .as_ref()
-                    .is_none_or(|stations| stations.contains(&station))
-                && from <= record.instant
-                && record.instant < to
-                && filters_match
-        })
-        .collect();
-    records.sort_by(|left, right| {
-        (left.instant, left.station_id.as_bytes())
-            .cmp(&(right.instant, right.station_id.as_bytes()))
-    });
-    records
+/// The request as the shared reference model (`common::reference`) states it: the
+/// window resolved, the token's scope, the filters.
+fn model_query(token: &Token, query: &Query, (from, to): (i128, i128)) -> common::Query {
+    let strings = |items: &[&str]| items.iter().map(|item| item.to_string()).collect();
+    common::Query {
+        kind: match query.kind {
+            Kind::Units => common::Kind::Units,
+            Kind::Metrics => common::Kind::Metrics,
+        },
+        from,
+        to,
+        stations: query.stations.as_deref().map(strings),
+        scope: token
+            .stations
+            .as_ref()
+            .map(|stations| stations.iter().map(|station| station.to_string()).collect()),
+        types: strings(&query.types),
+        serial: query.serial.map(str::to_owned),
+        directions: strings(&query.directions),
+        names: strings(&query.names),
+    }
 }
 
 /// What the contract says a request must get.
@@ -614,14 +556,14 @@ fn expected(
             details: Some(json!({ "stations": forbidden })),
         };
     }
-    let records = reference(snapshot, token, query, window);
+    let records = common::reference(&snapshot.model(), &model_query(token, query, window));
     match max_records {
         Some(max) if records.len() > max => Outcome::Error {
             status: 400,
             code: "result_too_large",
             details: Some(json!({ "max_records": max })),
         },
-        _ => Outcome::Records(records.iter().map(|record| record.response()).collect()),
+        _ => Outcome::Records(records),
     }
 }
 

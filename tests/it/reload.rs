@@ -794,6 +794,8 @@ fn a_reload_with_on_invalid_skip_counts_and_logs_skipped_lines() {
 
     // CONTRACT section 2: a skipped line is logged as `path:line: reason`.
     let location = format!("{}:2: ", path_string(&added_path));
+    // The log is written by its own thread: the line may follow the swap.
+    server.wait_for_log(&location, 1);
     let log = server.log();
     assert!(
         log.iter().any(|line| line

@@ -613,13 +613,21 @@ impl Fixture {
 
     /// The reference answer of a query.
     pub fn expect(&self, query: &Query) -> Vec<Value> {
+        reference(&self.records, query)
+    }
+}
+
+/// The reference model of docs/api.md sections 3 to 6, the one every test compares
+/// with (the HTTP tests and the property tests alike): the flat list of records,
+/// each kept or not by every filter in turn, then sorted by the contract's order.
+pub fn reference(records: &[Record], query: &Query) -> Vec<Value> {
+    {
         // `None`: no list given, so every value passes.
         let listed = |list: &Option<Vec<String>>, value: &str| {
             list.as_ref()
                 .is_none_or(|items| items.iter().any(|x| x == value))
         };
-        let hits: Vec<&Record> = self
-            .records
+        let hits: Vec<&Record> = records
             .iter()
             .filter(|record| record.kind == query.kind)
             .filter(|record| query.from <= record.at && record.at < query.to)
