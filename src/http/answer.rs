@@ -111,7 +111,8 @@ async fn answer_in_time(
         timestamp: timestamp_millis_utc(Utc::now()),
         request_id: &request_id,
         query_duration_ms: started.elapsed().as_millis() as u64,
-        next_cursor: page.next_cursor(),
+        // With `limit`, always there: the cursor, or null on the last page.
+        next_cursor: query.params.limit.map(|_| page.next_cursor()),
     };
     let records = page.records();
     let body = envelope(kind, records, &meta);

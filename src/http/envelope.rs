@@ -13,8 +13,11 @@ pub struct Meta<'a> {
     pub timestamp: String,
     pub request_id: &'a str,
     pub query_duration_ms: u64,
+    /// Absent without `limit`; with it, the next page's cursor, or `null` on the
+    /// last page (Grafana's Infinity data source stops on `null` and fails on a
+    /// missing cursor).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub next_cursor: Option<&'a str>,
+    pub next_cursor: Option<Option<&'a str>>,
 }
 
 /// Assembles the success body from the records' pre-rendered JSON.
@@ -60,7 +63,7 @@ mod tests {
             timestamp: "2024-01-01T00:00:00.000Z".into(),
             request_id: "id\"quoted",
             query_duration_ms: 3,
-            next_cursor: Some("abc"),
+            next_cursor: Some(Some("abc")),
         };
         let body = assemble(Kind::Units, 2, records.iter().copied(), &meta);
         let value: Value = serde_json::from_slice(&body).unwrap();
@@ -78,6 +81,15 @@ mod tests {
         let value: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(value["message"], "1 metric record");
         assert!(value["meta"].get("next_cursor").is_none());
+        let last = Meta {
+            timestamp: single.timestamp.clone(),
+            next_cursor: Some(None),
+            ..single
+        };
+        let body = assemble(Kind::Metrics, 1, records[..1].iter().copied(), &last);
+        let value: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(value["meta"]["next_cursor"], Value::Null);
+        assert!(value["meta"].get("next_cursor").is_some());
         let empty = assemble(Kind::Metrics, 0, std::iter::empty(), &single);
         assert!(empty.starts_with(br#"{"data":[],"message":"0 metric records""#));
     }

@@ -614,7 +614,7 @@ fn a_paged_units_walk_matches_the_document() {
         .unwrap_or_else(|| panic!("{}: no next_cursor", first.context()))
         .to_string();
     let mut records = body["data"].as_array().unwrap().clone();
-    // Every page validates, the last one without next_cursor.
+    // Every page validates, the last one with a null next_cursor.
     for _ in 0..100 {
         let page = server().get(
             &format!("{}&limit=4&cursor={}", units_all(), percent_encode(&cursor)),
@@ -625,7 +625,10 @@ fn a_paged_units_walk_matches_the_document() {
         records.extend(body["data"].as_array().unwrap().iter().cloned());
         match body["meta"]["next_cursor"].as_str() {
             Some(next) => cursor = next.to_string(),
-            None => break,
+            None => {
+                assert_eq!(body["meta"].get("next_cursor"), Some(&Value::Null));
+                break;
+            }
         }
     }
     let want = shared().fixture.expect(&Query::units().both());

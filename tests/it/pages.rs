@@ -116,13 +116,14 @@ fn every_page_but_the_last_holds_exactly_limit_records() {
 }
 
 #[test]
-fn next_cursor_is_absent_when_the_page_ends_exactly_on_the_last_record() {
+fn next_cursor_is_null_when_the_page_ends_exactly_on_the_last_record() {
     let total = fixture().expect(&Query::units().both()).len(); // 15
     let envelope = server().ok(&with_cursor(&units_all(), total, None));
     assert_eq!(envelope.data.len(), total);
-    assert!(
-        envelope.cursor().is_none(),
-        "page of exactly all records carries next_cursor"
+    assert_eq!(
+        envelope.meta.get("next_cursor"),
+        Some(&Value::Null),
+        "page of exactly all records"
     );
     // 15 = 3 pages of 5: the third page is full and last
     let first_page = server().ok(&with_cursor(&units_all(), 5, None));
@@ -131,20 +132,22 @@ fn next_cursor_is_absent_when_the_page_ends_exactly_on_the_last_record() {
     let cursor = second_page.cursor().expect("page 2 cursor");
     let third_page = server().ok(&with_cursor(&units_all(), 5, Some(&cursor)));
     assert_eq!(third_page.data.len(), 5);
-    assert!(
-        third_page.cursor().is_none(),
-        "full last page carries next_cursor"
+    assert_eq!(
+        third_page.meta.get("next_cursor"),
+        Some(&Value::Null),
+        "full last page"
     );
 }
 
 #[test]
-fn next_cursor_is_absent_on_the_last_page() {
+fn issue_11_next_cursor_is_null_on_the_last_page() {
     let first_page = server().ok(&with_cursor(&metrics_all(), 6, None));
     let cursor = first_page.cursor().expect("cursor");
     let second_page = server().ok(&with_cursor(&metrics_all(), 6, Some(&cursor)));
     assert!(!second_page.data.is_empty() && second_page.data.len() < 6);
-    assert!(second_page.cursor().is_none());
-    assert!(!second_page.meta.contains_key("next_cursor"));
+    // Present and null: Grafana's Infinity stops its pagination on null, and fails
+    // on a missing cursor.
+    assert_eq!(second_page.meta.get("next_cursor"), Some(&Value::Null));
 }
 
 #[test]
@@ -634,5 +637,32 @@ fn order_and_pages_do_not_depend_on_the_shard_count() {
             &fixture.expect(&Query::units().both()),
             &format!("--shards {shards} walk"),
         );
+    }
+}
+
+/// Issue 11: Grafana's Infinity data source pages by reading the cursor at a path of
+/// the body (`meta.next_cursor`), stops when it is null or empty, and fails the
+/// query when the path is missing. Played here against stq with its rules, for
+/// every page size that divides the result or not.
+#[test]
+fn issue_11_a_walk_by_grafana_infinity_rules_ends_on_a_null_cursor() {
+    let want = fixture().expect(&Query::units().both());
+    for limit in 1..=want.len() + 1 {
+        let mut records = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..=want.len() + 1 {
+            let envelope = server().ok(&with_cursor(&units_all(), limit, cursor.as_deref()));
+            records.extend(envelope.data.iter().cloned());
+            let Some(value) = envelope.meta.get("next_cursor") else {
+                panic!("limit {limit}: no next_cursor at meta.next_cursor: Infinity fails here");
+            };
+            match value {
+                Value::Null => break,
+                Value::String(text) if text.is_empty() => break,
+                Value::String(text) => cursor = Some(text.clone()),
+                other => panic!("limit {limit}: next_cursor is {other}"),
+            }
+        }
+        assert_records(&records, &want, &format!("walk with limit {limit}"));
     }
 }

@@ -1271,6 +1271,14 @@ async fn walks_return_everything_once(case: PagingCase) -> Result<(), TestCaseEr
             let reply = server.get(&uri, &token).await;
             prop_assert_eq!(reply.status, 200, "GET {} answered {}", uri, reply.body);
             let records = data(&reply)?;
+            // Present on every page of a walk: a string, or null on the last.
+            prop_assert!(
+                reply.body["meta"]
+                    .get("next_cursor")
+                    .is_some_and(|cursor| cursor.is_string() || cursor.is_null()),
+                "GET {}: next_cursor missing or neither a string nor null",
+                uri
+            );
             let next = reply.body["meta"]["next_cursor"]
                 .as_str()
                 .map(str::to_owned);

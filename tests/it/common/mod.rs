@@ -1313,9 +1313,11 @@ pub struct Envelope {
 }
 
 impl Envelope {
+    /// The next page's cursor; `None` on a last page (`null`) and without `limit`.
     pub fn cursor(&self) -> Option<String> {
         self.meta
             .get("next_cursor")
+            .filter(|cursor| !cursor.is_null())
             .map(|cursor| cursor.as_str().unwrap().to_string())
     }
 }
@@ -1417,7 +1419,10 @@ impl Response {
         let mut meta_keys = vec!["timestamp", "request_id", "query_duration_ms"];
         if meta.contains_key("next_cursor") {
             meta_keys.push("next_cursor");
-            self.non_empty_string(&meta, "next_cursor");
+            // null on a last page (docs/api.md section 6.3), else a cursor.
+            if !meta["next_cursor"].is_null() {
+                self.non_empty_string(&meta, "next_cursor");
+            }
         }
         self.assert_keys(&meta, &meta_keys, "meta keys");
         let timestamp = meta["timestamp"]
