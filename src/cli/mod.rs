@@ -99,6 +99,12 @@ pub struct ServeArgs {
     #[arg(long, env = "STQ_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 
+    /// A file whose whole content (at least 32 bytes) is the secret that seals
+    /// cursors; replicas given the same file accept each other's cursors [default:
+    /// a random key per process].
+    #[arg(long, env = "STQ_CURSOR_KEY_FILE")]
+    pub cursor_key_file: Option<PathBuf>,
+
     /// Log one line per request (target `stq::access`). Off by default: at tens of
     /// thousands of requests a second it costs about a tenth of the CPU, and the
     /// admin listener's metrics count the same requests.

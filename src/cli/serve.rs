@@ -20,6 +20,16 @@ use crate::metrics::Metrics;
 
 /// Loads everything, then serves until the process is stopped.
 pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    // Read before the snapshot, so a wrong key file fails at once, not after a load.
+    let cursor_key = match &args.cursor_key_file {
+        None => CursorKey::random(),
+        Some(path) => {
+            let secret = std::fs::read(path)
+                .with_context(|| format!("cannot read the cursor key file {}", path.display()))?;
+            CursorKey::from_secret(secret)
+                .with_context(|| format!("the cursor key file {}", path.display()))?
+        }
+    };
     let tokens = Tokens::load(&args.tokens)?;
     if tokens.is_empty() {
         tracing::warn!(path = %args.tokens.display(), "the tokens file holds no tokens: every request will get 401");
@@ -55,27 +65,43 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         max_window: args.max_window,
     };
     let workers = args.workers.map_or_else(cpus, std::num::NonZero::get);
-    actix_rt::System::new().block_on(run(
-        args, generation, tokens, limits, shards, workers, report,
-    ))
+    let settings = Settings {
+        limits,
+        cursor_key,
+        shards,
+        workers,
+    };
+    actix_rt::System::new().block_on(run(args, generation, tokens, settings, report))
+}
+
+/// What the engine and the listener are started with, besides the data.
+struct Settings {
+    limits: Limits,
+    cursor_key: CursorKey,
+    shards: usize,
+    workers: usize,
 }
 
 async fn run(
     args: ServeArgs,
     generation: Generation,
     tokens: Tokens,
-    limits: Limits,
-    shards: usize,
-    workers: usize,
+    settings: Settings,
     report: LoadReport,
 ) -> anyhow::Result<()> {
+    let Settings {
+        limits,
+        cursor_key,
+        shards,
+        workers,
+    } = settings;
     let shard_records = generation.shard_records();
     let metrics = Arc::new(Metrics::default());
     let engine = Engine::start(
         generation,
         Arc::new(tokens),
         limits,
-        CursorKey::random(),
+        cursor_key,
         metrics.shard_restarts.clone(),
     );
     let stations = engine.catalog().stations().len();

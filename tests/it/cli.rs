@@ -682,3 +682,53 @@ fn gen_output_is_valid_and_spans_the_days_before_end() {
     ));
     assert_eq!(envelope.data.len(), units);
 }
+
+// --- --cursor-key-file (CONTRACT section 1, revision 2) ----------------------------
+
+/// Issue 11: a key file under 32 bytes, or one that cannot be read, stops the
+/// start with a message that names the file.
+#[test]
+fn issue_11_a_short_or_missing_cursor_key_file_is_a_start_up_error() {
+    let (_directory, snapshots, tokens) = write_snapshot(&main_files(now_seconds()));
+    let keys = temporary_directory();
+    let short = keys.path().join("short.key");
+    std::fs::write(&short, [7u8; 31]).unwrap();
+    let missing = keys.path().join("missing.key");
+    for (path, needle) in [(&short, "at least 32 bytes"), (&missing, "cannot read")] {
+        let path = path_string(path);
+        let log = expect_start_failure(
+            &serve_args(&snapshots, &tokens, &["--cursor-key-file", &path]),
+            &[],
+        );
+        assert!(log.contains(&path) && log.contains(needle), "{log}");
+    }
+}
+
+/// Issue 11: two servers given the same key file accept each other's cursors; two
+/// without one (each with a random key) refuse them.
+#[test]
+fn issue_11_servers_sharing_a_cursor_key_file_accept_each_others_cursors() {
+    let fixture = Fixture::main();
+    let keys = temporary_directory();
+    let key = keys.path().join("cursor.key");
+    std::fs::write(&key, b"a secret of more than thirty-two bytes, shared").unwrap();
+    let key = path_string(&key);
+    let path = format!("{}&limit=2", units_all());
+    for (flags, accepted) in [
+        (&["--cursor-key-file", key.as_str()][..], true),
+        (&[][..], false),
+    ] {
+        let first = Server::start(&fixture, flags);
+        let second = Server::start(&fixture, flags);
+        let cursor = first
+            .ok(&path)
+            .cursor()
+            .expect("a first page with more to come");
+        let next = format!("{path}&cursor={}", percent_encode(&cursor));
+        if accepted {
+            assert_eq!(second.ok(&next).data, first.ok(&next).data);
+        } else {
+            second.get(&next, Some(OPS)).error(400, "invalid_cursor");
+        }
+    }
+}

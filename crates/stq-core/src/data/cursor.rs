@@ -31,18 +31,39 @@ const VERSION: u8 = 1;
 const PAYLOAD_LEN: usize = 1 + 1 + 8 + 3 * 12 + 4 + 8;
 const TAG_LEN: usize = 16;
 
-/// The process-wide key that makes cursors unforgeable.
+/// The key that makes cursors unforgeable: drawn per process, or read from
+/// `--cursor-key-file` so that replicas sharing the file accept each other's.
 #[derive(Clone)]
-pub struct CursorKey([u8; 32]);
+pub struct CursorKey(Box<[u8]>);
+
+/// The shortest secret a cursor key file may hold.
+pub const MINIMUM_KEY_BYTES: usize = 32;
+
+/// Why a secret cannot be a cursor key.
+#[derive(Debug, thiserror::Error)]
+#[error("a cursor key needs at least {MINIMUM_KEY_BYTES} bytes; this one has {length}")]
+pub struct ShortKey {
+    pub length: usize,
+}
 
 impl CursorKey {
     pub fn random() -> CursorKey {
-        CursorKey(rand::random())
+        CursorKey(Box::new(rand::random::<[u8; 32]>()))
+    }
+
+    /// A key whose whole content is `secret`, at least [`MINIMUM_KEY_BYTES`] long.
+    pub fn from_secret(secret: Vec<u8>) -> Result<CursorKey, ShortKey> {
+        if secret.len() < MINIMUM_KEY_BYTES {
+            return Err(ShortKey {
+                length: secret.len(),
+            });
+        }
+        Ok(CursorKey(secret.into_boxed_slice()))
     }
 
     #[cfg(test)]
     pub fn fixed(byte: u8) -> CursorKey {
-        CursorKey([byte; 32])
+        CursorKey(Box::new([byte; 32]))
     }
 }
 
