@@ -76,9 +76,9 @@ pub(crate) fn plan(
     let (window, after) = match (&params.cursor, &scope) {
         (Some(text), Some(scope)) => {
             let cursor = Cursor::decode(text, cursor_key, scope)?;
-            if cursor.kind != *kind || cursor.generation != catalog.generation() {
+            if cursor.kind != *kind {
                 return Err(CursorError {
-                    reason: "it belongs to another endpoint or data generation",
+                    reason: "it belongs to another endpoint",
                 }
                 .into());
             }
@@ -94,7 +94,8 @@ pub(crate) fn plan(
             } else {
                 cursor.window
             };
-            (window, Some(cursor.after))
+            // The record the cursor names, placed in the data served now.
+            (window, Some(catalog.position_after(&cursor.after)))
         }
         _ => (params.window(*arrived, limits.max_window)?, None),
     };
@@ -186,9 +187,8 @@ pub(crate) fn paginate(
                 .expect("a full page has a last record");
             let cursor = Cursor {
                 kind: request.kind,
-                generation: plan.generation(),
                 window: plan.window,
-                after,
+                after: plan.catalog.identity_of(after),
             };
             let scope = plan
                 .scope

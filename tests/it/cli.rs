@@ -704,8 +704,8 @@ fn issue_11_a_short_or_missing_cursor_key_file_is_a_start_up_error() {
     }
 }
 
-/// Issue 11: two servers given the same key file accept each other's cursors; two
-/// without one (each with a random key) refuse them.
+/// Issue 11: two servers given the same key file accept each other's cursors, also
+/// at other generations; two without one (each with a random key) refuse them.
 #[test]
 fn issue_11_servers_sharing_a_cursor_key_file_accept_each_others_cursors() {
     let fixture = Fixture::main();
@@ -720,6 +720,9 @@ fn issue_11_servers_sharing_a_cursor_key_file_accept_each_others_cursors() {
     ] {
         let first = Server::start(&fixture, flags);
         let second = Server::start(&fixture, flags);
+        // Generations differ between replicas; cursors do not name them.
+        second.signal("HUP");
+        second.wait_for_generation_after(1);
         let cursor = first
             .ok(&path)
             .cursor()

@@ -553,42 +553,55 @@ fn requests_during_reloads_see_one_whole_generation() {
 // 6. Cursors
 // ---------------------------------------------------------------------------
 
+/// Issue 11 (CONTRACT revision 2, section 6): a cursor names its last record by
+/// instant, station, file and line, so a walk goes on across a reload from where
+/// that record sorts in the new data, even when the record itself is gone.
 #[test]
-fn a_cursor_from_an_earlier_generation_is_invalid() {
+fn issue_11_a_cursor_continues_after_its_record_across_a_reload() {
     let files = small_files();
     let fixture = Fixture::from_files(&files);
     let server = Server::start(&fixture, &[]);
-    let expected = reference(&files, &Query::units());
-    let first = server
-        .get(&format!("{}&limit=1", all_units()), Some(OPS))
-        .ok();
-    assert_records(&first.data, &expected[..1], "page 1");
+    let path = format!("{}&limit=2", all_units());
+    let first = server.ok(&path);
+    assert_eq!(serials(&first.data), ["SN-A1", "SN-A2"]);
+    // It names SN-A2: ST-02, first.units.jsonl, line 2, at 60 s.
     let cursor = first.cursor().expect("page 1 has a next_cursor");
-    let next = format!("{}&limit=1&cursor={}", all_units(), percent_encode(&cursor));
-    // In its own generation the cursor works.
-    assert_records(&server.ok(&next).data, &expected[1..2], "page 2");
 
+    // SN-A2 goes; SN-N1 comes; a file that sorts before first.units.jsonl holds a
+    // record at SN-A2's instant and station (before it in the order) and one of a
+    // station after it (after it).
+    let rewritten = lines(&[
+        unit_line("ST-01", "SN-A1", 0),
+        unit_line("ST-01", "SN-A3", 120),
+        unit_line("ST-01", "SN-A4", 180),
+        unit_line("ST-01", "SN-N1", 90),
+    ]);
+    write_by_rename(
+        &fixture,
+        &fixture.snapshots.join("first.units.jsonl"),
+        &rewritten,
+    );
+    let early = lines(&[
+        unit_line("ST-02", "SN-E1", 60),
+        unit_line("ST-03", "SN-E2", 60),
+    ]);
+    write_by_rename(
+        &fixture,
+        &fixture.snapshots.join("0-early.units.jsonl"),
+        &early,
+    );
     server.signal("HUP");
     let after = server.wait_for_generation_after(1);
-    assert_eq!(generation_of(&after), 2, "{after}");
-    server.get(&next, Some(OPS)).error(400, "invalid_cursor");
+    assert_eq!(after["units"], 6, "{after}");
 
-    // A walk started in generation 2 works.
-    let fresh = server
-        .get(&format!("{}&limit=1", all_units()), Some(OPS))
-        .ok();
-    let cursor = fresh.cursor().expect("page 1 has a next_cursor");
-    assert_records(
-        &server
-            .ok(&format!(
-                "{}&limit=1&cursor={}",
-                all_units(),
-                percent_encode(&cursor)
-            ))
-            .data,
-        &expected[1..2],
-        "page 2 of generation 2",
-    );
+    let mut rest = Vec::new();
+    let mut next = Some(cursor);
+    while let Some(cursor) = next {
+        let page = server.ok(&format!("{path}&cursor={}", percent_encode(&cursor)));
+        rest.extend(serials(&page.data));
+        next = page.cursor();
+    }
+    assert_eq!(rest, ["SN-E2", "SN-N1", "SN-A3", "SN-A4"]);
 }
 
 // ---------------------------------------------------------------------------

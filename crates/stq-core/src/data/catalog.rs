@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use crate::data::cursor::RecordIdentity;
+use crate::data::key::{load_order, Position};
 use crate::data::shard::ShardData;
 use crate::data::station::StationData;
 use crate::data::symbols::Symbols;
@@ -25,6 +27,9 @@ pub struct Catalog {
     pub(crate) symbols: Symbols,
     pub(crate) shard_count: usize,
     pub(crate) summary: LoadSummary,
+    /// Snapshot files' paths relative to the directory, in load order: a load
+    /// order's file index is an index here.
+    pub(crate) files: Vec<Box<str>>,
 }
 
 /// What the load that made a generation found, as `/readyz` reports it.
@@ -71,6 +76,47 @@ impl Catalog {
         &self.summary
     }
 
+    /// The identity of the record at `position`, as a cursor names it.
+    pub fn identity_of(&self, position: Position) -> RecordIdentity {
+        RecordIdentity {
+            instant: position.instant,
+            station_id: self.stations[position.station_rank as usize].to_string(),
+            path: self.files[(position.load_order >> 32) as usize].to_string(),
+            line: position.load_order as u32,
+        }
+    }
+
+    /// A position that every record after `identity` in the contract's order follows
+    /// and no other does, whether or not that record, its station or its file is in
+    /// this generation: a missing station or file takes the place its id or path
+    /// would sort into, before everything that sorts after it.
+    pub fn position_after(&self, identity: &RecordIdentity) -> Position {
+        let by_bytes = |probe: &str, wanted: &str| probe.as_bytes().cmp(wanted.as_bytes());
+        let (station_rank, found) = match self
+            .stations
+            .binary_search_by(|probe| by_bytes(probe, &identity.station_id))
+        {
+            Ok(rank) => (rank as u32, true),
+            Err(rank) => (rank as u32, false),
+        };
+        let load_order = if !found {
+            0
+        } else {
+            match self
+                .files
+                .binary_search_by(|probe| by_bytes(probe, &identity.path))
+            {
+                Ok(index) => load_order(index as u32, identity.line),
+                Err(index) => load_order(index as u32, 0),
+            }
+        };
+        Position {
+            instant: identity.instant,
+            station_rank,
+            load_order,
+        }
+    }
+
     pub fn rank(&self, station: &str) -> Option<u32> {
         self.stations
             .binary_search_by(|probe| probe.as_bytes().cmp(station.as_bytes()))
@@ -107,5 +153,69 @@ impl Generation {
             .iter()
             .map(|shard| shard.stations.iter().map(StationData::record_count).sum())
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::time::Timestamp;
+
+    fn catalog() -> Catalog {
+        Catalog {
+            stations: vec!["ST-01".into(), "ST-03".into()],
+            files: vec!["a.units.jsonl".into(), "c.units.jsonl".into()],
+            ..Catalog::default()
+        }
+    }
+
+    fn identity(station_id: &str, path: &str, line: u32) -> RecordIdentity {
+        RecordIdentity {
+            instant: Timestamp {
+                seconds: 100,
+                nanos: 0,
+            },
+            station_id: station_id.into(),
+            path: path.into(),
+            line,
+        }
+    }
+
+    /// A record's position in `catalog`, which holds its station and file.
+    fn at(catalog: &Catalog, station: &str, path: &str, line: u32) -> Position {
+        let file = catalog
+            .files
+            .iter()
+            .position(|file| &**file == path)
+            .unwrap();
+        Position {
+            instant: identity(station, path, line).instant,
+            station_rank: catalog.rank(station).unwrap(),
+            load_order: load_order(file as u32, line),
+        }
+    }
+
+    #[test]
+    fn a_record_of_this_generation_is_its_own_position() {
+        let catalog = catalog();
+        let position = catalog.position_after(&identity("ST-03", "c.units.jsonl", 7));
+        assert_eq!(position, at(&catalog, "ST-03", "c.units.jsonl", 7));
+        assert_eq!(
+            catalog.identity_of(position),
+            identity("ST-03", "c.units.jsonl", 7)
+        );
+    }
+
+    #[test]
+    fn a_missing_station_or_file_takes_the_place_it_would_sort_into() {
+        let catalog = catalog();
+        // ST-02 is gone: ST-01's records at the instant come before, ST-03's after.
+        let after = catalog.position_after(&identity("ST-02", "a.units.jsonl", 3));
+        assert!(at(&catalog, "ST-01", "c.units.jsonl", 9) < after);
+        assert!(at(&catalog, "ST-03", "a.units.jsonl", 1) > after);
+        // b.units.jsonl is gone: ST-01's lines of a come before, of c after.
+        let after = catalog.position_after(&identity("ST-01", "b.units.jsonl", 3));
+        assert!(at(&catalog, "ST-01", "a.units.jsonl", 9) < after);
+        assert!(at(&catalog, "ST-01", "c.units.jsonl", 1) > after);
     }
 }

@@ -2,23 +2,26 @@
 //! starts and the window the first page resolved.
 //!
 //! A cursor is `base64url(payload || tag)`. The payload holds the endpoint, the
-//! generation, the pinned window and the last position returned. The tag is an
-//! HMAC-SHA-256, under a key drawn at start-up, of the payload *and* the request's
-//! normalized filters and token: so a cursor replayed with other filters, by another
-//! token, on the other endpoint, after a restart, or edited by hand fails the same
-//! single check, and a cursor can never widen what its token may see.
+//! pinned window and the identity of the last record returned: its instant, station
+//! id, file path (relative to the snapshot directory) and line. Not a generation nor
+//! a position in one, so the next page starts after that record in whatever data is
+//! served now: across reloads, restarts, and replicas sharing the key (revision 2 of
+//! the contract). The tag is an HMAC-SHA-256, under that key, of the payload *and*
+//! the request's normalized filters and token: so a cursor replayed with other
+//! filters, by another token, on the other endpoint, under another key, or edited by
+//! hand fails the same single check, and a cursor can never widen what its token may
+//! see.
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use crate::data::key::Position;
 use crate::domain::record::Kind;
 use crate::domain::time::{Timestamp, Window};
 
 /// A cursor that does not continue this query: malformed, sealed to something
-/// else, or made for another generation or window.
+/// else, or made for another window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("invalid cursor: {reason}")]
 pub struct CursorError {
@@ -27,9 +30,10 @@ pub struct CursorError {
 
 type HmacSha256 = Hmac<Sha256>;
 
-const VERSION: u8 = 1;
-const PAYLOAD_LEN: usize = 1 + 1 + 8 + 3 * 12 + 4 + 8;
+const VERSION: u8 = 2;
 const TAG_LEN: usize = 16;
+/// The fixed part: version, kind, three instants, the line, two lengths.
+const FIXED_LEN: usize = 1 + 1 + 3 * 12 + 4 + 2 + 2;
 
 /// The key that makes cursors unforgeable: drawn per process, or read from
 /// `--cursor-key-file` so that replicas sharing the file accept each other's.
@@ -67,21 +71,31 @@ impl CursorKey {
     }
 }
 
+/// A record's identity, the same in every generation and process that loads the
+/// same file: what a cursor names as the last record it returned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordIdentity {
+    pub instant: Timestamp,
+    pub station_id: String,
+    /// Relative to the snapshot directory, `/`-separated.
+    pub path: String,
+    pub line: u32,
+}
+
 /// What a cursor says, once its tag has been checked.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cursor {
     pub kind: Kind,
-    pub generation: u64,
     pub window: Window,
-    pub after: Position,
+    pub after: RecordIdentity,
 }
 
 impl Cursor {
     /// Seals the cursor to `scope`: the normalized filters and token it is valid for.
     pub fn encode(&self, key: &CursorKey, scope: &[u8]) -> String {
-        let payload = self.payload();
-        let mut text = payload.to_vec();
-        text.extend_from_slice(&tag(key, &payload, scope));
+        let mut text = self.payload();
+        let tag = tag(key, &text, scope);
+        text.extend_from_slice(&tag);
         URL_SAFE_NO_PAD.encode(text)
     }
 
@@ -91,16 +105,17 @@ impl Cursor {
             reason: "not a cursor this service issued",
         };
         let bytes = URL_SAFE_NO_PAD.decode(text).map_err(|_| malformed())?;
-        if bytes.len() != PAYLOAD_LEN + TAG_LEN || bytes[0] != VERSION {
+        if bytes.len() < FIXED_LEN + TAG_LEN || bytes[0] != VERSION {
             return Err(malformed());
         }
-        let (payload, presented_tag) = bytes.split_at(PAYLOAD_LEN);
+        let (payload, presented_tag) = bytes.split_at(bytes.len() - TAG_LEN);
         mac(key, payload, scope)
             .verify_truncated_left(presented_tag)
             .map_err(|_| CursorError {
-                reason: "it belongs to another query, token, endpoint or data generation",
+                reason: "it belongs to another query, token or endpoint",
             })?;
 
+        // Sealed by this key, so written by `payload` below: the layout holds.
         let mut reader = Reader {
             bytes: payload,
             at: 1,
@@ -109,38 +124,54 @@ impl Cursor {
             0 => Kind::Units,
             _ => Kind::Metrics,
         };
+        let window = Window {
+            from: reader.instant(),
+            to: reader.instant(),
+        };
+        let instant = reader.instant();
+        let line = reader.u32();
+        let station_length = usize::from(reader.u16());
+        let path_length = usize::from(reader.u16());
+        if payload.len() != FIXED_LEN + station_length + path_length {
+            return Err(malformed());
+        }
+        let station_id = reader.text(station_length).ok_or_else(malformed)?;
+        let path = reader.text(path_length).ok_or_else(malformed)?;
         Ok(Cursor {
             kind,
-            generation: reader.u64(),
-            window: Window {
-                from: reader.instant(),
-                to: reader.instant(),
-            },
-            after: Position {
-                instant: reader.instant(),
-                station_rank: reader.u32(),
-                load_order: reader.u64(),
+            window,
+            after: RecordIdentity {
+                instant,
+                station_id,
+                path,
+                line,
             },
         })
     }
 
-    fn payload(&self) -> [u8; PAYLOAD_LEN] {
-        let mut payload = Vec::with_capacity(PAYLOAD_LEN);
+    fn payload(&self) -> Vec<u8> {
+        let after = &self.after;
+        let mut payload = Vec::with_capacity(FIXED_LEN + after.station_id.len() + after.path.len());
         payload.push(VERSION);
         payload.push(match self.kind {
             Kind::Units => 0,
             Kind::Metrics => 1,
         });
-        payload.extend_from_slice(&self.generation.to_be_bytes());
-        for instant in [self.window.from, self.window.to, self.after.instant] {
+        for instant in [self.window.from, self.window.to, after.instant] {
             payload.extend_from_slice(&instant.seconds.to_be_bytes());
             payload.extend_from_slice(&instant.nanos.to_be_bytes());
         }
-        payload.extend_from_slice(&self.after.station_rank.to_be_bytes());
-        payload.extend_from_slice(&self.after.load_order.to_be_bytes());
+        payload.extend_from_slice(&after.line.to_be_bytes());
+        // Station ids and paths are far shorter than 64 KiB; a longer one is cut,
+        // which only makes the cursor invalid, never wrong.
+        let length = |text: &str| u16::try_from(text.len()).unwrap_or(u16::MAX);
+        payload.extend_from_slice(&length(&after.station_id).to_be_bytes());
+        payload.extend_from_slice(&length(&after.path).to_be_bytes());
+        payload.extend_from_slice(
+            &after.station_id.as_bytes()[..usize::from(length(&after.station_id))],
+        );
+        payload.extend_from_slice(&after.path.as_bytes()[..usize::from(length(&after.path))]);
         payload
-            .try_into()
-            .expect("the payload layout matches PAYLOAD_LEN")
     }
 }
 
@@ -158,7 +189,7 @@ fn tag(key: &CursorKey, payload: &[u8], scope: &[u8]) -> [u8; TAG_LEN] {
         .expect("SHA-256 is longer than the tag")
 }
 
-/// Reads the fixed payload layout; lengths were checked before.
+/// Reads the payload layout; its length was checked before.
 struct Reader<'a> {
     bytes: &'a [u8],
     at: usize,
@@ -177,12 +208,18 @@ impl Reader<'_> {
         self.take::<1>()[0]
     }
 
+    fn u16(&mut self) -> u16 {
+        u16::from_be_bytes(self.take())
+    }
+
     fn u32(&mut self) -> u32 {
         u32::from_be_bytes(self.take())
     }
 
-    fn u64(&mut self) -> u64 {
-        u64::from_be_bytes(self.take())
+    fn text(&mut self, length: usize) -> Option<String> {
+        let bytes = self.bytes.get(self.at..self.at + length)?;
+        self.at += length;
+        String::from_utf8(bytes.to_vec()).ok()
     }
 
     fn instant(&mut self) -> Timestamp {
@@ -200,7 +237,6 @@ mod tests {
     fn cursor() -> Cursor {
         Cursor {
             kind: Kind::Metrics,
-            generation: 7,
             window: Window {
                 from: Timestamp {
                     seconds: -5,
@@ -211,13 +247,14 @@ mod tests {
                     nanos: 999_999_999,
                 },
             },
-            after: Position {
+            after: RecordIdentity {
                 instant: Timestamp {
                     seconds: 1_600_000_000,
                     nanos: 42,
                 },
-                station_rank: 3,
-                load_order: (2 << 32) | 17,
+                station_id: "ST-é1".into(),
+                path: "line-1/a.metrics.jsonl.gz".into(),
+                line: 17,
             },
         }
     }

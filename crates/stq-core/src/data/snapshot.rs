@@ -138,6 +138,8 @@ pub enum LoadError {
 #[derive(Clone, Debug)]
 struct SnapshotFile {
     path: PathBuf,
+    /// Relative to the directory, `/`-separated: what a cursor names.
+    relative: String,
     /// The directory joined with the relative path, as messages name it.
     display: String,
     kind: Kind,
@@ -163,7 +165,11 @@ pub fn load(options: &LoadOptions) -> Result<(Generation, LoadReport), LoadError
         metrics: report.metrics,
         skipped_lines: report.invalid.len() as u64,
     };
-    let generation = build(state.stations, symbols, summary, options)?;
+    let paths = files
+        .iter()
+        .map(|file| file.relative.clone().into_boxed_str())
+        .collect();
+    let generation = build(state.stations, symbols, summary, paths, options)?;
     report.stations = generation.catalog.stations.len();
     report.elapsed = started.elapsed();
     Ok((generation, report))
@@ -212,6 +218,7 @@ fn discover(directory: &Path) -> Result<Vec<SnapshotFile>, LoadError> {
         .into_iter()
         .map(|(relative, path, kind, gzip)| SnapshotFile {
             display: directory.join(&relative).display().to_string(),
+            relative,
             path,
             kind,
             gzip,
@@ -581,6 +588,7 @@ fn build(
     stations: DashMap<Box<str>, StationBuilder>,
     symbols: Symbols,
     summary: LoadSummary,
+    files: Vec<Box<str>>,
     options: &LoadOptions,
 ) -> Result<Generation, LoadError> {
     let mut stations: Vec<(Box<str>, StationBuilder)> = stations.into_iter().collect();
@@ -637,6 +645,7 @@ fn build(
             symbols,
             shard_count,
             summary,
+            files,
         }),
         shards,
     })
