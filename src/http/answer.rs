@@ -78,32 +78,23 @@ async fn answer_in_time(
         arrived,
     });
     let plan = engine.plan(&query).map_err(engine_error)?;
-    // A tag can only come from a 200 to this same query over this generation and
-    // scope, which would be a 200 again: the shards need not be asked.
-    let precondition = IfNoneMatch::of(request.headers());
-    let etag = entity_tag(state.boot, &query, &plan);
-    if precondition.names(&etag) {
-        return Ok(not_modified(etag));
-    }
 
-    // Taken at the first engine call: refusals and 304s cost no slot.
+    // Taken at the first engine call: refusals cost no slot.
     let permit = state.admission.enter().await?;
     if let Some(Fault::Delay(delay)) = fault {
         actix_web::rt::time::sleep(delay).await;
     }
-    let planned_generation = plan.generation();
     let page = router
         .execute(Arc::clone(&query), plan, deadline, Fault::in_shard(fault))
         .await
         .map_err(engine_error)?;
-    // The plan answered, which a reload may have replaced since the check above.
-    let etag = if page.plan().generation() == planned_generation {
-        etag
-    } else {
-        entity_tag(state.boot, &query, page.plan())
-    };
-    // `*` matches any current answer, but only an answer: not a refusal.
-    if precondition == IfNoneMatch::Any {
+    // The tag is the answer's own, so the answer must exist first; a match still
+    // saves the envelope and the bytes on the wire. `*` matches any answer, but
+    // only an answer: not a refusal.
+    let records = page.records();
+    let etag = entity_tag(kind, records.records(), page.next_cursor().is_some());
+    let precondition = IfNoneMatch::of(request.headers());
+    if precondition == IfNoneMatch::Any || precondition.names(&etag) {
         return Ok(not_modified(etag));
     }
 
@@ -114,7 +105,6 @@ async fn answer_in_time(
         // With `limit`, always there: the cursor, or null on the last page.
         next_cursor: query.params.limit.map(|_| page.next_cursor()),
     };
-    let records = page.records();
     let body = envelope(kind, records, &meta);
     drop(permit);
     // Assembly runs on this thread without a pause the timer could act in.

@@ -49,9 +49,6 @@ pub struct AppState {
     cors_origins: Vec<String>,
     /// The cap on queries at once and their deadline.
     admission: Admission,
-    /// Drawn at start-up and part of every ETag: generations count from 1 again
-    /// after a restart, and a restarted server must not call a client's copy fresh.
-    boot: u64,
 }
 
 impl AppState {
@@ -61,7 +58,6 @@ impl AppState {
             metrics: Arc::default(),
             cors_origins: Vec::new(),
             admission: Admission::default(),
-            boot: rand::random(),
         }
     }
 
