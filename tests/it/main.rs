@@ -15,6 +15,7 @@
 //! | `operations` | section 8: health, readiness, caching, compression, CORS |
 //! | `metrics` | section 8: the admin listener's Prometheus metrics |
 //! | `reload` | section 8: SIGHUP and `--watch` |
+//! | `replicas` | two replicas behind Debian's nginx: one walk, 304s from both |
 //! | `limits` | section 9: query length, window, timeouts, client deadlines, the cap |
 //! | `hostile_queries`, `hostile_snapshots` | hostile input of both kinds |
 //! | `openapi` | the OpenAPI document, checked against real answers |
@@ -43,4 +44,5 @@ mod parser_properties;
 mod production_build;
 mod properties;
 mod reload;
+mod replicas;
 mod tenant;

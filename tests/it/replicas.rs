@@ -1,0 +1,224 @@
+//! Issue 11, README "Beyond one machine": identical replicas behind a real load
+//! balancer. Two `stq` processes load the same snapshot and share a
+//! `--cursor-key-file`; Debian's nginx, started here on loopback, sends requests to
+//! them in turn. A paginated walk through nginx lands its pages on both replicas
+//! and returns every record once, in order, also with a reload of one replica in
+//! the middle; a repeated request gets 304 from either replica.
+//!
+//! nginx is installed with `apt-get` when it is missing (CI runs as root on Debian);
+//! the test fails, not skips, when it cannot be had.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+
+/// The nginx binary, installed from Debian's packages when missing.
+fn nginx_binary() -> PathBuf {
+    let installed = PathBuf::from("/usr/sbin/nginx");
+    if !installed.exists() {
+        let install = "apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+                       apt-get install -y -qq nginx-light >/dev/null";
+        let status = Command::new("sh")
+            .args(["-c", install])
+            .status()
+            .expect("run apt-get");
+        assert!(status.success(), "apt-get could not install nginx");
+    }
+    assert!(installed.exists(), "no nginx at {}", installed.display());
+    installed
+}
+
+/// nginx in front of `replicas`, round robin, stopped by pid when dropped.
+struct Balancer {
+    child: Child,
+    port: u16,
+    directory: tempfile::TempDir,
+}
+
+impl Balancer {
+    fn start(replicas: &[&Server]) -> Balancer {
+        let nginx = nginx_binary();
+        let directory = temporary_directory();
+        let port = free_port();
+        let servers: String = replicas
+            .iter()
+            .map(|replica| format!("server 127.0.0.1:{};\n", replica.port))
+            .collect();
+        let root = directory.path().display();
+        let config = format!(
+            "daemon off;\nworker_processes 1;\npid {root}/nginx.pid;\n\
+             error_log {root}/error.log;\nevents {{}}\n\
+             http {{\n access_log off;\n\
+             client_body_temp_path {root}/body;\n proxy_temp_path {root}/proxy;\n\
+             fastcgi_temp_path {root}/fastcgi;\n uwsgi_temp_path {root}/uwsgi;\n\
+             scgi_temp_path {root}/scgi;\n\
+             upstream stq {{\n{servers}}}\n\
+             server {{\n listen 127.0.0.1:{port};\n\
+             location / {{ proxy_pass http://stq; proxy_http_version 1.1; }}\n}}\n}}\n"
+        );
+        let config_path = directory.path().join("nginx.conf");
+        std::fs::write(&config_path, config).unwrap();
+        let child = Command::new(nginx)
+            .arg("-c")
+            .arg(&config_path)
+            .arg("-p")
+            .arg(directory.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start nginx");
+        let balancer = Balancer {
+            child,
+            port,
+            directory,
+        };
+        balancer.wait_until_listening(&balancer.directory.path().join("error.log"));
+        balancer
+    }
+
+    fn url(&self, path_and_query: &str) -> String {
+        format!("http://127.0.0.1:{}{path_and_query}", self.port)
+    }
+
+    fn get(&self, path_and_query: &str, headers: &[(&str, &str)]) -> Response {
+        let agent = ureq::AgentBuilder::new()
+            .timeout(Duration::from_secs(30))
+            .build();
+        let authorization = format!("Bearer {OPS}");
+        let mut all = headers.to_vec();
+        all.push(("Authorization", &authorization));
+        call(&agent, "GET", &self.url(path_and_query), &all)
+    }
+
+    /// Waits (generously) until nginx answers `/healthz` through to a replica.
+    fn wait_until_listening(&self, error_log: &Path) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let agent = ureq::AgentBuilder::new()
+                .timeout(Duration::from_secs(5))
+                .build();
+            if agent.get(&self.url("/healthz")).call().is_ok() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "nginx did not answer; error log:\n{}",
+                std::fs::read_to_string(error_log).unwrap_or_default()
+            );
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Balancer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A port nobody listens on now.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Which replica answered the request with `request_id`, from their access lines.
+fn answered_by(replicas: &[&Server], request_id: &str) -> usize {
+    let needle = format!("request_id={request_id} ");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let found: Vec<usize> = (0..replicas.len())
+            .filter(|&index| replicas[index].log_count(&needle) > 0)
+            .collect();
+        match found[..] {
+            [index] => return index,
+            [] => {}
+            _ => panic!("{request_id} logged by several replicas"),
+        }
+        assert!(Instant::now() < deadline, "{request_id} was never logged");
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn issue_11_two_replicas_behind_nginx_serve_one_walk_and_304s() {
+    let fixture = Fixture::main();
+    let keys = temporary_directory();
+    let key = keys.path().join("cursor.key");
+    std::fs::write(&key, b"the replicas' shared secret, 32 bytes or more").unwrap();
+    let key = path_string(&key);
+    let flags = ["--cursor-key-file", key.as_str(), "--access-log"];
+    let first = Server::start(&fixture, &flags);
+    let second = Server::start(&fixture, &flags);
+    // The replicas need not be at the same generation.
+    second.signal("HUP");
+    second.wait_for_generation_after(1);
+    let replicas = [&first, &second];
+    let balancer = Balancer::start(&replicas);
+
+    // A walk in pages of 2, each page's request id naming who answered it.
+    let base = format!("{}&limit=2", units_all());
+    let mut records = Vec::new();
+    let mut answered = [0, 0];
+    let mut cursor: Option<String> = None;
+    for page in 0.. {
+        let path = match &cursor {
+            None => base.clone(),
+            Some(cursor) => format!("{base}&cursor={}", percent_encode(cursor)),
+        };
+        let request_id = format!("walk-page-{page}");
+        let response = balancer.get(&path, &[("X-Request-Id", &request_id)]);
+        let envelope = response.ok();
+        answered[answered_by(&replicas, &request_id)] += 1;
+        records.extend(envelope.data.iter().cloned());
+        cursor = envelope.cursor();
+        if page == 2 {
+            // One replica reloads mid-walk; the walk goes on.
+            first.signal("HUP");
+            first.wait_for_generation_after(1);
+        }
+        if cursor.is_none() {
+            break;
+        }
+    }
+    assert_records(
+        &records,
+        &fixture.expect(&Query::units().both()),
+        "a walk through nginx",
+    );
+    assert!(
+        answered[0] > 0 && answered[1] > 0,
+        "pages answered per replica: {answered:?}"
+    );
+
+    // The tag of one replica's answer is the other's too: 304 from both.
+    let path = format!("{}&station_ids=ST-01,ST-02", units_all());
+    let tag = balancer
+        .get(&path, &[])
+        .header("etag")
+        .expect("an ETag")
+        .to_string();
+    let mut not_modified_by = [0, 0];
+    for attempt in 0..4 {
+        let request_id = format!("revalidate-{attempt}");
+        let response = balancer.get(
+            &path,
+            &[("If-None-Match", &tag), ("X-Request-Id", &request_id)],
+        );
+        assert_eq!(response.status, 304, "{}", response.context());
+        not_modified_by[answered_by(&replicas, &request_id)] += 1;
+    }
+    assert!(
+        not_modified_by[0] > 0 && not_modified_by[1] > 0,
+        "304s per replica: {not_modified_by:?}"
+    );
+}
