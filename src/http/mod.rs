@@ -184,6 +184,7 @@ async fn readiness(state: web::Data<AppState>) -> HttpResponse {
         "metrics": summary.metrics,
         "stations": catalog.stations().len(),
         "skipped_lines": summary.skipped_lines,
+        "pending_lines": summary.pending_lines,
     });
     HttpResponse::Ok().content_type(JSON).body(body.to_string())
 }

@@ -64,7 +64,9 @@ fn invalid_files() -> (Vec<FileSpec>, Vec<(&'static str, usize)>) {
         r#"{"station_id":"ST-01","time_created":"2024-03-10T10:05:00Z","name":"v","value":2}"#,
         /* 6 */ r#"{"station_id":"ST-01","time_created":"2024-03-10T10:06:00Z","name":""}"#,
     ]
-    .join("\n");
+    .join("\n")
+        // Ended, so line 6 is invalid, not pending (docs/api.md section 8).
+        + "\n";
     let member_split = metrics_first_member.len();
     let files = vec![
         FileSpec::plain("bad.units.jsonl", units),

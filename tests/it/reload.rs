@@ -166,6 +166,7 @@ fn probes_answer_without_a_token_in_their_exact_shapes() {
             "metrics": count(Kind::Metrics),
             "stations": stations.len(),
             "skipped_lines": 0,
+            "pending_lines": 0,
         }),
         "{}",
         ready.context()
@@ -817,4 +818,42 @@ fn a_reload_with_on_invalid_skip_counts_and_logs_skipped_lines() {
         "the reload skipped {location}... without logging it; stderr:\n{}",
         log.join("\n")
     );
+}
+
+/// Issue 12 (CONTRACT revision 2, section 8): a last line without its line end that
+/// does not parse is pending, at start-up and at reload alike: not loaded, not
+/// skipped, not a failure, counted in `/readyz`; once the writer ends it, the next
+/// reload loads it.
+#[test]
+fn issue_12_an_unfinished_last_line_is_pending_until_it_ends() {
+    let whole = unit_line("ST-01", "SN-P2", 60);
+    let half = &whole[..whole.len() / 2];
+    let files = vec![FileSpec::plain(
+        "growing.units.jsonl",
+        format!("{}\n{half}", unit_line("ST-01", "SN-P1", 0)),
+    )];
+    let fixture = Fixture::from_files(&files);
+    // The default --on-invalid fail: a pending line does not stop the start.
+    let server = Server::start(&fixture, &[]);
+    let ready = server.readiness();
+    assert_eq!(ready["units"], 1, "{ready}");
+    assert_eq!(ready["pending_lines"], 1, "{ready}");
+    assert_eq!(ready["skipped_lines"], 0, "{ready}");
+
+    // Still unfinished at a reload: still pending, and the reload succeeds.
+    server.signal("HUP");
+    let ready = server.wait_for_generation_after(1);
+    assert_eq!(ready["pending_lines"], 1, "{ready}");
+
+    // The writer finishes the line: the next reload serves it.
+    append(
+        &fixture.snapshots.join("growing.units.jsonl"),
+        &whole[whole.len() / 2..],
+    );
+    append(&fixture.snapshots.join("growing.units.jsonl"), "\n");
+    server.signal("HUP");
+    let ready = server.wait_for_generation_after(2);
+    assert_eq!(ready["pending_lines"], 0, "{ready}");
+    assert_eq!(ready["units"], 2, "{ready}");
+    assert_eq!(serials(&server.ok(&all_units()).data), ["SN-P1", "SN-P2"]);
 }

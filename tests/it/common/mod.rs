@@ -415,9 +415,14 @@ pub fn load(files: &[FileSpec]) -> Vec<Record> {
         } else {
             continue;
         };
+        let last = file.text.split('\n').count() - 1;
         for (index, line) in file.text.split('\n').enumerate() {
             let line = line.strip_suffix('\r').unwrap_or(line);
             if line.trim().is_empty() {
+                continue;
+            }
+            // A last line without its line end that does not parse is pending.
+            if index == last && serde_json::from_str::<Value>(line).is_err() {
                 continue;
             }
             let out = render(kind, line);

@@ -40,6 +40,8 @@ pub struct LoadSummary {
     pub units: u64,
     pub metrics: u64,
     pub skipped_lines: u64,
+    /// Last lines without a line end that do not parse yet (docs/api.md section 8).
+    pub pending_lines: u64,
 }
 
 impl Catalog {

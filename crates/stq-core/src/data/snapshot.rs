@@ -87,6 +87,9 @@ pub struct LoadReport {
     pub units: u64,
     pub metrics: u64,
     pub stations: usize,
+    /// Last lines without a line end that do not parse (yet): not loaded, not
+    /// counted as invalid (docs/api.md section 8).
+    pub pending: u64,
     /// JSON Lines bytes read, after decompression.
     pub bytes: u64,
     pub elapsed: Duration,
@@ -164,6 +167,7 @@ pub fn load(options: &LoadOptions) -> Result<(Generation, LoadReport), LoadError
         units: report.units,
         metrics: report.metrics,
         skipped_lines: report.invalid.len() as u64,
+        pending_lines: report.pending,
     };
     let paths = files
         .iter()
@@ -231,6 +235,9 @@ struct Block {
     file: u32,
     first_line: u32,
     bytes: Vec<u8>,
+    /// The file's last block, whose last line has no line end: a writer may be
+    /// half-way through it, so if it does not parse it is pending, not invalid.
+    open_end: bool,
 }
 
 /// What the workers build together while the files are read.
@@ -239,6 +246,7 @@ struct LoadState {
     stations: DashMap<Box<str>, StationBuilder>,
     symbols: SharedSymbols,
     invalid: Mutex<Vec<InvalidLine>>,
+    pending: AtomicU64,
     files: Vec<FileCounters>,
     bytes: AtomicU64,
 }
@@ -292,6 +300,7 @@ impl LoadState {
     fn report(&self, files: &[SnapshotFile]) -> LoadReport {
         let mut report = LoadReport {
             bytes: self.bytes.load(Ordering::Relaxed),
+            pending: self.pending.load(Ordering::Relaxed),
             ..LoadReport::default()
         };
         for (file, counters) in files.iter().zip(&self.files) {
@@ -387,7 +396,7 @@ fn read_file(
                 let complete = memchr::memrchr(b'\n', &block).map_or(0, |end| end + 1);
                 block.truncate(complete);
                 let line = next_line + memchr::memchr_iter(b'\n', &block).count() as u32;
-                send(sender, state, index, &mut next_line, block);
+                send(sender, state, index, &mut next_line, block, false);
                 state.files[index as usize]
                     .invalid
                     .fetch_add(1, Ordering::Relaxed);
@@ -401,14 +410,15 @@ fn read_file(
             Err(error) => return Err(io_error(error)),
         };
         if at_end {
-            send(sender, state, index, &mut next_line, block);
+            let open_end = block.last().is_some_and(|byte| *byte != b'\n');
+            send(sender, state, index, &mut next_line, block, open_end);
             return Ok(());
         }
         // Keep the partial last line for the next block; a line longer than a block
         // simply makes a longer block.
         if let Some(end) = memchr::memrchr(b'\n', &block[scanned..]) {
             pending = block.split_off(scanned + end + 1);
-            send(sender, state, index, &mut next_line, block);
+            send(sender, state, index, &mut next_line, block, false);
         } else {
             pending = block;
         }
@@ -428,6 +438,7 @@ fn send(
     file: u32,
     next_line: &mut u32,
     bytes: Vec<u8>,
+    open_end: bool,
 ) {
     if bytes.is_empty() {
         return;
@@ -440,6 +451,7 @@ fn send(
         file,
         first_line,
         bytes,
+        open_end,
     });
 }
 
@@ -458,6 +470,7 @@ impl Worker {
         let counters = &state.files[block.file as usize];
         let mut records = 0;
         let mut invalid = Vec::new();
+        let last_offset = block.bytes.split(|byte| *byte == b'\n').count() - 1;
         for (offset, raw_line) in block.bytes.split(|byte| *byte == b'\n').enumerate() {
             let line_number = block.first_line + offset as u32;
             let mut line = raw_line.strip_suffix(b"\r").unwrap_or(raw_line);
@@ -516,6 +529,9 @@ impl Worker {
                         // `check` only counts stations: no allocation per record.
                         state.stations.entry(parsed.station_id.into()).or_default();
                     }
+                }
+                Err(_) if block.open_end && offset == last_offset => {
+                    state.pending.fetch_add(1, Ordering::Relaxed);
                 }
                 Err(reason) => invalid.push(InvalidLine {
                     path: file.display.clone(),
