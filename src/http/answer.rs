@@ -88,15 +88,6 @@ async fn answer_in_time(
         .execute(Arc::clone(&query), plan, deadline, Fault::in_shard(fault))
         .await
         .map_err(engine_error)?;
-    // The tag is the answer's own, so the answer must exist first; a match still
-    // saves the envelope and the bytes on the wire. `*` matches any answer, but
-    // only an answer: not a refusal.
-    let records = page.records();
-    let etag = entity_tag(kind, records.records(), page.next_cursor().is_some());
-    let precondition = IfNoneMatch::of(request.headers());
-    if precondition == IfNoneMatch::Any || precondition.names(&etag) {
-        return Ok(not_modified(etag));
-    }
 
     let meta = Meta {
         timestamp: timestamp_millis_utc(Utc::now()),
@@ -105,11 +96,20 @@ async fn answer_in_time(
         // With `limit`, always there: the cursor, or null on the last page.
         next_cursor: query.params.limit.map(|_| page.next_cursor()),
     };
-    let body = envelope(kind, records, &meta);
+    let records = page.records();
+    let (body, data) = envelope(kind, records, &meta);
     drop(permit);
     // Assembly runs on this thread without a pause the timer could act in.
     if Instant::now() > deadline {
         return Err(state.admission.timed_out());
+    }
+    // The tag is the answer's own, so the answer must exist first; a match saves
+    // the bytes on the wire. `*` matches any answer, but only an answer: not a
+    // refusal.
+    let etag = entity_tag(kind, &body[data], page.next_cursor().is_some());
+    let precondition = IfNoneMatch::of(request.headers());
+    if precondition == IfNoneMatch::Any || precondition.names(&etag) {
+        return Ok(not_modified(etag));
     }
     let mut response = HttpResponse::Ok()
         .content_type(JSON)

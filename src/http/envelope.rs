@@ -1,6 +1,8 @@
 //! The success envelope (docs/api.md section 7), assembled around records rendered at
 //! load time.
 
+use std::ops::Range;
+
 use serde::Serialize;
 
 use stq_core::domain::record::Kind;
@@ -20,9 +22,10 @@ pub struct Meta<'a> {
     pub next_cursor: Option<Option<&'a str>>,
 }
 
-/// Assembles the success body from the records' pre-rendered JSON.
-pub fn envelope(kind: Kind, result: &QueryResult, meta: &Meta) -> Vec<u8> {
-    assemble(kind, result.len(), result.records(), meta)
+/// Assembles the success body from the records' pre-rendered JSON; also returns
+/// where in it the `data` array lies, which the `ETag` hashes.
+pub fn envelope(kind: Kind, result: &QueryResult, meta: &Meta) -> (Vec<u8>, Range<usize>) {
+    assemble_with_data(kind, result.len(), result.records(), meta)
 }
 
 /// `{"data":[...],"message":"...","meta":{...}}` around records rendered at load.
@@ -32,23 +35,37 @@ pub fn assemble<'a>(
     records: impl Iterator<Item = &'a [u8]> + Clone,
     meta: &Meta,
 ) -> Vec<u8> {
+    assemble_with_data(kind, count, records, meta).0
+}
+
+/// [`assemble`], and the range of the body that is the `data` array.
+fn assemble_with_data<'a>(
+    kind: Kind,
+    count: usize,
+    records: impl Iterator<Item = &'a [u8]> + Clone,
+    meta: &Meta,
+) -> (Vec<u8>, Range<usize>) {
     let records_bytes: usize = records.clone().map(<[u8]>::len).sum();
     let mut body = Vec::with_capacity(records_bytes + count + 256);
-    body.extend_from_slice(b"{\"data\":[");
+    body.extend_from_slice(b"{\"data\":");
+    let data_start = body.len();
+    body.push(b'[');
     for (index, record) in records.enumerate() {
         if index > 0 {
             body.push(b',');
         }
         body.extend_from_slice(record);
     }
-    body.extend_from_slice(b"],\"message\":");
+    body.push(b']');
+    let data = data_start..body.len();
+    body.extend_from_slice(b",\"message\":");
     let plural = if count == 1 { "" } else { "s" };
     let message = format!("{count} {} record{plural}", kind.noun());
     serde_json::to_writer(&mut body, &message).expect("writing to a Vec cannot fail");
     body.extend_from_slice(b",\"meta\":");
     serde_json::to_writer(&mut body, meta).expect("writing to a Vec cannot fail");
     body.push(b'}');
-    body
+    (body, data)
 }
 
 #[cfg(test)]
