@@ -15,38 +15,17 @@ use stq_core::data::catalog::Generation;
 use stq_core::data::key::Position;
 use stq_core::data::merge::merge_sorted;
 use stq_core::data::scan::{Hit, Matcher, RecordFilter, ScanRequest, ShardStation};
-use stq_core::data::snapshot::{load, LoadOptions, OnInvalid};
 use stq_core::data::station::ByteRange;
 use stq_core::domain::query::{self, Limits};
 use stq_core::domain::record::{parse_line, Directions, Kind};
 use stq_core::domain::time::{parse_rfc3339, Timestamp, Window};
-use stq_gen::{generate, GenOptions};
 
-const END: &str = "2026-11-01T00:00:00Z";
+#[path = "support/dataset.rs"]
+mod support;
 
 /// Ten stations, seven days, on one shard: the data every benchmark reads.
 fn dataset() -> (PathBuf, Generation) {
-    let directory = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bench-engine-data");
-    if !directory.join("ST-10").exists() {
-        generate(&GenOptions {
-            out: directory.clone(),
-            stations: 10,
-            days: 7,
-            units_per_hour: 6,
-            seed: 42,
-            end: chrono::DateTime::parse_from_rfc3339(END).unwrap().into(),
-        })
-        .expect("the benchmark data can be written");
-    }
-    let (generation, _) = load(&LoadOptions {
-        directory: directory.clone(),
-        shards: 1,
-        on_invalid: OnInvalid::Fail,
-        generation: 1,
-        threads: 2,
-    })
-    .expect("the benchmark data loads");
-    (directory, generation)
+    support::dataset(1)
 }
 
 fn at(text: &str) -> Timestamp {

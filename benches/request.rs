@@ -20,41 +20,22 @@ use actix_web::test::{self as actix_test, TestRequest};
 use actix_web::web;
 use criterion::{Criterion, Throughput};
 
+#[path = "support/dataset.rs"]
+mod support;
+
 use stq::engine::Engine;
 use stq::http::{app, AppState};
 use stq_core::data::cursor::CursorKey;
-use stq_core::data::snapshot::{load, LoadOptions, OnInvalid};
 use stq_core::domain::auth::{hash_token, Tokens};
 use stq_core::domain::query::Limits;
-use stq_gen::{generate, GenOptions};
 
-const END: &str = "2026-11-01T00:00:00Z";
 const TOKEN: &str = "stq-request-benchmark";
 /// Requests answered per `REQUEST_PROFILE` run.
 const PROFILE_REQUESTS: usize = 20_000;
 
 /// Ten stations, seven days of `stq gen` data, on two shards as on a 2-core box.
 fn engine() -> (Engine, PathBuf) {
-    let directory = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bench-engine-data");
-    if !directory.join("ST-10").exists() {
-        generate(&GenOptions {
-            out: directory.clone(),
-            stations: 10,
-            days: 7,
-            units_per_hour: 6,
-            seed: 42,
-            end: chrono::DateTime::parse_from_rfc3339(END).unwrap().into(),
-        })
-        .expect("the benchmark data can be written");
-    }
-    let (generation, _) = load(&LoadOptions {
-        directory: directory.clone(),
-        shards: 2,
-        on_invalid: OnInvalid::Fail,
-        generation: 1,
-        threads: 2,
-    })
-    .expect("the benchmark data loads");
+    let (directory, generation) = support::dataset(2);
     let tokens = format!(
         r#"{{"tokens": [{{"name": "bench", "sha256": "{}", "stations": "*"}}]}}"#,
         hash_token(TOKEN)

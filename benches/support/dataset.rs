@@ -1,0 +1,36 @@
+//! The criterion benches' data: ten stations, seven days of `stq gen` output, made
+//! once under the target directory and loaded on as many shards as a bench wants.
+
+use std::path::PathBuf;
+
+use stq_core::data::catalog::Generation;
+use stq_core::data::snapshot::{load, LoadOptions, OnInvalid};
+use stq_gen::{generate, GenOptions};
+
+/// The end of the generated span: the data is the same on every run.
+pub const END: &str = "2026-11-01T00:00:00Z";
+
+/// The data's directory, written on first use, and the data loaded on `shards`.
+pub fn dataset(shards: usize) -> (PathBuf, Generation) {
+    let directory = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bench-engine-data");
+    if !directory.join("ST-10").exists() {
+        generate(&GenOptions {
+            out: directory.clone(),
+            stations: 10,
+            days: 7,
+            units_per_hour: 6,
+            seed: 42,
+            end: chrono::DateTime::parse_from_rfc3339(END).unwrap().into(),
+        })
+        .expect("the benchmark data can be written");
+    }
+    let (generation, _) = load(&LoadOptions {
+        directory: directory.clone(),
+        shards,
+        on_invalid: OnInvalid::Fail,
+        generation: 1,
+        threads: 2,
+    })
+    .expect("the benchmark data loads");
+    (directory, generation)
+}
