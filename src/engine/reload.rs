@@ -85,12 +85,23 @@ impl Reloader {
             threads: self.threads,
         };
         let tokens_path = self.tokens.clone();
-        let (tokens, (generation, report)) = actix_rt::task::spawn_blocking(move || {
-            let tokens = Tokens::load(&tokens_path)?;
-            Ok::<_, ReloadError>((tokens, snapshot::load(&options)?))
-        })
-        .await
-        .map_err(|error| ReloadError::Loader(error.to_string()))??;
+        // A thread of its own, not the runtime's blocking pool: the runtime waits
+        // for its blocking tasks when it shuts down, so SIGTERM during a long (or
+        // stuck) load would wait for the load. Nobody waits for this thread: a stop
+        // abandons the reload, and nothing of it was swapped in.
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name("stq-reload".into())
+            .spawn(move || {
+                let loaded = Tokens::load(&tokens_path)
+                    .map_err(ReloadError::from)
+                    .and_then(|tokens| Ok((tokens, snapshot::load(&options)?)));
+                let _ = sender.send(loaded);
+            })
+            .map_err(|error| ReloadError::Loader(error.to_string()))?;
+        let (tokens, (generation, report)) = receiver
+            .await
+            .map_err(|error| ReloadError::Loader(error.to_string()))??;
         let shard_records = generation.shard_records();
         let number = generation.catalog().generation();
         self.engine.install(generation, Arc::new(tokens)).await;

@@ -14,6 +14,7 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::thread;
@@ -856,4 +857,32 @@ fn issue_12_an_unfinished_last_line_is_pending_until_it_ends() {
     assert_eq!(ready["pending_lines"], 0, "{ready}");
     assert_eq!(ready["units"], 2, "{ready}");
     assert_eq!(serials(&server.ok(&all_units()).data), ["SN-P1", "SN-P2"]);
+}
+
+/// Issue 12 (CONTRACT section 8): SIGTERM during a reload abandons the reload
+/// instead of waiting for it. The reload here can never end: its tokens file is a
+/// named pipe no one writes, so reading it blocks. The server must still exit, and
+/// never report the reload done.
+#[test]
+fn issue_12_sigterm_during_a_reload_abandons_it() {
+    let fixture = Fixture::main();
+    let server = Server::start(&fixture, &[]);
+    let pipe = fixture.directory.path().join("tokens.fifo");
+    let made = Command::new("mkfifo")
+        .arg(&pipe)
+        .status()
+        .expect("run mkfifo");
+    assert!(made.success(), "mkfifo failed");
+    std::fs::rename(&pipe, &fixture.tokens).unwrap();
+    server.signal("HUP");
+    server.wait_for_log("SIGHUP: reloading", 1);
+
+    server.signal("TERM");
+    let status = server.wait_for_exit(Duration::from_secs(60));
+    let log = server.log().join("\n");
+    assert!(
+        status.is_some_and(|status| status.success()),
+        "stq did not stop during a reload ({status:?}); stderr:\n{log}"
+    );
+    assert!(!log.contains("reloaded: generation 2"), "{log}");
 }
