@@ -22,4 +22,6 @@ fi
 
 rm -f "$here"/records/*.openhtf.json
 "$venv/bin/python" "$here/benches.py" "$here/records"
+# OpenHTF writes through a temporary file, which is private (0600).
+chmod 644 "$here"/records/*.openhtf.json
 ls -l "$here"/records

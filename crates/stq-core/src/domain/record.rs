@@ -263,7 +263,7 @@ fn write_json<T: Serialize>(rendered: &mut Vec<u8>, record: &T) -> Result<(), St
 const QUOTED_CHARACTERS: usize = 48;
 
 /// A bad value for a reason: quoted, and cut short when long.
-fn quoted(value: &str) -> String {
+pub(crate) fn quoted(value: &str) -> String {
     if value.chars().count() <= QUOTED_CHARACTERS {
         return format!("{value:?}");
     }
