@@ -7,7 +7,7 @@ use anyhow::Context as _;
 use clap::Parser as _;
 
 use stq::cli::{Cli, Command, GenArgs, LogFormat};
-use stq_core::data::snapshot::{self, LoadError};
+use stq_core::data::snapshot::{self, FileKind, LoadError};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -69,13 +69,15 @@ fn check(directory: &std::path::Path) -> anyhow::Result<ExitCode> {
         Err(error) => return Err(error.into()),
     };
     for file in &report.files {
-        println!(
-            "{}: {} {} records, {} invalid",
-            file.path,
-            file.records,
-            file.kind.noun(),
-            file.invalid
-        );
+        let records = match file.kind {
+            FileKind::Lines(kind) => format!("{} {} records", file.records, kind.noun()),
+            // An OpenHTF file holds both kinds.
+            FileKind::OpenHtf => format!(
+                "{} unit records, {} metric records",
+                file.units, file.metrics
+            ),
+        };
+        println!("{}: {records}, {} invalid", file.path, file.invalid);
     }
     for line in &report.invalid {
         println!("{line}");

@@ -8,6 +8,11 @@
 //! stations are placed on shards and each shard's B-tree maps are built, in parallel.
 //! Order does not depend on which worker got which block: a record's load order is
 //! its file index and line number, part of its key.
+//!
+//! An OpenHTF file (`*.openhtf.json`) is one test record, not lines: it is read
+//! whole, handed to a worker as one block, converted by [`crate::domain::openhtf`]
+//! into record lines, and each line is parsed like a JSON Lines line, its position
+//! (1, 2, 3, ...) standing for the line number. It loads whole or not at all.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
@@ -28,7 +33,8 @@ use crate::data::key::{load_order, RecordKey};
 use crate::data::shard::ShardData;
 use crate::data::station::{ByteRange, MetricEntry, StationData, UnitEntry};
 use crate::data::symbols::{Symbol, Symbols};
-use crate::domain::record::{parse_line, FilterFields, Kind};
+use crate::domain::openhtf;
+use crate::domain::record::{parse_line, FilterFields, Kind, ParsedLine};
 
 /// Bytes handed to a worker at once: large enough to amortize the hand-off, small
 /// enough to keep both cores busy on a single file.
@@ -54,6 +60,30 @@ pub struct LoadOptions {
     pub threads: usize,
 }
 
+/// What a snapshot file holds, as its name says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileKind {
+    /// JSON Lines, a record of this kind per line.
+    Lines(Kind),
+    /// One OpenHTF test record: unit and metric records both.
+    OpenHtf,
+}
+
+impl FileKind {
+    /// The kind of a snapshot file and whether it is gzipped, from its name; `None`
+    /// for files to ignore.
+    pub fn of_file_name(name: &str) -> Option<(FileKind, bool)> {
+        let (stem, gzipped) = match name.strip_suffix(".gz") {
+            Some(stem) => (stem, true),
+            None => (name, false),
+        };
+        if stem.ends_with(".openhtf.json") {
+            return Some((FileKind::OpenHtf, gzipped));
+        }
+        Kind::of_file_name(name).map(|(kind, gzipped)| (FileKind::Lines(kind), gzipped))
+    }
+}
+
 /// An invalid line, displayed as `path:line: reason`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InvalidLine {
@@ -72,8 +102,11 @@ impl fmt::Display for InvalidLine {
 #[derive(Clone, Debug)]
 pub struct FileReport {
     pub path: String,
-    pub kind: Kind,
+    pub kind: FileKind,
+    /// Valid records: `units + metrics`.
     pub records: u64,
+    pub units: u64,
+    pub metrics: u64,
     pub invalid: u64,
     /// Field names of the file that the record shape does not have.
     pub unknown_fields: BTreeSet<String>,
@@ -90,7 +123,7 @@ pub struct LoadReport {
     /// Last lines without a line end that do not parse (yet): not loaded, not
     /// counted as invalid (docs/api.md section 8).
     pub pending: u64,
-    /// JSON Lines bytes read, after decompression.
+    /// Snapshot bytes read, after decompression.
     pub bytes: u64,
     pub elapsed: Duration,
 }
@@ -106,7 +139,7 @@ impl LoadReport {
         if self.files.is_empty() {
             tracing::warn!(
                 directory = %directory.display(),
-                "the snapshot directory holds no *.units.jsonl or *.metrics.jsonl files: serving no records"
+                "the snapshot directory holds no *.units.jsonl, *.metrics.jsonl or *.openhtf.json files: serving no records"
             );
         }
         for line in &self.invalid {
@@ -145,7 +178,7 @@ struct SnapshotFile {
     relative: String,
     /// The directory joined with the relative path, as messages name it.
     display: String,
-    kind: Kind,
+    kind: FileKind,
     gzip: bool,
 }
 
@@ -204,7 +237,8 @@ fn discover(directory: &Path) -> Result<Vec<SnapshotFile>, LoadError> {
         if !entry.file_type().is_file() {
             continue;
         }
-        let Some((kind, gzip)) = Kind::of_file_name(&entry.file_name().to_string_lossy()) else {
+        let Some((kind, gzip)) = FileKind::of_file_name(&entry.file_name().to_string_lossy())
+        else {
             continue;
         };
         let relative = entry
@@ -253,7 +287,8 @@ struct LoadState {
 
 #[derive(Default)]
 struct FileCounters {
-    records: AtomicU64,
+    units: AtomicU64,
+    metrics: AtomicU64,
     invalid: AtomicU64,
     unknown_fields: Mutex<BTreeSet<String>>,
 }
@@ -304,15 +339,16 @@ impl LoadState {
             ..LoadReport::default()
         };
         for (file, counters) in files.iter().zip(&self.files) {
-            let records = counters.records.load(Ordering::Relaxed);
-            match file.kind {
-                Kind::Units => report.units += records,
-                Kind::Metrics => report.metrics += records,
-            }
+            let units = counters.units.load(Ordering::Relaxed);
+            let metrics = counters.metrics.load(Ordering::Relaxed);
+            report.units += units;
+            report.metrics += metrics;
             report.files.push(FileReport {
                 path: file.display.clone(),
                 kind: file.kind,
-                records,
+                records: units + metrics,
+                units,
+                metrics,
                 invalid: counters.invalid.load(Ordering::Relaxed),
                 unknown_fields: counters.unknown_fields.lock().clone(),
             });
@@ -378,6 +414,9 @@ fn read_file(
     } else {
         Box::new(handle)
     };
+    if file.kind == FileKind::OpenHtf {
+        return read_whole(index, file, reader, sender, state);
+    }
 
     let mut next_line: u32 = 1;
     let mut pending: Vec<u8> = Vec::new();
@@ -425,6 +464,47 @@ fn read_file(
     }
 }
 
+/// Sends an OpenHTF file to the workers as one block: it is one JSON document, and
+/// whole or invalid (no line of it is pending).
+fn read_whole(
+    index: u32,
+    file: &SnapshotFile,
+    mut reader: Box<dyn Read>,
+    sender: &channel::Sender<Block>,
+    state: &LoadState,
+) -> Result<(), LoadError> {
+    let mut bytes = Vec::new();
+    match reader.read_to_end(&mut bytes) {
+        Ok(_) => {}
+        Err(error) if file.gzip && is_bad_data(&error) => {
+            state.files[index as usize]
+                .invalid
+                .fetch_add(1, Ordering::Relaxed);
+            state.invalid.lock().push(InvalidLine {
+                path: file.display.clone(),
+                line: 1,
+                reason: format!("the gzip stream is damaged or truncated: {error}"),
+            });
+            return Ok(());
+        }
+        Err(error) => {
+            return Err(LoadError::Io {
+                path: file.display.clone(),
+                source: error,
+            })
+        }
+    }
+    state.bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+    // The workers only stop when the channel closes, so sending cannot fail.
+    let _ = sender.send(Block {
+        file: index,
+        first_line: 1,
+        bytes,
+        open_end: false,
+    });
+    Ok(())
+}
+
 fn is_bad_data(error: &io::Error) -> bool {
     matches!(
         error.kind(),
@@ -467,6 +547,10 @@ struct Worker {
 impl Worker {
     fn parse(&mut self, block: Block, files: &[SnapshotFile], state: &LoadState, keep: bool) {
         let file = &files[block.file as usize];
+        let kind = match file.kind {
+            FileKind::Lines(kind) => kind,
+            FileKind::OpenHtf => return self.parse_openhtf(block, file, state, keep),
+        };
         let counters = &state.files[block.file as usize];
         let mut records = 0;
         let mut invalid = Vec::new();
@@ -484,51 +568,13 @@ impl Worker {
                 .map_err(|error| format!("invalid UTF-8 at byte {}", error.valid_up_to() + 1))
                 .and_then(|text| {
                     self.rendered.clear();
-                    parse_line(file.kind, text, &mut self.rendered, &mut self.unknown)
+                    parse_line(kind, text, &mut self.rendered, &mut self.unknown)
                 });
             match result {
                 Ok(parsed) => {
                     records += 1;
-                    if keep {
-                        let batch = self
-                            .batches
-                            .entry(parsed.station_id.into_owned())
-                            .or_default();
-                        let key = RecordKey {
-                            instant: parsed.instant,
-                            load_order: load_order(block.file, line_number),
-                        };
-                        let bytes = ByteRange {
-                            start: batch.arena.len() as u32,
-                            length: self.rendered.len() as u32,
-                        };
-                        batch.arena.extend_from_slice(&self.rendered);
-                        match parsed.filter {
-                            FilterFields::Unit {
-                                unit_type,
-                                unit_serial,
-                                direction,
-                            } => batch.units.push((
-                                key,
-                                UnitEntry {
-                                    bytes,
-                                    unit_type: state.symbols.intern(&unit_type),
-                                    unit_serial: state.symbols.intern(&unit_serial),
-                                    direction,
-                                },
-                            )),
-                            FilterFields::Metric { name } => batch.metrics.push((
-                                key,
-                                MetricEntry {
-                                    bytes,
-                                    name: state.symbols.intern(&name),
-                                },
-                            )),
-                        }
-                    } else if !state.stations.contains_key(parsed.station_id.as_ref()) {
-                        // `check` only counts stations: no allocation per record.
-                        state.stations.entry(parsed.station_id.into()).or_default();
-                    }
+                    let key = load_order(block.file, line_number);
+                    store(&mut self.batches, state, parsed, key, &self.rendered, keep);
                 }
                 Err(_) if block.open_end && offset == last_offset => {
                     state.pending.fetch_add(1, Ordering::Relaxed);
@@ -540,7 +586,11 @@ impl Worker {
                 }),
             }
         }
-        counters.records.fetch_add(records, Ordering::Relaxed);
+        let records_of_kind = match kind {
+            Kind::Units => &counters.units,
+            Kind::Metrics => &counters.metrics,
+        };
+        records_of_kind.fetch_add(records, Ordering::Relaxed);
         if !invalid.is_empty() {
             counters
                 .invalid
@@ -553,6 +603,60 @@ impl Worker {
                 .lock()
                 .extend(self.unknown.drain(..));
         }
+        self.hand_over(state);
+    }
+
+    /// One OpenHTF file: its records in the order of docs/api.md section 2, each
+    /// numbered as line 1, 2, 3, ...; any problem is one invalid line 1 for the
+    /// whole file, and then none of its records is kept.
+    fn parse_openhtf(&mut self, block: Block, file: &SnapshotFile, state: &LoadState, keep: bool) {
+        let counters = &state.files[block.file as usize];
+        let lines = match openhtf::convert(&block.bytes) {
+            Ok(lines) => lines,
+            Err(reason) => {
+                counters.invalid.fetch_add(1, Ordering::Relaxed);
+                state.invalid.lock().push(InvalidLine {
+                    path: file.display.clone(),
+                    line: 1,
+                    reason,
+                });
+                return;
+            }
+        };
+        // Every line is parsed before any is kept, so that a file loads whole or not
+        // at all. The converter writes lines `parse_line` accepts; this is the check.
+        let mut parsed_lines: Vec<(ParsedLine<'_>, Vec<u8>)> = Vec::with_capacity(lines.len());
+        for (kind, line) in &lines {
+            let mut rendered = Vec::new();
+            match parse_line(*kind, line, &mut rendered, &mut self.unknown) {
+                Ok(parsed) => parsed_lines.push((parsed, rendered)),
+                Err(reason) => {
+                    counters.invalid.fetch_add(1, Ordering::Relaxed);
+                    state.invalid.lock().push(InvalidLine {
+                        path: file.display.clone(),
+                        line: 1,
+                        reason,
+                    });
+                    self.unknown.clear();
+                    return;
+                }
+            }
+        }
+        self.unknown.clear();
+        for (position, (parsed, rendered)) in parsed_lines.into_iter().enumerate() {
+            let counter = match parsed.filter {
+                FilterFields::Unit { .. } => &counters.units,
+                FilterFields::Metric { .. } => &counters.metrics,
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+            let key = load_order(block.file, position as u32 + 1);
+            store(&mut self.batches, state, parsed, key, &rendered, keep);
+        }
+        self.hand_over(state);
+    }
+
+    /// Appends this block's records to their stations' builders.
+    fn hand_over(&mut self, state: &LoadState) {
         for (station, batch) in self.batches.drain() {
             state
                 .stations
@@ -560,6 +664,57 @@ impl Worker {
                 .or_default()
                 .append(batch);
         }
+    }
+}
+
+/// Keeps one valid record, whose response JSON is `rendered`, in its station's
+/// batch; `keep` false (`stq check`) only notes its station.
+fn store(
+    batches: &mut HashMap<String, StationBuilder>,
+    state: &LoadState,
+    parsed: ParsedLine<'_>,
+    load_order: u64,
+    rendered: &[u8],
+    keep: bool,
+) {
+    if !keep {
+        if !state.stations.contains_key(parsed.station_id.as_ref()) {
+            // `check` only counts stations: no allocation per record.
+            state.stations.entry(parsed.station_id.into()).or_default();
+        }
+        return;
+    }
+    let batch = batches.entry(parsed.station_id.into_owned()).or_default();
+    let key = RecordKey {
+        instant: parsed.instant,
+        load_order,
+    };
+    let bytes = ByteRange {
+        start: batch.arena.len() as u32,
+        length: rendered.len() as u32,
+    };
+    batch.arena.extend_from_slice(rendered);
+    match parsed.filter {
+        FilterFields::Unit {
+            unit_type,
+            unit_serial,
+            direction,
+        } => batch.units.push((
+            key,
+            UnitEntry {
+                bytes,
+                unit_type: state.symbols.intern(&unit_type),
+                unit_serial: state.symbols.intern(&unit_serial),
+                direction,
+            },
+        )),
+        FilterFields::Metric { name } => batch.metrics.push((
+            key,
+            MetricEntry {
+                bytes,
+                name: state.symbols.intern(&name),
+            },
+        )),
     }
 }
 
@@ -689,4 +844,302 @@ fn place(stations: &[(Box<str>, StationBuilder)], shard_count: usize) -> Vec<usi
         shard_of[rank] = shard;
     }
     shard_of
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write as _;
+
+    use serde_json::Value;
+
+    use super::*;
+
+    /// A fresh directory under the system's temporary directory, removed when dropped.
+    struct TempDirectory(PathBuf);
+
+    impl TempDirectory {
+        fn new(name: &str) -> TempDirectory {
+            let path = std::env::temp_dir().join(format!(
+                "stq-snapshot-{name}-{}-{:?}",
+                std::process::id(),
+                std::thread::current().id()
+            ));
+            let _ = std::fs::remove_dir_all(&path);
+            std::fs::create_dir_all(&path).unwrap();
+            TempDirectory(path)
+        }
+
+        fn write(&self, relative: &str, bytes: &[u8]) {
+            let path = self.0.join(relative);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, bytes).unwrap();
+        }
+
+        fn display(&self, relative: &str) -> String {
+            self.0.join(relative).display().to_string()
+        }
+    }
+
+    impl Drop for TempDirectory {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// A committed OpenHTF fixture's bytes (tests/openhtf/records/).
+    fn fixture(name: &str) -> Vec<u8> {
+        let path = format!(
+            "{}/../../tests/openhtf/records/{name}.openhtf.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        std::fs::read(&path).unwrap_or_else(|error| panic!("{path}: {error}"))
+    }
+
+    fn gzip(bytes: &[u8]) -> Vec<u8> {
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        encoder.write_all(bytes).unwrap();
+        encoder.finish().unwrap()
+    }
+
+    fn options(directory: &TempDirectory, on_invalid: OnInvalid) -> LoadOptions {
+        LoadOptions {
+            directory: directory.0.clone(),
+            shards: 2,
+            on_invalid,
+            generation: 1,
+            threads: 2,
+        }
+    }
+
+    /// Every record of a generation as (file index, line, response JSON), in load order.
+    fn records(generation: &Generation) -> Vec<(u32, u32, Value)> {
+        let catalog = generation.catalog();
+        let mut found = Vec::new();
+        for rank in 0..catalog.stations().len() {
+            let placement = catalog.placement(rank as u32);
+            let station = &generation.shards()[placement.shard as usize].stations
+                [placement.station_index as usize];
+            let units = station.units.iter().map(|(key, entry)| (key, entry.bytes));
+            let metrics = station
+                .metrics
+                .iter()
+                .map(|(key, entry)| (key, entry.bytes));
+            for (key, bytes) in units.chain(metrics) {
+                found.push((
+                    (key.load_order >> 32) as u32,
+                    key.load_order as u32,
+                    serde_json::from_slice(station.json(bytes)).unwrap(),
+                ));
+            }
+        }
+        found.sort_by_key(|(file, line, _)| (*file, *line));
+        found
+    }
+
+    /// A record's kind and name as a short label: `input`, `output` or the metric name.
+    fn label(record: &Value) -> &str {
+        record["direction"]
+            .as_str()
+            .or_else(|| record["name"].as_str())
+            .unwrap()
+    }
+
+    #[test]
+    fn file_names_choose_the_kind() {
+        for (name, wanted) in [
+            ("a.units.jsonl", Some((FileKind::Lines(Kind::Units), false))),
+            (
+                "a.metrics.jsonl.gz",
+                Some((FileKind::Lines(Kind::Metrics), true)),
+            ),
+            ("a.openhtf.json", Some((FileKind::OpenHtf, false))),
+            ("a.openhtf.json.gz", Some((FileKind::OpenHtf, true))),
+            (".openhtf.json", Some((FileKind::OpenHtf, false))),
+            ("a.json", None),
+            ("a.openhtf.jsonl", None),
+            ("a.openhtf.json.bak", None),
+            ("a.OPENHTF.json", None),
+        ] {
+            assert_eq!(FileKind::of_file_name(name), wanted, "{name}");
+        }
+    }
+
+    #[test]
+    fn openhtf_files_load_in_path_order_beside_json_lines() {
+        let directory = TempDirectory::new("openhtf-order");
+        directory.write(
+            "a/first.units.jsonl",
+            br#"{"station_id":"ST-OHTF-A","time_created":"2024-01-01T00:00:00Z","direction":"output"}"#,
+        );
+        directory.write("a/passing.openhtf.json", &fixture("passing"));
+        directory.write("b/erroring.openhtf.json.gz", &gzip(&fixture("erroring")));
+        directory.write("b/notes.json", b"{}");
+        directory.write("b/failing.openhtf.json.bak", b"not read");
+
+        let (generation, report) = load(&options(&directory, OnInvalid::Fail)).unwrap();
+        assert_eq!((report.units, report.metrics), (5, 16));
+        assert_eq!(report.stations, 2);
+        assert!(report.invalid.is_empty());
+        let files: Vec<(FileKind, u64, u64, u64)> = report
+            .files
+            .iter()
+            .map(|file| (file.kind, file.records, file.units, file.metrics))
+            .collect();
+        assert_eq!(
+            files,
+            [
+                (FileKind::Lines(Kind::Units), 1, 1, 0),
+                (FileKind::OpenHtf, 16, 2, 14),
+                (FileKind::OpenHtf, 4, 2, 2),
+            ]
+        );
+        assert_eq!(
+            generation.catalog().files,
+            [
+                "a/first.units.jsonl".into(),
+                "a/passing.openhtf.json".into(),
+                "b/erroring.openhtf.json.gz".into()
+            ]
+        );
+
+        let found = records(&generation);
+        let order: Vec<(u32, u32, &str)> = found
+            .iter()
+            .map(|(file, line, record)| (*file, *line, label(record)))
+            .collect();
+        let passing = [
+            "input",
+            "output",
+            "vcc",
+            "temperature",
+            "ripple",
+            "rail_count",
+            "vref",
+            "gain",
+            "humidity",
+            "firmware",
+            "frequency",
+            "leakage",
+            "standby_current",
+            "self_test",
+            "samples",
+            "calibration",
+        ];
+        let mut wanted = vec![(0, 1, "output")];
+        wanted.extend(
+            passing
+                .iter()
+                .enumerate()
+                .map(|(position, label)| (1, position as u32 + 1, *label)),
+        );
+        wanted.extend([
+            (2, 1, "input"),
+            (2, 2, "output"),
+            (2, 3, "vcc"),
+            (2, 4, "flash_size"),
+        ]);
+        assert_eq!(order, wanted);
+        let erroring_output = &found
+            .iter()
+            .find(|(file, line, _)| (*file, *line) == (2, 2))
+            .unwrap()
+            .2;
+        assert_eq!(erroring_output["station_id"], "ST-OHTF-B");
+        assert_eq!(erroring_output["unit_serial"], "SN-ERR-003");
+        assert_eq!(erroring_output["result"], "error");
+    }
+
+    #[test]
+    fn a_bad_openhtf_file_is_one_invalid_line() {
+        let directory = TempDirectory::new("openhtf-invalid");
+        let failing = fixture("failing");
+        directory.write("good.openhtf.json", &fixture("passing"));
+        directory.write(
+            "no-dut.openhtf.json",
+            br#"{"station_id":"S","start_time_millis":0,"end_time_millis":0}"#,
+        );
+        // A file still being written is invalid, not pending: it is one document.
+        directory.write("partial.openhtf.json", &failing[..failing.len() / 2]);
+        let mut damaged = gzip(&failing);
+        damaged.truncate(damaged.len() - 12);
+        directory.write("damaged.openhtf.json.gz", &damaged);
+        directory.write("empty.openhtf.json", b"");
+
+        let error = load(&options(&directory, OnInvalid::Fail)).unwrap_err();
+        let LoadError::Invalid { report } = error else {
+            panic!("{error}")
+        };
+        let lines: Vec<(String, u32)> = report
+            .invalid
+            .iter()
+            .map(|line| (line.path.clone(), line.line))
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                (directory.display("damaged.openhtf.json.gz"), 1),
+                (directory.display("empty.openhtf.json"), 1),
+                (directory.display("no-dut.openhtf.json"), 1),
+                (directory.display("partial.openhtf.json"), 1),
+            ]
+        );
+        assert!(
+            report.invalid[0].reason.contains("gzip stream"),
+            "{:?}",
+            report.invalid[0]
+        );
+        assert_eq!(report.invalid[2].reason, "missing field `dut_id`");
+        assert_eq!(
+            report.invalid[2].to_string(),
+            format!(
+                "{}:1: missing field `dut_id`",
+                directory.display("no-dut.openhtf.json")
+            )
+        );
+        assert_eq!(report.pending, 0);
+
+        let (generation, report) = load(&options(&directory, OnInvalid::Skip)).unwrap();
+        assert_eq!(report.invalid.len(), 4);
+        assert_eq!((report.units, report.metrics), (2, 14));
+        assert_eq!(generation.catalog().summary().skipped_lines, 4);
+        for file in &report.files {
+            let good = file.path.ends_with("good.openhtf.json");
+            assert_eq!(file.invalid, u64::from(!good), "{}", file.path);
+            assert_eq!(file.records, if good { 16 } else { 0 }, "{}", file.path);
+        }
+        assert_eq!(records(&generation).len(), 16);
+    }
+
+    #[test]
+    fn check_counts_openhtf_records() {
+        let directory = TempDirectory::new("openhtf-check");
+        for name in ["passing", "failing", "erroring"] {
+            directory.write(&format!("{name}.openhtf.json"), &fixture(name));
+        }
+        directory.write("bad.openhtf.json", b"[]");
+        let report = check(&directory.0, 2).unwrap();
+        assert_eq!((report.units, report.metrics), (6, 18));
+        assert_eq!(report.stations, 2);
+        let files: Vec<(&str, u64, u64, u64)> = report
+            .files
+            .iter()
+            .map(|file| {
+                let name = file.path.rsplit('/').next().unwrap();
+                (name, file.units, file.metrics, file.invalid)
+            })
+            .collect();
+        assert_eq!(
+            files,
+            [
+                ("bad.openhtf.json", 0, 0, 1),
+                ("erroring.openhtf.json", 2, 2, 0),
+                ("failing.openhtf.json", 2, 2, 0),
+                ("passing.openhtf.json", 2, 14, 0),
+            ]
+        );
+        assert_eq!(
+            report.invalid[0].reason,
+            "an OpenHTF test record must be a JSON object"
+        );
+    }
 }

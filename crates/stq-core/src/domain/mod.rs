@@ -2,8 +2,6 @@
 //! means and how its text is checked. No I/O but reading a tokens file; no state.
 
 pub mod auth;
-// Read by the snapshot loader (data/snapshot.rs) only.
-#[allow(dead_code)]
 pub(crate) mod openhtf;
 pub mod query;
 pub mod record;
