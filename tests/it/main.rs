@@ -19,6 +19,7 @@
 //! | `limits` | section 9: query length, window, timeouts, client deadlines, the cap |
 //! | `hostile_queries`, `hostile_snapshots` | hostile input of both kinds |
 //! | `openapi` | the OpenAPI document, checked against real answers |
+//! | `openhtf` | section 2.1: OpenHTF test records, from the fixtures OpenHTF wrote |
 //! | `properties`, `parser_properties` | proptest against the reference |
 //! | `faults` | failure isolation (`--features fault-injection` builds only) |
 //! | `production_build` | a build without that feature ignores `X-Stq-Fault` |
@@ -36,6 +37,7 @@ mod hostile_snapshots;
 mod limits;
 mod metrics;
 mod openapi;
+mod openhtf;
 mod operations;
 mod pages;
 mod parameters;
