@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use serde_json::value::RawValue;
 
 use stq_core::domain::query::{self, Limits, QueryError, QueryParams};
-use stq_core::domain::record::{parse_line, Direction, Directions, FilterFields, Kind};
+use stq_core::domain::record::{parse_line, Direction, Directions, IndexedFields, Kind};
 use stq_core::domain::time::{parse_rfc3339, Timestamp};
 
 /// Parses `query` for `kind` under `limits`, asserts every invariant of the result,
@@ -283,12 +283,12 @@ pub fn check_line(kind: Kind, line: &str) -> bool {
         }
     }
 
-    match (kind, &parsed.filter) {
-        (Kind::Units, FilterFields::Unit { direction, .. }) => {
+    match (kind, &parsed.fields) {
+        (Kind::Units, IndexedFields::Unit { direction, .. }) => {
             let text = rendered_string(&record, "direction", line);
             assert_eq!(Direction::parse(&text), Some(*direction), "{line:?}");
         }
-        (Kind::Metrics, FilterFields::Metric { name }) => {
+        (Kind::Metrics, IndexedFields::Metric { name, .. }) => {
             assert!(!name.is_empty(), "empty name accepted: {line:?}");
             assert_eq!(rendered_string(&record, "name", line), *name, "{line:?}");
         }

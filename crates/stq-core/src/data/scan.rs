@@ -355,6 +355,9 @@ mod tests {
                         unit_type: board,
                         unit_serial: serial,
                         direction,
+                        slot: board,
+                        mode: board,
+                        result: board,
                     };
                     (key, entry)
                 })

@@ -34,7 +34,7 @@ use crate::data::shard::ShardData;
 use crate::data::station::{ByteRange, MetricEntry, StationData, UnitEntry};
 use crate::data::symbols::{Symbol, Symbols};
 use crate::domain::openhtf;
-use crate::domain::record::{parse_line, FilterFields, Kind, ParsedLine};
+use crate::domain::record::{numeric, parse_line, IndexedFields, Kind, ParsedLine};
 
 /// Bytes handed to a worker at once: large enough to amortize the hand-off, small
 /// enough to keep both cores busy on a single file.
@@ -644,9 +644,9 @@ impl Worker {
         }
         self.unknown.clear();
         for (position, (parsed, rendered)) in parsed_lines.into_iter().enumerate() {
-            let counter = match parsed.filter {
-                FilterFields::Unit { .. } => &counters.units,
-                FilterFields::Metric { .. } => &counters.metrics,
+            let counter = match parsed.fields {
+                IndexedFields::Unit { .. } => &counters.units,
+                IndexedFields::Metric { .. } => &counters.metrics,
             };
             counter.fetch_add(1, Ordering::Relaxed);
             let key = load_order(block.file, position as u32 + 1);
@@ -694,25 +694,45 @@ fn store(
         length: rendered.len() as u32,
     };
     batch.arena.extend_from_slice(rendered);
-    match parsed.filter {
-        FilterFields::Unit {
+    let symbols = &state.symbols;
+    let number = |text: &str| numeric(text).unwrap_or(f64::NAN);
+    match parsed.fields {
+        IndexedFields::Unit {
             unit_type,
             unit_serial,
             direction,
+            slot,
+            mode,
+            result,
         } => batch.units.push((
             key,
             UnitEntry {
                 bytes,
-                unit_type: state.symbols.intern(&unit_type),
-                unit_serial: state.symbols.intern(&unit_serial),
+                unit_type: symbols.intern(&unit_type),
+                unit_serial: symbols.intern(&unit_serial),
                 direction,
+                slot: symbols.intern(&slot),
+                mode: symbols.intern(&mode),
+                result: symbols.intern(&result),
             },
         )),
-        FilterFields::Metric { name } => batch.metrics.push((
+        IndexedFields::Metric {
+            name,
+            slot,
+            unit,
+            value,
+            limit_lower,
+            limit_upper,
+        } => batch.metrics.push((
             key,
             MetricEntry {
                 bytes,
-                name: state.symbols.intern(&name),
+                name: symbols.intern(&name),
+                slot: symbols.intern(&slot),
+                unit: symbols.intern(&unit),
+                value: number(&value),
+                limit_lower: number(&limit_lower),
+                limit_upper: number(&limit_upper),
             },
         )),
     }

@@ -14,18 +14,32 @@ pub struct ByteRange {
     pub length: u32,
 }
 
+/// A unit record in the index: where its JSON is, and the fields filters and
+/// summaries read, so that neither parses the JSON again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UnitEntry {
     pub bytes: ByteRange,
     pub unit_type: Symbol,
     pub unit_serial: Symbol,
     pub direction: Direction,
+    pub slot: Symbol,
+    pub mode: Symbol,
+    pub result: Symbol,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A metric record in the index: where its JSON is, the fields filters and
+/// summaries group by, and its numbers (`NaN` where a field is not numeric,
+/// docs/api.md section 10.2). The limits' text is read from the JSON, only for the
+/// one record per summary row whose limits the row shows.
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct MetricEntry {
     pub bytes: ByteRange,
     pub name: Symbol,
+    pub slot: Symbol,
+    pub unit: Symbol,
+    pub value: f64,
+    pub limit_lower: f64,
+    pub limit_upper: f64,
 }
 
 /// One station's records of both kinds, and the bytes of their response JSON.

@@ -128,17 +128,71 @@ impl Directions {
     }
 }
 
-/// What the filters of each endpoint look at, borrowed from the line where possible.
+/// What the index keeps of a record besides its JSON: the fields the filters
+/// (docs/api.md section 4) and the summaries (section 10) read, as returned (an
+/// absent field is `""`), borrowed from the line where possible.
 #[derive(Debug, PartialEq, Eq)]
-pub enum FilterFields<'a> {
+pub enum IndexedFields<'a> {
     Unit {
         unit_type: Cow<'a, str>,
         unit_serial: Cow<'a, str>,
         direction: Direction,
+        slot: Cow<'a, str>,
+        mode: Cow<'a, str>,
+        result: Cow<'a, str>,
     },
     Metric {
         name: Cow<'a, str>,
+        slot: Cow<'a, str>,
+        unit: Cow<'a, str>,
+        value: Cow<'a, str>,
+        limit_lower: Cow<'a, str>,
+        limit_upper: Cow<'a, str>,
     },
+}
+
+/// The number a returned string field stands for, when it is a finite decimal
+/// number (docs/api.md section 10.2): JSON number syntax, also with a leading `+`,
+/// whose value is finite in double precision. Anything else is not numeric.
+pub fn numeric(text: &str) -> Option<f64> {
+    let bytes = text.as_bytes();
+    let digits_from = |at: usize| {
+        bytes[at.min(bytes.len())..]
+            .iter()
+            .take_while(|byte| byte.is_ascii_digit())
+            .count()
+    };
+    let mut at = usize::from(matches!(bytes.first(), Some(b'+' | b'-')));
+    let whole = digits_from(at);
+    // `-?(0|[1-9][0-9]*)`: no empty whole part, no leading zero.
+    if whole == 0 || (whole > 1 && bytes[at] == b'0') {
+        return None;
+    }
+    at += whole;
+    if bytes.get(at) == Some(&b'.') {
+        let fraction = digits_from(at + 1);
+        if fraction == 0 {
+            return None;
+        }
+        at += 1 + fraction;
+    }
+    if matches!(bytes.get(at), Some(b'e' | b'E')) {
+        at += 1;
+        if matches!(bytes.get(at), Some(b'+' | b'-')) {
+            at += 1;
+        }
+        let exponent = digits_from(at);
+        if exponent == 0 {
+            return None;
+        }
+        at += exponent;
+    }
+    if at != bytes.len() {
+        return None;
+    }
+    // Rust's float grammar accepts everything JSON's does, and the leading `+`.
+    let value: f64 = text.parse().ok()?;
+    value.is_finite().then_some(value)
 }
 
 /// A valid line: what the index needs. Its response JSON went to the caller's buffer.
@@ -146,7 +200,7 @@ pub enum FilterFields<'a> {
 pub struct ParsedLine<'a> {
     pub station_id: Cow<'a, str>,
     pub instant: Timestamp,
-    pub filter: FilterFields<'a>,
+    pub fields: IndexedFields<'a>,
 }
 
 /// Parses one snapshot line of `kind` and appends the record's response JSON to
@@ -196,7 +250,8 @@ pub fn parse_line<'a>(
         mode: text(&fields.mode),
         tags: &tags,
     };
-    let filter = match kind {
+    let owned = |field: Option<Text<'a>>| field.map_or(Cow::Borrowed(""), |text| text.0);
+    let fields_out = match kind {
         Kind::Units => {
             let direction = match &fields.direction {
                 Some(Text(value)) => Direction::parse(value).ok_or_else(|| {
@@ -215,10 +270,13 @@ pub fn parse_line<'a>(
                 metadata: fields.metadata,
             };
             write_json(rendered, &record)?;
-            FilterFields::Unit {
-                unit_type: fields.unit_type.map_or(Cow::Borrowed(""), |t| t.0),
-                unit_serial: fields.unit_serial.map_or(Cow::Borrowed(""), |t| t.0),
+            IndexedFields::Unit {
+                unit_type: owned(fields.unit_type),
+                unit_serial: owned(fields.unit_serial),
                 direction,
+                slot: owned(fields.slot),
+                mode: owned(fields.mode),
+                result: owned(fields.result),
             }
         }
         Kind::Metrics => {
@@ -237,14 +295,21 @@ pub fn parse_line<'a>(
                 limit_lower: text(&fields.limit_lower),
             };
             write_json(rendered, &record)?;
-            FilterFields::Metric { name }
+            IndexedFields::Metric {
+                name,
+                slot: owned(fields.slot),
+                unit: owned(fields.unit),
+                value: owned(fields.value),
+                limit_lower: owned(fields.limit_lower),
+                limit_upper: owned(fields.limit_upper),
+            }
         }
     };
     unknown.extend(fields.unknown.into_iter().map(String::from));
     Ok(ParsedLine {
         station_id,
         instant,
-        filter,
+        fields: fields_out,
     })
 }
 
@@ -592,18 +657,55 @@ mod tests {
     }
 
     #[test]
-    fn filter_fields_come_from_the_line() {
+    fn indexed_fields_come_from_the_line() {
         let line = r#"{"station_id":"S\u0031","time_created":"2024-01-01T00:00:00Z","direction":"output","unit_type":"board","unit_serial":"SN1"}"#;
         let parsed = parse_line(Kind::Units, line, &mut Vec::new(), &mut Vec::new()).unwrap();
         assert_eq!(parsed.station_id, "S1");
         assert_eq!(
-            parsed.filter,
-            FilterFields::Unit {
+            parsed.fields,
+            IndexedFields::Unit {
                 unit_type: "board".into(),
                 unit_serial: "SN1".into(),
-                direction: Direction::Output
+                direction: Direction::Output,
+                slot: "".into(),
+                mode: "".into(),
+                result: "".into(),
             }
         );
+        let line = r#"{"station_id":"S1","time_created":"2024-01-01T00:00:00Z","name":"v","value":3.30,"limit_lower":"1","slot":"A"}"#;
+        let parsed = parse_line(Kind::Metrics, line, &mut Vec::new(), &mut Vec::new()).unwrap();
+        assert_eq!(
+            parsed.fields,
+            IndexedFields::Metric {
+                name: "v".into(),
+                slot: "A".into(),
+                unit: "".into(),
+                value: "3.30".into(),
+                limit_lower: "1".into(),
+                limit_upper: "".into(),
+            }
+        );
+    }
+
+    #[test]
+    fn numeric_values_are_finite_json_numbers_with_an_optional_plus() {
+        for (text, value) in [
+            ("0", 0.0),
+            ("-0", 0.0),
+            ("3.30", 3.3),
+            ("+3.5", 3.5),
+            ("1E+5", 1e5),
+            ("-2.5e-3", -2.5e-3),
+            ("12", 12.0),
+        ] {
+            assert_eq!(numeric(text), Some(value), "{text}");
+        }
+        for text in [
+            "", "+", "-", "abc", "01", "1.", ".5", "1e", "1e+", " 1", "1 ", "NaN", "inf",
+            "Infinity", "0x10", "1e400", "--1", "+-1", "-+1", "1.5.2", "1_000", "true",
+        ] {
+            assert_eq!(numeric(text), None, "{text:?}");
+        }
     }
 
     #[test]
