@@ -105,6 +105,11 @@ pub struct ServeArgs {
     #[arg(long, env = "STQ_CURSOR_KEY_FILE")]
     pub cursor_key_file: Option<PathBuf>,
 
+    /// The `result` values, compared ignoring ASCII case, that count as a pass in
+    /// `/units/summary` (comma-separated or repeated).
+    #[arg(long = "pass-results", env = "STQ_PASS_RESULTS", value_delimiter = ',', default_value = "pass", value_parser = parse_pass_result)]
+    pub pass_results: Vec<String>,
+
     /// Log one line per request (target `stq::access`). Off by default: at tens of
     /// thousands of requests a second it costs about a tenth of the CPU, and the
     /// admin listener's metrics count the same requests.
@@ -247,6 +252,15 @@ fn parse_origin(text: &str) -> Result<String, String> {
     } else {
         Err("an origin is scheme://host[:port], e.g. https://grafana.example.com".to_owned())
     }
+}
+
+/// A `--pass-results` item: trimmed, not empty.
+fn parse_pass_result(text: &str) -> Result<String, String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Err("a pass result must not be empty".to_owned());
+    }
+    Ok(text.to_owned())
 }
 
 /// The number of CPUs, the default for shards and workers.

@@ -103,7 +103,8 @@ async fn run(
         limits,
         cursor_key,
         metrics.shard_restarts.clone(),
-    );
+    )
+    .with_pass_results(args.pass_results.clone());
     let stations = engine.catalog().stations().len();
     let state = web::Data::new(
         AppState::new(engine.clone())

@@ -31,7 +31,7 @@ use stq_core::domain::auth::Tokens;
 use stq_core::domain::query::{Limits, QueryError};
 
 pub use fault::{Fault, ShardFault};
-pub use plan::{Plan, Request};
+pub use plan::{Plan, Request, SummaryPlan, SummaryRequest};
 pub use reload::{reload_on_change, reload_on_hangup, ReloadError, ReloadTrigger, Reloader};
 pub use router::{Page, QueryResult, RouterHandle};
 pub(crate) use shard::panic_message;
@@ -97,6 +97,8 @@ struct Inner {
     current: RwLock<Current>,
     limits: Limits,
     cursor_key: CursorKey,
+    /// `--pass-results`: the `result` values that count as a pass in summaries.
+    pass_results: Vec<String>,
 }
 
 /// The generation being served, and the tokens read with it.
@@ -130,8 +132,18 @@ impl Engine {
                 current: RwLock::new(Current { catalog, tokens }),
                 limits,
                 cursor_key,
+                pass_results: vec!["pass".to_owned()],
             }),
         }
+    }
+
+    /// The engine with `pass_results` in place of `pass` as what passes. Only
+    /// before the engine is shared.
+    pub fn with_pass_results(mut self, pass_results: Vec<String>) -> Engine {
+        Arc::get_mut(&mut self.inner)
+            .expect("pass results are set before the engine is shared")
+            .pass_results = pass_results;
+        self
     }
 
     /// The current generation's catalog; a request keeps the one it planned on.
@@ -155,6 +167,16 @@ impl Engine {
             self.catalog(),
             &self.inner.limits,
             &self.inner.cursor_key,
+        )
+    }
+
+    /// Plans the summary `request` on the current generation.
+    pub fn plan_summary(&self, request: &SummaryRequest) -> Result<SummaryPlan, EngineError> {
+        plan::plan_summary(
+            request,
+            self.catalog(),
+            &self.inner.limits,
+            &self.inner.pass_results,
         )
     }
 

@@ -10,8 +10,9 @@ use stq_core::data::catalog::Catalog;
 use stq_core::data::cursor::{Cursor, CursorError, CursorKey};
 use stq_core::data::key::Position;
 use stq_core::data::scan::{Matcher, RecordFilter};
+use stq_core::data::summary::{Grouping, Question};
 use stq_core::domain::auth::{Principal, Scope};
-use stq_core::domain::query::{Limits, QueryParams};
+use stq_core::domain::query::{Endpoint, Limits, QueryParams};
 use stq_core::domain::record::{Directions, Kind};
 use stq_core::domain::time::{Timestamp, Window};
 
@@ -26,6 +27,36 @@ pub struct Request {
     pub params: QueryParams,
     pub principal: Arc<Principal>,
     pub arrived: Timestamp,
+}
+
+/// A request for a summary (docs/api.md section 10): `/units/summary`,
+/// `/metrics/summary` or `/stations`.
+#[derive(Debug)]
+pub struct SummaryRequest {
+    pub endpoint: Endpoint,
+    pub params: QueryParams,
+    pub principal: Arc<Principal>,
+    pub arrived: Timestamp,
+}
+
+/// A summary planned against one generation's catalog: which stations, and what
+/// each shard is asked.
+#[derive(Clone, Debug)]
+pub struct SummaryPlan {
+    pub(crate) catalog: Arc<Catalog>,
+    /// Station ranks, each at most once.
+    pub(crate) stations: Vec<u32>,
+    pub(crate) question: Question,
+}
+
+impl SummaryPlan {
+    /// How rows are grouped; `None` for `/stations`.
+    pub(crate) fn grouping(&self) -> Option<&Grouping> {
+        match &self.question {
+            Question::Units { grouping, .. } | Question::Metrics { grouping, .. } => Some(grouping),
+            Question::Stations => None,
+        }
+    }
 }
 
 /// A request planned against one generation's catalog.
@@ -100,6 +131,82 @@ pub(crate) fn plan(
         _ => (params.window(*arrived, limits.max_window)?, None),
     };
 
+    let stations = stations(params, principal, &catalog)?;
+
+    let filter = match kind {
+        Kind::Units => RecordFilter::Units {
+            unit_types: matcher(&catalog, &params.unit_types),
+            unit_serial: serial_matcher(&catalog, params),
+            directions: params.directions,
+        },
+        Kind::Metrics => RecordFilter::Metrics {
+            names: matcher(&catalog, &params.names),
+        },
+    };
+
+    let cap = params.limit.unwrap_or(limits.max_records) + 1;
+    Ok(Plan {
+        catalog,
+        stations,
+        window,
+        after,
+        filter,
+        cap,
+        scope,
+    })
+}
+
+/// Plans a summary on `catalog`: the window (section 5), the stations the token
+/// may and does ask for (section 3), the filters as symbols.
+pub(crate) fn plan_summary(
+    request: &SummaryRequest,
+    catalog: Arc<Catalog>,
+    limits: &Limits,
+    pass_results: &[String],
+) -> Result<SummaryPlan, EngineError> {
+    let SummaryRequest {
+        endpoint,
+        params,
+        principal,
+        arrived,
+    } = request;
+    let grouping = || Grouping {
+        fields: params.group_by.clone(),
+        bucket: params.bucket,
+    };
+    let question = match endpoint {
+        Endpoint::UnitsSummary => Question::Units {
+            window: params.window(*arrived, limits.max_window)?,
+            unit_types: matcher(&catalog, &params.unit_types),
+            unit_serial: serial_matcher(&catalog, params),
+            grouping: grouping(),
+            pass_results: pass_results.to_vec(),
+        },
+        Endpoint::MetricsSummary => Question::Metrics {
+            window: params.window(*arrived, limits.max_window)?,
+            names: matcher(&catalog, &params.names),
+            grouping: grouping(),
+        },
+        Endpoint::Stations => Question::Stations,
+        Endpoint::Units | Endpoint::Metrics => {
+            unreachable!("records are planned by `plan`, not as a summary")
+        }
+    };
+    let stations = stations(params, principal, &catalog)?;
+    Ok(SummaryPlan {
+        catalog,
+        stations,
+        question,
+    })
+}
+
+/// The ranks of the stations a query reads: those it names, or every one the token
+/// may see; 403 if it names one the token may not see.
+fn stations(
+    params: &QueryParams,
+    principal: &Principal,
+    catalog: &Catalog,
+) -> Result<Vec<u32>, EngineError> {
     let stations = match &params.station_ids {
         Some(requested) => {
             let forbidden: Vec<String> = requested
@@ -125,42 +232,27 @@ pub(crate) fn plan(
                 .collect(),
         },
     };
+    Ok(stations)
+}
 
-    let symbols = |texts: &[String]| -> Matcher {
-        if texts.is_empty() {
-            Matcher::Any
-        } else {
-            Matcher::OneOf(
-                texts
-                    .iter()
-                    .filter_map(|text| catalog.symbols().lookup(text))
-                    .collect(),
-            )
-        }
-    };
-    let filter = match kind {
-        Kind::Units => RecordFilter::Units {
-            unit_types: symbols(&params.unit_types),
-            unit_serial: params
-                .unit_serial
-                .as_ref()
-                .map_or(Matcher::Any, |serial| symbols(std::slice::from_ref(serial))),
-            directions: params.directions,
-        },
-        Kind::Metrics => RecordFilter::Metrics {
-            names: symbols(&params.names),
-        },
-    };
+/// A list filter's values as symbols: any value when none is given; a value the
+/// data does not hold matches nothing.
+fn matcher(catalog: &Catalog, texts: &[String]) -> Matcher {
+    if texts.is_empty() {
+        Matcher::Any
+    } else {
+        Matcher::OneOf(
+            texts
+                .iter()
+                .filter_map(|text| catalog.symbols().lookup(text))
+                .collect(),
+        )
+    }
+}
 
-    let cap = params.limit.unwrap_or(limits.max_records) + 1;
-    Ok(Plan {
-        catalog,
-        stations,
-        window,
-        after,
-        filter,
-        cap,
-        scope,
+fn serial_matcher(catalog: &Catalog, params: &QueryParams) -> Matcher {
+    params.unit_serial.as_ref().map_or(Matcher::Any, |serial| {
+        matcher(catalog, std::slice::from_ref(serial))
     })
 }
 

@@ -20,9 +20,10 @@ use stq_core::data::key::Position;
 use stq_core::data::merge::merge_sorted;
 use stq_core::data::scan::{Hit, ScanRequest, ShardStation};
 use stq_core::data::shard::ShardData;
+use stq_core::data::summary::{Partial, Rows, SummaryRequest as ShardSummary};
 
 use super::fault::ShardFault;
-use super::plan::{self, Plan, Request};
+use super::plan::{self, Plan, Request, SummaryPlan, SummaryRequest};
 use super::shard::{ShardError, ShardHandle};
 use super::{Engine, EngineError};
 
@@ -41,6 +42,19 @@ struct Execute {
 
 impl Message for Execute {
     type Result = Result<Page, EngineError>;
+}
+
+/// Answer a planned summary: its rows, merged from every shard's partial result.
+struct Summarize {
+    request: Arc<SummaryRequest>,
+    plan: SummaryPlan,
+    deadline: Instant,
+    /// Only tests ask for one (see `fault`).
+    fault: Option<ShardFault>,
+}
+
+impl Message for Summarize {
+    type Result = Result<Rows, EngineError>;
 }
 
 /// One page of an answer: its records, the cursor of the next page, and the plan
@@ -128,6 +142,16 @@ impl Handler<Execute> for Router {
     }
 }
 
+impl Handler<Summarize> for Router {
+    type Result = ResponseFuture<Result<Rows, EngineError>>;
+
+    fn handle(&mut self, message: Summarize, _: &mut Context<Self>) -> Self::Result {
+        let engine = self.engine.clone();
+        let shards = Rc::clone(&self.shards);
+        Box::pin(async move { summarize(&engine, &shards, message).await })
+    }
+}
+
 async fn answer(
     engine: &Engine,
     shards: &[ShardHandle],
@@ -160,6 +184,73 @@ async fn answer(
     }
 }
 
+/// Merges the shards' partial summaries into rows; more rows than `--max-records`
+/// is `result_too_large`. Like [`answer`], plans once more after two reloads.
+async fn summarize(
+    engine: &Engine,
+    shards: &[ShardHandle],
+    message: Summarize,
+) -> Result<Rows, EngineError> {
+    let Summarize {
+        request,
+        mut plan,
+        deadline,
+        fault,
+    } = message;
+    let mut retried = false;
+    let merged = loop {
+        let asks = stations_by_shard(&plan.catalog, &plan.stations).map(|(shard, stations)| {
+            let request = ShardSummary {
+                stations,
+                question: plan.question.clone(),
+            };
+            shards[shard].summarize(Arc::clone(&plan.catalog), request, deadline, fault)
+        });
+        let replies: Result<Vec<Partial>, ShardError> = join_all(asks).await.into_iter().collect();
+        match replies {
+            Ok(partials) => {
+                break partials.into_iter().reduce(|mut merged, partial| {
+                    merged.merge(partial);
+                    merged
+                })
+            }
+            Err(ShardError::OtherGeneration { .. }) if !retried => {
+                retried = true;
+                plan = engine.plan_summary(&request)?;
+            }
+            Err(error) => return Err(error.into()),
+        }
+    };
+    let Some(merged) = merged else {
+        return Ok(Rows::default());
+    };
+    let max_records = engine.limits().max_records;
+    if merged.row_count() > max_records {
+        return Err(EngineError::ResultTooLarge { max_records });
+    }
+    Ok(merged.finish(plan.grouping(), &plan.catalog))
+}
+
+/// A plan's stations grouped by the shard that holds them; shards without any are
+/// left out.
+fn stations_by_shard(
+    catalog: &stq_core::data::catalog::Catalog,
+    stations: &[u32],
+) -> impl Iterator<Item = (usize, Vec<ShardStation>)> {
+    let mut per_shard: Vec<Vec<ShardStation>> = vec![Vec::new(); catalog.shard_count()];
+    for &rank in stations {
+        let placement = catalog.placement(rank);
+        per_shard[placement.shard as usize].push(ShardStation {
+            rank,
+            station_index: placement.station_index,
+        });
+    }
+    per_shard
+        .into_iter()
+        .enumerate()
+        .filter(|(_, stations)| !stations.is_empty())
+}
+
 async fn fan_out(
     shards: &[ShardHandle],
     plan: &Plan,
@@ -167,32 +258,20 @@ async fn fan_out(
     fault: Option<ShardFault>,
 ) -> Result<QueryResult, ShardError> {
     let catalog = &plan.catalog;
-    let mut per_shard: Vec<Vec<ShardStation>> = vec![Vec::new(); catalog.shard_count()];
-    for &rank in &plan.stations {
-        let placement = catalog.placement(rank);
-        per_shard[placement.shard as usize].push(ShardStation {
-            rank,
-            station_index: placement.station_index,
-        });
-    }
-    let scans = per_shard
-        .into_iter()
-        .enumerate()
-        .filter(|(_, stations)| !stations.is_empty())
-        .map(|(shard, stations)| {
-            shards[shard].scan(
-                catalog.generation(),
-                ScanRequest {
-                    stations,
-                    window: plan.window,
-                    after: plan.after,
-                    filter: plan.filter.clone(),
-                    cap: plan.cap,
-                },
-                deadline,
-                fault,
-            )
-        });
+    let scans = stations_by_shard(catalog, &plan.stations).map(|(shard, stations)| {
+        shards[shard].scan(
+            catalog.generation(),
+            ScanRequest {
+                stations,
+                window: plan.window,
+                after: plan.after,
+                filter: plan.filter.clone(),
+                cap: plan.cap,
+            },
+            deadline,
+            fault,
+        )
+    });
     let replies = join_all(scans).await;
 
     let mut parts = Vec::with_capacity(replies.len());
@@ -236,6 +315,25 @@ impl RouterHandle {
     ) -> Result<Page, EngineError> {
         self.address
             .send(Execute {
+                request,
+                plan,
+                deadline,
+                fault,
+            })
+            .await
+            .map_err(|error| EngineError::Failed(format!("the router's mailbox: {error}")))?
+    }
+
+    /// Answers the summary `request`, planned as `plan`, by `deadline`.
+    pub async fn summarize(
+        &self,
+        request: Arc<SummaryRequest>,
+        plan: SummaryPlan,
+        deadline: Instant,
+        fault: Option<ShardFault>,
+    ) -> Result<Rows, EngineError> {
+        self.address
+            .send(Summarize {
                 request,
                 plan,
                 deadline,

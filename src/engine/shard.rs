@@ -22,8 +22,10 @@ use actix::prelude::*;
 use parking_lot::{Mutex, RwLock};
 use prometheus_client::metrics::counter::Counter;
 
+use stq_core::data::catalog::Catalog;
 use stq_core::data::scan::{Hit, ScanRequest};
 use stq_core::data::shard::ShardData;
+use stq_core::data::summary::{Partial, SummaryRequest};
 
 use super::fault::ShardFault;
 
@@ -49,6 +51,22 @@ impl Message for Scan {
 pub(super) struct ShardReply {
     pub data: Arc<ShardData>,
     pub hits: Vec<Hit>,
+}
+
+/// Summarise this shard's stations of a generation (docs/api.md section 10):
+/// answers with the shard's partial result, never with records.
+pub(super) struct Summarize {
+    /// The catalog the summary was planned on; its symbols name the results.
+    pub catalog: Arc<Catalog>,
+    pub request: SummaryRequest,
+    /// Past it the request has been answered 503 `timeout`: the work is skipped.
+    pub deadline: Instant,
+    /// Only tests ask for one (see `fault`).
+    pub fault: Option<ShardFault>,
+}
+
+impl Message for Summarize {
+    type Result = Result<Partial, ShardError>;
 }
 
 /// Make `data` the current generation; the current one becomes the previous one, so
@@ -105,33 +123,23 @@ impl Handler<Scan> for ShardActor {
     type Result = Result<ShardReply, ShardError>;
 
     fn handle(&mut self, message: Scan, _: &mut Context<Self>) -> Self::Result {
-        if Instant::now() > message.deadline {
-            return Err(ShardError::Expired);
-        }
-        if message.fault == Some(ShardFault::Death) {
-            // Outside `guarded`: the panic ends the actor, as a real crash would.
-            panic!("shard {} dies, as the request asked", self.number);
-        }
-        let held = &self.held;
-        let data = std::iter::once(&held.current)
-            .chain(&held.previous)
-            .find(|data| data.generation() == message.generation)
-            .ok_or(ShardError::OtherGeneration {
-                held: held.current.generation(),
-                wanted: message.generation,
-            })?;
-        let hits = guarded(self.number, || {
-            if message.fault == Some(ShardFault::Panic) {
-                panic!(
-                    "shard {} panics in a scan, as the request asked",
-                    self.number
-                );
-            }
-            data.scan(&message.request)
-        })?;
+        let data = self.data_for(message.generation, message.deadline, message.fault)?;
+        let hits = self.guarded(message.fault, || data.scan(&message.request))?;
         Ok(ShardReply {
             hits,
             data: Arc::clone(data),
+        })
+    }
+}
+
+impl Handler<Summarize> for ShardActor {
+    type Result = Result<Partial, ShardError>;
+
+    fn handle(&mut self, message: Summarize, _: &mut Context<Self>) -> Self::Result {
+        let generation = message.catalog.generation();
+        let data = self.data_for(generation, message.deadline, message.fault)?;
+        self.guarded(message.fault, || {
+            data.summarize(&message.request, message.catalog.symbols())
         })
     }
 }
@@ -149,6 +157,50 @@ impl Handler<Retire> for ShardActor {
 
     fn handle(&mut self, message: Retire, _: &mut Context<Self>) {
         self.held.retire(message.generation);
+    }
+}
+
+impl ShardActor {
+    /// The data of `generation`, unless the request is past its deadline or the
+    /// generation has left this shard.
+    fn data_for(
+        &self,
+        generation: u64,
+        deadline: Instant,
+        fault: Option<ShardFault>,
+    ) -> Result<&Arc<ShardData>, ShardError> {
+        if Instant::now() > deadline {
+            return Err(ShardError::Expired);
+        }
+        if fault == Some(ShardFault::Death) {
+            // Outside `guarded`: the panic ends the actor, as a real crash would.
+            panic!("shard {} dies, as the request asked", self.number);
+        }
+        let held = &self.held;
+        std::iter::once(&held.current)
+            .chain(&held.previous)
+            .find(|data| data.generation() == generation)
+            .ok_or(ShardError::OtherGeneration {
+                held: held.current.generation(),
+                wanted: generation,
+            })
+    }
+
+    /// Runs `work` so that a panic in it fails this message alone.
+    fn guarded<T>(
+        &self,
+        fault: Option<ShardFault>,
+        work: impl FnOnce() -> T,
+    ) -> Result<T, ShardError> {
+        guarded(self.number, || {
+            if fault == Some(ShardFault::Panic) {
+                panic!(
+                    "shard {} panics in a scan, as the request asked",
+                    self.number
+                );
+            }
+            work()
+        })
     }
 }
 
@@ -283,14 +335,40 @@ impl ShardHandle {
         deadline: Instant,
         fault: Option<ShardFault>,
     ) -> Result<ShardReply, ShardError> {
-        let address = self.address();
-        let scan = Scan {
+        self.ask(Scan {
             generation,
             request,
             deadline,
             fault,
-        };
-        match address.send(scan).await {
+        })
+        .await
+    }
+
+    pub(super) async fn summarize(
+        &self,
+        catalog: Arc<Catalog>,
+        request: SummaryRequest,
+        deadline: Instant,
+        fault: Option<ShardFault>,
+    ) -> Result<Partial, ShardError> {
+        self.ask(Summarize {
+            catalog,
+            request,
+            deadline,
+            fault,
+        })
+        .await
+    }
+
+    /// Sends a query's message to the replica; a closed mailbox restarts it.
+    async fn ask<M, T>(&self, message: M) -> Result<T, ShardError>
+    where
+        M: Message<Result = Result<T, ShardError>> + Send + 'static,
+        T: Send + 'static,
+        ShardActor: Handler<M>,
+    {
+        let address = self.address();
+        match address.send(message).await {
             Ok(reply) => reply,
             Err(error) => {
                 self.restart(&address);

@@ -1,8 +1,9 @@
-//! The answer to `GET /units` and `GET /metrics`, in the contract's order
+//! The answer to `GET /units` and `GET /metrics`, and to the summaries
+//! (`/units/summary`, `/metrics/summary`, `/stations`), in the contract's order
 //! (docs/api.md section 3): query length, token, parameters, then the engine's plan
-//! (window, cursor, stations), `If-None-Match`, a query slot, the engine, and the
-//! envelope. The whole body is assembled before the response starts, so an error
-//! can never follow a 200.
+//! (window, cursor, stations), a query slot, the engine, the envelope, and
+//! `If-None-Match`. The whole body is assembled before the response starts, so an
+//! error can never follow a 200.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -10,17 +11,21 @@ use std::time::Instant;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse};
 use chrono::Utc;
-use stq_core::domain::query;
+use std::future::Future;
+use std::ops::Range;
+
+use stq_core::domain::auth::Principal;
+use stq_core::domain::query::{self, Endpoint};
 use stq_core::domain::record::Kind;
 use stq_core::domain::time::{timestamp_millis_utc, Timestamp};
 
 use super::caching::{entity_tag, not_modified, IfNoneMatch};
-use super::envelope::{envelope, Meta};
+use super::envelope::{envelope, summary_envelope, Meta};
 use super::error::{ApiError, JSON};
 use super::fault;
 use super::request_id::RequestId;
 use super::AppState;
-use crate::engine::{Fault, Request, RouterHandle};
+use crate::engine::{Fault, Request, RouterHandle, SummaryRequest};
 
 /// How many records a response holds, for the access log and the metrics.
 #[derive(Clone, Copy, Debug)]
@@ -33,12 +38,76 @@ pub(super) async fn answer(
     state: &AppState,
     router: &RouterHandle,
 ) -> Result<HttpResponse, ApiError> {
+    in_time(state, |started| {
+        answer_in_time(kind, request, state, router, started)
+    })
+    .await
+}
+
+/// The answer to a summary, or `timeout` once `--request-timeout` has passed.
+pub(super) async fn summary(
+    endpoint: Endpoint,
+    request: &HttpRequest,
+    state: &AppState,
+    router: &RouterHandle,
+) -> Result<HttpResponse, ApiError> {
+    in_time(state, |started| {
+        summary_in_time(endpoint, request, state, router, started)
+    })
+    .await
+}
+
+/// `answering`'s answer, or `timeout` once `--request-timeout` has passed since it
+/// started.
+async fn in_time<F: Future<Output = Result<HttpResponse, ApiError>>>(
+    state: &AppState,
+    answering: impl FnOnce(Instant) -> F,
+) -> Result<HttpResponse, ApiError> {
     let started = Instant::now();
-    let answering = answer_in_time(kind, request, state, router, started);
-    match actix_web::rt::time::timeout(state.admission.request_timeout(), answering).await {
+    match actix_web::rt::time::timeout(state.admission.request_timeout(), answering(started)).await
+    {
         Ok(answer) => answer,
         Err(_) => Err(state.admission.timed_out()),
     }
+}
+
+/// The checks every query passes first, in the contract's order: the query's
+/// length, one `Authorization` header, a known token.
+fn authenticate(request: &HttpRequest, state: &AppState) -> Result<Arc<Principal>, ApiError> {
+    let engine = &state.engine;
+    query::check_length(request.query_string(), engine.limits())?;
+    let mut authorizations = request.headers().get_all(header::AUTHORIZATION);
+    let authorization = authorizations.next().map(HeaderValue::as_bytes);
+    if authorizations.next().is_some() {
+        return Err(ApiError::InvalidRequest {
+            reason: "more than one Authorization header",
+        });
+    }
+    Ok(engine.tokens().authenticate(authorization)?)
+}
+
+/// The 200 with `body`, or 304 when `If-None-Match` names its tag. The tag is
+/// the answer's own, so the answer must exist first; a match saves the bytes on
+/// the wire. `*` matches any answer, but only an answer: not a refusal.
+fn respond(
+    endpoint: Endpoint,
+    request: &HttpRequest,
+    body: Vec<u8>,
+    data: Range<usize>,
+    more: bool,
+    count: usize,
+) -> HttpResponse {
+    let etag = entity_tag(endpoint, &body[data], more);
+    let precondition = IfNoneMatch::of(request.headers());
+    if precondition == IfNoneMatch::Any || precondition.names(&etag) {
+        return not_modified(etag);
+    }
+    let mut response = HttpResponse::Ok()
+        .content_type(JSON)
+        .insert_header((header::ETAG, etag))
+        .body(body);
+    response.extensions_mut().insert(RecordCount(count));
+    response
 }
 
 /// The answer, for [`answer`] to bound in time.
@@ -55,15 +124,7 @@ async fn answer_in_time(
     let engine = &state.engine;
     let limits = engine.limits();
 
-    query::check_length(request.query_string(), limits)?;
-    let mut authorizations = request.headers().get_all(header::AUTHORIZATION);
-    let authorization = authorizations.next().map(HeaderValue::as_bytes);
-    if authorizations.next().is_some() {
-        return Err(ApiError::InvalidRequest {
-            reason: "more than one Authorization header",
-        });
-    }
-    let principal = engine.tokens().authenticate(authorization)?;
+    let principal = authenticate(request, state)?;
     let fault = fault::requested(request.headers());
     if fault == Some(Fault::HandlerPanic) {
         panic!("the handler panics, as the request asked");
@@ -103,18 +164,64 @@ async fn answer_in_time(
     if Instant::now() > deadline {
         return Err(state.admission.timed_out());
     }
-    // The tag is the answer's own, so the answer must exist first; a match saves
-    // the bytes on the wire. `*` matches any answer, but only an answer: not a
-    // refusal.
-    let etag = entity_tag(kind, &body[data], page.next_cursor().is_some());
-    let precondition = IfNoneMatch::of(request.headers());
-    if precondition == IfNoneMatch::Any || precondition.names(&etag) {
-        return Ok(not_modified(etag));
+    let more = page.next_cursor().is_some();
+    Ok(respond(
+        Endpoint::records(kind),
+        request,
+        body,
+        data,
+        more,
+        records.len(),
+    ))
+}
+
+/// The summary, for [`summary`] to bound in time.
+async fn summary_in_time(
+    endpoint: Endpoint,
+    request: &HttpRequest,
+    state: &AppState,
+    router: &RouterHandle,
+    started: Instant,
+) -> Result<HttpResponse, ApiError> {
+    let arrived = Timestamp::now();
+    let deadline = state.admission.deadline(started);
+    let request_id = RequestId::of(request);
+    let engine = &state.engine;
+
+    let principal = authenticate(request, state)?;
+    let fault = fault::requested(request.headers());
+    if fault == Some(Fault::HandlerPanic) {
+        panic!("the handler panics, as the request asked");
     }
-    let mut response = HttpResponse::Ok()
-        .content_type(JSON)
-        .insert_header((header::ETAG, etag))
-        .body(body);
-    response.extensions_mut().insert(RecordCount(records.len()));
-    Ok(response)
+    let params = query::parse_for(endpoint, request.query_string(), *engine.limits())?;
+    let engine_error =
+        |error| ApiError::from_engine(error, &request_id, state.admission.request_timeout());
+    let query = Arc::new(SummaryRequest {
+        endpoint,
+        params,
+        principal,
+        arrived,
+    });
+    let plan = engine.plan_summary(&query).map_err(engine_error)?;
+
+    let permit = state.admission.enter().await?;
+    if let Some(Fault::Delay(delay)) = fault {
+        actix_web::rt::time::sleep(delay).await;
+    }
+    let rows = router
+        .summarize(query, plan, deadline, Fault::in_shard(fault))
+        .await
+        .map_err(engine_error)?;
+    let meta = Meta {
+        timestamp: timestamp_millis_utc(Utc::now()),
+        request_id: &request_id,
+        query_duration_ms: started.elapsed().as_millis() as u64,
+        next_cursor: None,
+    };
+    let (body, data) = summary_envelope(endpoint, &rows, &meta);
+    drop(permit);
+    if Instant::now() > deadline {
+        return Err(state.admission.timed_out());
+    }
+    Ok(respond(endpoint, request, body, data, false, rows.len()))
 }

@@ -11,14 +11,22 @@
 
 use actix_web::http::header::{self, HeaderMap};
 use actix_web::HttpResponse;
-use stq_core::domain::record::Kind;
+use stq_core::domain::query::Endpoint;
 use xxhash_rust::xxh3::xxh3_128_with_seed;
 
 /// A weak ETag of an answer: its endpoint, its `data` array as sent (the records
 /// in order, as JSON), and whether a next page follows (the records say where it
 /// starts).
-pub(super) fn entity_tag(kind: Kind, data: &[u8], more: bool) -> String {
-    let seed = (u64::from(kind as u8) << 1) | u64::from(more);
+pub(super) fn entity_tag(endpoint: Endpoint, data: &[u8], more: bool) -> String {
+    // Fixed numbers, so that tags stay equal across versions and replicas.
+    let number: u64 = match endpoint {
+        Endpoint::Units => 0,
+        Endpoint::Metrics => 1,
+        Endpoint::UnitsSummary => 2,
+        Endpoint::MetricsSummary => 3,
+        Endpoint::Stations => 4,
+    };
+    let seed = (number << 1) | u64::from(more);
     format!("W/\"{:032x}\"", xxh3_128_with_seed(data, seed))
 }
 
@@ -71,14 +79,16 @@ mod tests {
 
     #[test]
     fn equal_answers_get_equal_tags_and_any_difference_another() {
-        let tag = entity_tag(Kind::Units, b"[{\"a\":1},{}]", false);
-        assert_eq!(tag, entity_tag(Kind::Units, b"[{\"a\":1},{}]", false));
+        let tag = entity_tag(Endpoint::Units, b"[{\"a\":1},{}]", false);
+        assert_eq!(tag, entity_tag(Endpoint::Units, b"[{\"a\":1},{}]", false));
         assert!(tag.starts_with("W/\"") && tag.len() == 2 + 2 + 32);
         for other in [
-            entity_tag(Kind::Metrics, b"[{\"a\":1},{}]", false),
-            entity_tag(Kind::Units, b"[{\"a\":2},{}]", false),
-            entity_tag(Kind::Units, b"[{\"a\":1},{}]", true),
-            entity_tag(Kind::Units, b"[{},{\"a\":1}]", false),
+            entity_tag(Endpoint::Metrics, b"[{\"a\":1},{}]", false),
+            entity_tag(Endpoint::Units, b"[{\"a\":2},{}]", false),
+            entity_tag(Endpoint::Units, b"[{\"a\":1},{}]", true),
+            entity_tag(Endpoint::Units, b"[{},{\"a\":1}]", false),
+            entity_tag(Endpoint::UnitsSummary, b"[{\"a\":1},{}]", false),
+            entity_tag(Endpoint::Stations, b"[{\"a\":1},{}]", false),
         ] {
             assert_ne!(tag, other);
         }

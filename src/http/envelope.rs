@@ -5,6 +5,8 @@ use std::ops::Range;
 
 use serde::Serialize;
 
+use stq_core::data::summary::Rows;
+use stq_core::domain::query::Endpoint;
 use stq_core::domain::record::Kind;
 
 use crate::engine::QueryResult;
@@ -25,7 +27,28 @@ pub struct Meta<'a> {
 /// Assembles the success body from the records' pre-rendered JSON; also returns
 /// where in it the `data` array lies, which the `ETag` hashes.
 pub fn envelope(kind: Kind, result: &QueryResult, meta: &Meta) -> (Vec<u8>, Range<usize>) {
-    assemble_with_data(kind, result.len(), result.records(), meta)
+    let message = counted(result.len(), &format!("{} record", kind.noun()));
+    assemble_with_data(&message, result.len(), result.records(), meta)
+}
+
+/// The success body of a summary (docs/api.md section 10) around its rendered
+/// rows, and where in it the `data` array lies.
+pub(super) fn summary_envelope(
+    endpoint: Endpoint,
+    rows: &Rows,
+    meta: &Meta,
+) -> (Vec<u8>, Range<usize>) {
+    let noun = match endpoint {
+        Endpoint::Stations => "station",
+        _ => "summary row",
+    };
+    assemble_with_data(&counted(rows.len(), noun), rows.len(), rows.rows(), meta)
+}
+
+/// `1 unit record`, `3 summary rows`.
+fn counted(count: usize, noun: &str) -> String {
+    let plural = if count == 1 { "" } else { "s" };
+    format!("{count} {noun}{plural}")
 }
 
 /// `{"data":[...],"message":"...","meta":{...}}` around records rendered at load.
@@ -35,12 +58,13 @@ pub fn assemble<'a>(
     records: impl Iterator<Item = &'a [u8]> + Clone,
     meta: &Meta,
 ) -> Vec<u8> {
-    assemble_with_data(kind, count, records, meta).0
+    let message = counted(count, &format!("{} record", kind.noun()));
+    assemble_with_data(&message, count, records, meta).0
 }
 
 /// [`assemble`], and the range of the body that is the `data` array.
 fn assemble_with_data<'a>(
-    kind: Kind,
+    message: &str,
     count: usize,
     records: impl Iterator<Item = &'a [u8]> + Clone,
     meta: &Meta,
@@ -59,9 +83,7 @@ fn assemble_with_data<'a>(
     body.push(b']');
     let data = data_start..body.len();
     body.extend_from_slice(b",\"message\":");
-    let plural = if count == 1 { "" } else { "s" };
-    let message = format!("{count} {} record{plural}", kind.noun());
-    serde_json::to_writer(&mut body, &message).expect("writing to a Vec cannot fail");
+    serde_json::to_writer(&mut body, message).expect("writing to a Vec cannot fail");
     body.extend_from_slice(b",\"meta\":");
     serde_json::to_writer(&mut body, meta).expect("writing to a Vec cannot fail");
     body.push(b'}');

@@ -21,7 +21,7 @@ use crate::engine::EngineError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
-    #[error("no such path; the endpoints are /units and /metrics")]
+    #[error("no such path; the endpoints are /units, /metrics, /units/summary, /metrics/summary and /stations")]
     NotFound,
 
     #[error("method not allowed; use GET or HEAD")]

@@ -36,9 +36,10 @@ use stq_core::domain::record::Kind;
 
 use crate::engine::{Engine, RouterHandle};
 use crate::metrics::Metrics;
-use answer::answer;
+use answer::{answer, summary};
 use error::JSON;
 use request_id::RequestId;
+use stq_core::domain::query::Endpoint;
 
 /// What every worker shares: the engine (which holds the current generation and
 /// its tokens) and the HTTP layer's settings.
@@ -101,6 +102,9 @@ pub fn app(
         .app_data(web::Data::new(router))
         .service(endpoint("/units", Kind::Units))
         .service(endpoint("/metrics", Kind::Metrics))
+        .service(summary_endpoint(Endpoint::UnitsSummary))
+        .service(summary_endpoint(Endpoint::MetricsSummary))
+        .service(summary_endpoint(Endpoint::Stations))
         .service(get_and_head("/healthz", health))
         .service(get_and_head("/readyz", readiness))
         .service(get_and_head("/openapi.json", openapi))
@@ -119,25 +123,38 @@ fn endpoint(path: &str, kind: Kind) -> actix_web::Resource {
     get_and_head(
         path,
         move |request: HttpRequest, state: web::Data<AppState>, router: web::Data<RouterHandle>| async move {
-            // A panic fails this request alone, with a 500 that names its id; the
-            // panic hook has logged the panic itself.
-            match AssertUnwindSafe(answer(kind, &request, &state, &router))
-                .catch_unwind()
-                .await
-            {
-                Ok(answer) => answer,
-                Err(panic) => {
-                    let request_id = RequestId::of(&request);
-                    tracing::error!(
-                        request_id = %request_id,
-                        panic = crate::engine::panic_message(&*panic),
-                        "a query panicked; answered 500"
-                    );
-                    Err(ApiError::Internal { request_id })
-                }
-            }
+            isolated(&request, answer(kind, &request, &state, &router)).await
         },
     )
+}
+
+fn summary_endpoint(endpoint: Endpoint) -> actix_web::Resource {
+    get_and_head(
+        endpoint.path(),
+        move |request: HttpRequest, state: web::Data<AppState>, router: web::Data<RouterHandle>| async move {
+            isolated(&request, summary(endpoint, &request, &state, &router)).await
+        },
+    )
+}
+
+/// A panic fails this request alone, with a 500 that names its id; the panic hook
+/// has logged the panic itself.
+async fn isolated(
+    request: &HttpRequest,
+    answering: impl std::future::Future<Output = Result<HttpResponse, ApiError>>,
+) -> Result<HttpResponse, ApiError> {
+    match AssertUnwindSafe(answering).catch_unwind().await {
+        Ok(answer) => answer,
+        Err(panic) => {
+            let request_id = RequestId::of(request);
+            tracing::error!(
+                request_id = %request_id,
+                panic = crate::engine::panic_message(&*panic),
+                "a query panicked; answered 500"
+            );
+            Err(ApiError::Internal { request_id })
+        }
+    }
 }
 
 /// A path answered on GET and HEAD, and 405 to any other method.

@@ -4,7 +4,8 @@
 //! per-station B-tree maps ordered by time ([`station`]) grouped into shards
 //! ([`shard`]), and a catalog that says where each station lives. A query is a
 //! [`scan`] of each shard it touches and a [`merge`] of their sorted hits; a page
-//! ends in a [`cursor`] that says where the next one starts.
+//! ends in a [`cursor`] that says where the next one starts. A [`summary`] is
+//! computed by each shard over its own stations and merged.
 
 pub mod catalog;
 pub mod cursor;
@@ -14,4 +15,5 @@ pub mod scan;
 pub mod shard;
 pub mod snapshot;
 pub mod station;
+pub mod summary;
 pub mod symbols;

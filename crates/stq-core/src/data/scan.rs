@@ -23,7 +23,7 @@ pub enum Matcher {
 }
 
 impl Matcher {
-    fn matches(&self, symbol: Symbol) -> bool {
+    pub(crate) fn matches(&self, symbol: Symbol) -> bool {
         match self {
             Matcher::Any => true,
             Matcher::OneOf(symbols) => symbols.contains(&symbol),

@@ -97,6 +97,135 @@ pub struct QueryParams {
     pub names: Vec<String>,
     pub limit: Option<usize>,
     pub cursor: Option<String>,
+    /// Summaries only: the row's group fields, in the order given, each once;
+    /// `station_id` when none is given (docs/api.md section 10).
+    pub group_by: Vec<GroupField>,
+    /// Summaries only: the length of the epoch-aligned buckets; `None`: one
+    /// bucket, rows without `bucket_start`.
+    pub bucket: Option<Bucket>,
+}
+
+/// The endpoints that take a query string, each with its own parameters
+/// (docs/api.md sections 4 and 10).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Endpoint {
+    Units,
+    Metrics,
+    UnitsSummary,
+    MetricsSummary,
+    Stations,
+}
+
+impl Endpoint {
+    /// The endpoint that returns records of `kind`.
+    pub fn records(kind: Kind) -> Endpoint {
+        match kind {
+            Kind::Units => Endpoint::Units,
+            Kind::Metrics => Endpoint::Metrics,
+        }
+    }
+
+    pub fn path(self) -> &'static str {
+        match self {
+            Endpoint::Units => "/units",
+            Endpoint::Metrics => "/metrics",
+            Endpoint::UnitsSummary => "/units/summary",
+            Endpoint::MetricsSummary => "/metrics/summary",
+            Endpoint::Stations => "/stations",
+        }
+    }
+
+    /// The kind of records the endpoint reads; `None` for `/stations`, which reads both.
+    pub fn kind(self) -> Option<Kind> {
+        match self {
+            Endpoint::Units | Endpoint::UnitsSummary => Some(Kind::Units),
+            Endpoint::Metrics | Endpoint::MetricsSummary => Some(Kind::Metrics),
+            Endpoint::Stations => None,
+        }
+    }
+
+    fn is_summary(self) -> bool {
+        matches!(self, Endpoint::UnitsSummary | Endpoint::MetricsSummary)
+    }
+
+    fn is_records(self) -> bool {
+        matches!(self, Endpoint::Units | Endpoint::Metrics)
+    }
+}
+
+/// A field a summary row may be grouped by (docs/api.md section 10).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GroupField {
+    StationId,
+    Slot,
+    UnitType,
+    Mode,
+    Unit,
+}
+
+impl GroupField {
+    /// The field named `text`, if `endpoint` groups by it.
+    fn parse(endpoint: Endpoint, text: &str) -> Option<GroupField> {
+        let field = match text {
+            "station_id" => GroupField::StationId,
+            "slot" => GroupField::Slot,
+            "unit_type" if endpoint == Endpoint::UnitsSummary => GroupField::UnitType,
+            "mode" if endpoint == Endpoint::UnitsSummary => GroupField::Mode,
+            "unit" if endpoint == Endpoint::MetricsSummary => GroupField::Unit,
+            _ => return None,
+        };
+        Some(field)
+    }
+
+    /// The field's name, as a row names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupField::StationId => "station_id",
+            GroupField::Slot => "slot",
+            GroupField::UnitType => "unit_type",
+            GroupField::Mode => "mode",
+            GroupField::Unit => "unit",
+        }
+    }
+}
+
+/// A summary's bucket length: whole minutes, from `1m` to `31d`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Bucket {
+    seconds: i64,
+}
+
+impl Bucket {
+    const LONGEST_SECONDS: i64 = 31 * DAY_SECONDS;
+
+    /// `15m`, `1h`, `7d`: digits without a leading zero, then `m`, `h` or `d`.
+    pub fn parse(text: &str) -> Option<Bucket> {
+        let (digits, unit) = text.split_at(text.len().checked_sub(1)?);
+        let unit_seconds = match unit {
+            "m" => 60,
+            "h" => 3600,
+            "d" => DAY_SECONDS,
+            _ => return None,
+        };
+        if digits.is_empty()
+            || digits.starts_with('0')
+            || !digits.bytes().all(|byte| byte.is_ascii_digit())
+        {
+            return None;
+        }
+        let seconds = digits.parse::<i64>().ok()?.checked_mul(unit_seconds)?;
+        (seconds <= Bucket::LONGEST_SECONDS).then_some(Bucket { seconds })
+    }
+
+    pub fn seconds(self) -> i64 {
+        self.seconds
+    }
+
+    /// The start of the bucket `instant` falls in, in seconds since the epoch:
+    /// buckets are aligned to the Unix epoch.
+    pub fn start_of(self, instant: Timestamp) -> i64 {
+        instant.seconds.div_euclid(self.seconds) * self.seconds
+    }
 }
 
 /// The parameters each endpoint accepts.
@@ -111,20 +240,25 @@ enum Parameter {
     Names,
     Limit,
     Cursor,
+    GroupBy,
+    Bucket,
 }
 
 impl Parameter {
-    fn of(kind: Kind, name: &str) -> Option<Parameter> {
+    fn of(endpoint: Endpoint, name: &str) -> Option<Parameter> {
+        let kind = endpoint.kind();
         let parameter = match name {
             "station_ids" => Parameter::StationIds,
-            "from" => Parameter::From,
-            "to" => Parameter::To,
-            "limit" => Parameter::Limit,
-            "cursor" => Parameter::Cursor,
-            "type" if kind == Kind::Units => Parameter::Type,
-            "serial_number" if kind == Kind::Units => Parameter::SerialNumber,
-            "direction" if kind == Kind::Units => Parameter::Direction,
-            "names" if kind == Kind::Metrics => Parameter::Names,
+            "from" if endpoint != Endpoint::Stations => Parameter::From,
+            "to" if endpoint != Endpoint::Stations => Parameter::To,
+            "limit" if endpoint.is_records() => Parameter::Limit,
+            "cursor" if endpoint.is_records() => Parameter::Cursor,
+            "type" if kind == Some(Kind::Units) => Parameter::Type,
+            "serial_number" if kind == Some(Kind::Units) => Parameter::SerialNumber,
+            "direction" if endpoint == Endpoint::Units => Parameter::Direction,
+            "names" if kind == Some(Kind::Metrics) => Parameter::Names,
+            "group_by" if endpoint.is_summary() => Parameter::GroupBy,
+            "bucket" if endpoint.is_summary() => Parameter::Bucket,
             _ => return None,
         };
         Some(parameter)
@@ -141,13 +275,15 @@ impl Parameter {
             Parameter::Names => "names",
             Parameter::Limit => "limit",
             Parameter::Cursor => "cursor",
+            Parameter::GroupBy => "group_by",
+            Parameter::Bucket => "bucket",
         }
     }
 
     fn is_list(self) -> bool {
         matches!(
             self,
-            Parameter::Type | Parameter::Direction | Parameter::Names
+            Parameter::Type | Parameter::Direction | Parameter::Names | Parameter::GroupBy
         )
     }
 
@@ -159,6 +295,15 @@ impl Parameter {
 
 /// Parses and validates the query string of a request to `kind`'s endpoint.
 pub fn parse(kind: Kind, query: &str, limits: Limits) -> Result<QueryParams, QueryError> {
+    parse_for(Endpoint::records(kind), query, limits)
+}
+
+/// Parses and validates the query string of a request to `endpoint`.
+pub fn parse_for(
+    endpoint: Endpoint,
+    query: &str,
+    limits: Limits,
+) -> Result<QueryParams, QueryError> {
     check_length(query, &limits)?;
     let pairs: Vec<(&str, &str)> = query
         .split('&')
@@ -172,9 +317,10 @@ pub fn parse(kind: Kind, query: &str, limits: Limits) -> Result<QueryParams, Que
         let name = decode(raw_name, false).map_err(|_| QueryError::UnknownParameter {
             parameter: String::from_utf8_lossy(raw_name.as_bytes()).into_owned(),
         })?;
-        let parameter = Parameter::of(kind, &name).ok_or_else(|| QueryError::UnknownParameter {
-            parameter: name.clone().into_owned(),
-        })?;
+        let parameter =
+            Parameter::of(endpoint, &name).ok_or_else(|| QueryError::UnknownParameter {
+                parameter: name.clone().into_owned(),
+            })?;
         known.push((parameter, raw_value));
     }
 
@@ -248,7 +394,34 @@ pub fn parse(kind: Kind, query: &str, limits: Limits) -> Result<QueryParams, Que
                 params.limit = Some(limit);
             }
             Parameter::Cursor => params.cursor = Some(value.into_owned()),
+            Parameter::GroupBy => {
+                // Order matters (it is the rows' sort order): first occurrences kept.
+                for item in value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|item| !item.is_empty())
+                {
+                    let field = GroupField::parse(endpoint, item)
+                        .ok_or_else(|| invalid(parameter, Some(item), group_by_reason(endpoint)))?;
+                    if !params.group_by.contains(&field) {
+                        params.group_by.push(field);
+                    }
+                }
+            }
+            Parameter::Bucket => {
+                let bucket = Bucket::parse(&value).ok_or_else(|| {
+                    invalid(
+                        parameter,
+                        Some(&value),
+                        "must be a duration from `1m` to `31d`: digits without a leading zero, then `m`, `h` or `d`",
+                    )
+                })?;
+                params.bucket = Some(bucket);
+            }
         }
+    }
+    if endpoint.is_summary() && params.group_by.is_empty() {
+        params.group_by.push(GroupField::StationId);
     }
 
     if params.directions.is_empty() {
@@ -294,6 +467,14 @@ impl QueryParams {
     /// Whether the request named its window itself; a cursor pins it otherwise.
     pub fn has_window(&self) -> bool {
         self.from.is_some() || self.to.is_some()
+    }
+}
+
+fn group_by_reason(endpoint: Endpoint) -> &'static str {
+    if endpoint == Endpoint::UnitsSummary {
+        "each item must be `station_id`, `slot`, `unit_type` or `mode`"
+    } else {
+        "each item must be `station_id`, `slot` or `unit`"
     }
 }
 
@@ -358,6 +539,99 @@ mod tests {
             QueryError::UriTooLong { .. } => "uri_too_long",
             QueryError::WindowTooLarge { .. } => "window_too_large",
         }
+    }
+
+    #[test]
+    fn summaries_take_group_by_in_order_and_a_bucket() {
+        let summary = |query| parse_for(Endpoint::UnitsSummary, query, LIMITS);
+        assert_eq!(summary("").unwrap().group_by, [GroupField::StationId]);
+        assert_eq!(
+            summary("group_by=").unwrap().group_by,
+            [GroupField::StationId]
+        );
+        assert_eq!(
+            summary("group_by=mode,%20slot&group_by=mode,station_id")
+                .unwrap()
+                .group_by,
+            [GroupField::Mode, GroupField::Slot, GroupField::StationId]
+        );
+        assert_eq!(
+            summary("bucket=15m").unwrap().bucket.unwrap().seconds(),
+            900
+        );
+        assert_eq!(
+            summary("bucket=31d").unwrap().bucket.unwrap().seconds(),
+            31 * 86400
+        );
+        assert_eq!(
+            summary("bucket=744h").unwrap().bucket.unwrap().seconds(),
+            31 * 86400
+        );
+        for query in [
+            "bucket=0m",
+            "bucket=01h",
+            "bucket=745h",
+            "bucket=32d",
+            "bucket=1s",
+            "bucket=1",
+            "bucket=h",
+            "bucket=1H",
+            "bucket=+1h",
+            "bucket=1h&bucket=1h",
+            "bucket=",
+            "group_by=unit",
+            "group_by=name",
+            "group_by=Station_id",
+        ] {
+            assert_eq!(code(summary(query)), "invalid_parameter", "{query}");
+        }
+        let metrics = |query| parse_for(Endpoint::MetricsSummary, query, LIMITS);
+        assert_eq!(
+            metrics("group_by=unit,slot").unwrap().group_by,
+            [GroupField::Unit, GroupField::Slot]
+        );
+        assert_eq!(code(metrics("group_by=mode")), "invalid_parameter");
+        assert_eq!(code(metrics("group_by=name")), "invalid_parameter");
+    }
+
+    #[test]
+    fn each_endpoint_takes_only_its_own_parameters() {
+        for (endpoint, query) in [
+            (Endpoint::UnitsSummary, "limit=5"),
+            (Endpoint::UnitsSummary, "cursor=x"),
+            (Endpoint::UnitsSummary, "direction=output"),
+            (Endpoint::UnitsSummary, "names=x"),
+            (Endpoint::MetricsSummary, "type=x"),
+            (Endpoint::MetricsSummary, "serial_number=x"),
+            (Endpoint::Stations, "from=2024-01-01T00:00:00Z"),
+            (Endpoint::Stations, "group_by=station_id"),
+            (Endpoint::Stations, "limit=1"),
+            (Endpoint::Units, "group_by=station_id"),
+            (Endpoint::Metrics, "bucket=1h"),
+        ] {
+            assert_eq!(
+                code(parse_for(endpoint, query, LIMITS)),
+                "unknown_parameter",
+                "{endpoint:?} {query}"
+            );
+        }
+        assert!(parse_for(Endpoint::Stations, "station_ids=A", LIMITS).is_ok());
+        assert!(parse_for(
+            Endpoint::UnitsSummary,
+            "type=a&serial_number=b&from=1&to=2",
+            LIMITS
+        )
+        .is_ok());
+        assert!(parse_for(Endpoint::MetricsSummary, "names=a&names=b", LIMITS).is_ok());
+    }
+
+    #[test]
+    fn buckets_are_aligned_to_the_epoch() {
+        let hour = Bucket::parse("1h").unwrap();
+        let at = |seconds| Timestamp { seconds, nanos: 5 };
+        assert_eq!(hour.start_of(at(7200)), 7200);
+        assert_eq!(hour.start_of(at(7199)), 3600);
+        assert_eq!(hour.start_of(at(-1)), -3600);
     }
 
     #[test]

@@ -69,6 +69,14 @@ impl Timestamp {
             + (i128::from(self.nanos) - i128::from(earlier.nanos))
     }
 
+    /// `YYYY-MM-DDTHH:MM:SSZ`, the fraction dropped: a summary's `bucket_start`.
+    pub fn to_rfc3339_seconds(self) -> String {
+        match DateTime::<Utc>::from_timestamp(self.seconds, 0) {
+            Some(time) => time.to_rfc3339_opts(SecondsFormat::Secs, true),
+            None => format!("{}s since the Unix epoch", self.seconds),
+        }
+    }
+
     /// RFC 3339 in UTC with as many fraction digits as needed, for messages.
     pub fn to_rfc3339(self) -> String {
         match DateTime::<Utc>::from_timestamp(self.seconds, self.nanos) {

@@ -1,0 +1,780 @@
+//! Summaries (docs/api.md section 10): what a dashboard shows, computed where the
+//! records live.
+//!
+//! Each shard summarises its own stations into a [`Partial`]: counts per group and
+//! bucket, and per unit its first and last attempt (units), or running statistics
+//! and the last record's limits (metrics). Partials of several shards merge
+//! exactly: a unit whose attempts lie on two shards (grouped by `slot`, say) keeps
+//! the earliest first attempt and the latest last one, and statistics combine by
+//! Chan's formulas. [`Partial::finish`] turns the merged partial into rows in the
+//! contract's order, rendered as JSON. No raw record leaves its shard.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::ops::Range;
+
+use serde::ser::{SerializeMap, Serializer};
+use serde::Deserialize;
+
+use crate::data::catalog::Catalog;
+use crate::data::key::{Position, RecordKey};
+use crate::data::scan::{Matcher, ShardStation};
+use crate::data::shard::ShardData;
+use crate::data::station::{ByteRange, MetricEntry, StationData, UnitEntry};
+use crate::data::symbols::{Symbol, Symbols};
+use crate::domain::query::{Bucket, GroupField};
+use crate::domain::record::{numeric, Direction};
+use crate::domain::time::{Timestamp, Window};
+
+/// What one shard is asked to summarise.
+#[derive(Clone, Debug)]
+pub struct SummaryRequest {
+    /// The shard's stations the query reads.
+    pub stations: Vec<ShardStation>,
+    pub question: Question,
+}
+
+/// The three summaries.
+#[derive(Clone, Debug)]
+pub enum Question {
+    /// `/units/summary`: output unit records in `window` that pass the filters.
+    Units {
+        window: Window,
+        unit_types: Matcher,
+        unit_serial: Matcher,
+        grouping: Grouping,
+        /// `--pass-results`: the `result` values that pass, compared ignoring ASCII case.
+        pass_results: Vec<String>,
+    },
+    /// `/metrics/summary`: metric records in `window` that pass the filter.
+    Metrics {
+        window: Window,
+        names: Matcher,
+        grouping: Grouping,
+    },
+    /// `/stations`: every record of each station, no window.
+    Stations,
+}
+
+/// How rows are grouped: by these fields, in this order, and into these buckets.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Grouping {
+    pub fields: Vec<GroupField>,
+    pub bucket: Option<Bucket>,
+}
+
+/// The values of a row's group fields, in `group_by` order: a station's rank, or
+/// a symbol. At most four fields exist, so a fixed array needs no allocation.
+type GroupValues = [u32; 4];
+
+/// A row's identity: its group, its metric name (metrics only) and its bucket's
+/// start (0 without buckets).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct RowKey {
+    group: GroupValues,
+    name: Symbol,
+    bucket: i64,
+}
+
+/// One shard's summary, to be merged with the other shards' and finished.
+#[derive(Debug)]
+pub enum Partial {
+    Units(UnitPartial),
+    Metrics(MetricPartial),
+    Stations(Vec<StationSummary>),
+}
+
+#[derive(Debug, Default)]
+pub struct UnitPartial {
+    rows: HashMap<RowKey, UnitCounts>,
+    /// Units with a serial number, by group and serial: where they were tried.
+    units: HashMap<(GroupValues, Symbol), Attempts>,
+}
+
+#[derive(Debug, Default)]
+struct UnitCounts {
+    records: u64,
+    /// Records by `result`; few distinct values, so a list beats a map.
+    results: Vec<(Symbol, u64)>,
+    units: u64,
+    first_pass: u64,
+    final_pass: u64,
+}
+
+/// A unit's first and last attempt in the window, in the contract's order.
+#[derive(Clone, Copy, Debug)]
+struct Attempts {
+    first: Position,
+    first_bucket: i64,
+    first_passed: bool,
+    last: Position,
+    last_passed: bool,
+}
+
+#[derive(Debug, Default)]
+pub struct MetricPartial {
+    rows: HashMap<RowKey, MetricStatistics>,
+}
+
+/// Running statistics of one row's records.
+#[derive(Clone, Debug)]
+struct MetricStatistics {
+    count: u64,
+    numeric: u64,
+    min: f64,
+    max: f64,
+    mean: f64,
+    /// Sum of squared deviations from the mean (Welford, merged by Chan et al.).
+    squares: f64,
+    out_of_limits: u64,
+    /// The row's last record, whose limits the row shows.
+    last: Position,
+    limit_lower: String,
+    limit_upper: String,
+}
+
+/// One station's line of `/stations`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StationSummary {
+    pub rank: u32,
+    pub units: u64,
+    pub metrics: u64,
+    /// `time_created` as written, of the station's first and last record.
+    pub first: String,
+    pub last: String,
+}
+
+/// Rows rendered as JSON objects, one after another in `bytes`.
+#[derive(Debug, Default)]
+pub struct Rows {
+    bytes: Vec<u8>,
+    rows: Vec<Range<usize>>,
+}
+
+impl Rows {
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// Each row's JSON, in order.
+    pub fn rows(&self) -> impl Iterator<Item = &[u8]> + Clone + '_ {
+        self.rows.iter().map(|range| &self.bytes[range.clone()])
+    }
+
+    fn push(&mut self, write: impl FnOnce(&mut serde_json::Serializer<&mut Vec<u8>>)) {
+        let start = self.bytes.len();
+        write(&mut serde_json::Serializer::new(&mut self.bytes));
+        self.rows.push(start..self.bytes.len());
+    }
+}
+
+impl ShardData {
+    /// This shard's part of a summary. `symbols` is the generation's table, which
+    /// the `result` values are read from to decide what passes.
+    pub fn summarize(&self, request: &SummaryRequest, symbols: &Symbols) -> Partial {
+        let stations = request.stations.iter().filter_map(|&station| {
+            let data = self.stations.get(station.station_index as usize)?;
+            Some((station, data))
+        });
+        match &request.question {
+            Question::Units {
+                window,
+                unit_types,
+                unit_serial,
+                grouping,
+                pass_results,
+            } => {
+                let mut passes = PassCache::new(pass_results, symbols);
+                let no_serial = symbols.lookup("");
+                let mut partial = UnitPartial::default();
+                for (station, data) in stations {
+                    for (key, entry) in data.units.range(key_range(window)) {
+                        if entry.direction != Direction::Output
+                            || !unit_types.matches(entry.unit_type)
+                            || !unit_serial.matches(entry.unit_serial)
+                        {
+                            continue;
+                        }
+                        let passed = passes.passes(entry.result);
+                        partial.add(grouping, station, key, entry, passed, no_serial);
+                    }
+                }
+                Partial::Units(partial)
+            }
+            Question::Metrics {
+                window,
+                names,
+                grouping,
+            } => {
+                let mut partial = MetricPartial::default();
+                for (station, data) in stations {
+                    let mut lasts: HashMap<RowKey, ByteRange> = HashMap::new();
+                    for (key, entry) in data.metrics.range(key_range(window)) {
+                        if names.matches(entry.name) {
+                            partial.add(grouping, station, key, entry, &mut lasts);
+                        }
+                    }
+                    partial.read_limits(data, &lasts);
+                }
+                Partial::Metrics(partial)
+            }
+            Question::Stations => Partial::Stations(
+                stations
+                    .filter_map(|(station, data)| station_summary(station.rank, data))
+                    .collect(),
+            ),
+        }
+    }
+}
+
+/// The keys of a station's records whose instants are in `window`.
+fn key_range(window: &Window) -> Range<RecordKey> {
+    RecordKey {
+        instant: window.from,
+        load_order: 0,
+    }..RecordKey {
+        instant: window.to,
+        load_order: 0,
+    }
+}
+
+fn position(station: ShardStation, key: &RecordKey) -> Position {
+    Position {
+        instant: key.instant,
+        station_rank: station.rank,
+        load_order: key.load_order,
+    }
+}
+
+/// The group values of a record; `field_of` gives a symbol-valued field.
+fn group_values(
+    grouping: &Grouping,
+    station: ShardStation,
+    field_of: impl Fn(GroupField) -> Symbol,
+) -> GroupValues {
+    let mut values = [0; 4];
+    for (value, &field) in values.iter_mut().zip(&grouping.fields) {
+        *value = match field {
+            GroupField::StationId => station.rank,
+            field => field_of(field).0,
+        };
+    }
+    values
+}
+
+fn bucket_of(grouping: &Grouping, instant: Timestamp) -> i64 {
+    grouping.bucket.map_or(0, |bucket| bucket.start_of(instant))
+}
+
+/// Whether a `result` symbol passes, remembered per symbol: a scan meets few
+/// distinct results, and comparing their text on every record would cost more.
+struct PassCache<'a> {
+    pass_results: &'a [String],
+    symbols: &'a Symbols,
+    known: Vec<(Symbol, bool)>,
+}
+
+impl<'a> PassCache<'a> {
+    fn new(pass_results: &'a [String], symbols: &'a Symbols) -> PassCache<'a> {
+        PassCache {
+            pass_results,
+            symbols,
+            known: Vec::new(),
+        }
+    }
+
+    fn passes(&mut self, result: Symbol) -> bool {
+        if let Some(&(_, passed)) = self.known.iter().find(|(symbol, _)| *symbol == result) {
+            return passed;
+        }
+        let text = self.symbols.text(result);
+        let passed = self
+            .pass_results
+            .iter()
+            .any(|pass| pass.eq_ignore_ascii_case(text));
+        self.known.push((result, passed));
+        passed
+    }
+}
+
+impl UnitPartial {
+    fn add(
+        &mut self,
+        grouping: &Grouping,
+        station: ShardStation,
+        key: &RecordKey,
+        entry: &UnitEntry,
+        passed: bool,
+        no_serial: Option<Symbol>,
+    ) {
+        let group = group_values(grouping, station, |field| match field {
+            GroupField::Slot => entry.slot,
+            GroupField::UnitType => entry.unit_type,
+            _ => entry.mode,
+        });
+        let bucket = bucket_of(grouping, key.instant);
+        let row = self
+            .rows
+            .entry(RowKey {
+                group,
+                name: Symbol(0),
+                bucket,
+            })
+            .or_default();
+        row.records += 1;
+        match row
+            .results
+            .iter_mut()
+            .find(|(result, _)| *result == entry.result)
+        {
+            Some((_, count)) => *count += 1,
+            None => row.results.push((entry.result, 1)),
+        }
+        if Some(entry.unit_serial) == no_serial {
+            return;
+        }
+        // A station's records arrive in time order, but stations interleave.
+        let here = position(station, key);
+        let attempt = Attempts {
+            first: here,
+            first_bucket: bucket,
+            first_passed: passed,
+            last: here,
+            last_passed: passed,
+        };
+        self.units
+            .entry((group, entry.unit_serial))
+            .and_modify(|attempts| attempts.absorb(&attempt))
+            .or_insert(attempt);
+    }
+
+    fn merge(&mut self, other: UnitPartial) {
+        for (key, counts) in other.rows {
+            let row = self.rows.entry(key).or_default();
+            row.records += counts.records;
+            for (result, count) in counts.results {
+                match row.results.iter_mut().find(|(known, _)| *known == result) {
+                    Some((_, total)) => *total += count,
+                    None => row.results.push((result, count)),
+                }
+            }
+        }
+        for (unit, attempts) in other.units {
+            self.units
+                .entry(unit)
+                .and_modify(|known| known.absorb(&attempts))
+                .or_insert(attempts);
+        }
+    }
+}
+
+impl Attempts {
+    fn absorb(&mut self, other: &Attempts) {
+        if other.first < self.first {
+            self.first = other.first;
+            self.first_bucket = other.first_bucket;
+            self.first_passed = other.first_passed;
+        }
+        if other.last > self.last {
+            self.last = other.last;
+            self.last_passed = other.last_passed;
+        }
+    }
+}
+
+impl MetricPartial {
+    /// Adds a record; `lasts` notes, per row, the station's latest record so far,
+    /// whose limits are read once the station is done.
+    fn add(
+        &mut self,
+        grouping: &Grouping,
+        station: ShardStation,
+        key: &RecordKey,
+        entry: &MetricEntry,
+        lasts: &mut HashMap<RowKey, ByteRange>,
+    ) {
+        let group = group_values(grouping, station, |field| match field {
+            GroupField::Slot => entry.slot,
+            _ => entry.unit,
+        });
+        let row_key = RowKey {
+            group,
+            name: entry.name,
+            bucket: bucket_of(grouping, key.instant),
+        };
+        let here = position(station, key);
+        let row = self
+            .rows
+            .entry(row_key)
+            .or_insert_with(|| MetricStatistics::empty(here));
+        row.count += 1;
+        if entry.value.is_finite() {
+            let value = entry.value;
+            row.numeric += 1;
+            row.min = row.min.min(value);
+            row.max = row.max.max(value);
+            let delta = value - row.mean;
+            row.mean += delta / row.numeric as f64;
+            row.squares += delta * (value - row.mean);
+            // A NaN limit is not numeric, and NaN comparisons are false.
+            if value < entry.limit_lower || value > entry.limit_upper {
+                row.out_of_limits += 1;
+            }
+        }
+        // Within a station records come in order: the latest is the last seen.
+        if here >= row.last {
+            row.last = here;
+            lasts.insert(row_key, entry.bytes);
+        }
+    }
+
+    /// The limits' text of each row's last record of `station`, from its JSON.
+    fn read_limits(&mut self, station: &StationData, lasts: &HashMap<RowKey, ByteRange>) {
+        #[derive(Deserialize)]
+        struct Limits<'a> {
+            #[serde(borrow)]
+            limit_lower: Cow<'a, str>,
+            #[serde(borrow)]
+            limit_upper: Cow<'a, str>,
+        }
+        for (row_key, bytes) in lasts {
+            let limits: Limits = serde_json::from_slice(station.json(*bytes))
+                .expect("a metric record's JSON, rendered at load, has both limits");
+            let row = self.rows.get_mut(row_key).expect("a noted row exists");
+            row.limit_lower = limits.limit_lower.into_owned();
+            row.limit_upper = limits.limit_upper.into_owned();
+        }
+    }
+
+    fn merge(&mut self, other: MetricPartial) {
+        for (key, statistics) in other.rows {
+            match self.rows.get_mut(&key) {
+                Some(row) => row.absorb(statistics),
+                None => {
+                    self.rows.insert(key, statistics);
+                }
+            }
+        }
+    }
+}
+
+impl MetricStatistics {
+    fn empty(first: Position) -> MetricStatistics {
+        MetricStatistics {
+            count: 0,
+            numeric: 0,
+            min: f64::INFINITY,
+            max: f64::NEG_INFINITY,
+            mean: 0.0,
+            squares: 0.0,
+            out_of_limits: 0,
+            last: first,
+            limit_lower: String::new(),
+            limit_upper: String::new(),
+        }
+    }
+
+    fn absorb(&mut self, other: MetricStatistics) {
+        self.count += other.count;
+        self.out_of_limits += other.out_of_limits;
+        if other.numeric > 0 {
+            let (left, right) = (self.numeric as f64, other.numeric as f64);
+            let total = left + right;
+            let delta = other.mean - self.mean;
+            self.mean += delta * right / total;
+            self.squares += other.squares + delta * delta * left * right / total;
+            self.numeric += other.numeric;
+            self.min = self.min.min(other.min);
+            self.max = self.max.max(other.max);
+        }
+        if other.last > self.last {
+            self.last = other.last;
+            self.limit_lower = other.limit_lower;
+            self.limit_upper = other.limit_upper;
+        }
+    }
+
+    fn stddev(&self) -> Option<f64> {
+        (self.numeric >= 2).then(|| (self.squares.max(0.0) / (self.numeric - 1) as f64).sqrt())
+    }
+}
+
+/// A station's counts and its first and last record of either kind.
+fn station_summary(rank: u32, data: &StationData) -> Option<StationSummary> {
+    let first_unit = data
+        .units
+        .first_key_value()
+        .map(|(key, entry)| (*key, entry.bytes));
+    let first_metric = data
+        .metrics
+        .first_key_value()
+        .map(|(key, entry)| (*key, entry.bytes));
+    let last_unit = data
+        .units
+        .last_key_value()
+        .map(|(key, entry)| (*key, entry.bytes));
+    let last_metric = data
+        .metrics
+        .last_key_value()
+        .map(|(key, entry)| (*key, entry.bytes));
+    let first = [first_unit, first_metric]
+        .into_iter()
+        .flatten()
+        .min_by_key(|(key, _)| *key)?;
+    let last = [last_unit, last_metric]
+        .into_iter()
+        .flatten()
+        .max_by_key(|(key, _)| *key)?;
+    let time_created = |bytes: ByteRange| {
+        #[derive(Deserialize)]
+        struct Time<'a> {
+            #[serde(borrow)]
+            time_created: Cow<'a, str>,
+        }
+        let time: Time = serde_json::from_slice(data.json(bytes))
+            .expect("a record's JSON, rendered at load, has its time");
+        time.time_created.into_owned()
+    };
+    Some(StationSummary {
+        rank,
+        units: data.units.len() as u64,
+        metrics: data.metrics.len() as u64,
+        first: time_created(first.1),
+        last: time_created(last.1),
+    })
+}
+
+impl Partial {
+    /// Folds another shard's partial of the same question into this one.
+    pub fn merge(&mut self, other: Partial) {
+        match (self, other) {
+            (Partial::Units(mine), Partial::Units(other)) => mine.merge(other),
+            (Partial::Metrics(mine), Partial::Metrics(other)) => mine.merge(other),
+            (Partial::Stations(mine), Partial::Stations(other)) => mine.extend(other),
+            _ => unreachable!("partials of one question are of one kind"),
+        }
+    }
+
+    /// The number of rows [`Partial::finish`] will make.
+    pub fn row_count(&self) -> usize {
+        match self {
+            Partial::Units(partial) => partial.rows.len(),
+            Partial::Metrics(partial) => partial.rows.len(),
+            Partial::Stations(stations) => stations.len(),
+        }
+    }
+
+    /// The rows, in the contract's order, as JSON. `grouping` is the question's
+    /// (`None` for `/stations`); `catalog` names stations and symbols.
+    pub fn finish(self, grouping: Option<&Grouping>, catalog: &Catalog) -> Rows {
+        match (self, grouping) {
+            (Partial::Stations(mut stations), _) => {
+                stations.sort_by_key(|station| station.rank);
+                let mut rows = Rows::default();
+                for station in stations {
+                    rows.push(|serializer| {
+                        let mut map = serializer.serialize_map(Some(5)).expect(WRITING);
+                        let station_id = &catalog.stations[station.rank as usize];
+                        map.serialize_entry("station_id", station_id)
+                            .expect(WRITING);
+                        map.serialize_entry("units", &station.units).expect(WRITING);
+                        map.serialize_entry("metrics", &station.metrics)
+                            .expect(WRITING);
+                        map.serialize_entry("first", &station.first).expect(WRITING);
+                        map.serialize_entry("last", &station.last).expect(WRITING);
+                        map.end().expect(WRITING);
+                    });
+                }
+                rows
+            }
+            (Partial::Units(partial), Some(grouping)) => partial.finish(grouping, catalog),
+            (Partial::Metrics(partial), Some(grouping)) => partial.finish(grouping, catalog),
+            (_, None) => unreachable!("summaries of records have a grouping"),
+        }
+    }
+}
+
+const WRITING: &str = "writing JSON to a Vec cannot fail";
+
+/// The text of each group value, for sorting and for the row.
+fn group_texts<'a>(grouping: &Grouping, group: &GroupValues, catalog: &'a Catalog) -> Vec<&'a str> {
+    grouping
+        .fields
+        .iter()
+        .zip(group)
+        .map(|(field, &value)| match field {
+            GroupField::StationId => &*catalog.stations[value as usize],
+            _ => catalog.symbols.text(Symbol(value)),
+        })
+        .collect()
+}
+
+/// Writes the group fields and `bucket_start` that start every summary row.
+fn write_group<S: SerializeMap>(
+    map: &mut S,
+    grouping: &Grouping,
+    texts: &[&str],
+    name: Option<&str>,
+    bucket: i64,
+) {
+    for (field, text) in grouping.fields.iter().zip(texts) {
+        map.serialize_entry(field.name(), text).expect(WRITING);
+    }
+    if let Some(name) = name {
+        map.serialize_entry("name", name).expect(WRITING);
+    }
+    if grouping.bucket.is_some() {
+        let start = Timestamp {
+            seconds: bucket,
+            nanos: 0,
+        };
+        map.serialize_entry("bucket_start", &start.to_rfc3339_seconds())
+            .expect(WRITING);
+    }
+}
+
+/// A ratio as a JSON number, or `null` without a denominator.
+fn ratio(part: u64, whole: u64) -> Option<f64> {
+    (whole > 0).then(|| part as f64 / whole as f64)
+}
+
+/// A statistic as a JSON number; `null` when it does not exist or overflowed.
+fn finite(value: Option<f64>) -> Option<f64> {
+    value.filter(|value| value.is_finite())
+}
+
+impl UnitPartial {
+    fn finish(mut self, grouping: &Grouping, catalog: &Catalog) -> Rows {
+        for ((group, _), attempts) in self.units {
+            let row = self
+                .rows
+                .get_mut(&RowKey {
+                    group,
+                    name: Symbol(0),
+                    bucket: attempts.first_bucket,
+                })
+                .expect("a unit's first attempt is a record of its row");
+            row.units += 1;
+            row.first_pass += u64::from(attempts.first_passed);
+            row.final_pass += u64::from(attempts.last_passed);
+        }
+        let mut rows: Vec<(Vec<&str>, i64, UnitCounts)> = self
+            .rows
+            .into_iter()
+            .map(|(key, counts)| {
+                (
+                    group_texts(grouping, &key.group, catalog),
+                    key.bucket,
+                    counts,
+                )
+            })
+            .collect();
+        rows.sort_unstable_by(|left, right| (&left.0, left.1).cmp(&(&right.0, right.1)));
+        let mut rendered = Rows::default();
+        for (texts, bucket, counts) in rows {
+            let mut results: Vec<(&str, u64)> = counts
+                .results
+                .iter()
+                .map(|&(result, count)| (catalog.symbols.text(result), count))
+                .collect();
+            results.sort_unstable();
+            rendered.push(|serializer| {
+                let mut map = serializer.serialize_map(None).expect(WRITING);
+                write_group(&mut map, grouping, &texts, None, bucket);
+                map.serialize_entry("records", &counts.records)
+                    .expect(WRITING);
+                map.serialize_entry("results", &ResultCounts(&results))
+                    .expect(WRITING);
+                map.serialize_entry("units", &counts.units).expect(WRITING);
+                map.serialize_entry("first_pass", &counts.first_pass)
+                    .expect(WRITING);
+                map.serialize_entry("final_pass", &counts.final_pass)
+                    .expect(WRITING);
+                map.serialize_entry("first_pass_yield", &ratio(counts.first_pass, counts.units))
+                    .expect(WRITING);
+                map.serialize_entry("final_yield", &ratio(counts.final_pass, counts.units))
+                    .expect(WRITING);
+                map.end().expect(WRITING);
+            });
+        }
+        rendered
+    }
+}
+
+/// `results`: counts by value, keys in byte order.
+struct ResultCounts<'a>(&'a [(&'a str, u64)]);
+
+impl serde::Serialize for ResultCounts<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (result, count) in self.0 {
+            map.serialize_entry(result, count)?;
+        }
+        map.end()
+    }
+}
+
+impl MetricPartial {
+    fn finish(self, grouping: &Grouping, catalog: &Catalog) -> Rows {
+        let mut rows: Vec<(Vec<&str>, &str, i64, MetricStatistics)> = self
+            .rows
+            .into_iter()
+            .map(|(key, statistics)| {
+                let texts = group_texts(grouping, &key.group, catalog);
+                (
+                    texts,
+                    catalog.symbols.text(key.name),
+                    key.bucket,
+                    statistics,
+                )
+            })
+            .collect();
+        rows.sort_unstable_by(|left, right| {
+            (&left.0, left.1, left.2).cmp(&(&right.0, right.1, right.2))
+        });
+        let mut rendered = Rows::default();
+        for (texts, name, bucket, statistics) in rows {
+            let has_numbers = statistics.numeric > 0;
+            let stddev = finite(statistics.stddev());
+            let mean = finite(has_numbers.then_some(statistics.mean));
+            let cpk = match (
+                numeric(&statistics.limit_lower),
+                numeric(&statistics.limit_upper),
+                mean,
+                stddev,
+            ) {
+                (Some(lower), Some(upper), Some(mean), Some(stddev)) if stddev > 0.0 => {
+                    finite(Some((upper - mean).min(mean - lower) / (3.0 * stddev)))
+                }
+                _ => None,
+            };
+            rendered.push(|serializer| {
+                let mut map = serializer.serialize_map(None).expect(WRITING);
+                write_group(&mut map, grouping, &texts, Some(name), bucket);
+                map.serialize_entry("count", &statistics.count)
+                    .expect(WRITING);
+                map.serialize_entry("numeric", &statistics.numeric)
+                    .expect(WRITING);
+                map.serialize_entry("min", &has_numbers.then_some(statistics.min))
+                    .expect(WRITING);
+                map.serialize_entry("max", &has_numbers.then_some(statistics.max))
+                    .expect(WRITING);
+                map.serialize_entry("mean", &mean).expect(WRITING);
+                map.serialize_entry("stddev", &stddev).expect(WRITING);
+                map.serialize_entry("limit_lower", &statistics.limit_lower)
+                    .expect(WRITING);
+                map.serialize_entry("limit_upper", &statistics.limit_upper)
+                    .expect(WRITING);
+                map.serialize_entry("out_of_limits", &statistics.out_of_limits)
+                    .expect(WRITING);
+                map.serialize_entry("cpk", &cpk).expect(WRITING);
+                map.end().expect(WRITING);
+            });
+        }
+        rendered
+    }
+}
