@@ -60,6 +60,12 @@ pub enum EngineError {
     )]
     ResultTooLarge { max_records: usize },
 
+    /// A summary's rows, like records, are at most `--max-records`.
+    #[error(
+        "more than {max_records} summary rows; narrow the window or the stations, or use longer buckets or fewer group fields"
+    )]
+    TooManyRows { max_records: usize },
+
     /// The request's deadline passed before the shards reached it.
     #[error("the query's deadline passed before the shards answered")]
     TimedOut,

@@ -226,7 +226,7 @@ async fn summarize(
     };
     let max_records = engine.limits().max_records;
     if merged.row_count() > max_records {
-        return Err(EngineError::ResultTooLarge { max_records });
+        return Err(EngineError::TooManyRows { max_records });
     }
     Ok(merged.finish(plan.grouping(), &plan.catalog))
 }

@@ -79,7 +79,8 @@ impl ApiError {
             }
             refusal @ (EngineError::Cursor(_)
             | EngineError::Forbidden { .. }
-            | EngineError::ResultTooLarge { .. }) => ApiError::Engine(refusal),
+            | EngineError::ResultTooLarge { .. }
+            | EngineError::TooManyRows { .. }) => ApiError::Engine(refusal),
         }
     }
 
@@ -99,7 +100,9 @@ impl ApiError {
             ApiError::Engine(error) => match error {
                 EngineError::Cursor(_) => "invalid_cursor",
                 EngineError::Forbidden { .. } => "forbidden",
-                EngineError::ResultTooLarge { .. } => "result_too_large",
+                EngineError::ResultTooLarge { .. } | EngineError::TooManyRows { .. } => {
+                    "result_too_large"
+                }
                 // Never wrapped: `from_engine` gives these their own variants.
                 EngineError::Query(_) | EngineError::TimedOut | EngineError::Failed(_) => {
                     "internal_error"
@@ -142,7 +145,10 @@ impl ApiError {
                     "max_window": duration_text(*max_window),
                 }),
             },
-            ApiError::Engine(EngineError::ResultTooLarge { max_records }) => {
+            ApiError::Engine(
+                EngineError::ResultTooLarge { max_records }
+                | EngineError::TooManyRows { max_records },
+            ) => {
                 json!({ "max_records": max_records })
             }
             ApiError::Engine(EngineError::Forbidden { stations }) => {

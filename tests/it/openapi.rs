@@ -383,7 +383,16 @@ fn the_document_is_well_formed_openapi_3_1() {
     let listed: BTreeSet<&str> = paths.keys().map(String::as_str).collect();
     assert_eq!(
         listed,
-        BTreeSet::from(["/units", "/metrics", "/healthz", "/readyz", "/openapi.json"])
+        BTreeSet::from([
+            "/units",
+            "/metrics",
+            "/units/summary",
+            "/metrics/summary",
+            "/stations",
+            "/healthz",
+            "/readyz",
+            "/openapi.json"
+        ])
     );
     for (path, item) in paths {
         // Only what the server accepts is an operation: GET, HEAD and the CORS
@@ -409,9 +418,17 @@ fn the_document_is_well_formed_openapi_3_1() {
                 panic!("{method} {path}: no operationId");
             });
             assert!(operation_ids.insert(id), "operationId {id} repeated");
-            // The token is needed exactly by GET and HEAD of the record endpoints.
-            let records =
-                (path == "/units" || path == "/metrics") && (method == "get" || method == "head");
+            // The token is needed exactly by GET and HEAD of the record and summary
+            // endpoints.
+            let records = [
+                "/units",
+                "/metrics",
+                "/units/summary",
+                "/metrics/summary",
+                "/stations",
+            ]
+            .contains(&path.as_str())
+                && (method == "get" || method == "head");
             let expected = if records {
                 json!([{"bearerAuth": []}])
             } else {
@@ -690,6 +707,43 @@ fn metrics_answers_match_the_document() {
     assert!(!is_valid("UnitEnvelope", &metrics));
 }
 
+/// Issue 13: the summaries and the station list, with and without buckets and
+/// with every group field, have the bodies and headers the document names.
+#[test]
+fn summary_answers_match_the_document() {
+    // This server's `--max-records` is 5, so queries keep to one station.
+    for query in [
+        format!("/units/summary?{WINDOW}&station_ids=ST-01"),
+        format!("/units/summary?{WINDOW}&station_ids=ST-01&group_by=mode,unit_type,slot,station_id&bucket=31d"),
+        format!("/metrics/summary?{WINDOW}&station_ids=ST-01"),
+        format!("/metrics/summary?{WINDOW}&station_ids=ST-01&group_by=unit,slot&bucket=31d"),
+        "/stations?station_ids=ST-01,ST-02".to_owned(),
+        "/stations?station_ids=ST-01".to_owned(),
+    ] {
+        let response = server().get(&query, Some(OPS));
+        assert_eq!(response.status, 200, "{}", response.context());
+        let body = check(&response);
+        assert!(
+            !body["data"].as_array().unwrap().is_empty(),
+            "{}",
+            response.context()
+        );
+        let head = server().request_as("HEAD", &query, Some(OPS), &[]);
+        assert_eq!(head.status, 200, "{}", head.context());
+        check(&head);
+    }
+    // The row schemas are not lax: one summary's rows are not another's.
+    let units = server()
+        .get(
+            &format!("/units/summary?{WINDOW}&station_ids=ST-01"),
+            Some(OPS),
+        )
+        .json();
+    assert!(is_valid("UnitSummaryEnvelope", &units));
+    assert!(!is_valid("MetricSummaryEnvelope", &units));
+    assert!(!is_valid("StationsEnvelope", &units));
+}
+
 /// Every error the suite can provoke, each checked against the response the
 /// document names for its path, method and status. `$W` is the fixture's window.
 #[test]
@@ -842,6 +896,23 @@ fn the_documented_parameters_are_the_ones_the_server_accepts() {
             "/metrics",
             vec!["station_ids", "from", "to", "names", "limit", "cursor"],
         ),
+        (
+            "/units/summary",
+            vec![
+                "station_ids",
+                "from",
+                "to",
+                "type",
+                "serial_number",
+                "group_by",
+                "bucket",
+            ],
+        ),
+        (
+            "/metrics/summary",
+            vec!["station_ids", "from", "to", "names", "group_by", "bucket"],
+        ),
+        ("/stations", vec!["station_ids"]),
     ];
     for (path, expected) in &contract {
         let documented: BTreeSet<String> =
@@ -881,6 +952,13 @@ fn the_documented_parameters_are_the_ones_the_server_accepts() {
         }
     };
     for (path, _) in &contract {
+        // This server's `--max-records` is 5: record queries page, summaries keep to
+        // one station (so few rows), and `/stations` is small anyway.
+        let narrow = match *path {
+            "/units" | "/metrics" => format!("limit={MAX_RECORDS}"),
+            "/stations" => String::new(),
+            _ => "station_ids=ST-01".to_owned(),
+        };
         let mut all = Vec::new();
         for (name, parameter) in names_of(path) {
             if name == "cursor" {
@@ -914,26 +992,25 @@ fn the_documented_parameters_are_the_ones_the_server_accepts() {
             } else {
                 encode(&name, &parameter)
             };
-            let response = if name == "limit" {
-                all.push(sent.clone());
+            all.push(sent.clone());
+            let response = if name == "limit" || name == "station_ids" {
                 server().get(&format!("{path}?{sent}"), Some(OPS))
             } else {
-                all.push(sent.clone());
-                server().get(&format!("{path}?{sent}&limit={MAX_RECORDS}"), Some(OPS))
+                server().get(&format!("{path}?{sent}&{narrow}"), Some(OPS))
             };
             check(&response);
             assert_eq!(response.status, 200, "{}", response.context());
             // A list is repeatable exactly when the document says `explode: true`
             // (`type`, `direction`, `names`); `station_ids` given twice is a 400.
             if parameter["schema"]["type"] == "array" {
-                let lists = ["type", "direction", "names"];
+                let lists = ["type", "direction", "names", "group_by"];
                 assert_eq!(
                     parameter["explode"] == true,
                     lists.contains(&name.as_str()),
                     "{path} {name}: explode"
                 );
                 let first = parameter["example"][0].as_str().unwrap();
-                let twice = format!("{name}={first}&{name}={first}&limit={MAX_RECORDS}");
+                let twice = format!("{name}={first}&{name}={first}&{narrow}");
                 let response = server().get(&format!("{path}?{twice}"), Some(OPS));
                 if parameter["explode"] == true {
                     assert_eq!(response.status, 200, "{}", response.context());
@@ -943,7 +1020,11 @@ fn the_documented_parameters_are_the_ones_the_server_accepts() {
                 }
             }
         }
-        // All examples at once.
+        // All examples at once (one station for the summaries).
+        if path.contains("summary") {
+            all.retain(|sent| !sent.starts_with("station_ids="));
+            all.push(narrow.clone());
+        }
         let response = server().get(&format!("{path}?{}", all.join("&")), Some(OPS));
         assert_eq!(response.status, 200, "{}", response.context());
         check(&response);
