@@ -200,11 +200,12 @@ impl Bucket {
 
     /// `15m`, `1h`, `7d`: digits without a leading zero, then `m`, `h` or `d`.
     pub fn parse(text: &str) -> Option<Bucket> {
-        let (digits, unit) = text.split_at(text.len().checked_sub(1)?);
+        let unit = text.chars().last()?;
+        let digits = &text[..text.len() - unit.len_utf8()];
         let unit_seconds = match unit {
-            "m" => 60,
-            "h" => 3600,
-            "d" => DAY_SECONDS,
+            'm' => 60,
+            'h' => 3600,
+            'd' => DAY_SECONDS,
             _ => return None,
         };
         if digits.is_empty()
