@@ -584,7 +584,7 @@ struct Query {
     draw_path: fn(&Dataset, &mut ChaCha8Rng) -> String,
 }
 
-const QUERIES: [Query; 4] = [
+const QUERIES: [Query; 6] = [
     Query {
         name: "Q1",
         description: "/units, 1 station, 1 h",
@@ -604,6 +604,16 @@ const QUERIES: [Query; 4] = [
         name: "Q4",
         description: "/units, 1 serial, both directions, 7 d",
         draw_path: one_serial_whole_span,
+    },
+    Query {
+        name: "Q5",
+        description: "/units, all stations, 24 h",
+        draw_path: all_stations_day_of_units,
+    },
+    Query {
+        name: "Q6",
+        description: "/units/summary, all stations, 24 h, 1 h buckets",
+        draw_path: all_stations_day_of_yields,
     },
 ];
 
@@ -653,6 +663,20 @@ fn one_serial_whole_span(dataset: &Dataset, random: &mut ChaCha8Rng) -> String {
     format!(
         "/units?station_ids={station}&serial_number={serial}&direction=input,output&from={from}&to={to}"
     )
+}
+
+/// Q5: every station's finished units over a day: what a yield dashboard would
+/// fetch without summaries, Q6's raw counterpart.
+fn all_stations_day_of_units(dataset: &Dataset, random: &mut ChaCha8Rng) -> String {
+    let (from, to) = dataset.random_window(random, 24 * 3600);
+    format!("/units?from={from}&to={to}")
+}
+
+/// Q6: the yield table of every station over a day, by hour: reads what Q5 reads
+/// and sends rows instead of records.
+fn all_stations_day_of_yields(dataset: &Dataset, random: &mut ChaCha8Rng) -> String {
+    let (from, to) = dataset.random_window(random, 24 * 3600);
+    format!("/units/summary?from={from}&to={to}&bucket=1h")
 }
 
 /// Draws `PATHS_PER_QUERY` paths per query into `target/load/paths-QN.txt`, the
