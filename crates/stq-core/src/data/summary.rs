@@ -778,3 +778,246 @@ impl MetricPartial {
         rendered
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{json, Value};
+
+    use super::*;
+    use crate::data::catalog::Generation;
+    use crate::data::snapshot::{load, LoadOptions, OnInvalid};
+    use crate::domain::time::parse_rfc3339;
+
+    /// `files` loaded into `shards` shards, with every station placed on its own
+    /// shard when there are as many shards as stations (placement balances counts).
+    fn generation(files: &[(&str, &str)], shards: usize) -> Generation {
+        let directory = tempfile::tempdir().unwrap();
+        for (name, text) in files {
+            std::fs::write(directory.path().join(name), text).unwrap();
+        }
+        load(&LoadOptions {
+            directory: directory.path().to_owned(),
+            shards,
+            on_invalid: OnInvalid::Fail,
+            generation: 1,
+            threads: 1,
+        })
+        .unwrap()
+        .0
+    }
+
+    fn window() -> Window {
+        Window {
+            from: parse_rfc3339("2024-01-01T00:00:00Z").unwrap(),
+            to: parse_rfc3339("2024-01-02T00:00:00Z").unwrap(),
+        }
+    }
+
+    /// Each shard's partial of `question` over every station, merged in shard order
+    /// or in reverse, and finished.
+    fn summarize(generation: &Generation, question: &Question, reverse: bool) -> Vec<Value> {
+        let catalog = generation.catalog();
+        let mut partials: Vec<Partial> = (0..catalog.shard_count())
+            .map(|shard| {
+                let stations = (0..catalog.stations().len() as u32)
+                    .filter(|&rank| catalog.placement(rank).shard == shard as u32)
+                    .map(|rank| ShardStation {
+                        rank,
+                        station_index: catalog.placement(rank).station_index,
+                    })
+                    .collect();
+                let request = SummaryRequest {
+                    stations,
+                    question: question.clone(),
+                };
+                generation.shards()[shard].summarize(&request, catalog.symbols())
+            })
+            .collect();
+        if reverse {
+            partials.reverse();
+        }
+        let grouping = match question {
+            Question::Units { grouping, .. } | Question::Metrics { grouping, .. } => {
+                Some(grouping.clone())
+            }
+            Question::Stations => None,
+        };
+        let merged = partials
+            .into_iter()
+            .reduce(|mut merged, partial| {
+                merged.merge(partial);
+                merged
+            })
+            .unwrap();
+        merged
+            .finish(grouping.as_ref(), catalog)
+            .rows()
+            .map(|row| serde_json::from_slice(row).unwrap())
+            .collect()
+    }
+
+    fn units(fields: &[GroupField], bucket: Option<&str>) -> Question {
+        Question::Units {
+            window: window(),
+            unit_types: Matcher::Any,
+            unit_serial: Matcher::Any,
+            grouping: Grouping {
+                fields: fields.to_vec(),
+                bucket: bucket.map(|text| Bucket::parse(text).unwrap()),
+            },
+            pass_results: vec!["pass".into(), "OK".into()],
+        }
+    }
+
+    const UNITS_A: &str = r#"{"station_id":"A","time_created":"2024-01-01T00:10:00Z","direction":"output","slot":"1","unit_serial":"SN1","result":"FAIL"}
+{"station_id":"A","time_created":"2024-01-01T00:20:00Z","direction":"input","slot":"1","unit_serial":"SN2","result":""}
+{"station_id":"A","time_created":"2024-01-01T00:30:00Z","direction":"output","slot":"1","unit_serial":"","result":"pass"}
+"#;
+    const UNITS_B: &str = r#"{"station_id":"B","time_created":"2024-01-01T01:20:00Z","direction":"output","slot":"1","unit_serial":"SN1","result":"Pass"}
+{"station_id":"B","time_created":"2024-01-01T00:10:00Z","direction":"output","slot":"2","unit_serial":"SN2","result":"ok"}
+"#;
+
+    #[test]
+    fn a_unit_tried_on_two_shards_counts_once_with_its_first_and_last_attempt() {
+        let generation = generation(&[("a.units.jsonl", UNITS_A), ("b.units.jsonl", UNITS_B)], 2);
+        let catalog = generation.catalog();
+        assert_ne!(
+            catalog.placement(0).shard,
+            catalog.placement(1).shard,
+            "the test needs A and B on two shards"
+        );
+        for reverse in [false, true] {
+            let rows = summarize(&generation, &units(&[GroupField::Slot], None), reverse);
+            assert_eq!(
+                rows,
+                [
+                    json!({"slot": "1", "records": 3, "results": {"FAIL": 1, "Pass": 1, "pass": 1},
+                           "units": 1, "first_pass": 0, "final_pass": 1,
+                           "first_pass_yield": 0.0, "final_yield": 1.0}),
+                    json!({"slot": "2", "records": 1, "results": {"ok": 1},
+                           "units": 1, "first_pass": 1, "final_pass": 1,
+                           "first_pass_yield": 1.0, "final_yield": 1.0}),
+                ]
+            );
+        }
+    }
+
+    #[test]
+    fn a_unit_counts_in_the_bucket_of_its_first_attempt() {
+        let generation = generation(&[("a.units.jsonl", UNITS_A), ("b.units.jsonl", UNITS_B)], 2);
+        let rows = summarize(&generation, &units(&[GroupField::Slot], Some("1h")), false);
+        assert_eq!(
+            rows,
+            [
+                json!({"slot": "1", "bucket_start": "2024-01-01T00:00:00Z", "records": 2,
+                       "results": {"FAIL": 1, "pass": 1}, "units": 1, "first_pass": 0,
+                       "final_pass": 1, "first_pass_yield": 0.0, "final_yield": 1.0}),
+                // The retest's own bucket holds its record, but not its unit.
+                json!({"slot": "1", "bucket_start": "2024-01-01T01:00:00Z", "records": 1,
+                       "results": {"Pass": 1}, "units": 0, "first_pass": 0, "final_pass": 0,
+                       "first_pass_yield": null, "final_yield": null}),
+                json!({"slot": "2", "bucket_start": "2024-01-01T00:00:00Z", "records": 1,
+                       "results": {"ok": 1}, "units": 1, "first_pass": 1, "final_pass": 1,
+                       "first_pass_yield": 1.0, "final_yield": 1.0}),
+            ]
+        );
+        // Grouped by station, the attempts are two units; rows sort by the group
+        // fields in `group_by` order.
+        let rows = summarize(
+            &generation,
+            &units(&[GroupField::Slot, GroupField::StationId], None),
+            false,
+        );
+        let keys: Vec<(&str, &str)> = rows
+            .iter()
+            .map(|row| {
+                (
+                    row["slot"].as_str().unwrap(),
+                    row["station_id"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(keys, [("1", "A"), ("1", "B"), ("2", "B")]);
+        assert_eq!(rows[0]["units"], 1);
+        assert_eq!(rows[1]["units"], 1);
+    }
+
+    const METRICS_A: &str = r#"{"station_id":"A","time_created":"2024-01-01T00:10:00Z","name":"v","value":1,"limit_lower":0,"limit_upper":"10"}
+{"station_id":"A","time_created":"2024-01-01T00:20:00Z","name":"v","value":"abc","limit_lower":"0","limit_upper":"10"}
+{"station_id":"A","time_created":"2024-01-01T00:30:00Z","name":"v","value":"12","limit_lower":"0","limit_upper":"10"}
+"#;
+    const METRICS_B: &str = r#"{"station_id":"B","time_created":"2024-01-01T00:40:00Z","name":"v","value":"+5","limit_lower":"1.0","limit_upper":"9"}
+{"station_id":"B","time_created":"2024-01-01T00:05:00Z","name":"v","value":"-1","limit_lower":"x","limit_upper":"20"}
+"#;
+
+    #[test]
+    fn metric_statistics_merge_across_shards_and_show_the_last_limits() {
+        let question = Question::Metrics {
+            window: window(),
+            names: Matcher::Any,
+            grouping: Grouping {
+                fields: Vec::new(),
+                bucket: None,
+            },
+        };
+        let values = [1.0, 12.0, 5.0, -1.0_f64];
+        let mean = values.iter().sum::<f64>() / 4.0;
+        let stddev = (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / 3.0).sqrt();
+        for shards in [1, 2] {
+            let generation = generation(
+                &[
+                    ("a.metrics.jsonl", METRICS_A),
+                    ("b.metrics.jsonl", METRICS_B),
+                ],
+                shards,
+            );
+            for reverse in [false, true] {
+                let rows = summarize(&generation, &question, reverse);
+                assert_eq!(rows.len(), 1);
+                let row = &rows[0];
+                assert_eq!(row["name"], "v");
+                assert_eq!(
+                    (row["count"].as_u64(), row["numeric"].as_u64()),
+                    (Some(5), Some(4))
+                );
+                assert_eq!(
+                    (row["min"].as_f64(), row["max"].as_f64()),
+                    (Some(-1.0), Some(12.0))
+                );
+                assert!((row["mean"].as_f64().unwrap() - mean).abs() < 1e-12);
+                assert!((row["stddev"].as_f64().unwrap() - stddev).abs() < 1e-12);
+                // 12 > 10 on A; -1 is below no numeric lower limit ("x").
+                assert_eq!(row["out_of_limits"], 1);
+                // The last record is B's at 00:40.
+                assert_eq!(
+                    (row["limit_lower"].as_str(), row["limit_upper"].as_str()),
+                    (Some("1.0"), Some("9"))
+                );
+                let cpk = (9.0 - mean).min(mean - 1.0) / (3.0 * stddev);
+                assert!((row["cpk"].as_f64().unwrap() - cpk).abs() < 1e-12, "{row}");
+            }
+        }
+    }
+
+    #[test]
+    fn stations_show_counts_and_their_first_and_last_times_as_written() {
+        let generation = generation(
+            &[
+                ("a.metrics.jsonl", METRICS_A),
+                ("a.units.jsonl", UNITS_A),
+                ("b.units.jsonl", UNITS_B),
+            ],
+            2,
+        );
+        let rows = summarize(&generation, &Question::Stations, true);
+        assert_eq!(
+            rows,
+            [
+                json!({"station_id": "A", "units": 3, "metrics": 3,
+                       "first": "2024-01-01T00:10:00Z", "last": "2024-01-01T00:30:00Z"}),
+                json!({"station_id": "B", "units": 2, "metrics": 0,
+                       "first": "2024-01-01T00:10:00Z", "last": "2024-01-01T01:20:00Z"}),
+            ]
+        );
+    }
+}
