@@ -66,7 +66,7 @@ impl Default for Metrics {
         let records_returned = Family::<EndpointLabels, Counter>::default();
         registry.register(
             "records_returned",
-            "Records sent in successful responses, by endpoint",
+            "Records (rows, for the summaries and /stations) sent in successful responses, by endpoint",
             records_returned.clone(),
         );
         let shard_records = Family::<ShardLabels, Gauge>::default();
@@ -148,6 +148,9 @@ pub fn endpoint_label(path: &str) -> &'static str {
     match path {
         "/units" => "/units",
         "/metrics" => "/metrics",
+        "/units/summary" => "/units/summary",
+        "/metrics/summary" => "/metrics/summary",
+        "/stations" => "/stations",
         "/healthz" => "/healthz",
         "/readyz" => "/readyz",
         "/openapi.json" => "/openapi.json",
@@ -185,6 +188,8 @@ mod tests {
     #[test]
     fn client_paths_never_become_labels() {
         assert_eq!(endpoint_label("/units"), "/units");
+        assert_eq!(endpoint_label("/units/summary"), "/units/summary");
+        assert_eq!(endpoint_label("/stations"), "/stations");
         assert_eq!(endpoint_label("/units/../secret"), "other");
         assert_eq!(endpoint_label("/anything"), "other");
     }
