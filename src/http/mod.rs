@@ -18,6 +18,7 @@ mod fault;
 mod middleware;
 mod request_id;
 mod server;
+mod ui;
 
 pub use admission::{Admission, ADMISSION_WAIT};
 pub use envelope::{assemble, envelope, Meta};
@@ -108,6 +109,7 @@ pub fn app(
         .service(get_and_head("/healthz", health))
         .service(get_and_head("/readyz", readiness))
         .service(get_and_head("/openapi.json", openapi))
+        .configure(ui::routes)
         .default_service(web::to(|| async {
             Err::<HttpResponse, _>(ApiError::NotFound)
         }))
