@@ -20,6 +20,7 @@
 //! | `hostile_queries`, `hostile_snapshots` | hostile input of both kinds |
 //! | `openapi` | the OpenAPI document, checked against real answers |
 //! | `openhtf` | section 2.1: OpenHTF test records, from the fixtures OpenHTF wrote |
+//! | `page` | section 11: the overview page, its files, and the page in chromium |
 //! | `properties`, `parser_properties` | proptest against the reference |
 //! | `faults` | failure isolation (`--features fault-injection` builds only) |
 //! | `production_build` | a build without that feature ignores `X-Stq-Fault` |
@@ -39,6 +40,7 @@ mod metrics;
 mod openapi;
 mod openhtf;
 mod operations;
+mod page;
 mod pages;
 mod parameters;
 mod parser_properties;

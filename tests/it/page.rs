@@ -1,0 +1,446 @@
+//! Issue 13, CONTRACT section 11: the overview page at `/`. Its files are served
+//! without a token, from stq alone, on GET and HEAD only; and the page itself,
+//! driven in Debian's chromium (headless), shows the stations a token sees, the
+//! yield table and a metric's chart from the sample snapshot, and the API's message
+//! for a bad token. It leaves a screenshot at 1280 x 800 in the target directory
+//! (`STQ_UPDATE_SCREENSHOT=1` also writes it to docs/overview.png, which README.md
+//! shows).
+//!
+//! chromium is installed with `apt-get` when it is missing (CI runs as root on
+//! Debian), as `replicas` installs nginx; the test fails, not skips, when it cannot
+//! be had. The page marks what it has drawn in `data-*` attributes, and the test
+//! waits for those, never for a fixed time.
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use headless_chrome::protocol::cdp::Emulation;
+use headless_chrome::protocol::cdp::Page::CaptureScreenshotFormatOption;
+use headless_chrome::{Browser, LaunchOptions, Tab};
+use serde_json::Value;
+
+use crate::common::*;
+
+/// The demo tokens of the sample snapshot (README.md, `snapshots/tokens.json`).
+const DEMO_OPS: &str = "stq-demo-ops";
+const DEMO_LINE_1: &str = "stq-demo-line-1";
+
+/// Every file the page loads, with its media type.
+const ASSETS: [(&str, &str); 6] = [
+    ("/", "text/html; charset=utf-8"),
+    ("/ui/app.js", "text/javascript; charset=utf-8"),
+    ("/ui/app.css", "text/css; charset=utf-8"),
+    (
+        "/ui/vendor/uPlot.iife.min.js",
+        "text/javascript; charset=utf-8",
+    ),
+    ("/ui/vendor/uPlot.min.css", "text/css; charset=utf-8"),
+    ("/ui/vendor/LICENSE", "text/plain; charset=utf-8"),
+];
+
+/// Only the loopback network exists here: chromium must not try to reach anything
+/// else on its own.
+const CHROMIUM_FLAGS: [&str; 6] = [
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+];
+
+/// The longest any one wait for the page may take: a guard against a page that
+/// never gets there, not a timing the test relies on.
+const PAGE_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[test]
+fn issue_13_the_page_and_its_files_are_served_without_a_token() {
+    for (path, media_type) in ASSETS {
+        let response = server().get(path, None);
+        assert_eq!(response.status, 200, "{}", response.context());
+        assert_eq!(response.header("content-type"), Some(media_type), "{path}");
+        assert!(!response.body.is_empty(), "{path}");
+        let policy = response.header("content-security-policy").unwrap_or("");
+        assert!(
+            policy.starts_with("default-src 'self'"),
+            "{path}: Content-Security-Policy {policy:?}"
+        );
+        assert_eq!(response.header("x-content-type-options"), Some("nosniff"));
+        assert!(response.header("x-request-id").is_some());
+
+        let head = server().request("HEAD", path, &[]);
+        assert_eq!(head.status, 200, "{}", head.context());
+        assert!(head.body.is_empty(), "HEAD {path} has a body");
+
+        for method in ["POST", "PUT", "DELETE", "PATCH"] {
+            let refused = server().request(method, path, &[]);
+            refused.error(405, "method_not_allowed");
+            assert_eq!(
+                refused.header("allow"),
+                Some("GET, HEAD"),
+                "{method} {path}"
+            );
+        }
+    }
+    // A token changes nothing: the page is the same for everybody.
+    let with_token = server().get("/", Some(OPS));
+    assert_eq!(with_token.body, server().get("/", None).body);
+
+    // What the page refers to is served here, and nothing is from elsewhere.
+    let page = server().get("/", None).body;
+    for reference in page.split('"').filter(|text| text.starts_with("/ui/")) {
+        assert!(
+            ASSETS.iter().any(|(path, _)| *path == reference),
+            "the page loads {reference}, which is not served"
+        );
+    }
+    assert!(!page.contains("//"), "the page names another origin");
+
+    for path in [
+        "/ui/",
+        "/ui/nope.js",
+        "/ui/vendor/",
+        "/ui/app.js/x",
+        "/index.html",
+    ] {
+        server().get(path, None).error(404, "not_found");
+        server().request("POST", path, &[]).error(404, "not_found");
+    }
+}
+
+/// Debian's chromium, installed when missing.
+fn chromium_binary() -> PathBuf {
+    let installed = PathBuf::from("/usr/bin/chromium");
+    if !installed.exists() {
+        let install = "apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+                       apt-get install -y -qq chromium >/dev/null";
+        let status = Command::new("sh")
+            .args(["-c", install])
+            .status()
+            .expect("run apt-get");
+        assert!(status.success(), "apt-get could not install chromium");
+    }
+    assert!(installed.exists(), "no chromium at {}", installed.display());
+    installed
+}
+
+pub(crate) fn browser() -> Browser {
+    let options = LaunchOptions {
+        path: Some(chromium_binary()),
+        headless: true,
+        // Root in a container: chromium's sandbox needs user namespaces it may not have.
+        sandbox: false,
+        window_size: Some((1280, 800)),
+        args: CHROMIUM_FLAGS.iter().map(OsStr::new).collect(),
+        idle_browser_timeout: Duration::from_secs(300),
+        ..LaunchOptions::default()
+    };
+    Browser::new(options).expect("start chromium")
+}
+
+/// The sample snapshot with its demo tokens, as `cargo run --release` serves it.
+fn sample_server() -> Server {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let snapshots = root.join("snapshots");
+    let tokens = snapshots.join("tokens.json");
+    Server::spawn(&serve_args(&snapshots, &tokens, &[]), &[])
+}
+
+/// A tab showing `url` in a 1280 x 800 viewport (the window size alone leaves room
+/// for a browser's frame, even headless).
+pub(crate) fn open_page(browser: &Browser, url: &str) -> Arc<Tab> {
+    let tab = browser.new_tab().expect("open a tab");
+    tab.set_default_timeout(PAGE_TIMEOUT);
+    tab.call_method(Emulation::SetDeviceMetricsOverride {
+        width: 1280,
+        height: 800,
+        device_scale_factor: 1.0,
+        mobile: false,
+        scale: None,
+        screen_width: None,
+        screen_height: None,
+        position_x: None,
+        position_y: None,
+        dont_set_visible_size: None,
+        screen_orientation: None,
+        viewport: None,
+        display_feature: None,
+        device_posture: None,
+    })
+    .expect("set the viewport");
+    tab.navigate_to(url)
+        .unwrap()
+        .wait_until_navigated()
+        .unwrap();
+    tab
+}
+
+/// Runs `script` (an expression) in the page and returns its JSON value.
+fn evaluate(tab: &Tab, script: &str) -> Value {
+    let result = tab
+        .evaluate(script, false)
+        .unwrap_or_else(|error| panic!("evaluate {script}: {error}"));
+    result.value.unwrap_or(Value::Null)
+}
+
+/// The text of a table's body cells, row by row.
+fn table(tab: &Tab, selector: &str) -> Vec<Vec<String>> {
+    let script = format!(
+        "JSON.stringify([...document.querySelectorAll('{selector} tbody tr')]\
+         .map(row => [...row.cells].map(cell => cell.textContent)))"
+    );
+    let text = evaluate(tab, &script);
+    serde_json::from_str(text.as_str().expect("a JSON string")).unwrap()
+}
+
+fn attribute(tab: &Tab, selector: &str, name: &str) -> String {
+    tab.find_element(selector)
+        .unwrap_or_else(|error| panic!("{selector}: {error}"))
+        .get_attribute_value(name)
+        .unwrap()
+        .unwrap_or_else(|| panic!("{selector} has no {name}"))
+}
+
+/// Types `token` into the token field and submits it, as a person would.
+pub(crate) fn enter_token(tab: &Tab, token: &str) {
+    tab.wait_for_element("#token")
+        .unwrap()
+        .click()
+        .unwrap()
+        .type_into(token)
+        .unwrap();
+    tab.press_key("Enter").unwrap();
+}
+
+/// Chooses `value` in the `<select>` with id `id`, firing its change event.
+fn choose(tab: &Tab, id: &str, value: &str) {
+    let script = format!(
+        "(() => {{ const select = document.getElementById('{id}'); select.value = '{value}';
+           select.dispatchEvent(new Event('change')); return select.value; }})()"
+    );
+    assert_eq!(evaluate(tab, &script), Value::String(value.into()), "{id}");
+}
+
+/// A fraction as the page writes it.
+fn percent(fraction: &Value) -> String {
+    match fraction.as_f64() {
+        None => "—".to_string(),
+        Some(fraction) => format!("{:.1} %", fraction * 100.0),
+    }
+}
+
+/// Every metric record of `station` named `name` in the window, through the API.
+fn metric_records(server: &Server, station: &str, name: &str, from: &str, to: &str) -> Vec<Value> {
+    server
+        .ok_as(
+            &format!("/metrics?station_ids={station}&names={name}&from={from}&to={to}"),
+            DEMO_OPS,
+        )
+        .data
+}
+
+fn numeric(text: &str) -> Option<f64> {
+    let looks_numeric = !text.is_empty()
+        && text
+            .bytes()
+            .all(|byte| byte.is_ascii_digit() || b"+-.eE".contains(&byte));
+    looks_numeric
+        .then(|| text.parse::<f64>().ok())
+        .flatten()
+        .filter(|value| value.is_finite())
+}
+
+#[test]
+fn issue_13_the_overview_page_in_chromium() {
+    let server = sample_server();
+    let browser = browser();
+    let tab = open_page(&browser, &server.url("/"));
+    assert_eq!(tab.get_title().unwrap(), "stq overview");
+
+    // The ops token sees the four stations of the sample.
+    enter_token(&tab, DEMO_OPS);
+    tab.wait_for_element("#stations[data-state='ready']")
+        .unwrap();
+    let stations = server.ok_as("/stations", DEMO_OPS).data;
+    let rows = table(&tab, "#stations");
+    let ids: Vec<&str> = rows.iter().map(|row| row[0].as_str()).collect();
+    assert_eq!(ids, ["ST-01", "ST-02", "ST-03", "ST-04"]);
+    // First and last record in UTC, to the second.
+    let utc = |written: &Value| {
+        let seconds = (instant(written.as_str().unwrap()) / SECOND) as i64;
+        rfc3339_from_seconds(seconds)
+            .replace('T', " ")
+            .replace('Z', "")
+    };
+    for (row, station) in rows.iter().zip(&stations) {
+        assert_eq!(row[1], station["units"].to_string());
+        assert_eq!(row[2], station["metrics"].to_string());
+        assert_eq!(row[3], utc(&station["first"]));
+        assert_eq!(row[4], utc(&station["last"]));
+    }
+
+    // The default window spans every record, and the table has every station's
+    // yields in it: the sample's own numbers (each station has 192 finished units'
+    // output records; some units were tested more than once).
+    tab.wait_for_element("#yields[data-state='ready']").unwrap();
+    let yields = table(&tab, "#yields");
+    let expected = [
+        ["ST-01", "192", "189", "98.4 %", "100.0 %"],
+        ["ST-02", "192", "183", "91.8 %", "95.6 %"],
+        ["ST-03", "192", "186", "96.8 %", "99.5 %"],
+        ["ST-04", "192", "188", "95.7 %", "97.9 %"],
+    ];
+    assert_eq!(yields, expected.map(|row| row.map(String::from)));
+    // ... which is what /units/summary answers for the page's window.
+    let from = format!(
+        "{}Z",
+        evaluate(&tab, "document.getElementById('from').value")
+            .as_str()
+            .unwrap()
+    );
+    let to = format!(
+        "{}Z",
+        evaluate(&tab, "document.getElementById('to').value")
+            .as_str()
+            .unwrap()
+    );
+    assert!(
+        from.starts_with("2026-11-18T") && to.starts_with("2026-11-20T"),
+        "{from} {to}"
+    );
+    let summary = server
+        .ok_as(
+            &format!("/units/summary?group_by=station_id&from={from}&to={to}"),
+            DEMO_OPS,
+        )
+        .data;
+    for (row, answer) in yields.iter().zip(&summary) {
+        assert_eq!(row[0], answer["station_id"].as_str().unwrap());
+        assert_eq!(row[1], answer["records"].to_string());
+        assert_eq!(row[2], answer["units"].to_string());
+        assert_eq!(row[3], percent(&answer["first_pass_yield"]));
+        assert_eq!(row[4], percent(&answer["final_yield"]));
+    }
+
+    // The chart: ST-02's temperature, 192 values of which 5 are out of limits.
+    tab.wait_for_element("#chart[data-state='drawn']").unwrap();
+    choose(&tab, "chart-station", "ST-02");
+    tab.wait_for_element("#chart[data-state='drawn'][data-station='ST-02']")
+        .unwrap();
+    choose(&tab, "chart-metric", "temperature");
+    tab.wait_for_element(
+        "#chart[data-state='drawn'][data-station='ST-02'][data-metric='temperature']",
+    )
+    .unwrap();
+    tab.wait_for_element("#chart canvas").unwrap();
+    let records = metric_records(&server, "ST-02", "temperature", &from, &to);
+    let mut out_of_limits = 0;
+    let mut points = 0;
+    for record in &records {
+        let Some(value) = numeric(record["value"].as_str().unwrap()) else {
+            continue;
+        };
+        points += 1;
+        let below = numeric(record["limit_lower"].as_str().unwrap()).is_some_and(|low| value < low);
+        let above =
+            numeric(record["limit_upper"].as_str().unwrap()).is_some_and(|high| value > high);
+        out_of_limits += usize::from(below || above);
+    }
+    assert_eq!((points, out_of_limits), (192, 5));
+    assert_eq!(attribute(&tab, "#chart", "data-points"), points.to_string());
+    assert_eq!(
+        attribute(&tab, "#chart", "data-out-of-limits"),
+        out_of_limits.to_string()
+    );
+    // The values, the lower and the upper limit, and the out-of-limit marks.
+    assert_eq!(attribute(&tab, "#chart", "data-series"), "4");
+    let legend: Vec<String> = serde_json::from_str(
+        evaluate(
+            &tab,
+            "JSON.stringify([...document.querySelectorAll('#chart .u-legend .u-label')]\
+             .map(label => label.textContent))",
+        )
+        .as_str()
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        legend,
+        [
+            "time (UTC)",
+            "temperature (degC)",
+            "lower limit",
+            "upper limit",
+            "out of limits"
+        ]
+    );
+
+    // The token is in this tab's sessionStorage only.
+    let storage = evaluate(
+        &tab,
+        "JSON.stringify([sessionStorage.getItem('stq.token'), localStorage.length, \
+         location.href, document.cookie])",
+    );
+    let storage: Value = serde_json::from_str(storage.as_str().unwrap()).unwrap();
+    assert_eq!(
+        storage,
+        serde_json::json!([DEMO_OPS, 0, server.url("/"), ""])
+    );
+
+    let screenshot = tab
+        .capture_screenshot(CaptureScreenshotFormatOption::Png, None, None, true)
+        .unwrap();
+    assert!(screenshot.starts_with(b"\x89PNG\r\n\x1a\n"));
+    // The PNG header's IHDR: width and height, big-endian, at bytes 16..24.
+    let width = u32::from_be_bytes(screenshot[16..20].try_into().unwrap());
+    let height = u32::from_be_bytes(screenshot[20..24].try_into().unwrap());
+    assert_eq!((width, height), (1280, 800), "the screenshot's size");
+    let saved = Path::new(env!("CARGO_TARGET_TMPDIR")).join("overview.png");
+    std::fs::write(&saved, &screenshot).unwrap();
+    if std::env::var_os("STQ_UPDATE_SCREENSHOT").is_some_and(|value| value == "1") {
+        let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/overview.png");
+        std::fs::write(docs, &screenshot).unwrap();
+    }
+
+    // Another token sees its own stations only.
+    enter_token(&tab, DEMO_LINE_1);
+    tab.wait_for_element("#yields[data-state='ready'][data-rows='2']")
+        .unwrap();
+    let ids: Vec<String> = table(&tab, "#stations")
+        .into_iter()
+        .map(|row| row[0].clone())
+        .collect();
+    assert_eq!(ids, ["ST-01", "ST-02"]);
+
+    // A bad token: the API's own message, on the page.
+    enter_token(&tab, "not-a-token");
+    tab.wait_for_element("#stations[data-state='error']")
+        .unwrap();
+    let refused = server.get("/stations", Some("not-a-token"));
+    let message = refused.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let shown: BTreeMap<String, Value> = serde_json::from_str(
+        evaluate(
+            &tab,
+            "JSON.stringify({text: document.querySelector('[role=alert]').textContent, \
+             hidden: document.getElementById('error').hidden, \
+             overview: document.getElementById('overview').hidden})",
+        )
+        .as_str()
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(shown["text"], Value::String(message));
+    assert_eq!(shown["hidden"], Value::Bool(false));
+    assert_eq!(
+        shown["overview"],
+        Value::Bool(true),
+        "no data shown for a refused token"
+    );
+}
