@@ -128,7 +128,7 @@ fn chromium_binary() -> PathBuf {
     installed
 }
 
-pub(crate) fn browser() -> Browser {
+fn browser() -> Browser {
     let options = LaunchOptions {
         path: Some(chromium_binary()),
         headless: true,
@@ -152,7 +152,7 @@ fn sample_server() -> Server {
 
 /// A tab showing `url` in a 1280 x 800 viewport (the window size alone leaves room
 /// for a browser's frame, even headless).
-pub(crate) fn open_page(browser: &Browser, url: &str) -> Arc<Tab> {
+fn open_page(browser: &Browser, url: &str) -> Arc<Tab> {
     let tab = browser.new_tab().expect("open a tab");
     tab.set_default_timeout(PAGE_TIMEOUT);
     tab.call_method(Emulation::SetDeviceMetricsOverride {
@@ -206,7 +206,7 @@ fn attribute(tab: &Tab, selector: &str, name: &str) -> String {
 }
 
 /// Types `token` into the token field and submits it, as a person would.
-pub(crate) fn enter_token(tab: &Tab, token: &str) {
+fn enter_token(tab: &Tab, token: &str) {
     tab.wait_for_element("#token")
         .unwrap()
         .click()
@@ -308,9 +308,11 @@ fn issue_13_the_overview_page_in_chromium() {
             .as_str()
             .unwrap()
     );
-    assert!(
-        from.starts_with("2026-11-18T") && to.starts_with("2026-11-20T"),
-        "{from} {to}"
+    // From the sample's first record (00:04:23.582964 UTC) to just after its last
+    // (23:53:19.144 UTC), to the second.
+    assert_eq!(
+        (from.as_str(), to.as_str()),
+        ("2026-11-18T00:04:23Z", "2026-11-19T23:53:20Z")
     );
     let summary = server
         .ok_as(
@@ -391,6 +393,8 @@ fn issue_13_the_overview_page_in_chromium() {
         serde_json::json!([DEMO_OPS, 0, server.url("/"), ""])
     );
 
+    // The picture without the token field's focus ring.
+    evaluate(&tab, "document.activeElement.blur()");
     let screenshot = tab
         .capture_screenshot(CaptureScreenshotFormatOption::Png, None, None, true)
         .unwrap();
@@ -442,5 +446,14 @@ fn issue_13_the_overview_page_in_chromium() {
         shown["overview"],
         Value::Bool(true),
         "no data shown for a refused token"
+    );
+
+    // Forgetting the token removes it from the tab.
+    tab.find_element("#forget").unwrap().click().unwrap();
+    tab.wait_for_element("#status[data-state='forgotten']")
+        .unwrap();
+    assert_eq!(
+        evaluate(&tab, "sessionStorage.length + localStorage.length"),
+        serde_json::json!(0)
     );
 }

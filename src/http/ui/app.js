@@ -117,6 +117,7 @@
 
   function setStatus(text) {
     ui.status.textContent = text;
+    delete ui.status.dataset.state;
   }
 
   // ---------------------------------------------------------------- time
@@ -348,7 +349,7 @@
           stroke: "#b3261e",
           width: 0,
           paths: () => null,
-          points: { show: true, size: 9, width: 2, stroke: "#b3261e", fill: "#f4c7c3" },
+          points: { show: true, size: 9, width: 2, stroke: "#7f1d17", fill: "#e5483d" },
         },
       ],
       axes: [{}, { size: 60 }],
@@ -525,6 +526,7 @@
     ui.overview.hidden = true;
     ui.token.placeholder = "";
     setStatus("Token forgotten. Enter a token to see its stations.");
+    ui.status.dataset.state = "forgotten";
   });
 
   ui.preset.addEventListener("change", () => {
