@@ -381,6 +381,15 @@ fn issue_13_the_overview_page_in_chromium() {
         ]
     );
 
+    // Everything the page did was within its Content-Security-Policy.
+    assert_eq!(
+        evaluate(
+            &tab,
+            "document.documentElement.dataset.policyViolations || '0'"
+        ),
+        serde_json::json!("0")
+    );
+
     // The token is in this tab's sessionStorage only.
     let storage = evaluate(
         &tab,

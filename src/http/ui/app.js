@@ -37,6 +37,14 @@
     chart: element("chart"),
   };
 
+  // The page loads nothing from elsewhere, and stq's Content-Security-Policy says
+  // so; a refusal would be a bug of the page, counted where a test can see it.
+  let violations = 0;
+  document.addEventListener("securitypolicyviolation", () => {
+    violations += 1;
+    document.documentElement.dataset.policyViolations = String(violations);
+  });
+
   const state = {
     stations: [],
     window: null,
