@@ -782,7 +782,7 @@ fn every_client_error_matches_the_document() {
         ("HEAD /metrics?station_ids=ST-01", Some(ST03), 403, ""),
         ("GET /nope", Some(OPS), 404, "not_found"),
         ("GET /units/ST-01", None, 404, "not_found"),
-        ("POST /", None, 404, "not_found"),
+        ("POST /nope", None, 404, "not_found"),
         ("POST /units", Some(OPS), 405, "method_not_allowed"),
         ("DELETE /metrics", None, 405, "method_not_allowed"),
         ("PUT /healthz", None, 405, "method_not_allowed"),
