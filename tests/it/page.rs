@@ -14,7 +14,6 @@
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -114,18 +113,7 @@ fn issue_13_the_page_and_its_files_are_served_without_a_token() {
 
 /// Debian's chromium, installed when missing.
 fn chromium_binary() -> PathBuf {
-    let installed = PathBuf::from("/usr/bin/chromium");
-    if !installed.exists() {
-        let install = "apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-                       apt-get install -y -qq chromium >/dev/null";
-        let status = Command::new("sh")
-            .args(["-c", install])
-            .status()
-            .expect("run apt-get");
-        assert!(status.success(), "apt-get could not install chromium");
-    }
-    assert!(installed.exists(), "no chromium at {}", installed.display());
-    installed
+    debian_binary("/usr/bin/chromium", "chromium")
 }
 
 fn browser() -> Browser {

@@ -18,18 +18,7 @@ use crate::common::*;
 
 /// The nginx binary, installed from Debian's packages when missing.
 fn nginx_binary() -> PathBuf {
-    let installed = PathBuf::from("/usr/sbin/nginx");
-    if !installed.exists() {
-        let install = "apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-                       apt-get install -y -qq nginx-light >/dev/null";
-        let status = Command::new("sh")
-            .args(["-c", install])
-            .status()
-            .expect("run apt-get");
-        assert!(status.success(), "apt-get could not install nginx");
-    }
-    assert!(installed.exists(), "no nginx at {}", installed.display());
-    installed
+    debian_binary("/usr/sbin/nginx", "nginx-light")
 }
 
 /// nginx in front of `replicas`, round robin, stopped by pid when dropped.

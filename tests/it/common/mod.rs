@@ -1563,3 +1563,30 @@ pub fn run(
         stderr: stderr.join().unwrap(),
     }
 }
+
+// ---------------------------------------------------------------------------
+// Debian packages a test needs
+// ---------------------------------------------------------------------------
+
+/// `binary`, installed from Debian's `package` with `apt-get` when it is missing
+/// (CI runs as root on Debian); panics, so the test fails rather than skips, when it
+/// cannot be had. Tests of this one binary run in parallel and apt allows one
+/// apt-get at a time, so installs take turns here, and wait for any other apt.
+pub fn debian_binary(binary: &str, package: &str) -> PathBuf {
+    static APT: Mutex<()> = Mutex::new(());
+    let installed = PathBuf::from(binary);
+    let _turn = APT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if !installed.exists() {
+        let install = format!(
+            "apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive \
+             apt-get -o DPkg::Lock::Timeout=600 install -y -qq {package} >/dev/null"
+        );
+        let status = Command::new("sh")
+            .args(["-c", &install])
+            .status()
+            .expect("run apt-get");
+        assert!(status.success(), "apt-get could not install {package}");
+    }
+    assert!(installed.exists(), "no {package} at {binary}");
+    installed
+}
