@@ -66,8 +66,8 @@ fn some_serial(directory: &Path) -> String {
     line["unit_serial"].as_str().expect("a serial").to_owned()
 }
 
-/// The load benchmark's four query shapes, on this data.
-fn queries(serial: &str) -> [(&'static str, String); 4] {
+/// The load benchmark's query shapes, on this data.
+fn queries(serial: &str) -> [(&'static str, String); 6] {
     [
         (
             "Q1",
@@ -89,6 +89,14 @@ fn queries(serial: &str) -> [(&'static str, String); 4] {
                 "/units?station_ids=ST-01&serial_number={serial}&direction=input,output\
                  &from=2026-10-25T00:00:00Z&to=2026-11-01T00:00:00Z"
             ),
+        ),
+        (
+            "Q5",
+            "/units?from=2026-10-29T00:00:00Z&to=2026-10-30T00:00:00Z".into(),
+        ),
+        (
+            "Q6",
+            "/units/summary?from=2026-10-29T00:00:00Z&to=2026-10-30T00:00:00Z&bucket=1h".into(),
         ),
     ]
 }
@@ -121,7 +129,7 @@ fn main() {
         let (_, path) = queries
             .iter()
             .find(|(name, _)| *name == wanted)
-            .expect("REQUEST_PROFILE names Q1, Q2, Q3 or Q4");
+            .expect("REQUEST_PROFILE names Q1 to Q6");
         let bytes: usize = system.block_on(async {
             let mut bytes = 0;
             for _ in 0..PROFILE_REQUESTS {
