@@ -1477,3 +1477,200 @@ fn only_get_and_head() {
         response.error(405, "method_not_allowed");
     }
 }
+
+/// `value` as written on disk (JSON text) and whether CONTRACT 10.2 calls it
+/// numeric: a finite decimal number in JSON number syntax, also with a leading `+`.
+const NUMERIC_CASES: &[(&str, bool)] = &[
+    ("0", true),
+    ("-0", true),
+    (r#""-0""#, true),
+    (r#""+0""#, true),
+    (r#""+3.5""#, true),
+    (r#""1.5e-3""#, true),
+    (r#""1E5""#, true),
+    (r#""1e+5""#, true),
+    (r#""-1.25E-2""#, true),
+    ("1.7976931348623157e308", true),
+    (r#""1e-400""#, true),
+    ("123456789012345678901234567890.5", true),
+    (r#""01""#, false),
+    (r#""-01""#, false),
+    (r#""00""#, false),
+    (r#""+""#, false),
+    (r#""-""#, false),
+    (r#""""#, false),
+    (r#"" 1""#, false),
+    (r#""1 ""#, false),
+    (r#""\t1""#, false),
+    (r#"".5""#, false),
+    (r#""5.""#, false),
+    (r#""1.e5""#, false),
+    (r#""1e""#, false),
+    (r#""1e+""#, false),
+    (r#""+-1""#, false),
+    (r#""++1""#, false),
+    (r#""--1""#, false),
+    (r#""0x10""#, false),
+    (r#""1_0""#, false),
+    (r#""1,5""#, false),
+    (r#""0.0.1""#, false),
+    (r#""inf""#, false),
+    (r#""Infinity""#, false),
+    (r#""-Infinity""#, false),
+    (r#""NaN""#, false),
+    (r#""nan""#, false),
+    (r#""١""#, false),
+    (r#""１""#, false),
+    ("1e400", false),
+    ("-1e400", false),
+    (r#""1e400""#, false),
+    (r#""1.8e308""#, false),
+];
+
+#[test]
+fn which_values_are_numeric() {
+    let lines: Vec<String> = NUMERIC_CASES
+        .iter()
+        .enumerate()
+        .map(|(index, (value, _))| {
+            metric(
+                "ST-01",
+                "2024-05-01T10:00:00Z",
+                &format!("n{index:02}"),
+                Some(value),
+                None,
+                None,
+            )
+        })
+        .collect();
+    let fixture = Fixture::from_files(&[FileSpec::plain("n.metrics.jsonl", self::lines(&lines))]);
+    let server = Server::start(&fixture, &[]);
+    let got: Vec<Value> = rows_as(&server, &format!("/metrics/summary?{W}"), OPS)
+        .iter()
+        .map(Ordered::value)
+        .collect();
+    let mut wrong = Vec::new();
+    for (index, (value, numeric)) in NUMERIC_CASES.iter().enumerate() {
+        let row = &got[index];
+        assert_eq!(row["name"], format!("n{index:02}"));
+        if row["numeric"] != json!(u64::from(*numeric)) {
+            wrong.push(format!("{value}: {row}"));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "numeric wrongly decided:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn statistics_stay_finite_near_the_largest_double() {
+    let value = "1e308";
+    let lines: Vec<String> = (0..3)
+        .map(|minute| {
+            metric(
+                "ST-01",
+                &format!("2024-05-01T10:0{minute}:00Z"),
+                "huge",
+                Some(value),
+                Some("0"),
+                Some("1.5e308"),
+            )
+        })
+        .collect();
+    let fixture = Fixture::from_files(&[FileSpec::plain("n.metrics.jsonl", self::lines(&lines))]);
+    let server = Server::start(&fixture, &[]);
+    let row = rows_as(&server, &format!("/metrics/summary?{W}"), OPS)[0].value();
+    for field in ["min", "max", "mean"] {
+        assert!(close(&row[field], 1e308), "{field}: {row}");
+    }
+    assert!(close(&row["stddev"], 0.0), "{row}");
+    assert_eq!(row["cpk"], Value::Null, "{row}");
+}
+
+#[test]
+fn buckets_before_the_epoch_start_at_or_before_their_records() {
+    let lines = lines(&[
+        unit(
+            "ST-01",
+            "S1",
+            Some("SN-1"),
+            "1969-12-31T23:59:30Z",
+            "Old",
+            "pass",
+        ),
+        unit(
+            "ST-01",
+            "S1",
+            Some("SN-2"),
+            "1969-12-31T23:59:59.999999999Z",
+            "Old",
+            "pass",
+        ),
+        unit(
+            "ST-01",
+            "S1",
+            Some("SN-3"),
+            "1970-01-01T00:00:00Z",
+            "Old",
+            "pass",
+        ),
+        unit(
+            "ST-01",
+            "S1",
+            Some("SN-4"),
+            "0001-01-01T00:00:00Z",
+            "Old",
+            "pass",
+        ),
+        unit(
+            "ST-01",
+            "S1",
+            Some("SN-5"),
+            "1969-12-25T12:00:00+01:00",
+            "Old",
+            "pass",
+        ),
+    ]);
+    let fixture = Fixture::from_files(&[FileSpec::plain("old.units.jsonl", lines)]);
+    let server = Server::start(&fixture, &[]);
+    let starts = |window: &str, bucket: &str| -> Vec<String> {
+        rows_as(
+            &server,
+            &format!("/units/summary?{window}&bucket={bucket}"),
+            OPS,
+        )
+        .iter()
+        .map(|row| row.value()["bucket_start"].as_str().unwrap().to_owned())
+        .collect()
+    };
+    let near = "from=1969-12-31T00:00:00Z&to=1970-01-02T00:00:00Z";
+    assert_eq!(
+        starts(near, "1m"),
+        ["1969-12-31T23:59:00Z", "1970-01-01T00:00:00Z"]
+    );
+    assert_eq!(
+        starts(near, "1d"),
+        ["1969-12-31T00:00:00Z", "1970-01-01T00:00:00Z"]
+    );
+    // 1969-12-25T11:00Z: the 7-day bucket before the epoch's starts on 12-25.
+    let week = "from=1969-12-20T00:00:00Z&to=1970-01-02T00:00:00Z";
+    assert_eq!(
+        starts(week, "7d"),
+        ["1969-12-25T00:00:00Z", "1970-01-01T00:00:00Z"]
+    );
+    // Year 1: 719162 days before the epoch; 31-day buckets on the epoch's grid.
+    let far = "from=0001-01-01T00:00:00Z&to=0001-01-02T00:00:00Z";
+    let mut query = SummaryQuery::new(
+        instant("0001-01-01T00:00:00Z"),
+        instant("0001-01-02T00:00:00Z"),
+    );
+    query.bucket = Some(model::bucket_nanos("31d"));
+    let want = model::units_summary(&fixture.records, &query, &["pass".to_owned()]);
+    assert_eq!(
+        want[0][1].1, "0000-12-25T00:00:00Z",
+        "the model's own arithmetic"
+    );
+    assert_eq!(starts(far, "31d"), ["0000-12-25T00:00:00Z"]);
+}
