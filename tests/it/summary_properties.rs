@@ -24,6 +24,11 @@
 //! 3. `stations_answers_what_the_reference_computes`: `GET /stations` with and
 //!    without `station_ids`, for limited tokens too.
 //!
+//! Every request is also sent spelled another way (the default `group_by` written
+//! out, duplicates removed, stations reordered, the default `to` written out) and
+//! must get the same answer; over all the 200s of a case, two `ETag`s are equal
+//! exactly when the endpoint and `data` are (CONTRACT 8).
+//!
 //! The snapshots aim at the corners: retests (several output attempts of one
 //! serial on different stations and slots), empty and absent serials, input
 //! records, results in mixed case, ties at one instant across stations and files
@@ -65,15 +70,22 @@ use stq_core::domain::query::Limits;
 /// Byte order: `A < B < ST-1 < ST-10 < ST-2 < a`.
 const STATIONS: &[&str] = &["ST-2", "ST-10", "a", "B", "ST-1", "A"];
 const GHOSTS: &[&str] = &["ST-3", "Z"];
-const SLOTS: &[&str] = &["1", "2", "", "10"];
+const SLOTS: &[&str] = &["1", "2", "", "10", "é", "Z"];
 const MODES: &[&str] = &["prod", "debug", "Prod"];
 const UNIT_TYPES: &[&str] = &["board", "Board", "psu"];
 /// Retests are frequent: few serials. `""` is the empty serial (as is an absent one).
 const SERIALS: &[&str] = &["SN1", "SN2", "sn1", ""];
+/// `É` and `é` differ beyond ASCII case; `z < É` in byte order.
 const RESULTS: &[&str] = &[
-    "pass", "PASS", "Pass", "fail", "FAIL", "ok", "Ok", "", "pass ",
+    "pass", "PASS", "Pass", "fail", "FAIL", "ok", "Ok", "", "pass ", "é", "É", "z",
 ];
-const PASS_LISTS: &[&[&str]] = &[&["pass"], &["pass", "ok"], &["OK"], &["fail", "Pass"]];
+const PASS_LISTS: &[&[&str]] = &[
+    &["pass"],
+    &["pass", "ok"],
+    &["OK"],
+    &["fail", "Pass"],
+    &["é", "PASS"],
+];
 const NAMES: &[&str] = &["temp", "volt", "Temp"];
 const MEASURE_UNITS: &[&str] = &["V", "mV", ""];
 const GROUPS_UNITS: &[&str] = &["station_id", "slot", "unit_type", "mode"];
@@ -120,11 +132,18 @@ const VALUES: &[Scalar] = &[
     Scalar::Text("1.5e-3"),
 ];
 
+/// Mostly numeric, so that `cpk` often has both limits.
 const LIMITS: &[Scalar] = &[
     Scalar::Number("3"),
     Scalar::Number("-1"),
     Scalar::Number("1E+1"),
+    Scalar::Number("-1"),
+    Scalar::Number("1E+1"),
+    Scalar::Number("0"),
+    Scalar::Number("1000000000.2"),
     Scalar::Text("3.5"),
+    Scalar::Text("+10"),
+    Scalar::Text("-2.5"),
     Scalar::Text("+10"),
     Scalar::Text("n/a"),
     Scalar::Text(""),
@@ -330,8 +349,8 @@ fn metric_body() -> impl Strategy<Value = Body> {
         select(NAMES),
         option::weighted(0.9, select(VALUES)),
         maybe(MEASURE_UNITS),
-        option::weighted(0.7, select(LIMITS)),
-        option::weighted(0.7, select(LIMITS)),
+        option::weighted(0.85, select(LIMITS)),
+        option::weighted(0.85, select(LIMITS)),
     )
         .prop_map(
             |(name, value, unit, limit_lower, limit_upper)| Body::Metric {
@@ -512,7 +531,7 @@ fn request(endpoint: Endpoint, stations: &[&'static str]) -> impl Strategy<Value
         GROUPS_UNITS
     };
     (
-        0usize..3,
+        prop_oneof![2 => Just(0usize), 1 => 1usize..3],
         option::weighted(0.4, vec(station_name(stations), 1..=3)),
         window(),
         prop_oneof![3 => Just(vec![]), 1 => vec(select(UNIT_TYPES), 1..=2)],
@@ -581,6 +600,31 @@ impl Request {
             Endpoint::Stations => unreachable!(),
         };
         format!("{path}?{}", params.join("&"))
+    }
+
+    /// The same request spelled another way: `group_by` deduplicated with the
+    /// default written out, one parameter per item; stations reversed and repeated;
+    /// `to` written out when it was left to its default.
+    fn respelled(&self) -> Request {
+        let mut other = self.clone();
+        let written: Vec<&str> = self.group_by.iter().flatten().copied().collect();
+        other.group_by = model::group_by_list(&written)
+            .into_iter()
+            .map(|field| {
+                let field: &'static str = GROUPS_UNITS
+                    .iter()
+                    .chain(GROUPS_METRICS)
+                    .find(|known| **known == field)
+                    .expect("a known field");
+                vec![field]
+            })
+            .collect();
+        if let Some(stations) = &mut other.stations {
+            stations.reverse();
+            stations.push(stations[0]);
+        }
+        other.to = Some(self.to.unwrap_or(self.from + DAY));
+        other
     }
 
     fn summary_query(&self, token: &Token) -> SummaryQuery {
@@ -661,6 +705,7 @@ fn expected(
 struct Reply {
     status: u16,
     body: String,
+    etag: Option<String>,
 }
 
 type Call = Box<dyn Fn(String, &'static str) -> LocalBoxFuture<'static, Reply>>;
@@ -719,10 +764,16 @@ impl Server {
                     .to_request();
                 let response = actix_test::call_service(&*service, request).await;
                 let status = response.status().as_u16();
+                let etag = response
+                    .headers()
+                    .get("etag")
+                    .and_then(|tag| tag.to_str().ok())
+                    .map(str::to_owned);
                 let bytes = actix_test::read_body(response).await;
                 Reply {
                     status,
                     body: String::from_utf8_lossy(&bytes).into_owned(),
+                    etag,
                 }
             })
         });
@@ -844,10 +895,10 @@ async fn engine_matches_reference(case: Case) -> Result<(), TestCaseError> {
     )
     .await?;
     let records = case.snapshot.model();
+    // (endpoint, data, ETag, URI) of every 200.
+    let mut answers: Vec<(Endpoint, Value, String, String)> = Vec::new();
     for request in &case.requests {
         let token = &case.tokens[request.token];
-        let uri = request.uri();
-        let reply = (server.call)(uri.clone(), token.secret).await;
         let outcome = expected(
             &records,
             token,
@@ -855,11 +906,41 @@ async fn engine_matches_reference(case: Case) -> Result<(), TestCaseError> {
             &case.pass_results,
             case.max_records,
         );
-        let context = format!(
-            "GET {uri} as {} (shards {}, pass {:?}, max_records {})",
-            token.secret, case.shards, case.pass_results, case.max_records
-        );
-        check(&reply, &outcome, &context)?;
+        for uri in [request.uri(), request.respelled().uri()] {
+            let reply = (server.call)(uri.clone(), token.secret).await;
+            let context = format!(
+                "GET {uri} as {} (shards {}, pass {:?}, max_records {})",
+                token.secret, case.shards, case.pass_results, case.max_records
+            );
+            check(&reply, &outcome, &context)?;
+            if reply.status == 200 {
+                let body: Value =
+                    serde_json::from_str(&reply.body).map_err(|error| failure("body", error))?;
+                let etag = reply
+                    .etag
+                    .clone()
+                    .ok_or_else(|| TestCaseError::fail(format!("{context}: no ETag")))?;
+                answers.push((request.endpoint, body["data"].clone(), etag, uri));
+            }
+        }
+    }
+    // CONTRACT 8: equal answers get equal tags, whatever the spelling; any other
+    // answer gets another tag.
+    for (index, (endpoint, data, etag, uri)) in answers.iter().enumerate() {
+        for (other_endpoint, other_data, other_etag, other_uri) in &answers[..index] {
+            let same_answer = endpoint == other_endpoint && data == other_data;
+            prop_assert_eq!(
+                same_answer,
+                etag == other_etag,
+                "GET {} ({}) and GET {} ({}): answers equal {}, tags equal {}",
+                uri,
+                etag,
+                other_uri,
+                other_etag,
+                same_answer,
+                etag == other_etag
+            );
+        }
     }
     Ok(())
 }
