@@ -1674,3 +1674,41 @@ fn buckets_before_the_epoch_start_at_or_before_their_records() {
     );
     assert_eq!(starts(far, "31d"), ["0000-12-25T00:00:00Z"]);
 }
+
+#[test]
+fn a_long_query_string_is_414_on_summaries_too() {
+    let long = "x".repeat(9000);
+    for path in ["/units/summary", "/metrics/summary", "/stations"] {
+        let uri = format!("{path}?station_ids={long}");
+        error(&uri, 414, "uri_too_long");
+    }
+}
+
+/// With `fault-injection`: a summary that runs longer than `--request-timeout` is a
+/// 503 `timeout`; a shard that panics or dies under a summary is a 500
+/// `internal_error` for that request alone, and the next summary is whole.
+#[cfg(feature = "fault-injection")]
+#[test]
+fn summaries_are_bounded_and_isolated_like_the_record_endpoints() {
+    let shared = start(&["--request-timeout", "300ms", "--shards", "2"]);
+    let server = &shared.server;
+    let with = |path: &str, fault: &str| {
+        server.request_as("GET", path, Some(OPS), &[("X-Stq-Fault", fault)])
+    };
+    for path in [
+        format!("/units/summary?{W}"),
+        format!("/metrics/summary?{W}&bucket=1h"),
+        "/stations".to_owned(),
+    ] {
+        let want = rows_as(server, &path, OPS);
+        with(&path, "delay=600000").error(503, "timeout");
+        for fault in ["shard-panic", "shard-death", "handler-panic"] {
+            let details = with(&path, fault).error(500, "internal_error");
+            assert!(
+                details["request_id"].is_string(),
+                "{path} {fault}: {details}"
+            );
+            assert_eq!(rows_as(server, &path, OPS), want, "{path} after {fault}");
+        }
+    }
+}
