@@ -200,7 +200,10 @@ impl Bucket {
 
     /// `15m`, `1h`, `7d`: digits without a leading zero, then `m`, `h` or `d`.
     pub fn parse(text: &str) -> Option<Bucket> {
-        let (digits, unit) = text.split_at(text.len().checked_sub(1)?);
+        // `get`, not `split_at`: a text ending in a multi-byte character is refused,
+        // not a panic.
+        let split = text.len().checked_sub(1)?;
+        let (digits, unit) = (text.get(..split)?, text.get(split..)?);
         let unit_seconds = match unit {
             "m" => 60,
             "h" => 3600,
@@ -623,6 +626,13 @@ mod tests {
         )
         .is_ok());
         assert!(parse_for(Endpoint::MetricsSummary, "names=a&names=b", LIMITS).is_ok());
+    }
+
+    #[test]
+    fn a_bucket_ending_in_a_multi_byte_character_is_refused() {
+        for text in ["é", "1é", "1hé", "€", "1m€"] {
+            assert_eq!(Bucket::parse(text), None, "{text}");
+        }
     }
 
     #[test]
