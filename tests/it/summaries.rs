@@ -899,8 +899,31 @@ fn the_bucket_grammar() {
         rows(&format!("/metrics/summary?{W}&bucket={bucket}"));
     }
     for bucket in [
-        "0m", "01h", "32d", "745h", "44641m", "1s", "1H", "1D", "1", "h", "", "1.5h", "+1h", "-1h",
-        "1h1m", "1%20h", "00d", "1w",
+        "0m",
+        "01h",
+        "32d",
+        "745h",
+        "44641m",
+        "1s",
+        "1H",
+        "1D",
+        "1",
+        "h",
+        "",
+        "1.5h",
+        "+1h",
+        "-1h",
+        "1h1m",
+        "1%20h",
+        "00d",
+        "1w",
+        // Issue 13: a bucket ending in a multi-byte character was a panic's 500.
+        "%C3%A9",
+        "1%C3%A9",
+        "1h%C3%A9",
+        "%E2%82%AC",
+        "%201h",
+        "1h%20",
     ] {
         for path in ["/units/summary", "/metrics/summary"] {
             let uri = format!("{path}?{W}&bucket={bucket}");
