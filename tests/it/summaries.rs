@@ -1291,6 +1291,11 @@ fn stations_ignores_max_window() {
         "/units/summary?from=2024-05-01T10:00:00Z&to=2024-05-01T11:00:00Z",
         OPS,
     );
+    // window_too_large is a 400 of the parameters: before the 403.
+    shared
+        .server
+        .get(&format!("/units/summary?{W}&station_ids=ST-03"), Some(LINE))
+        .error(400, "window_too_large");
 }
 
 // ---------------------------------------------------------------------------
@@ -1375,6 +1380,10 @@ fn authentication_and_scope() {
         )
         .error(403, "forbidden");
     assert_eq!(details, json!({"stations": ["ST-03", "ghost"]}));
+    // No token: 401 before any 400.
+    server()
+        .get(&format!("/units/summary?{W}&bucket=0m&limit=1"), None)
+        .error(401, "unauthorized");
     // A bad parameter is a 400 before the 403.
     server()
         .get(
@@ -1508,6 +1517,10 @@ const NUMERIC_CASES: &[(&str, bool)] = &[
     ("-0", true),
     (r#""-0""#, true),
     (r#""+0""#, true),
+    (r#""-0.0""#, true),
+    (r#""+1E+2""#, true),
+    (r#""+01""#, false),
+    (r#""+.5""#, false),
     (r#""+3.5""#, true),
     (r#""1.5e-3""#, true),
     (r#""1E5""#, true),
