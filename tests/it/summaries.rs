@@ -1748,3 +1748,131 @@ fn summaries_are_bounded_and_isolated_like_the_record_endpoints() {
         }
     }
 }
+
+/// After a reload (a file grown in place and a new file), the summaries answer
+/// what a fresh start on the new files would: new stations, new result values (a
+/// pass only by `--pass-results`, ignoring case), retests appended to known units.
+#[test]
+fn summaries_after_a_reload_answer_from_the_new_files() {
+    let before = lines(&[
+        unit(
+            "ST-01",
+            "S1",
+            Some("SN-R"),
+            "2024-05-01T10:00:00Z",
+            "Reload",
+            "fail",
+        ),
+        unit(
+            "ST-01",
+            "S1",
+            Some("SN-S"),
+            "2024-05-01T10:05:00Z",
+            "Reload",
+            "pass",
+        ),
+    ]);
+    let grown = lines(&[
+        unit(
+            "ST-02",
+            "S1",
+            Some("SN-R"),
+            "2024-05-01T11:00:00Z",
+            "Reload",
+            "oK",
+        ),
+        unit(
+            "ST-06",
+            "S1",
+            Some("SN-Q"),
+            "2024-05-01T09:00:00Z",
+            "Reload",
+            "Good",
+        ),
+    ]);
+    let metrics = lines(&[
+        metric(
+            "ST-06",
+            "2024-05-01T10:00:00Z",
+            "v",
+            Some("1"),
+            Some("0"),
+            Some("3"),
+        ),
+        metric(
+            "ST-06",
+            "2024-05-01T10:30:00Z",
+            "v",
+            Some("2.5"),
+            Some("0"),
+            Some("3"),
+        ),
+    ]);
+    let fixture = Fixture::from_files(&[FileSpec::plain("r.units.jsonl", before.clone())]);
+    let server = Server::start(&fixture, &["--pass-results", "ok,GOOD"]);
+    let pass = ["ok".to_owned(), "GOOD".to_owned()];
+    let units_path = format!("/units/summary?{W}&group_by=unit_type,station_id&bucket=1h");
+    let metrics_path = format!("/metrics/summary?{W}&group_by=slot");
+    let mut query = window();
+    query.group_by = model::group_by_list(&["unit_type", "station_id"]);
+    query.bucket = Some(model::bucket_nanos("1h"));
+    let mut metrics_query = window();
+    metrics_query.group_by = model::group_by_list(&["slot"]);
+    let check = |files: &[FileSpec]| {
+        let records = crate::common::load(files);
+        model::compare_rows(
+            &rows_as(&server, &units_path, OPS),
+            &model::units_summary(&records, &query, &pass),
+        )
+        .unwrap();
+        model::compare_rows(
+            &rows_as(&server, &metrics_path, OPS),
+            &model::metrics_summary(&records, &metrics_query),
+        )
+        .unwrap();
+        model::compare_rows(
+            &rows_as(&server, "/stations", OPS),
+            &model::stations(&records, None, None),
+        )
+        .unwrap();
+    };
+    check(&[FileSpec::plain("r.units.jsonl", before.clone())]);
+    let generation = server.generation();
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(fixture.snapshots.join("r.units.jsonl"))
+        .unwrap();
+    std::io::Write::write_all(&mut file, grown.as_bytes()).unwrap();
+    drop(file);
+    std::fs::write(fixture.snapshots.join("r.metrics.jsonl"), &metrics).unwrap();
+    server.signal("HUP");
+    server.wait_for_generation_after(generation);
+    let after = [
+        FileSpec::plain("r.metrics.jsonl", metrics),
+        FileSpec::plain("r.units.jsonl", format!("{before}{grown}")),
+    ];
+    check(&after);
+    // SN-R: fail on ST-01 then "oK" on ST-02; by unit_type alone one unit whose
+    // final attempt passes; SN-Q's "Good" passes.
+    let got = values(&format!(
+        "/units/summary?{W}&type=Reload&group_by=unit_type"
+    ));
+    assert_eq!(got.len(), 0, "the shared server has no Reload records");
+    let got: Vec<Value> = rows_as(
+        &server,
+        &format!("/units/summary?{W}&type=Reload&group_by=unit_type"),
+        OPS,
+    )
+    .iter()
+    .map(Ordered::value)
+    .collect();
+    assert_eq!(
+        (
+            &got[0]["units"],
+            &got[0]["first_pass"],
+            &got[0]["final_pass"]
+        ),
+        (&json!(3), &json!(1), &json!(2)),
+        "{got:?}"
+    );
+}

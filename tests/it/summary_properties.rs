@@ -36,7 +36,7 @@
 //! and the last record's limits), instants written with offsets, and buckets that
 //! are not week- or month-aligned (`7d`, `31d` start on the epoch's grid).
 //! Failing seeds are kept in `proptest-regressions/summary_properties.txt`; the
-//! case counts keep the module at a few seconds.
+//! case counts keep the module at a few seconds; `PROPTEST_CASES=3000` soaks it.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -828,7 +828,12 @@ fn check(reply: &Reply, outcome: &Outcome, context: &str) -> Result<(), TestCase
 
 // --- The properties -------------------------------------------------------------------------------
 
+/// `cases`, or `PROPTEST_CASES` when set (a soak).
 fn config(cases: u32) -> ProptestConfig {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or(cases);
     ProptestConfig {
         cases,
         failure_persistence: Some(Box::new(FileFailurePersistence::Direct(concat!(
