@@ -1876,3 +1876,22 @@ fn summaries_after_a_reload_answer_from_the_new_files() {
         "{got:?}"
     );
 }
+
+#[test]
+fn another_process_tags_the_same_summary_alike() {
+    let other = start(&[]);
+    for path in [
+        format!("/units/summary?{W}&bucket=15m&group_by=slot,mode"),
+        format!("/metrics/summary?{W}&bucket=1h"),
+        "/stations?station_ids=ST-01,ST-02".to_owned(),
+    ] {
+        let here = etag(&server().get(&path, Some(OPS)));
+        let there = other.server.get(&path, Some(OPS));
+        assert_eq!(etag(&there), here, "{path}");
+        let not_modified =
+            other
+                .server
+                .request_as("GET", &path, Some(OPS), &[("If-None-Match", &here)]);
+        assert_eq!(not_modified.status, 304, "{}", not_modified.context());
+    }
+}
