@@ -1507,6 +1507,32 @@ fn only_get_and_head() {
     for path in ["/units/summary", "/metrics/summary", "/stations"] {
         let response = server().request_as("POST", path, Some(OPS), &[]);
         response.error(405, "method_not_allowed");
+        assert_eq!(response.header("allow"), Some("GET, HEAD"));
+    }
+    for path in [
+        "/units/summary/",
+        "/units/summaries",
+        "/stations/ST-01",
+        "/Stations",
+    ] {
+        server().get(path, Some(OPS)).error(404, "not_found");
+    }
+}
+
+#[test]
+fn too_many_station_ids_on_the_summaries_and_stations() {
+    let shared = start(&["--max-stations", "2"]);
+    for path in ["/units/summary", "/metrics/summary", "/stations"] {
+        shared
+            .server
+            .get(&format!("{path}?station_ids=ST-01,ST-02,ghost"), Some(OPS))
+            .error(400, "too_many_stations");
+        // Duplicates are one id.
+        rows_as(
+            &shared.server,
+            &format!("{path}?station_ids=ST-01,ST-02,ST-01"),
+            OPS,
+        );
     }
 }
 
