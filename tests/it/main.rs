@@ -1,9 +1,9 @@
 //! stq's integration tests: one binary, as ripgrep has, so the shared helpers compile
 //! once and the tests that can share a server do (`common::server()`).
 //!
-//! Every module but `properties`, `parser_properties` and `summary_properties` drives the real `stq` binary
-//! over real HTTP; those three drive the parsers, the loader and the in-process app
-//! against a naive reference. Module by area of docs/api.md:
+//! Every module but `properties`, `parser_properties` and `summary_properties` drives
+//! the real `stq` binary over real HTTP; those three drive the parsers, the loader and
+//! the in-process app against a naive reference. Module by area of docs/api.md:
 //!
 //! | module | what it covers |
 //! |---|---|
