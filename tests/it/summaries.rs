@@ -13,8 +13,11 @@
 //! Also proved: the parameters each endpoint accepts (everything else, `limit` and
 //! `cursor` included, is `unknown_parameter`), the `bucket` and `group_by` grammar,
 //! the envelope without `next_cursor`, auth (401, 403 with `details.stations`),
-//! `result_too_large`, the window defaults and `--max-window` (not on `/stations`),
-//! `ETag`/`If-None-Match`/304 and `HEAD`.
+//! `result_too_large`, `too_many_stations`, the window defaults and `--max-window`
+//! (not on `/stations`), `ETag`/`If-None-Match`/304 (also from another process) and
+//! `HEAD`, 404/405/414, which value texts are numeric, buckets before the epoch,
+//! summaries after a reload, and (with `fault-injection`) `--request-timeout` and
+//! shard failures on the summaries.
 
 use std::sync::OnceLock;
 
