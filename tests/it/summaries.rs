@@ -1924,3 +1924,119 @@ fn another_process_tags_the_same_summary_alike() {
         assert_eq!(not_modified.status, 304, "{}", not_modified.context());
     }
 }
+
+/// The files under `directory` (recursively) as the reference reads them, sorted
+/// by relative path; `.gz` files decompressed.
+fn read_snapshot(directory: &std::path::Path) -> Vec<FileSpec> {
+    fn walk(root: &std::path::Path, directory: &std::path::Path, out: &mut Vec<FileSpec>) {
+        for entry in std::fs::read_dir(directory).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(root, &path, out);
+                continue;
+            }
+            let relative = path
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/");
+            let bytes = std::fs::read(&path).unwrap();
+            let text = if relative.ends_with(".gz") {
+                let mut text = String::new();
+                std::io::Read::read_to_string(
+                    &mut flate2::read::MultiGzDecoder::new(&bytes[..]),
+                    &mut text,
+                )
+                .unwrap();
+                text
+            } else {
+                String::from_utf8(bytes).unwrap()
+            };
+            out.push(FileSpec::plain(relative.trim_end_matches(".gz"), text));
+        }
+    }
+    let mut files = Vec::new();
+    walk(directory, directory, &mut files);
+    files.sort_by(|a, b| a.relative_path.as_bytes().cmp(b.relative_path.as_bytes()));
+    files
+}
+
+/// `stq gen`'s realistic data (retests, every slot and mode, limits as numbers):
+/// every summary equals the reference's, in many groupings and buckets.
+#[test]
+fn generated_data_summarises_as_the_reference_says() {
+    let directory = crate::common::temporary_directory();
+    let snapshots = directory.path().join("snap");
+    let output = crate::common::run(
+        &[
+            "gen",
+            "--out",
+            &crate::common::path_string(&snapshots),
+            "--stations",
+            "3",
+            "--days",
+            "2",
+            "--units-per-hour",
+            "4",
+            "--seed",
+            "13",
+            "--end",
+            "2026-11-20T00:00:00Z",
+        ],
+        None,
+        &[],
+        std::time::Duration::from_secs(120),
+    );
+    assert!(output.status.success(), "{output:?}");
+    let tokens = directory.path().join("tokens.json");
+    std::fs::write(&tokens, crate::common::tokens_json()).unwrap();
+    let records = crate::common::load(&read_snapshot(&snapshots));
+    assert!(records.len() > 1000, "{} records", records.len());
+    let server = Server::spawn(
+        &crate::common::serve_args(&snapshots, &tokens, &["--shards", "3"]),
+        &[],
+    );
+    let window = "from=2026-11-18T06:00:00Z&to=2026-11-19T18:00:00Z";
+    let mut base = SummaryQuery::new(
+        instant("2026-11-18T06:00:00Z"),
+        instant("2026-11-19T18:00:00Z"),
+    );
+    let pass = ["pass".to_owned()];
+    for (group_by, bucket) in [
+        ("station_id", None),
+        ("unit_type", Some("1h")),
+        ("mode,slot", Some("15m")),
+        ("slot,station_id,unit_type,mode", Some("1d")),
+        ("unit_type", Some("7d")),
+    ] {
+        base.group_by = model::group_by_list(&group_by.split(',').collect::<Vec<_>>());
+        base.bucket = bucket.map(model::bucket_nanos);
+        let bucket_param = bucket.map_or(String::new(), |b| format!("&bucket={b}"));
+        let path = format!("/units/summary?{window}&group_by={group_by}{bucket_param}");
+        model::compare_rows(
+            &rows_as(&server, &path, OPS),
+            &model::units_summary(&records, &base, &pass),
+        )
+        .unwrap_or_else(|difference| panic!("{path}: {difference}"));
+    }
+    for (group_by, bucket) in [
+        ("station_id", None),
+        ("slot", Some("1h")),
+        ("unit,station_id", Some("1d")),
+    ] {
+        base.group_by = model::group_by_list(&group_by.split(',').collect::<Vec<_>>());
+        base.bucket = bucket.map(model::bucket_nanos);
+        let bucket_param = bucket.map_or(String::new(), |b| format!("&bucket={b}"));
+        let path = format!("/metrics/summary?{window}&group_by={group_by}{bucket_param}");
+        model::compare_rows(
+            &rows_as(&server, &path, OPS),
+            &model::metrics_summary(&records, &base),
+        )
+        .unwrap_or_else(|difference| panic!("{path}: {difference}"));
+    }
+    model::compare_rows(
+        &rows_as(&server, "/stations", OPS),
+        &model::stations(&records, None, None),
+    )
+    .unwrap();
+}
