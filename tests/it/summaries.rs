@@ -2040,3 +2040,36 @@ fn generated_data_summarises_as_the_reference_says() {
     )
     .unwrap();
 }
+
+#[test]
+fn summaries_are_compressed_on_request_and_carry_the_cache_headers() {
+    let path = format!("/units/summary?{W}&bucket=1h");
+    let plain = server().get(&path, Some(OPS)).ok();
+    assert_eq!(
+        plain.response.header("cache-control"),
+        Some("private, no-cache")
+    );
+    assert_eq!(
+        plain.response.header("vary"),
+        Some("Authorization, Accept-Encoding")
+    );
+    let response = ureq::AgentBuilder::new()
+        .build()
+        .get(&server().url(&path))
+        .set("Authorization", &format!("Bearer {OPS}"))
+        .set("Accept-Encoding", "gzip")
+        .call()
+        .unwrap();
+    assert_eq!(response.header("content-encoding"), Some("gzip"));
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut response.into_reader(), &mut bytes).unwrap();
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut text)
+        .unwrap();
+    let decoded: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(decoded["data"], Value::Array(plain.data));
+    // HEAD with the tag: 304 too.
+    let tag = etag(&plain.response);
+    let head = server().request_as("HEAD", &path, Some(OPS), &[("If-None-Match", &tag)]);
+    assert_eq!(head.status, 304, "{}", head.context());
+}
