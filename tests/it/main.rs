@@ -1,9 +1,9 @@
 //! stq's integration tests: one binary, as ripgrep has, so the shared helpers compile
 //! once and the tests that can share a server do (`common::server()`).
 //!
-//! Every module but `properties` and `parser_properties` drives the real `stq` binary
-//! over real HTTP; those two drive the parsers, the loader and the in-process app
-//! against a naive reference. Module by area of docs/api.md:
+//! Every module but `properties`, `parser_properties` and `summary_properties` drives
+//! the real `stq` binary over real HTTP; those three drive the parsers, the loader and
+//! the in-process app against a naive reference. Module by area of docs/api.md:
 //!
 //! | module | what it covers |
 //! |---|---|
@@ -22,6 +22,8 @@
 //! | `openhtf` | section 2.1: OpenHTF test records, from the fixtures OpenHTF wrote |
 //! | `page` | section 11: the overview page, its files, and the page in chromium |
 //! | `properties`, `parser_properties` | proptest against the reference |
+//! | `summaries` | section 10: `/units/summary`, `/metrics/summary`, `/stations`, rule by rule |
+//! | `summary_properties` | section 10: proptest of the summaries against a naive reference |
 //! | `faults` | failure isolation (`--features fault-injection` builds only) |
 //! | `production_build` | a build without that feature ignores `X-Stq-Fault` |
 
@@ -49,4 +51,6 @@ mod production_build;
 mod properties;
 mod reload;
 mod replicas;
+mod summaries;
+mod summary_properties;
 mod tenant;

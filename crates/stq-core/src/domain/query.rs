@@ -627,6 +627,13 @@ mod tests {
     }
 
     #[test]
+    fn a_bucket_ending_in_a_multi_byte_character_is_refused() {
+        for text in ["é", "1é", "1hé", "€", "1m€"] {
+            assert_eq!(Bucket::parse(text), None, "{text}");
+        }
+    }
+
+    #[test]
     fn buckets_are_aligned_to_the_epoch() {
         let hour = Bucket::parse("1h").unwrap();
         let at = |seconds| Timestamp { seconds, nanos: 5 };
