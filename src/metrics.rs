@@ -13,6 +13,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+use stq_core::data::snapshot::LoadReport;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
@@ -43,6 +44,8 @@ pub struct Metrics {
     pub generation: Gauge,
     /// Counted by the shard handles, which restart a shard actor that died.
     pub shard_restarts: Counter,
+    pub files_read: Counter,
+    pub bytes_read: Counter,
 }
 
 impl Default for Metrics {
@@ -105,8 +108,22 @@ impl Default for Metrics {
             "Shard actors that died and were started again with their data",
             shard_restarts.clone(),
         );
+        let files_read = Counter::default();
+        registry.register(
+            "snapshot_files_read",
+            "Snapshot files read, whole or from where a grown one's last read ended, by the first load and every reload",
+            files_read.clone(),
+        );
+        let bytes_read = Counter::default();
+        registry.register(
+            "snapshot_bytes_read",
+            "Snapshot bytes read (after decompression) by the first load and every reload",
+            bytes_read.clone(),
+        );
         Metrics {
             registry,
+            files_read,
+            bytes_read,
             shard_restarts,
             requests,
             request_duration,
@@ -140,6 +157,14 @@ impl Metrics {
                 })
                 .set(records as i64);
         }
+    }
+}
+
+impl Metrics {
+    /// Counts what a load or reload read.
+    pub fn read(&self, report: &LoadReport) {
+        self.files_read.inc_by(report.files.len() as u64);
+        self.bytes_read.inc_by(report.bytes);
     }
 }
 

@@ -116,6 +116,7 @@ async fn run(
             )),
     );
     metrics.serving(1, report.elapsed.as_secs_f64(), &shard_records);
+    metrics.read(&report);
     let admin = admin_server(&args.admin_listen, Arc::clone(&metrics))?;
     let trigger = Reloader {
         engine: engine.clone(),

@@ -157,6 +157,23 @@ impl Engine {
         Arc::clone(&self.inner.current.read().catalog)
     }
 
+    /// The current generation: its catalog and every shard's part of it, which a
+    /// reload builds the next one from. `None` while an install is under way (the
+    /// shards hold a newer generation than the catalog).
+    pub fn serving(&self) -> Option<(Arc<Catalog>, Vec<Arc<ShardData>>)> {
+        let catalog = self.catalog();
+        let shards: Vec<Arc<ShardData>> = self
+            .inner
+            .shards
+            .iter()
+            .map(|shard| shard.current())
+            .collect();
+        shards
+            .iter()
+            .all(|shard| shard.generation() == catalog.generation())
+            .then_some((catalog, shards))
+    }
+
     /// The tokens read with the current generation.
     pub fn tokens(&self) -> Arc<Tokens> {
         Arc::clone(&self.inner.current.read().tokens)

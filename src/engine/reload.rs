@@ -4,6 +4,11 @@
 //! and only then swapped in with the tokens read alongside it. A failed reload
 //! keeps generation N serving and logs every `path:line: reason`.
 //!
+//! A reload reads only what changed since the generation it follows
+//! ([`stq_core::data::incremental`]): unchanged files are not opened, grown ones are
+//! read from their last whole line, and stations the change does not touch are
+//! shared with that generation.
+//!
 //! Reloads run one at a time on one task. Asking for a reload while one is running
 //! queues exactly one more, so a burst of changes costs at most two reloads and the
 //! last one sees the final files.
@@ -13,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use notify::{RecursiveMode, Watcher as _};
+use stq_core::data::incremental;
 use stq_core::data::snapshot::{self, LoadError, LoadOptions, LoadReport, OnInvalid};
 use stq_core::domain::auth::{Tokens, TokensError};
 use tokio::sync::mpsc;
@@ -85,6 +91,7 @@ impl Reloader {
             threads: self.threads,
         };
         let tokens_path = self.tokens.clone();
+        let previous = self.engine.serving();
         // A thread of its own, not the runtime's blocking pool: the runtime waits
         // for its blocking tasks when it shuts down, so SIGTERM during a long (or
         // stuck) load would wait for the load. Nobody waits for this thread: a stop
@@ -95,7 +102,15 @@ impl Reloader {
             .spawn(move || {
                 let loaded = Tokens::load(&tokens_path)
                     .map_err(ReloadError::from)
-                    .and_then(|tokens| Ok((tokens, snapshot::load(&options)?)));
+                    .and_then(|tokens| {
+                        let loaded = match &previous {
+                            Some((catalog, shards)) => {
+                                incremental::reload(catalog, shards, &options)
+                            }
+                            None => snapshot::load(&options),
+                        };
+                        Ok((tokens, loaded?))
+                    });
                 let _ = sender.send(loaded);
             })
             .map_err(|error| ReloadError::Loader(error.to_string()))?;
@@ -108,6 +123,7 @@ impl Reloader {
         self.retire_later(number);
         let metrics = &self.metrics;
         metrics.serving(number, report.elapsed.as_secs_f64(), &shard_records);
+        metrics.read(&report);
         metrics.reloads.inc();
         Ok((number, report))
     }
@@ -141,12 +157,16 @@ impl Reloader {
                         report.log_warnings(&self.snapshots);
                         tracing::info!(
                         "reloaded: generation {generation}, {} records ({} units, {} metrics), \
-                         {} stations, {} invalid lines skipped, in {} ms",
+                         {} stations, {} pending lines, {} new invalid lines skipped; read {} files \
+                         ({} bytes) in {} ms",
                         report.records(),
                         report.units,
                         report.metrics,
                         report.stations,
+                        report.pending,
                         report.invalid.len(),
+                        report.files.len(),
+                        report.bytes,
                         report.elapsed.as_millis()
                     );
                     }

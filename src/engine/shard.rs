@@ -269,6 +269,11 @@ impl Shard {
     pub(super) fn retire(&self, generation: u64) {
         self.held.lock().retire(generation);
     }
+
+    /// The shard's part of the current generation.
+    pub(super) fn current(&self) -> Arc<ShardData> {
+        Arc::clone(&self.held.lock().current)
+    }
 }
 
 // --- The handle ------------------------------------------------------------------

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use crate::data::cursor::RecordIdentity;
+use crate::data::incremental::SourceState;
 use crate::data::key::{load_order, Position};
 use crate::data::shard::ShardData;
-use crate::data::station::StationData;
 use crate::data::symbols::Symbols;
 
 /// Where a station lives: its shard and its index within that shard.
@@ -24,12 +24,17 @@ pub struct Catalog {
     /// Station ids in ascending byte order; a station's rank is its index here.
     pub(crate) stations: Vec<Box<str>>,
     pub(crate) placements: Vec<Placement>,
-    pub(crate) symbols: Symbols,
+    pub(crate) symbols: Arc<Symbols>,
     pub(crate) shard_count: usize,
     pub(crate) summary: LoadSummary,
-    /// Snapshot files' paths relative to the directory, in load order: a load
-    /// order's file index is an index here.
+    /// Snapshot files' paths relative to the directory, in load order.
     pub(crate) files: Vec<Box<str>>,
+    /// Each file's ordinal, the first half of its lines' load order: ascending like
+    /// the paths, with gaps a reload can put new files into (see
+    /// [`crate::data::incremental`]).
+    pub(crate) file_ordinals: Vec<u32>,
+    /// What was read of each file, for the next reload to read only what changed.
+    pub(crate) sources: Vec<SourceState>,
 }
 
 /// What the load that made a generation found, as `/readyz` reports it.
@@ -83,7 +88,7 @@ impl Catalog {
         RecordIdentity {
             instant: position.instant,
             station_id: self.stations[position.station_rank as usize].to_string(),
-            path: self.files[(position.load_order >> 32) as usize].to_string(),
+            path: self.file_of(position.load_order).to_string(),
             line: position.load_order as u32,
         }
     }
@@ -108,8 +113,13 @@ impl Catalog {
                 .files
                 .binary_search_by(|probe| by_bytes(probe, &identity.path))
             {
-                Ok(index) => load_order(index as u32, identity.line),
-                Err(index) => load_order(index as u32, 0),
+                Ok(index) => load_order(self.file_ordinals[index], identity.line),
+                // Before every line of the file the path would precede, or after
+                // every line of every file.
+                Err(index) => self
+                    .file_ordinals
+                    .get(index)
+                    .map_or(u64::MAX, |&ordinal| load_order(ordinal, 0)),
             }
         };
         Position {
@@ -117,6 +127,16 @@ impl Catalog {
             station_rank,
             load_order,
         }
+    }
+
+    /// The relative path of the file a load order's line is in.
+    fn file_of(&self, load_order: u64) -> &str {
+        let ordinal = (load_order >> 32) as u32;
+        let index = self
+            .file_ordinals
+            .binary_search(&ordinal)
+            .expect("a record's file is in its generation's catalog");
+        &self.files[index]
     }
 
     pub fn rank(&self, station: &str) -> Option<u32> {
@@ -151,10 +171,7 @@ impl Generation {
 
     /// How many records each shard holds.
     pub fn shard_records(&self) -> Vec<usize> {
-        self.shards
-            .iter()
-            .map(|shard| shard.stations.iter().map(StationData::record_count).sum())
-            .collect()
+        self.shards.iter().map(ShardData::record_count).collect()
     }
 }
 
@@ -167,6 +184,7 @@ mod tests {
         Catalog {
             stations: vec!["ST-01".into(), "ST-03".into()],
             files: vec!["a.units.jsonl".into(), "c.units.jsonl".into()],
+            file_ordinals: vec![1 << 20, 2 << 20],
             ..Catalog::default()
         }
     }
@@ -193,7 +211,7 @@ mod tests {
         Position {
             instant: identity(station, path, line).instant,
             station_rank: catalog.rank(station).unwrap(),
-            load_order: load_order(file as u32, line),
+            load_order: load_order(catalog.file_ordinals[file], line),
         }
     }
 

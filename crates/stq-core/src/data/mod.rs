@@ -9,6 +9,7 @@
 
 pub mod catalog;
 pub mod cursor;
+pub mod incremental;
 pub mod key;
 pub mod merge;
 pub mod scan;

@@ -1,7 +1,12 @@
 //! A shard's stations, and every unit record of the shard once more in one tree in
 //! the contract's order. A shard is what one shard actor of the engine owns.
+//!
+//! Its stations and its shard-wide tree are reference-counted so that the next
+//! generation can share what a reload did not change: a station no change touched,
+//! and the whole tree of a shard none of whose stations changed or moved in rank.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::data::key::Position;
 use crate::data::station::{StationData, UnitEntry};
@@ -17,10 +22,10 @@ pub(crate) struct ShardUnit {
 #[derive(Debug, Default)]
 pub struct ShardData {
     pub(crate) generation: u64,
-    pub(crate) stations: Vec<StationData>,
+    pub(crate) stations: Vec<Arc<StationData>>,
     /// Every unit record of the shard in the contract's order, for queries over many
     /// of its stations: one range walk instead of a search and a merge per station.
-    pub(crate) units: BTreeMap<Position, ShardUnit>,
+    pub(crate) units: Arc<BTreeMap<Position, ShardUnit>>,
 }
 
 impl ShardData {
@@ -31,6 +36,20 @@ impl ShardData {
 
     /// A shard of `stations`, whose ranks in the catalog are `ranks`.
     pub fn new(generation: u64, stations: Vec<StationData>, ranks: &[u32]) -> ShardData {
+        ShardData::of_shared(
+            generation,
+            stations.into_iter().map(Arc::new).collect(),
+            ranks,
+        )
+    }
+
+    /// A shard of `stations`, some perhaps shared with another generation, whose
+    /// ranks in the catalog are `ranks`; its shard-wide tree is built anew.
+    pub(crate) fn of_shared(
+        generation: u64,
+        stations: Vec<Arc<StationData>>,
+        ranks: &[u32],
+    ) -> ShardData {
         let units = stations
             .iter()
             .zip(ranks)
@@ -53,7 +72,24 @@ impl ShardData {
         ShardData {
             generation,
             stations,
-            units,
+            units: Arc::new(units),
         }
+    }
+
+    /// The same stations and tree as `previous`, as part of `generation`.
+    pub(crate) fn shared(generation: u64, previous: &ShardData) -> ShardData {
+        ShardData {
+            generation,
+            stations: previous.stations.clone(),
+            units: Arc::clone(&previous.units),
+        }
+    }
+
+    /// How many records the shard holds.
+    pub fn record_count(&self) -> usize {
+        self.stations
+            .iter()
+            .map(|station| station.record_count())
+            .sum()
     }
 }

@@ -29,6 +29,7 @@ use flate2::read::MultiGzDecoder;
 use parking_lot::Mutex;
 
 use crate::data::catalog::{Catalog, Generation, LoadSummary, Placement};
+use crate::data::incremental::{self, FileRead, FileStamp, Resume, SourceState};
 use crate::data::key::{load_order, RecordKey};
 use crate::data::shard::ShardData;
 use crate::data::station::{ByteRange, MetricEntry, StationData, UnitEntry};
@@ -170,22 +171,39 @@ pub enum LoadError {
     Invalid { report: Box<LoadReport> },
 }
 
-/// A snapshot file found by the scan.
+/// A snapshot file found by the scan, and where its reading starts.
 #[derive(Clone, Debug)]
-struct SnapshotFile {
-    path: PathBuf,
+pub(crate) struct SnapshotFile {
+    pub(crate) path: PathBuf,
     /// Relative to the directory, `/`-separated: what a cursor names.
-    relative: String,
+    pub(crate) relative: String,
     /// The directory joined with the relative path, as messages name it.
-    display: String,
-    kind: FileKind,
-    gzip: bool,
+    pub(crate) display: String,
+    pub(crate) kind: FileKind,
+    pub(crate) gzip: bool,
+    /// The first half of its lines' load order.
+    pub(crate) ordinal: u32,
+    /// Where to read from: the start, or where a reload resumes a grown file.
+    pub(crate) start: Start,
+}
+
+/// A place in a file where whole lines start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Start {
+    pub(crate) offset: u64,
+    /// The number of the line that starts there.
+    pub(crate) line: u32,
+}
+
+impl Start {
+    pub(crate) const BEGINNING: Start = Start { offset: 0, line: 1 };
 }
 
 /// Loads a snapshot directory into a generation spread over `options.shards` shards.
 pub fn load(options: &LoadOptions) -> Result<(Generation, LoadReport), LoadError> {
     let started = Instant::now();
-    let files = discover(&options.directory)?;
+    let mut files = discover(&options.directory)?;
+    incremental::spread_ordinals(&mut files);
     let mut state = read_all(&files, options.threads, true)?;
     let mut report = state.report(&files);
     if !report.invalid.is_empty() && options.on_invalid == OnInvalid::Fail {
@@ -194,7 +212,7 @@ pub fn load(options: &LoadOptions) -> Result<(Generation, LoadReport), LoadError
             report: Box::new(report),
         });
     }
-    let symbols = std::mem::take(&mut state.symbols).into_symbols();
+    let symbols = Arc::new(std::mem::take(&mut state.symbols).into_symbols());
     let summary = LoadSummary {
         loaded_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
         units: report.units,
@@ -202,11 +220,9 @@ pub fn load(options: &LoadOptions) -> Result<(Generation, LoadReport), LoadError
         skipped_lines: report.invalid.len() as u64,
         pending_lines: report.pending,
     };
-    let paths = files
-        .iter()
-        .map(|file| file.relative.clone().into_boxed_str())
-        .collect();
-    let generation = build(state.stations, symbols, summary, paths, options)?;
+    let sources = incremental::sources(&files, &mut state);
+    let stations = std::mem::take(&mut state.stations);
+    let generation = build(stations, symbols, summary, sources, options)?;
     report.stations = generation.catalog.stations.len();
     report.elapsed = started.elapsed();
     Ok((generation, report))
@@ -224,7 +240,7 @@ pub fn check(directory: &Path, threads: usize) -> Result<LoadReport, LoadError> 
 }
 
 /// Every snapshot file below `directory`, in byte order of the relative paths.
-fn discover(directory: &Path) -> Result<Vec<SnapshotFile>, LoadError> {
+pub(crate) fn discover(directory: &Path) -> Result<Vec<SnapshotFile>, LoadError> {
     if !directory.is_dir() {
         return Err(LoadError::MissingDirectory(directory.to_path_buf()));
     }
@@ -260,6 +276,8 @@ fn discover(directory: &Path) -> Result<Vec<SnapshotFile>, LoadError> {
             path,
             kind,
             gzip,
+            ordinal: 0,
+            start: Start::BEGINNING,
         })
         .collect())
 }
@@ -276,40 +294,67 @@ struct Block {
 
 /// What the workers build together while the files are read.
 #[derive(Default)]
-struct LoadState {
-    stations: DashMap<Box<str>, StationBuilder>,
-    symbols: SharedSymbols,
-    invalid: Mutex<Vec<InvalidLine>>,
-    pending: AtomicU64,
-    files: Vec<FileCounters>,
-    bytes: AtomicU64,
+pub(crate) struct LoadState {
+    pub(crate) stations: DashMap<Box<str>, StationBuilder>,
+    pub(crate) symbols: SharedSymbols,
+    pub(crate) invalid: Mutex<Vec<InvalidLine>>,
+    pub(crate) pending: AtomicU64,
+    pub(crate) files: Vec<FileCounters>,
+    /// What each file's read found out about the file, in file order.
+    pub(crate) reads: Vec<FileRead>,
+    pub(crate) bytes: AtomicU64,
 }
 
 #[derive(Default)]
-struct FileCounters {
-    units: AtomicU64,
-    metrics: AtomicU64,
-    invalid: AtomicU64,
-    unknown_fields: Mutex<BTreeSet<String>>,
+pub(crate) struct FileCounters {
+    pub(crate) units: AtomicU64,
+    pub(crate) metrics: AtomicU64,
+    pub(crate) invalid: AtomicU64,
+    /// 1 when its last line is pending.
+    pub(crate) pending: AtomicU64,
+    pub(crate) unknown_fields: Mutex<BTreeSet<String>>,
+    /// The stations its records went to.
+    pub(crate) stations: Mutex<BTreeSet<Box<str>>>,
+    /// The station of a record loaded from a last line without a line end, which a
+    /// reload drops and reads again once the file grows.
+    pub(crate) open_station: Mutex<Option<Box<str>>>,
 }
 
 /// One station's records as they arrive, before its B-tree maps are built.
 #[derive(Default)]
-struct StationBuilder {
-    arena: Vec<u8>,
-    units: Vec<(RecordKey, UnitEntry)>,
-    metrics: Vec<(RecordKey, MetricEntry)>,
+pub(crate) struct StationBuilder {
+    pub(crate) arena: Vec<u8>,
+    pub(crate) units: Vec<(RecordKey, UnitEntry)>,
+    pub(crate) metrics: Vec<(RecordKey, MetricEntry)>,
 }
 
-/// A symbol table the workers intern into concurrently.
+/// A symbol table the workers intern into concurrently; a reload's extends the
+/// previous generation's, whose symbols the shared stations' entries hold.
 #[derive(Default)]
-struct SharedSymbols {
+pub(crate) struct SharedSymbols {
+    previous: Option<Arc<Symbols>>,
     by_text: DashMap<Box<str>, Symbol>,
     next: AtomicU32,
 }
 
 impl SharedSymbols {
+    /// A table that numbers new strings after `previous`'s.
+    pub(crate) fn extending(previous: Arc<Symbols>) -> SharedSymbols {
+        SharedSymbols {
+            next: AtomicU32::new(previous.len() as u32),
+            previous: Some(previous),
+            by_text: DashMap::new(),
+        }
+    }
+
     fn intern(&self, text: &str) -> Symbol {
+        if let Some(symbol) = self
+            .previous
+            .as_ref()
+            .and_then(|previous| previous.lookup(text))
+        {
+            return symbol;
+        }
         if let Some(symbol) = self.by_text.get(text) {
             return *symbol;
         }
@@ -319,20 +364,25 @@ impl SharedSymbols {
             .or_insert_with(|| Symbol(self.next.fetch_add(1, Ordering::Relaxed)))
     }
 
-    fn into_symbols(self) -> Symbols {
+    /// The new strings, in symbol order.
+    fn into_new(self) -> Vec<Box<str>> {
         let mut entries: Vec<(Box<str>, Symbol)> = self.by_text.into_iter().collect();
         entries.sort_by_key(|(_, symbol)| *symbol);
-        let mut symbols = Symbols::default();
-        for (text, symbol) in entries {
-            let interned = symbols.intern(&text);
-            debug_assert_eq!(interned, symbol, "symbols are numbered densely");
+        entries.into_iter().map(|(text, _)| text).collect()
+    }
+
+    pub(crate) fn into_symbols(self) -> Symbols {
+        let previous = self.previous.clone();
+        let new = self.into_new();
+        match previous {
+            Some(previous) => previous.extended(new),
+            None => Symbols::default().extended(new),
         }
-        symbols
     }
 }
 
 impl LoadState {
-    fn report(&self, files: &[SnapshotFile]) -> LoadReport {
+    pub(crate) fn report(&self, files: &[SnapshotFile]) -> LoadReport {
         let mut report = LoadReport {
             bytes: self.bytes.load(Ordering::Relaxed),
             pending: self.pending.load(Ordering::Relaxed),
@@ -367,10 +417,18 @@ impl LoadState {
 
 /// Reads and parses every file; `keep` false only validates and counts.
 fn read_all(files: &[SnapshotFile], threads: usize, keep: bool) -> Result<LoadState, LoadError> {
-    let state = LoadState {
-        files: files.iter().map(|_| FileCounters::default()).collect(),
-        ..LoadState::default()
-    };
+    read_all_into(LoadState::default(), files, threads, keep)
+}
+
+/// Reads and parses every file from its start into `state`, whose symbols may
+/// extend a previous generation's.
+pub(crate) fn read_all_into(
+    mut state: LoadState,
+    files: &[SnapshotFile],
+    threads: usize,
+    keep: bool,
+) -> Result<LoadState, LoadError> {
+    state.files = files.iter().map(|_| FileCounters::default()).collect();
     let threads = threads.max(1);
     let (sender, receiver) = channel::bounded::<Block>(threads * 2);
     let read_result = crossbeam::scope(|scope| {
@@ -388,37 +446,82 @@ fn read_all(files: &[SnapshotFile], threads: usize, keep: bool) -> Result<LoadSt
         let result = files
             .iter()
             .enumerate()
-            .try_for_each(|(index, file)| read_file(index as u32, file, &sender, &state));
+            .map(|(index, file)| read_file(index as u32, file, &sender, &state))
+            .collect::<Result<Vec<FileRead>, LoadError>>();
         drop(sender);
         result
     })
     .expect("a snapshot worker panicked");
-    read_result?;
+    state.reads = read_result?;
     Ok(state)
 }
 
-/// Streams one file to the workers in blocks that end at line ends.
+/// Streams one file to the workers in blocks that end at line ends, from
+/// `file.start` to the size the file had when it was opened.
 fn read_file(
     index: u32,
     file: &SnapshotFile,
     sender: &channel::Sender<Block>,
     state: &LoadState,
-) -> Result<(), LoadError> {
+) -> Result<FileRead, LoadError> {
     let io_error = |source| LoadError::Io {
         path: file.display.clone(),
         source,
     };
-    let handle = File::open(&file.path).map_err(io_error)?;
-    let mut reader: Box<dyn Read> = if file.gzip {
-        Box::new(MultiGzDecoder::new(io::BufReader::new(handle)))
-    } else {
-        Box::new(handle)
-    };
-    if file.kind == FileKind::OpenHtf {
-        return read_whole(index, file, reader, sender, state);
+    let mut handle = File::open(&file.path).map_err(io_error)?;
+    let mut stamp = FileStamp::of(&handle.metadata().map_err(io_error)?);
+    let whole = file.gzip || file.kind == FileKind::OpenHtf;
+    if whole {
+        let reader: Box<dyn Read> = if file.gzip {
+            Box::new(MultiGzDecoder::new(io::BufReader::new(handle)))
+        } else {
+            Box::new(handle)
+        };
+        if file.kind == FileKind::OpenHtf {
+            read_whole(index, file, reader, sender, state)?;
+        } else {
+            read_lines(index, file, reader, Start::BEGINNING, sender, state)?;
+        }
+        return Ok(FileRead {
+            stamp,
+            resume: None,
+        });
     }
+    if file.start.offset > 0 {
+        io::Seek::seek(&mut handle, io::SeekFrom::Start(file.start.offset)).map_err(io_error)?;
+    }
+    // Up to the size seen at opening only: what a writer appends meanwhile is for
+    // the next reload, and the size recorded is then the size read.
+    let limit = stamp.length.saturating_sub(file.start.offset);
+    let reader = Box::new((&handle).take(limit));
+    let (read_to, resume) = read_lines(index, file, reader, file.start, sender, state)?;
+    stamp.length = read_to;
+    let resume = incremental::tail_digest(&handle, read_to)
+        .ok()
+        .map(|tail| Resume {
+            start: resume,
+            tail,
+        });
+    Ok(FileRead { stamp, resume })
+}
 
-    let mut next_line: u32 = 1;
+/// Streams the lines of `reader`, which starts at `start`, to the workers; returns
+/// the offset it read up to and where the last line without a line end starts (or
+/// the end, when the last line has one).
+fn read_lines(
+    index: u32,
+    file: &SnapshotFile,
+    mut reader: Box<dyn Read + '_>,
+    start: Start,
+    sender: &channel::Sender<Block>,
+    state: &LoadState,
+) -> Result<(u64, Start), LoadError> {
+    let io_error = |source| LoadError::Io {
+        path: file.display.clone(),
+        source,
+    };
+    let mut next_line: u32 = start.line;
+    let mut offset = start.offset;
     let mut pending: Vec<u8> = Vec::new();
     loop {
         let mut block = std::mem::take(&mut pending);
@@ -435,6 +538,7 @@ fn read_file(
                 let complete = memchr::memrchr(b'\n', &block).map_or(0, |end| end + 1);
                 block.truncate(complete);
                 let line = next_line + memchr::memchr_iter(b'\n', &block).count() as u32;
+                offset += block.len() as u64;
                 send(sender, state, index, &mut next_line, block, false);
                 state.files[index as usize]
                     .invalid
@@ -444,19 +548,36 @@ fn read_file(
                     line,
                     reason: format!("the gzip stream is damaged or truncated: {error}"),
                 });
-                return Ok(());
+                let resume = Start {
+                    offset,
+                    line: next_line,
+                };
+                return Ok((offset, resume));
             }
             Err(error) => return Err(io_error(error)),
         };
         if at_end {
             let open_end = block.last().is_some_and(|byte| *byte != b'\n');
+            let last_line = if open_end {
+                memchr::memrchr(b'\n', &block).map_or(0, |end| end + 1)
+            } else {
+                block.len()
+            };
+            let resume_offset = offset + last_line as u64;
+            offset += block.len() as u64;
             send(sender, state, index, &mut next_line, block, open_end);
-            return Ok(());
+            // The last line has no line end, so `next_line` counted up to it.
+            let resume = Start {
+                offset: resume_offset,
+                line: next_line,
+            };
+            return Ok((offset, resume));
         }
         // Keep the partial last line for the next block; a line longer than a block
         // simply makes a longer block.
         if let Some(end) = memchr::memrchr(b'\n', &block[scanned..]) {
             pending = block.split_off(scanned + end + 1);
+            offset += block.len() as u64;
             send(sender, state, index, &mut next_line, block, false);
         } else {
             pending = block;
@@ -469,7 +590,7 @@ fn read_file(
 fn read_whole(
     index: u32,
     file: &SnapshotFile,
-    mut reader: Box<dyn Read>,
+    mut reader: Box<dyn Read + '_>,
     sender: &channel::Sender<Block>,
     state: &LoadState,
 ) -> Result<(), LoadError> {
@@ -573,11 +694,15 @@ impl Worker {
             match result {
                 Ok(parsed) => {
                     records += 1;
-                    let key = load_order(block.file, line_number);
+                    if block.open_end && offset == last_offset {
+                        *counters.open_station.lock() = Some(parsed.station_id.as_ref().into());
+                    }
+                    let key = load_order(file.ordinal, line_number);
                     store(&mut self.batches, state, parsed, key, &self.rendered, keep);
                 }
                 Err(_) if block.open_end && offset == last_offset => {
                     state.pending.fetch_add(1, Ordering::Relaxed);
+                    counters.pending.fetch_add(1, Ordering::Relaxed);
                 }
                 Err(reason) => invalid.push(InvalidLine {
                     path: file.display.clone(),
@@ -603,7 +728,7 @@ impl Worker {
                 .lock()
                 .extend(self.unknown.drain(..));
         }
-        self.hand_over(state);
+        self.hand_over(state, counters, keep);
     }
 
     /// One OpenHTF file: its records in the order of docs/api.md section 2, each
@@ -649,14 +774,23 @@ impl Worker {
                 IndexedFields::Metric { .. } => &counters.metrics,
             };
             counter.fetch_add(1, Ordering::Relaxed);
-            let key = load_order(block.file, position as u32 + 1);
+            let key = load_order(file.ordinal, position as u32 + 1);
             store(&mut self.batches, state, parsed, key, &rendered, keep);
         }
-        self.hand_over(state);
+        self.hand_over(state, counters, keep);
     }
 
-    /// Appends this block's records to their stations' builders.
-    fn hand_over(&mut self, state: &LoadState) {
+    /// Appends this block's records to their stations' builders, and notes the
+    /// stations in the file's counters.
+    fn hand_over(&mut self, state: &LoadState, counters: &FileCounters, keep: bool) {
+        if keep && !self.batches.is_empty() {
+            let mut stations = counters.stations.lock();
+            for station in self.batches.keys() {
+                if !stations.contains(station.as_str()) {
+                    stations.insert(station.as_str().into());
+                }
+            }
+        }
         for (station, batch) in self.batches.drain() {
             state
                 .stations
@@ -739,7 +873,7 @@ fn store(
 }
 
 impl StationBuilder {
-    fn append(&mut self, batch: StationBuilder) {
+    pub(crate) fn append(&mut self, batch: StationBuilder) {
         // Byte ranges are relative to the batch until they land in the station's arena.
         let base = self.arena.len() as u32;
         self.arena.extend_from_slice(&batch.arena);
@@ -769,7 +903,7 @@ impl StationBuilder {
             }));
     }
 
-    fn record_count(&self) -> usize {
+    pub(crate) fn record_count(&self) -> usize {
         self.units.len() + self.metrics.len()
     }
 }
@@ -777,9 +911,9 @@ impl StationBuilder {
 /// Places stations on shards and builds each shard's index, shards in parallel.
 fn build(
     stations: DashMap<Box<str>, StationBuilder>,
-    symbols: Symbols,
+    symbols: Arc<Symbols>,
     summary: LoadSummary,
-    files: Vec<Box<str>>,
+    sources: Vec<SourceState>,
     options: &LoadOptions,
 ) -> Result<Generation, LoadError> {
     let mut stations: Vec<(Box<str>, StationBuilder)> = stations.into_iter().collect();
@@ -836,14 +970,19 @@ fn build(
             symbols,
             shard_count,
             summary,
-            files,
+            files: sources
+                .iter()
+                .map(|source| source.relative.clone())
+                .collect(),
+            file_ordinals: sources.iter().map(|source| source.ordinal).collect(),
+            sources,
         }),
         shards,
     })
 }
 
 impl StationBuilder {
-    fn finish(self) -> StationData {
+    pub(crate) fn finish(self) -> StationData {
         StationData::new(self.arena.into_boxed_slice(), self.units, self.metrics)
     }
 }
@@ -931,7 +1070,8 @@ mod tests {
         }
     }
 
-    /// Every record of a generation as (file index, line, response JSON), in load order.
+    /// Every record of a generation as (file index in path order, line, response
+    /// JSON), in load order.
     fn records(generation: &Generation) -> Vec<(u32, u32, Value)> {
         let catalog = generation.catalog();
         let mut found = Vec::new();
@@ -945,8 +1085,10 @@ mod tests {
                 .iter()
                 .map(|(key, entry)| (key, entry.bytes));
             for (key, bytes) in units.chain(metrics) {
+                let ordinal = (key.load_order >> 32) as u32;
+                let file = catalog.file_ordinals.binary_search(&ordinal).unwrap();
                 found.push((
-                    (key.load_order >> 32) as u32,
+                    file as u32,
                     key.load_order as u32,
                     serde_json::from_slice(station.json(bytes)).unwrap(),
                 ));

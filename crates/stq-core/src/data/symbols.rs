@@ -1,6 +1,15 @@
 //! Interned strings: unit types, serial numbers, metric names and the other fields
 //! summaries group by, compared as integers when a scan filters or groups, and
 //! turned back into text only for the rows a summary returns.
+//!
+//! A reload's table extends the previous generation's (the stations it shares hold
+//! that generation's symbols) without copying it: a table is a few layers of
+//! strings, each shared by every generation that has it, and a new layer is merged
+//! into the one below once it is a quarter of that one's size. So the layers stay
+//! few (their sizes shrink geometrically) and a reload copies strings in proportion
+//! to what it added, over time.
+
+use std::sync::Arc;
 
 use indexmap::IndexSet;
 
@@ -9,29 +18,89 @@ use indexmap::IndexSet;
 pub struct Symbol(pub u32);
 
 /// The strings of one generation that filters compare against and summaries group
-/// by, each held once.
-#[derive(Debug, Default)]
+/// by, each held once. Cheap to clone: the layers are shared.
+#[derive(Clone, Debug, Default)]
 pub struct Symbols {
-    texts: IndexSet<Box<str>>,
+    /// Oldest first; each numbers its strings from its `first`.
+    layers: Vec<Layer>,
 }
+
+#[derive(Clone, Debug, Default)]
+struct Layer {
+    first: u32,
+    texts: Arc<IndexSet<Box<str>>>,
+}
+
+/// A new layer is merged into the one below it once it is at least this fraction
+/// (one in `MERGE_RATIO`) of that one's size.
+const MERGE_RATIO: usize = 4;
 
 impl Symbols {
     pub fn intern(&mut self, text: &str) -> Symbol {
-        if let Some(index) = self.texts.get_index_of(text) {
-            return Symbol(index as u32);
+        if let Some(symbol) = self.lookup(text) {
+            return symbol;
         }
-        Symbol(self.texts.insert_full(text.into()).0 as u32)
+        let symbol = Symbol(self.len() as u32);
+        if self.layers.is_empty() {
+            self.layers.push(Layer::default());
+        }
+        let last = self.layers.last_mut().expect("there is a layer");
+        Arc::make_mut(&mut last.texts).insert(text.into());
+        symbol
     }
 
     pub fn lookup(&self, text: &str) -> Option<Symbol> {
-        self.texts
-            .get_index_of(text)
-            .map(|index| Symbol(index as u32))
+        self.layers.iter().find_map(|layer| {
+            layer
+                .texts
+                .get_index_of(text)
+                .map(|index| Symbol(layer.first + index as u32))
+        })
     }
 
     /// The text of a symbol of this table.
     pub fn text(&self, symbol: Symbol) -> &str {
-        &self.texts[symbol.0 as usize]
+        let layer = self
+            .layers
+            .iter()
+            .rev()
+            .find(|layer| layer.first <= symbol.0)
+            .expect("a symbol of this table");
+        &layer.texts[(symbol.0 - layer.first) as usize]
+    }
+
+    /// How many strings the table holds; the next new one gets this number.
+    pub fn len(&self) -> usize {
+        self.layers
+            .last()
+            .map_or(0, |layer| layer.first as usize + layer.texts.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// This table with `new` strings, none of which it holds, numbered after its own
+    /// in their order: a reload's table, under which the entries of stations it
+    /// shares with the generation before keep their meaning.
+    pub(crate) fn extended(&self, new: Vec<Box<str>>) -> Symbols {
+        let mut symbols = self.clone();
+        if new.is_empty() {
+            return symbols;
+        }
+        symbols.layers.push(Layer {
+            first: self.len() as u32,
+            texts: Arc::new(new.into_iter().collect()),
+        });
+        while let [.., below, top] = symbols.layers.as_slice() {
+            if top.texts.len() * MERGE_RATIO < below.texts.len() {
+                break;
+            }
+            let top = symbols.layers.pop().expect("two layers");
+            let below = symbols.layers.last_mut().expect("two layers");
+            Arc::make_mut(&mut below.texts).extend(top.texts.iter().cloned());
+        }
+        symbols
     }
 }
 
@@ -49,5 +118,29 @@ mod tests {
         assert_eq!(symbols.lookup("SN-1"), Some(serial));
         assert_eq!(symbols.lookup("other"), None);
         assert_eq!(symbols.text(serial), "SN-1");
+    }
+
+    #[test]
+    fn an_extended_table_keeps_the_old_symbols_and_shares_their_layer() {
+        let texts = |range: std::ops::Range<usize>| -> Vec<Box<str>> {
+            range.map(|number| format!("SN-{number}").into()).collect()
+        };
+        let base = Symbols::default().extended(texts(0..1000));
+        let mut table = base.clone();
+        for round in 0..30 {
+            let first = 1000 + round * 3;
+            let next = table.extended(texts(first..first + 3));
+            for number in 0..first + 3 {
+                let symbol = next.lookup(&format!("SN-{number}")).unwrap();
+                assert_eq!(symbol, Symbol(number as u32));
+                assert_eq!(next.text(symbol), format!("SN-{number}"));
+            }
+            assert_eq!(next.len(), first + 3);
+            assert!(next.layers.len() <= 4, "{} layers", next.layers.len());
+            table = next;
+        }
+        // Small additions never copied the first 1000 strings.
+        assert!(Arc::ptr_eq(&base.layers[0].texts, &table.layers[0].texts));
+        assert_eq!(table.extended(Vec::new()).len(), table.len());
     }
 }

@@ -1,0 +1,609 @@
+//! Incremental reload (docs/api.md section 8): the next generation built from the
+//! previous one and only what changed in the snapshot directory since it was read.
+//!
+//! What a load remembers of each file ([`SourceState`], kept in the catalog): its
+//! size, modification time, inode and device as read; for an uncompressed JSON
+//! Lines file, where its last line without a line end starts (or its end) and a
+//! digest of the last 4 KiB read; what it holds (records by kind, skipped and
+//! pending lines) and the stations its records went to. A reload then sorts every
+//! file into one of four cases:
+//! - unchanged (same size, time, inode): not opened;
+//! - grown in place (same inode, larger, the last 4 KiB as read unchanged): read
+//!   from the start of its last line without a line end, whose record (if it
+//!   parsed) is dropped first, since the writer may have been half-way through it;
+//! - anything else that changed, or is gone: its records are dropped, and it is
+//!   read whole if it is still there; gzip and OpenHTF files are always read whole;
+//! - new: read whole.
+//!
+//! Load order without renumbering: a line's load order is (file ordinal, line),
+//! where ordinals ascend with the paths but are spread over the `u32` range with
+//! gaps (the first load puts `n` files in the lower half, evenly). A new file takes
+//! an ordinal in the gap between its neighbours, so the keys of every other file's
+//! records, and with them every station the change does not touch, stay as they
+//! are. When a gap is used up, the reload falls back to a full load, which spreads
+//! the ordinals again. The catalog maps ordinals back to paths for cursors.
+//!
+//! Sharing: a station none of whose records change is the previous generation's
+//! `Arc<StationData>`; a touched one is rebuilt from its surviving records and its
+//! new ones (work and memory proportional to that station). A station keeps its
+//! shard; a new one goes to the shard with the fewest records. A shard's shard-wide
+//! tree is shared when none of its stations changed, came, went or moved in rank
+//! (ranks move when a station sorting before them comes or goes); otherwise it is
+//! built again from the shard's stations. Symbols extend the previous table, so
+//! shared entries keep their meaning (a symbol no record uses any longer is
+//! harmless: a filter on it matches nothing, as an unknown value would).
+//!
+//! The invariant, checked by the property test below: what a reload builds serves
+//! exactly what a fresh load of the same files would.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::fs::{File, Metadata};
+use std::hash::Hasher as _;
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::data::catalog::{Catalog, Generation, LoadSummary, Placement};
+use crate::data::shard::ShardData;
+use crate::data::snapshot::{
+    self, FileKind, LoadError, LoadOptions, LoadReport, LoadState, OnInvalid, SharedSymbols,
+    SnapshotFile, Start, StationBuilder,
+};
+use crate::data::station::{ByteRange, StationData};
+use crate::domain::record::Kind;
+
+/// How many bytes before the end of what was read must be unchanged for a larger
+/// file to count as grown in place.
+const TAIL_BYTES: u64 = 4096;
+
+/// The ordinals a first load spreads its files over: the lower half of the range,
+/// leaving the upper half for files added after the last one.
+const FRESH_ORDINALS: u64 = 1 << 31;
+
+/// The most a file added after the last one moves the ordinal on, so that files
+/// added one by one at the end (a new file per day) do not halve the gap each time.
+const END_STEP: u64 = 1 << 16;
+
+/// A file as its metadata says: what tells an unchanged file from a changed one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FileStamp {
+    pub(crate) length: u64,
+    modified: (i64, i64),
+    inode: u64,
+    device: u64,
+}
+
+impl FileStamp {
+    pub(crate) fn of(metadata: &Metadata) -> FileStamp {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt as _;
+            FileStamp {
+                length: metadata.len(),
+                modified: (metadata.mtime(), metadata.mtime_nsec()),
+                inode: metadata.ino(),
+                device: metadata.dev(),
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let modified = metadata
+                .modified()
+                .ok()
+                .and_then(|time| time.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or((0, 0), |since| {
+                    (since.as_secs() as i64, i64::from(since.subsec_nanos()))
+                });
+            FileStamp {
+                length: metadata.len(),
+                modified,
+                inode: 0,
+                device: 0,
+            }
+        }
+    }
+
+    fn same_file(&self, other: &FileStamp) -> bool {
+        (self.inode, self.device) == (other.inode, other.device)
+    }
+}
+
+/// What reading a file found out about the file itself.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FileRead {
+    /// Its length is the offset read up to.
+    pub(crate) stamp: FileStamp,
+    /// Where a reload resumes once the file grew; `None`: read it whole again.
+    pub(crate) resume: Option<Resume>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Resume {
+    /// The start of the last line without a line end, or the end of the file.
+    pub(crate) start: Start,
+    /// A digest of the last [`TAIL_BYTES`] read.
+    pub(crate) tail: u64,
+}
+
+/// A digest of the [`TAIL_BYTES`] of `file` before `end`.
+pub(crate) fn tail_digest(file: &File, end: u64) -> io::Result<u64> {
+    let length = end.min(TAIL_BYTES);
+    let mut bytes = vec![0; length as usize];
+    read_exact_at(file, &mut bytes, end - length)?;
+    let mut hasher = std::hash::DefaultHasher::new();
+    hasher.write(&bytes);
+    Ok(hasher.finish())
+}
+
+#[cfg(unix)]
+fn read_exact_at(file: &File, bytes: &mut [u8], offset: u64) -> io::Result<()> {
+    std::os::unix::fs::FileExt::read_exact_at(file, bytes, offset)
+}
+
+#[cfg(not(unix))]
+fn read_exact_at(mut file: &File, bytes: &mut [u8], offset: u64) -> io::Result<()> {
+    use std::io::{Read as _, Seek as _};
+    file.seek(io::SeekFrom::Start(offset))?;
+    file.read_exact(bytes)
+}
+
+/// What a generation knows of one snapshot file: enough for the next reload to
+/// skip it, resume it or drop its records.
+#[derive(Clone, Debug)]
+pub(crate) struct SourceState {
+    pub(crate) relative: Box<str>,
+    pub(crate) ordinal: u32,
+    kind: FileKind,
+    stamp: FileStamp,
+    resume: Option<Resume>,
+    units: u64,
+    metrics: u64,
+    invalid: u64,
+    pending: u64,
+    /// Every station its records went to.
+    stations: Box<[Box<str>]>,
+    /// The station of the record its last line without a line end made, if any.
+    open_station: Option<Box<str>>,
+}
+
+/// Spreads a first load's files evenly over the lower half of the ordinals.
+pub(crate) fn spread_ordinals(files: &mut [SnapshotFile]) {
+    let gap = (FRESH_ORDINALS / (files.len() as u64 + 1)).max(1);
+    for (index, file) in files.iter_mut().enumerate() {
+        file.ordinal = ((index as u64 + 1) * gap).min(u64::from(u32::MAX)) as u32;
+    }
+}
+
+/// The state of every file `state` read whole from its start.
+pub(crate) fn sources(files: &[SnapshotFile], state: &mut LoadState) -> Vec<SourceState> {
+    (0..files.len())
+        .map(|index| source_of_read(files, state, index))
+        .collect()
+}
+
+/// The state of file `index` of a read, as this read alone found it.
+fn source_of_read(files: &[SnapshotFile], state: &LoadState, index: usize) -> SourceState {
+    let file = &files[index];
+    let counters = &state.files[index];
+    let read = state.reads[index];
+    SourceState {
+        relative: file.relative.clone().into_boxed_str(),
+        ordinal: file.ordinal,
+        kind: file.kind,
+        stamp: read.stamp,
+        resume: read.resume,
+        units: counters.units.load(Ordering::Relaxed),
+        metrics: counters.metrics.load(Ordering::Relaxed),
+        invalid: counters.invalid.load(Ordering::Relaxed),
+        pending: counters.pending.load(Ordering::Relaxed),
+        stations: std::mem::take(&mut *counters.stations.lock())
+            .into_iter()
+            .collect(),
+        open_station: counters.open_station.lock().take(),
+    }
+}
+
+/// What a reload does with a file of the directory.
+enum Plan {
+    /// Carried over as it is: the index of its state in the previous catalog.
+    Keep(usize),
+    /// Read from where the previous read's whole lines end (grown in place), or
+    /// whole: the index of its read job, and of its previous state if any.
+    Read {
+        job: usize,
+        previous: Option<usize>,
+        resumed: bool,
+    },
+}
+
+/// Builds the generation after `previous` (whose shards are `shards`) from what
+/// changed in the directory since `previous` was read, as `options` say; what it
+/// serves is what [`snapshot::load`] of the same files would serve. The report
+/// counts what this reload read, and the totals of the data it holds.
+pub fn reload(
+    previous: &Catalog,
+    shards: &[Arc<ShardData>],
+    options: &LoadOptions,
+) -> Result<(Generation, LoadReport), LoadError> {
+    let started = Instant::now();
+    if shards.len() != options.shards.max(1) || previous.sources.len() != previous.files.len() {
+        return snapshot::load(options);
+    }
+    let found = snapshot::discover(&options.directory)?;
+    let previous_by_path: HashMap<&str, usize> = previous
+        .sources
+        .iter()
+        .enumerate()
+        .map(|(index, source)| (&*source.relative, index))
+        .collect();
+
+    // Which files to read, and from where.
+    let mut plans = Vec::with_capacity(found.len());
+    let mut jobs: Vec<SnapshotFile> = Vec::new();
+    for file in found {
+        let io_error = |source| LoadError::Io {
+            path: file.display.clone(),
+            source,
+        };
+        let known = previous_by_path.get(file.relative.as_str()).copied();
+        let Some(index) = known else {
+            plans.push(Plan::Read {
+                job: jobs.len(),
+                previous: None,
+                resumed: false,
+            });
+            jobs.push(file);
+            continue;
+        };
+        let source = &previous.sources[index];
+        let stamp = FileStamp::of(&std::fs::metadata(&file.path).map_err(io_error)?);
+        if stamp == source.stamp {
+            plans.push(Plan::Keep(index));
+            continue;
+        }
+        let resume = source
+            .resume
+            .filter(|_| stamp.same_file(&source.stamp) && stamp.length > source.stamp.length)
+            .filter(|resume| {
+                File::open(&file.path)
+                    .and_then(|handle| tail_digest(&handle, source.stamp.length))
+                    .is_ok_and(|tail| tail == resume.tail)
+            });
+        let mut job = file;
+        job.ordinal = source.ordinal;
+        if let Some(resume) = resume {
+            job.start = resume.start;
+        }
+        plans.push(Plan::Read {
+            job: jobs.len(),
+            previous: Some(index),
+            resumed: resume.is_some(),
+        });
+        jobs.push(job);
+    }
+    if !assign_ordinals(&plans, &mut jobs, previous) {
+        // No room between two files' ordinals: a full load spreads them again.
+        return snapshot::load(options);
+    }
+
+    let state = LoadState {
+        symbols: SharedSymbols::extending(Arc::clone(&previous.symbols)),
+        ..LoadState::default()
+    };
+    let mut state = snapshot::read_all_into(state, &jobs, options.threads, true)?;
+    let mut report = state.report(&jobs);
+    if !report.invalid.is_empty() && options.on_invalid == OnInvalid::Fail {
+        report.elapsed = started.elapsed();
+        return Err(LoadError::Invalid {
+            report: Box::new(report),
+        });
+    }
+
+    // Every file's state, and which records of the previous generation go.
+    let kept: HashSet<usize> = plans
+        .iter()
+        .filter_map(|plan| match plan {
+            Plan::Keep(index) => Some(*index),
+            Plan::Read {
+                previous, resumed, ..
+            } => previous.filter(|_| *resumed),
+        })
+        .collect();
+    // By ordinal: the first line whose record goes (0 for all of them).
+    let mut dropped_from: HashMap<u32, u32> = HashMap::new();
+    let mut touched: HashSet<Box<str>> = HashSet::new();
+    for (index, source) in previous.sources.iter().enumerate() {
+        if !kept.contains(&index) {
+            dropped_from.insert(source.ordinal, 0);
+            touched.extend(source.stations.iter().cloned());
+        }
+    }
+    let mut sources = Vec::with_capacity(plans.len());
+    for plan in &plans {
+        let source = match *plan {
+            Plan::Keep(index) => previous.sources[index].clone(),
+            Plan::Read {
+                job,
+                previous: known,
+                resumed,
+            } => {
+                let read = source_of_read(&jobs, &state, job);
+                match known.filter(|_| resumed) {
+                    Some(index) => {
+                        let before = &previous.sources[index];
+                        if let Some(station) = &before.open_station {
+                            dropped_from.insert(before.ordinal, jobs[job].start.line);
+                            touched.insert(station.clone());
+                        }
+                        grown(before, read)
+                    }
+                    None => read,
+                }
+            }
+        };
+        sources.push(source);
+    }
+    touched.extend(state.stations.iter().map(|entry| entry.key().clone()));
+
+    let symbols = Arc::new(std::mem::take(&mut state.symbols).into_symbols());
+    let mut new_records: HashMap<Box<str>, StationBuilder> =
+        std::mem::take(&mut state.stations).into_iter().collect();
+    let is_dropped = |load_order: u64| {
+        dropped_from
+            .get(&((load_order >> 32) as u32))
+            .is_some_and(|&from| (load_order as u32) >= from)
+    };
+
+    // The stations: shared, rebuilt, gone or new.
+    let shard_count = shards.len();
+    let mut changed_shards = vec![false; shard_count];
+    let mut shard_stations: Vec<Vec<(Box<str>, Arc<StationData>)>> = vec![Vec::new(); shard_count];
+    let mut previous_ranks: Vec<Vec<usize>> = shards
+        .iter()
+        .map(|data| vec![0; data.stations.len()])
+        .collect();
+    for (rank, placement) in previous.placements.iter().enumerate() {
+        previous_ranks[placement.shard as usize][placement.station_index as usize] = rank;
+    }
+    for (shard, data) in shards.iter().enumerate() {
+        for (station_index, station) in data.stations.iter().enumerate() {
+            let name = &previous.stations[previous_ranks[shard][station_index]];
+            if !touched.contains(name) {
+                shard_stations[shard].push((name.clone(), Arc::clone(station)));
+                continue;
+            }
+            changed_shards[shard] = true;
+            let mut builder = surviving(station, &is_dropped);
+            if let Some(batch) = new_records.remove(name) {
+                builder.append(batch);
+            }
+            if builder.record_count() > 0 {
+                shard_stations[shard].push((name.clone(), Arc::new(finish(name, builder)?)));
+            }
+        }
+    }
+    let mut arrivals: Vec<(Box<str>, StationBuilder)> = new_records.into_iter().collect();
+    arrivals.sort_by(|left, right| left.0.as_bytes().cmp(right.0.as_bytes()));
+    let mut shard_load: Vec<usize> = shard_stations
+        .iter()
+        .map(|stations| stations.iter().map(|(_, data)| data.record_count()).sum())
+        .collect();
+    for (name, builder) in arrivals {
+        let shard = (0..shard_count)
+            .min_by_key(|&shard| (shard_load[shard], shard))
+            .expect("there is at least one shard");
+        shard_load[shard] += builder.record_count();
+        changed_shards[shard] = true;
+        let data = finish(&name, builder)?;
+        shard_stations[shard].push((name, Arc::new(data)));
+    }
+
+    // The catalog: names in byte order, each one's place.
+    let mut names: Vec<(Box<str>, Placement)> = shard_stations
+        .iter()
+        .enumerate()
+        .flat_map(|(shard, stations)| {
+            stations
+                .iter()
+                .enumerate()
+                .map(move |(station_index, (name, _))| {
+                    let placement = Placement {
+                        shard: shard as u32,
+                        station_index: station_index as u32,
+                    };
+                    (name.clone(), placement)
+                })
+        })
+        .collect();
+    names.sort_by(|left, right| left.0.as_bytes().cmp(right.0.as_bytes()));
+    let mut ranks_per_shard: Vec<Vec<u32>> = shard_stations
+        .iter()
+        .map(|stations| vec![0; stations.len()])
+        .collect();
+    for (rank, (name, placement)) in names.iter().enumerate() {
+        ranks_per_shard[placement.shard as usize][placement.station_index as usize] = rank as u32;
+        let moved = previous
+            .rank(name)
+            .is_none_or(|before| before != rank as u32);
+        if moved {
+            changed_shards[placement.shard as usize] = true;
+        }
+    }
+    let generation = options.generation;
+    let new_shards: Vec<ShardData> = crossbeam::scope(|scope| {
+        let handles: Vec<_> = shard_stations
+            .into_iter()
+            .zip(&ranks_per_shard)
+            .enumerate()
+            .map(|(shard, (stations, ranks))| {
+                let previous_shard = &shards[shard];
+                let changed = changed_shards[shard];
+                scope.spawn(move |_| {
+                    if changed {
+                        let stations = stations.into_iter().map(|(_, data)| data).collect();
+                        ShardData::of_shared(generation, stations, ranks)
+                    } else {
+                        ShardData::shared(generation, previous_shard)
+                    }
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|handle| handle.join().expect("an index builder panicked"))
+            .collect()
+    })
+    .expect("an index builder panicked");
+
+    let summary = LoadSummary {
+        loaded_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        units: sources.iter().map(|source| source.units).sum(),
+        metrics: sources.iter().map(|source| source.metrics).sum(),
+        skipped_lines: sources.iter().map(|source| source.invalid).sum(),
+        pending_lines: sources.iter().map(|source| source.pending).sum(),
+    };
+    report.units = summary.units;
+    report.metrics = summary.metrics;
+    report.pending = summary.pending_lines;
+    report.stations = names.len();
+    let (names, placements) = names.into_iter().unzip();
+    let catalog = Catalog {
+        generation,
+        stations: names,
+        placements,
+        symbols,
+        shard_count,
+        summary,
+        files: sources
+            .iter()
+            .map(|source| source.relative.clone())
+            .collect(),
+        file_ordinals: sources.iter().map(|source| source.ordinal).collect(),
+        sources,
+    };
+    report.elapsed = started.elapsed();
+    Ok((
+        Generation {
+            catalog: Arc::new(catalog),
+            shards: new_shards,
+        },
+        report,
+    ))
+}
+
+/// A grown file's state: `before`'s, with what was read from its last whole line on.
+fn grown(before: &SourceState, read: SourceState) -> SourceState {
+    let open = u64::from(before.open_station.is_some());
+    let (units, metrics) = match before.kind {
+        FileKind::Lines(Kind::Units) => (before.units - open, before.metrics),
+        FileKind::Lines(Kind::Metrics) => (before.units, before.metrics - open),
+        FileKind::OpenHtf => (before.units, before.metrics),
+    };
+    let stations: BTreeSet<Box<str>> = before
+        .stations
+        .iter()
+        .chain(read.stations.iter())
+        .cloned()
+        .collect();
+    SourceState {
+        units: units + read.units,
+        metrics: metrics + read.metrics,
+        invalid: before.invalid + read.invalid,
+        stations: stations.into_iter().collect(),
+        ..read
+    }
+}
+
+/// A builder holding the records of `station` that `is_dropped` keeps, their bytes
+/// copied into a new arena so that the dropped ones' bytes go with the old one.
+fn surviving(station: &StationData, is_dropped: &impl Fn(u64) -> bool) -> StationBuilder {
+    let mut builder = StationBuilder::default();
+    let mut copy = |bytes: ByteRange| {
+        let start = builder.arena.len() as u32;
+        builder.arena.extend_from_slice(station.json(bytes));
+        ByteRange {
+            start,
+            length: bytes.length,
+        }
+    };
+    let mut units = Vec::new();
+    for (key, entry) in &station.units {
+        if !is_dropped(key.load_order) {
+            let mut entry = *entry;
+            entry.bytes = copy(entry.bytes);
+            units.push((*key, entry));
+        }
+    }
+    let mut metrics = Vec::new();
+    for (key, entry) in &station.metrics {
+        if !is_dropped(key.load_order) {
+            let mut entry = *entry;
+            entry.bytes = copy(entry.bytes);
+            metrics.push((*key, entry));
+        }
+    }
+    builder.units = units;
+    builder.metrics = metrics;
+    builder
+}
+
+fn finish(name: &str, builder: StationBuilder) -> Result<StationData, LoadError> {
+    if u32::try_from(builder.arena.len()).is_err() {
+        return Err(LoadError::StationTooLarge {
+            station: name.to_string(),
+        });
+    }
+    Ok(builder.finish())
+}
+
+/// Gives every new file an ordinal between its neighbours'; false when some gap
+/// has no room left.
+fn assign_ordinals(plans: &[Plan], jobs: &mut [SnapshotFile], previous: &Catalog) -> bool {
+    let mut lower: u64 = 0;
+    let mut run: Vec<usize> = Vec::new();
+    for plan in plans {
+        let ordinal = match *plan {
+            Plan::Keep(index) => previous.sources[index].ordinal,
+            Plan::Read {
+                job,
+                previous: Some(_),
+                ..
+            } => jobs[job].ordinal,
+            Plan::Read {
+                job,
+                previous: None,
+                ..
+            } => {
+                run.push(job);
+                continue;
+            }
+        };
+        let upper = u64::from(ordinal);
+        if !spread(&run, jobs, lower, upper, u64::MAX) {
+            return false;
+        }
+        run.clear();
+        lower = upper;
+    }
+    spread(&run, jobs, lower, u64::from(u32::MAX), END_STEP)
+}
+
+/// Spreads the files of `run` strictly between `lower` and `upper`, at most
+/// `most` apart.
+fn spread(run: &[usize], jobs: &mut [SnapshotFile], lower: u64, upper: u64, most: u64) -> bool {
+    if run.is_empty() {
+        return true;
+    }
+    let step = ((upper - lower) / (run.len() as u64 + 1)).min(most);
+    if step == 0 {
+        return false;
+    }
+    for (position, &job) in run.iter().enumerate() {
+        jobs[job].ordinal = (lower + step * (position as u64 + 1)) as u32;
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,525 @@
+//! The invariant of an incremental reload: after any sequence of changes, each
+//! followed by a reload from the generation before, what is served equals what a
+//! fresh load of the same files serves.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+use proptest::prelude::*;
+use serde_json::Value;
+
+use super::*;
+use crate::data::cursor::RecordIdentity;
+use crate::data::key::{Position, RecordKey};
+
+/// A fresh directory under the system's temporary directory, removed when dropped.
+struct TempDirectory(PathBuf);
+
+impl TempDirectory {
+    fn new(name: &str) -> TempDirectory {
+        let path = std::env::temp_dir().join(format!(
+            "stq-incremental-{name}-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).unwrap();
+        TempDirectory(path)
+    }
+
+    fn path(&self, relative: &str) -> PathBuf {
+        self.0.join(relative)
+    }
+}
+
+impl Drop for TempDirectory {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn options(directory: &TempDirectory, on_invalid: OnInvalid, generation: u64) -> LoadOptions {
+    LoadOptions {
+        directory: directory.0.clone(),
+        shards: 2,
+        on_invalid,
+        generation,
+        threads: 2,
+    }
+}
+
+/// What a generation serves: every record by identity and JSON in the contract's
+/// order, per kind, and the counts `/readyz` reports.
+#[derive(Debug, PartialEq)]
+struct Served {
+    units: Vec<(RecordIdentity, String)>,
+    metrics: Vec<(RecordIdentity, String)>,
+    counts: (u64, u64, usize, u64, u64),
+}
+
+/// What `generation` serves; also checks what must hold within it: cursors'
+/// positions, the shard-wide trees, the symbols of the entries.
+fn served(generation: &Generation) -> Served {
+    let catalog = generation.catalog();
+    let text = |record: &Value, field: &str| record[field].as_str().unwrap_or("").to_owned();
+    let mut units = Vec::new();
+    let mut metrics = Vec::new();
+    for (rank, placement) in catalog.placements.iter().enumerate() {
+        let station =
+            &generation.shards[placement.shard as usize].stations[placement.station_index as usize];
+        let position = |key: &RecordKey| Position {
+            instant: key.instant,
+            station_rank: rank as u32,
+            load_order: key.load_order,
+        };
+        let record = |bytes: ByteRange| {
+            let json = String::from_utf8(station.json(bytes).to_vec()).unwrap();
+            let value: Value = serde_json::from_str(&json).unwrap();
+            assert_eq!(value["station_id"], *catalog.stations[rank]);
+            (json, value)
+        };
+        let symbol = |text: String| catalog.symbols.lookup(&text).unwrap();
+        for (key, entry) in &station.units {
+            let (json, value) = record(entry.bytes);
+            for (field, symbol) in [
+                ("unit_serial", entry.unit_serial),
+                ("unit_type", entry.unit_type),
+                ("slot", entry.slot),
+                ("mode", entry.mode),
+                ("result", entry.result),
+            ] {
+                assert_eq!(catalog.symbols.text(symbol), text(&value, field));
+            }
+            units.push((position(key), json));
+        }
+        for (key, entry) in &station.metrics {
+            let (json, value) = record(entry.bytes);
+            assert_eq!(entry.name, symbol(text(&value, "name")));
+            assert_eq!(catalog.symbols.text(entry.unit), text(&value, "unit"));
+            metrics.push((position(key), json));
+        }
+    }
+    let mut from_shards: Vec<(Position, String)> = generation
+        .shards
+        .iter()
+        .flat_map(|shard| {
+            shard.units.iter().map(|(position, unit)| {
+                let station = &shard.stations[unit.station_index as usize];
+                let json = String::from_utf8(station.json(unit.entry.bytes).to_vec()).unwrap();
+                (*position, json)
+            })
+        })
+        .collect();
+    from_shards.sort_by_key(|(position, _)| *position);
+    units.sort_by_key(|(position, _)| *position);
+    metrics.sort_by_key(|(position, _)| *position);
+    assert_eq!(from_shards, units, "the shard-wide trees hold every unit");
+    let identified = |records: Vec<(Position, String)>| -> Vec<(RecordIdentity, String)> {
+        records
+            .into_iter()
+            .map(|(position, json)| {
+                let identity = catalog.identity_of(position);
+                assert_eq!(catalog.position_after(&identity), position);
+                (identity, json)
+            })
+            .collect()
+    };
+    let summary = catalog.summary();
+    Served {
+        units: identified(units),
+        metrics: identified(metrics),
+        counts: (
+            summary.units,
+            summary.metrics,
+            catalog.stations.len(),
+            summary.skipped_lines,
+            summary.pending_lines,
+        ),
+    }
+}
+
+/// The files the changes pick from: JSON Lines of both kinds sorting before,
+/// between and after each other, in a subdirectory too, and a gzip file.
+const FILES: [&str; 7] = [
+    "a.units.jsonl",
+    "c/m.metrics.jsonl",
+    "g.units.jsonl",
+    "k.metrics.jsonl",
+    "p.units.jsonl.gz",
+    "s.units.jsonl",
+    "z.metrics.jsonl",
+];
+
+/// A record line for `file`: few stations, instants and serials, so that ties
+/// between stations and files are common.
+fn line(file: &str, station: u8, second: u8, serial: u8) -> String {
+    let time = format!("2024-01-01T00:00:0{}Z", second % 4);
+    if file.contains(".units.") {
+        format!(
+            r#"{{"station_id":"ST-{station}","time_created":"{time}","direction":"input","unit_serial":"SN-{serial}","unit_type":"T{}","slot":"S{second}","result":"pass"}}"#,
+            serial % 2
+        )
+    } else {
+        format!(
+            r#"{{"station_id":"ST-{station}","time_created":"{time}","name":"m{serial}","value":{second}.50,"unit":"V{station}"}}"#
+        )
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Change {
+    /// Complete lines appended (a gzip file gets them as one more member).
+    Append {
+        file: usize,
+        lines: Vec<(u8, u8, u8)>,
+    },
+    /// The first `cut` bytes of a line, without a line end.
+    AppendPart {
+        file: usize,
+        record: (u8, u8, u8),
+        cut: usize,
+    },
+    /// The rest of every line cut short, with its line end.
+    Finish,
+    /// A line that is not a record.
+    AppendInvalid {
+        file: usize,
+    },
+    /// New content renamed over the file.
+    Replace {
+        file: usize,
+        lines: Vec<(u8, u8, u8)>,
+    },
+    /// Cut to a fraction (in 1/8ths) of its length.
+    Truncate {
+        file: usize,
+        eighths: u64,
+    },
+    Delete {
+        file: usize,
+    },
+}
+
+fn record() -> impl Strategy<Value = (u8, u8, u8)> {
+    (0u8..4, 0u8..4, 0u8..3)
+}
+
+fn change() -> impl Strategy<Value = Change> {
+    let file = 0..FILES.len();
+    prop_oneof![
+        4 => (file.clone(), prop::collection::vec(record(), 1..4))
+            .prop_map(|(file, lines)| Change::Append { file, lines }),
+        2 => (file.clone(), record(), 0usize..200)
+            .prop_map(|(file, record, cut)| Change::AppendPart { file, record, cut }),
+        2 => Just(Change::Finish),
+        1 => file.clone().prop_map(|file| Change::AppendInvalid { file }),
+        1 => (file.clone(), prop::collection::vec(record(), 0..4))
+            .prop_map(|(file, lines)| Change::Replace { file, lines }),
+        1 => (file.clone(), 0u64..8).prop_map(|(file, eighths)| Change::Truncate { file, eighths }),
+        1 => file.prop_map(|file| Change::Delete { file }),
+    ]
+}
+
+/// Applies changes to a directory, remembering the lines cut short.
+struct Writer {
+    directory: TempDirectory,
+    /// Per file, the rest of the line cut short there.
+    rests: HashMap<usize, String>,
+    /// Each write moves the modification time on by a second, so that a change is
+    /// never hidden by the file system's clock granularity.
+    clock: SystemTime,
+}
+
+impl Writer {
+    fn append(&mut self, file: usize, text: &str) {
+        let path = self.directory.path(FILES[file]);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let mut handle = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .unwrap();
+        if FILES[file].ends_with(".gz") {
+            let mut encoder =
+                flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            encoder.write_all(text.as_bytes()).unwrap();
+            handle.write_all(&encoder.finish().unwrap()).unwrap();
+        } else {
+            handle.write_all(text.as_bytes()).unwrap();
+        }
+        self.touch(&handle);
+    }
+
+    fn touch(&mut self, handle: &File) {
+        self.clock += Duration::from_secs(1);
+        handle.set_modified(self.clock).unwrap();
+    }
+
+    fn apply(&mut self, change: &Change) {
+        let lines = |file: usize, records: &[(u8, u8, u8)]| -> String {
+            records
+                .iter()
+                .map(|&(station, second, serial)| line(FILES[file], station, second, serial) + "\n")
+                .collect()
+        };
+        match change {
+            Change::Append {
+                file,
+                lines: records,
+            } => {
+                let text = lines(*file, records);
+                self.append(*file, &text);
+            }
+            Change::AppendPart { file, record, cut } => {
+                let whole = line(FILES[*file], record.0, record.1, record.2);
+                let cut = (*cut).min(whole.len());
+                self.append(*file, &whole[..cut]);
+                let rest = self.rests.entry(*file).or_default();
+                rest.insert_str(0, &whole[cut..]);
+            }
+            Change::Finish => {
+                let rests: Vec<(usize, String)> = self.rests.drain().collect();
+                for (file, rest) in rests {
+                    self.append(file, &(rest + "\n"));
+                }
+            }
+            Change::AppendInvalid { file } => self.append(*file, "{\"station_id\": 7}\n"),
+            Change::Replace {
+                file,
+                lines: records,
+            } => {
+                let text = lines(*file, records);
+                let staging = self.directory.path("staging.tmp");
+                let bytes = if FILES[*file].ends_with(".gz") {
+                    let mut encoder =
+                        flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+                    encoder.write_all(text.as_bytes()).unwrap();
+                    encoder.finish().unwrap()
+                } else {
+                    text.into_bytes()
+                };
+                std::fs::write(&staging, bytes).unwrap();
+                let handle = File::options().write(true).open(&staging).unwrap();
+                self.touch(&handle);
+                let path = self.directory.path(FILES[*file]);
+                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                std::fs::rename(&staging, &path).unwrap();
+                self.rests.remove(file);
+            }
+            Change::Truncate { file, eighths } => {
+                let path = self.directory.path(FILES[*file]);
+                if let Ok(handle) = File::options().write(true).open(&path) {
+                    let length = handle.metadata().unwrap().len();
+                    handle.set_len(length * eighths / 8).unwrap();
+                    self.touch(&handle);
+                }
+                self.rests.remove(file);
+            }
+            Change::Delete { file } => {
+                let _ = std::fs::remove_file(self.directory.path(FILES[*file]));
+                self.rests.remove(file);
+            }
+        }
+    }
+}
+
+/// A generation's parts as the engine holds them between reloads.
+fn parts(generation: Generation) -> (Arc<Catalog>, Vec<Arc<ShardData>>) {
+    let (catalog, shards) = generation.into_parts();
+    (catalog, shards.into_iter().map(Arc::new).collect())
+}
+
+fn run_changes(name: &str, changes: &[Change]) -> Result<(), TestCaseError> {
+    let mut writer = Writer {
+        directory: TempDirectory::new(name),
+        rests: HashMap::new(),
+        clock: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+    };
+    let (generation, _) = snapshot::load(&options(&writer.directory, OnInvalid::Skip, 1)).unwrap();
+    let (mut catalog, mut shards) = parts(generation);
+    for (step, change) in changes.iter().enumerate() {
+        writer.apply(change);
+        let number = step as u64 + 2;
+        let skip = options(&writer.directory, OnInvalid::Skip, number);
+        let (reloaded, _) = reload(&catalog, &shards, &skip).unwrap();
+        let (fresh, _) = snapshot::load(&skip).unwrap();
+        let fresh = served(&fresh);
+        prop_assert_eq!(&served(&reloaded), &fresh, "after {:?}", change);
+        (catalog, shards) = parts(reloaded);
+        prop_assert_eq!(catalog.generation(), number);
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_reload_serves_what_a_fresh_load_serves(
+        changes in prop::collection::vec(change(), 1..14)
+    ) {
+        run_changes("property", &changes)?;
+    }
+}
+
+#[test]
+fn unchanged_files_are_not_read_and_grown_ones_from_their_last_line() {
+    let directory = TempDirectory::new("reads");
+    let mut writer = Writer {
+        directory,
+        rests: HashMap::new(),
+        clock: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+    };
+    writer.apply(&Change::Append {
+        file: 0,
+        lines: vec![(0, 0, 0), (1, 1, 1)],
+    });
+    writer.apply(&Change::Append {
+        file: 3,
+        lines: vec![(2, 0, 0)],
+    });
+    writer.apply(&Change::AppendPart {
+        file: 3,
+        record: (2, 1, 1),
+        cut: 10,
+    });
+    let (generation, report) =
+        snapshot::load(&options(&writer.directory, OnInvalid::Fail, 1)).unwrap();
+    assert_eq!(report.pending, 1);
+    let (catalog, shards) = parts(generation);
+
+    // Nothing changed: nothing read, everything shared.
+    let (same, report) = reload(
+        &catalog,
+        &shards,
+        &options(&writer.directory, OnInvalid::Fail, 2),
+    )
+    .unwrap();
+    assert_eq!((report.files.len(), report.bytes), (0, 0));
+    assert_eq!(same.catalog.summary.pending_lines, 1);
+    for (before, after) in shards.iter().zip(&same.shards) {
+        assert!(Arc::ptr_eq(&before.units, &after.units));
+    }
+
+    // The pending line ends: only the metrics file is read, from that line on.
+    let size_before = std::fs::metadata(writer.directory.path(FILES[3]))
+        .unwrap()
+        .len();
+    writer.apply(&Change::Finish);
+    let (grown, report) = reload(
+        &catalog,
+        &shards,
+        &options(&writer.directory, OnInvalid::Fail, 2),
+    )
+    .unwrap();
+    assert_eq!(report.files.len(), 1);
+    assert!(report.files[0].path.ends_with(FILES[3]));
+    let full_line = line(FILES[3], 2, 1, 1).len() as u64 + 1;
+    assert_eq!(report.bytes, full_line);
+    assert!(report.bytes < size_before + full_line);
+    assert_eq!(
+        (
+            grown.catalog.summary.metrics,
+            grown.catalog.summary.pending_lines
+        ),
+        (2, 0)
+    );
+    // ST-0 and ST-1 only have units of the untouched file: their data is shared.
+    let untouched = ["ST-0", "ST-1"];
+    for name in untouched {
+        let before = catalog.placement(catalog.rank(name).unwrap());
+        let after = grown.catalog.placement(grown.catalog.rank(name).unwrap());
+        assert!(Arc::ptr_eq(
+            &shards[before.shard as usize].stations[before.station_index as usize],
+            &grown.shards[after.shard as usize].stations[after.station_index as usize],
+        ));
+    }
+    let fresh = snapshot::load(&options(&writer.directory, OnInvalid::Fail, 2))
+        .unwrap()
+        .0;
+    assert_eq!(served(&grown), served(&fresh));
+}
+
+#[test]
+fn an_invalid_line_fails_a_reload_under_fail_and_the_next_one_sees_it_gone() {
+    let mut writer = Writer {
+        directory: TempDirectory::new("fail"),
+        rests: HashMap::new(),
+        clock: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+    };
+    writer.apply(&Change::Append {
+        file: 0,
+        lines: vec![(0, 0, 0)],
+    });
+    let (generation, _) = snapshot::load(&options(&writer.directory, OnInvalid::Fail, 1)).unwrap();
+    let (catalog, shards) = parts(generation);
+    writer.apply(&Change::AppendInvalid { file: 0 });
+    let error = reload(
+        &catalog,
+        &shards,
+        &options(&writer.directory, OnInvalid::Fail, 2),
+    )
+    .unwrap_err();
+    let LoadError::Invalid { report } = error else {
+        panic!("{error}")
+    };
+    assert_eq!(report.invalid.len(), 1);
+    assert_eq!(report.invalid[0].line, 2);
+    // The writer puts the file right by renaming a good one over it.
+    writer.apply(&Change::Replace {
+        file: 0,
+        lines: vec![(0, 0, 0), (1, 1, 1)],
+    });
+    let (reloaded, _) = reload(
+        &catalog,
+        &shards,
+        &options(&writer.directory, OnInvalid::Fail, 2),
+    )
+    .unwrap();
+    let fresh = snapshot::load(&options(&writer.directory, OnInvalid::Fail, 2))
+        .unwrap()
+        .0;
+    assert_eq!(served(&reloaded), served(&fresh));
+}
+
+#[test]
+fn new_files_between_others_keep_the_others_ordinals_until_no_gap_is_left() {
+    let mut writer = Writer {
+        directory: TempDirectory::new("ordinals"),
+        rests: HashMap::new(),
+        clock: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+    };
+    writer.apply(&Change::Append {
+        file: 0,
+        lines: vec![(0, 0, 0)],
+    });
+    writer.apply(&Change::Append {
+        file: 6,
+        lines: vec![(1, 0, 0)],
+    });
+    let (generation, _) = snapshot::load(&options(&writer.directory, OnInvalid::Fail, 1)).unwrap();
+    let (mut catalog, mut shards) = parts(generation);
+    let first = catalog.file_ordinals.clone();
+    // Each new file sorts right after a.units.jsonl: the gap halves each time.
+    for step in 0..40u32 {
+        let name = format!("a{:02}.units.jsonl", 99 - step);
+        let path = writer.directory.path(&name);
+        std::fs::write(&path, line(&name, 2, 0, 0) + "\n").unwrap();
+        let number = u64::from(step) + 2;
+        let options = options(&writer.directory, OnInvalid::Fail, number);
+        let (reloaded, _) = reload(&catalog, &shards, &options).unwrap();
+        let fresh = snapshot::load(&options).unwrap().0;
+        assert_eq!(served(&reloaded), served(&fresh), "step {step}");
+        (catalog, shards) = parts(reloaded);
+        let ordinals = &catalog.file_ordinals;
+        assert!(ordinals.windows(2).all(|pair| pair[0] < pair[1]));
+        if step == 0 {
+            assert_eq!(
+                (ordinals[0], ordinals[2]),
+                (first[0], first[1]),
+                "the old files keep their ordinals"
+            );
+        }
+    }
+}
