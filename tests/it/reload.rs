@@ -886,3 +886,74 @@ fn issue_12_sigterm_during_a_reload_abandons_it() {
     );
     assert!(!log.contains("reloaded: generation 2"), "{log}");
 }
+
+/// The counters of what the loads read: files, bytes, and reloads done.
+fn read_counters(server: &Server) -> (f64, f64, f64) {
+    let agent = ureq::AgentBuilder::new().build();
+    let response = call(&agent, "GET", &server.metrics_url(), &[]);
+    assert_eq!(response.status, 200, "{}", response.body);
+    let value = |name: &str| {
+        response
+            .body
+            .lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+            .map_or(0.0, |value| value.parse().unwrap())
+    };
+    (
+        value("stq_snapshot_files_read_total"),
+        value("stq_snapshot_bytes_read_total"),
+        value("stq_reloads_total"),
+    )
+}
+
+/// Issue 12 (CONTRACT revision 2, section 8): with `--watch`, a line appended to a
+/// snapshot file is served, and the reload reads only the change: the grown file
+/// from where its last read ended, and not the file nobody touched.
+#[test]
+fn issue_12_watch_serves_an_appended_line_reading_only_the_change() {
+    let untouched = FileSpec::plain(
+        "other.units.jsonl",
+        lines(&[unit_line("ST-03", "SN-O1", 30)]),
+    );
+    let mut files = small_files();
+    files.push(untouched);
+    let fixture = Fixture::from_files(&files);
+    let server = Server::start(&fixture, &["--watch"]);
+    let (files_read, bytes_read, reloads) = read_counters(&server);
+    let whole = files.iter().map(|file| file.text.len()).sum::<usize>() as f64;
+    assert_eq!((files_read, bytes_read, reloads), (2.0, whole, 0.0));
+
+    let appended = lines(&[unit_line("ST-01", "SN-W9", 240)]);
+    append(&fixture.snapshots.join("first.units.jsonl"), &appended);
+    files[0].text.push_str(&appended);
+    let deadline = std::time::Instant::now() + RELOAD_TIMEOUT;
+    while !serials(&server.ok(&all_units()).data).contains(&"SN-W9".to_owned()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the appended line was not served within {RELOAD_TIMEOUT:?}; stderr:\n{}",
+            server.log().join("\n")
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert_records(
+        &server.ok(&all_units()).data,
+        &reference(&files, &Query::units()),
+        "after the append",
+    );
+    // The record is served once the catalog is swapped; the counters follow.
+    let counters = loop {
+        let counters = read_counters(&server);
+        if counters.2 >= 1.0 {
+            break counters;
+        }
+        assert!(std::time::Instant::now() < deadline, "no reload counted");
+        thread::sleep(Duration::from_millis(20));
+    };
+    // Whatever number of reloads the watch made, only the appended line was read.
+    assert_eq!(
+        (counters.0 - files_read, counters.1 - bytes_read),
+        (1.0, appended.len() as f64),
+        "{}",
+        server.log().join("\n")
+    );
+}
