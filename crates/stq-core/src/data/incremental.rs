@@ -116,6 +116,8 @@ pub(crate) struct FileRead {
     pub(crate) stamp: FileStamp,
     /// Where a reload resumes once the file grew; `None`: read it whole again.
     pub(crate) resume: Option<Resume>,
+    /// Whether this read resumed a grown file rather than starting from its start.
+    pub(crate) resumed: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -134,6 +136,15 @@ pub(crate) fn tail_digest(file: &File, end: u64) -> io::Result<u64> {
     let mut hasher = std::hash::DefaultHasher::new();
     hasher.write(&bytes);
     Ok(hasher.finish())
+}
+
+/// Whether `file`, now `now`, is the file that was `before` grown in place: the
+/// same file, larger, and its last bytes as read then (whose digest is `tail`)
+/// unchanged.
+pub(crate) fn grew(file: &File, before: &FileStamp, now: &FileStamp, tail: u64) -> bool {
+    now.same_file(before)
+        && now.length > before.length
+        && tail_digest(file, before.length).is_ok_and(|digest| digest == tail)
 }
 
 #[cfg(unix)]
@@ -208,13 +219,9 @@ fn source_of_read(files: &[SnapshotFile], state: &LoadState, index: usize) -> So
 enum Plan {
     /// Carried over as it is: the index of its state in the previous catalog.
     Keep(usize),
-    /// Read from where the previous read's whole lines end (grown in place), or
-    /// whole: the index of its read job, and of its previous state if any.
-    Read {
-        job: usize,
-        previous: Option<usize>,
-        resumed: bool,
-    },
+    /// Read from where the previous read's whole lines end (if it grew in place),
+    /// or whole: the index of its read job, and of its previous state if any.
+    Read { job: usize, previous: Option<usize> },
 }
 
 /// Builds the generation after `previous` (whose shards are `shards`) from what
@@ -251,7 +258,6 @@ pub fn reload(
             plans.push(Plan::Read {
                 job: jobs.len(),
                 previous: None,
-                resumed: false,
             });
             jobs.push(file);
             continue;
@@ -262,23 +268,13 @@ pub fn reload(
             plans.push(Plan::Keep(index));
             continue;
         }
-        let resume = source
-            .resume
-            .filter(|_| stamp.same_file(&source.stamp) && stamp.length > source.stamp.length)
-            .filter(|resume| {
-                File::open(&file.path)
-                    .and_then(|handle| tail_digest(&handle, source.stamp.length))
-                    .is_ok_and(|tail| tail == resume.tail)
-            });
         let mut job = file;
         job.ordinal = source.ordinal;
-        if let Some(resume) = resume {
-            job.start = resume.start;
-        }
+        // The read resumes it if it only grew, and says whether it did.
+        job.resume = source.resume.map(|resume| (source.stamp, resume));
         plans.push(Plan::Read {
             job: jobs.len(),
             previous: Some(index),
-            resumed: resume.is_some(),
         });
         jobs.push(job);
     }
@@ -301,13 +297,12 @@ pub fn reload(
     }
 
     // Every file's state, and which records of the previous generation go.
+    let resumed = |job: usize| state.reads[job].resumed;
     let kept: HashSet<usize> = plans
         .iter()
-        .filter_map(|plan| match plan {
-            Plan::Keep(index) => Some(*index),
-            Plan::Read {
-                previous, resumed, ..
-            } => previous.filter(|_| *resumed),
+        .filter_map(|plan| match *plan {
+            Plan::Keep(index) => Some(index),
+            Plan::Read { job, previous } => previous.filter(|_| resumed(job)),
         })
         .collect();
     // By ordinal: the first line whose record goes (0 for all of them).
@@ -326,14 +321,14 @@ pub fn reload(
             Plan::Read {
                 job,
                 previous: known,
-                resumed,
             } => {
                 let read = source_of_read(&jobs, &state, job);
-                match known.filter(|_| resumed) {
+                match known.filter(|_| resumed(job)) {
                     Some(index) => {
                         let before = &previous.sources[index];
-                        if let Some(station) = &before.open_station {
-                            dropped_from.insert(before.ordinal, jobs[job].start.line);
+                        if let (Some(station), Some(resume)) = (&before.open_station, before.resume)
+                        {
+                            dropped_from.insert(before.ordinal, resume.start.line);
                             touched.insert(station.clone());
                         }
                         grown(before, read)

@@ -183,8 +183,9 @@ pub(crate) struct SnapshotFile {
     pub(crate) gzip: bool,
     /// The first half of its lines' load order.
     pub(crate) ordinal: u32,
-    /// Where to read from: the start, or where a reload resumes a grown file.
-    pub(crate) start: Start,
+    /// For a reload, the file as last read and where that read's whole lines end:
+    /// if it only grew since, reading resumes there; otherwise it starts over.
+    pub(crate) resume: Option<(FileStamp, Resume)>,
 }
 
 /// A place in a file where whole lines start.
@@ -277,7 +278,7 @@ pub(crate) fn discover(directory: &Path) -> Result<Vec<SnapshotFile>, LoadError>
             kind,
             gzip,
             ordinal: 0,
-            start: Start::BEGINNING,
+            resume: None,
         })
         .collect())
 }
@@ -485,16 +486,25 @@ fn read_file(
         return Ok(FileRead {
             stamp,
             resume: None,
+            resumed: false,
         });
     }
-    if file.start.offset > 0 {
-        io::Seek::seek(&mut handle, io::SeekFrom::Start(file.start.offset)).map_err(io_error)?;
+    // Checked on the file opened, not on the one the reload saw: it may have been
+    // replaced in between.
+    let start = match file.resume {
+        Some((before, resume)) if incremental::grew(&handle, &before, &stamp, resume.tail) => {
+            resume.start
+        }
+        _ => Start::BEGINNING,
+    };
+    if start.offset > 0 {
+        io::Seek::seek(&mut handle, io::SeekFrom::Start(start.offset)).map_err(io_error)?;
     }
     // Up to the size seen at opening only: what a writer appends meanwhile is for
     // the next reload, and the size recorded is then the size read.
-    let limit = stamp.length.saturating_sub(file.start.offset);
+    let limit = stamp.length.saturating_sub(start.offset);
     let reader = Box::new((&handle).take(limit));
-    let (read_to, resume) = read_lines(index, file, reader, file.start, sender, state)?;
+    let (read_to, resume) = read_lines(index, file, reader, start, sender, state)?;
     stamp.length = read_to;
     let resume = incremental::tail_digest(&handle, read_to)
         .ok()
@@ -502,7 +512,11 @@ fn read_file(
             start: resume,
             tail,
         });
-    Ok(FileRead { stamp, resume })
+    Ok(FileRead {
+        stamp,
+        resume,
+        resumed: start != Start::BEGINNING,
+    })
 }
 
 /// Streams the lines of `reader`, which starts at `start`, to the workers; returns
