@@ -27,9 +27,10 @@
 //! `Arc<StationData>`; a touched one is rebuilt from its surviving records and its
 //! new ones (work and memory proportional to that station). A station keeps its
 //! shard; a new one goes to the shard with the fewest records. A shard's shard-wide
-//! tree is shared when none of its stations changed, came, went or moved in rank
-//! (ranks move when a station sorting before them comes or goes); otherwise it is
-//! built again from the shard's stations. Symbols extend the previous table, so
+//! tree is shared when none of its stations changed, came or went; when some did,
+//! it is the previous tree without their old units merged with their new ones (a
+//! copy, no sort); only when a shared station moved in rank (a station sorting
+//! before it came or went, which changes the keys of its units) is it sorted anew. Symbols extend the previous table, so
 //! shared entries keep their meaning (a symbol no record uses any longer is
 //! harmless: a filter on it matches nothing, as an unknown value would).
 //!
@@ -45,7 +46,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::data::catalog::{Catalog, Generation, LoadSummary, Placement};
-use crate::data::shard::ShardData;
+use crate::data::shard::{Origin, ShardData};
 use crate::data::snapshot::{
     self, FileKind, LoadError, LoadOptions, LoadReport, LoadState, OnInvalid, SharedSymbols,
     SnapshotFile, Start, StationBuilder,
@@ -353,7 +354,7 @@ pub fn reload(
     // The stations: shared, rebuilt, gone or new.
     let shard_count = shards.len();
     let mut changed_shards = vec![false; shard_count];
-    let mut shard_stations: Vec<Vec<(Box<str>, Arc<StationData>)>> = vec![Vec::new(); shard_count];
+    let mut shard_stations: Vec<Vec<PlacedStation>> = vec![Vec::new(); shard_count];
     let mut previous_ranks: Vec<Vec<usize>> = shards
         .iter()
         .map(|data| vec![0; data.stations.len()])
@@ -365,7 +366,10 @@ pub fn reload(
         for (station_index, station) in data.stations.iter().enumerate() {
             let name = &previous.stations[previous_ranks[shard][station_index]];
             if !touched.contains(name) {
-                shard_stations[shard].push((name.clone(), Arc::clone(station)));
+                let origin = Origin::Shared {
+                    previous_index: station_index as u32,
+                };
+                shard_stations[shard].push((name.clone(), Arc::clone(station), origin));
                 continue;
             }
             changed_shards[shard] = true;
@@ -374,7 +378,8 @@ pub fn reload(
                 builder.append(batch);
             }
             if builder.record_count() > 0 {
-                shard_stations[shard].push((name.clone(), Arc::new(finish(name, builder)?)));
+                let data = Arc::new(finish(name, builder)?);
+                shard_stations[shard].push((name.clone(), data, Origin::Built));
             }
         }
     }
@@ -382,7 +387,12 @@ pub fn reload(
     arrivals.sort_by(|left, right| left.0.as_bytes().cmp(right.0.as_bytes()));
     let mut shard_load: Vec<usize> = shard_stations
         .iter()
-        .map(|stations| stations.iter().map(|(_, data)| data.record_count()).sum())
+        .map(|stations| {
+            stations
+                .iter()
+                .map(|(_, data, _)| data.record_count())
+                .sum()
+        })
         .collect();
     for (name, builder) in arrivals {
         let shard = (0..shard_count)
@@ -391,7 +401,7 @@ pub fn reload(
         shard_load[shard] += builder.record_count();
         changed_shards[shard] = true;
         let data = finish(&name, builder)?;
-        shard_stations[shard].push((name, Arc::new(data)));
+        shard_stations[shard].push((name, Arc::new(data), Origin::Built));
     }
 
     // The catalog: names in byte order, each one's place.
@@ -402,7 +412,7 @@ pub fn reload(
             stations
                 .iter()
                 .enumerate()
-                .map(move |(station_index, (name, _))| {
+                .map(move |(station_index, (name, _, _))| {
                     let placement = Placement {
                         shard: shard as u32,
                         station_index: station_index as u32,
@@ -416,13 +426,18 @@ pub fn reload(
         .iter()
         .map(|stations| vec![0; stations.len()])
         .collect();
+    // A shard whose shared stations moved in rank has its tree sorted anew; one
+    // that only has stations built anew (or gone) has it updated.
+    let mut moved_shards = vec![false; shard_count];
     for (rank, (name, placement)) in names.iter().enumerate() {
-        ranks_per_shard[placement.shard as usize][placement.station_index as usize] = rank as u32;
-        let moved = previous
-            .rank(name)
-            .is_none_or(|before| before != rank as u32);
-        if moved {
-            changed_shards[placement.shard as usize] = true;
+        let (shard, station_index) = (placement.shard as usize, placement.station_index as usize);
+        ranks_per_shard[shard][station_index] = rank as u32;
+        let shared = matches!(
+            shard_stations[shard][station_index].2,
+            Origin::Shared { .. }
+        );
+        if shared && previous.rank(name) != Some(rank as u32) {
+            moved_shards[shard] = true;
         }
     }
     let generation = options.generation;
@@ -433,11 +448,16 @@ pub fn reload(
             .enumerate()
             .map(|(shard, (stations, ranks))| {
                 let previous_shard = &shards[shard];
-                let changed = changed_shards[shard];
+                let (changed, moved) = (changed_shards[shard], moved_shards[shard]);
                 scope.spawn(move |_| {
-                    if changed {
-                        let stations = stations.into_iter().map(|(_, data)| data).collect();
+                    let (stations, origins): (Vec<_>, Vec<_>) = stations
+                        .into_iter()
+                        .map(|(_, data, origin)| (data, origin))
+                        .unzip();
+                    if moved {
                         ShardData::of_shared(generation, stations, ranks)
+                    } else if changed {
+                        ShardData::updated(generation, previous_shard, stations, &origins, ranks)
                     } else {
                         ShardData::shared(generation, previous_shard)
                     }
@@ -486,6 +506,10 @@ pub fn reload(
         report,
     ))
 }
+
+/// A station of a shard of the new generation: its id, data and where that comes
+/// from.
+type PlacedStation = (Box<str>, Arc<StationData>, Origin);
 
 /// A grown file's state: `before`'s, with what was read from its last whole line on.
 fn grown(before: &SourceState, read: SourceState) -> SourceState {

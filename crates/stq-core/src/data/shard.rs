@@ -8,6 +8,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use itertools::Itertools as _;
+
 use crate::data::key::Position;
 use crate::data::station::{StationData, UnitEntry};
 
@@ -16,6 +18,15 @@ use crate::data::station::{StationData, UnitEntry};
 pub(crate) struct ShardUnit {
     pub(crate) station_index: u32,
     pub(crate) entry: UnitEntry,
+}
+
+/// Where a station of a shard built by [`ShardData::updated`] comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// The previous generation's station at this index of the shard, unchanged.
+    Shared { previous_index: u32 },
+    /// Built anew: changed or new.
+    Built,
 }
 
 /// The stations of one shard, in the order the catalog's `Placement::station_index` names.
@@ -68,6 +79,69 @@ impl ShardData {
                     (position, unit)
                 })
             })
+            .collect();
+        ShardData {
+            generation,
+            stations,
+            units: Arc::new(units),
+        }
+    }
+
+    /// A shard of `stations` (whose ranks are `ranks`) that differs from `previous`
+    /// in a few stations: its tree is `previous`'s, without the units of stations
+    /// that are gone or `Built` anew, merged with the units of those built anew. So
+    /// the work is a copy of the tree, not a sort of it. Every `Shared` station must
+    /// have the rank it had in `previous`: the positions of its units are kept.
+    pub(crate) fn updated(
+        generation: u64,
+        previous: &ShardData,
+        stations: Vec<Arc<StationData>>,
+        origins: &[Origin],
+        ranks: &[u32],
+    ) -> ShardData {
+        let mut renumbered: Vec<Option<u32>> = vec![None; previous.stations.len()];
+        for (station_index, origin) in origins.iter().enumerate() {
+            if let Origin::Shared { previous_index } = *origin {
+                renumbered[previous_index as usize] = Some(station_index as u32);
+            }
+        }
+        let kept = previous.units.iter().filter_map(|(position, unit)| {
+            let station_index = renumbered[unit.station_index as usize]?;
+            Some((
+                *position,
+                ShardUnit {
+                    station_index,
+                    entry: unit.entry,
+                },
+            ))
+        });
+        let mut built: Vec<(Position, ShardUnit)> = origins
+            .iter()
+            .enumerate()
+            .filter(|(_, origin)| matches!(origin, Origin::Built))
+            .flat_map(|(station_index, _)| {
+                let rank = ranks[station_index];
+                stations[station_index]
+                    .units
+                    .iter()
+                    .map(move |(key, entry)| {
+                        let position = Position {
+                            instant: key.instant,
+                            station_rank: rank,
+                            load_order: key.load_order,
+                        };
+                        let unit = ShardUnit {
+                            station_index: station_index as u32,
+                            entry: *entry,
+                        };
+                        (position, unit)
+                    })
+            })
+            .collect();
+        built.sort_unstable_by_key(|(position, _)| *position);
+        // Collecting an already sorted sequence bulk-builds the tree without sorting.
+        let units = kept
+            .merge_by(built, |left, right| left.0 < right.0)
             .collect();
         ShardData {
             generation,
