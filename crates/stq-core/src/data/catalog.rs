@@ -115,11 +115,14 @@ impl Catalog {
             {
                 Ok(index) => load_order(self.file_ordinals[index], identity.line),
                 // Before every line of the file the path would precede, or after
-                // every line of every file.
-                Err(index) => self
-                    .file_ordinals
-                    .get(index)
-                    .map_or(u64::MAX, |&ordinal| load_order(ordinal, 0)),
+                // every line of every file (ordinals stay below `u32::MAX`).
+                Err(index) => match self.file_ordinals.get(index) {
+                    Some(&ordinal) => load_order(ordinal, 0),
+                    None => self
+                        .file_ordinals
+                        .last()
+                        .map_or(0, |&last| load_order(last.saturating_add(1), 0)),
+                },
             }
         };
         Position {
@@ -237,5 +240,11 @@ mod tests {
         let after = catalog.position_after(&identity("ST-01", "b.units.jsonl", 3));
         assert!(at(&catalog, "ST-01", "a.units.jsonl", 9) < after);
         assert!(at(&catalog, "ST-01", "c.units.jsonl", 1) > after);
+        // d.units.jsonl is gone: after every line of ST-01 at the instant, and a
+        // position a scan can resume after (its load order has a successor).
+        let after = catalog.position_after(&identity("ST-01", "d.units.jsonl", 3));
+        assert!(at(&catalog, "ST-01", "c.units.jsonl", u32::MAX) < after);
+        assert!(at(&catalog, "ST-03", "a.units.jsonl", 1) > after);
+        assert!(after.load_order < u64::MAX);
     }
 }
