@@ -354,7 +354,6 @@ pub fn reload(
     // The stations: shared, rebuilt, gone or new.
     let shard_count = shards.len();
     let mut changed_shards = vec![false; shard_count];
-    let mut shard_stations: Vec<Vec<PlacedStation>> = vec![Vec::new(); shard_count];
     let mut previous_ranks: Vec<Vec<usize>> = shards
         .iter()
         .map(|data| vec![0; data.stations.len()])
@@ -362,46 +361,67 @@ pub fn reload(
     for (rank, placement) in previous.placements.iter().enumerate() {
         previous_ranks[placement.shard as usize][placement.station_index as usize] = rank;
     }
+    // Touched stations are rebuilt, and new ones built, on every core.
+    let mut slots: Vec<Vec<Slot>> = (0..shard_count).map(|_| Vec::new()).collect();
+    let mut builds: Vec<Build> = Vec::new();
     for (shard, data) in shards.iter().enumerate() {
         for (station_index, station) in data.stations.iter().enumerate() {
             let name = &previous.stations[previous_ranks[shard][station_index]];
-            if !touched.contains(name) {
-                let origin = Origin::Shared {
-                    previous_index: station_index as u32,
-                };
-                shard_stations[shard].push((name.clone(), Arc::clone(station), origin));
-                continue;
-            }
-            changed_shards[shard] = true;
-            let mut builder = surviving(station, &is_dropped);
-            if let Some(batch) = new_records.remove(name) {
-                builder.append(batch);
-            }
-            if builder.record_count() > 0 {
-                let data = Arc::new(finish(name, builder)?);
-                shard_stations[shard].push((name.clone(), data, Origin::Built));
+            if touched.contains(name) {
+                changed_shards[shard] = true;
+                slots[shard].push(Slot::Built(builds.len()));
+                let batch = new_records.remove(name);
+                builds.push((name.clone(), Some(Arc::clone(station)), batch));
+            } else {
+                let previous_index = station_index as u32;
+                slots[shard].push(Slot::Shared(
+                    name.clone(),
+                    Arc::clone(station),
+                    previous_index,
+                ));
             }
         }
     }
     let mut arrivals: Vec<(Box<str>, StationBuilder)> = new_records.into_iter().collect();
     arrivals.sort_by(|left, right| left.0.as_bytes().cmp(right.0.as_bytes()));
-    let mut shard_load: Vec<usize> = shard_stations
-        .iter()
-        .map(|stations| {
-            stations
-                .iter()
-                .map(|(_, data, _)| data.record_count())
-                .sum()
-        })
-        .collect();
+    let mut shard_load: Vec<usize> = shards.iter().map(|data| data.record_count()).collect();
     for (name, builder) in arrivals {
         let shard = (0..shard_count)
             .min_by_key(|&shard| (shard_load[shard], shard))
             .expect("there is at least one shard");
         shard_load[shard] += builder.record_count();
         changed_shards[shard] = true;
-        let data = finish(&name, builder)?;
-        shard_stations[shard].push((name, Arc::new(data), Origin::Built));
+        slots[shard].push(Slot::Built(builds.len()));
+        builds.push((name, None, Some(builder)));
+    }
+    let built = in_parallel(builds, options.threads, |(name, old, batch)| {
+        let mut builder =
+            old.map_or_else(StationBuilder::default, |old| surviving(&old, &is_dropped));
+        if let Some(batch) = batch {
+            builder.append(batch);
+        }
+        if builder.record_count() == 0 {
+            // All its records went: the station is gone.
+            return Ok(None);
+        }
+        Ok(Some((Arc::new(finish(&name, builder)?), name)))
+    });
+    let mut built: Vec<Option<(Arc<StationData>, Box<str>)>> =
+        built.into_iter().collect::<Result<_, LoadError>>()?;
+    let mut shard_stations: Vec<Vec<PlacedStation>> = vec![Vec::new(); shard_count];
+    for (shard, shard_slots) in slots.into_iter().enumerate() {
+        for slot in shard_slots {
+            match slot {
+                Slot::Shared(name, data, previous_index) => {
+                    shard_stations[shard].push((name, data, Origin::Shared { previous_index }));
+                }
+                Slot::Built(build) => {
+                    if let Some((data, name)) = built[build].take() {
+                        shard_stations[shard].push((name, data, Origin::Built));
+                    }
+                }
+            }
+        }
     }
 
     // The catalog: names in byte order, each one's place.
@@ -510,6 +530,44 @@ pub fn reload(
 /// A station of a shard of the new generation: its id, data and where that comes
 /// from.
 type PlacedStation = (Box<str>, Arc<StationData>, Origin);
+
+/// A station to build: its id, its previous data (whose surviving records it
+/// keeps) and its new records.
+type Build = (Box<str>, Option<Arc<StationData>>, Option<StationBuilder>);
+
+/// A station's place in its shard while the touched ones are built.
+enum Slot {
+    /// Unchanged: its id, data and index in the previous generation's shard.
+    Shared(Box<str>, Arc<StationData>, u32),
+    /// The index of its build.
+    Built(usize),
+}
+
+/// `work` on every item, on up to `threads` threads; the results in item order.
+fn in_parallel<T: Send, R: Send>(
+    items: Vec<T>,
+    threads: usize,
+    work: impl Fn(T) -> R + Sync,
+) -> Vec<R> {
+    let chunk = items.len().div_ceil(threads.max(1)).max(1);
+    let mut parts: Vec<Vec<T>> = Vec::new();
+    let mut items = items.into_iter().peekable();
+    while items.peek().is_some() {
+        parts.push(items.by_ref().take(chunk).collect());
+    }
+    let work = &work;
+    crossbeam::scope(|scope| {
+        let handles: Vec<_> = parts
+            .into_iter()
+            .map(|part| scope.spawn(move |_| part.into_iter().map(work).collect::<Vec<R>>()))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|handle| handle.join().expect("a station builder panicked"))
+            .collect()
+    })
+    .expect("a station builder panicked")
+}
 
 /// A grown file's state: `before`'s, with what was read from its last whole line on.
 fn grown(before: &SourceState, read: SourceState) -> SourceState {
