@@ -279,6 +279,7 @@ pub fn reload(
         });
         jobs.push(job);
     }
+    let looked = started.elapsed();
     if !assign_ordinals(&plans, &mut jobs, previous) {
         // No room between two files' ordinals: a full load spreads them again.
         return snapshot::load(options);
@@ -289,6 +290,7 @@ pub fn reload(
         ..LoadState::default()
     };
     let mut state = snapshot::read_all_into(state, &jobs, options.threads, true)?;
+    let read = started.elapsed();
     let mut report = state.report(&jobs);
     if !report.invalid.is_empty() && options.on_invalid == OnInvalid::Fail {
         report.elapsed = started.elapsed();
@@ -424,6 +426,7 @@ pub fn reload(
         }
     }
 
+    let rebuilt = started.elapsed();
     // The catalog: names in byte order, each one's place.
     let mut names: Vec<(Box<str>, Placement)> = shard_stations
         .iter()
@@ -491,6 +494,7 @@ pub fn reload(
     })
     .expect("an index builder panicked");
 
+    let sharded = started.elapsed();
     let summary = LoadSummary {
         loaded_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
         units: sources.iter().map(|source| source.units).sum(),
@@ -518,6 +522,11 @@ pub fn reload(
         sources,
     };
     report.elapsed = started.elapsed();
+    tracing::debug!(
+        "reload phases: files looked at by {looked:?}, read by {read:?}, stations built by \
+         {rebuilt:?}, shards by {sharded:?}, done in {:?}",
+        report.elapsed
+    );
     Ok((
         Generation {
             catalog: Arc::new(catalog),
