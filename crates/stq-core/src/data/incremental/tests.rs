@@ -140,8 +140,9 @@ fn served(generation: &Generation) -> Served {
 }
 
 /// The files the changes pick from: JSON Lines of both kinds sorting before,
-/// between and after each other, in a subdirectory too, and a gzip file.
-const FILES: [&str; 7] = [
+/// between and after each other, in a subdirectory too, a gzip file and an OpenHTF
+/// record (which lines appended to make invalid, and a replacement makes whole).
+const FILES: [&str; 8] = [
     "a.units.jsonl",
     "c/m.metrics.jsonl",
     "g.units.jsonl",
@@ -149,7 +150,18 @@ const FILES: [&str; 7] = [
     "p.units.jsonl.gz",
     "s.units.jsonl",
     "z.metrics.jsonl",
+    "r.openhtf.json",
 ];
+
+/// A committed OpenHTF fixture's bytes (tests/openhtf/records/).
+fn openhtf_fixture(number: usize) -> Vec<u8> {
+    let name = ["passing", "failing", "erroring"][number % 3];
+    let path = format!(
+        "{}/../../tests/openhtf/records/{name}.openhtf.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::read(&path).unwrap_or_else(|error| panic!("{path}: {error}"))
+}
 
 /// A record line for `file`: few stations, instants and serials, so that ties
 /// between stations and files are common.
@@ -291,7 +303,9 @@ impl Writer {
             } => {
                 let text = lines(*file, records);
                 let staging = self.directory.path("staging.tmp");
-                let bytes = if FILES[*file].ends_with(".gz") {
+                let bytes = if FILES[*file].ends_with(".openhtf.json") {
+                    openhtf_fixture(records.len())
+                } else if FILES[*file].ends_with(".gz") {
                     let mut encoder =
                         flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
                     encoder.write_all(text.as_bytes()).unwrap();
@@ -353,7 +367,10 @@ fn run_changes(name: &str, changes: &[Change]) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    // A second or two in debug; `PROPTEST_CASES=2000` soaks it.
+    #![proptest_config(ProptestConfig::with_cases(
+        std::env::var("PROPTEST_CASES").ok().and_then(|cases| cases.parse().ok()).unwrap_or(48)
+    ))]
 
     #[test]
     fn a_reload_serves_what_a_fresh_load_serves(
