@@ -18,7 +18,8 @@
 //! Load order without renumbering: a line's load order is (file ordinal, line),
 //! where ordinals ascend with the paths but are spread over the `u32` range with
 //! gaps (the first load puts `n` files in the lower half, evenly). A new file takes
-//! an ordinal in the gap between its neighbours, so the keys of every other file's
+//! an ordinal in the gap between its neighbours (close to the lower one, since new
+//! files mostly sort right after the newest of their kind), so the keys of every other file's
 //! records, and with them every station the change does not touch, stay as they
 //! are. When a gap is used up, the reload falls back to a full load, which spreads
 //! the ordinals again. The catalog maps ordinals back to paths for cursors.
@@ -65,6 +66,9 @@ const FRESH_ORDINALS: u64 = 1 << 31;
 /// The most a file added after the last one moves the ordinal on, so that files
 /// added one by one at the end (a new file per day) do not halve the gap each time.
 const END_STEP: u64 = 1 << 16;
+
+/// New files between two others take the first 1/`NEAR_LOWER` of the gap.
+const NEAR_LOWER: u64 = 16;
 
 /// A file as its metadata says: what tells an unchanged file from a changed one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -681,10 +685,15 @@ fn spread(run: &[usize], jobs: &mut [SnapshotFile], lower: u64, upper: u64, most
     if run.is_empty() {
         return true;
     }
-    let step = ((upper - lower) / (run.len() as u64 + 1)).min(most);
-    if step == 0 {
+    let even = (upper - lower) / (run.len() as u64 + 1);
+    if even == 0 {
         return false;
     }
+    // Close after `lower`, leaving most of the gap before `upper`: files are mostly
+    // added after the newest of their kind (the next day's file of a station, which
+    // sorts before the next station's first), and so the gap lasts hundreds of such
+    // days instead of about ten.
+    let step = (even / NEAR_LOWER).max(1).min(most);
     for (position, &job) in run.iter().enumerate() {
         jobs[job].ordinal = (lower + step * (position as u64 + 1)) as u32;
     }

@@ -540,3 +540,53 @@ fn new_files_between_others_keep_the_others_ordinals_until_no_gap_is_left() {
         }
     }
 }
+
+#[test]
+fn a_new_file_per_station_and_day_keeps_every_ordinal_for_months() {
+    let directory = TempDirectory::new("days");
+    let write_day = |day: u32| {
+        for station in 0..3u8 {
+            let relative = format!("ST-{station}/day-{day:03}.units.jsonl");
+            let path = directory.path(&relative);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, line(&relative, station, (day % 4) as u8, 0) + "\n").unwrap();
+        }
+    };
+    write_day(0);
+    let (generation, _) = snapshot::load(&options(&directory, OnInvalid::Fail, 1)).unwrap();
+    let (mut catalog, mut shards) = parts(generation);
+    let first = catalog.file_ordinals.clone();
+    for day in 1..120 {
+        write_day(day);
+        let options = options(&directory, OnInvalid::Fail, u64::from(day) + 1);
+        let (reloaded, _) = reload(&catalog, &shards, &options).unwrap();
+        (catalog, shards) = parts(reloaded);
+        // No full load came between: the first day's files kept their ordinals.
+        let kept: Vec<u32> = catalog
+            .files
+            .iter()
+            .zip(&catalog.file_ordinals)
+            .filter(|(path, _)| path.ends_with("day-000.units.jsonl"))
+            .map(|(_, ordinal)| *ordinal)
+            .collect();
+        assert_eq!(kept, first, "day {day}");
+    }
+    let fresh = snapshot::load(&options(&directory, OnInvalid::Fail, 200))
+        .unwrap()
+        .0;
+    assert_eq!(
+        served(&parts_to_generation(&catalog, &shards)),
+        served(&fresh)
+    );
+}
+
+/// A generation made of a catalog and shards the engine would hold.
+fn parts_to_generation(catalog: &Arc<Catalog>, shards: &[Arc<ShardData>]) -> Generation {
+    Generation {
+        catalog: Arc::clone(catalog),
+        shards: shards
+            .iter()
+            .map(|shard| ShardData::shared(shard.generation, shard))
+            .collect(),
+    }
+}
