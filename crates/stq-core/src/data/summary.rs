@@ -10,6 +10,7 @@
 //! contract's order, rendered as JSON. No raw record leaves its shard.
 
 use std::borrow::Cow;
+use std::cmp::Ordering;
 use std::ops::Range;
 
 // Keys are small integers chosen by the data, not by a client: a fast hash that
@@ -89,7 +90,12 @@ pub enum Partial {
 
 #[derive(Debug, Default)]
 pub struct UnitPartial {
-    rows: HashMap<RowKey, UnitCounts>,
+    rows: Vec<(RowKey, UnitCounts)>,
+    /// Where each row is in `rows`.
+    index: HashMap<RowKey, usize>,
+    /// The row of the last record added: a station's records come in time order,
+    /// so the next record is nearly always of the same row, and needs no hashing.
+    recent: Option<(RowKey, usize)>,
     /// Units with a serial number, by group and serial: where they were tried.
     units: HashMap<(GroupValues, Symbol), Attempts>,
 }
@@ -108,7 +114,8 @@ struct UnitCounts {
 #[derive(Clone, Copy, Debug)]
 struct Attempts {
     first: Position,
-    first_bucket: i64,
+    /// The row of the first attempt, an index into its partial's `rows`.
+    first_row: usize,
     first_passed: bool,
     last: Position,
     last_passed: bool,
@@ -193,6 +200,10 @@ impl ShardData {
             } => {
                 let mut passes = PassCache::new(pass_results, symbols);
                 let no_serial = symbols.lookup("");
+                // Grouped by station, a unit's attempts are all on its station:
+                // count its units once the station is done, so that the map of
+                // units stays small and the router merges counts, not units.
+                let by_station = grouping.fields.contains(&GroupField::StationId);
                 let mut partial = UnitPartial::default();
                 for (station, data) in stations {
                     for (key, entry) in data.units.range(key_range(window)) {
@@ -205,11 +216,9 @@ impl ShardData {
                         let passed = passes.passes(entry.result);
                         partial.add(grouping, station, key, entry, passed, no_serial);
                     }
-                }
-                if grouping.fields.contains(&GroupField::StationId) {
-                    // A station lives on one shard, so these units are all here:
-                    // count them now, and merge counts instead of units.
-                    partial.settle();
+                    if by_station {
+                        partial.settle();
+                    }
                 }
                 Partial::Units(partial)
             }
@@ -324,15 +333,13 @@ impl UnitPartial {
             GroupField::UnitType => entry.unit_type,
             _ => entry.mode,
         });
-        let bucket = bucket_of(grouping, key.instant);
-        let row = self
-            .rows
-            .entry(RowKey {
-                group,
-                name: Symbol(0),
-                bucket,
-            })
-            .or_default();
+        let row_key = RowKey {
+            group,
+            name: Symbol(0),
+            bucket: bucket_of(grouping, key.instant),
+        };
+        let row_index = self.row(row_key);
+        let row = &mut self.rows[row_index].1;
         row.records += 1;
         match row
             .results
@@ -349,7 +356,7 @@ impl UnitPartial {
         let here = position(station, key);
         let attempt = Attempts {
             first: here,
-            first_bucket: bucket,
+            first_row: row_index,
             first_passed: passed,
             last: here,
             last_passed: passed,
@@ -360,17 +367,26 @@ impl UnitPartial {
             .or_insert(attempt);
     }
 
-    /// Counts every unit whose attempts are all known into its row.
+    /// The index of `key`'s row, made empty if new.
+    fn row(&mut self, key: RowKey) -> usize {
+        if let Some((recent, index)) = self.recent {
+            if recent == key {
+                return index;
+            }
+        }
+        let rows = &mut self.rows;
+        let index = *self.index.entry(key).or_insert_with(|| {
+            rows.push((key, UnitCounts::default()));
+            rows.len() - 1
+        });
+        self.recent = Some((key, index));
+        index
+    }
+
+    /// Counts every unit whose attempts are all known into the row of its first.
     fn settle(&mut self) {
-        for ((group, _), attempts) in self.units.drain() {
-            let row = self
-                .rows
-                .get_mut(&RowKey {
-                    group,
-                    name: Symbol(0),
-                    bucket: attempts.first_bucket,
-                })
-                .expect("a unit's first attempt is a record of its row");
+        for (_, attempts) in self.units.drain() {
+            let row = &mut self.rows[attempts.first_row].1;
             row.units += 1;
             row.first_pass += u64::from(attempts.first_passed);
             row.final_pass += u64::from(attempts.last_passed);
@@ -378,8 +394,12 @@ impl UnitPartial {
     }
 
     fn merge(&mut self, other: UnitPartial) {
+        // Where each of `other`'s rows is in this partial.
+        let mut moved = Vec::with_capacity(other.rows.len());
         for (key, counts) in other.rows {
-            let row = self.rows.entry(key).or_default();
+            let index = self.row(key);
+            moved.push(index);
+            let row = &mut self.rows[index].1;
             row.records += counts.records;
             row.units += counts.units;
             row.first_pass += counts.first_pass;
@@ -391,7 +411,8 @@ impl UnitPartial {
                 }
             }
         }
-        for (unit, attempts) in other.units {
+        for (unit, mut attempts) in other.units {
+            attempts.first_row = moved[attempts.first_row];
             self.units
                 .entry(unit)
                 .and_modify(|known| known.absorb(&attempts))
@@ -404,7 +425,7 @@ impl Attempts {
     fn absorb(&mut self, other: &Attempts) {
         if other.first < self.first {
             self.first = other.first;
-            self.first_bucket = other.first_bucket;
+            self.first_row = other.first_row;
             self.first_passed = other.first_passed;
         }
         if other.last > self.last {
@@ -628,36 +649,62 @@ impl Partial {
 
 const WRITING: &str = "writing JSON to a Vec cannot fail";
 
-/// The text of each group value, for sorting and for the row.
-fn group_texts<'a>(grouping: &Grouping, group: &GroupValues, catalog: &'a Catalog) -> Vec<&'a str> {
-    grouping
+/// The text of a group value.
+fn group_text<'a>(field: GroupField, value: u32, catalog: &'a Catalog) -> &'a str {
+    match field {
+        GroupField::StationId => &catalog.stations[value as usize],
+        _ => catalog.symbols.text(Symbol(value)),
+    }
+}
+
+/// The contract's row order: by the group fields' text in byte order, in
+/// `group_by` order, then by name (metrics), then by bucket.
+fn row_order(grouping: &Grouping, left: &RowKey, right: &RowKey, catalog: &Catalog) -> Ordering {
+    let groups = grouping
         .fields
         .iter()
-        .zip(group)
-        .map(|(field, &value)| match field {
-            GroupField::StationId => &*catalog.stations[value as usize],
-            _ => catalog.symbols.text(Symbol(value)),
-        })
-        .collect()
+        .zip(left.group.iter().zip(&right.group));
+    for (&field, (&left, &right)) in groups {
+        let order = match field {
+            // Ranks follow the byte order of station ids.
+            GroupField::StationId => left.cmp(&right),
+            _ if left == right => Ordering::Equal,
+            _ => group_text(field, left, catalog).cmp(group_text(field, right, catalog)),
+        };
+        if order != Ordering::Equal {
+            return order;
+        }
+    }
+    let names = if left.name == right.name {
+        Ordering::Equal
+    } else {
+        catalog
+            .symbols
+            .text(left.name)
+            .cmp(catalog.symbols.text(right.name))
+    };
+    names.then(left.bucket.cmp(&right.bucket))
 }
 
 /// Writes the group fields and `bucket_start` that start every summary row.
 fn write_group<S: SerializeMap>(
     map: &mut S,
     grouping: &Grouping,
-    texts: &[&str],
-    name: Option<&str>,
-    bucket: i64,
+    key: &RowKey,
+    with_name: bool,
+    catalog: &Catalog,
 ) {
-    for (field, text) in grouping.fields.iter().zip(texts) {
-        map.serialize_entry(field.name(), text).expect(WRITING);
+    for (&field, &value) in grouping.fields.iter().zip(&key.group) {
+        map.serialize_entry(field.name(), group_text(field, value, catalog))
+            .expect(WRITING);
     }
-    if let Some(name) = name {
-        map.serialize_entry("name", name).expect(WRITING);
+    if with_name {
+        map.serialize_entry("name", catalog.symbols.text(key.name))
+            .expect(WRITING);
     }
     if grouping.bucket.is_some() {
         let start = Timestamp {
-            seconds: bucket,
+            seconds: key.bucket,
             nanos: 0,
         };
         map.serialize_entry("bucket_start", &start.to_rfc3339_seconds())
@@ -678,20 +725,10 @@ fn finite(value: Option<f64>) -> Option<f64> {
 impl UnitPartial {
     fn finish(mut self, grouping: &Grouping, catalog: &Catalog) -> Rows {
         self.settle();
-        let mut rows: Vec<(Vec<&str>, i64, UnitCounts)> = self
-            .rows
-            .into_iter()
-            .map(|(key, counts)| {
-                (
-                    group_texts(grouping, &key.group, catalog),
-                    key.bucket,
-                    counts,
-                )
-            })
-            .collect();
-        rows.sort_unstable_by(|left, right| (&left.0, left.1).cmp(&(&right.0, right.1)));
+        let mut rows = self.rows;
+        rows.sort_unstable_by(|(left, _), (right, _)| row_order(grouping, left, right, catalog));
         let mut rendered = Rows::default();
-        for (texts, bucket, counts) in rows {
+        for (key, counts) in rows {
             let mut results: Vec<(&str, u64)> = counts
                 .results
                 .iter()
@@ -700,7 +737,7 @@ impl UnitPartial {
             results.sort_unstable();
             rendered.push(|serializer| {
                 let mut map = serializer.serialize_map(None).expect(WRITING);
-                write_group(&mut map, grouping, &texts, None, bucket);
+                write_group(&mut map, grouping, &key, false, catalog);
                 map.serialize_entry("records", &counts.records)
                     .expect(WRITING);
                 map.serialize_entry("results", &ResultCounts(&results))
@@ -736,24 +773,10 @@ impl serde::Serialize for ResultCounts<'_> {
 
 impl MetricPartial {
     fn finish(self, grouping: &Grouping, catalog: &Catalog) -> Rows {
-        let mut rows: Vec<(Vec<&str>, &str, i64, MetricStatistics)> = self
-            .rows
-            .into_iter()
-            .map(|(key, statistics)| {
-                let texts = group_texts(grouping, &key.group, catalog);
-                (
-                    texts,
-                    catalog.symbols.text(key.name),
-                    key.bucket,
-                    statistics,
-                )
-            })
-            .collect();
-        rows.sort_unstable_by(|left, right| {
-            (&left.0, left.1, left.2).cmp(&(&right.0, right.1, right.2))
-        });
+        let mut rows: Vec<(RowKey, MetricStatistics)> = self.rows.into_iter().collect();
+        rows.sort_unstable_by(|(left, _), (right, _)| row_order(grouping, left, right, catalog));
         let mut rendered = Rows::default();
-        for (texts, name, bucket, statistics) in rows {
+        for (key, statistics) in rows {
             let has_numbers = statistics.numeric > 0;
             let stddev = finite(statistics.stddev());
             let mean = finite(has_numbers.then_some(statistics.mean));
@@ -770,7 +793,7 @@ impl MetricPartial {
             };
             rendered.push(|serializer| {
                 let mut map = serializer.serialize_map(None).expect(WRITING);
-                write_group(&mut map, grouping, &texts, Some(name), bucket);
+                write_group(&mut map, grouping, &key, true, catalog);
                 map.serialize_entry("count", &statistics.count)
                     .expect(WRITING);
                 map.serialize_entry("numeric", &statistics.numeric)
