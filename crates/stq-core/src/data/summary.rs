@@ -650,7 +650,7 @@ impl Partial {
 const WRITING: &str = "writing JSON to a Vec cannot fail";
 
 /// The text of a group value.
-fn group_text<'a>(field: GroupField, value: u32, catalog: &'a Catalog) -> &'a str {
+fn group_text(field: GroupField, value: u32, catalog: &Catalog) -> &str {
     match field {
         GroupField::StationId => &catalog.stations[value as usize],
         _ => catalog.symbols.text(Symbol(value)),
