@@ -19,6 +19,7 @@ use stq_core::domain::query::{self, Endpoint};
 use stq_core::domain::record::Kind;
 use stq_core::domain::time::{timestamp_millis_utc, Timestamp};
 
+use super::admission::Permit;
 use super::caching::{entity_tag, not_modified, IfNoneMatch};
 use super::envelope::{envelope, summary_envelope, Meta};
 use super::error::{ApiError, JSON};
@@ -72,8 +73,12 @@ async fn in_time<F: Future<Output = Result<HttpResponse, ApiError>>>(
 }
 
 /// The checks every query passes first, in the contract's order: the query's
-/// length, one `Authorization` header, a known token.
-fn authenticate(request: &HttpRequest, state: &AppState) -> Result<Arc<Principal>, ApiError> {
+/// length, one `Authorization` header, a known token; and the fault a test asked
+/// for, if any.
+fn authenticate(
+    request: &HttpRequest,
+    state: &AppState,
+) -> Result<(Arc<Principal>, Option<Fault>), ApiError> {
     let engine = &state.engine;
     query::check_length(request.query_string(), engine.limits())?;
     let mut authorizations = request.headers().get_all(header::AUTHORIZATION);
@@ -83,7 +88,22 @@ fn authenticate(request: &HttpRequest, state: &AppState) -> Result<Arc<Principal
             reason: "more than one Authorization header",
         });
     }
-    Ok(engine.tokens().authenticate(authorization)?)
+    let principal = engine.tokens().authenticate(authorization)?;
+    let fault = fault::requested(request.headers());
+    if fault == Some(Fault::HandlerPanic) {
+        panic!("the handler panics, as the request asked");
+    }
+    Ok((principal, fault))
+}
+
+/// A query slot, taken at the first engine call so that refusals cost none; then
+/// the delay a test may have asked for.
+async fn take_slot(state: &AppState, fault: Option<Fault>) -> Result<Permit<'_>, ApiError> {
+    let permit = state.admission.enter().await?;
+    if let Some(Fault::Delay(delay)) = fault {
+        actix_web::rt::time::sleep(delay).await;
+    }
+    Ok(permit)
 }
 
 /// The 200 with `body`, or 304 when `If-None-Match` names its tag. The tag is
@@ -124,11 +144,7 @@ async fn answer_in_time(
     let engine = &state.engine;
     let limits = engine.limits();
 
-    let principal = authenticate(request, state)?;
-    let fault = fault::requested(request.headers());
-    if fault == Some(Fault::HandlerPanic) {
-        panic!("the handler panics, as the request asked");
-    }
+    let (principal, fault) = authenticate(request, state)?;
     let params = query::parse(kind, request.query_string(), *limits)?;
     let engine_error =
         |error| ApiError::from_engine(error, &request_id, state.admission.request_timeout());
@@ -140,11 +156,7 @@ async fn answer_in_time(
     });
     let plan = engine.plan(&query).map_err(engine_error)?;
 
-    // Taken at the first engine call: refusals cost no slot.
-    let permit = state.admission.enter().await?;
-    if let Some(Fault::Delay(delay)) = fault {
-        actix_web::rt::time::sleep(delay).await;
-    }
+    let permit = take_slot(state, fault).await?;
     let page = router
         .execute(Arc::clone(&query), plan, deadline, Fault::in_shard(fault))
         .await
@@ -188,11 +200,7 @@ async fn summary_in_time(
     let request_id = RequestId::of(request);
     let engine = &state.engine;
 
-    let principal = authenticate(request, state)?;
-    let fault = fault::requested(request.headers());
-    if fault == Some(Fault::HandlerPanic) {
-        panic!("the handler panics, as the request asked");
-    }
+    let (principal, fault) = authenticate(request, state)?;
     let params = query::parse_for(endpoint, request.query_string(), *engine.limits())?;
     let engine_error =
         |error| ApiError::from_engine(error, &request_id, state.admission.request_timeout());
@@ -204,10 +212,7 @@ async fn summary_in_time(
     });
     let plan = engine.plan_summary(&query).map_err(engine_error)?;
 
-    let permit = state.admission.enter().await?;
-    if let Some(Fault::Delay(delay)) = fault {
-        actix_web::rt::time::sleep(delay).await;
-    }
+    let permit = take_slot(state, fault).await?;
     let rows = router
         .summarize(query, plan, deadline, Fault::in_shard(fault))
         .await
