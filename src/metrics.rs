@@ -179,6 +179,9 @@ pub fn endpoint_label(path: &str) -> &'static str {
         "/healthz" => "/healthz",
         "/readyz" => "/readyz",
         "/openapi.json" => "/openapi.json",
+        "/" => "/",
+        // The page's files: one label, whatever file (or unknown path) under it.
+        path if path.starts_with("/ui/") => "/ui/",
         _ => "other",
     }
 }
@@ -215,6 +218,8 @@ mod tests {
         assert_eq!(endpoint_label("/units"), "/units");
         assert_eq!(endpoint_label("/units/summary"), "/units/summary");
         assert_eq!(endpoint_label("/stations"), "/stations");
+        assert_eq!(endpoint_label("/ui/app.js"), "/ui/");
+        assert_eq!(endpoint_label("/ui/../x"), "/ui/");
         assert_eq!(endpoint_label("/units/../secret"), "other");
         assert_eq!(endpoint_label("/anything"), "other");
     }
