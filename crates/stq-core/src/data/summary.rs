@@ -206,10 +206,9 @@ impl ShardData {
                 let by_station = grouping.fields.contains(&GroupField::StationId);
                 let mut partial = UnitPartial::default();
                 for (station, data) in stations {
-                    for (key, entry) in data.units.range(key_range(window)) {
+                    for (key, entry) in station_units(data, window, unit_serial) {
                         if entry.direction != Direction::Output
                             || !unit_types.matches(entry.unit_type)
-                            || !unit_serial.matches(entry.unit_serial)
                         {
                             continue;
                         }
@@ -245,6 +244,25 @@ impl ShardData {
                     .collect(),
             ),
         }
+    }
+}
+
+/// A station's unit records in `window` with a serial `unit_serial` allows: for a
+/// serial number, an exact range of the tree by serial (the order of attempts is
+/// kept by their positions, not by the walk).
+fn station_units<'a>(
+    data: &'a StationData,
+    window: &Window,
+    unit_serial: &'a Matcher,
+) -> Box<dyn Iterator<Item = (&'a RecordKey, &'a UnitEntry)> + 'a> {
+    let range = key_range(window);
+    match unit_serial {
+        Matcher::Any => Box::new(data.units.range(range)),
+        Matcher::OneOf(serials) => Box::new(serials.iter().flat_map(move |&serial| {
+            data.units_by_serial
+                .range((serial, range.start)..(serial, range.end))
+                .map(|((_, key), entry)| (key, entry))
+        })),
     }
 }
 
