@@ -65,20 +65,7 @@ impl ShardData {
             .iter()
             .zip(ranks)
             .enumerate()
-            .flat_map(|(station_index, (station, &rank))| {
-                station.units.iter().map(move |(key, entry)| {
-                    let position = Position {
-                        instant: key.instant,
-                        station_rank: rank,
-                        load_order: key.load_order,
-                    };
-                    let unit = ShardUnit {
-                        station_index: station_index as u32,
-                        entry: *entry,
-                    };
-                    (position, unit)
-                })
-            })
+            .flat_map(|(station_index, (station, &rank))| shard_units(station, station_index, rank))
             .collect();
         ShardData {
             generation,
@@ -120,22 +107,11 @@ impl ShardData {
             .enumerate()
             .filter(|(_, origin)| matches!(origin, Origin::Built))
             .flat_map(|(station_index, _)| {
-                let rank = ranks[station_index];
-                stations[station_index]
-                    .units
-                    .iter()
-                    .map(move |(key, entry)| {
-                        let position = Position {
-                            instant: key.instant,
-                            station_rank: rank,
-                            load_order: key.load_order,
-                        };
-                        let unit = ShardUnit {
-                            station_index: station_index as u32,
-                            entry: *entry,
-                        };
-                        (position, unit)
-                    })
+                shard_units(
+                    &stations[station_index],
+                    station_index,
+                    ranks[station_index],
+                )
             })
             .collect();
         built.sort_unstable_by_key(|(position, _)| *position);
@@ -166,4 +142,25 @@ impl ShardData {
             .map(|station| station.record_count())
             .sum()
     }
+}
+
+/// A station's units as entries of the shard-wide tree: placed by their position in
+/// the contract's order, and naming the station that holds them.
+fn shard_units(
+    station: &StationData,
+    station_index: usize,
+    rank: u32,
+) -> impl Iterator<Item = (Position, ShardUnit)> + '_ {
+    station.units.iter().map(move |(key, entry)| {
+        let position = Position {
+            instant: key.instant,
+            station_rank: rank,
+            load_order: key.load_order,
+        };
+        let unit = ShardUnit {
+            station_index: station_index as u32,
+            entry: *entry,
+        };
+        (position, unit)
+    })
 }
