@@ -50,6 +50,33 @@ pub struct LoadSummary {
 }
 
 impl Catalog {
+    /// The catalog of a load or reload: the files' paths and ordinals are those of
+    /// `sources`, in load order.
+    pub(crate) fn new(
+        generation: u64,
+        stations: Vec<Box<str>>,
+        placements: Vec<Placement>,
+        symbols: Arc<Symbols>,
+        shard_count: usize,
+        summary: LoadSummary,
+        sources: Vec<SourceState>,
+    ) -> Catalog {
+        Catalog {
+            generation,
+            stations,
+            placements,
+            symbols,
+            shard_count,
+            summary,
+            files: sources
+                .iter()
+                .map(|source| source.relative.clone())
+                .collect(),
+            file_ordinals: sources.iter().map(|source| source.ordinal).collect(),
+            sources,
+        }
+    }
+
     /// The number of the load that made it: 1 at start-up, then one more per reload.
     pub fn generation(&self) -> u64 {
         self.generation

@@ -511,20 +511,15 @@ pub fn reload(
     report.pending = summary.pending_lines;
     report.stations = names.len();
     let (names, placements) = names.into_iter().unzip();
-    let catalog = Catalog {
+    let catalog = Catalog::new(
         generation,
-        stations: names,
+        names,
         placements,
         symbols,
         shard_count,
         summary,
-        files: sources
-            .iter()
-            .map(|source| source.relative.clone())
-            .collect(),
-        file_ordinals: sources.iter().map(|source| source.ordinal).collect(),
         sources,
-    };
+    );
     report.elapsed = started.elapsed();
     tracing::debug!(
         "reload phases: files looked at by {looked:?}, read by {read:?}, stations built by \

@@ -977,20 +977,15 @@ fn build(
     .expect("an index builder panicked");
 
     Ok(Generation {
-        catalog: Arc::new(Catalog {
-            generation: options.generation,
-            stations: names,
+        catalog: Arc::new(Catalog::new(
+            options.generation,
+            names,
             placements,
             symbols,
             shard_count,
             summary,
-            files: sources
-                .iter()
-                .map(|source| source.relative.clone())
-                .collect(),
-            file_ordinals: sources.iter().map(|source| source.ordinal).collect(),
             sources,
-        }),
+        )),
         shards,
     })
 }
