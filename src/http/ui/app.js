@@ -193,16 +193,22 @@
     return fraction === null || fraction === undefined ? "—" : (fraction * 100).toFixed(1) + " %";
   }
 
+  // A table row headed by its station's id.
+  function stationRow(stationId) {
+    const row = document.createElement("tr");
+    row.dataset.station = stationId;
+    const name = document.createElement("th");
+    name.scope = "row";
+    name.textContent = stationId;
+    row.appendChild(name);
+    return row;
+  }
+
   function renderStations() {
     const body = ui.stations.tBodies[0];
     body.replaceChildren();
     for (const station of state.stations) {
-      const row = document.createElement("tr");
-      row.dataset.station = station.station_id;
-      const name = document.createElement("th");
-      name.scope = "row";
-      name.textContent = station.station_id;
-      row.appendChild(name);
+      const row = stationRow(station.station_id);
       cell(row, String(station.units), "number");
       cell(row, String(station.metrics), "number");
       // In UTC like the window; the title keeps the time as the station wrote it.
@@ -229,12 +235,7 @@
     body.replaceChildren();
     for (const station of state.stations) {
       const summary = byStation.get(station.station_id);
-      const row = document.createElement("tr");
-      row.dataset.station = station.station_id;
-      const name = document.createElement("th");
-      name.scope = "row";
-      name.textContent = station.station_id;
-      row.appendChild(name);
+      const row = stationRow(station.station_id);
       cell(row, String(summary ? summary.records : 0), "number");
       cell(row, String(summary ? summary.units : 0), "number");
       const firstPass = cell(row, percent(summary ? summary.first_pass_yield : null), "number");
