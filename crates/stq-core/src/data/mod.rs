@@ -11,6 +11,7 @@ pub mod catalog;
 pub mod cursor;
 pub mod incremental;
 pub mod key;
+pub mod memory;
 pub mod merge;
 pub mod scan;
 pub mod shard;

@@ -9,6 +9,7 @@
 //! few (their sizes shrink geometrically) and a reload copies strings in proportion
 //! to what it added, over time.
 
+use std::mem::size_of;
 use std::sync::Arc;
 
 use indexmap::IndexSet;
@@ -78,6 +79,20 @@ impl Symbols {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// About how many heap bytes the table holds: each layer's strings, and per
+    /// slot its entry (hash and boxed string) and its hash-table index and control
+    /// byte. Layers shared with other generations are counted too.
+    pub fn heap_bytes(&self) -> u64 {
+        let slot = 2 * size_of::<usize>() + size_of::<Box<str>>() + 1;
+        self.layers
+            .iter()
+            .map(|layer| {
+                let texts: usize = layer.texts.iter().map(|text| text.len()).sum();
+                (texts + layer.texts.capacity() * slot) as u64
+            })
+            .sum()
     }
 
     /// This table with `new` strings, none of which it holds, numbered after its own

@@ -1,0 +1,105 @@
+//! Where a loaded snapshot's bytes go (BENCHMARKS.md, issue 12).
+//!
+//! `cargo run --release -p stq-core --example memory -- DIRECTORY [SHARDS]` loads
+//! DIRECTORY as `stq serve` does and prints, per part of the index, its bytes and
+//! its bytes per record, beside the live heap a counting allocator saw and the
+//! process's RSS. The parts are [`stq_core::data::memory`]'s; the heap not in any
+//! part is the loader's leftovers, the catalog and the allocator's own bookkeeping.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use stq_core::data::snapshot::{self, LoadOptions, OnInvalid};
+
+/// The system allocator (what `stq` uses), counting the bytes it has handed out.
+struct Counting;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size(), Ordering::Relaxed);
+        // SAFETY: the caller's contract is passed on unchanged.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, pointer: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { System.dealloc(pointer, layout) }
+    }
+
+    unsafe fn realloc(&self, pointer: *mut u8, layout: Layout, size: usize) -> *mut u8 {
+        LIVE.fetch_add(size, Ordering::Relaxed);
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { System.realloc(pointer, layout, size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+fn main() {
+    let mut arguments = std::env::args().skip(1);
+    let Some(directory) = arguments.next().map(PathBuf::from) else {
+        eprintln!("usage: memory DIRECTORY [SHARDS]");
+        std::process::exit(2);
+    };
+    let shards = arguments
+        .next()
+        .map_or(2, |text| text.parse().expect("SHARDS"));
+    let threads = std::thread::available_parallelism().map_or(2, usize::from);
+    let options = LoadOptions {
+        directory,
+        shards,
+        on_invalid: OnInvalid::Skip,
+        generation: 1,
+        threads,
+    };
+    let (generation, report) = snapshot::load(&options).unwrap_or_else(|error| {
+        eprintln!("memory: {error}");
+        std::process::exit(1);
+    });
+    let heap = LIVE.load(Ordering::Relaxed) as u64;
+    let usage = generation.memory_use();
+    let records = (usage.units + usage.metrics).max(1) as f64;
+    let jsonl = report.bytes as f64;
+    println!(
+        "{} unit and {} metric records, {:.1} MB of JSON Lines ({:.0} bytes a record)",
+        usage.units,
+        usage.metrics,
+        jsonl / 1e6,
+        jsonl / records
+    );
+    println!("| part | MB | bytes a record | x JSONL |");
+    println!("|---|---|---|---|");
+    let row = |name: &str, bytes: u64| {
+        let bytes = bytes as f64;
+        println!(
+            "| {name} | {:.1} | {:.1} | {:.3} |",
+            bytes / 1e6,
+            bytes / records,
+            bytes / jsonl
+        );
+    };
+    for part in &usage.parts {
+        row(part.name, part.bytes);
+    }
+    row("sum of the parts", usage.total());
+    row("heap not in the parts", heap.saturating_sub(usage.total()));
+    row("live heap (counted)", heap);
+    if let Some(rss) = resident_bytes() {
+        row("RSS", rss);
+    }
+    drop(generation);
+}
+
+/// The process's resident set, from `/proc` (Linux only).
+fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|line| line.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}

@@ -1,0 +1,113 @@
+//! Where a generation's bytes go, part by part (BENCHMARKS.md, issue 12): the
+//! records' stored form, each tree of the index, and the symbols.
+//!
+//! Arenas are counted exactly. A tree's bytes are worked out from std's B-tree node
+//! layout (up to 11 entries a node, and the trees are collected from sorted
+//! sequences, which fills every node), so they are close estimates: std does not
+//! say how much a map allocated. What the allocator keeps beyond these (slack,
+//! fragmentation) is the difference to the heap or RSS a caller measures.
+
+use std::collections::BTreeMap;
+use std::mem::size_of;
+
+use crate::data::catalog::Generation;
+
+/// The bytes of one part of a generation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Part {
+    pub name: &'static str,
+    pub bytes: u64,
+}
+
+/// A generation's bytes by part, and the records they hold.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemoryUse {
+    pub parts: Vec<Part>,
+    pub units: u64,
+    pub metrics: u64,
+}
+
+impl MemoryUse {
+    pub fn total(&self) -> u64 {
+        self.parts.iter().map(|part| part.bytes).sum()
+    }
+}
+
+impl Generation {
+    /// This generation's bytes by part. Data shared with another generation is
+    /// counted as this one's.
+    pub fn memory_use(&self) -> MemoryUse {
+        let mut parts = [
+            ("records' stored form (arenas)", 0),
+            ("unit tree by time", 0),
+            ("unit tree by serial", 0),
+            ("metric tree by time", 0),
+            ("metric tree by name", 0),
+            ("shard-wide unit tree", 0),
+            ("symbols", 0),
+        ];
+        let (mut units, mut metrics) = (0, 0);
+        for shard in &self.shards {
+            for station in &shard.stations {
+                units += station.units.len() as u64;
+                metrics += station.metrics.len() as u64;
+                parts[0].1 += station.arena.len() as u64;
+                parts[1].1 += tree_bytes(&station.units);
+                parts[2].1 += tree_bytes(&station.units_by_serial);
+                parts[3].1 += tree_bytes(&station.metrics);
+                parts[4].1 += tree_bytes(&station.metrics_by_name);
+            }
+            parts[5].1 += tree_bytes(&shard.units);
+        }
+        parts[6].1 = self.catalog.symbols.heap_bytes();
+        MemoryUse {
+            parts: parts
+                .into_iter()
+                .map(|(name, bytes)| Part { name, bytes })
+                .collect(),
+            units,
+            metrics,
+        }
+    }
+}
+
+/// std's node capacity (`CAPACITY` in `alloc::collections::btree::node`).
+const NODE_CAPACITY: usize = 11;
+
+/// The bytes of a tree's nodes, if every node is full: a leaf holds its parent
+/// pointer, its index in the parent and length, and 11 keys and values; an internal
+/// node holds a leaf's fields and 12 child pointers.
+fn tree_bytes<K, V>(tree: &BTreeMap<K, V>) -> u64 {
+    node_bytes(tree.len(), size_of::<K>() + size_of::<V>())
+}
+
+fn node_bytes(entries: usize, entry_bytes: usize) -> u64 {
+    if entries == 0 {
+        return 0;
+    }
+    let leaf = (size_of::<usize>() + 4 + NODE_CAPACITY * entry_bytes).next_multiple_of(8);
+    let internal = leaf + (NODE_CAPACITY + 1) * size_of::<usize>();
+    // A full leaf and the separator its parent holds take 12 entries.
+    let leaves = entries.div_ceil(NODE_CAPACITY + 1);
+    let mut internals = 0;
+    let mut level = leaves;
+    while level > 1 {
+        level = level.div_ceil(NODE_CAPACITY + 1);
+        internals += level;
+    }
+    (leaves * leaf + internals * internal) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn full_nodes_cost_about_an_entry_and_a_twelfth_of_a_header() {
+        assert_eq!(node_bytes(0, 40), 0);
+        // One leaf of 11 entries of 40 bytes, with its 12-byte header rounded up.
+        assert_eq!(node_bytes(11, 40), 8 + 4 + 440 + 4);
+        let million = node_bytes(1_000_000, 40) as f64 / 1e6;
+        assert!((40.0..44.0).contains(&million), "{million} bytes an entry");
+    }
+}
