@@ -15,7 +15,7 @@ use stq_core::data::catalog::Generation;
 use stq_core::data::key::Position;
 use stq_core::data::merge::merge_sorted;
 use stq_core::data::scan::{Hit, Matcher, RecordFilter, ScanRequest, ShardStation};
-use stq_core::data::station::ByteRange;
+use stq_core::data::stored::StoredRecord;
 use stq_core::domain::query::{self, Limits};
 use stq_core::domain::record::{parse_line, Directions, Kind};
 use stq_core::domain::time::{parse_rfc3339, Timestamp, Window};
@@ -124,7 +124,7 @@ fn merge(criterion: &mut Criterion) {
                             load_order: index as u64,
                         },
                         station_index: 0,
-                        bytes: ByteRange {
+                        bytes: StoredRecord {
                             start: 0,
                             length: 0,
                         },

@@ -20,6 +20,7 @@ use stq_core::data::key::Position;
 use stq_core::data::merge::merge_sorted;
 use stq_core::data::scan::{Hit, ScanRequest, ShardStation};
 use stq_core::data::shard::ShardData;
+use stq_core::data::stored::RecordJson;
 use stq_core::data::summary::{Partial, Rows, SummaryRequest as ShardSummary};
 
 use super::fault::ShardFault;
@@ -113,7 +114,7 @@ impl QueryResult {
     }
 
     /// The records' response JSON, in order.
-    pub fn records(&self) -> impl Iterator<Item = &[u8]> + Clone + '_ {
+    pub fn records(&self) -> impl Iterator<Item = RecordJson<'_>> + Clone + '_ {
         self.hits
             .iter()
             .map(|part_hit| self.parts[part_hit.part].json(&part_hit.hit))

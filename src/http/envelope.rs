@@ -1,10 +1,12 @@
 //! The success envelope (docs/api.md section 7), assembled around records rendered at
-//! load time.
+//! load time: a record's stored parts, or a summary's rendered rows, are copied
+//! into a body sized once.
 
 use std::ops::Range;
 
 use serde::Serialize;
 
+use stq_core::data::stored::RecordJson;
 use stq_core::data::summary::Rows;
 use stq_core::domain::query::Endpoint;
 use stq_core::domain::record::Kind;
@@ -45,6 +47,33 @@ pub(super) fn summary_envelope(
     assemble_with_data(&counted(rows.len(), noun), rows.len(), rows.rows(), meta)
 }
 
+/// One element of the `data` array: a record's parts, or a rendered row.
+pub trait Element {
+    /// Its length in bytes, known before it is written.
+    fn length(&self) -> usize;
+    fn write_to(&self, body: &mut Vec<u8>);
+}
+
+impl Element for &[u8] {
+    fn length(&self) -> usize {
+        self.len()
+    }
+
+    fn write_to(&self, body: &mut Vec<u8>) {
+        body.extend_from_slice(self);
+    }
+}
+
+impl Element for RecordJson<'_> {
+    fn length(&self) -> usize {
+        self.len()
+    }
+
+    fn write_to(&self, body: &mut Vec<u8>) {
+        RecordJson::write_to(self, body);
+    }
+}
+
 /// `1 unit record`, `3 summary rows`.
 fn counted(count: usize, noun: &str) -> String {
     let plural = if count == 1 { "" } else { "s" };
@@ -52,10 +81,10 @@ fn counted(count: usize, noun: &str) -> String {
 }
 
 /// `{"data":[...],"message":"...","meta":{...}}` around records rendered at load.
-pub fn assemble<'a>(
+pub fn assemble(
     kind: Kind,
     count: usize,
-    records: impl Iterator<Item = &'a [u8]> + Clone,
+    records: impl Iterator<Item = impl Element> + Clone,
     meta: &Meta,
 ) -> Vec<u8> {
     let message = counted(count, &format!("{} record", kind.noun()));
@@ -63,13 +92,13 @@ pub fn assemble<'a>(
 }
 
 /// [`assemble`], and the range of the body that is the `data` array.
-fn assemble_with_data<'a>(
+fn assemble_with_data(
     message: &str,
     count: usize,
-    records: impl Iterator<Item = &'a [u8]> + Clone,
+    records: impl Iterator<Item = impl Element> + Clone,
     meta: &Meta,
 ) -> (Vec<u8>, Range<usize>) {
-    let records_bytes: usize = records.clone().map(<[u8]>::len).sum();
+    let records_bytes: usize = records.clone().map(|record| record.length()).sum();
     let mut body = Vec::with_capacity(records_bytes + count + 256);
     body.extend_from_slice(b"{\"data\":");
     let data_start = body.len();
@@ -78,7 +107,7 @@ fn assemble_with_data<'a>(
         if index > 0 {
             body.push(b',');
         }
-        body.extend_from_slice(record);
+        record.write_to(&mut body);
     }
     body.push(b']');
     let data = data_start..body.len();
@@ -129,7 +158,7 @@ mod tests {
         let value: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(value["meta"]["next_cursor"], Value::Null);
         assert!(value["meta"].get("next_cursor").is_some());
-        let empty = assemble(Kind::Metrics, 0, std::iter::empty(), &single);
+        let empty = assemble(Kind::Metrics, 0, std::iter::empty::<&[u8]>(), &single);
         assert!(empty.starts_with(br#"{"data":[],"message":"0 metric records""#));
     }
 }

@@ -52,7 +52,7 @@ use crate::data::snapshot::{
     self, FileKind, LoadError, LoadOptions, LoadReport, LoadState, OnInvalid, SharedSymbols,
     SnapshotFile, Start, StationBuilder,
 };
-use crate::data::station::{ByteRange, StationData};
+use crate::data::station::StationData;
 use crate::domain::record::Kind;
 
 /// How many bytes before the end of what was read must be unchanged for a larger
@@ -604,32 +604,21 @@ fn grown(before: &SourceState, read: SourceState) -> SourceState {
 /// copied into a new arena so that the dropped ones' bytes go with the old one.
 fn surviving(station: &StationData, is_dropped: &impl Fn(u64) -> bool) -> StationBuilder {
     let mut builder = StationBuilder::default();
-    let mut copy = |bytes: ByteRange| {
-        let start = builder.arena.len() as u32;
-        builder.arena.extend_from_slice(station.json(bytes));
-        ByteRange {
-            start,
-            length: bytes.length,
-        }
-    };
-    let mut units = Vec::new();
+    let mut numbers = Vec::new();
     for (key, entry) in &station.units {
         if !is_dropped(key.load_order) {
             let mut entry = *entry;
-            entry.bytes = copy(entry.bytes);
-            units.push((*key, entry));
+            entry.bytes = builder.copy(&station.arena, &station.pieces, entry.bytes, &mut numbers);
+            builder.units.push((*key, entry));
         }
     }
-    let mut metrics = Vec::new();
     for (key, entry) in &station.metrics {
         if !is_dropped(key.load_order) {
             let mut entry = *entry;
-            entry.bytes = copy(entry.bytes);
-            metrics.push((*key, entry));
+            entry.bytes = builder.copy(&station.arena, &station.pieces, entry.bytes, &mut numbers);
+            builder.metrics.push((*key, entry));
         }
     }
-    builder.units = units;
-    builder.metrics = metrics;
     builder
 }
 

@@ -39,6 +39,7 @@ impl Generation {
     pub fn memory_use(&self) -> MemoryUse {
         let mut parts = [
             ("records' stored form (arenas)", 0),
+            ("pieces of records", 0),
             ("unit tree by time", 0),
             ("unit tree by serial", 0),
             ("metric tree by time", 0),
@@ -52,14 +53,15 @@ impl Generation {
                 units += station.units.len() as u64;
                 metrics += station.metrics.len() as u64;
                 parts[0].1 += station.arena.len() as u64;
-                parts[1].1 += tree_bytes(&station.units);
-                parts[2].1 += tree_bytes(&station.units_by_serial);
-                parts[3].1 += tree_bytes(&station.metrics);
-                parts[4].1 += tree_bytes(&station.metrics_by_name);
+                parts[1].1 += station.pieces.heap_bytes() as u64;
+                parts[2].1 += tree_bytes(&station.units);
+                parts[3].1 += tree_bytes(&station.units_by_serial);
+                parts[4].1 += tree_bytes(&station.metrics);
+                parts[5].1 += tree_bytes(&station.metrics_by_name);
             }
-            parts[5].1 += tree_bytes(&shard.units);
+            parts[6].1 += tree_bytes(&shard.units);
         }
-        parts[6].1 = self.catalog.symbols.heap_bytes();
+        parts[7].1 = self.catalog.symbols.heap_bytes();
         MemoryUse {
             parts: parts
                 .into_iter()

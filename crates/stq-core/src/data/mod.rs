@@ -17,5 +17,6 @@ pub mod scan;
 pub mod shard;
 pub mod snapshot;
 pub mod station;
+pub mod stored;
 pub mod summary;
 pub mod symbols;

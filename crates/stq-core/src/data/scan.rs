@@ -9,7 +9,8 @@ use std::ops::Bound;
 use crate::data::key::{Position, RecordKey};
 use crate::data::merge::merge_sorted;
 use crate::data::shard::ShardData;
-use crate::data::station::{ByteRange, StationData, UnitEntry};
+use crate::data::station::{StationData, UnitEntry};
+use crate::data::stored::{RecordJson, StoredRecord};
 use crate::data::symbols::Symbol;
 use crate::domain::record::{Directions, Kind};
 use crate::domain::time::{Timestamp, Window};
@@ -105,7 +106,7 @@ pub struct ScanRequest {
 pub struct Hit {
     pub position: Position,
     pub station_index: u32,
-    pub bytes: ByteRange,
+    pub bytes: StoredRecord,
 }
 
 impl ShardData {
@@ -238,14 +239,14 @@ impl ShardData {
             .collect()
     }
 
-    pub fn json(&self, hit: &Hit) -> &[u8] {
+    pub fn json(&self, hit: &Hit) -> RecordJson<'_> {
         self.stations[hit.station_index as usize].json(hit.bytes)
     }
 }
 
 impl ShardStation {
     /// The hit of this station's record at `key`.
-    fn hit(self, key: &RecordKey, bytes: ByteRange) -> Hit {
+    fn hit(self, key: &RecordKey, bytes: StoredRecord) -> Hit {
         Hit {
             position: Position {
                 instant: key.instant,
@@ -326,6 +327,7 @@ impl Ord for Hit {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::data::stored::Pieces;
     use crate::data::symbols::Symbols;
     use crate::domain::record::Direction;
 
@@ -348,7 +350,7 @@ mod tests {
                         load_order,
                     };
                     let entry = UnitEntry {
-                        bytes: ByteRange {
+                        bytes: StoredRecord {
                             start: 0,
                             length: 0,
                         },
@@ -362,7 +364,7 @@ mod tests {
                     (key, entry)
                 })
                 .collect();
-            StationData::new(Box::default(), units, Vec::new())
+            StationData::new(Box::default(), Pieces::default(), units, Vec::new())
         };
         let stations = vec![
             station(&[

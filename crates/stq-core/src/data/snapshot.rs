@@ -32,7 +32,8 @@ use crate::data::catalog::{Catalog, Generation, LoadSummary, Placement};
 use crate::data::incremental::{self, FileRead, FileStamp, Resume, SourceState};
 use crate::data::key::{load_order, RecordKey};
 use crate::data::shard::ShardData;
-use crate::data::station::{ByteRange, MetricEntry, StationData, UnitEntry};
+use crate::data::station::{MetricEntry, StationData, UnitEntry};
+use crate::data::stored::{self, PieceTable, Pieces, StoredRecord};
 use crate::data::symbols::{Symbol, Symbols};
 use crate::domain::openhtf;
 use crate::domain::record::{numeric, parse_line, IndexedFields, Kind, ParsedLine};
@@ -325,6 +326,7 @@ pub(crate) struct FileCounters {
 #[derive(Default)]
 pub(crate) struct StationBuilder {
     pub(crate) arena: Vec<u8>,
+    pub(crate) pieces: PieceTable,
     pub(crate) units: Vec<(RecordKey, UnitEntry)>,
     pub(crate) metrics: Vec<(RecordKey, MetricEntry)>,
 }
@@ -837,11 +839,13 @@ fn store(
         instant: parsed.instant,
         load_order,
     };
-    let bytes = ByteRange {
-        start: batch.arena.len() as u32,
-        length: rendered.len() as u32,
-    };
-    batch.arena.extend_from_slice(rendered);
+    let bytes = stored::store(
+        &mut batch.arena,
+        &mut batch.pieces,
+        rendered,
+        parsed.time,
+        parsed.value,
+    );
     let symbols = &state.symbols;
     let number = |text: &str| numeric(text).unwrap_or(f64::NAN);
     match parsed.fields {
@@ -887,34 +891,41 @@ fn store(
 }
 
 impl StationBuilder {
+    /// Takes over the records of a batch of the same station, in its order after
+    /// this builder's.
     pub(crate) fn append(&mut self, batch: StationBuilder) {
-        // Byte ranges are relative to the batch until they land in the station's arena.
-        let base = self.arena.len() as u32;
-        self.arena.extend_from_slice(&batch.arena);
-        let shift = |bytes: ByteRange| ByteRange {
-            start: base.wrapping_add(bytes.start),
-            length: bytes.length,
-        };
-        self.units
-            .extend(batch.units.into_iter().map(|(key, entry)| {
-                (
-                    key,
-                    UnitEntry {
-                        bytes: shift(entry.bytes),
-                        ..entry
-                    },
-                )
-            }));
-        self.metrics
-            .extend(batch.metrics.into_iter().map(|(key, entry)| {
-                (
-                    key,
-                    MetricEntry {
-                        bytes: shift(entry.bytes),
-                        ..entry
-                    },
-                )
-            }));
+        let pieces = batch.pieces.finish();
+        let mut numbers = Vec::with_capacity(pieces.len());
+        self.arena.reserve(batch.arena.len());
+        self.units.reserve(batch.units.len());
+        for (key, entry) in batch.units {
+            let bytes = self.copy(&batch.arena, &pieces, entry.bytes, &mut numbers);
+            self.units.push((key, UnitEntry { bytes, ..entry }));
+        }
+        self.metrics.reserve(batch.metrics.len());
+        for (key, entry) in batch.metrics {
+            let bytes = self.copy(&batch.arena, &pieces, entry.bytes, &mut numbers);
+            self.metrics.push((key, MetricEntry { bytes, ..entry }));
+        }
+    }
+
+    /// Stores a record of another arena and table of pieces in this builder's;
+    /// `numbers` is [`stored::copy`]'s, one for each other table.
+    pub(crate) fn copy(
+        &mut self,
+        arena: &[u8],
+        pieces: &Pieces,
+        record: StoredRecord,
+        numbers: &mut Vec<u32>,
+    ) -> StoredRecord {
+        stored::copy(
+            &mut self.arena,
+            &mut self.pieces,
+            arena,
+            pieces,
+            record,
+            numbers,
+        )
     }
 
     pub(crate) fn record_count(&self) -> usize {
@@ -992,7 +1003,12 @@ fn build(
 
 impl StationBuilder {
     pub(crate) fn finish(self) -> StationData {
-        StationData::new(self.arena.into_boxed_slice(), self.units, self.metrics)
+        StationData::new(
+            self.arena.into_boxed_slice(),
+            self.pieces.finish(),
+            self.units,
+            self.metrics,
+        )
     }
 }
 
@@ -1099,7 +1115,7 @@ mod tests {
                 found.push((
                     file as u32,
                     key.load_order as u32,
-                    serde_json::from_slice(station.json(bytes)).unwrap(),
+                    serde_json::from_slice(&station.json(bytes).to_vec()).unwrap(),
                 ));
             }
         }

@@ -1,24 +1,18 @@
-//! One station's records in B-tree maps ordered by time, and the bytes of their
-//! response JSON in one arena.
+//! One station's records in B-tree maps ordered by time, and their stored form
+//! ([`crate::data::stored`]) in one arena and one table of pieces.
 
 use std::collections::BTreeMap;
 
 use crate::data::key::RecordKey;
+use crate::data::stored::{Pieces, RecordJson, StoredRecord};
 use crate::data::symbols::Symbol;
 use crate::domain::record::Direction;
-
-/// Where a record's rendered JSON lies in its station's arena.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ByteRange {
-    pub start: u32,
-    pub length: u32,
-}
 
 /// A unit record in the index: where its JSON is, and the fields filters and
 /// summaries read, so that neither parses the JSON again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UnitEntry {
-    pub bytes: ByteRange,
+    pub bytes: StoredRecord,
     pub unit_type: Symbol,
     pub unit_serial: Symbol,
     pub direction: Direction,
@@ -33,7 +27,7 @@ pub struct UnitEntry {
 /// one record per summary row whose limits the row shows.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct MetricEntry {
-    pub bytes: ByteRange,
+    pub bytes: StoredRecord,
     pub name: Symbol,
     pub slot: Symbol,
     pub unit: Symbol,
@@ -42,7 +36,7 @@ pub struct MetricEntry {
     pub limit_upper: f64,
 }
 
-/// One station's records of both kinds, and the bytes of their response JSON.
+/// One station's records of both kinds, and their stored form.
 ///
 /// Each kind is held in time order, and once more ordered by the field its most
 /// selective filter names (serial number, metric name) and then by time, so that a
@@ -50,16 +44,18 @@ pub struct MetricEntry {
 #[derive(Debug, Default)]
 pub struct StationData {
     pub(crate) arena: Box<[u8]>,
+    pub(crate) pieces: Pieces,
     pub(crate) units: BTreeMap<RecordKey, UnitEntry>,
     pub(crate) units_by_serial: BTreeMap<(Symbol, RecordKey), UnitEntry>,
     pub(crate) metrics: BTreeMap<RecordKey, MetricEntry>,
-    pub(crate) metrics_by_name: BTreeMap<(Symbol, RecordKey), ByteRange>,
+    pub(crate) metrics_by_name: BTreeMap<(Symbol, RecordKey), StoredRecord>,
 }
 
 impl StationData {
     /// Builds every tree of a station from its records in any order.
     pub fn new(
         arena: Box<[u8]>,
+        pieces: Pieces,
         units: Vec<(RecordKey, UnitEntry)>,
         metrics: Vec<(RecordKey, MetricEntry)>,
     ) -> StationData {
@@ -74,6 +70,7 @@ impl StationData {
             .collect();
         StationData {
             arena,
+            pieces,
             units: units.into_iter().collect(),
             units_by_serial,
             metrics: metrics.into_iter().collect(),
@@ -81,8 +78,9 @@ impl StationData {
         }
     }
 
-    pub fn json(&self, bytes: ByteRange) -> &[u8] {
-        &self.arena[bytes.start as usize..(bytes.start + bytes.length) as usize]
+    /// A record's response JSON, as the parts it is sent in.
+    pub fn json(&self, record: StoredRecord) -> RecordJson<'_> {
+        RecordJson::read(&self.arena, &self.pieces, record)
     }
 
     pub fn record_count(&self) -> usize {

@@ -24,7 +24,8 @@ use crate::data::catalog::Catalog;
 use crate::data::key::{Position, RecordKey};
 use crate::data::scan::{Matcher, ShardStation};
 use crate::data::shard::ShardData;
-use crate::data::station::{ByteRange, MetricEntry, StationData, UnitEntry};
+use crate::data::station::{MetricEntry, StationData, UnitEntry};
+use crate::data::stored::StoredRecord;
 use crate::data::symbols::{Symbol, Symbols};
 use crate::domain::query::{Bucket, GroupField};
 use crate::domain::record::{numeric, Direction};
@@ -228,7 +229,7 @@ impl ShardData {
             } => {
                 let mut partial = MetricPartial::default();
                 for (station, data) in stations {
-                    let mut lasts: HashMap<RowKey, ByteRange> = HashMap::default();
+                    let mut lasts: HashMap<RowKey, StoredRecord> = HashMap::default();
                     for (key, entry) in data.metrics.range(key_range(window)) {
                         if names.matches(entry.name) {
                             partial.add(grouping, station, key, entry, &mut lasts);
@@ -462,7 +463,7 @@ impl MetricPartial {
         station: ShardStation,
         key: &RecordKey,
         entry: &MetricEntry,
-        lasts: &mut HashMap<RowKey, ByteRange>,
+        lasts: &mut HashMap<RowKey, StoredRecord>,
     ) {
         let group = group_values(grouping, station, |field| match field {
             GroupField::Slot => entry.slot,
@@ -500,7 +501,7 @@ impl MetricPartial {
     }
 
     /// The limits' text of each row's last record of `station`, from its JSON.
-    fn read_limits(&mut self, station: &StationData, lasts: &HashMap<RowKey, ByteRange>) {
+    fn read_limits(&mut self, station: &StationData, lasts: &HashMap<RowKey, StoredRecord>) {
         #[derive(Deserialize)]
         struct Limits<'a> {
             #[serde(borrow)]
@@ -509,7 +510,8 @@ impl MetricPartial {
             limit_upper: Cow<'a, str>,
         }
         for (row_key, bytes) in lasts {
-            let limits: Limits = serde_json::from_slice(station.json(*bytes))
+            let json = station.json(*bytes).to_vec();
+            let limits: Limits = serde_json::from_slice(&json)
                 .expect("a metric record's JSON, rendered at load, has both limits");
             let row = self.rows.get_mut(row_key).expect("a noted row exists");
             row.limit_lower = limits.limit_lower.into_owned();
@@ -596,14 +598,15 @@ fn station_summary(rank: u32, data: &StationData) -> Option<StationSummary> {
         .into_iter()
         .flatten()
         .max_by_key(|(key, _)| *key)?;
-    let time_created = |bytes: ByteRange| {
+    let time_created = |bytes: StoredRecord| {
         #[derive(Deserialize)]
         struct Time<'a> {
             #[serde(borrow)]
             time_created: Cow<'a, str>,
         }
-        let time: Time = serde_json::from_slice(data.json(bytes))
-            .expect("a record's JSON, rendered at load, has its time");
+        let json = data.json(bytes).to_vec();
+        let time: Time =
+            serde_json::from_slice(&json).expect("a record's JSON, rendered at load, has its time");
         time.time_created.into_owned()
     };
     Some(StationSummary {

@@ -7,6 +7,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::ops::Range;
 
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
@@ -201,6 +202,13 @@ pub struct ParsedLine<'a> {
     pub station_id: Cow<'a, str>,
     pub instant: Timestamp,
     pub fields: IndexedFields<'a>,
+    /// Where the response JSON has the text of `time_created`, inside its quotes,
+    /// counted from the JSON's first byte.
+    pub time: Range<usize>,
+    /// Where it has the text of `value`, inside its quotes; for a unit, the empty
+    /// range at the JSON's end. With `time`, this is what sets a record apart from
+    /// the records of its unit and metric name: the index stores the rest once.
+    pub value: Range<usize>,
 }
 
 /// Parses one snapshot line of `kind` and appends the record's response JSON to
@@ -233,76 +241,98 @@ pub fn parse_line<'a>(
         )
     })?;
 
-    let tags: Vec<&str> = fields
-        .tags
-        .as_deref()
-        .unwrap_or_default()
-        .iter()
-        .map(Text::as_str)
-        .collect();
+    // What can still make the line invalid is checked before anything is written.
+    let direction = match (kind, &fields.direction) {
+        (Kind::Metrics, _) => None,
+        (Kind::Units, Some(Text(value))) => Some(Direction::parse(value).ok_or_else(|| {
+            format!(
+                "field `direction` must be \"input\" or \"output\", not {}",
+                quoted(value)
+            )
+        })?),
+        (Kind::Units, None) => return Err("missing field `direction`".to_owned()),
+    };
+    let name = match (kind, &fields.name) {
+        (Kind::Units, _) => None,
+        (Kind::Metrics, Some(Text(name))) if !name.is_empty() => Some(name.clone()),
+        (Kind::Metrics, Some(_)) => return Err("field `name` is empty".to_owned()),
+        (Kind::Metrics, None) => return Err("missing field `name`".to_owned()),
+    };
 
-    let common = CommonOut {
-        station_id: &station_id,
-        slot: text(&fields.slot),
-        unit_serial: text(&fields.unit_serial),
-        time_created: &time_text.0,
-        tz: text(&fields.tz),
-        mode: text(&fields.mode),
-        tags: &tags,
+    let start = rendered.len();
+    let mut json = JsonWriter {
+        out: rendered,
+        start,
     };
     let owned = |field: Option<Text<'a>>| field.map_or(Cow::Borrowed(""), |text| text.0);
-    let fields_out = match kind {
+    // The field order is the response's (SPEC 2.2, 2.3).
+    json.raw(br#"{"station_id":"#);
+    json.string(&station_id);
+    json.raw(br#","slot":"#);
+    json.string(text(&fields.slot));
+    json.raw(br#","unit_serial":"#);
+    json.string(text(&fields.unit_serial));
+    json.raw(br#","time_created":"#);
+    let time = json.string(&time_text.0);
+    json.raw(br#","tz":"#);
+    json.string(text(&fields.tz));
+    json.raw(br#","mode":"#);
+    json.string(text(&fields.mode));
+    json.raw(br#","tags":["#);
+    for (index, tag) in fields.tags.iter().flatten().enumerate() {
+        if index > 0 {
+            json.raw(b",");
+        }
+        json.string(tag.as_str());
+    }
+    json.raw(b"]");
+    let (fields_out, value) = match kind {
         Kind::Units => {
-            let direction = match &fields.direction {
-                Some(Text(value)) => Direction::parse(value).ok_or_else(|| {
-                    format!(
-                        "field `direction` must be \"input\" or \"output\", not {}",
-                        quoted(value)
-                    )
-                })?,
-                None => return Err("missing field `direction`".to_owned()),
-            };
-            let record = UnitOut {
-                common,
-                unit_type: text(&fields.unit_type),
-                direction: direction.as_str(),
-                result: text(&fields.result),
-                metadata: fields.metadata,
-            };
-            write_json(rendered, &record)?;
-            IndexedFields::Unit {
+            let direction = direction.expect("a unit's direction was checked");
+            json.raw(br#","unit_type":"#);
+            json.string(text(&fields.unit_type));
+            json.raw(br#","direction":"#);
+            json.string(direction.as_str());
+            json.raw(br#","result":"#);
+            json.string(text(&fields.result));
+            json.raw(br#","metadata":"#);
+            json.raw(fields.metadata.map_or("null", RawValue::get).as_bytes());
+            json.raw(b"}");
+            let end = json.out.len() - start;
+            let indexed = IndexedFields::Unit {
                 unit_type: owned(fields.unit_type),
                 unit_serial: owned(fields.unit_serial),
                 direction,
                 slot: owned(fields.slot),
                 mode: owned(fields.mode),
                 result: owned(fields.result),
-            }
+            };
+            (indexed, end..end)
         }
         Kind::Metrics => {
-            let name = match fields.name {
-                Some(Text(name)) if !name.is_empty() => name,
-                Some(_) => return Err("field `name` is empty".to_owned()),
-                None => return Err("missing field `name`".to_owned()),
-            };
-            let record = MetricOut {
-                common,
-                name: &name,
-                value: text(&fields.value),
-                unit: text(&fields.unit),
-                r#type: text(&fields.metric_type),
-                limit_upper: text(&fields.limit_upper),
-                limit_lower: text(&fields.limit_lower),
-            };
-            write_json(rendered, &record)?;
-            IndexedFields::Metric {
+            let name = name.expect("a metric's name was checked");
+            json.raw(br#","name":"#);
+            json.string(&name);
+            json.raw(br#","value":"#);
+            let value = json.string(text(&fields.value));
+            json.raw(br#","unit":"#);
+            json.string(text(&fields.unit));
+            json.raw(br#","type":"#);
+            json.string(text(&fields.metric_type));
+            json.raw(br#","limit_upper":"#);
+            json.string(text(&fields.limit_upper));
+            json.raw(br#","limit_lower":"#);
+            json.string(text(&fields.limit_lower));
+            json.raw(b"}");
+            let indexed = IndexedFields::Metric {
                 name,
                 slot: owned(fields.slot),
                 unit: owned(fields.unit),
                 value: owned(fields.value),
                 limit_lower: owned(fields.limit_lower),
                 limit_upper: owned(fields.limit_upper),
-            }
+            };
+            (indexed, value)
         }
     };
     unknown.extend(fields.unknown.into_iter().map(String::from));
@@ -310,6 +340,8 @@ pub fn parse_line<'a>(
         station_id,
         instant,
         fields: fields_out,
+        time,
+        value,
     })
 }
 
@@ -318,9 +350,25 @@ fn text<'b>(field: &'b Option<Text<'_>>) -> &'b str {
     field.as_ref().map_or("", Text::as_str)
 }
 
-fn write_json<T: Serialize>(rendered: &mut Vec<u8>, record: &T) -> Result<(), String> {
-    // Writing to a Vec cannot fail for these types; the mapping is for completeness.
-    serde_json::to_writer(&mut *rendered, record).map_err(|error| error.to_string())
+/// Appends a record's response JSON to a buffer that may already hold others.
+struct JsonWriter<'b> {
+    out: &'b mut Vec<u8>,
+    /// Where this record's JSON starts in `out`.
+    start: usize,
+}
+
+impl JsonWriter<'_> {
+    fn raw(&mut self, bytes: &[u8]) {
+        self.out.extend_from_slice(bytes);
+    }
+
+    /// Writes `value` as a JSON string; returns where its text lies between the
+    /// quotes, from the record's first byte.
+    fn string(&mut self, value: &str) -> Range<usize> {
+        let from = self.out.len() + 1 - self.start;
+        serde_json::to_writer(&mut *self.out, value).expect("writing to a Vec cannot fail");
+        from..self.out.len() - 1 - self.start
+    }
 }
 
 /// The most characters of a bad value a reason quotes. A reason names the line; it
@@ -368,43 +416,6 @@ fn describe_json_error(error: serde_json::Error) -> String {
     } else {
         message.into_owned()
     }
-}
-
-/// The fields both record shapes start with (SPEC 2.2, 2.3); field order is the
-/// output order.
-#[derive(Serialize)]
-struct CommonOut<'a> {
-    station_id: &'a str,
-    slot: &'a str,
-    unit_serial: &'a str,
-    time_created: &'a str,
-    tz: &'a str,
-    mode: &'a str,
-    tags: &'a [&'a str],
-}
-
-/// The response shape of a unit record (SPEC 2.2).
-#[derive(Serialize)]
-struct UnitOut<'a> {
-    #[serde(flatten)]
-    common: CommonOut<'a>,
-    unit_type: &'a str,
-    direction: &'a str,
-    result: &'a str,
-    metadata: Option<&'a RawValue>,
-}
-
-/// The response shape of a metric record (SPEC 2.3).
-#[derive(Serialize)]
-struct MetricOut<'a> {
-    #[serde(flatten)]
-    common: CommonOut<'a>,
-    name: &'a str,
-    value: &'a str,
-    unit: &'a str,
-    r#type: &'a str,
-    limit_upper: &'a str,
-    limit_lower: &'a str,
 }
 
 /// A JSON string, borrowed from the line when it holds no escapes.
@@ -605,6 +616,115 @@ mod tests {
             reason,
             r#"field `direction` must be "input" or "output", not "sideways""#
         );
+    }
+
+    /// The response JSON as serde writes the record's fields in order: the reference
+    /// the hand-written JSON must equal byte for byte.
+    fn reference_json(kind: Kind, line: &str) -> Vec<u8> {
+        let value: serde_json::Map<String, Value> = serde_json::from_str(line).unwrap();
+        let raw: std::collections::HashMap<String, Box<RawValue>> =
+            serde_json::from_str(line).unwrap();
+        // Numbers as written: the raw text, not the parsed value.
+        let text = |name: &str| match (value.get(name), raw.get(name)) {
+            (None | Some(Value::Null), _) => Value::from(""),
+            (Some(Value::Number(_)), Some(raw)) => Value::from(raw.get()),
+            (Some(other), _) => other.clone(),
+        };
+        let mut fields = vec![
+            ("station_id", text("station_id")),
+            ("slot", text("slot")),
+            ("unit_serial", text("unit_serial")),
+            ("time_created", text("time_created")),
+            ("tz", text("tz")),
+            ("mode", text("mode")),
+            (
+                "tags",
+                value
+                    .get("tags")
+                    .cloned()
+                    .filter(|tags| !tags.is_null())
+                    .unwrap_or(json!([])),
+            ),
+        ];
+        let mut json = Vec::new();
+        let metadata = match kind {
+            Kind::Units => {
+                fields.extend([
+                    ("unit_type", text("unit_type")),
+                    ("direction", text("direction")),
+                    ("result", text("result")),
+                ]);
+                // Raw, as written in the line.
+                Some(
+                    raw.get("metadata")
+                        .map_or("null", |raw| raw.get())
+                        .to_owned(),
+                )
+            }
+            Kind::Metrics => {
+                for name in [
+                    "name",
+                    "value",
+                    "unit",
+                    "type",
+                    "limit_upper",
+                    "limit_lower",
+                ] {
+                    fields.push((name, text(name)));
+                }
+                None
+            }
+        };
+        json.push(b'{');
+        for (index, (name, value)) in fields.iter().enumerate() {
+            if index > 0 {
+                json.push(b',');
+            }
+            serde_json::to_writer(&mut json, name).unwrap();
+            json.push(b':');
+            serde_json::to_writer(&mut json, value).unwrap();
+        }
+        if let Some(metadata) = metadata {
+            json.extend_from_slice(br#","metadata":"#);
+            json.extend_from_slice(metadata.as_bytes());
+        }
+        json.push(b'}');
+        json
+    }
+
+    #[test]
+    fn the_response_json_is_the_fields_in_order_and_its_spans_hold_time_and_value() {
+        let units = [
+            r#"{"station_id":"ST-1","time_created":"2024-01-01T00:00:00Z","direction":"input"}"#,
+            r#"{"direction":"output","metadata":{ "a" : [1.50, "\u00e9"] },"tags":["x\"y","\u00e9"],"station_id":"S\\1","slot":"A","unit_serial":"SN","time_created":"2024-01-01T00:00:00.5+01:00","tz":"Europe/Paris","mode":"m","unit_type":"board","result":"pass"}"#,
+            r#"{"station_id":"S","time_created":"2024-01-01T00:00:00Z","direction":"input","metadata":null,"tags":null,"slot":null}"#,
+        ];
+        let metrics = [
+            r#"{"station_id":"S","time_created":"2024-01-01T00:00:00Z","name":"v"}"#,
+            r#"{"limit_lower":-1.5e3,"station_id":"S","time_created":"2024-01-01T00:00:00Z","name":"n\tx","value":"a \"b\"","unit":"V","type":"t","limit_upper":"","tags":["l"]}"#,
+            r#"{"station_id":"S","time_created":"2024-01-01T00:00:00Z","name":"v","value":3.30}"#,
+        ];
+        for (kind, lines) in [(Kind::Units, &units), (Kind::Metrics, &metrics)] {
+            for line in lines {
+                let mut rendered = b"earlier".to_vec();
+                let parsed = parse_line(kind, line, &mut rendered, &mut Vec::new()).unwrap();
+                let json = &rendered[7..];
+                assert_eq!(
+                    String::from_utf8_lossy(json),
+                    String::from_utf8_lossy(&reference_json(kind, line))
+                );
+                let record: Value = serde_json::from_slice(json).unwrap();
+                let unquoted = |range: Range<usize>| {
+                    assert_eq!((json[range.start - 1], json[range.end]), (b'"', b'"'));
+                    serde_json::from_slice::<String>(&json[range.start - 1..=range.end]).unwrap()
+                };
+                assert_eq!(unquoted(parsed.time.clone()), record["time_created"]);
+                match kind {
+                    Kind::Units => assert_eq!(parsed.value, json.len()..json.len()),
+                    Kind::Metrics => assert_eq!(unquoted(parsed.value.clone()), record["value"]),
+                }
+            }
+        }
     }
 
     #[test]

@@ -12,6 +12,7 @@ use serde_json::Value;
 use super::*;
 use crate::data::cursor::RecordIdentity;
 use crate::data::key::{Position, RecordKey};
+use crate::data::stored::StoredRecord;
 
 /// A fresh directory under the system's temporary directory, removed when dropped.
 struct TempDirectory(PathBuf);
@@ -73,7 +74,7 @@ fn served(generation: &Generation) -> Served {
             station_rank: rank as u32,
             load_order: key.load_order,
         };
-        let record = |bytes: ByteRange| {
+        let record = |bytes: StoredRecord| {
             let json = String::from_utf8(station.json(bytes).to_vec()).unwrap();
             let value: Value = serde_json::from_str(&json).unwrap();
             assert_eq!(value["station_id"], *catalog.stations[rank]);
