@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Incremental reload, measured as an operator sees it (BENCHMARKS.md, issue 12).
+"""The scale benchmark: load and incremental reload, measured as an operator sees
+them (BENCHMARKS.md, issue 12).
 
 usage: python3 benches/reload.py STQ_BINARY SNAPSHOT_DIRECTORY LABEL
 
@@ -7,17 +8,21 @@ The snapshot is `stq gen --stations 1000 --days N --end 2026-11-24T00:00:00Z`
 (the appended lines are of 2026-11-23). For each run the directory is copied to
 /tmp/bench/LABEL-snapshot, so the appends never touch the original.
 
-1. stq without --watch: the RSS after the load, then a SIGHUP with nothing changed,
-   timed from the signal until /readyz shows the next generation (ROUNDS times).
+1. stq without --watch: the load's time and rate (from stq's own `loaded in` log
+   line), the RSS after it against the JSONL bytes, then a SIGHUP with nothing
+   changed, timed from the signal until /readyz shows the next generation (ROUNDS
+   times).
 2. stq with --watch: one unit line appended to one station's file, timed until a
    query finds it (ROUNDS times); then one line to each of 20 stations at once,
-   timed until all 20 are found. The time includes the watch's 0.3 s of quiet.
-   VmHWM (the peak RSS) and the RSS after are read from /proc.
+   timed until all 20 are found: about one minute of the plant's records (the
+   dataset has 1.2 records per station and minute). The time includes the watch's
+   0.3 s of quiet. The peak RSS (VmHWM) is reset through /proc/PID/clear_refs
+   before the first append, so it is the appends' peak, not the load's.
 
 Prints one JSON line of figures; stq's logs go to /tmp/bench/LABEL-*.log.
 """
 
-import json, os, shutil, signal, subprocess, sys, time, urllib.request, socket
+import json, os, re, shutil, signal, subprocess, sys, time, urllib.request, socket
 
 binary, source, label = sys.argv[1], sys.argv[2], sys.argv[3]
 os.makedirs("/tmp/bench", exist_ok=True)
@@ -91,7 +96,14 @@ results = {}
 directory = fresh_copy()
 process, base, startup = start(directory, [])
 results["startup_s"] = round(startup, 2)
+with open(f"/tmp/bench/{label}-hup.log") as log:
+    loaded = re.search(r"loaded in (\d+) ms \(([\d.]+) MB at (\d+) MB/s\)", log.read())
+jsonl_mb = float(loaded.group(2))
+results["load_ms"] = int(loaded.group(1))
+results["load_mb_per_s"] = int(loaded.group(3))
+results["jsonl_mb"] = jsonl_mb
 results["rss_after_load_mib"] = round(rss_mib(process.pid))
+results["rss_over_jsonl"] = round(rss_mib(process.pid) * 1.048576 / jsonl_mb, 3)
 hups = []
 for round_ in range(ROUNDS):
     before = generation(base)
@@ -110,6 +122,9 @@ directory = fresh_copy()
 process, base, _ = start(directory, ["--watch"])
 time.sleep(1)
 rss_before = rss_mib(process.pid)
+# From here VmHWM is the peak of the appends' reloads (Linux 4.0 and later).
+with open(f"/proc/{process.pid}/clear_refs", "w") as clear:
+    clear.write("5")
 window = "from=2026-11-20T00:00:00Z&to=2026-11-25T00:00:00Z"
 
 def line(station, serial):
@@ -144,6 +159,7 @@ for round_ in range(ROUNDS):
 results["watch_20_stations_to_served_ms"] = twenty
 results["rss_before_watch_mib"] = round(rss_before)
 results["peak_rss_mib_watch_run"] = round(rss_mib(process.pid, "VmHWM"))
+results["peak_over_rss_before"] = round(rss_mib(process.pid, "VmHWM") / rss_before, 3)
 results["rss_after_watch_mib"] = round(rss_mib(process.pid))
 process.send_signal(signal.SIGTERM); process.wait()
 print(label, json.dumps(results))

@@ -336,7 +336,7 @@ pub(crate) struct StationBuilder {
 #[derive(Default)]
 pub(crate) struct SharedSymbols {
     previous: Option<Arc<Symbols>>,
-    by_text: DashMap<Box<str>, Symbol>,
+    by_text: DashMap<Box<str>, Symbol, foldhash::fast::RandomState>,
     next: AtomicU32,
 }
 
@@ -346,7 +346,7 @@ impl SharedSymbols {
         SharedSymbols {
             next: AtomicU32::new(previous.len() as u32),
             previous: Some(previous),
-            by_text: DashMap::new(),
+            by_text: DashMap::default(),
         }
     }
 
@@ -678,7 +678,7 @@ struct Worker {
     rendered: Vec<u8>,
     unknown: Vec<String>,
     /// This block's valid records, grouped by station before they are handed over.
-    batches: HashMap<String, StationBuilder>,
+    batches: foldhash::HashMap<String, StationBuilder>,
 }
 
 impl Worker {
@@ -820,7 +820,7 @@ impl Worker {
 /// Keeps one valid record, whose response JSON is `rendered`, in its station's
 /// batch; `keep` false (`stq check`) only notes its station.
 fn store(
-    batches: &mut HashMap<String, StationBuilder>,
+    batches: &mut foldhash::HashMap<String, StationBuilder>,
     state: &LoadState,
     parsed: ParsedLine<'_>,
     load_order: u64,
@@ -834,7 +834,13 @@ fn store(
         }
         return;
     }
-    let batch = batches.entry(parsed.station_id.into_owned()).or_default();
+    // A block is mostly one station's: its batch is found without allocating.
+    let batch = match batches.contains_key(parsed.station_id.as_ref()) {
+        true => batches
+            .get_mut(parsed.station_id.as_ref())
+            .expect("the batch is there"),
+        false => batches.entry(parsed.station_id.into_owned()).or_default(),
+    };
     let key = RecordKey {
         instant: parsed.instant,
         load_order,

@@ -29,7 +29,7 @@ pub struct Symbols {
 #[derive(Clone, Debug, Default)]
 struct Layer {
     first: u32,
-    texts: Arc<IndexSet<Box<str>>>,
+    texts: Arc<IndexSet<Box<str>, foldhash::fast::RandomState>>,
 }
 
 /// A new layer is merged into the one below it once it is at least this fraction
