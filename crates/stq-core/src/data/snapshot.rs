@@ -679,6 +679,32 @@ struct Worker {
     unknown: Vec<String>,
     /// This block's valid records, grouped by station before they are handed over.
     batches: foldhash::HashMap<String, StationBuilder>,
+    symbols: SymbolCache,
+}
+
+/// The symbols a parsing thread met lately, in front of the shared table and its
+/// locks: the lines of one unit repeat its serial number, slot and metric names.
+#[derive(Default)]
+struct SymbolCache {
+    known: foldhash::HashMap<Box<str>, Symbol>,
+}
+
+impl SymbolCache {
+    /// The most it holds; then it starts again, or it would grow as large as the
+    /// table with a dataset's serial numbers.
+    const MOST: usize = 1 << 16;
+
+    fn intern(&mut self, shared: &SharedSymbols, text: &str) -> Symbol {
+        if let Some(symbol) = self.known.get(text) {
+            return *symbol;
+        }
+        let symbol = shared.intern(text);
+        if self.known.len() >= Self::MOST {
+            self.known.clear();
+        }
+        self.known.insert(text.into(), symbol);
+        symbol
+    }
 }
 
 impl Worker {
@@ -691,8 +717,7 @@ impl Worker {
         let counters = &state.files[block.file as usize];
         let mut records = 0;
         let mut invalid = Vec::new();
-        let last_offset = block.bytes.split(|byte| *byte == b'\n').count() - 1;
-        for (offset, raw_line) in block.bytes.split(|byte| *byte == b'\n').enumerate() {
+        for (offset, (raw_line, is_last)) in lines(&block.bytes).enumerate() {
             let line_number = block.first_line + offset as u32;
             let mut line = raw_line.strip_suffix(b"\r").unwrap_or(raw_line);
             if line_number == 1 {
@@ -710,13 +735,22 @@ impl Worker {
             match result {
                 Ok(parsed) => {
                     records += 1;
-                    if block.open_end && offset == last_offset {
+                    if block.open_end && is_last {
                         *counters.open_station.lock() = Some(parsed.station_id.as_ref().into());
                     }
                     let key = load_order(file.ordinal, line_number);
-                    store(&mut self.batches, state, parsed, key, &self.rendered, keep);
+                    let batches = &mut self.batches;
+                    store(
+                        batches,
+                        &mut self.symbols,
+                        state,
+                        parsed,
+                        key,
+                        &self.rendered,
+                        keep,
+                    );
                 }
-                Err(_) if block.open_end && offset == last_offset => {
+                Err(_) if block.open_end && is_last => {
                     state.pending.fetch_add(1, Ordering::Relaxed);
                     counters.pending.fetch_add(1, Ordering::Relaxed);
                 }
@@ -791,7 +825,15 @@ impl Worker {
             };
             counter.fetch_add(1, Ordering::Relaxed);
             let key = load_order(file.ordinal, position as u32 + 1);
-            store(&mut self.batches, state, parsed, key, &rendered, keep);
+            store(
+                &mut self.batches,
+                &mut self.symbols,
+                state,
+                parsed,
+                key,
+                &rendered,
+                keep,
+            );
         }
         self.hand_over(state, counters, keep);
     }
@@ -817,10 +859,30 @@ impl Worker {
     }
 }
 
+/// `bytes` cut at each `\n`, as `<[u8]>::split` cuts them, each piece with whether
+/// it is the last.
+fn lines(bytes: &[u8]) -> impl Iterator<Item = (&[u8], bool)> {
+    let mut rest = Some(bytes);
+    std::iter::from_fn(move || {
+        let bytes = rest?;
+        match memchr::memchr(b'\n', bytes) {
+            Some(end) => {
+                rest = Some(&bytes[end + 1..]);
+                Some((&bytes[..end], false))
+            }
+            None => {
+                rest = None;
+                Some((bytes, true))
+            }
+        }
+    })
+}
+
 /// Keeps one valid record, whose response JSON is `rendered`, in its station's
 /// batch; `keep` false (`stq check`) only notes its station.
 fn store(
     batches: &mut foldhash::HashMap<String, StationBuilder>,
+    cache: &mut SymbolCache,
     state: &LoadState,
     parsed: ParsedLine<'_>,
     load_order: u64,
@@ -852,7 +914,7 @@ fn store(
         parsed.time,
         parsed.value,
     );
-    let symbols = &state.symbols;
+    let mut symbols = |text: &str| cache.intern(&state.symbols, text);
     let number = |text: &str| numeric(text).unwrap_or(f64::NAN);
     match parsed.fields {
         IndexedFields::Unit {
@@ -866,12 +928,12 @@ fn store(
             key,
             UnitEntry {
                 bytes,
-                unit_type: symbols.intern(&unit_type),
-                unit_serial: symbols.intern(&unit_serial),
+                unit_type: symbols(&unit_type),
+                unit_serial: symbols(&unit_serial),
                 direction,
-                slot: symbols.intern(&slot),
-                mode: symbols.intern(&mode),
-                result: symbols.intern(&result),
+                slot: symbols(&slot),
+                mode: symbols(&mode),
+                result: symbols(&result),
             },
         )),
         IndexedFields::Metric {
@@ -885,9 +947,9 @@ fn store(
             key,
             MetricEntry {
                 bytes,
-                name: symbols.intern(&name),
-                slot: symbols.intern(&slot),
-                unit: symbols.intern(&unit),
+                name: symbols(&name),
+                slot: symbols(&slot),
+                unit: symbols(&unit),
                 value: number(&value),
                 limit_lower: number(&limit_lower),
                 limit_upper: number(&limit_upper),
@@ -1135,6 +1197,22 @@ mod tests {
             .as_str()
             .or_else(|| record["name"].as_str())
             .unwrap()
+    }
+
+    #[test]
+    fn blocks_are_cut_into_lines_as_split_cuts_them() {
+        for bytes in ["", "\n", "a", "a\n", "a\nb", "\n\na\r\nb\n\n"] {
+            let bytes = bytes.as_bytes();
+            let expected: Vec<&[u8]> = bytes.split(|byte| *byte == b'\n').collect();
+            let cut: Vec<(&[u8], bool)> = lines(bytes).collect();
+            assert_eq!(
+                cut.iter().map(|(line, _)| *line).collect::<Vec<_>>(),
+                expected
+            );
+            let lasts: Vec<bool> = cut.iter().map(|(_, last)| *last).collect();
+            assert_eq!(lasts.iter().filter(|last| **last).count(), 1);
+            assert_eq!(lasts.last(), Some(&true));
+        }
     }
 
     #[test]

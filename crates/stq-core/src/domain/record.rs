@@ -283,7 +283,7 @@ pub fn parse_line<'a>(
         if index > 0 {
             json.raw(b",");
         }
-        json.string(tag.as_str());
+        json.string(&tag.0);
     }
     json.raw(b"]");
     let (fields_out, value) = match kind {
@@ -292,7 +292,7 @@ pub fn parse_line<'a>(
             json.raw(br#","unit_type":"#);
             json.string(text(&fields.unit_type));
             json.raw(br#","direction":"#);
-            json.string(direction.as_str());
+            json.string(&Cow::Borrowed(direction.as_str()));
             json.raw(br#","result":"#);
             json.string(text(&fields.result));
             json.raw(br#","metadata":"#);
@@ -346,8 +346,9 @@ pub fn parse_line<'a>(
 }
 
 /// An optional string field as returned: absent is `""`.
-fn text<'b>(field: &'b Option<Text<'_>>) -> &'b str {
-    field.as_ref().map_or("", Text::as_str)
+fn text<'b, 'a>(field: &'b Option<Text<'a>>) -> &'b Cow<'a, str> {
+    const EMPTY: &Cow<'static, str> = &Cow::Borrowed("");
+    field.as_ref().map_or(EMPTY, |text| &text.0)
 }
 
 /// Appends a record's response JSON to a buffer that may already hold others.
@@ -364,9 +365,23 @@ impl JsonWriter<'_> {
 
     /// Writes `value` as a JSON string; returns where its text lies between the
     /// quotes, from the record's first byte.
-    fn string(&mut self, value: &str) -> Range<usize> {
+    ///
+    /// A string borrowed from the line held no escape sequence, and the parser
+    /// refuses control characters in strings, so it has nothing to escape and is
+    /// copied as it is; only the others are escaped.
+    #[allow(clippy::ptr_arg, reason = "whether it is borrowed is what is asked")]
+    fn string(&mut self, value: &Cow<'_, str>) -> Range<usize> {
         let from = self.out.len() + 1 - self.start;
-        serde_json::to_writer(&mut *self.out, value).expect("writing to a Vec cannot fail");
+        match value {
+            Cow::Borrowed(text) => {
+                self.out.push(b'"');
+                self.out.extend_from_slice(text.as_bytes());
+                self.out.push(b'"');
+            }
+            Cow::Owned(text) => {
+                serde_json::to_writer(&mut *self.out, text).expect("writing to a Vec cannot fail");
+            }
+        }
         from..self.out.len() - 1 - self.start
     }
 }
@@ -421,12 +436,6 @@ fn describe_json_error(error: serde_json::Error) -> String {
 /// A JSON string, borrowed from the line when it holds no escapes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Text<'a>(Cow<'a, str>);
-
-impl Text<'_> {
-    fn as_str(&self) -> &str {
-        &self.0
-    }
-}
 
 impl<'de> Deserialize<'de> for Text<'de> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
