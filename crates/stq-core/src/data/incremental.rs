@@ -623,7 +623,7 @@ fn surviving(station: &StationData, is_dropped: &impl Fn(u64) -> bool) -> Statio
 }
 
 fn finish(name: &str, builder: StationBuilder) -> Result<StationData, LoadError> {
-    if u32::try_from(builder.arena.len()).is_err() {
+    if !builder.fits() {
         return Err(LoadError::StationTooLarge {
             station: name.to_string(),
         });

@@ -999,6 +999,12 @@ impl StationBuilder {
     pub(crate) fn record_count(&self) -> usize {
         self.units.len() + self.metrics.len()
     }
+
+    /// Whether its arena and its pieces can be addressed with 32 bits, as its
+    /// entries and piece table address them.
+    pub(crate) fn fits(&self) -> bool {
+        u32::try_from(self.arena.len()).is_ok() && u32::try_from(self.pieces.bytes()).is_ok()
+    }
 }
 
 /// Places stations on shards and builds each shard's index, shards in parallel.
@@ -1011,10 +1017,7 @@ fn build(
 ) -> Result<Generation, LoadError> {
     let mut stations: Vec<(Box<str>, StationBuilder)> = stations.into_iter().collect();
     stations.sort_by(|left, right| left.0.as_bytes().cmp(right.0.as_bytes()));
-    if let Some((station, _)) = stations
-        .iter()
-        .find(|(_, builder)| u32::try_from(builder.arena.len()).is_err())
-    {
+    if let Some((station, _)) = stations.iter().find(|(_, builder)| !builder.fits()) {
         return Err(LoadError::StationTooLarge {
             station: station.to_string(),
         });

@@ -80,7 +80,7 @@ impl StationData {
 
     /// A record's response JSON, as the parts it is sent in.
     pub fn json(&self, record: StoredRecord) -> RecordJson<'_> {
-        RecordJson::read(&self.arena, &self.pieces, record)
+        RecordJson::new(&self.arena, &self.pieces, record)
     }
 
     pub fn record_count(&self) -> usize {

@@ -71,6 +71,11 @@ pub(crate) struct PieceTable {
 }
 
 impl PieceTable {
+    /// The bytes of its pieces, together.
+    pub(crate) fn bytes(&self) -> usize {
+        self.pieces.bytes.len()
+    }
+
     pub(crate) fn intern(&mut self, piece: &[u8]) -> u32 {
         let hash = self.hasher.hash_one(piece);
         let pieces = &mut self.pieces;
@@ -199,45 +204,46 @@ fn decode(arena: &[u8], start: u32) -> ([u32; 3], &[u8], &[u8]) {
     )
 }
 
-/// One record's response JSON, as the parts it is sent in.
+/// One record's response JSON: its length at once, its bytes when written.
 #[derive(Clone, Copy, Debug)]
 pub struct RecordJson<'a> {
-    parts: [&'a [u8]; 5],
-    length: usize,
+    arena: &'a [u8],
+    pieces: &'a Pieces,
+    record: StoredRecord,
 }
 
 impl<'a> RecordJson<'a> {
-    pub(crate) fn read(arena: &'a [u8], pieces: &'a Pieces, record: StoredRecord) -> Self {
-        let ([head, middle, tail], time, value) = decode(arena, record.start);
+    pub(crate) fn new(arena: &'a [u8], pieces: &'a Pieces, record: StoredRecord) -> Self {
         RecordJson {
-            parts: [
-                pieces.get(head),
-                time,
-                pieces.get(middle),
-                value,
-                pieces.get(tail),
-            ],
-            length: record.length as usize,
+            arena,
+            pieces,
+            record,
         }
     }
 
-    /// The JSON's length in bytes.
+    /// The JSON's length in bytes, read from the entry: sizing an answer does not
+    /// touch the arena.
     pub fn len(&self) -> usize {
-        self.length
+        self.record.length as usize
     }
 
     pub fn is_empty(&self) -> bool {
-        self.length == 0
+        self.record.length == 0
     }
 
+    /// Appends the JSON: the head piece, the time, the middle piece, the value and
+    /// the tail piece.
     pub fn write_to(&self, out: &mut Vec<u8>) {
-        for part in self.parts {
-            out.extend_from_slice(part);
-        }
+        let ([head, middle, tail], time, value) = decode(self.arena, self.record.start);
+        out.extend_from_slice(self.pieces.get(head));
+        out.extend_from_slice(time);
+        out.extend_from_slice(self.pieces.get(middle));
+        out.extend_from_slice(value);
+        out.extend_from_slice(self.pieces.get(tail));
     }
 
     pub fn to_vec(&self) -> Vec<u8> {
-        let mut json = Vec::with_capacity(self.length);
+        let mut json = Vec::with_capacity(self.len());
         self.write_to(&mut json);
         json
     }
@@ -280,7 +286,7 @@ mod tests {
             .map(|(kind, line)| stored(&mut arena, &mut table, *kind, line))
             .collect();
         for (record, json) in &records {
-            let read = RecordJson::read(&arena, table.pieces(), *record);
+            let read = RecordJson::new(&arena, table.pieces(), *record);
             assert_eq!(read.len(), json.len());
             assert_eq!(
                 String::from_utf8(read.to_vec()).unwrap(),
@@ -315,7 +321,7 @@ mod tests {
             &mut numbers,
         );
         assert_eq!(
-            RecordJson::read(&to_arena, to_table.pieces(), copied).to_vec(),
+            RecordJson::new(&to_arena, to_table.pieces(), copied).to_vec(),
             json
         );
         let copied = copy(
@@ -327,8 +333,8 @@ mod tests {
             &mut numbers,
         );
         assert_eq!(
-            RecordJson::read(&to_arena, to_table.pieces(), copied).to_vec(),
-            RecordJson::read(&arena, &pieces, first).to_vec()
+            RecordJson::new(&to_arena, to_table.pieces(), copied).to_vec(),
+            RecordJson::new(&arena, &pieces, first).to_vec()
         );
         // Only the pieces the copies use: the shared head and tail, two middles.
         assert_eq!(to_table.pieces().len(), 4);

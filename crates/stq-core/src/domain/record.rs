@@ -503,12 +503,21 @@ impl<'de> Visitor<'de> for LineSeed {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut fields = LineFields::default();
-        let mut seen: Vec<Cow<'de, str>> = Vec::with_capacity(16);
+        let units = self.kind == Kind::Units;
+        // The known fields seen, one bit each; unknown ones are in `fields.unknown`.
+        let mut seen: u32 = 0;
         while let Some(Text(key)) = map.next_key::<Text<'de>>()? {
-            if seen.contains(&key) {
+            let duplicate = match known_field(&key, units) {
+                Some(bit) => {
+                    let before = seen;
+                    seen |= bit;
+                    before & bit != 0
+                }
+                None => fields.unknown.contains(&key),
+            };
+            if duplicate {
                 return Err(de::Error::custom(format_args!("duplicate field `{key}`")));
             }
-            let units = self.kind == Kind::Units;
             let slot = match key.as_ref() {
                 "station_id" => Some(&mut fields.station_id),
                 "slot" => Some(&mut fields.slot),
@@ -553,14 +562,38 @@ impl<'de> Visitor<'de> for LineSeed {
                     }
                     _ => {
                         map.next_value::<IgnoredAny>()?;
-                        fields.unknown.push(key.clone());
+                        fields.unknown.push(key);
                     }
                 }
             }
-            seen.push(key);
         }
         Ok(fields)
     }
+}
+
+/// The bit of a field the record shape of a unit (`units`) or of a metric has.
+fn known_field(key: &str, units: bool) -> Option<u32> {
+    let index = match key {
+        "station_id" => 0,
+        "slot" => 1,
+        "unit_serial" => 2,
+        "time_created" => 3,
+        "tz" => 4,
+        "mode" => 5,
+        "tags" => 6,
+        "unit_type" if units => 7,
+        "direction" if units => 8,
+        "result" if units => 9,
+        "metadata" if units => 10,
+        "name" if !units => 11,
+        "value" if !units => 12,
+        "unit" if !units => 13,
+        "type" if !units => 14,
+        "limit_upper" if !units => 15,
+        "limit_lower" if !units => 16,
+        _ => return None,
+    };
+    Some(1 << index)
 }
 
 /// Names the field in serde's own reason ("invalid type: integer `5`, expected a
