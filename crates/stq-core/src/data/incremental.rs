@@ -53,6 +53,7 @@ use crate::data::snapshot::{
     SnapshotFile, Start, StationBuilder,
 };
 use crate::data::station::StationData;
+use crate::data::threads;
 use crate::domain::record::Kind;
 
 /// How many bytes before the end of what was read must be unchanged for a larger
@@ -400,7 +401,7 @@ pub fn reload(
         slots[shard].push(Slot::Built(builds.len()));
         builds.push((name, None, Some(builder)));
     }
-    let built = in_parallel(builds, options.threads, |(name, old, batch)| {
+    let built = threads::map(builds, |(name, old, batch)| {
         let mut builder =
             old.map_or_else(StationBuilder::default, |old| surviving(&old, &is_dropped));
         if let Some(batch) = batch {
@@ -468,35 +469,25 @@ pub fn reload(
         }
     }
     let generation = options.generation;
-    let new_shards: Vec<ShardData> = crossbeam::scope(|scope| {
-        let handles: Vec<_> = shard_stations
+    let jobs: Vec<_> = shard_stations
+        .into_iter()
+        .zip(&ranks_per_shard)
+        .enumerate()
+        .collect();
+    let new_shards: Vec<ShardData> = threads::map(jobs, |(shard, (stations, ranks))| {
+        let previous_shard = &shards[shard];
+        let (stations, origins): (Vec<_>, Vec<_>) = stations
             .into_iter()
-            .zip(&ranks_per_shard)
-            .enumerate()
-            .map(|(shard, (stations, ranks))| {
-                let previous_shard = &shards[shard];
-                let (changed, moved) = (changed_shards[shard], moved_shards[shard]);
-                scope.spawn(move |_| {
-                    let (stations, origins): (Vec<_>, Vec<_>) = stations
-                        .into_iter()
-                        .map(|(_, data, origin)| (data, origin))
-                        .unzip();
-                    if moved {
-                        ShardData::of_shared(generation, stations, ranks)
-                    } else if changed {
-                        ShardData::updated(generation, previous_shard, stations, &origins, ranks)
-                    } else {
-                        ShardData::shared(generation, previous_shard)
-                    }
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|handle| handle.join().expect("an index builder panicked"))
-            .collect()
-    })
-    .expect("an index builder panicked");
+            .map(|(_, data, origin)| (data, origin))
+            .unzip();
+        if moved_shards[shard] {
+            ShardData::of_shared(generation, stations, ranks)
+        } else if changed_shards[shard] {
+            ShardData::updated(generation, previous_shard, stations, &origins, ranks)
+        } else {
+            ShardData::shared(generation, previous_shard)
+        }
+    });
 
     let sharded = started.elapsed();
     let summary = LoadSummary {
@@ -549,32 +540,6 @@ enum Slot {
     Shared(Box<str>, Arc<StationData>, u32),
     /// The index of its build.
     Built(usize),
-}
-
-/// `work` on every item, on up to `threads` threads; the results in item order.
-fn in_parallel<T: Send, R: Send>(
-    items: Vec<T>,
-    threads: usize,
-    work: impl Fn(T) -> R + Sync,
-) -> Vec<R> {
-    let chunk = items.len().div_ceil(threads.max(1)).max(1);
-    let mut parts: Vec<Vec<T>> = Vec::new();
-    let mut items = items.into_iter().peekable();
-    while items.peek().is_some() {
-        parts.push(items.by_ref().take(chunk).collect());
-    }
-    let work = &work;
-    crossbeam::scope(|scope| {
-        let handles: Vec<_> = parts
-            .into_iter()
-            .map(|part| scope.spawn(move |_| part.into_iter().map(work).collect::<Vec<R>>()))
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|handle| handle.join().expect("a station builder panicked"))
-            .collect()
-    })
-    .expect("a station builder panicked")
 }
 
 /// A grown file's state: `before`'s, with what was read from its last whole line on.

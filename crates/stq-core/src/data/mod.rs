@@ -20,3 +20,4 @@ pub mod station;
 pub mod stored;
 pub mod summary;
 pub mod symbols;
+pub(crate) mod threads;

@@ -35,6 +35,7 @@ use crate::data::shard::ShardData;
 use crate::data::station::{MetricEntry, StationData, UnitEntry};
 use crate::data::stored::{self, PieceTable, Pieces, StoredRecord};
 use crate::data::symbols::{Symbol, Symbols};
+use crate::data::threads;
 use crate::domain::openhtf;
 use crate::domain::record::{numeric, parse_line, IndexedFields, Kind, ParsedLine};
 
@@ -434,7 +435,7 @@ pub(crate) fn read_all_into(
     state.files = files.iter().map(|_| FileCounters::default()).collect();
     let threads = threads.max(1);
     let (sender, receiver) = channel::bounded::<Block>(threads * 2);
-    let read_result = crossbeam::scope(|scope| {
+    let read_result = threads::scope(|scope| {
         for _ in 0..threads {
             let receiver = receiver.clone();
             let state = &state;
@@ -453,8 +454,7 @@ pub(crate) fn read_all_into(
             .collect::<Result<Vec<FileRead>, LoadError>>();
         drop(sender);
         result
-    })
-    .expect("a snapshot worker panicked");
+    });
     state.reads = read_result?;
     Ok(state)
 }
@@ -1040,23 +1040,13 @@ fn build(
         names.push(name);
     }
 
-    let shards = crossbeam::scope(|scope| {
-        let handles: Vec<_> = per_shard
-            .into_iter()
-            .zip(&ranks_per_shard)
-            .map(|(builders, ranks)| {
-                scope.spawn(move |_| {
-                    let stations = builders.into_iter().map(StationBuilder::finish).collect();
-                    ShardData::new(options.generation, stations, ranks)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|handle| handle.join().expect("an index builder panicked"))
-            .collect()
-    })
-    .expect("an index builder panicked");
+    let shards = threads::map(
+        per_shard.into_iter().zip(&ranks_per_shard).collect(),
+        |(builders, ranks)| {
+            let stations = builders.into_iter().map(StationBuilder::finish).collect();
+            ShardData::new(options.generation, stations, ranks)
+        },
+    );
 
     Ok(Generation {
         catalog: Arc::new(Catalog::new(
