@@ -2,9 +2,10 @@
 //! string's length, the window's length, a real query over its time limit, the
 //! HTTP layer's own 431 and 400, the client deadlines (including the second request
 //! of a kept-alive connection, which actix-http alone does not bound), two
-//! `Authorization` headers, and a token in the URL.
+//! `Authorization` headers, and a token in the URL; and slow readers of large
+//! answers, who hold no query slot (issue 10).
 //!
-//! Faults and the concurrency cap are in `tests/it/faults.rs`.
+//! Faults and the concurrency cap's refusals are in `tests/it/faults.rs`.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
