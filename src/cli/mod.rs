@@ -144,8 +144,8 @@ pub struct ServeArgs {
     #[arg(long, env = "STQ_REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub request_timeout: Duration,
 
-    /// Queries answered at once; beyond it a request waits at most 100 ms, then
-    /// gets 503 `overloaded` [default: 4 x CPUs].
+    /// Queries computing at once (sending an answer does not count); beyond it a
+    /// request waits at most 100 ms, then gets 503 `overloaded` [default: 4 x CPUs].
     #[arg(long, env = "STQ_MAX_CONCURRENT_QUERIES")]
     pub max_concurrent_queries: Option<NonZeroUsize>,
 

@@ -104,16 +104,14 @@ async fn run(
         cursor_key,
         metrics.shard_restarts.clone(),
     )
-    .with_pass_results(args.pass_results.clone());
+    .with_pass_results(args.pass_results.clone())
+    .with_max_concurrent_queries(args.max_concurrent_queries());
     let stations = engine.catalog().stations().len();
     let state = web::Data::new(
         AppState::new(engine.clone())
             .with_metrics(Arc::clone(&metrics))
             .with_cors_origins(args.cors_origins.clone())
-            .with_admission(Admission::new(
-                args.max_concurrent_queries(),
-                args.request_timeout,
-            )),
+            .with_admission(Admission::new(args.request_timeout)),
     );
     metrics.serving(1, report.elapsed.as_secs_f64(), &shard_records);
     metrics.read(&report);

@@ -15,7 +15,8 @@ pub enum Fault {
     HandlerPanic,
     /// Something goes wrong in the shards the query reaches.
     Shard(ShardFault),
-    /// The query holds its permit this long before it runs, as a slow one would.
+    /// The envelope's assembly holds its query slot this long first, as a slow
+    /// stretch of computing would.
     Delay(Duration),
 }
 

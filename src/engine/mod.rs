@@ -18,6 +18,7 @@ mod plan;
 mod reload;
 mod router;
 mod shard;
+mod slots;
 
 use std::sync::Arc;
 
@@ -35,9 +36,11 @@ pub use plan::{Plan, Request, SummaryPlan, SummaryRequest};
 pub use reload::{reload_on_change, reload_on_hangup, ReloadError, ReloadTrigger, Reloader};
 pub use router::{Page, QueryResult, RouterHandle};
 pub(crate) use shard::panic_message;
+pub use slots::{Overloaded, Patience, Slot, SLOT_WAIT};
 
 use parking_lot::Mutex;
 use shard::{Shard, ShardError, ShardHandle};
+use slots::Slots;
 
 /// Why the engine did not answer a query.
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +73,9 @@ pub enum EngineError {
     #[error("the query's deadline passed before the shards answered")]
     TimedOut,
 
+    #[error(transparent)]
+    Overloaded(#[from] Overloaded),
+
     /// A shard panicked or died, or the query raced more reloads than it retries.
     /// The cause is for the log, not for the client.
     #[error("the query failed in the engine: {0}")]
@@ -80,6 +86,7 @@ impl From<ShardError> for EngineError {
     fn from(error: ShardError) -> EngineError {
         match error {
             ShardError::Expired => EngineError::TimedOut,
+            ShardError::Overloaded(overloaded) => EngineError::Overloaded(overloaded),
             error => EngineError::Failed(error.to_string()),
         }
     }
@@ -105,6 +112,8 @@ struct Inner {
     cursor_key: CursorKey,
     /// `--pass-results`: the `result` values that count as a pass in summaries.
     pass_results: Vec<String>,
+    /// `--max-concurrent-queries`: taken by every stretch of a query that computes.
+    slots: Arc<Slots>,
 }
 
 /// The generation being served, and the tokens read with it.
@@ -139,6 +148,7 @@ impl Engine {
                 limits,
                 cursor_key,
                 pass_results: vec!["pass".to_owned()],
+                slots: Arc::default(),
             }),
         }
     }
@@ -150,6 +160,21 @@ impl Engine {
             .expect("pass results are set before the engine is shared")
             .pass_results = pass_results;
         self
+    }
+
+    /// The engine with at most `max_concurrent_queries` stretches of queries
+    /// computing at once, in place of 4 x CPUs. Only before the engine is shared.
+    pub fn with_max_concurrent_queries(mut self, max_concurrent_queries: usize) -> Engine {
+        Arc::get_mut(&mut self.inner)
+            .expect("the cap is set before the engine is shared")
+            .slots = Arc::new(Slots::new(max_concurrent_queries));
+        self
+    }
+
+    /// A slot for a stretch of a query that computes outside the engine (its
+    /// envelope), or [`Overloaded`] once the query's `patience` runs out.
+    pub async fn take_slot(&self, patience: &Patience) -> Result<Slot<'_>, Overloaded> {
+        self.inner.slots.take(patience).await
     }
 
     /// The current generation's catalog; a request keeps the one it planned on.
@@ -268,7 +293,7 @@ impl Engine {
             .inner
             .shards
             .iter()
-            .map(|shard| ShardHandle::start(Arc::clone(shard)))
+            .map(|shard| ShardHandle::start(Arc::clone(shard), Arc::clone(&self.inner.slots)))
             .collect();
         replicas.extend(started.iter().cloned());
         started

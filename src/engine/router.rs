@@ -6,6 +6,9 @@
 //! router keeps no state between requests: each query's fan-out runs as its own
 //! future, so a slow query does not hold up the next one in the mailbox.
 //!
+//! The merge of a query's replies, and its pagination, is a stretch of computing:
+//! it holds a query slot, but the wait for the shards' replies holds none.
+//!
 //! A query is answered from the one generation it was planned on. Only if two
 //! reloads pass while it is in flight has that generation left the shards; the
 //! router then plans it once more, on the current one, and answers from that.
@@ -26,6 +29,7 @@ use stq_core::data::summary::{Partial, Rows, SummaryRequest as ShardSummary};
 use super::fault::ShardFault;
 use super::plan::{self, Plan, Request, SummaryPlan, SummaryRequest};
 use super::shard::{ShardError, ShardHandle};
+use super::slots::{Patience, Slot};
 use super::{Engine, EngineError};
 
 // --- Messages --------------------------------------------------------------------
@@ -37,6 +41,8 @@ struct Execute {
     /// After it nobody waits for the answer: a shard that reaches the query later
     /// skips it.
     deadline: Instant,
+    /// The query's wait for slots, shared with its other stretches.
+    patience: Patience,
     /// Only tests ask for one (see `fault`).
     fault: Option<ShardFault>,
 }
@@ -50,6 +56,8 @@ struct Summarize {
     request: Arc<SummaryRequest>,
     plan: SummaryPlan,
     deadline: Instant,
+    /// The query's wait for slots, shared with its other stretches.
+    patience: Patience,
     /// Only tests ask for one (see `fault`).
     fault: Option<ShardFault>,
 }
@@ -162,12 +170,14 @@ async fn answer(
         request,
         mut plan,
         deadline,
+        patience,
         fault,
     } = message;
     let mut retried = false;
     loop {
-        match fan_out(shards, &plan, deadline, fault).await {
-            Ok(records) => {
+        match fan_out(engine, shards, &plan, deadline, &patience, fault).await {
+            // The merge's slot, held until the page is cut.
+            Ok((records, _slot)) => {
                 return plan::paginate(
                     &request,
                     plan,
@@ -196,25 +206,27 @@ async fn summarize(
         request,
         mut plan,
         deadline,
+        patience,
         fault,
     } = message;
     let mut retried = false;
-    let merged = loop {
+    let partials = loop {
         let asks = stations_by_shard(&plan.catalog, &plan.stations).map(|(shard, stations)| {
             let request = ShardSummary {
                 stations,
                 question: plan.question.clone(),
             };
-            shards[shard].summarize(Arc::clone(&plan.catalog), request, deadline, fault)
+            shards[shard].summarize(
+                Arc::clone(&plan.catalog),
+                request,
+                deadline,
+                patience.clone(),
+                fault,
+            )
         });
         let replies: Result<Vec<Partial>, ShardError> = join_all(asks).await.into_iter().collect();
         match replies {
-            Ok(partials) => {
-                break partials.into_iter().reduce(|mut merged, partial| {
-                    merged.merge(partial);
-                    merged
-                })
-            }
+            Ok(partials) => break partials,
             Err(ShardError::OtherGeneration { .. }) if !retried => {
                 retried = true;
                 plan = engine.plan_summary(&request)?;
@@ -222,6 +234,11 @@ async fn summarize(
             Err(error) => return Err(error.into()),
         }
     };
+    let _slot = engine.take_slot(&patience).await?;
+    let merged = partials.into_iter().reduce(|mut merged, partial| {
+        merged.merge(partial);
+        merged
+    });
     let Some(merged) = merged else {
         return Ok(Rows::default());
     };
@@ -252,12 +269,15 @@ fn stations_by_shard(
         .filter(|(_, stations)| !stations.is_empty())
 }
 
-async fn fan_out(
+/// The plan's records merged from its shards' scans, and the slot the merge took.
+async fn fan_out<'engine>(
+    engine: &'engine Engine,
     shards: &[ShardHandle],
     plan: &Plan,
     deadline: Instant,
+    patience: &Patience,
     fault: Option<ShardFault>,
-) -> Result<QueryResult, ShardError> {
+) -> Result<(QueryResult, Slot<'engine>), ShardError> {
     let catalog = &plan.catalog;
     let scans = stations_by_shard(catalog, &plan.stations).map(|(shard, stations)| {
         shards[shard].scan(
@@ -270,6 +290,7 @@ async fn fan_out(
                 cap: plan.cap,
             },
             deadline,
+            patience.clone(),
             fault,
         )
     });
@@ -282,10 +303,12 @@ async fn fan_out(
         parts.push(reply.data);
         streams.push(reply.hits.into_iter().map(move |hit| PartHit { hit, part }));
     }
-    Ok(QueryResult {
+    let slot = engine.take_slot(patience).await?;
+    let records = QueryResult {
         hits: merge_sorted(streams, plan.cap),
         parts,
-    })
+    };
+    Ok((records, slot))
 }
 
 // --- The handle ------------------------------------------------------------------
@@ -306,12 +329,14 @@ impl RouterHandle {
         }
     }
 
-    /// Answers `request`, planned as `plan`, by `deadline`.
+    /// Answers `request`, planned as `plan`, by `deadline`; its stretches wait for
+    /// slots within `patience`.
     pub async fn execute(
         &self,
         request: Arc<Request>,
         plan: Plan,
         deadline: Instant,
+        patience: Patience,
         fault: Option<ShardFault>,
     ) -> Result<Page, EngineError> {
         self.address
@@ -319,18 +344,21 @@ impl RouterHandle {
                 request,
                 plan,
                 deadline,
+                patience,
                 fault,
             })
             .await
             .map_err(|error| EngineError::Failed(format!("the router's mailbox: {error}")))?
     }
 
-    /// Answers the summary `request`, planned as `plan`, by `deadline`.
+    /// Answers the summary `request`, planned as `plan`, by `deadline`; its
+    /// stretches wait for slots within `patience`.
     pub async fn summarize(
         &self,
         request: Arc<SummaryRequest>,
         plan: SummaryPlan,
         deadline: Instant,
+        patience: Patience,
         fault: Option<ShardFault>,
     ) -> Result<Rows, EngineError> {
         self.address
@@ -338,6 +366,7 @@ impl RouterHandle {
                 request,
                 plan,
                 deadline,
+                patience,
                 fault,
             })
             .await

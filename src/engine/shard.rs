@@ -9,6 +9,11 @@
 //! station's records still lie in exactly one place in memory. ARCHITECTURE.md
 //! gives the measurements that chose this over a thread per shard.
 //!
+//! A scan or a partial summary is a stretch of computing: it holds a query slot
+//! (`slots`) while it runs and only then. When none is free, the handler answers
+//! with a future that waits for one and then does the work, so the actor goes on
+//! with its mailbox meanwhile.
+//!
 //! Failures stay small. A scan that panics fails only its own query: the actor's
 //! data is immutable, so nothing is left half-changed, and the actor goes on. A
 //! replica whose actor dies anyway closes its mailbox; its handle starts a new actor
@@ -28,6 +33,7 @@ use stq_core::data::shard::ShardData;
 use stq_core::data::summary::{Partial, SummaryRequest};
 
 use super::fault::ShardFault;
+use super::slots::{Overloaded, Patience, Slots};
 
 // --- Messages --------------------------------------------------------------------
 
@@ -40,6 +46,8 @@ pub(super) struct Scan {
     pub request: ScanRequest,
     /// Past it the request has been answered 503 `timeout`: the scan is skipped.
     pub deadline: Instant,
+    /// The query's wait for slots, shared with its other stretches.
+    pub patience: Patience,
     /// Only tests ask for one (see `fault`).
     pub fault: Option<ShardFault>,
 }
@@ -61,6 +69,8 @@ pub(super) struct Summarize {
     pub request: SummaryRequest,
     /// Past it the request has been answered 503 `timeout`: the work is skipped.
     pub deadline: Instant,
+    /// The query's wait for slots, shared with its other stretches.
+    pub patience: Patience,
     /// Only tests ask for one (see `fault`).
     pub fault: Option<ShardFault>,
 }
@@ -95,6 +105,8 @@ pub enum ShardError {
     OtherGeneration { held: u64, wanted: u64 },
     #[error("the request's deadline passed before the shard reached it")]
     Expired,
+    #[error(transparent)]
+    Overloaded(#[from] Overloaded),
     #[error("shard {shard} panicked: {message}")]
     Panicked { shard: usize, message: String },
     #[error("the shard's mailbox is closed: {0}")]
@@ -106,6 +118,7 @@ pub enum ShardError {
 pub(super) struct ShardActor {
     number: usize,
     held: Held,
+    slots: Arc<Slots>,
 }
 
 /// The generations a shard holds: the current one, and the one before.
@@ -120,26 +133,44 @@ impl Actor for ShardActor {
 }
 
 impl Handler<Scan> for ShardActor {
-    type Result = Result<ShardReply, ShardError>;
+    type Result = Response<Result<ShardReply, ShardError>>;
 
     fn handle(&mut self, message: Scan, _: &mut Context<Self>) -> Self::Result {
-        let data = self.data_for(message.generation, message.deadline, message.fault)?;
-        let hits = self.guarded(message.fault, || data.scan(&message.request))?;
-        Ok(ShardReply {
-            hits,
-            data: Arc::clone(data),
+        let Scan {
+            generation,
+            request,
+            deadline,
+            patience,
+            fault,
+        } = message;
+        let data = match self.data_for(generation, deadline, fault) {
+            Ok(data) => Arc::clone(data),
+            Err(error) => return Response::reply(Err(error)),
+        };
+        self.in_slot(deadline, patience, fault, move || ShardReply {
+            hits: data.scan(&request),
+            data,
         })
     }
 }
 
 impl Handler<Summarize> for ShardActor {
-    type Result = Result<Partial, ShardError>;
+    type Result = Response<Result<Partial, ShardError>>;
 
     fn handle(&mut self, message: Summarize, _: &mut Context<Self>) -> Self::Result {
-        let generation = message.catalog.generation();
-        let data = self.data_for(generation, message.deadline, message.fault)?;
-        self.guarded(message.fault, || {
-            data.summarize(&message.request, message.catalog.symbols())
+        let Summarize {
+            catalog,
+            request,
+            deadline,
+            patience,
+            fault,
+        } = message;
+        let data = match self.data_for(catalog.generation(), deadline, fault) {
+            Ok(data) => Arc::clone(data),
+            Err(error) => return Response::reply(Err(error)),
+        };
+        self.in_slot(deadline, patience, fault, move || {
+            data.summarize(&request, catalog.symbols())
         })
     }
 }
@@ -186,18 +217,33 @@ impl ShardActor {
             })
     }
 
-    /// Runs `work` so that a panic in it fails this message alone.
-    fn guarded<T>(
+    /// Runs `work` in a query slot, so that a panic in it fails this message alone:
+    /// at once if a slot is free, or else as a future that waits for one within the
+    /// query's `patience`.
+    fn in_slot<T: 'static>(
         &self,
+        deadline: Instant,
+        patience: Patience,
         fault: Option<ShardFault>,
-        work: impl FnOnce() -> T,
-    ) -> Result<T, ShardError> {
-        guarded(self.number, || {
-            if fault == Some(ShardFault::Panic) {
-                panic!(
-                    "shard {} panics in a scan, as the request asked",
-                    self.number
-                );
+        work: impl FnOnce() -> T + 'static,
+    ) -> Response<Result<T, ShardError>> {
+        let number = self.number;
+        let work = move || {
+            guarded(number, || {
+                if fault == Some(ShardFault::Panic) {
+                    panic!("shard {number} panics in a scan, as the request asked");
+                }
+                work()
+            })
+        };
+        if let Some(_slot) = self.slots.try_take() {
+            return Response::reply(work());
+        }
+        let slots = Arc::clone(&self.slots);
+        Response::fut(async move {
+            let _slot = slots.take(&patience).await?;
+            if Instant::now() > deadline {
+                return Err(ShardError::Expired);
             }
             work()
         })
@@ -288,20 +334,22 @@ pub(super) struct ShardHandle {
 struct Replica {
     shard: Arc<Shard>,
     arbiter: ArbiterHandle,
+    slots: Arc<Slots>,
     address: RwLock<Addr<ShardActor>>,
 }
 
 impl ShardHandle {
-    /// Starts a replica of `shard` on the current arbiter (an HTTP worker's thread).
-    /// Needs a running actix system.
-    pub(super) fn start(shard: Arc<Shard>) -> ShardHandle {
+    /// Starts a replica of `shard` on the current arbiter (an HTTP worker's thread),
+    /// its stretches counted in `slots`. Needs a running actix system.
+    pub(super) fn start(shard: Arc<Shard>, slots: Arc<Slots>) -> ShardHandle {
         let arbiter = Arbiter::current();
         let held = shard.held.lock().clone();
-        let address = start_actor(&arbiter, shard.number, held);
+        let address = start_actor(&arbiter, shard.number, held, Arc::clone(&slots));
         ShardHandle {
             replica: Arc::new(Replica {
                 shard,
                 arbiter,
+                slots,
                 address: RwLock::new(address),
             }),
         }
@@ -338,12 +386,14 @@ impl ShardHandle {
         generation: u64,
         request: ScanRequest,
         deadline: Instant,
+        patience: Patience,
         fault: Option<ShardFault>,
     ) -> Result<ShardReply, ShardError> {
         self.ask(Scan {
             generation,
             request,
             deadline,
+            patience,
             fault,
         })
         .await
@@ -354,12 +404,14 @@ impl ShardHandle {
         catalog: Arc<Catalog>,
         request: SummaryRequest,
         deadline: Instant,
+        patience: Patience,
         fault: Option<ShardFault>,
     ) -> Result<Partial, ShardError> {
         self.ask(Summarize {
             catalog,
             request,
             deadline,
+            patience,
             fault,
         })
         .await
@@ -396,7 +448,12 @@ impl ShardHandle {
             return;
         }
         let held = replica.shard.held.lock().clone();
-        *address = start_actor(&replica.arbiter, replica.shard.number, held);
+        *address = start_actor(
+            &replica.arbiter,
+            replica.shard.number,
+            held,
+            Arc::clone(&replica.slots),
+        );
         replica.shard.restarts.inc();
         tracing::warn!(
             shard = replica.shard.number,
@@ -405,8 +462,17 @@ impl ShardHandle {
     }
 }
 
-fn start_actor(arbiter: &ArbiterHandle, number: usize, held: Held) -> Addr<ShardActor> {
-    ShardActor::start_in_arbiter(arbiter, move |_| ShardActor { number, held })
+fn start_actor(
+    arbiter: &ArbiterHandle,
+    number: usize,
+    held: Held,
+    slots: Arc<Slots>,
+) -> Addr<ShardActor> {
+    ShardActor::start_in_arbiter(arbiter, move |_| ShardActor {
+        number,
+        held,
+        slots,
+    })
 }
 
 #[cfg(test)]

@@ -1,104 +1,47 @@
-//! How many queries run at once, and for how long (docs/api.md section 9).
+//! How many queries compute at once, and for how long (docs/api.md section 9).
 //!
-//! actix-web has neither a concurrency cap nor a handler timeout of its own. A query
-//! holds a permit from its first engine call to its last byte of envelope, not while
-//! the answer is written; a request that finds none free waits a little, then is
-//! turned away with 503 `overloaded`, so a burst queues briefly and a flood is
-//! refused early instead of piling up behind the shards. The deadline covers the whole answer, the wait for a permit included.
+//! actix-web has neither a concurrency cap nor a handler timeout of its own.
+//!
+//! The cap counts computing only. `--max-concurrent-queries` bounds the *stretches*
+//! of queries that compute at once, not the queries in flight. A stretch is one
+//! piece of one query's work on one worker, from where it starts computing to where
+//! it hands the query on: a shard's scan or partial summary, the router's merge and
+//! pagination, the envelope's assembly here. It takes a slot (the engine's `Slots`)
+//! as it starts and frees it as it ends. Waiting for a mailbox to be reached, for the
+//! shards' replies, or for the client to read the answer is no stretch and holds
+//! nothing, so a slow reader of a large answer keeps no other query out. A stretch
+//! that pauses without handing the query on is still one stretch and keeps its slot:
+//! a scan that yields to let its worker's other connections run, or the delay a test
+//! injects into the assembly (`X-Stq-Fault: delay=`), counts as the slow computing it
+//! stands for.
+//!
+//! Invariants: nothing waits for a slot while it holds one, so slots cannot
+//! deadlock. Today's stretches never pause, and every one runs on the worker the
+//! request arrived on (thread per core), so at most one per worker computes at any
+//! instant: at its default of 4 x CPUs, above the number of workers, the cap never
+//! makes a query wait. It turns queries away only when stretches pause (an injected
+//! delay, a scan that yields) or when it is set below the number of workers.
+//!
+//! A query's waits for slots last at most [`SLOT_WAIT`] in all, counted from its
+//! first (the engine's `Patience`); then it is turned away with 503 `overloaded`, so
+//! a burst queues briefly and a flood is refused early. Planning, the last of the
+//! checks (docs/api.md section 3.4), takes no slot: refusals cost none. The request
+//! deadline covers the whole answer, the waits for slots included.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use tokio::sync::Notify;
-
 use super::error::ApiError;
+#[cfg(doc)]
+use crate::engine::SLOT_WAIT;
 
-/// The longest a request waits for a permit.
-pub const ADMISSION_WAIT: Duration = Duration::from_millis(100);
-
-/// Turns of the worker's task queue a request waits through before it sets a timer.
-const YIELDS_BEFORE_WAITING: usize = 4;
-
-/// The cap on queries computed at once, and the request deadline.
-///
-/// Not a fair semaphore, on purpose. tokio's `Semaphore` hands a released permit to
-/// the longest waiter, which runs only when its worker's task queue reaches it; on
-/// a worker interleaving a hundred connections the permit sits idle that long, and
-/// the cap, not the CPU, set the throughput (a quarter of it at 256 connections).
-/// Here a released slot is free at once for whichever query runs next, and waiters
-/// are woken to try again.
+/// A query's deadline, `--request-timeout`.
 pub struct Admission {
-    capacity: usize,
-    in_use: AtomicUsize,
-    released: Notify,
     request_timeout: Duration,
 }
 
-/// A slot held by one query; dropping it frees the slot.
-pub struct Permit<'a> {
-    admission: &'a Admission,
-}
-
-impl std::fmt::Debug for Permit<'_> {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter.write_str("Permit")
-    }
-}
-
-impl Drop for Permit<'_> {
-    fn drop(&mut self) {
-        self.admission.in_use.fetch_sub(1, Ordering::AcqRel);
-        self.admission.released.notify_one();
-    }
-}
-
 impl Admission {
-    pub fn new(max_concurrent_queries: usize, request_timeout: Duration) -> Admission {
-        Admission {
-            capacity: max_concurrent_queries,
-            in_use: AtomicUsize::new(0),
-            released: Notify::new(),
-            request_timeout,
-        }
-    }
-
-    /// A permit to run one query, or 503 `overloaded` after [`ADMISSION_WAIT`].
-    pub async fn enter(&self) -> Result<Permit<'_>, ApiError> {
-        // A free slot needs no timer.
-        if let Some(permit) = self.try_enter() {
-            return Ok(permit);
-        }
-        // On a worker that interleaves many queries, slots come free within a few
-        // turns of its task queue: trying again after each turn costs less than a
-        // timer.
-        for _ in 0..YIELDS_BEFORE_WAITING {
-            actix_web::rt::task::yield_now().await;
-            if let Some(permit) = self.try_enter() {
-                return Ok(permit);
-            }
-        }
-        let waiting = async {
-            loop {
-                // Registered before the check, so a release in between is not missed.
-                let released = self.released.notified();
-                if let Some(permit) = self.try_enter() {
-                    return permit;
-                }
-                released.await;
-            }
-        };
-        actix_web::rt::time::timeout(ADMISSION_WAIT, waiting)
-            .await
-            .map_err(|_| ApiError::Overloaded)
-    }
-
-    fn try_enter(&self) -> Option<Permit<'_>> {
-        self.in_use
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |in_use| {
-                (in_use < self.capacity).then_some(in_use + 1)
-            })
-            .ok()
-            .map(|_| Permit { admission: self })
+    pub fn new(request_timeout: Duration) -> Admission {
+        Admission { request_timeout }
     }
 
     pub fn request_timeout(&self) -> Duration {
@@ -119,36 +62,8 @@ impl Admission {
 }
 
 impl Default for Admission {
-    /// The contract's defaults: 4 x CPUs queries at once, 10 s each.
+    /// The contract's default: 10 s for each query.
     fn default() -> Admission {
-        Admission::new(4 * crate::cli::cpus(), Duration::from_secs(10))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[actix_web::test]
-    async fn a_request_beyond_the_cap_is_refused_and_a_freed_slot_taken() {
-        let admission = Admission::new(1, Duration::from_secs(10));
-        let held = admission.enter().await.unwrap();
-        let refused = admission.enter().await.unwrap_err();
-        assert_eq!(refused.code(), "overloaded");
-        drop(held);
-        assert!(admission.enter().await.is_ok());
-    }
-
-    #[actix_web::test]
-    async fn a_waiting_request_gets_a_permit_released_within_the_wait() {
-        let admission = std::rc::Rc::new(Admission::new(1, Duration::from_secs(10)));
-        let held = admission.enter().await.unwrap();
-        let waiter = {
-            let admission = std::rc::Rc::clone(&admission);
-            actix_web::rt::spawn(async move { admission.enter().await.is_ok() })
-        };
-        actix_web::rt::time::sleep(Duration::from_millis(20)).await;
-        drop(held);
-        assert!(waiter.await.unwrap());
+        Admission::new(Duration::from_secs(10))
     }
 }

@@ -1,9 +1,10 @@
 //! The answer to `GET /units` and `GET /metrics`, and to the summaries
 //! (`/units/summary`, `/metrics/summary`, `/stations`), in the contract's order
 //! (docs/api.md section 3): query length, token, parameters, then the engine's plan
-//! (window, cursor, stations), a query slot, the engine, the envelope, and
-//! `If-None-Match`. The whole body is assembled before the response starts, so an
-//! error can never follow a 200.
+//! (window, cursor, stations), the engine (whose scans and merge each take a query
+//! slot, the first wait for one turning a query away), the envelope in a slot of its
+//! own, and `If-None-Match`. The whole body is assembled before the response starts,
+//! so an error can never follow a 200; sending it holds no slot (see `admission`).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -19,14 +20,13 @@ use stq_core::domain::query::{self, Endpoint};
 use stq_core::domain::record::Kind;
 use stq_core::domain::time::{timestamp_millis_utc, Timestamp};
 
-use super::admission::Permit;
 use super::caching::{entity_tag, not_modified, IfNoneMatch};
 use super::envelope::{envelope, summary_envelope, Meta};
 use super::error::{ApiError, JSON};
 use super::fault;
 use super::request_id::RequestId;
 use super::AppState;
-use crate::engine::{Fault, Request, RouterHandle, SummaryRequest};
+use crate::engine::{Fault, Patience, Request, RouterHandle, Slot, SummaryRequest};
 
 /// How many records a response holds, for the access log and the metrics.
 #[derive(Clone, Copy, Debug)]
@@ -96,14 +96,18 @@ fn authenticate(
     Ok((principal, fault))
 }
 
-/// A query slot, taken at the first engine call so that refusals cost none; then
-/// the delay a test may have asked for.
-async fn take_slot(state: &AppState, fault: Option<Fault>) -> Result<Permit<'_>, ApiError> {
-    let permit = state.admission.enter().await?;
+/// The query slot the envelope is assembled in; then the delay a test may have
+/// asked for, a slow stretch that holds its slot.
+async fn assembly_slot<'state>(
+    state: &'state AppState,
+    patience: &Patience,
+    fault: Option<Fault>,
+) -> Result<Slot<'state>, ApiError> {
+    let slot = state.engine.take_slot(patience).await?;
     if let Some(Fault::Delay(delay)) = fault {
         actix_web::rt::time::sleep(delay).await;
     }
-    Ok(permit)
+    Ok(slot)
 }
 
 /// The 200 with `body`, or 304 when `If-None-Match` names its tag. The tag is
@@ -156,12 +160,19 @@ async fn answer_in_time(
     });
     let plan = engine.plan(&query).map_err(engine_error)?;
 
-    let permit = take_slot(state, fault).await?;
+    let patience = Patience::default();
     let page = router
-        .execute(Arc::clone(&query), plan, deadline, Fault::in_shard(fault))
+        .execute(
+            Arc::clone(&query),
+            plan,
+            deadline,
+            patience.clone(),
+            Fault::in_shard(fault),
+        )
         .await
         .map_err(engine_error)?;
 
+    let slot = assembly_slot(state, &patience, fault).await?;
     let meta = Meta {
         timestamp: timestamp_millis_utc(Utc::now()),
         request_id: &request_id,
@@ -171,7 +182,7 @@ async fn answer_in_time(
     };
     let records = page.records();
     let (body, data) = envelope(kind, records, &meta);
-    drop(permit);
+    drop(slot);
     // Assembly runs on this thread without a pause the timer could act in.
     if Instant::now() > deadline {
         return Err(state.admission.timed_out());
@@ -212,11 +223,19 @@ async fn summary_in_time(
     });
     let plan = engine.plan_summary(&query).map_err(engine_error)?;
 
-    let permit = take_slot(state, fault).await?;
+    let patience = Patience::default();
     let rows = router
-        .summarize(query, plan, deadline, Fault::in_shard(fault))
+        .summarize(
+            query,
+            plan,
+            deadline,
+            patience.clone(),
+            Fault::in_shard(fault),
+        )
         .await
         .map_err(engine_error)?;
+
+    let slot = assembly_slot(state, &patience, fault).await?;
     let meta = Meta {
         timestamp: timestamp_millis_utc(Utc::now()),
         request_id: &request_id,
@@ -224,7 +243,7 @@ async fn summary_in_time(
         next_cursor: None,
     };
     let (body, data) = summary_envelope(endpoint, &rows, &meta);
-    drop(permit);
+    drop(slot);
     if Instant::now() > deadline {
         return Err(state.admission.timed_out());
     }

@@ -17,7 +17,7 @@ use stq_core::domain::auth::Unauthorized;
 use stq_core::domain::query::QueryError;
 use stq_core::domain::time::duration_text;
 
-use crate::engine::EngineError;
+use crate::engine::{EngineError, Overloaded};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -35,7 +35,8 @@ pub enum ApiError {
 
     /// A refusal of the engine's that the client can act on: an invalid cursor,
     /// forbidden stations, too many records. (Its window errors are `Query`, its
-    /// timeouts `Timeout`, its failures `Internal`.)
+    /// timeouts `Timeout`, its refusals for want of a slot `Overloaded`, its failures
+    /// `Internal`.)
     #[error(transparent)]
     Engine(EngineError),
 
@@ -71,6 +72,7 @@ impl ApiError {
             EngineError::TimedOut => ApiError::Timeout {
                 after: request_timeout,
             },
+            EngineError::Overloaded(overloaded) => overloaded.into(),
             EngineError::Failed(cause) => {
                 tracing::error!(request_id = %request_id, error = %cause, "query failed");
                 ApiError::Internal {
@@ -104,9 +106,10 @@ impl ApiError {
                     "result_too_large"
                 }
                 // Never wrapped: `from_engine` gives these their own variants.
-                EngineError::Query(_) | EngineError::TimedOut | EngineError::Failed(_) => {
-                    "internal_error"
-                }
+                EngineError::Query(_)
+                | EngineError::TimedOut
+                | EngineError::Overloaded(_)
+                | EngineError::Failed(_) => "internal_error",
             },
             ApiError::NotAcceptable => "not_acceptable",
             ApiError::Timeout { .. } => "timeout",
@@ -223,6 +226,12 @@ impl ResponseError for ApiError {
         response
             .content_type(JSON)
             .body(serde_json::to_vec(&body).expect("serializing plain data cannot fail"))
+    }
+}
+
+impl From<Overloaded> for ApiError {
+    fn from(_: Overloaded) -> ApiError {
+        ApiError::Overloaded
     }
 }
 

@@ -3,10 +3,11 @@
 //!
 //! A request to `/units` or `/metrics` goes: `middleware` (request id, access
 //! line, metrics, CORS, the headers of every response) → `answer` (limits, token,
-//! parameters, plan, `If-None-Match`, a slot from `admission`, the engine, the
-//! envelope from `envelope`) → back out through the middleware. Every error
-//! becomes the contract's body in `error` ([`ApiError`]), the one place codes are
-//! given. `server` assembles the listeners, with client deadlines from `connection`.
+//! parameters, plan, the engine, the envelope from `envelope` in a query slot,
+//! `If-None-Match`; `admission` says what holds a slot) → back out through the
+//! middleware. Every error becomes the contract's body in `error` ([`ApiError`]),
+//! the one place codes are given. `server` assembles the listeners, with client
+//! deadlines from `connection`.
 
 mod admission;
 mod answer;
@@ -20,7 +21,7 @@ mod request_id;
 mod server;
 mod ui;
 
-pub use admission::{Admission, ADMISSION_WAIT};
+pub use admission::Admission;
 pub use envelope::{assemble, envelope, Meta};
 pub use error::ApiError;
 pub use server::{admin_server, api_server, stop_gracefully_on_signals};
@@ -49,7 +50,7 @@ pub struct AppState {
     metrics: Arc<Metrics>,
     /// Origins allowed by CORS; none by default.
     cors_origins: Vec<String>,
-    /// The cap on queries at once and their deadline.
+    /// The queries' deadline.
     admission: Admission,
 }
 
