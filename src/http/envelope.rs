@@ -52,7 +52,24 @@ pub trait Element {
     /// Its length in bytes, known before it is written.
     fn length(&self) -> usize;
     fn write_to(&self, body: &mut Vec<u8>);
+
+    /// Readies an element that is written a few elements later; see
+    /// [`assemble_with_data`].
+    fn prefetch(&self, _stage: Prefetch) {}
 }
+
+/// How far ahead an element to be written is readied.
+#[derive(Clone, Copy)]
+pub enum Prefetch {
+    /// Far ahead: fetch what locates its bytes.
+    Locate,
+    /// Nearer: fetch its bytes.
+    Bytes,
+}
+
+/// How many elements ahead each stage of [`Prefetch`] works.
+const PREFETCH_LOCATE_AHEAD: usize = 8;
+const PREFETCH_BYTES_AHEAD: usize = 4;
 
 impl Element for &[u8] {
     fn length(&self) -> usize {
@@ -71,6 +88,13 @@ impl Element for RecordJson<'_> {
 
     fn write_to(&self, body: &mut Vec<u8>) {
         RecordJson::write_to(self, body);
+    }
+
+    fn prefetch(&self, stage: Prefetch) {
+        match stage {
+            Prefetch::Locate => self.prefetch_stored(),
+            Prefetch::Bytes => self.prefetch_pieces(),
+        }
     }
 }
 
@@ -103,7 +127,18 @@ fn assemble_with_data(
     body.extend_from_slice(b"{\"data\":");
     let data_start = body.len();
     body.push(b'[');
+    // A record's bytes lie in two or three places (its stored form, then its
+    // pieces), each a cache miss that waits on the one before: asking for them a
+    // few records ahead lets the misses of several records overlap.
+    let mut locate = records.clone().skip(PREFETCH_LOCATE_AHEAD);
+    let mut fetch = records.clone().skip(PREFETCH_BYTES_AHEAD);
     for (index, record) in records.enumerate() {
+        if let Some(ahead) = locate.next() {
+            ahead.prefetch(Prefetch::Locate);
+        }
+        if let Some(ahead) = fetch.next() {
+            ahead.prefetch(Prefetch::Bytes);
+        }
         if index > 0 {
             body.push(b',');
         }

@@ -569,18 +569,18 @@ fn grown(before: &SourceState, read: SourceState) -> SourceState {
 /// copied into a new arena so that the dropped ones' bytes go with the old one.
 fn surviving(station: &StationData, is_dropped: &impl Fn(u64) -> bool) -> StationBuilder {
     let mut builder = StationBuilder::default();
-    let mut numbers = Vec::new();
+    let mut known = foldhash::HashMap::default();
     for (key, entry) in &station.units {
         if !is_dropped(key.load_order) {
             let mut entry = *entry;
-            entry.bytes = builder.copy(&station.arena, &station.pieces, entry.bytes, &mut numbers);
+            entry.bytes = builder.copy(&station.arena, &station.pieces, entry.bytes, &mut known);
             builder.units.push((*key, entry));
         }
     }
     for (key, entry) in &station.metrics {
         if !is_dropped(key.load_order) {
             let mut entry = *entry;
-            entry.bytes = builder.copy(&station.arena, &station.pieces, entry.bytes, &mut numbers);
+            entry.bytes = builder.copy(&station.arena, &station.pieces, entry.bytes, &mut known);
             builder.metrics.push((*key, entry));
         }
     }

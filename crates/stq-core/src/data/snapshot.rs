@@ -33,7 +33,7 @@ use crate::data::incremental::{self, FileRead, FileStamp, Resume, SourceState};
 use crate::data::key::{load_order, RecordKey};
 use crate::data::shard::ShardData;
 use crate::data::station::{MetricEntry, StationData, UnitEntry};
-use crate::data::stored::{self, PieceTable, Pieces, StoredRecord};
+use crate::data::stored::{self, Piece, PieceTable, Pieces, StoredRecord};
 use crate::data::symbols::{Symbol, Symbols};
 use crate::data::threads;
 use crate::domain::openhtf;
@@ -962,29 +962,30 @@ impl StationBuilder {
     /// Takes over the records of a batch of the same station, in its order after
     /// this builder's.
     pub(crate) fn append(&mut self, batch: StationBuilder) {
+        let mut known = foldhash::HashMap::default();
+        known.reserve(batch.pieces.len());
         let pieces = batch.pieces.finish();
-        let mut numbers = Vec::with_capacity(pieces.len());
         self.arena.reserve(batch.arena.len());
         self.units.reserve(batch.units.len());
         for (key, entry) in batch.units {
-            let bytes = self.copy(&batch.arena, &pieces, entry.bytes, &mut numbers);
+            let bytes = self.copy(&batch.arena, &pieces, entry.bytes, &mut known);
             self.units.push((key, UnitEntry { bytes, ..entry }));
         }
         self.metrics.reserve(batch.metrics.len());
         for (key, entry) in batch.metrics {
-            let bytes = self.copy(&batch.arena, &pieces, entry.bytes, &mut numbers);
+            let bytes = self.copy(&batch.arena, &pieces, entry.bytes, &mut known);
             self.metrics.push((key, MetricEntry { bytes, ..entry }));
         }
     }
 
     /// Stores a record of another arena and table of pieces in this builder's;
-    /// `numbers` is [`stored::copy`]'s, one for each other table.
+    /// `known` is [`stored::copy`]'s, one for each other table.
     pub(crate) fn copy(
         &mut self,
         arena: &[u8],
         pieces: &Pieces,
         record: StoredRecord,
-        numbers: &mut Vec<u32>,
+        known: &mut foldhash::HashMap<Piece, Piece>,
     ) -> StoredRecord {
         stored::copy(
             &mut self.arena,
@@ -992,7 +993,7 @@ impl StationBuilder {
             arena,
             pieces,
             record,
-            numbers,
+            known,
         )
     }
 

@@ -4,14 +4,18 @@
 //! Records of one unit repeat most of their JSON: the station, slot, serial and
 //! date before the time; the zone, mode, tags and metric name between time and
 //! value; the metric's unit, type and limits after it. So a station keeps each
-//! distinct piece once ([`Pieces`]), and a record keeps the numbers of its three
-//! pieces and its own texts: the time after its date (`HH:MM:SS.sssZ`) and the
+//! distinct piece once ([`Pieces`]), and a record keeps where its three pieces
+//! lie and its own texts: the time after its date (`HH:MM:SS.sssZ`) and the
 //! value. That is about a tenth of the JSON (BENCHMARKS.md, issue 12). A response
 //! copies the five parts in order ([`RecordJson`]); nothing serializes a record
 //! again, and nothing but the arena and the pieces is read to send it.
 //!
-//! In the arena a record is five LEB128 numbers and two texts: head, middle and
-//! tail piece numbers, then the time text's length and bytes, then the value's.
+//! In the arena a record is LEB128 numbers and two texts: the start and length of
+//! its head, middle and tail pieces, then the time text's length and bytes, then
+//! the value's. A piece is named by where it lies, not by a number to look up, so
+//! that sending a record reads its pieces straight after its stored form: a table
+//! of piece numbers cost a dependent cache miss per piece, and a quarter of the
+//! throughput of answers of many records (BENCHMARKS.md).
 
 use std::hash::BuildHasher as _;
 use std::ops::Range;
@@ -28,45 +32,37 @@ pub struct StoredRecord {
     pub length: u32,
 }
 
-/// The pieces of one station's records, each held once; a piece's number is its
-/// index.
+/// Where a piece lies in its station's [`Pieces`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Piece {
+    pub start: u32,
+    pub length: u32,
+}
+
+/// The pieces of one station's records, each held once, one after the other.
 #[derive(Debug, Default)]
 pub struct Pieces {
     bytes: Vec<u8>,
-    /// Where each piece ends in `bytes`; it starts where the one before ends.
-    ends: Vec<u32>,
 }
 
 impl Pieces {
-    pub fn get(&self, number: u32) -> &[u8] {
-        let number = number as usize;
-        let start = match number {
-            0 => 0,
-            _ => self.ends[number - 1] as usize,
-        };
-        &self.bytes[start..self.ends[number] as usize]
-    }
-
-    pub fn len(&self) -> usize {
-        self.ends.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.ends.is_empty()
+    pub fn get(&self, piece: Piece) -> &[u8] {
+        let start = piece.start as usize;
+        &self.bytes[start..start + piece.length as usize]
     }
 
     /// The bytes it holds on the heap.
     pub fn heap_bytes(&self) -> usize {
-        self.bytes.capacity() + 4 * self.ends.capacity()
+        self.bytes.capacity()
     }
 }
 
-/// A station's pieces while it is built: each new piece gets the next number.
+/// A station's pieces while it is built: a new piece goes after the others.
 #[derive(Debug, Default)]
 pub(crate) struct PieceTable {
     pieces: Pieces,
-    /// Piece numbers, found by the hash of their bytes.
-    numbers: HashTable<u32>,
+    /// The pieces, found by the hash of their bytes.
+    known: HashTable<Piece>,
     hasher: foldhash::fast::FixedState,
 }
 
@@ -76,22 +72,26 @@ impl PieceTable {
         self.pieces.bytes.len()
     }
 
-    pub(crate) fn intern(&mut self, piece: &[u8]) -> u32 {
-        let hash = self.hasher.hash_one(piece);
+    /// How many pieces it holds.
+    pub(crate) fn len(&self) -> usize {
+        self.known.len()
+    }
+
+    pub(crate) fn intern(&mut self, bytes: &[u8]) -> Piece {
+        let hash = self.hasher.hash_one(bytes);
         let pieces = &mut self.pieces;
-        if let Some(&number) = self
-            .numbers
-            .find(hash, |&number| pieces.get(number) == piece)
-        {
-            return number;
+        if let Some(&piece) = self.known.find(hash, |&piece| pieces.get(piece) == bytes) {
+            return piece;
         }
-        let number = pieces.ends.len() as u32;
-        pieces.bytes.extend_from_slice(piece);
-        pieces.ends.push(pieces.bytes.len() as u32);
+        let piece = Piece {
+            start: pieces.bytes.len() as u32,
+            length: bytes.len() as u32,
+        };
+        pieces.bytes.extend_from_slice(bytes);
         let hasher = &self.hasher;
-        self.numbers
-            .insert_unique(hash, number, |&number| hasher.hash_one(pieces.get(number)));
-        number
+        self.known
+            .insert_unique(hash, piece, |&piece| hasher.hash_one(pieces.get(piece)));
+        piece
     }
 
     #[cfg(test)]
@@ -103,7 +103,6 @@ impl PieceTable {
     pub(crate) fn finish(self) -> Pieces {
         let mut pieces = self.pieces;
         pieces.bytes.shrink_to_fit();
-        pieces.ends.shrink_to_fit();
         pieces
     }
 }
@@ -137,27 +136,21 @@ pub(crate) fn store(
 }
 
 /// Stores a record of another arena and piece table (a batch of the same station,
-/// or the station's previous build) into this one. `numbers` maps the other
-/// table's piece numbers to this one's, `u32::MAX` where not yet known; it starts
-/// empty for each other table.
+/// or the station's previous build) into this one. `known` maps the other table's
+/// pieces to this one's; it starts empty for each other table.
 pub(crate) fn copy(
     arena: &mut Vec<u8>,
     table: &mut PieceTable,
     from_arena: &[u8],
     from_pieces: &Pieces,
     record: StoredRecord,
-    numbers: &mut Vec<u32>,
+    known: &mut foldhash::HashMap<Piece, Piece>,
 ) -> StoredRecord {
     let (pieces, time, value) = decode(from_arena, record.start);
-    let pieces = pieces.map(|number| {
-        let index = number as usize;
-        if numbers.len() <= index {
-            numbers.resize(index + 1, u32::MAX);
-        }
-        if numbers[index] == u32::MAX {
-            numbers[index] = table.intern(from_pieces.get(number));
-        }
-        numbers[index]
+    let pieces = pieces.map(|piece| {
+        *known
+            .entry(piece)
+            .or_insert_with(|| table.intern(from_pieces.get(piece)))
     });
     let start = arena.len() as u32;
     write(arena, pieces, time, value);
@@ -167,41 +160,87 @@ pub(crate) fn copy(
     }
 }
 
-fn write(arena: &mut Vec<u8>, pieces: [u32; 3], time: &[u8], value: &[u8]) {
-    let mut push = |number: u32| {
-        let mut encoded = [0; 5];
-        let length = number.encode_var(&mut encoded);
-        arena.extend_from_slice(&encoded[..length]);
-    };
+/// Appends a stored record: each piece's start and length, then the time's length
+/// and bytes, then the value's.
+fn write(arena: &mut Vec<u8>, pieces: [Piece; 3], time: &[u8], value: &[u8]) {
     for piece in pieces {
-        push(piece);
+        push_number(arena, piece.start);
+        push_number(arena, piece.length);
     }
-    push(time.len() as u32);
+    push_number(arena, time.len() as u32);
     arena.extend_from_slice(time);
-    let mut encoded = [0; 5];
-    let length = (value.len() as u32).encode_var(&mut encoded);
-    arena.extend_from_slice(&encoded[..length]);
+    push_number(arena, value.len() as u32);
     arena.extend_from_slice(value);
 }
 
-/// A stored record's piece numbers, time text and value text.
-fn decode(arena: &[u8], start: u32) -> ([u32; 3], &[u8], &[u8]) {
-    let mut at = start as usize;
-    let mut next = |skip: usize| {
-        at += skip;
-        let (number, length) = u32::decode_var(&arena[at..]).expect("a stored record");
-        at += length;
-        (number, at)
+fn push_number(arena: &mut Vec<u8>, number: u32) {
+    let mut encoded = [0; 5];
+    let length = number.encode_var(&mut encoded);
+    arena.extend_from_slice(&encoded[..length]);
+}
+
+/// A stored record's pieces, time text and value text.
+fn decode(arena: &[u8], start: u32) -> ([Piece; 3], &[u8], &[u8]) {
+    let mut reader = Reader {
+        bytes: arena,
+        at: start as usize,
     };
-    let pieces = [next(0).0, next(0).0, next(0).0];
-    let (time_length, time_at) = next(0);
-    let (value_length, value_at) = next(time_length as usize);
-    let text = |at: usize, length: u32| &arena[at..at + length as usize];
-    (
-        pieces,
-        text(time_at, time_length),
-        text(value_at, value_length),
-    )
+    let pieces = [reader.piece(), reader.piece(), reader.piece()];
+    let time = reader.text();
+    let value = reader.text();
+    (pieces, time, value)
+}
+
+/// Reads a stored record from its start.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn number(&mut self) -> u32 {
+        let (number, length) = read_number(&self.bytes[self.at..]);
+        self.at += length;
+        number
+    }
+
+    fn piece(&mut self) -> Piece {
+        Piece {
+            start: self.number(),
+            length: self.number(),
+        }
+    }
+
+    fn text(&mut self) -> &'a [u8] {
+        let length = self.number() as usize;
+        let text = &self.bytes[self.at..self.at + length];
+        self.at += length;
+        text
+    }
+}
+
+/// A LEB128 number and its length in bytes; most are one byte, read at once.
+#[inline]
+fn read_number(bytes: &[u8]) -> (u32, usize) {
+    match bytes.first() {
+        Some(&byte) if byte < 0x80 => (u32::from(byte), 1),
+        _ => u32::decode_var(bytes).expect("a stored record"),
+    }
+}
+
+/// Hints the CPU to load the cache line of `bytes[at]`; nothing where there is no
+/// such hint.
+#[inline]
+fn prefetch(bytes: &[u8], at: u32) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(byte) = bytes.get(at as usize) {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: a prefetch only hints; it never faults, and the address is in
+        // `bytes` anyway.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(byte).cast()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (bytes, at);
 }
 
 /// One record's response JSON: its length at once, its bytes when written.
@@ -240,6 +279,21 @@ impl<'a> RecordJson<'a> {
         out.extend_from_slice(self.pieces.get(middle));
         out.extend_from_slice(value);
         out.extend_from_slice(self.pieces.get(tail));
+    }
+
+    /// Asks the CPU for the stored form now, for a record written a few records
+    /// later: an answer of many records otherwise waits on each one's cache miss
+    /// in turn.
+    pub fn prefetch_stored(&self) {
+        prefetch(self.arena, self.record.start);
+    }
+
+    /// Asks for the head and middle pieces, once the stored form is in cache (the
+    /// tail, a metric's unit and limits, is shared by many records and warm).
+    pub fn prefetch_pieces(&self) {
+        let ([head, middle, _], _, _) = decode(self.arena, self.record.start);
+        prefetch(&self.pieces.bytes, head.start);
+        prefetch(&self.pieces.bytes, middle.start);
     }
 
     pub fn to_vec(&self) -> Vec<u8> {
@@ -295,8 +349,8 @@ mod tests {
         }
         // The two metrics share all three pieces; the unit (a short time, no value)
         // has a head, a middle with the rest, and the empty tail.
-        assert_eq!(table.pieces().len(), 3 + 2 + 1);
-        assert!(arena.len() < 60, "{} bytes", arena.len());
+        assert_eq!(table.len(), 3 + 2 + 1);
+        assert!(arena.len() < 80, "{} bytes", arena.len());
     }
 
     #[test]
@@ -310,7 +364,7 @@ mod tests {
             &METRIC.replace("voltage", "current"),
         );
         let (mut to_arena, mut to_table) = (Vec::new(), PieceTable::default());
-        let mut numbers = Vec::new();
+        let mut known = foldhash::HashMap::default();
         let pieces = table.finish();
         let copied = copy(
             &mut to_arena,
@@ -318,7 +372,7 @@ mod tests {
             &arena,
             &pieces,
             second,
-            &mut numbers,
+            &mut known,
         );
         assert_eq!(
             RecordJson::new(&to_arena, to_table.pieces(), copied).to_vec(),
@@ -330,13 +384,13 @@ mod tests {
             &arena,
             &pieces,
             first,
-            &mut numbers,
+            &mut known,
         );
         assert_eq!(
             RecordJson::new(&to_arena, to_table.pieces(), copied).to_vec(),
             RecordJson::new(&arena, &pieces, first).to_vec()
         );
         // Only the pieces the copies use: the shared head and tail, two middles.
-        assert_eq!(to_table.pieces().len(), 4);
+        assert_eq!(to_table.len(), 4);
     }
 }
