@@ -16,8 +16,11 @@ The snapshot is `stq gen --stations 1000 --days N --end 2026-11-24T00:00:00Z`
    query finds it (ROUNDS times); then one line to each of 20 stations at once,
    timed until all 20 are found: about one minute of the plant's records (the
    dataset has 1.2 records per station and minute). The time includes the watch's
-   0.3 s of quiet. The peak RSS (VmHWM) is reset through /proc/PID/clear_refs
-   before the first append, so it is the appends' peak, not the load's.
+   0.3 s of quiet. Before each append the peak RSS (VmHWM) is reset through
+   /proc/PID/clear_refs, and after it is served the peak is divided by the RSS
+   before: that reload's own peak. Rounds are 12 s apart, longer than the time a
+   replaced generation is kept for requests that planned on it (--request-timeout,
+   10 s, and 1 s), so each reload starts from one generation.
 
 Prints one JSON line of figures; stq's logs go to /tmp/bench/LABEL-*.log.
 """
@@ -122,9 +125,6 @@ directory = fresh_copy()
 process, base, _ = start(directory, ["--watch"])
 time.sleep(1)
 rss_before = rss_mib(process.pid)
-# From here VmHWM is the peak of the appends' reloads (Linux 4.0 and later).
-with open(f"/proc/{process.pid}/clear_refs", "w") as clear:
-    clear.write("5")
 window = "from=2026-11-20T00:00:00Z&to=2026-11-25T00:00:00Z"
 
 def line(station, serial):
@@ -136,7 +136,14 @@ def served(station, serial):
     status, body = get(f"{base}/units?station_ids={station}&serial_number={serial}&{window}", TOKEN)
     return status == 200 and json.loads(body)["data"]
 
-def append_and_wait(stations, tag):
+def reset_peak():
+    # From here VmHWM is the peak of what follows (Linux 4.0 and later).
+    with open(f"/proc/{process.pid}/clear_refs", "w") as clear:
+        clear.write("5")
+
+def append_and_wait(stations, tag, peaks):
+    before = rss_mib(process.pid)
+    reset_peak()
     began = time.monotonic()
     for station in stations:
         with open(f"{directory}/{station}/2026-11-23.units.jsonl", "a") as file:
@@ -144,22 +151,26 @@ def append_and_wait(stations, tag):
     for station in stations:
         while not served(station, f"SN-{tag}-{station}"):
             time.sleep(0.005)
-    return round((time.monotonic() - began) * 1000)
+    served_ms = round((time.monotonic() - began) * 1000)
+    peaks.append(round(rss_mib(process.pid, "VmHWM") / before, 3))
+    # Longer than --request-timeout and its margin: the generation before is
+    # retired (docs/api.md section 8), so each reload starts from one generation.
+    time.sleep(GRACE_S)
+    return served_ms
 
-one = []
+GRACE_S = 12
+one, one_peaks = [], []
 for round_ in range(ROUNDS):
-    one.append(append_and_wait(["ST-0500"], f"ONE{round_}"))
-    time.sleep(2)
+    one.append(append_and_wait(["ST-0500"], f"ONE{round_}", one_peaks))
 results["watch_one_line_to_served_ms"] = one
-twenty = []
+results["peak_over_rss_before_one_line"] = one_peaks
+twenty, twenty_peaks = [], []
 stations = [f"ST-{number:04d}" for number in range(1, 1001, 50)]
 for round_ in range(ROUNDS):
-    twenty.append(append_and_wait(stations, f"TWENTY{round_}"))
-    time.sleep(2)
+    twenty.append(append_and_wait(stations, f"TWENTY{round_}", twenty_peaks))
 results["watch_20_stations_to_served_ms"] = twenty
+results["peak_over_rss_before_20_stations"] = twenty_peaks
 results["rss_before_watch_mib"] = round(rss_before)
-results["peak_rss_mib_watch_run"] = round(rss_mib(process.pid, "VmHWM"))
-results["peak_over_rss_before"] = round(rss_mib(process.pid, "VmHWM") / rss_before, 3)
 results["rss_after_watch_mib"] = round(rss_mib(process.pid))
 process.send_signal(signal.SIGTERM); process.wait()
 print(label, json.dumps(results))
