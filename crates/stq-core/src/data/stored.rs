@@ -12,10 +12,11 @@
 //!
 //! In the arena a record is LEB128 numbers and two texts: the start and length of
 //! its head, middle and tail pieces, then the time text's length and bytes, then
-//! the value's. A piece is named by where it lies, not by a number to look up, so
-//! that sending a record reads its pieces straight after its stored form: a table
-//! of piece numbers cost a dependent cache miss per piece, and a quarter of the
-//! throughput of answers of many records (BENCHMARKS.md).
+//! the value's. A piece is named by where it lies, not by a number to look up in a
+//! table: one dependent read fewer between a record and its bytes. Answers of many
+//! records still read two or three places per record; the envelope asks for them a
+//! few records ahead ([`RecordJson::prefetch_stored`]), which won back most of what
+//! the pieces cost such answers (BENCHMARKS.md).
 
 use std::hash::BuildHasher as _;
 use std::ops::Range;
