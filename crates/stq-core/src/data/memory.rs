@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::mem::size_of;
 
 use crate::data::catalog::Generation;
+use crate::data::station::StationData;
 
 /// The bytes of one part of a generation.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,39 +38,49 @@ impl Generation {
     /// This generation's bytes by part. Data shared with another generation is
     /// counted as this one's.
     pub fn memory_use(&self) -> MemoryUse {
-        let mut parts = [
-            ("records' stored form (arenas)", 0),
-            ("pieces of records", 0),
-            ("unit tree by time", 0),
-            ("unit tree by serial", 0),
-            ("metric tree by time", 0),
-            ("metric tree by name", 0),
-            ("shard-wide unit tree", 0),
-            ("symbols", 0),
-        ];
-        let (mut units, mut metrics) = (0, 0);
-        for shard in &self.shards {
-            for station in &shard.stations {
-                units += station.units.len() as u64;
-                metrics += station.metrics.len() as u64;
-                parts[0].1 += station.arena.len() as u64;
-                parts[1].1 += station.pieces.heap_bytes() as u64;
-                parts[2].1 += tree_bytes(&station.units);
-                parts[3].1 += tree_bytes(&station.units_by_serial);
-                parts[4].1 += tree_bytes(&station.metrics);
-                parts[5].1 += tree_bytes(&station.metrics_by_name);
-            }
-            parts[6].1 += tree_bytes(&shard.units);
-        }
-        parts[7].1 = self.catalog.symbols.heap_bytes();
-        MemoryUse {
-            parts: parts
-                .into_iter()
-                .map(|(name, bytes)| Part { name, bytes })
-                .collect(),
-            units,
-            metrics,
-        }
+        let mut usage = MemoryUse {
+            parts: Vec::new(),
+            units: 0,
+            metrics: 0,
+        };
+        let stations = || self.shards.iter().flat_map(|shard| &shard.stations);
+        let sum = |bytes: &dyn Fn(&StationData) -> u64| stations().map(|s| bytes(s)).sum();
+        let mut part = |name, bytes| usage.parts.push(Part { name, bytes });
+        part(
+            "records' stored form (arenas)",
+            sum(&|station| station.arena.len() as u64),
+        );
+        part(
+            "pieces of records",
+            sum(&|station| station.pieces.heap_bytes() as u64),
+        );
+        part(
+            "unit tree by time",
+            sum(&|station| tree_bytes(&station.units)),
+        );
+        part(
+            "unit tree by serial",
+            sum(&|station| tree_bytes(&station.units_by_serial)),
+        );
+        part(
+            "metric tree by time",
+            sum(&|station| tree_bytes(&station.metrics)),
+        );
+        part(
+            "metric tree by name",
+            sum(&|station| tree_bytes(&station.metrics_by_name)),
+        );
+        part(
+            "shard-wide unit tree",
+            self.shards
+                .iter()
+                .map(|shard| tree_bytes(&shard.units))
+                .sum(),
+        );
+        part("symbols", self.catalog.symbols.heap_bytes());
+        usage.units = sum(&|station| station.units.len() as u64);
+        usage.metrics = sum(&|station| station.metrics.len() as u64);
+        usage
     }
 }
 

@@ -242,21 +242,21 @@ pub fn parse_line<'a>(
     })?;
 
     // What can still make the line invalid is checked before anything is written.
-    let direction = match (kind, &fields.direction) {
-        (Kind::Metrics, _) => None,
-        (Kind::Units, Some(Text(value))) => Some(Direction::parse(value).ok_or_else(|| {
-            format!(
-                "field `direction` must be \"input\" or \"output\", not {}",
-                quoted(value)
-            )
-        })?),
-        (Kind::Units, None) => return Err("missing field `direction`".to_owned()),
-    };
-    let name = match (kind, &fields.name) {
-        (Kind::Units, _) => None,
-        (Kind::Metrics, Some(Text(name))) if !name.is_empty() => Some(name.clone()),
-        (Kind::Metrics, Some(_)) => return Err("field `name` is empty".to_owned()),
-        (Kind::Metrics, None) => return Err("missing field `name`".to_owned()),
+    let shape = match kind {
+        Kind::Units => match &fields.direction {
+            Some(Text(value)) => Shape::Unit(Direction::parse(value).ok_or_else(|| {
+                format!(
+                    "field `direction` must be \"input\" or \"output\", not {}",
+                    quoted(value)
+                )
+            })?),
+            None => return Err("missing field `direction`".to_owned()),
+        },
+        Kind::Metrics => match &fields.name {
+            Some(Text(name)) if !name.is_empty() => Shape::Metric(name.clone()),
+            Some(_) => return Err("field `name` is empty".to_owned()),
+            None => return Err("missing field `name`".to_owned()),
+        },
     };
 
     let start = rendered.len();
@@ -286,9 +286,8 @@ pub fn parse_line<'a>(
         json.string(&tag.0);
     }
     json.raw(b"]");
-    let (fields_out, value) = match kind {
-        Kind::Units => {
-            let direction = direction.expect("a unit's direction was checked");
+    let (fields_out, value) = match shape {
+        Shape::Unit(direction) => {
             json.raw(br#","unit_type":"#);
             json.string(text(&fields.unit_type));
             json.raw(br#","direction":"#);
@@ -309,8 +308,7 @@ pub fn parse_line<'a>(
             };
             (indexed, end..end)
         }
-        Kind::Metrics => {
-            let name = name.expect("a metric's name was checked");
+        Shape::Metric(name) => {
             json.raw(br#","name":"#);
             json.string(&name);
             json.raw(br#","value":"#);
@@ -343,6 +341,12 @@ pub fn parse_line<'a>(
         time,
         value,
     })
+}
+
+/// What sets a valid line of each kind apart, checked before its JSON is written.
+enum Shape<'a> {
+    Unit(Direction),
+    Metric(Cow<'a, str>),
 }
 
 /// An optional string field as returned: absent is `""`.
