@@ -160,7 +160,7 @@ fn assembly(criterion: &mut Criterion) {
         records.push(rendered);
     }
     let meta = Meta {
-        timestamp: "2026-11-01T00:00:00.000Z".to_owned(),
+        timestamp: chrono::DateTime::from_timestamp(1_761_955_200, 0).unwrap(),
         request_id: "0b5b5d8e-39c2-4e0c-a6d5-2f6f4a2a3f57",
         query_duration_ms: 0,
         next_cursor: None,

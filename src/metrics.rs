@@ -6,12 +6,16 @@
 //! numbers), never from what a client sends, so no request can grow the registry.
 
 use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, LazyLock};
 
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
+use parking_lot::Mutex;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric, NoLabelSet};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::histogram::exponential_buckets;
+use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use stq_core::data::snapshot::LoadReport;
 
@@ -34,9 +38,9 @@ pub struct ShardLabels {
 /// Every metric stq keeps, and the registry that exposes them.
 pub struct Metrics {
     registry: Registry,
-    pub requests: Family<RequestLabels, Counter>,
-    pub request_duration: Family<EndpointLabels, Histogram>,
-    pub records_returned: Family<EndpointLabels, Counter>,
+    /// `requests`, `request_duration_seconds` and `records_returned`, tallied by
+    /// each HTTP worker apart.
+    pub requests: Arc<RequestMetrics>,
     pub shard_records: Family<ShardLabels, Gauge>,
     pub load_duration: Gauge<f64, AtomicU64>,
     pub reloads: Counter,
@@ -51,27 +55,8 @@ pub struct Metrics {
 impl Default for Metrics {
     fn default() -> Metrics {
         let mut registry = Registry::with_prefix("stq");
-        let requests = Family::<RequestLabels, Counter>::default();
-        registry.register(
-            "requests",
-            "HTTP requests answered, by endpoint and status",
-            requests.clone(),
-        );
-        // From 0.1 ms to about 3 s: a dashboard query is a millisecond or less.
-        let request_duration = Family::<EndpointLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.0001, 2.0, 16))
-        });
-        registry.register(
-            "request_duration_seconds",
-            "Time from a request's arrival to its response, by endpoint",
-            request_duration.clone(),
-        );
-        let records_returned = Family::<EndpointLabels, Counter>::default();
-        registry.register(
-            "records_returned",
-            "Records (rows, for the summaries and /stations) sent in successful responses, by endpoint",
-            records_returned.clone(),
-        );
+        let requests = Arc::new(RequestMetrics::default());
+        registry.register_collector(Box::new(RequestCollector(Arc::clone(&requests))));
         let shard_records = Family::<ShardLabels, Gauge>::default();
         registry.register(
             "shard_records",
@@ -126,8 +111,6 @@ impl Default for Metrics {
             bytes_read,
             shard_restarts,
             requests,
-            request_duration,
-            records_returned,
             shard_records,
             load_duration,
             reloads,
@@ -168,6 +151,196 @@ impl Metrics {
     }
 }
 
+/// The upper bounds of `request_duration_seconds`' buckets: from 0.1 ms to about
+/// 3 s, as a dashboard query is a millisecond or less, then `+Inf`.
+static DURATION_BOUNDS: LazyLock<[f64; DURATION_BUCKETS]> = LazyLock::new(|| {
+    let mut bounds = [f64::INFINITY; DURATION_BUCKETS];
+    for (bound, exponential) in bounds.iter_mut().zip(exponential_buckets(
+        0.0001,
+        2.0,
+        DURATION_BUCKETS as u16 - 1,
+    )) {
+        *bound = exponential;
+    }
+    bounds
+});
+
+const DURATION_BUCKETS: usize = 16 + 1;
+
+/// The request metrics of every HTTP worker.
+///
+/// Each worker counts its own requests in a [`WorkerTally`] that no other worker
+/// touches, and a scrape sums them. Counters and a histogram shared by the workers
+/// made every request of one worker take cache lines from the other (a family's
+/// lock, the histogram's lock, the counters): measured, requests without them ran
+/// faster by more than the noise (issue 10, BENCHMARKS.md).
+#[derive(Debug, Default)]
+pub struct RequestMetrics {
+    workers: Mutex<Vec<Arc<WorkerTally>>>,
+}
+
+impl RequestMetrics {
+    /// A new worker's tally, summed into every scrape from now on.
+    pub fn worker(&self) -> Arc<WorkerTally> {
+        let tally = Arc::<WorkerTally>::default();
+        self.workers.lock().push(Arc::clone(&tally));
+        tally
+    }
+
+    /// All workers' tallies added up.
+    fn sum(&self) -> Tally {
+        let mut sum = Tally::default();
+        for worker in self.workers.lock().iter() {
+            sum.add(&worker.tally.lock());
+        }
+        sum
+    }
+}
+
+/// One HTTP worker's requests. Its lock is taken by its own worker for each request
+/// and by a scrape, so it is never contended in practice.
+#[derive(Debug, Default)]
+pub struct WorkerTally {
+    tally: Mutex<Tally>,
+}
+
+impl WorkerTally {
+    /// Counts a request answered with `status` after `seconds`, sending `records`.
+    pub fn record(&self, endpoint: &'static str, status: u16, seconds: f64, records: usize) {
+        let mut tally = self.tally.lock();
+        *entry(&mut tally.requests, (endpoint, status)) += 1;
+        entry(&mut tally.durations, endpoint).observe(seconds);
+        if records > 0 {
+            *entry(&mut tally.records, endpoint) += records as u64;
+        }
+    }
+}
+
+/// Counts by label, in the order first seen: a handful of entries, where a linear
+/// search beats hashing.
+#[derive(Clone, Debug, Default)]
+struct Tally {
+    requests: Vec<((&'static str, u16), u64)>,
+    durations: Vec<(&'static str, DurationTally)>,
+    records: Vec<(&'static str, u64)>,
+}
+
+impl Tally {
+    fn add(&mut self, other: &Tally) {
+        for (labels, count) in &other.requests {
+            *entry(&mut self.requests, *labels) += count;
+        }
+        for (endpoint, durations) in &other.durations {
+            entry(&mut self.durations, *endpoint).add(durations);
+        }
+        for (endpoint, count) in &other.records {
+            *entry(&mut self.records, *endpoint) += count;
+        }
+    }
+}
+
+fn entry<K: PartialEq, V: Default>(entries: &mut Vec<(K, V)>, key: K) -> &mut V {
+    let index = match entries.iter().position(|(existing, _)| *existing == key) {
+        Some(index) => index,
+        None => {
+            entries.push((key, V::default()));
+            entries.len() - 1
+        }
+    };
+    &mut entries[index].1
+}
+
+/// A histogram as prometheus-client's keeps it: each observation counted in the
+/// first bucket whose bound holds it (`NaN` in the last).
+#[derive(Clone, Debug, Default)]
+struct DurationTally {
+    sum: f64,
+    count: u64,
+    buckets: [u64; DURATION_BUCKETS],
+}
+
+impl DurationTally {
+    fn observe(&mut self, seconds: f64) {
+        self.sum += seconds;
+        self.count += 1;
+        let bucket = DURATION_BOUNDS
+            .iter()
+            .position(|&bound| bound >= seconds)
+            .unwrap_or(DURATION_BUCKETS - 1);
+        self.buckets[bucket] += 1;
+    }
+
+    fn add(&mut self, other: &DurationTally) {
+        self.sum += other.sum;
+        self.count += other.count;
+        for (mine, theirs) in self.buckets.iter_mut().zip(other.buckets) {
+            *mine += theirs;
+        }
+    }
+}
+
+/// Encodes the workers' tallies summed, under the names the request metrics have
+/// always had (a registered metric's help gets a full stop; a collector writes its own).
+#[derive(Debug)]
+struct RequestCollector(Arc<RequestMetrics>);
+
+impl Collector for RequestCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let tally = self.0.sum();
+        if !tally.requests.is_empty() {
+            let mut family = encoder.encode_descriptor(
+                "requests",
+                "HTTP requests answered, by endpoint and status.",
+                None,
+                MetricType::Counter,
+            )?;
+            for ((endpoint, status), count) in &tally.requests {
+                let labels = RequestLabels {
+                    endpoint,
+                    status: *status,
+                };
+                ConstCounter::new(*count).encode(family.encode_family(&labels)?)?;
+            }
+        }
+        if !tally.durations.is_empty() {
+            let mut family = encoder.encode_descriptor(
+                "request_duration_seconds",
+                "Time from a request's arrival to its response, by endpoint.",
+                None,
+                MetricType::Histogram,
+            )?;
+            for (endpoint, durations) in &tally.durations {
+                let buckets: Vec<(f64, u64)> = DURATION_BOUNDS
+                    .iter()
+                    .copied()
+                    .zip(durations.buckets)
+                    .collect();
+                family
+                    .encode_family(&EndpointLabels { endpoint })?
+                    .encode_histogram::<NoLabelSet>(
+                        durations.sum,
+                        durations.count,
+                        &buckets,
+                        None,
+                    )?;
+            }
+        }
+        if !tally.records.is_empty() {
+            let mut family = encoder.encode_descriptor(
+                "records_returned",
+                "Records (rows, for the summaries and /stations) sent in successful responses, by endpoint.",
+                None,
+                MetricType::Counter,
+            )?;
+            for (endpoint, count) in &tally.records {
+                ConstCounter::new(*count)
+                    .encode(family.encode_family(&EndpointLabels { endpoint })?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The endpoint label of a request path: one of a fixed set.
 pub fn endpoint_label(path: &str) -> &'static str {
     match path {
@@ -193,13 +366,7 @@ mod tests {
     #[test]
     fn the_exposition_names_every_metric_with_the_prefix() {
         let metrics = Metrics::default();
-        metrics
-            .requests
-            .get_or_create(&RequestLabels {
-                endpoint: "/units",
-                status: 200,
-            })
-            .inc();
+        metrics.requests.worker().record("/units", 200, 0.000_3, 2);
         metrics.reloads.inc();
         let text = metrics.render();
         assert!(
@@ -211,6 +378,75 @@ mod tests {
             assert!(line.starts_with("stq_"), "{line}");
         }
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    /// Issue 10: the workers' tallies, summed, read exactly as one shared
+    /// prometheus-client family of counters and histograms did.
+    #[test]
+    fn issue_10_worker_tallies_expose_what_shared_metrics_did() {
+        use prometheus_client::metrics::histogram::Histogram;
+        let mut registry = Registry::with_prefix("stq");
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "requests",
+            "HTTP requests answered, by endpoint and status",
+            requests.clone(),
+        );
+        let durations = Family::<EndpointLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.0001, 2.0, 16))
+        });
+        registry.register(
+            "request_duration_seconds",
+            "Time from a request's arrival to its response, by endpoint",
+            durations.clone(),
+        );
+        let records = Family::<EndpointLabels, Counter>::default();
+        registry.register("records_returned", "Records (rows, for the summaries and /stations) sent in successful responses, by endpoint", records.clone());
+
+        let metrics = Metrics::default();
+        let workers = [metrics.requests.worker(), metrics.requests.worker()];
+        let requests_made = [
+            ("/units", 200, 0.000_05, 3),
+            ("/units", 200, 0.000_1, 0),
+            ("/metrics", 304, 0.25, 0),
+            ("/units", 400, 7.0, 0),
+            ("other", 404, f64::NAN, 0),
+            ("/units", 200, 0.003, 12),
+        ];
+        for (index, (endpoint, status, seconds, count)) in requests_made.into_iter().enumerate() {
+            workers[index % 2].record(endpoint, status, seconds, count);
+            requests
+                .get_or_create(&RequestLabels { endpoint, status })
+                .inc();
+            durations
+                .get_or_create(&EndpointLabels { endpoint })
+                .observe(seconds);
+            if count > 0 {
+                records
+                    .get_or_create(&EndpointLabels { endpoint })
+                    .inc_by(count as u64);
+            }
+        }
+        let mut shared = String::new();
+        prometheus_client::encoding::text::encode(&mut shared, &registry).unwrap();
+        let tallied = metrics.render();
+        // NaN sums compare unequal as numbers but print alike.
+        for line in shared.lines().filter(|line| line.contains("request")) {
+            assert!(
+                tallied.lines().any(|tallied| tallied == line),
+                "{line} missing from\n{tallied}"
+            );
+        }
+        assert_eq!(
+            shared
+                .lines()
+                .filter(|line| line.contains("request"))
+                .count(),
+            tallied
+                .lines()
+                .filter(|line| line.contains("request"))
+                .count()
+        );
     }
 
     #[test]

@@ -18,7 +18,7 @@ use std::ops::Range;
 use stq_core::domain::auth::Principal;
 use stq_core::domain::query::{self, Endpoint};
 use stq_core::domain::record::Kind;
-use stq_core::domain::time::{timestamp_millis_utc, Timestamp};
+use stq_core::domain::time::Timestamp;
 
 use super::caching::{entity_tag, not_modified, IfNoneMatch};
 use super::envelope::{envelope, summary_envelope, Meta};
@@ -174,7 +174,7 @@ async fn answer_in_time(
 
     let slot = assembly_slot(state, &patience, fault).await?;
     let meta = Meta {
-        timestamp: timestamp_millis_utc(Utc::now()),
+        timestamp: Utc::now(),
         request_id: &request_id,
         query_duration_ms: started.elapsed().as_millis() as u64,
         // With `limit`, always there: the cursor, or null on the last page.
@@ -237,7 +237,7 @@ async fn summary_in_time(
 
     let slot = assembly_slot(state, &patience, fault).await?;
     let meta = Meta {
-        timestamp: timestamp_millis_utc(Utc::now()),
+        timestamp: Utc::now(),
         request_id: &request_id,
         query_duration_ms: started.elapsed().as_millis() as u64,
         next_cursor: None,

@@ -27,7 +27,10 @@ pub(super) fn entity_tag(endpoint: Endpoint, data: &[u8], more: bool) -> String 
         Endpoint::Stations => 4,
     };
     let seed = (number << 1) | u64::from(more);
-    format!("W/\"{:032x}\"", xxh3_128_with_seed(data, seed))
+    let hash = xxh3_128_with_seed(data, seed).to_be_bytes();
+    let mut tag = *b"W/\"00000000000000000000000000000000\"";
+    hex::encode_to_slice(hash, &mut tag[3..35]).expect("32 hex digits fit 32 bytes");
+    String::from_utf8(tag.to_vec()).expect("hex digits are ASCII")
 }
 
 /// A request's `If-None-Match`: the tags it names (compared weakly), or `*`.
@@ -92,5 +95,21 @@ mod tests {
         ] {
             assert_ne!(tag, other);
         }
+    }
+
+    /// Tags outlive versions (pollers and replicas compare them), so their text is
+    /// pinned: issue 10 changed how it is written, not what it says.
+    #[test]
+    fn issue_10_tags_are_the_hash_in_32_lowercase_hex_digits() {
+        let data = b"[{\"a\":1},{}]";
+        let hash = xxh3_128_with_seed(data, 1);
+        assert_eq!(
+            entity_tag(Endpoint::Units, data, true),
+            format!("W/\"{hash:032x}\"")
+        );
+        assert_eq!(
+            entity_tag(Endpoint::Stations, b"[]", false),
+            format!("W/\"{:032x}\"", xxh3_128_with_seed(b"[]", 8))
+        );
     }
 }

@@ -4,33 +4,31 @@
 
 use std::ops::Range;
 
-use serde::Serialize;
+use chrono::{DateTime, Utc};
 
 use stq_core::data::stored::RecordJson;
 use stq_core::data::summary::Rows;
 use stq_core::domain::query::Endpoint;
 use stq_core::domain::record::Kind;
+use stq_core::domain::time::write_timestamp_millis_utc;
 
 use crate::engine::QueryResult;
 
 /// The envelope's `meta` (docs/api.md section 7).
-#[derive(Serialize)]
 pub struct Meta<'a> {
-    pub timestamp: String,
+    pub timestamp: DateTime<Utc>,
     pub request_id: &'a str,
     pub query_duration_ms: u64,
     /// Absent without `limit`; with it, the next page's cursor, or `null` on the
     /// last page (Grafana's Infinity data source stops on `null` and fails on a
     /// missing cursor).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<Option<&'a str>>,
 }
 
 /// Assembles the success body from the records' pre-rendered JSON; also returns
 /// where in it the `data` array lies, which the `ETag` hashes.
 pub fn envelope(kind: Kind, result: &QueryResult, meta: &Meta) -> (Vec<u8>, Range<usize>) {
-    let message = counted(result.len(), &format!("{} record", kind.noun()));
-    assemble_with_data(&message, result.len(), result.records(), meta)
+    assemble_with_data(record_noun(kind), result.len(), result.records(), meta)
 }
 
 /// The success body of a summary (docs/api.md section 10) around its rendered
@@ -44,7 +42,14 @@ pub(super) fn summary_envelope(
         Endpoint::Stations => "station",
         _ => "summary row",
     };
-    assemble_with_data(&counted(rows.len(), noun), rows.len(), rows.rows(), meta)
+    assemble_with_data(noun, rows.len(), rows.rows(), meta)
+}
+
+fn record_noun(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Units => "unit record",
+        Kind::Metrics => "metric record",
+    }
 }
 
 /// One element of the `data` array: a record's parts, or a rendered row.
@@ -98,10 +103,38 @@ impl Element for RecordJson<'_> {
     }
 }
 
-/// `1 unit record`, `3 summary rows`.
-fn counted(count: usize, noun: &str) -> String {
-    let plural = if count == 1 { "" } else { "s" };
-    format!("{count} {noun}{plural}")
+/// `1 unit record`, `3 summary rows`: a message needs no escaping.
+fn write_counted(body: &mut Vec<u8>, count: usize, noun: &str) {
+    body.extend_from_slice(itoa::Buffer::new().format(count).as_bytes());
+    body.push(b' ');
+    body.extend_from_slice(noun.as_bytes());
+    if count != 1 {
+        body.push(b's');
+    }
+}
+
+/// `meta`'s object, written field by field: serde's derive would format the
+/// timestamp into a `String` of its own first.
+fn write_meta(body: &mut Vec<u8>, meta: &Meta) {
+    body.extend_from_slice(b"{\"timestamp\":\"");
+    write_timestamp_millis_utc(body, meta.timestamp);
+    body.extend_from_slice(b"\",\"request_id\":");
+    serde_json::to_writer(&mut *body, meta.request_id).expect("writing to a Vec cannot fail");
+    body.extend_from_slice(b",\"query_duration_ms\":");
+    body.extend_from_slice(
+        itoa::Buffer::new()
+            .format(meta.query_duration_ms)
+            .as_bytes(),
+    );
+    match meta.next_cursor {
+        None => {}
+        Some(None) => body.extend_from_slice(b",\"next_cursor\":null"),
+        Some(Some(cursor)) => {
+            body.extend_from_slice(b",\"next_cursor\":");
+            serde_json::to_writer(&mut *body, cursor).expect("writing to a Vec cannot fail");
+        }
+    }
+    body.push(b'}');
 }
 
 /// `{"data":[...],"message":"...","meta":{...}}` around records rendered at load.
@@ -111,13 +144,12 @@ pub fn assemble(
     records: impl Iterator<Item = impl Element> + Clone,
     meta: &Meta,
 ) -> Vec<u8> {
-    let message = counted(count, &format!("{} record", kind.noun()));
-    assemble_with_data(&message, count, records, meta).0
+    assemble_with_data(record_noun(kind), count, records, meta).0
 }
 
 /// [`assemble`], and the range of the body that is the `data` array.
 fn assemble_with_data(
-    message: &str,
+    noun: &str,
     count: usize,
     records: impl Iterator<Item = impl Element> + Clone,
     meta: &Meta,
@@ -146,10 +178,10 @@ fn assemble_with_data(
     }
     body.push(b']');
     let data = data_start..body.len();
-    body.extend_from_slice(b",\"message\":");
-    serde_json::to_writer(&mut body, message).expect("writing to a Vec cannot fail");
-    body.extend_from_slice(b",\"meta\":");
-    serde_json::to_writer(&mut body, meta).expect("writing to a Vec cannot fail");
+    body.extend_from_slice(b",\"message\":\"");
+    write_counted(&mut body, count, noun);
+    body.extend_from_slice(b"\",\"meta\":");
+    write_meta(&mut body, meta);
     body.push(b'}');
     (body, data)
 }
@@ -163,7 +195,7 @@ mod tests {
     fn the_envelope_wraps_records_as_they_were_rendered() {
         let records = [&br#"{"a":1}"#[..], &br#"{"b":"2"}"#[..]];
         let meta = Meta {
-            timestamp: "2024-01-01T00:00:00.000Z".into(),
+            timestamp: DateTime::from_timestamp(1_704_067_200, 0).unwrap(),
             request_id: "id\"quoted",
             query_duration_ms: 3,
             next_cursor: Some(Some("abc")),
@@ -185,7 +217,7 @@ mod tests {
         assert_eq!(value["message"], "1 metric record");
         assert!(value["meta"].get("next_cursor").is_none());
         let last = Meta {
-            timestamp: single.timestamp.clone(),
+            timestamp: single.timestamp,
             next_cursor: Some(None),
             ..single
         };

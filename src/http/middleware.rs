@@ -17,7 +17,7 @@ use actix_web::{HttpMessage as _, ResponseError as _};
 use super::answer::RecordCount;
 use super::error::ApiError;
 use super::request_id::{request_id, RequestId, X_REQUEST_ID};
-use crate::metrics::{endpoint_label, EndpointLabels, Metrics, RequestLabels};
+use crate::metrics::{endpoint_label, WorkerTally};
 
 /// Runs `service` for `request` and gives every response, of every path and
 /// status, what the contract puts on all of them: its request id, cache headers,
@@ -26,7 +26,7 @@ pub(super) fn around<S, B>(
     request: ServiceRequest,
     service: &S,
     origins: &[String],
-    metrics: &Arc<Metrics>,
+    tally: &Arc<WorkerTally>,
 ) -> impl Future<Output = Result<ServiceResponse<EitherBody<B>>, actix_web::Error>>
 where
     S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error>,
@@ -44,7 +44,7 @@ where
     } else {
         Ok(service.call(request))
     };
-    let metrics = Arc::clone(metrics);
+    let tally = Arc::clone(tally);
     async move {
         let mut response = match response {
             Err(request) => request
@@ -58,7 +58,7 @@ where
                 Err(error) => {
                     let mut response = error.error_response();
                     common_headers(response.headers_mut(), &access.request_id);
-                    access.end(&metrics, response.status(), 0);
+                    access.end(&tally, response.status(), 0);
                     return Err(InternalError::from_response(error, response).into());
                 }
             },
@@ -76,7 +76,7 @@ where
             .extensions()
             .get::<RecordCount>()
             .map_or(0, |count| count.0);
-        access.end(&metrics, response.status(), records);
+        access.end(&tally, response.status(), records);
         Ok(response)
     }
 }
@@ -84,53 +84,47 @@ where
 /// A request being answered, as the access log and the metrics see it.
 struct Access {
     request_id: String,
-    method: Method,
-    /// Without the query string: a token pasted into a URL must not reach a log.
-    path: String,
+    /// The method and path, only when access lines are on: at tens of thousands
+    /// of requests a second, copying them for a line nobody writes shows.
+    line: Option<(Method, String)>,
+    endpoint: &'static str,
     started: Instant,
 }
 
 impl Access {
     fn begin(request: &ServiceRequest, request_id: String) -> Access {
+        let line = tracing::enabled!(target: "stq::access", tracing::Level::INFO)
+            // Without the query string: a token pasted into a URL must not reach a log.
+            .then(|| (request.method().clone(), request.path().to_owned()));
         Access {
             request_id,
-            method: request.method().clone(),
-            path: request.path().to_owned(),
+            line,
+            endpoint: endpoint_label(request.path()),
             started: Instant::now(),
         }
     }
 
     /// One access line, and the request counted.
-    fn end(self, metrics: &Metrics, status: StatusCode, records: usize) {
+    fn end(self, tally: &WorkerTally, status: StatusCode, records: usize) {
         let elapsed = self.started.elapsed();
-        tracing::info!(
-            target: "stq::access",
-            request_id = %self.request_id,
-            method = %self.method,
-            path = %self.path,
-            status = status.as_u16(),
-            records,
-            duration_ms = elapsed.as_secs_f64() * 1e3,
-            "request"
-        );
-        let endpoint = endpoint_label(&self.path);
-        metrics
-            .requests
-            .get_or_create(&RequestLabels {
-                endpoint,
-                status: status.as_u16(),
-            })
-            .inc();
-        metrics
-            .request_duration
-            .get_or_create(&EndpointLabels { endpoint })
-            .observe(elapsed.as_secs_f64());
-        if records > 0 {
-            metrics
-                .records_returned
-                .get_or_create(&EndpointLabels { endpoint })
-                .inc_by(records as u64);
+        if let Some((method, path)) = &self.line {
+            tracing::info!(
+                target: "stq::access",
+                request_id = %self.request_id,
+                method = %method,
+                path = %path,
+                status = status.as_u16(),
+                records,
+                duration_ms = elapsed.as_secs_f64() * 1e3,
+                "request"
+            );
         }
+        tally.record(
+            self.endpoint,
+            status.as_u16(),
+            elapsed.as_secs_f64(),
+            records,
+        );
     }
 }
 

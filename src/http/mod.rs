@@ -98,7 +98,7 @@ pub fn app(
     >,
 > {
     let origins: Arc<[String]> = state.cors_origins.clone().into();
-    let metrics = Arc::clone(&state.metrics);
+    let tally = state.metrics.requests.worker();
     App::new()
         .app_data(state)
         .app_data(web::Data::new(router))
@@ -119,7 +119,7 @@ pub fn app(
             !origins.is_empty(),
             middleware::cors(&origins),
         ))
-        .wrap_fn(move |request, service| middleware::around(request, service, &origins, &metrics))
+        .wrap_fn(move |request, service| middleware::around(request, service, &origins, &tally))
 }
 
 fn endpoint(path: &str, kind: Kind) -> actix_web::Resource {

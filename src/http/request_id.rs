@@ -31,7 +31,16 @@ pub(crate) fn request_id(headers: &HeaderMap) -> String {
             (1..=128).contains(&id.len()) && id.iter().all(|byte| (b'!'..=b'~').contains(byte))
         })
         .and_then(|id| std::str::from_utf8(id).ok())
-        .map_or_else(|| uuid::Uuid::new_v4().to_string(), str::to_owned)
+        .map_or_else(fresh, str::to_owned)
+}
+
+/// A fresh UUID v4, written without the formatting machinery.
+fn fresh() -> String {
+    let mut text = [0; uuid::fmt::Hyphenated::LENGTH];
+    uuid::Uuid::new_v4()
+        .hyphenated()
+        .encode_lower(&mut text)
+        .to_owned()
 }
 
 #[cfg(test)]

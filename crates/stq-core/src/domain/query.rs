@@ -306,35 +306,41 @@ pub fn parse_for(
     limits: Limits,
 ) -> Result<QueryParams, QueryError> {
     check_length(query, &limits)?;
-    let pairs: Vec<(&str, &str)> = query
-        .split('&')
-        .filter(|pair| !pair.is_empty())
-        .map(|pair| pair.split_once('=').unwrap_or((pair, "")))
-        .collect();
+    let pairs = || {
+        query
+            .split('&')
+            .filter(|pair| !pair.is_empty())
+            .map(|pair| pair.split_once('=').unwrap_or((pair, "")))
+    };
 
-    // Unknown names first: a typo must never be reported as something else.
-    let mut known = Vec::with_capacity(pairs.len());
-    for (raw_name, raw_value) in pairs {
+    // Unknown names first: a typo must never be reported as something else. The
+    // names are decoded twice rather than collected: a query has a handful, and
+    // most need no decoding.
+    let parameter_of = |raw_name: &str| {
         let name = decode(raw_name, false).map_err(|_| QueryError::UnknownParameter {
             parameter: String::from_utf8_lossy(raw_name.as_bytes()).into_owned(),
         })?;
-        let parameter =
-            Parameter::of(endpoint, &name).ok_or_else(|| QueryError::UnknownParameter {
-                parameter: name.clone().into_owned(),
-            })?;
-        known.push((parameter, raw_value));
+        Parameter::of(endpoint, &name).ok_or_else(|| QueryError::UnknownParameter {
+            parameter: name.into_owned(),
+        })
+    };
+    for (raw_name, _) in pairs() {
+        parameter_of(raw_name)?;
     }
 
     let mut params = QueryParams {
         directions: Directions::NONE,
         ..QueryParams::default()
     };
-    let mut seen: Vec<Parameter> = Vec::with_capacity(known.len());
-    for (parameter, raw_value) in known {
-        if !parameter.is_list() && seen.contains(&parameter) {
+    // One bit per parameter given.
+    let mut seen: u32 = 0;
+    for (raw_name, raw_value) in pairs() {
+        let parameter = parameter_of(raw_name)?;
+        let bit = 1 << parameter as u32;
+        if !parameter.is_list() && seen & bit != 0 {
             return Err(invalid(parameter, None, "given more than once"));
         }
-        seen.push(parameter);
+        seen |= bit;
         let value = decode(raw_value, parameter.keeps_plus())
             .map_err(|()| invalid(parameter, None, "not valid UTF-8 after decoding"))?;
         if value.is_empty() && !matches!(parameter, Parameter::StationIds) && !parameter.is_list() {
@@ -504,6 +510,11 @@ fn sort_and_deduplicate(items: &mut Vec<String>) {
 
 /// Percent-decoding; `+` is a space unless `keep_plus`. Fails on invalid UTF-8.
 fn decode(raw: &str, keep_plus: bool) -> Result<Cow<'_, str>, ()> {
+    // Most names and values have nothing to decode, and are already UTF-8.
+    let plain = |byte: &u8| *byte != b'%' && (keep_plus || *byte != b'+');
+    if raw.as_bytes().iter().all(plain) {
+        return Ok(Cow::Borrowed(raw));
+    }
     if !keep_plus && raw.contains('+') {
         let spaced = raw.replace('+', " ");
         return percent_decode(spaced.as_bytes())
