@@ -20,7 +20,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use actix_web::rt::time::{sleep, Sleep};
+use actix_web::rt::time::{sleep, sleep_until, Instant, Sleep};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// A socket whose client must keep up.
@@ -28,7 +28,10 @@ pub(super) struct Deadlined<T> {
     io: T,
     timeout: Duration,
     head: HeadScanner,
-    /// Armed from the first byte of a head until its end.
+    /// When the head being read began, while one is open.
+    head_started: Option<Instant>,
+    /// Armed only when a read ends inside a head, from the head's first byte: a head
+    /// that arrives in one read, as nearly every one does, costs no timer.
     head_deadline: Option<Pin<Box<Sleep>>>,
     /// Armed while a write cannot proceed.
     write_deadline: Option<Pin<Box<Sleep>>>,
@@ -40,20 +43,28 @@ impl<T> Deadlined<T> {
             io,
             timeout,
             head: HeadScanner::default(),
+            head_started: None,
             head_deadline: None,
             write_deadline: None,
         }
     }
 
-    /// Follows the bytes read through request heads, arming the head deadline when a
-    /// head starts and dropping it when the head is complete.
+    /// Follows the bytes read through request heads, and arms the head deadline
+    /// when they end inside one.
     fn observe(&mut self, bytes: &[u8]) {
-        for &byte in bytes {
-            match self.head.feed(byte) {
-                HeadEvent::Started => self.head_deadline = Some(Box::pin(sleep(self.timeout))),
-                HeadEvent::Ended => self.head_deadline = None,
-                HeadEvent::Within => {}
+        match self.head.scan(bytes) {
+            Some(HeadEvent::Started) => {
+                self.head_started = Some(Instant::now());
+                self.head_deadline = None;
             }
+            Some(HeadEvent::Ended) => {
+                self.head_started = None;
+                self.head_deadline = None;
+            }
+            Some(HeadEvent::Within) | None => {}
+        }
+        if let (Some(started), None) = (self.head_started, &self.head_deadline) {
+            self.head_deadline = Some(Box::pin(sleep_until(started + self.timeout)));
         }
     }
 }
@@ -170,6 +181,27 @@ enum HeadEvent {
 }
 
 impl HeadScanner {
+    /// Feeds `bytes`; returns the last head that started or ended in them, if any.
+    /// Inside a line only a line end matters, so the scan jumps from one to the next.
+    fn scan(&mut self, bytes: &[u8]) -> Option<HeadEvent> {
+        let mut last = None;
+        let mut at = 0;
+        while at < bytes.len() {
+            if *self == HeadScanner::InLine {
+                match memchr::memchr(b'\n', &bytes[at..]) {
+                    Some(offset) => at += offset,
+                    None => break,
+                }
+            }
+            match self.feed(bytes[at]) {
+                HeadEvent::Within => {}
+                event => last = Some(event),
+            }
+            at += 1;
+        }
+        last
+    }
+
     fn feed(&mut self, byte: u8) -> HeadEvent {
         let (next, event) = match (*self, byte) {
             // Line ends before a request line are allowed and ignored (RFC 9112 2.2).
@@ -215,6 +247,30 @@ mod tests {
         assert_eq!(events(b"GET / HTTP/1.1\r\nHost: x\r\n"), [Started]);
         // A `\r` alone is not a line end: `\r\r\n` ends one line, not the head.
         assert_eq!(events(b"GET / HTTP/1.1\r\r\nHost: x\r\n"), [Started]);
+    }
+
+    proptest::proptest! {
+        /// Issue 10: jumping from line end to line end finds what feeding every
+        /// byte finds.
+        #[test]
+        fn issue_10_scanning_agrees_with_feeding_byte_by_byte(
+            chunks in proptest::collection::vec(
+                proptest::collection::vec(proptest::sample::select(b"\r\nGa :".to_vec()), 0..40),
+                0..6,
+            ),
+        ) {
+            let mut fed = HeadScanner::default();
+            let mut scanned = HeadScanner::default();
+            for chunk in &chunks {
+                let last = chunk
+                    .iter()
+                    .map(|&byte| fed.feed(byte))
+                    .filter(|event| *event != HeadEvent::Within)
+                    .last();
+                proptest::prop_assert_eq!(scanned.scan(chunk), last);
+                proptest::prop_assert_eq!(scanned, fed);
+            }
+        }
     }
 
     #[actix_web::test]
