@@ -7,7 +7,6 @@
 //! and, for `from`/`to`, whether a space was a `+` sent unencoded.
 
 use std::borrow::Cow;
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use percent_encoding::percent_decode;
@@ -356,7 +355,7 @@ pub fn parse_for(
                             max: limits.max_stations,
                         });
                     }
-                    params.station_ids = Some(stations.into_iter().collect());
+                    params.station_ids = Some(stations);
                 }
             }
             Parameter::From | Parameter::To => {
@@ -494,13 +493,15 @@ fn invalid(parameter: Parameter, value: Option<&str>, reason: &str) -> QueryErro
 }
 
 /// Comma-separated items, trimmed, without empty items and repeats, in byte order.
-fn list_items(value: &str) -> BTreeSet<String> {
-    value
+fn list_items(value: &str) -> Vec<String> {
+    let mut items: Vec<String> = value
         .split(',')
         .map(str::trim)
         .filter(|item| !item.is_empty())
         .map(str::to_owned)
-        .collect()
+        .collect();
+    sort_and_deduplicate(&mut items);
+    items
 }
 
 fn sort_and_deduplicate(items: &mut Vec<String>) {
