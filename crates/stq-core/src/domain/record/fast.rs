@@ -238,9 +238,14 @@ impl<'a> Scanner<'a> {
         self.byte(b'"')?;
         let from = self.at;
         let bytes = &self.line.as_bytes()[from..];
-        let length = memchr::memchr2(b'"', b'\\', bytes)?;
-        // serde_json refuses a control character in a string.
-        if bytes[length] != b'"' || bytes[..length].iter().any(|&byte| byte < 0x20) {
+        // One pass, a byte at a time, for the quote, a backslash (left to serde_json)
+        // and a control character (which serde_json refuses). These strings are
+        // short: memchr2 and then a check for control characters, and eight bytes at
+        // a time in a `u64`, measured the same as this within the noise.
+        let length = bytes
+            .iter()
+            .position(|&byte| byte == b'"' || byte == b'\\' || byte < 0x20)?;
+        if bytes[length] != b'"' {
             return None;
         }
         self.at = from + length + 1;
