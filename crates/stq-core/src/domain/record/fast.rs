@@ -3,18 +3,19 @@
 //!
 //! Nearly every line is plain: one object of known fields, strings without escapes,
 //! numbers, `null`, `tags` an array of strings (what `stq gen` writes, and what
-//! stations write). Going through serde's visitor costs such a line more than the
-//! rest of its load, so the scanner reads it byte by byte instead, and gives up
-//! (`None`) on anything it is not sure of: a backslash or a control character in a
-//! string, an unknown or repeated field, a value of the wrong type, whitespace inside
-//! `tags`, anything malformed. serde_json then reads
-//! the line again and words the reason, so a line the scanner takes is a line serde
-//! accepts with the same fields, and every refusal is serde's.
+//! stations write). serde's visitor took 29% of a load's CPU time (BENCHMARKS.md,
+//! "The load pipeline"), so the scanner reads such a line byte by byte instead,
+//! and gives up (`None`) on anything it is not sure of: a backslash or a
+//! control character in a string, an unknown or repeated field, a value of the wrong
+//! type, whitespace inside `tags`, anything malformed. serde_json then reads the line
+//! again and words the reason, so a line the scanner takes is a line serde_json
+//! accepts with the same fields, and every refusal is serde_json's. `metadata` may be
+//! any JSON value: serde_json checks it, from where it starts.
 //!
 //! A line whose fields are all there, in the response's order, with no whitespace
 //! and no `null` but in `metadata`, already is its record's response JSON, except for
 //! the quotes the response puts around a bare number. The scanner says so
-//! ([`Verbatim`]), and the record is copied from the line in at most four runs.
+//! ([`Verbatim`]), and the record is copied from the line in at most seven runs.
 
 use std::borrow::Cow;
 use std::ops::Range;
@@ -139,7 +140,7 @@ pub(super) fn scan(kind: Kind, line: &str) -> Option<Scanned<'_>> {
                 *slot = scanner.nullable_string()?;
                 // The response writes `null` as `""`.
                 in_order &= slot.is_some();
-                if index == 3 {
+                if index == 3 && slot.is_some() {
                     time = start + 1..scanner.at - 1;
                 }
             }
@@ -399,7 +400,7 @@ mod tests {
     const METRIC: &str = r#"{"station_id":"ST-07","slot":"slot-2","unit_serial":"SN-ST-07-0000002A","time_created":"2026-10-30T08:15:00.250+01:00","tz":"Europe/Paris","mode":"production","tags":["line-1","shift-b"],"name":"supply voltage","value":3.30,"unit":"V","type":"numeric","limit_upper":3.6,"limit_lower":""}"#;
 
     #[test]
-    fn issue_12_lines_as_stq_gen_writes_them_are_copied() {
+    fn issue_12_plain_lines_are_copied() {
         let quoted = METRIC.replace("3.30", "\"3.30\"").replace("3.6", "\"3.6\"");
         let input = UNIT
             .replace(r#""output","result":"fail""#, r#""input","result":"""#)
@@ -415,6 +416,33 @@ mod tests {
             assert_eq!(assert_same(kind, line), (true, true), "{line}");
             assert!(fast_outcome(kind, line, true).unwrap().0.is_ok(), "{line}");
         }
+    }
+
+    #[test]
+    fn issue_12_every_line_stq_gen_writes_is_copied() {
+        let directory = tempfile::tempdir().unwrap();
+        stq_gen::generate(&stq_gen::GenOptions {
+            out: directory.path().to_owned(),
+            stations: 3,
+            days: 1,
+            units_per_hour: 6,
+            seed: 12,
+            end: "2026-11-24T00:00:00Z".parse().unwrap(),
+        })
+        .unwrap();
+        let mut lines = 0;
+        for entry in walkdir::WalkDir::new(directory.path()) {
+            let entry = entry.unwrap();
+            let name = entry.file_name().to_str().unwrap();
+            let Some((kind, false)) = Kind::of_file_name(name) else {
+                continue;
+            };
+            for line in std::fs::read_to_string(entry.path()).unwrap().lines() {
+                assert_eq!(assert_same(kind, line), (true, true), "{line}");
+                lines += 1;
+            }
+        }
+        assert!(lines > 1000, "{lines} lines");
     }
 
     #[test]
