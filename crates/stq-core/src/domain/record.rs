@@ -15,6 +15,10 @@ use serde_json::value::RawValue;
 
 use crate::domain::time::{parse_rfc3339, Timestamp};
 
+use self::fast::Verbatim;
+
+mod fast;
+
 /// Which endpoint, snapshot file suffix and record shape we are dealing with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Kind {
@@ -214,7 +218,25 @@ pub struct ParsedLine<'a> {
 /// Parses one snapshot line of `kind` and appends the record's response JSON to
 /// `rendered`; on error `rendered` is left as it was and the reason is returned.
 /// `unknown` receives the names of fields the record shape does not have.
+///
+/// Two parsers read a line into the same [`LineFields`]: the [`fast`] scanner, which
+/// takes only the plain lines that are the rule and gives up on anything else, and
+/// serde_json, which reads every line and words every reason. Both then go through
+/// [`record`], so the checks and the response JSON are the same whichever read it.
 pub fn parse_line<'a>(
+    kind: Kind,
+    line: &'a str,
+    rendered: &mut Vec<u8>,
+    unknown: &mut Vec<String>,
+) -> Result<ParsedLine<'a>, String> {
+    match fast::scan(kind, line) {
+        Some(scanned) => record(kind, scanned.fields, scanned.verbatim, rendered, unknown),
+        None => parse_with_serde(kind, line, rendered, unknown),
+    }
+}
+
+/// [`parse_line`] by serde_json alone: any line, and the reason of every bad one.
+fn parse_with_serde<'a>(
     kind: Kind,
     line: &'a str,
     rendered: &mut Vec<u8>,
@@ -225,14 +247,27 @@ pub fn parse_line<'a>(
         .deserialize(&mut deserializer)
         .and_then(|fields| deserializer.end().map(|()| fields))
         .map_err(describe_json_error)?;
+    record(kind, fields, None, rendered, unknown)
+}
 
-    let station_id = match fields.station_id {
+/// A line's fields checked and rendered: the record's response JSON appended to
+/// `rendered` (copied from the line when `verbatim` says the line already is that
+/// JSON), its unknown fields to `unknown`.
+fn record<'a>(
+    kind: Kind,
+    mut fields: LineFields<'a>,
+    verbatim: Option<Verbatim<'a>>,
+    rendered: &mut Vec<u8>,
+    unknown: &mut Vec<String>,
+) -> Result<ParsedLine<'a>, String> {
+    let station_id = match fields.station_id.take() {
         Some(Text(station)) if !station.is_empty() => station,
         Some(_) => return Err("field `station_id` is empty".to_owned()),
         None => return Err("missing field `station_id`".to_owned()),
     };
     let time_text = fields
         .time_created
+        .take()
         .ok_or_else(|| "missing field `time_created`".to_owned())?;
     let instant = parse_rfc3339(&time_text.0).ok_or_else(|| {
         format!(
@@ -260,33 +295,87 @@ pub fn parse_line<'a>(
     };
 
     let start = rendered.len();
+    let (time, value) = match verbatim {
+        Some(verbatim) => verbatim.render(rendered),
+        None => render(&fields, &station_id, &time_text.0, &shape, rendered),
+    };
+    let end = rendered.len() - start;
+    let owned = |field: Option<Text<'a>>| field.map_or(Cow::Borrowed(""), |text| text.0);
+    let indexed = match shape {
+        Shape::Unit(direction) => IndexedFields::Unit {
+            unit_type: owned(fields.unit_type),
+            unit_serial: owned(fields.unit_serial),
+            direction,
+            slot: owned(fields.slot),
+            mode: owned(fields.mode),
+            result: owned(fields.result),
+        },
+        Shape::Metric(name) => IndexedFields::Metric {
+            name,
+            slot: owned(fields.slot),
+            unit: owned(fields.unit),
+            value: owned(fields.value),
+            limit_lower: owned(fields.limit_lower),
+            limit_upper: owned(fields.limit_upper),
+        },
+    };
+    unknown.extend(fields.unknown.into_iter().map(String::from));
+    Ok(ParsedLine {
+        station_id,
+        instant,
+        fields: indexed,
+        time,
+        value: value.unwrap_or(end..end),
+    })
+}
+
+/// Appends the response JSON of a checked line, field by field; returns where it
+/// has the text of `time_created` and, for a metric, of `value`.
+#[allow(
+    clippy::ptr_arg,
+    reason = "whether a string is borrowed decides how it is written"
+)]
+fn render(
+    fields: &LineFields<'_>,
+    station_id: &Cow<'_, str>,
+    time_text: &Cow<'_, str>,
+    shape: &Shape<'_>,
+    rendered: &mut Vec<u8>,
+) -> (Range<usize>, Option<Range<usize>>) {
+    let start = rendered.len();
     let mut json = JsonWriter {
         out: rendered,
         start,
     };
-    let owned = |field: Option<Text<'a>>| field.map_or(Cow::Borrowed(""), |text| text.0);
     // The field order is the response's (SPEC 2.2, 2.3).
     json.raw(br#"{"station_id":"#);
-    json.string(&station_id);
+    json.string(station_id);
     json.raw(br#","slot":"#);
     json.string(text(&fields.slot));
     json.raw(br#","unit_serial":"#);
     json.string(text(&fields.unit_serial));
     json.raw(br#","time_created":"#);
-    let time = json.string(&time_text.0);
+    let time = json.string(time_text);
     json.raw(br#","tz":"#);
     json.string(text(&fields.tz));
     json.raw(br#","mode":"#);
     json.string(text(&fields.mode));
-    json.raw(br#","tags":["#);
-    for (index, tag) in fields.tags.iter().flatten().enumerate() {
-        if index > 0 {
-            json.raw(b",");
+    json.raw(br#","tags":"#);
+    match &fields.tags {
+        Tags::Absent => json.raw(b"[]"),
+        Tags::Decoded(tags) => {
+            json.raw(b"[");
+            for (index, tag) in tags.iter().enumerate() {
+                if index > 0 {
+                    json.raw(b",");
+                }
+                json.string(&tag.0);
+            }
+            json.raw(b"]");
         }
-        json.string(&tag.0);
+        Tags::Written(array) => json.raw(array.as_bytes()),
     }
-    json.raw(b"]");
-    let (fields_out, value) = match shape {
+    match shape {
         Shape::Unit(direction) => {
             json.raw(br#","unit_type":"#);
             json.string(text(&fields.unit_type));
@@ -297,20 +386,11 @@ pub fn parse_line<'a>(
             json.raw(br#","metadata":"#);
             json.raw(fields.metadata.map_or("null", RawValue::get).as_bytes());
             json.raw(b"}");
-            let end = json.out.len() - start;
-            let indexed = IndexedFields::Unit {
-                unit_type: owned(fields.unit_type),
-                unit_serial: owned(fields.unit_serial),
-                direction,
-                slot: owned(fields.slot),
-                mode: owned(fields.mode),
-                result: owned(fields.result),
-            };
-            (indexed, end..end)
+            (time, None)
         }
         Shape::Metric(name) => {
             json.raw(br#","name":"#);
-            json.string(&name);
+            json.string(name);
             json.raw(br#","value":"#);
             let value = json.string(text(&fields.value));
             json.raw(br#","unit":"#);
@@ -322,25 +402,9 @@ pub fn parse_line<'a>(
             json.raw(br#","limit_lower":"#);
             json.string(text(&fields.limit_lower));
             json.raw(b"}");
-            let indexed = IndexedFields::Metric {
-                name,
-                slot: owned(fields.slot),
-                unit: owned(fields.unit),
-                value: owned(fields.value),
-                limit_lower: owned(fields.limit_lower),
-                limit_upper: owned(fields.limit_upper),
-            };
-            (indexed, value)
+            (time, Some(value))
         }
-    };
-    unknown.extend(fields.unknown.into_iter().map(String::from));
-    Ok(ParsedLine {
-        station_id,
-        instant,
-        fields: fields_out,
-        time,
-        value,
-    })
+    }
 }
 
 /// What sets a valid line of each kind apart, checked before its JSON is written.
@@ -472,7 +536,7 @@ struct LineFields<'a> {
     time_created: Option<Text<'a>>,
     tz: Option<Text<'a>>,
     mode: Option<Text<'a>>,
-    tags: Option<Vec<Text<'a>>>,
+    tags: Tags<'a>,
     unit_type: Option<Text<'a>>,
     direction: Option<Text<'a>>,
     result: Option<Text<'a>>,
@@ -484,6 +548,19 @@ struct LineFields<'a> {
     limit_upper: Option<Text<'a>>,
     limit_lower: Option<Text<'a>>,
     unknown: Vec<Cow<'a, str>>,
+}
+
+/// A line's `tags` as its response JSON needs them.
+#[derive(Default)]
+enum Tags<'a> {
+    /// Absent or `null`: the response has `[]`.
+    #[default]
+    Absent,
+    /// Each tag decoded (serde_json's reading).
+    Decoded(Vec<Text<'a>>),
+    /// The array as written, `[` to `]`: strings without escapes and no whitespace,
+    /// which is what the response has, byte for byte (the fast scanner's reading).
+    Written(&'a str),
 }
 
 /// Deserializes a line of one kind: each field is known to one kind or to both.
@@ -546,7 +623,8 @@ impl<'de> Visitor<'de> for LineSeed {
                     "tags" => {
                         fields.tags = map
                             .next_value::<Option<Vec<Text<'de>>>>()
-                            .map_err(|error| field_error(&key, error))?;
+                            .map_err(|error| field_error(&key, error))?
+                            .map_or(Tags::Absent, Tags::Decoded);
                     }
                     "metadata" if units => {
                         fields.metadata = map.next_value::<Option<&'de RawValue>>()?;
