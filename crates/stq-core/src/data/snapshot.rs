@@ -447,16 +447,45 @@ pub(crate) fn read_all_into(
             });
         }
         drop(receiver);
+        for file in files.iter().take(READ_AHEAD_FILES) {
+            read_ahead(file);
+        }
         let result = files
             .iter()
             .enumerate()
-            .map(|(index, file)| read_file(index as u32, file, &sender, &state))
+            .map(|(index, file)| {
+                if let Some(ahead) = files.get(index + READ_AHEAD_FILES) {
+                    read_ahead(ahead);
+                }
+                read_file(index as u32, file, &sender, &state)
+            })
             .collect::<Result<Vec<FileRead>, LoadError>>();
         drop(sender);
         result
     });
     state.reads = read_result?;
     Ok(state)
+}
+
+/// How many files ahead of the one being read the kernel is asked to read.
+const READ_AHEAD_FILES: usize = 4;
+
+/// Asks the kernel to start reading `file` into the page cache now. The reader
+/// reads one file at a time, and a file not in the cache then waits on the disk
+/// alone: measured cold on this project's 2-core machine, one `cat` of the
+/// 1000-station snapshot's files read 453 MB/s and four at once 797 MB/s. Only a
+/// hint: a file that cannot be opened here is reported when it is read.
+fn read_ahead(file: &SnapshotFile) {
+    #[cfg(target_os = "linux")]
+    if let Ok(handle) = File::open(&file.path) {
+        use std::os::fd::AsRawFd as _;
+        // SAFETY: the descriptor is open for the call; the advice only starts reads.
+        unsafe {
+            libc::posix_fadvise(handle.as_raw_fd(), 0, 0, libc::POSIX_FADV_WILLNEED);
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = file;
 }
 
 /// Streams one file to the workers in blocks that end at line ends, from
