@@ -84,8 +84,8 @@ where
 /// A request being answered, as the access log and the metrics see it.
 struct Access {
     request_id: String,
-    /// The method and path, only when access lines are on: at tens of thousands
-    /// of requests a second, copying them for a line nobody writes shows.
+    /// The method and path, only when access lines are on: a line nobody writes
+    /// needs no copies of them.
     line: Option<(Method, String)>,
     endpoint: &'static str,
     started: Instant,
