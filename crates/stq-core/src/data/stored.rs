@@ -222,9 +222,10 @@ impl<'a> Reader<'a> {
 
 /// A LEB128 number and its length in bytes.
 ///
-/// integer-encoding writes them. Its generic `decode_var` (through `u64`, checking
-/// for overflow at each byte) cost an answer of a thousand records a fifth of its
-/// instructions; reading them here took Q2 from 1.64 M to 1.33 M instructions a
+/// integer-encoding writes them. With its generic `decode_var` (through `u64`,
+/// checking for overflow at each byte), reading stored records was a third of the
+/// instructions of an answer of a thousand records; reading the numbers here took
+/// Q2 from 1.64 M to 1.33 M instructions a
 /// request, and Q2 and Q3 5% faster under load (issue 10, BENCHMARKS.md). A stored
 /// record holds only numbers this crate wrote, each at most five bytes.
 #[inline]
