@@ -335,7 +335,18 @@ struct Replica {
     shard: Arc<Shard>,
     arbiter: ArbiterHandle,
     slots: Arc<Slots>,
-    address: RwLock<Addr<ShardActor>>,
+    actor: RwLock<Incarnation>,
+}
+
+/// The replica's running actor, and how many actors it has had before it.
+///
+/// A query sends through the lock without cloning the address: an `Addr` clone
+/// allocates (actix gives each sender its own parked-task cell), and a query
+/// sends one message per shard. The number tells a failed send which actor it
+/// reached, so that only the first query to find an actor dead restarts it.
+struct Incarnation {
+    address: Addr<ShardActor>,
+    number: u64,
 }
 
 impl ShardHandle {
@@ -350,7 +361,7 @@ impl ShardHandle {
                 shard,
                 arbiter,
                 slots,
-                address: RwLock::new(address),
+                actor: RwLock::new(Incarnation { address, number: 0 }),
             }),
         }
     }
@@ -369,16 +380,16 @@ impl ShardHandle {
     /// Hands the replica `data`, already installed in its [`Shard`]. A replica whose
     /// actor has died is restarted from the shard, which holds `data` already.
     pub(super) async fn install(&self, data: Arc<ShardData>) {
-        let address = self.address();
-        if address.send(Install { data }).await.is_err() {
-            self.restart(&address);
+        let (sent, incarnation) = self.send(Install { data });
+        if sent.await.is_err() {
+            self.restart(incarnation);
         }
     }
 
     /// Drops the generation before `generation`; the shard has dropped it already.
     pub(super) async fn retire(&self, generation: u64) {
         // A dead actor is restarted from the shard, which no longer has it either.
-        let _ = self.address().send(Retire { generation }).await;
+        let _ = self.send(Retire { generation }).0.await;
     }
 
     pub(super) async fn scan(
@@ -424,36 +435,44 @@ impl ShardHandle {
         T: Send + 'static,
         ShardActor: Handler<M>,
     {
-        let address = self.address();
-        match address.send(message).await {
+        let (sent, incarnation) = self.send(message);
+        match sent.await {
             Ok(reply) => reply,
             Err(error) => {
-                self.restart(&address);
+                self.restart(incarnation);
                 Err(error.into())
             }
         }
     }
 
-    fn address(&self) -> Addr<ShardActor> {
-        self.replica.address.read().clone()
+    /// Sends `message` to the replica's actor, and says which actor that was.
+    fn send<M>(&self, message: M) -> (Request<ShardActor, M>, u64)
+    where
+        M: Message + Send + 'static,
+        M::Result: Send,
+        ShardActor: Handler<M>,
+    {
+        let actor = self.replica.actor.read();
+        (actor.address.send(message), actor.number)
     }
 
-    /// Starts a new actor in place of `dead`, unless another request did already.
-    /// A closed mailbox means the actor is gone or going: it dropped a message
-    /// without answering, which a live actor never does.
-    fn restart(&self, dead: &Addr<ShardActor>) {
+    /// Starts a new actor in place of incarnation `dead`, unless another request
+    /// did already. A closed mailbox means the actor is gone or going: it dropped a
+    /// message without answering, which a live actor never does.
+    fn restart(&self, dead: u64) {
         let replica = &self.replica;
-        let mut address = replica.address.write();
-        if *address != *dead || !self.is_alive() {
+        let mut actor = replica.actor.write();
+        if actor.number != dead || !self.is_alive() {
             return;
         }
         let held = replica.shard.held.lock().clone();
-        *address = start_actor(
+        actor.address = start_actor(
             &replica.arbiter,
             replica.shard.number,
             held,
             Arc::clone(&replica.slots),
         );
+        actor.number += 1;
         replica.shard.restarts.inc();
         tracing::warn!(
             shard = replica.shard.number,

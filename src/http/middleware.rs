@@ -3,6 +3,7 @@
 //! answers to preflights it cannot grant).
 
 use std::future::Future;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -33,7 +34,7 @@ where
     B: MessageBody,
 {
     let id = request_id(request.headers());
-    request.extensions_mut().insert(RequestId(id.clone()));
+    request.extensions_mut().insert(RequestId(Rc::clone(&id)));
     let access = Access::begin(&request, id);
     let preflight = is_preflight(&request);
     // An unlisted origin gets no CORS headers: its preflight is one more OPTIONS,
@@ -83,7 +84,7 @@ where
 
 /// A request being answered, as the access log and the metrics see it.
 struct Access {
-    request_id: String,
+    request_id: Rc<str>,
     /// The method and path, only when access lines are on: a line nobody writes
     /// needs no copies of them.
     line: Option<(Method, String)>,
@@ -92,7 +93,7 @@ struct Access {
 }
 
 impl Access {
-    fn begin(request: &ServiceRequest, request_id: String) -> Access {
+    fn begin(request: &ServiceRequest, request_id: Rc<str>) -> Access {
         let line = tracing::enabled!(target: "stq::access", tracing::Level::INFO)
             // Without the query string: a token pasted into a URL must not reach a log.
             .then(|| (request.method().clone(), request.path().to_owned()));

@@ -155,7 +155,9 @@ async fn isolated(
                 panic = crate::engine::panic_message(&*panic),
                 "a query panicked; answered 500"
             );
-            Err(ApiError::Internal { request_id })
+            Err(ApiError::Internal {
+                request_id: request_id.to_string(),
+            })
         }
     }
 }

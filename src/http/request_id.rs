@@ -2,28 +2,33 @@
 //! printable and short, else a fresh UUID; echoed on the response, quoted in the
 //! envelope, an internal error and the access line.
 
+use std::rc::Rc;
+
 use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
 use actix_web::{HttpMessage as _, HttpRequest};
 
 pub(crate) const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// The request id of a request, set by the middleware.
+///
+/// Shared, not copied: the middleware, the handler and the access line each hold
+/// it, and a request stays on one worker's thread.
 #[derive(Clone, Debug)]
-pub(crate) struct RequestId(pub(crate) String);
+pub(crate) struct RequestId(pub(crate) Rc<str>);
 
 impl RequestId {
     /// The id the middleware gave `request` (or, outside it, the one it would).
-    pub(crate) fn of(request: &HttpRequest) -> String {
+    pub(crate) fn of(request: &HttpRequest) -> Rc<str> {
         request
             .extensions()
             .get::<RequestId>()
-            .map_or_else(|| request_id(request.headers()), |id| id.0.clone())
+            .map_or_else(|| request_id(request.headers()), |id| Rc::clone(&id.0))
     }
 }
 
 /// The client's `X-Request-Id` when it is 1 to 128 visible ASCII characters, else a
 /// fresh UUID v4.
-pub(crate) fn request_id(headers: &HeaderMap) -> String {
+pub(crate) fn request_id(headers: &HeaderMap) -> Rc<str> {
     headers
         .get(X_REQUEST_ID)
         .map(HeaderValue::as_bytes)
@@ -31,16 +36,13 @@ pub(crate) fn request_id(headers: &HeaderMap) -> String {
             (1..=128).contains(&id.len()) && id.iter().all(|byte| (b'!'..=b'~').contains(byte))
         })
         .and_then(|id| std::str::from_utf8(id).ok())
-        .map_or_else(fresh, str::to_owned)
+        .map_or_else(fresh, Rc::from)
 }
 
 /// A fresh UUID v4, written without the formatting machinery.
-fn fresh() -> String {
+fn fresh() -> Rc<str> {
     let mut text = [0; uuid::fmt::Hyphenated::LENGTH];
-    uuid::Uuid::new_v4()
-        .hyphenated()
-        .encode_lower(&mut text)
-        .to_owned()
+    Rc::from(&*uuid::Uuid::new_v4().hyphenated().encode_lower(&mut text))
 }
 
 #[cfg(test)]
@@ -54,10 +56,10 @@ mod tests {
             headers.insert(X_REQUEST_ID, HeaderValue::from_bytes(value).unwrap());
             request_id(&headers)
         };
-        assert_eq!(with(b"abc-123"), "abc-123");
-        assert_eq!(with(b"!\"~"), "!\"~");
+        assert_eq!(&*with(b"abc-123"), "abc-123");
+        assert_eq!(&*with(b"!\"~"), "!\"~");
         let long = "x".repeat(128);
-        assert_eq!(with(long.as_bytes()), long);
+        assert_eq!(*with(long.as_bytes()), *long);
         for bad in [&b"x".repeat(129)[..], b"a b", b"caf\xc3\xa9"] {
             let fresh = with(bad);
             assert!(uuid::Uuid::parse_str(&fresh).is_ok(), "{fresh}");
