@@ -34,7 +34,7 @@ use stq_core::domain::query::{Limits, QueryError};
 pub use fault::{Fault, ShardFault};
 pub use plan::{Plan, Request, SummaryPlan, SummaryRequest};
 pub use reload::{reload_on_change, reload_on_hangup, ReloadError, ReloadTrigger, Reloader};
-pub use router::{Page, QueryResult, RouterHandle};
+pub use router::{Page, QueryResult, Record, RouterHandle};
 pub(crate) use shard::panic_message;
 pub use slots::{Overloaded, Patience, Slot, SLOT_WAIT};
 

@@ -121,11 +121,43 @@ impl QueryResult {
         self.hits.last().map(|part_hit| part_hit.hit.position)
     }
 
-    /// The records' response JSON, in order.
-    pub fn records(&self) -> impl Iterator<Item = RecordJson<'_>> + Clone + '_ {
-        self.hits
-            .iter()
-            .map(|part_hit| self.parts[part_hit.part].json(&part_hit.hit))
+    /// The records, in order.
+    pub fn records(&self) -> impl Iterator<Item = Record<'_>> + Clone + '_ {
+        self.hits.iter().map(|part_hit| Record {
+            data: &self.parts[part_hit.part],
+            hit: &part_hit.hit,
+        })
+    }
+}
+
+/// A record of an answer, not yet read: its length is known from the hit alone,
+/// and its JSON lies behind its station, its stored form and its pieces, each a
+/// cache miss that waits on the one before.
+#[derive(Clone, Copy)]
+pub struct Record<'a> {
+    data: &'a ShardData,
+    hit: &'a Hit,
+}
+
+impl<'a> Record<'a> {
+    /// The length of its JSON, without reading the station.
+    pub fn len(&self) -> usize {
+        self.hit.bytes.length as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Its response JSON.
+    pub fn json(&self) -> RecordJson<'a> {
+        self.data.json(self.hit)
+    }
+
+    /// Hints the CPU to load what locates its stored form (see
+    /// [`ShardData::prefetch_station`]).
+    pub fn prefetch_station(&self) {
+        self.data.prefetch_station(self.hit);
     }
 }
 

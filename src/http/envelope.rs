@@ -6,13 +6,13 @@ use std::ops::Range;
 
 use chrono::{DateTime, Utc};
 
-use stq_core::data::stored::RecordJson;
+use stq_core::data::stored::{Parts, RecordJson};
 use stq_core::data::summary::Rows;
 use stq_core::domain::query::Endpoint;
 use stq_core::domain::record::Kind;
 use stq_core::domain::time::write_timestamp_millis_utc;
 
-use crate::engine::QueryResult;
+use crate::engine::{QueryResult, Record};
 
 /// The envelope's `meta` (docs/api.md section 7).
 pub struct Meta<'a> {
@@ -28,7 +28,11 @@ pub struct Meta<'a> {
 /// Assembles the success body from the records' pre-rendered JSON; also returns
 /// where in it the `data` array lies, which the `ETag` hashes.
 pub fn envelope(kind: Kind, result: &QueryResult, meta: &Meta) -> (Vec<u8>, Range<usize>) {
-    assemble_with_data(record_noun(kind), result.len(), result.records(), meta)
+    let records = result.records();
+    let bytes = records.clone().map(|record| record.len()).sum();
+    assemble_with_data(record_noun(kind), result.len(), bytes, meta, |body| {
+        write_records(body, records);
+    })
 }
 
 /// The success body of a summary (docs/api.md section 10) around its rendered
@@ -42,7 +46,10 @@ pub(super) fn summary_envelope(
         Endpoint::Stations => "station",
         _ => "summary row",
     };
-    assemble_with_data(noun, rows.len(), rows.rows(), meta)
+    let bytes = rows.rows().map(<[u8]>::len).sum();
+    assemble_with_data(noun, rows.len(), bytes, meta, |body| {
+        write_rendered(body, rows.rows());
+    })
 }
 
 fn record_noun(kind: Kind) -> &'static str {
@@ -52,54 +59,69 @@ fn record_noun(kind: Kind) -> &'static str {
     }
 }
 
-/// One element of the `data` array: a record's parts, or a rendered row.
-pub trait Element {
-    /// Its length in bytes, known before it is written.
-    fn length(&self) -> usize;
-    fn write_to(&self, body: &mut Vec<u8>);
+/// How many records ahead [`write_records`] asks for a record's station, its
+/// stored form, and its pieces.
+const STATION_AHEAD: usize = 12;
+const STORED_AHEAD: usize = 8;
+const PIECES_AHEAD: usize = 4;
 
-    /// Readies an element that is written a few elements later; see
-    /// [`assemble_with_data`].
-    fn prefetch(&self, _stage: Prefetch) {}
-}
-
-/// How far ahead an element to be written is readied.
-#[derive(Clone, Copy)]
-pub enum Prefetch {
-    /// Far ahead: fetch what locates its bytes.
-    Locate,
-    /// Nearer: fetch its bytes.
-    Bytes,
-}
-
-/// How many elements ahead each stage of [`Prefetch`] works.
-const PREFETCH_LOCATE_AHEAD: usize = 8;
-const PREFETCH_BYTES_AHEAD: usize = 4;
-
-impl Element for &[u8] {
-    fn length(&self) -> usize {
-        self.len()
+/// Writes the records' JSON, comma-separated.
+///
+/// A record's bytes lie behind three places (its station, which says where its
+/// station's arena and pieces are; its stored form; its pieces), each a cache
+/// miss that waits on the one before. Asking for each a few records ahead lets
+/// the misses of several records overlap. Each record's station and stored form
+/// are read once: the stages hand on what they read in two small rings.
+fn write_records<'a>(body: &mut Vec<u8>, records: impl Iterator<Item = Record<'a>> + Clone) {
+    let mut stations = records.clone().skip(STATION_AHEAD);
+    let mut located = records.map(|record| {
+        let json = record.json();
+        json.prefetch_stored();
+        json
+    });
+    // Record k's located JSON waits in `stored[k % STORED_AHEAD]` until it is
+    // read; its parts wait in `ready[k % PIECES_AHEAD]` until they are written.
+    let mut stored: [Option<RecordJson<'a>>; STORED_AHEAD] = [None; STORED_AHEAD];
+    let mut ready: [Option<Parts<'a>>; PIECES_AHEAD] = [None; PIECES_AHEAD];
+    for slot in &mut stored {
+        *slot = located.next();
     }
-
-    fn write_to(&self, body: &mut Vec<u8>) {
-        body.extend_from_slice(self);
+    for (slot, json) in ready.iter_mut().zip(&mut stored) {
+        *slot = json.take().map(read_parts);
     }
-}
-
-impl Element for RecordJson<'_> {
-    fn length(&self) -> usize {
-        self.len()
-    }
-
-    fn write_to(&self, body: &mut Vec<u8>) {
-        RecordJson::write_to(self, body);
-    }
-
-    fn prefetch(&self, stage: Prefetch) {
-        match stage {
-            Prefetch::Locate => self.prefetch_stored(),
-            Prefetch::Bytes => self.prefetch_pieces(),
+    for index in 0.. {
+        let Some(parts) = ready[index % PIECES_AHEAD].take() else {
+            break;
+        };
+        // The hints go out before this record is copied, so that their misses
+        // overlap the copy.
+        if let Some(ahead) = stations.next() {
+            ahead.prefetch_station();
         }
+        stored[index % STORED_AHEAD] = located.next();
+        let next = index + PIECES_AHEAD;
+        ready[index % PIECES_AHEAD] = stored[next % STORED_AHEAD].take().map(read_parts);
+        if index > 0 {
+            body.push(b',');
+        }
+        parts.write_to(body);
+    }
+}
+
+/// A record's parts, read from its stored form, and its pieces asked for.
+fn read_parts(json: RecordJson<'_>) -> Parts<'_> {
+    let parts = json.parts();
+    parts.prefetch();
+    parts
+}
+
+/// Writes rendered elements (summary rows), comma-separated.
+fn write_rendered<'a>(body: &mut Vec<u8>, elements: impl Iterator<Item = &'a [u8]>) {
+    for (index, element) in elements.enumerate() {
+        if index > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(element);
     }
 }
 
@@ -137,45 +159,34 @@ fn write_meta(body: &mut Vec<u8>, meta: &Meta) {
     body.push(b'}');
 }
 
-/// `{"data":[...],"message":"...","meta":{...}}` around records rendered at load.
-pub fn assemble(
+/// `{"data":[...],"message":"...","meta":{...}}` around records already rendered.
+pub fn assemble<'a>(
     kind: Kind,
     count: usize,
-    records: impl Iterator<Item = impl Element> + Clone,
+    records: impl Iterator<Item = &'a [u8]> + Clone,
     meta: &Meta,
 ) -> Vec<u8> {
-    assemble_with_data(record_noun(kind), count, records, meta).0
+    let bytes = records.clone().map(<[u8]>::len).sum();
+    assemble_with_data(record_noun(kind), count, bytes, meta, |body| {
+        write_rendered(body, records);
+    })
+    .0
 }
 
-/// [`assemble`], and the range of the body that is the `data` array.
+/// The envelope of `count` elements of `bytes` bytes in all, which `write_data`
+/// writes comma-separated, and the range of the body that is the `data` array.
 fn assemble_with_data(
     noun: &str,
     count: usize,
-    records: impl Iterator<Item = impl Element> + Clone,
+    bytes: usize,
     meta: &Meta,
+    write_data: impl FnOnce(&mut Vec<u8>),
 ) -> (Vec<u8>, Range<usize>) {
-    let records_bytes: usize = records.clone().map(|record| record.length()).sum();
-    let mut body = Vec::with_capacity(records_bytes + count + 256);
+    let mut body = Vec::with_capacity(bytes + count + 256);
     body.extend_from_slice(b"{\"data\":");
     let data_start = body.len();
     body.push(b'[');
-    // A record's bytes lie in two or three places (its stored form, then its
-    // pieces), each a cache miss that waits on the one before: asking for them a
-    // few records ahead lets the misses of several records overlap.
-    let mut locate = records.clone().skip(PREFETCH_LOCATE_AHEAD);
-    let mut fetch = records.clone().skip(PREFETCH_BYTES_AHEAD);
-    for (index, record) in records.enumerate() {
-        if let Some(ahead) = locate.next() {
-            ahead.prefetch(Prefetch::Locate);
-        }
-        if let Some(ahead) = fetch.next() {
-            ahead.prefetch(Prefetch::Bytes);
-        }
-        if index > 0 {
-            body.push(b',');
-        }
-        record.write_to(&mut body);
-    }
+    write_data(&mut body);
     body.push(b']');
     let data = data_start..body.len();
     body.extend_from_slice(b",\"message\":\"");

@@ -83,6 +83,12 @@ impl StationData {
         RecordJson::new(&self.arena, &self.pieces, record)
     }
 
+    /// Hints the CPU to load the fields [`StationData::json`] reads.
+    pub(crate) fn prefetch_locations(&self) {
+        crate::data::stored::prefetch_value(&self.arena);
+        crate::data::stored::prefetch_value(&self.pieces);
+    }
+
     pub fn record_count(&self) -> usize {
         self.units.len() + self.metrics.len()
     }

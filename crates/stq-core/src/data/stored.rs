@@ -255,6 +255,47 @@ fn prefetch(bytes: &[u8], at: u32) {
     let _ = (bytes, at);
 }
 
+/// Hints the CPU to load the cache line where `value` starts; nothing where there
+/// is no such hint. Taking the reference reads nothing from it.
+#[inline]
+pub(crate) fn prefetch_value<T>(value: &T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: a prefetch only hints; it never faults.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(value).cast()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = value;
+}
+
+/// A record's response JSON as the five parts it is copied from, located.
+#[derive(Clone, Copy, Debug)]
+pub struct Parts<'a> {
+    head: &'a [u8],
+    time: &'a [u8],
+    middle: &'a [u8],
+    value: &'a [u8],
+    tail: &'a [u8],
+}
+
+impl Parts<'_> {
+    /// Appends the JSON.
+    pub fn write_to(&self, out: &mut Vec<u8>) {
+        for part in [self.head, self.time, self.middle, self.value, self.tail] {
+            out.extend_from_slice(part);
+        }
+    }
+
+    /// Asks the CPU for the head and middle pieces, for a record written a few
+    /// records later (the tail, a metric's unit and limits, is shared by many
+    /// records and warm; the time and value lie in the stored form, read already).
+    pub fn prefetch(&self) {
+        prefetch(self.head, 0);
+        prefetch(self.middle, 0);
+    }
+}
+
 /// One record's response JSON: its length at once, its bytes when written.
 #[derive(Clone, Copy, Debug)]
 pub struct RecordJson<'a> {
@@ -285,12 +326,19 @@ impl<'a> RecordJson<'a> {
     /// Appends the JSON: the head piece, the time, the middle piece, the value and
     /// the tail piece.
     pub fn write_to(&self, out: &mut Vec<u8>) {
+        self.parts().write_to(out);
+    }
+
+    /// Reads the stored form: where the five parts lie, none of them read yet.
+    pub fn parts(&self) -> Parts<'a> {
         let ([head, middle, tail], time, value) = decode(self.arena, self.record.start);
-        out.extend_from_slice(self.pieces.get(head));
-        out.extend_from_slice(time);
-        out.extend_from_slice(self.pieces.get(middle));
-        out.extend_from_slice(value);
-        out.extend_from_slice(self.pieces.get(tail));
+        Parts {
+            head: self.pieces.get(head),
+            time,
+            middle: self.pieces.get(middle),
+            value,
+            tail: self.pieces.get(tail),
+        }
     }
 
     /// Asks the CPU for the stored form now, for a record written a few records
@@ -298,18 +346,6 @@ impl<'a> RecordJson<'a> {
     /// in turn.
     pub fn prefetch_stored(&self) {
         prefetch(self.arena, self.record.start);
-    }
-
-    /// Asks for the head and middle pieces, once the stored form is in cache (the
-    /// tail, a metric's unit and limits, is shared by many records and warm).
-    pub fn prefetch_pieces(&self) {
-        let mut reader = Reader {
-            bytes: self.arena,
-            at: self.record.start as usize,
-        };
-        let (head, middle) = (reader.piece(), reader.piece());
-        prefetch(&self.pieces.bytes, head.start);
-        prefetch(&self.pieces.bytes, middle.start);
     }
 
     pub fn to_vec(&self) -> Vec<u8> {
