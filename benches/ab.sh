@@ -5,6 +5,11 @@
 # server's process per request (user + system, from /proc/PID/stat). BENCHMARKS.md,
 # issue 10.
 #
+# Each binary runs as one process for the whole A/B, and one process can run
+# faster than the other throughout: an A/A run (the same binary in both slots)
+# gave the second 2% more on Q2. Run both orders before trusting a difference of a few
+# percent (BENCHMARKS.md, session 8).
+#
 # usage: bash benches/ab.sh QUERY SECONDS ROUNDS BINARY_A BINARY_B
 #
 # QUERY is Q1 to Q6 of the load test; its dataset, tokens and paths are those
