@@ -240,19 +240,12 @@ fn read_number(bytes: &[u8]) -> (u32, usize) {
     panic!("a stored record's number ends within five bytes")
 }
 
-/// Hints the CPU to load the cache line of `bytes[at]`; nothing where there is no
-/// such hint.
+/// Hints the CPU to load the cache line of `bytes[at]`, if there is such a byte.
 #[inline]
 fn prefetch(bytes: &[u8], at: u32) {
-    #[cfg(target_arch = "x86_64")]
     if let Some(byte) = bytes.get(at as usize) {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        // SAFETY: a prefetch only hints; it never faults, and the address is in
-        // `bytes` anyway.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(byte).cast()) };
+        prefetch_value(byte);
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (bytes, at);
 }
 
 /// Hints the CPU to load the cache line where `value` starts; nothing where there
