@@ -29,22 +29,24 @@ writers append to the files of its last day, 2026-11-23.
    Lines are paced evenly, each one `write` of a whole line ending in `\\n`, and its
    append time taken from the monotonic clock. A checker thread asks every 50 ms,
    on its own kept-alive connection, `/units` (both directions) and `/metrics` of
-   all stations from the oldest line not yet seen (not the newest one seen: one
+   the written stations (named in `station_ids`; all stations, unnamed, when all
+   are written) from the oldest line not yet seen (not the newest one seen: one
    reload may serve a later line of one file before an earlier line of another) to
    a day ahead, following cursors in pages of 10,000. Only lines that are new, or
-   were written after the oldest unseen one, come back, so the checker costs stq
-   little; its cost is in the idle CPU (the second half of step 2), so "CPU beyond
-   the polling queries" is the writing CPU minus the idle CPU. A line's lag is the
+   were written after the oldest unseen one, come back. The checker's queries cost
+   stq CPU all the same; that cost is in the idle CPU (the second half of step 2),
+   so "CPU beyond the polling queries" is the writing CPU minus the idle CPU. A line's lag is the
    time its answer arrived minus its append time. After the writes the script waits
    until every line was seen, or GIVE_UP_SECONDS, and reports the lines never seen;
    then 12 s more (longer than a replaced generation is kept: --request-timeout 10 s
-   and 1 s) before the RSS after.
+   and 1 s) before the RSS after. The next rate starts from there.
 
 Reported per rate: lines and bytes written; lag p50, p99, max; lines never seen;
 stq's CPU in cores while writing and from the first write until every line was
 seen, beside the idle figures; the small query's p50 and p99 while writing beside
-idle; VmRSS before and after, the peak (VmHWM, reset through /proc/PID/clear_refs),
-and the growth over the bytes appended; the reloads (generations of /readyz).
+idle; VmRSS before, when every line was seen, and 12 s later, the peak (VmHWM,
+reset through /proc/PID/clear_refs), and the growth (12 s later) over the bytes
+appended; the reloads (generations of /readyz).
 Prints one JSON line, then a table. stq is stopped by its pid (SIGTERM) at the end,
 also on failure; any failed query or stq's exit ends the run with a message.
 """
@@ -111,8 +113,12 @@ def percentile(values, p):
     return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)] if ordered else None
 
 
+def all_stations():
+    return sorted(name for name in os.listdir(source) if os.path.isdir(os.path.join(source, name)))
+
+
 def pick_stations():
-    stations = sorted(name for name in os.listdir(source) if os.path.isdir(os.path.join(source, name)))
+    stations = all_stations()
     if not stations:
         fail(f"no station directories in {source}")
     step = max(1, len(stations) // STATIONS)
@@ -262,15 +268,17 @@ def write(floor, files, visits, rate, rounds):
     return lines, written
 
 
-def check(floor, port, stop):
-    """Every CHECK_INTERVAL: the records served from the oldest unseen line on."""
+def check(floor, port, stations, stop):
+    """Every CHECK_INTERVAL: the records of the written stations served from the
+    oldest unseen line on."""
     client = Client(port)
+    named = "" if len(stations) == len(all_stations()) else f"station_ids={','.join(stations)}&"
     while not stop.is_set():
         began = time.monotonic()
         with floor.lock:
             oldest = floor.oldest_unseen() or floor.stamp()[1]
         ahead = datetime.datetime.fromisoformat(oldest.replace("Z", "+00:00")) + datetime.timedelta(days=1)
-        window = f"from={oldest}&to={ahead.strftime('%Y-%m-%dT%H:%M:%SZ')}&limit={PAGE}"
+        window = f"{named}from={oldest}&to={ahead.strftime('%Y-%m-%dT%H:%M:%SZ')}&limit={PAGE}"
         for path in (f"/units?direction=input,output&{window}", f"/metrics?{window}"):
             cursor = None
             while True:
@@ -346,7 +354,7 @@ def main():
     since = (cpu_seconds(pid), time.monotonic())
     wait(IDLE_SECONDS / 2)
     results["idle_cpu_cores_poller_only"] = cpu_cores(pid, since)
-    checker = in_thread(check, floor, port, stop_checking)
+    checker = in_thread(check, floor, port, stations, stop_checking)
     wait(1)
     since = (cpu_seconds(pid), time.monotonic())
     wait(IDLE_SECONDS / 2)
@@ -386,6 +394,7 @@ def main():
         stopped = time.monotonic()
         all_seen = wait(GIVE_UP_SECONDS, until=lambda: not floor.pending)
         figures["seconds_to_all_seen_after_writing"] = round(time.monotonic() - stopped, 1)
+        figures["rss_when_all_seen_mib"] = round(memory_mib(pid, "VmRSS"))
         figures["cpu_cores_until_all_seen"] = cpu_cores(pid, since)
         figures["generations"] = readyz(port)["generation"] - generation
         with floor.lock:
@@ -431,8 +440,9 @@ def print_table(results):
             ("never seen (give-up after s)", lambda f: f"{f['never_seen']} ({f['give_up_seconds'] or '-'})"),
             ("stq CPU cores writing / until seen", lambda f: both(f, "cpu_cores_writing", "cpu_cores_until_all_seen")),
             ("small query p50 / p99 (ms)", lambda f: both(f, "small_query_p50_ms", "small_query_p99_ms")),
-            ("RSS before -> after, peak (MiB)", lambda f: f"{f['rss_before_mib']} -> {f['rss_after_mib']}, {f['rss_peak_mib']}"),
-            ("RSS growth / bytes appended", lambda f: str(f["rss_growth_over_bytes"])),
+            ("RSS before / all seen / 12 s on (MiB)", lambda f: both(f, "rss_before_mib", "rss_when_all_seen_mib", "rss_after_mib")),
+            ("RSS peak (MiB)", lambda f: str(f["rss_peak_mib"])),
+            ("RSS growth (12 s on) / bytes appended", lambda f: str(f["rss_growth_over_bytes"])),
             ("generations", lambda f: str(f["generations"]))]
     print(f"\n{results['label']}: {results['stations_written']} stations written, "
           f"load average {results['load_average_start']} at the start, {results['load_average_end']} at the end")
