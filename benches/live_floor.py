@@ -3,7 +3,7 @@
 and a dashboard polls beside them (issue 21, BENCHMARKS.md).
 
 usage: python3 benches/live_floor.py STQ_BINARY SNAPSHOT_DIRECTORY LABEL
-knobs: RATES=120,1200 (lines/s)  SECONDS=60 (per rate)  IDLE_SECONDS=20
+knobs: RATES=120,1200 (lines/s)  SECONDS=60 (per rate)  IDLE_SECONDS=60
        POLL_HZ=20 (dashboard)  STATIONS=200 (written to)  GIVE_UP_SECONDS=120
 
 The snapshot is `stq gen --stations N --days D --end 2026-11-24T00:00:00Z`; the
@@ -17,8 +17,9 @@ writers append to the files of its last day, 2026-11-23.
 2. Idle: a dashboard poller, in its own process so that this script's other
    threads never hold it up, asks one small query (the first written station, one
    hour of units inside the data, like the load test's Q1) POLL_HZ times a second on
-   one kept-alive connection and records each latency. The first half of
-   IDLE_SECONDS it polls alone, the second half a checker (step 3) polls too. stq's
+   one kept-alive connection and records each latency. For 10 s it polls alone,
+   then for IDLE_SECONDS (as long as a rate's writing, so that both p99s stand on
+   as many queries) a checker (step 3) polls too. stq's
    CPU (utime + stime from /proc/PID/stat) over wall time is its CPU in cores.
 3. Per rate: one writer thread appends whole visits as `stq gen` writes them, 12
    lines each (the `input` unit line, 10 metric lines, the `output` unit line: a
@@ -34,7 +35,7 @@ writers append to the files of its last day, 2026-11-23.
    reload may serve a later line of one file before an earlier line of another) to
    a day ahead, following cursors in pages of 10,000. Only lines that are new, or
    were written after the oldest unseen one, come back. The checker's queries cost
-   stq CPU all the same; that cost is in the idle CPU (the second half of step 2),
+   stq CPU all the same; that cost is in the idle CPU (the second part of step 2),
    so "CPU beyond the polling queries" is the writing CPU minus the idle CPU. A line's lag is the
    time its answer arrived minus its append time. After the writes the script waits
    until every line was seen, or GIVE_UP_SECONDS, and reports the lines never seen;
@@ -59,7 +60,8 @@ if len(sys.argv) != 4:
 binary, source, label = sys.argv[1], os.path.abspath(sys.argv[2]), sys.argv[3]
 RATES = [int(rate) for rate in os.environ.get("RATES", "120,1200").split(",")]
 SECONDS = float(os.environ.get("SECONDS", "60"))
-IDLE_SECONDS = float(os.environ.get("IDLE_SECONDS", "20"))
+IDLE_SECONDS = float(os.environ.get("IDLE_SECONDS", "60"))
+POLLER_ALONE_SECONDS = 10
 POLL_HZ = float(os.environ.get("POLL_HZ", "20"))
 STATIONS = int(os.environ.get("STATIONS", "200"))
 GIVE_UP_SECONDS = float(os.environ.get("GIVE_UP_SECONDS", "120"))
@@ -352,12 +354,12 @@ def main():
     spans = {}                               # phase -> (start, end) on the monotonic clock
 
     since = (cpu_seconds(pid), time.monotonic())
-    wait(IDLE_SECONDS / 2)
+    wait(POLLER_ALONE_SECONDS)
     results["idle_cpu_cores_poller_only"] = cpu_cores(pid, since)
     checker = in_thread(check, floor, port, stations, stop_checking)
     wait(1)
     since = (cpu_seconds(pid), time.monotonic())
-    wait(IDLE_SECONDS / 2)
+    wait(IDLE_SECONDS)
     results["idle_cpu_cores"] = cpu_cores(pid, since)
     spans["idle"] = (since[1], time.monotonic())
 
