@@ -44,7 +44,7 @@ writers append to the files of its last day, 2026-11-23.
 
 Reported per rate: lines and bytes written; lag p50, p99, max; lines never seen;
 stq's CPU in cores while writing and from the first write until every line was
-seen, beside the idle figures; the small query's p50 and p99 while writing beside
+seen (or the give-up), beside the idle figures; the small query's p50 and p99 while writing beside
 idle; VmRSS before, when every line was seen, and 12 s later, the peak (VmHWM,
 reset through /proc/PID/clear_refs), and the growth (12 s later) over the bytes
 appended; the reloads (generations of /readyz).
@@ -432,17 +432,17 @@ def main():
 
 
 def print_table(results):
-    def both(figures, *names):
+    def joined(figures, *names):
         return " / ".join("-" if figures[name] is None else str(figures[name]) for name in names)
     rows = [("lines written (MB)", lambda f: f"{f['lines']} ({f['bytes'] / 1e6:.1f})"),
             ("seconds writing", lambda f: str(f["seconds_writing"])),
-            ("lag p50 / p99 / max (ms)", lambda f: both(f, "lag_p50_ms", "lag_p99_ms", "lag_p100_ms")),
+            ("lag p50 / p99 / max (ms)", lambda f: joined(f, "lag_p50_ms", "lag_p99_ms", "lag_p100_ms")),
             ("unseen when writing stopped", lambda f: str(f["unseen_when_writing_stopped"])),
             ("s after writing until all seen", lambda f: str(f["seconds_to_all_seen_after_writing"])),
             ("never seen (give-up after s)", lambda f: f"{f['never_seen']} ({f['give_up_seconds'] or '-'})"),
-            ("stq CPU cores writing / until seen", lambda f: both(f, "cpu_cores_writing", "cpu_cores_until_all_seen")),
-            ("small query p50 / p99 (ms)", lambda f: both(f, "small_query_p50_ms", "small_query_p99_ms")),
-            ("RSS before / all seen / 12 s on (MiB)", lambda f: both(f, "rss_before_mib", "rss_when_all_seen_mib", "rss_after_mib")),
+            ("stq CPU cores writing / until seen", lambda f: joined(f, "cpu_cores_writing", "cpu_cores_until_all_seen")),
+            ("small query p50 / p99 (ms)", lambda f: joined(f, "small_query_p50_ms", "small_query_p99_ms")),
+            ("RSS before / all seen / 12 s on (MiB)", lambda f: joined(f, "rss_before_mib", "rss_when_all_seen_mib", "rss_after_mib")),
             ("RSS peak (MiB)", lambda f: str(f["rss_peak_mib"])),
             ("RSS growth (12 s on) / bytes appended", lambda f: str(f["rss_growth_over_bytes"])),
             ("generations", lambda f: str(f["generations"]))]
