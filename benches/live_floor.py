@@ -38,7 +38,8 @@ writers append to the files of its last day, 2026-11-23.
    stq CPU all the same; that cost is in the idle CPU (the second part of step 2),
    so "CPU beyond the polling queries" is the writing CPU minus the idle CPU. A line's lag is the
    time its answer arrived minus its append time. After the writes the script waits
-   until every line was seen, or GIVE_UP_SECONDS, and reports the lines never seen;
+   until every line was seen, or GIVE_UP_SECONDS, and reports the lines never seen
+   (they are in no lag figure);
    then 12 s more (longer than a replaced generation is kept: --request-timeout 10 s
    and 1 s) before the RSS after. The next rate starts from there.
 
@@ -395,7 +396,7 @@ def main():
             figures["unseen_when_writing_stopped"] = len(floor.pending)
         stopped = time.monotonic()
         all_seen = wait(GIVE_UP_SECONDS, until=lambda: not floor.pending)
-        figures["seconds_to_all_seen_after_writing"] = round(time.monotonic() - stopped, 1)
+        figures["seconds_to_all_seen_after_writing"] = round(time.monotonic() - stopped, 1) if all_seen else None
         figures["rss_when_all_seen_mib"] = round(memory_mib(pid, "VmRSS"))
         figures["cpu_cores_until_all_seen"] = cpu_cores(pid, since)
         figures["generations"] = readyz(port)["generation"] - generation
@@ -438,7 +439,7 @@ def print_table(results):
             ("seconds writing", lambda f: str(f["seconds_writing"])),
             ("lag p50 / p99 / max (ms)", lambda f: joined(f, "lag_p50_ms", "lag_p99_ms", "lag_p100_ms")),
             ("unseen when writing stopped", lambda f: str(f["unseen_when_writing_stopped"])),
-            ("s after writing until all seen", lambda f: str(f["seconds_to_all_seen_after_writing"])),
+            ("s after writing until all seen", lambda f: joined(f, "seconds_to_all_seen_after_writing")),
             ("never seen (give-up after s)", lambda f: f"{f['never_seen']} ({f['give_up_seconds'] or '-'})"),
             ("stq CPU cores writing / until seen", lambda f: joined(f, "cpu_cores_writing", "cpu_cores_until_all_seen")),
             ("small query p50 / p99 (ms)", lambda f: joined(f, "small_query_p50_ms", "small_query_p99_ms")),
