@@ -36,12 +36,12 @@ writers append to the files of its last day, 2026-11-23.
    a day ahead, following cursors in pages of 10,000. Only lines that are new, or
    were written after the oldest unseen one, come back. The checker's queries cost
    stq CPU all the same; that cost is in the idle CPU (the second part of step 2),
-   so "CPU beyond the polling queries" is the writing CPU minus the idle CPU. A line's lag is the
-   time its answer arrived minus its append time. After the writes the script waits
-   until every line was seen, or GIVE_UP_SECONDS, and reports the lines never seen
-   (they are in no lag figure);
-   then 12 s more (longer than a replaced generation is kept: --request-timeout 10 s
-   and 1 s) before the RSS after. The next rate starts from there.
+   so "CPU beyond the polling queries" is the writing CPU minus the idle CPU. A
+   line's lag is the time its answer arrived minus its append time. After the
+   writes the script waits until every line was seen, or GIVE_UP_SECONDS, and
+   reports the lines never seen (they are in no lag figure); then 12 s more (longer
+   than a replaced generation is kept: --request-timeout 10 s and 1 s) before the
+   RSS after. The next rate starts from there.
 
 Reported per rate: lines and bytes written; lag p50, p99, max; lines never seen;
 stq's CPU in cores while writing and from the first write until every line was
