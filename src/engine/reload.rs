@@ -1,8 +1,10 @@
 //! Hot reload (docs/api.md section 8): on SIGHUP, or on a change under the snapshot
 //! directory or to the tokens file with `--watch`, generation N+1 is built off to
 //! the side with the same validation as at start-up, installed into every shard,
-//! and only then swapped in with the tokens read alongside it. A failed reload
-//! keeps generation N serving and logs every `path:line: reason`.
+//! and only then swapped in with the tokens read alongside it. A reload that cannot
+//! read the tokens or the directory keeps generation N serving; one that meets
+//! invalid lines under `--on-invalid fail` holds back only the files that hold
+//! them (they serve what they served) and logs every `path:line: reason`.
 //!
 //! A reload reads only what changed since the generation it follows
 //! ([`stq_core::data::incremental`]): unchanged files are not opened, grown ones are
@@ -10,12 +12,15 @@
 //! shared with that generation.
 //!
 //! Reloads run one at a time on one task. Asking for a reload while one is running
-//! queues exactly one more, so a burst of changes costs at most two reloads and the
-//! last one sees the final files.
+//! queues exactly one more, which starts as soon as the running one ends: changes
+//! that arrive during a reload are batched into the next one, never postponed.
+//! The watch does the same with the events of a change: it waits [`BATCH`] after
+//! the first one, never for a pause, because a test floor's writers never pause.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use notify::{RecursiveMode, Watcher as _};
 use stq_core::data::incremental;
@@ -24,12 +29,15 @@ use stq_core::domain::auth::{Tokens, TokensError};
 use tokio::sync::mpsc;
 
 use super::Engine;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Outcome};
 
-/// A change is acted on once the files have been quiet this long: a copy in
-/// progress fires many events, and a reload in the middle of it would see half a
-/// file.
-const QUIET: Duration = Duration::from_millis(300);
+/// How long the watch gathers events after the first one before it asks for a
+/// reload: a write fires several events, and an append and the line end after it
+/// are best read together. Not a wait for quiet: more events during it do not
+/// extend it. A reload that reads a file half-way through a copy is safe: a line
+/// without its end is pending, and a half-written gzip or OpenHTF file is held
+/// back (or, under `skip`, skipped) until the next change reads it whole.
+const BATCH: Duration = Duration::from_millis(100);
 
 /// How long after a request's time limit the generation it may have used is kept.
 const RETIRE_MARGIN: Duration = Duration::from_secs(1);
@@ -71,18 +79,34 @@ pub enum ReloadError {
 #[derive(Clone)]
 pub struct ReloadTrigger {
     sender: mpsc::Sender<()>,
+    /// Whether the next reload's clean outcome is logged at `info`: a reload the
+    /// operator asked for is, while the watch's, several a second on a busy
+    /// floor, are logged at `debug` (a held file or a failure always is logged).
+    announce: Arc<AtomicBool>,
 }
 
 impl ReloadTrigger {
+    /// Asks for a reload whose outcome is logged (SIGHUP).
     pub fn request(&self) {
+        self.announce.store(true, Ordering::Relaxed);
+        self.send();
+    }
+
+    /// Asks for a reload that is logged only if it holds a file back or fails.
+    pub fn request_quietly(&self) {
+        self.send();
+    }
+
+    fn send(&self) {
         // A full queue already holds a reload that will see this change too.
         let _ = self.sender.try_send(());
     }
 }
 
 impl Reloader {
-    /// Builds, installs and swaps in the next generation; returns its number.
-    pub async fn reload(&self) -> Result<(u64, LoadReport), ReloadError> {
+    /// Builds, installs and swaps in the next generation; returns its number, what
+    /// the reload read, and how many files it holds back.
+    pub async fn reload(&self) -> Result<(u64, LoadReport, u64), ReloadError> {
         let options = LoadOptions {
             directory: self.snapshots.clone(),
             shards: self.engine.shard_count(),
@@ -119,13 +143,18 @@ impl Reloader {
             .map_err(|error| ReloadError::Loader(error.to_string()))??;
         let shard_records = generation.shard_records();
         let number = generation.catalog().generation();
+        let held_files = generation.catalog().summary().held_files;
         self.engine.install(generation, Arc::new(tokens)).await;
         self.retire_later(number);
         let metrics = &self.metrics;
-        metrics.serving(number, report.elapsed.as_secs_f64(), &shard_records);
+        metrics.serving(
+            number,
+            report.elapsed.as_secs_f64(),
+            &shard_records,
+            held_files,
+        );
         metrics.read(&report);
-        metrics.reloads.inc();
-        Ok((number, report))
+        Ok((number, report, held_files))
     }
 
     /// Once every request that may have planned on the generation before `number`
@@ -145,30 +174,60 @@ impl Reloader {
     /// Starts the reload task on the current actix system and returns its trigger.
     pub fn spawn(self) -> ReloadTrigger {
         let (sender, mut receiver) = mpsc::channel::<()>(1);
+        let announce = Arc::new(AtomicBool::new(false));
+        let trigger = ReloadTrigger {
+            sender,
+            announce: Arc::clone(&announce),
+        };
         actix_rt::spawn(async move {
             while receiver.recv().await.is_some() {
+                let announced = announce.swap(false, Ordering::Relaxed);
                 let current = self.engine.catalog().generation();
                 let result = self.reload().await;
-                if result.is_err() {
-                    self.metrics.failed_reloads.inc();
-                }
+                self.metrics.reloaded(match &result {
+                    Ok((_, _, 0)) => Outcome::Clean,
+                    Ok(_) => Outcome::Held,
+                    Err(_) => Outcome::Failed,
+                });
                 match result {
-                    Ok((generation, report)) => {
+                    Ok((generation, mut report, held_files)) => {
+                        // Under `fail` every invalid line is in a held file.
+                        let held_lines = match report.held.is_empty() {
+                            true => Vec::new(),
+                            false => std::mem::take(&mut report.invalid),
+                        };
+                        for line in &held_lines {
+                            tracing::error!("reload: {line}");
+                        }
                         report.log_warnings(&self.snapshots);
-                        tracing::info!(
-                        "reloaded: generation {generation}, {} records ({} units, {} metrics), \
-                         {} stations, {} pending lines, {} new invalid lines skipped; read {} files \
-                         ({} bytes) in {} ms",
-                        report.records(),
-                        report.units,
-                        report.metrics,
-                        report.stations,
-                        report.pending,
-                        report.invalid.len(),
-                        report.files.len(),
-                        report.bytes,
-                        report.elapsed.as_millis()
-                    );
+                        let line = format!(
+                            "generation {generation}, {} records ({} units, {} metrics), \
+                             {} stations, {} pending lines, {} new invalid lines skipped; read {} \
+                             files ({} bytes) in {} ms",
+                            report.records(),
+                            report.units,
+                            report.metrics,
+                            report.stations,
+                            report.pending,
+                            report.invalid.len(),
+                            report.files.len(),
+                            report.bytes,
+                            report.elapsed.as_millis()
+                        );
+                        if !report.held.is_empty() {
+                            tracing::warn!(
+                                "reloaded, holding back {} file(s) with {} invalid line(s), each \
+                                 serving what it served before: {}; {held_files} file(s) held in \
+                                 all; {line}",
+                                report.held.len(),
+                                held_lines.len(),
+                                report.held.join(", ")
+                            );
+                        } else if announced {
+                            tracing::info!("reloaded: {line}");
+                        } else {
+                            tracing::debug!("reloaded: {line}");
+                        }
                     }
                     Err(ReloadError::Snapshot(LoadError::Invalid { report })) => {
                         for line in &report.invalid {
@@ -185,7 +244,7 @@ impl Reloader {
                 }
             }
         });
-        ReloadTrigger { sender }
+        trigger
     }
 }
 
@@ -236,9 +295,14 @@ pub fn reload_on_change(
         .name("stq-watch".into())
         .spawn(move || {
             while changes.recv().is_ok() {
-                while changes.recv_timeout(QUIET).is_ok() {}
-                tracing::info!("files changed: reloading the snapshot and the tokens");
-                trigger.request();
+                let deadline = Instant::now() + BATCH;
+                while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+                    if changes.recv_timeout(left).is_err() {
+                        break;
+                    }
+                }
+                tracing::debug!("files changed: reloading the snapshot and the tokens");
+                trigger.request_quietly();
             }
         })?;
     Ok(watcher)

@@ -35,8 +35,15 @@
 //! shared entries keep their meaning (a symbol no record uses any longer is
 //! harmless: a filter on it matches nothing, as an unknown value would).
 //!
+//! Held files (docs/api.md section 8): under `--on-invalid fail`, a file this
+//! reload read and met an invalid line in is held back on its own. Its state and
+//! records stay those of the previous generation (none, if it is new), the records
+//! read from it are left out, and its state remembers the file as it was then: it
+//! is read again once it differs from that, and released once it reads cleanly.
+//! Every other file advances.
+//!
 //! The invariant, checked by the property test below: what a reload builds serves
-//! exactly what a fresh load of the same files would.
+//! exactly what a fresh load of the same files would (held files aside).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs::{File, Metadata};
@@ -47,6 +54,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::data::catalog::{Catalog, Generation, LoadSummary, Placement};
+use crate::data::key::RecordKey;
 use crate::data::shard::{Origin, ShardData};
 use crate::data::snapshot::{
     self, FileKind, LoadError, LoadOptions, LoadReport, LoadState, OnInvalid, SharedSymbols,
@@ -182,6 +190,10 @@ pub(crate) struct SourceState {
     stations: Box<[Box<str>]>,
     /// The station of the record its last line without a line end made, if any.
     open_station: Option<Box<str>>,
+    /// The file as it was when a reload under `fail` met invalid lines in it and
+    /// held it back: the rest of this state is what it served before (nothing, if
+    /// it was new). Read again as soon as it differs from this stamp.
+    held: Option<FileStamp>,
 }
 
 /// Spreads a first load's files evenly over the lower half of the ordinals.
@@ -218,16 +230,22 @@ fn source_of_read(files: &[SnapshotFile], state: &LoadState, index: usize) -> So
             .into_iter()
             .collect(),
         open_station: counters.open_station.lock().take(),
+        held: None,
     }
 }
 
 /// What a reload does with a file of the directory.
+#[derive(Clone, Copy)]
 enum Plan {
     /// Carried over as it is: the index of its state in the previous catalog.
     Keep(usize),
     /// Read from where the previous read's whole lines end (if it grew in place),
     /// or whole: the index of its read job, and of its previous state if any.
     Read { job: usize, previous: Option<usize> },
+    /// Read, met invalid lines under `fail`, and so carried over as it was (the
+    /// index of its previous state), or left out if it is new: held back until a
+    /// reload reads it cleanly (docs/api.md section 8).
+    Held { job: usize, previous: Option<usize> },
 }
 
 /// Builds the generation after `previous` (whose shards are `shards`) from what
@@ -270,7 +288,12 @@ pub fn reload(
         };
         let source = &previous.sources[index];
         let stamp = FileStamp::of(&std::fs::metadata(&file.path).map_err(io_error)?);
-        if stamp == source.stamp {
+        let unchanged = match source.held {
+            None => stamp == source.stamp,
+            // Held back, and still as it was then: it would be held again.
+            Some(held) => stamp == held,
+        };
+        if unchanged {
             plans.push(Plan::Keep(index));
             continue;
         }
@@ -297,11 +320,19 @@ pub fn reload(
     let mut state = snapshot::read_all_into(state, &jobs, options.threads, true)?;
     let read = started.elapsed();
     let mut report = state.report(&jobs);
-    if !report.invalid.is_empty() && options.on_invalid == OnInvalid::Fail {
-        report.elapsed = started.elapsed();
-        return Err(LoadError::Invalid {
-            report: Box::new(report),
-        });
+    // Under `fail`, a file with an invalid line is held back on its own: every other
+    // file advances (docs/api.md section 8).
+    let mut held_ordinals: HashSet<u32> = HashSet::new();
+    if options.on_invalid == OnInvalid::Fail {
+        for plan in &mut plans {
+            if let Plan::Read { job, previous } = *plan {
+                if state.files[job].invalid.load(Ordering::Relaxed) > 0 {
+                    held_ordinals.insert(jobs[job].ordinal);
+                    report.held.push(jobs[job].display.clone());
+                    *plan = Plan::Held { job, previous };
+                }
+            }
+        }
     }
 
     // Every file's state, and which records of the previous generation go.
@@ -311,6 +342,7 @@ pub fn reload(
         .filter_map(|plan| match *plan {
             Plan::Keep(index) => Some(index),
             Plan::Read { job, previous } => previous.filter(|_| resumed(job)),
+            Plan::Held { previous, .. } => previous,
         })
         .collect();
     // By ordinal: the first line whose record goes (0 for all of them).
@@ -326,6 +358,30 @@ pub fn reload(
     for plan in &plans {
         let source = match *plan {
             Plan::Keep(index) => previous.sources[index].clone(),
+            Plan::Held {
+                job,
+                previous: known,
+            } => {
+                let held = Some(state.reads[job].stamp);
+                match known {
+                    Some(index) => SourceState {
+                        held,
+                        ..previous.sources[index].clone()
+                    },
+                    // New: it serves nothing until it reads cleanly.
+                    None => SourceState {
+                        held,
+                        resume: None,
+                        units: 0,
+                        metrics: 0,
+                        invalid: 0,
+                        pending: 0,
+                        stations: Box::default(),
+                        open_station: None,
+                        ..source_of_read(&jobs, &state, job)
+                    },
+                }
+            }
             Plan::Read {
                 job,
                 previous: known,
@@ -347,11 +403,22 @@ pub fn reload(
         };
         sources.push(source);
     }
-    touched.extend(state.stations.iter().map(|entry| entry.key().clone()));
 
     let symbols = Arc::new(std::mem::take(&mut state.symbols).into_symbols());
-    let mut new_records: HashMap<Box<str>, StationBuilder> =
-        std::mem::take(&mut state.stations).into_iter().collect();
+    // A held file's records were read with the others: they are left out here (their
+    // bytes stay in the batch's arena, which only what is kept is copied from).
+    let is_held = |key: &RecordKey| held_ordinals.contains(&((key.load_order >> 32) as u32));
+    let mut new_records: HashMap<Box<str>, StationBuilder> = std::mem::take(&mut state.stations)
+        .into_iter()
+        .filter_map(|(station, mut batch)| {
+            if !held_ordinals.is_empty() {
+                batch.units.retain(|(key, _)| !is_held(key));
+                batch.metrics.retain(|(key, _)| !is_held(key));
+            }
+            (batch.record_count() > 0).then_some((station, batch))
+        })
+        .collect();
+    touched.extend(new_records.keys().cloned());
     let is_dropped = |load_order: u64| {
         dropped_from
             .get(&((load_order >> 32) as u32))
@@ -496,6 +563,10 @@ pub fn reload(
         metrics: sources.iter().map(|source| source.metrics).sum(),
         skipped_lines: sources.iter().map(|source| source.invalid).sum(),
         pending_lines: sources.iter().map(|source| source.pending).sum(),
+        held_files: sources
+            .iter()
+            .filter(|source| source.held.is_some())
+            .count() as u64,
     };
     report.units = summary.units;
     report.metrics = summary.metrics;
@@ -607,12 +678,18 @@ fn assign_ordinals(plans: &[Plan], jobs: &mut [SnapshotFile], previous: &Catalog
             Plan::Read {
                 job,
                 previous: Some(_),
-                ..
+            }
+            | Plan::Held {
+                job,
+                previous: Some(_),
             } => jobs[job].ordinal,
             Plan::Read {
                 job,
                 previous: None,
-                ..
+            }
+            | Plan::Held {
+                job,
+                previous: None,
             } => {
                 run.push(job);
                 continue;

@@ -367,6 +367,65 @@ fn run_changes(name: &str, changes: &[Change]) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// The relative paths of the files `catalog` holds back.
+fn held(catalog: &Catalog) -> Vec<&str> {
+    catalog
+        .sources
+        .iter()
+        .filter(|source| source.held.is_some())
+        .map(|source| &*source.relative)
+        .collect()
+}
+
+/// Under `fail`, each reload serves what a fresh load serves of a copy of the
+/// directory that keeps each file as it was last read cleanly (absent if it never
+/// was): a held file serves what it served, every other file advances.
+fn run_changes_holding(name: &str, changes: &[Change]) -> Result<(), TestCaseError> {
+    let mut writer = Writer {
+        directory: TempDirectory::new(name),
+        rests: HashMap::new(),
+        clock: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+    };
+    let accepted = TempDirectory::new(&format!("{name}-accepted"));
+    let (generation, _) = snapshot::load(&options(&writer.directory, OnInvalid::Fail, 1)).unwrap();
+    let (mut catalog, mut shards) = parts(generation);
+    for (step, change) in changes.iter().enumerate() {
+        writer.apply(change);
+        let number = step as u64 + 2;
+        let fail = options(&writer.directory, OnInvalid::Fail, number);
+        let (reloaded, report) = reload(&catalog, &shards, &fail).unwrap();
+        let held_now = held(&reloaded.catalog);
+        for file in FILES {
+            if held_now.contains(&file) {
+                continue;
+            }
+            let (from, to) = (writer.directory.path(file), accepted.path(file));
+            if from.exists() {
+                std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+                std::fs::copy(&from, &to).unwrap();
+            } else {
+                let _ = std::fs::remove_file(&to);
+            }
+        }
+        let (fresh, _) = snapshot::load(&options(&accepted, OnInvalid::Fail, number))
+            .map_err(|error| TestCaseError::fail(format!("after {change:?}: {error}")))?;
+        prop_assert_eq!(
+            &served(&reloaded),
+            &served(&fresh),
+            "after {:?}, holding {:?}",
+            change,
+            held_now
+        );
+        prop_assert_eq!(reloaded.catalog.summary.held_files, held_now.len() as u64);
+        // Every invalid line read is in a file held back.
+        for line in &report.invalid {
+            prop_assert!(report.held.contains(&line.path), "{}", line);
+        }
+        (catalog, shards) = parts(reloaded);
+    }
+    Ok(())
+}
+
 proptest! {
     // A second or two in debug; `PROPTEST_CASES=2000` soaks it.
     #![proptest_config(ProptestConfig::with_cases(
@@ -378,6 +437,14 @@ proptest! {
         changes in prop::collection::vec(change(), 1..14)
     ) {
         run_changes("property", &changes)?;
+    }
+
+    /// Issue 21: one broken writer freezes nothing else.
+    #[test]
+    fn issue_21_under_fail_a_reload_holds_back_only_files_with_invalid_lines(
+        changes in prop::collection::vec(change(), 1..14)
+    ) {
+        run_changes_holding("holding", &changes)?;
     }
 }
 
@@ -459,10 +526,12 @@ fn unchanged_files_are_not_read_and_grown_ones_from_their_last_line() {
     assert_eq!(served(&grown), served(&fresh));
 }
 
+/// Issue 21: a file with an invalid line is held back alone, is not read again
+/// while it stays as it was, and is released once it reads cleanly.
 #[test]
-fn an_invalid_line_fails_a_reload_under_fail_and_the_next_one_sees_it_gone() {
+fn issue_21_a_held_file_serves_what_it_served_until_it_reads_cleanly() {
     let mut writer = Writer {
-        directory: TempDirectory::new("fail"),
+        directory: TempDirectory::new("held"),
         rests: HashMap::new(),
         clock: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
     };
@@ -470,35 +539,96 @@ fn an_invalid_line_fails_a_reload_under_fail_and_the_next_one_sees_it_gone() {
         file: 0,
         lines: vec![(0, 0, 0)],
     });
-    let (generation, _) = snapshot::load(&options(&writer.directory, OnInvalid::Fail, 1)).unwrap();
-    let (catalog, shards) = parts(generation);
-    writer.apply(&Change::AppendInvalid { file: 0 });
-    let error = reload(
-        &catalog,
-        &shards,
-        &options(&writer.directory, OnInvalid::Fail, 2),
-    )
-    .unwrap_err();
-    let LoadError::Invalid { report } = error else {
-        panic!("{error}")
-    };
-    assert_eq!(report.invalid.len(), 1);
-    assert_eq!(report.invalid[0].line, 2);
-    // The writer puts the file right by renaming a good one over it.
-    writer.apply(&Change::Replace {
-        file: 0,
-        lines: vec![(0, 0, 0), (1, 1, 1)],
+    writer.apply(&Change::Append {
+        file: 2,
+        lines: vec![(1, 0, 0)],
     });
-    let (reloaded, _) = reload(
+    let (generation, _) = snapshot::load(&options(&writer.directory, OnInvalid::Fail, 1)).unwrap();
+    let before = served(&generation);
+    let (catalog, shards) = parts(generation);
+
+    // File 0 gets an invalid line and a valid one after it; file 2 a valid line;
+    // file 3, new, an invalid line between two valid ones.
+    writer.apply(&Change::AppendInvalid { file: 0 });
+    writer.apply(&Change::Append {
+        file: 0,
+        lines: vec![(0, 1, 1)],
+    });
+    writer.apply(&Change::Append {
+        file: 2,
+        lines: vec![(1, 1, 1)],
+    });
+    writer.apply(&Change::Append {
+        file: 3,
+        lines: vec![(2, 0, 0)],
+    });
+    writer.apply(&Change::AppendInvalid { file: 3 });
+    writer.apply(&Change::Append {
+        file: 3,
+        lines: vec![(2, 1, 1)],
+    });
+    let (reloaded, report) = reload(
         &catalog,
         &shards,
         &options(&writer.directory, OnInvalid::Fail, 2),
     )
     .unwrap();
-    let fresh = snapshot::load(&options(&writer.directory, OnInvalid::Fail, 2))
+    let lines: Vec<(bool, u32)> = report
+        .invalid
+        .iter()
+        .map(|line| (line.path.ends_with(FILES[0]), line.line))
+        .collect();
+    assert_eq!(lines, [(true, 2), (false, 2)]);
+    assert_eq!(report.held.len(), 2);
+    assert_eq!(held(&reloaded.catalog), [FILES[0], FILES[3]]);
+    let summary = &reloaded.catalog.summary;
+    assert_eq!(
+        (summary.units, summary.metrics, summary.held_files),
+        (3, 0, 2)
+    );
+    let served_now = served(&reloaded);
+    // File 0 serves its one record of before, file 2 both of its own, file 3 none.
+    assert_eq!(served_now.units[..1], before.units[..1]);
+    let paths: Vec<&str> = served_now
+        .units
+        .iter()
+        .map(|(identity, _)| identity.path.as_str())
+        .collect();
+    assert_eq!(paths, [FILES[0], FILES[2], FILES[2]]);
+    let (catalog, shards) = parts(reloaded);
+
+    // Unchanged since they were held: not read again, still held.
+    let (again, report) = reload(
+        &catalog,
+        &shards,
+        &options(&writer.directory, OnInvalid::Fail, 3),
+    )
+    .unwrap();
+    assert_eq!((report.files.len(), report.bytes), (0, 0));
+    assert_eq!(again.catalog.summary.held_files, 2);
+    assert_eq!(served(&again), served_now);
+
+    // Written right by renaming good ones over them: released, and served whole.
+    writer.apply(&Change::Replace {
+        file: 0,
+        lines: vec![(0, 0, 0), (0, 1, 1)],
+    });
+    writer.apply(&Change::Replace {
+        file: 3,
+        lines: vec![(2, 0, 0)],
+    });
+    let (released, report) = reload(
+        &catalog,
+        &shards,
+        &options(&writer.directory, OnInvalid::Fail, 3),
+    )
+    .unwrap();
+    assert!(report.held.is_empty());
+    assert_eq!(released.catalog.summary.held_files, 0);
+    let fresh = snapshot::load(&options(&writer.directory, OnInvalid::Fail, 3))
         .unwrap()
         .0;
-    assert_eq!(served(&reloaded), served(&fresh));
+    assert_eq!(served(&released), served(&fresh));
 }
 
 #[test]
