@@ -180,7 +180,7 @@ def start_server(directory):
     server = subprocess.Popen([binary, "serve", "--watch", "--snapshots", directory,
         "--tokens", TOKENS, "--listen", f"127.0.0.1:{port}", "--admin-listen",
         f"127.0.0.1:{admin}"], stdout=subprocess.DEVNULL, stderr=log,
-        env=dict(os.environ, RUST_LOG="info"))
+        env=dict(os.environ, RUST_LOG=os.environ.get("RUST_LOG", "info")))
     started = time.monotonic()
     while time.monotonic() - started < 900:
         if server.poll() is not None:

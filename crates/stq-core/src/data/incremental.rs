@@ -25,13 +25,20 @@
 //! the ordinals again. The catalog maps ordinals back to paths for cursors.
 //!
 //! Sharing: a station none of whose records change is the previous generation's
-//! `Arc<StationData>`; a touched one is rebuilt from its surviving records and its
-//! new ones (work and memory proportional to that station). A station keeps its
-//! shard; a new one goes to the shard with the fewest records. A shard's shard-wide
-//! tree is shared when none of its stations changed, came or went; when some did,
-//! it is the previous tree without their old units merged with their new ones (a
-//! copy, no sort); only when a shared station moved in rank (a station sorting
-//! before it came or went, which changes the keys of its units) is it sorted anew. Symbols extend the previous table, so
+//! `Arc<StationData>`. A touched one that only gains records (appended lines, a new
+//! file) is extended: its arena and pieces are copied as they are, so every record
+//! it had keeps its stored form where it was, and the new ones go after them; its
+//! trees are built again from the entries (work proportional to the station, but a
+//! copy, not a parse). One that loses records (a file dropped or replaced, a last
+//! line read again) is rebuilt from its surviving records and its new ones. A
+//! station keeps its shard; a new one goes to the shard with the fewest records. A
+//! shard's shard-wide tree is shared when none of its stations changed, came or
+//! went; when its touched stations were only extended, it is shared still, and
+//! their new units go into the shard's small tree of recent units
+//! ([`ShardData::extended`]); when a station was rebuilt, came or went, it is the
+//! previous tree without that station's old units merged with its new ones (a copy,
+//! no sort); only when a kept station moved in rank (a station sorting before it
+//! came or went, which changes the keys of its units) is it sorted anew. Symbols extend the previous table, so
 //! shared entries keep their meaning (a symbol no record uses any longer is
 //! harmless: a filter on it matches nothing, as an unknown value would).
 //!
@@ -54,13 +61,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::data::catalog::{Catalog, Generation, LoadSummary, Placement};
-use crate::data::key::RecordKey;
-use crate::data::shard::{Origin, ShardData};
+use crate::data::key::{Position, RecordKey};
+use crate::data::shard::{Origin, ShardData, ShardUnit};
 use crate::data::snapshot::{
     self, FileKind, LoadError, LoadOptions, LoadReport, LoadState, OnInvalid, SharedSymbols,
     SnapshotFile, Start, StationBuilder,
 };
-use crate::data::station::StationData;
+use crate::data::station::{StationData, UnitEntry};
+use crate::data::stored::PieceTable;
 use crate::data::threads;
 use crate::domain::record::Kind;
 
@@ -348,10 +356,13 @@ pub fn reload(
     // By ordinal: the first line whose record goes (0 for all of them).
     let mut dropped_from: HashMap<u32, u32> = HashMap::new();
     let mut touched: HashSet<Box<str>> = HashSet::new();
+    // Touched stations that lose records too: rebuilt, not extended.
+    let mut shrunk: HashSet<Box<str>> = HashSet::new();
     for (index, source) in previous.sources.iter().enumerate() {
         if !kept.contains(&index) {
             dropped_from.insert(source.ordinal, 0);
             touched.extend(source.stations.iter().cloned());
+            shrunk.extend(source.stations.iter().cloned());
         }
     }
     let mut sources = Vec::with_capacity(plans.len());
@@ -394,6 +405,7 @@ pub fn reload(
                         {
                             dropped_from.insert(before.ordinal, resume.start.line);
                             touched.insert(station.clone());
+                            shrunk.insert(station.clone());
                         }
                         grown(before, read)
                     }
@@ -427,7 +439,10 @@ pub fn reload(
 
     // The stations: shared, rebuilt, gone or new.
     let shard_count = shards.len();
+    // A shard with a station built anew (or gone) has its tree rebuilt; one whose
+    // touched stations only grew keeps it, and adds their new units to its recent one.
     let mut changed_shards = vec![false; shard_count];
+    let mut extended_shards = vec![false; shard_count];
     let mut previous_ranks: Vec<Vec<usize>> = shards
         .iter()
         .map(|data| vec![0; data.stations.len()])
@@ -442,10 +457,19 @@ pub fn reload(
         for (station_index, station) in data.stations.iter().enumerate() {
             let name = &previous.stations[previous_ranks[shard][station_index]];
             if touched.contains(name) {
-                changed_shards[shard] = true;
+                let extend = !shrunk.contains(name);
+                match extend {
+                    true => extended_shards[shard] = true,
+                    false => changed_shards[shard] = true,
+                }
                 slots[shard].push(Slot::Built(builds.len()));
                 let batch = new_records.remove(name);
-                builds.push((name.clone(), Some(Arc::clone(station)), batch));
+                builds.push(Build {
+                    name: name.clone(),
+                    previous: Some(Arc::clone(station)),
+                    batch,
+                    extend,
+                });
             } else {
                 let previous_index = station_index as u32;
                 slots[shard].push(Slot::Shared(
@@ -466,11 +490,26 @@ pub fn reload(
         shard_load[shard] += builder.record_count();
         changed_shards[shard] = true;
         slots[shard].push(Slot::Built(builds.len()));
-        builds.push((name, None, Some(builder)));
+        builds.push(Build {
+            name,
+            previous: None,
+            batch: Some(builder),
+            extend: false,
+        });
     }
-    let built = threads::map(builds, |(name, old, batch)| {
-        let mut builder =
-            old.map_or_else(StationBuilder::default, |old| surviving(&old, &is_dropped));
+    let built = threads::map(builds, |build| {
+        let Build {
+            name,
+            previous,
+            batch,
+            extend,
+        } = build;
+        let mut builder = match (&previous, extend) {
+            (Some(old), true) => extending(old),
+            (Some(old), false) => surviving(old, &is_dropped),
+            (None, _) => StationBuilder::default(),
+        };
+        let kept_units = builder.units.len();
         if let Some(batch) = batch {
             builder.append(batch);
         }
@@ -478,10 +517,23 @@ pub fn reload(
             // All its records went: the station is gone.
             return Ok(None);
         }
-        Ok(Some((Arc::new(finish(&name, builder)?), name)))
+        let appended = match extend {
+            true => builder.units[kept_units..].to_vec(),
+            false => Vec::new(),
+        };
+        let origin = match extend {
+            true => Origin::Extended,
+            false => Origin::Built,
+        };
+        Ok(Some(Rebuilt {
+            data: Arc::new(finish(&name, builder)?),
+            name,
+            origin,
+            appended,
+        }))
     });
-    let mut built: Vec<Option<(Arc<StationData>, Box<str>)>> =
-        built.into_iter().collect::<Result<_, LoadError>>()?;
+    let mut built: Vec<Option<Rebuilt>> = built.into_iter().collect::<Result<_, LoadError>>()?;
+    let mut appended_units: Vec<Vec<Appended>> = vec![Vec::new(); shard_count];
     let mut shard_stations: Vec<Vec<PlacedStation>> = vec![Vec::new(); shard_count];
     for (shard, shard_slots) in slots.into_iter().enumerate() {
         for slot in shard_slots {
@@ -490,8 +542,12 @@ pub fn reload(
                     shard_stations[shard].push((name, data, Origin::Shared { previous_index }));
                 }
                 Slot::Built(build) => {
-                    if let Some((data, name)) = built[build].take() {
-                        shard_stations[shard].push((name, data, Origin::Built));
+                    if let Some(rebuilt) = built[build].take() {
+                        if !rebuilt.appended.is_empty() {
+                            let station_index = shard_stations[shard].len();
+                            appended_units[shard].push((station_index, rebuilt.appended));
+                        }
+                        shard_stations[shard].push((rebuilt.name, rebuilt.data, rebuilt.origin));
                     }
                 }
             }
@@ -521,17 +577,14 @@ pub fn reload(
         .iter()
         .map(|stations| vec![0; stations.len()])
         .collect();
-    // A shard whose shared stations moved in rank has its tree sorted anew; one
-    // that only has stations built anew (or gone) has it updated.
+    // A shard whose kept stations moved in rank has its tree sorted anew; one that
+    // has stations built anew (or gone) has it updated.
     let mut moved_shards = vec![false; shard_count];
     for (rank, (name, placement)) in names.iter().enumerate() {
         let (shard, station_index) = (placement.shard as usize, placement.station_index as usize);
         ranks_per_shard[shard][station_index] = rank as u32;
-        let shared = matches!(
-            shard_stations[shard][station_index].2,
-            Origin::Shared { .. }
-        );
-        if shared && previous.rank(name) != Some(rank as u32) {
+        let kept = !matches!(shard_stations[shard][station_index].2, Origin::Built);
+        if kept && previous.rank(name) != Some(rank as u32) {
             moved_shards[shard] = true;
         }
     }
@@ -539,22 +592,44 @@ pub fn reload(
     let jobs: Vec<_> = shard_stations
         .into_iter()
         .zip(&ranks_per_shard)
+        .zip(appended_units)
         .enumerate()
         .collect();
-    let new_shards: Vec<ShardData> = threads::map(jobs, |(shard, (stations, ranks))| {
-        let previous_shard = &shards[shard];
-        let (stations, origins): (Vec<_>, Vec<_>) = stations
-            .into_iter()
-            .map(|(_, data, origin)| (data, origin))
-            .unzip();
-        if moved_shards[shard] {
-            ShardData::of_shared(generation, stations, ranks)
-        } else if changed_shards[shard] {
-            ShardData::updated(generation, previous_shard, stations, &origins, ranks)
-        } else {
-            ShardData::shared(generation, previous_shard)
-        }
-    });
+    let new_shards: Vec<ShardData> =
+        threads::map(jobs, |(shard, ((stations, ranks), appended))| {
+            let previous_shard = &shards[shard];
+            let (stations, origins): (Vec<_>, Vec<_>) = stations
+                .into_iter()
+                .map(|(_, data, origin)| (data, origin))
+                .unzip();
+            if moved_shards[shard] {
+                ShardData::of_shared(generation, stations, ranks)
+            } else if changed_shards[shard] {
+                ShardData::updated(generation, previous_shard, stations, &origins, ranks)
+            } else if extended_shards[shard] {
+                let appended = appended
+                    .into_iter()
+                    .flat_map(|(station_index, units)| {
+                        let rank = ranks[station_index];
+                        units.into_iter().map(move |(key, entry)| {
+                            let position = Position {
+                                instant: key.instant,
+                                station_rank: rank,
+                                load_order: key.load_order,
+                            };
+                            let unit = ShardUnit {
+                                station_index: station_index as u32,
+                                entry,
+                            };
+                            (position, unit)
+                        })
+                    })
+                    .collect();
+                ShardData::extended(generation, previous_shard, stations, appended)
+            } else {
+                ShardData::shared(generation, previous_shard)
+            }
+        });
 
     let sharded = started.elapsed();
     let summary = LoadSummary {
@@ -601,9 +676,29 @@ pub fn reload(
 /// from.
 type PlacedStation = (Box<str>, Arc<StationData>, Origin);
 
-/// A station to build: its id, its previous data (whose surviving records it
-/// keeps) and its new records.
-type Build = (Box<str>, Option<Arc<StationData>>, Option<StationBuilder>);
+/// A station to build.
+struct Build {
+    name: Box<str>,
+    /// Its data in the previous generation, whose records it keeps but the dropped.
+    previous: Option<Arc<StationData>>,
+    /// Its new records.
+    batch: Option<StationBuilder>,
+    /// Whether it only grows: its records keep their stored form where it was.
+    extend: bool,
+}
+
+/// The units appended to an extended station: its index in its shard, and each
+/// unit's key and entry.
+type Appended = (usize, Vec<(RecordKey, UnitEntry)>);
+
+/// A station built.
+struct Rebuilt {
+    name: Box<str>,
+    data: Arc<StationData>,
+    origin: Origin,
+    /// When it was extended, its units appended, for its shard's recent tree.
+    appended: Vec<(RecordKey, UnitEntry)>,
+}
 
 /// A station's place in its shard while the touched ones are built.
 enum Slot {
@@ -633,6 +728,47 @@ fn grown(before: &SourceState, read: SourceState) -> SourceState {
         invalid: before.invalid + read.invalid,
         stations: stations.into_iter().collect(),
         ..read
+    }
+}
+
+/// How many of a station's latest units, and of its latest metrics, an extension
+/// looks at for pieces that appended records can share.
+const LATEST_RECORDS: usize = 256;
+
+/// A builder holding every record of `station` as it is stored, so that what is
+/// appended goes after it and the station's stored records (which its shard's
+/// trees point into) stay valid.
+fn extending(station: &StationData) -> StationBuilder {
+    // Appended records share pieces with the latest ones (the next unit's metric
+    // names, units and limits are the last one's); finding every record's pieces
+    // again cost more than the rest of the extension.
+    let records = station
+        .units
+        .values()
+        .rev()
+        .take(LATEST_RECORDS)
+        .map(|entry| entry.bytes)
+        .chain(
+            station
+                .metrics
+                .values()
+                .rev()
+                .take(LATEST_RECORDS)
+                .map(|entry| entry.bytes),
+        );
+    StationBuilder {
+        arena: station.arena.to_vec(),
+        pieces: PieceTable::continuing(&station.pieces, &station.arena, records),
+        units: station
+            .units
+            .iter()
+            .map(|(key, entry)| (*key, *entry))
+            .collect(),
+        metrics: station
+            .metrics
+            .iter()
+            .map(|(key, entry)| (*key, *entry))
+            .collect(),
     }
 }
 

@@ -105,7 +105,8 @@ fn served(generation: &Generation) -> Served {
         .shards
         .iter()
         .flat_map(|shard| {
-            shard.units.iter().map(|(position, unit)| {
+            let everything = (std::ops::Bound::Unbounded, std::ops::Bound::Unbounded);
+            shard.units_in(everything).map(|(position, unit)| {
                 let station = &shard.stations[unit.station_index as usize];
                 let json = String::from_utf8(station.json(unit.entry.bytes).to_vec()).unwrap();
                 (*position, json)
@@ -720,4 +721,51 @@ fn parts_to_generation(catalog: &Arc<Catalog>, shards: &[Arc<ShardData>]) -> Gen
             .map(|shard| ShardData::shared(shard.generation, shard))
             .collect(),
     }
+}
+
+/// Issue 21: a station that only grows is extended, not rebuilt: its shard keeps
+/// its tree and puts the new units in its recent tree, and the records it had keep
+/// their stored form.
+#[test]
+fn issue_21_appended_lines_extend_their_station_and_the_recent_tree() {
+    let mut writer = Writer {
+        directory: TempDirectory::new("extend"),
+        rests: HashMap::new(),
+        clock: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+    };
+    writer.apply(&Change::Append {
+        file: 0,
+        lines: vec![(0, 0, 0), (0, 1, 1), (0, 2, 2), (1, 0, 0), (1, 1, 1)],
+    });
+    let (generation, _) = snapshot::load(&options(&writer.directory, OnInvalid::Fail, 1)).unwrap();
+    let (catalog, shards) = parts(generation);
+    writer.apply(&Change::Append {
+        file: 0,
+        lines: vec![(0, 3, 0)],
+    });
+    let (grown, _) = reload(
+        &catalog,
+        &shards,
+        &options(&writer.directory, OnInvalid::Fail, 2),
+    )
+    .unwrap();
+    let placement = catalog.placement(catalog.rank("ST-0").unwrap());
+    let (before, after) = (
+        &shards[placement.shard as usize],
+        &grown.shards[placement.shard as usize],
+    );
+    assert!(Arc::ptr_eq(&before.units, &after.units));
+    assert_eq!(after.recent.len(), 1);
+    let (old, new) = (
+        &before.stations[placement.station_index as usize],
+        &after.stations[placement.station_index as usize],
+    );
+    assert!(!Arc::ptr_eq(old, new));
+    for (key, entry) in &old.units {
+        assert_eq!(new.units[key], *entry, "a kept record moved");
+    }
+    let fresh = snapshot::load(&options(&writer.directory, OnInvalid::Fail, 2))
+        .unwrap()
+        .0;
+    assert_eq!(served(&grown), served(&fresh));
 }
