@@ -17,13 +17,14 @@
 //! The watch does the same with the events of a change: it waits [`BATCH`] after
 //! the first one, never for a pause, because a test floor's writers never pause.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use notify::{RecursiveMode, Watcher as _};
-use stq_core::data::incremental;
+use parking_lot::Mutex;
+use stq_core::data::incremental::{self, Look};
 use stq_core::data::snapshot::{self, LoadError, LoadOptions, LoadReport, OnInvalid};
 use stq_core::domain::auth::{Tokens, TokensError};
 use tokio::sync::mpsc;
@@ -79,21 +80,43 @@ pub enum ReloadError {
 #[derive(Clone)]
 pub struct ReloadTrigger {
     sender: mpsc::Sender<()>,
-    /// Whether the next reload's clean outcome is logged at `info`: a reload the
-    /// operator asked for is, while the watch's, several a second on a busy
-    /// floor, are logged at `debug` (a held file or a failure always is logged).
-    announce: Arc<AtomicBool>,
+    /// What the requests since the last reload started ask of the next one.
+    pending: Arc<Mutex<Pending>>,
+}
+
+/// What the next reload is asked to do.
+#[derive(Debug, Default)]
+struct Pending {
+    /// Log its clean outcome at `info`: a reload the operator asked for is, while
+    /// the watch's, several a second on a busy floor, are logged at `debug` (a
+    /// held file or a failure always is logged).
+    announce: bool,
+    /// Look at every file, not only at `paths`.
+    everything: bool,
+    /// Paths relative to the snapshot directory that the watch saw change.
+    paths: BTreeSet<String>,
 }
 
 impl ReloadTrigger {
-    /// Asks for a reload whose outcome is logged (SIGHUP).
+    /// Asks for a reload of everything, whose outcome is logged (SIGHUP).
     pub fn request(&self) {
-        self.announce.store(true, Ordering::Relaxed);
+        {
+            let mut pending = self.pending.lock();
+            pending.announce = true;
+            pending.everything = true;
+        }
         self.send();
     }
 
-    /// Asks for a reload that is logged only if it holds a file back or fails.
-    pub fn request_quietly(&self) {
+    /// Asks for a reload that looks at `paths` (relative to the snapshot directory),
+    /// or at every file when `everything` (the watch lost track), logged only if it
+    /// holds a file back or fails.
+    fn request_quietly(&self, everything: bool, paths: BTreeSet<String>) {
+        {
+            let mut pending = self.pending.lock();
+            pending.everything |= everything;
+            pending.paths.extend(paths);
+        }
         self.send();
     }
 
@@ -105,8 +128,9 @@ impl ReloadTrigger {
 
 impl Reloader {
     /// Builds, installs and swaps in the next generation; returns its number, what
-    /// the reload read, and how many files it holds back.
-    pub async fn reload(&self) -> Result<(u64, LoadReport, u64), ReloadError> {
+    /// the reload read, and how many files it holds back. It looks for changes
+    /// where `look` says.
+    pub async fn reload(&self, look: Look) -> Result<(u64, LoadReport, u64), ReloadError> {
         let options = LoadOptions {
             directory: self.snapshots.clone(),
             shards: self.engine.shard_count(),
@@ -129,7 +153,7 @@ impl Reloader {
                     .and_then(|tokens| {
                         let loaded = match &previous {
                             Some((catalog, shards)) => {
-                                incremental::reload(catalog, shards, &options)
+                                incremental::reload_looking(catalog, shards, &options, &look)
                             }
                             None => snapshot::load(&options),
                         };
@@ -174,16 +198,22 @@ impl Reloader {
     /// Starts the reload task on the current actix system and returns its trigger.
     pub fn spawn(self) -> ReloadTrigger {
         let (sender, mut receiver) = mpsc::channel::<()>(1);
-        let announce = Arc::new(AtomicBool::new(false));
+        let pending = Arc::new(Mutex::new(Pending::default()));
         let trigger = ReloadTrigger {
             sender,
-            announce: Arc::clone(&announce),
+            pending: Arc::clone(&pending),
         };
         actix_rt::spawn(async move {
             while receiver.recv().await.is_some() {
-                let announced = announce.swap(false, Ordering::Relaxed);
+                // What is asked from here on is for the next reload.
+                let asked = std::mem::take(&mut *pending.lock());
+                let announced = asked.announce;
+                let look = match asked.everything {
+                    true => Look::Everything,
+                    false => Look::Paths(asked.paths),
+                };
                 let current = self.engine.catalog().generation();
-                let result = self.reload().await;
+                let result = self.reload(look).await;
                 self.metrics.reloaded(match &result {
                     Ok((_, _, 0)) => Outcome::Clean,
                     Ok(_) => Outcome::Held,
@@ -270,16 +300,27 @@ pub fn reload_on_change(
 ) -> notify::Result<notify::RecommendedWatcher> {
     let snapshots = snapshots.canonicalize()?;
     let tokens = tokens.canonicalize()?;
-    let (events, changes) = std::sync::mpsc::channel::<()>();
-    let relevant = {
-        let snapshots = snapshots.clone();
-        let tokens = tokens.clone();
-        move |path: &Path| path.starts_with(&snapshots) || path == tokens
-    };
+    let (events, changes) = std::sync::mpsc::channel::<Seen>();
+    let (within, tokens_file) = (snapshots.clone(), tokens.clone());
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        if let Ok(event) = event {
-            if !event.kind.is_access() && event.paths.iter().any(|path| relevant(path)) {
-                let _ = events.send(());
+        let event = match event {
+            Ok(event) if event.kind.is_access() => return,
+            Ok(event) if !event.need_rescan() => event,
+            // Events were lost: only a look at every file knows what changed.
+            _ => {
+                let _ = events.send(Seen::Everything);
+                return;
+            }
+        };
+        for path in &event.paths {
+            if let Ok(relative) = path.strip_prefix(&within) {
+                let relative: Vec<_> = relative
+                    .components()
+                    .map(|component| component.as_os_str().to_string_lossy())
+                    .collect();
+                let _ = events.send(Seen::Snapshot(relative.join("/")));
+            } else if *path == tokens_file {
+                let _ = events.send(Seen::Tokens);
             }
         }
     })?;
@@ -294,16 +335,37 @@ pub fn reload_on_change(
     std::thread::Builder::new()
         .name("stq-watch".into())
         .spawn(move || {
-            while changes.recv().is_ok() {
+            while let Ok(first) = changes.recv() {
+                let mut everything = false;
+                let mut paths = BTreeSet::new();
+                let mut note = |seen: Seen| match seen {
+                    Seen::Everything => everything = true,
+                    Seen::Snapshot(path) => {
+                        paths.insert(path);
+                    }
+                    Seen::Tokens => {}
+                };
+                note(first);
                 let deadline = Instant::now() + BATCH;
                 while let Some(left) = deadline.checked_duration_since(Instant::now()) {
-                    if changes.recv_timeout(left).is_err() {
-                        break;
+                    match changes.recv_timeout(left) {
+                        Ok(seen) => note(seen),
+                        Err(_) => break,
                     }
                 }
                 tracing::debug!("files changed: reloading the snapshot and the tokens");
-                trigger.request_quietly();
+                trigger.request_quietly(everything, paths);
             }
         })?;
     Ok(watcher)
+}
+
+/// A change the watch saw.
+enum Seen {
+    /// At this path under the snapshot directory, relative to it and `/`-separated.
+    Snapshot(String),
+    /// To the tokens file, which every reload reads anyway.
+    Tokens,
+    /// Somewhere: events were lost.
+    Everything,
 }

@@ -256,6 +256,18 @@ enum Plan {
     Held { job: usize, previous: Option<usize> },
 }
 
+/// What a reload looks at for changes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Look {
+    /// Every file under the directory, each one's stamp against its last read.
+    Everything,
+    /// Only these paths, relative to the directory and `/`-separated, as a watch of
+    /// the directory reported them changed: every other known file is taken as
+    /// unchanged without a look. A path that is, or was, a directory makes it a
+    /// look at everything.
+    Paths(BTreeSet<String>),
+}
+
 /// Builds the generation after `previous` (whose shards are `shards`) from what
 /// changed in the directory since `previous` was read, as `options` say; what it
 /// serves is what [`snapshot::load`] of the same files would serve. The report
@@ -265,56 +277,29 @@ pub fn reload(
     shards: &[Arc<ShardData>],
     options: &LoadOptions,
 ) -> Result<(Generation, LoadReport), LoadError> {
+    reload_looking(previous, shards, options, &Look::Everything)
+}
+
+/// [`reload`], looking for changes only where `look` says.
+pub fn reload_looking(
+    previous: &Catalog,
+    shards: &[Arc<ShardData>],
+    options: &LoadOptions,
+    look: &Look,
+) -> Result<(Generation, LoadReport), LoadError> {
     let started = Instant::now();
     if shards.len() != options.shards.max(1) || previous.sources.len() != previous.files.len() {
         return snapshot::load(options);
     }
-    let found = snapshot::discover(&options.directory)?;
-    let previous_by_path: HashMap<&str, usize> = previous
-        .sources
-        .iter()
-        .enumerate()
-        .map(|(index, source)| (&*source.relative, index))
-        .collect();
-
     // Which files to read, and from where.
-    let mut plans = Vec::with_capacity(found.len());
-    let mut jobs: Vec<SnapshotFile> = Vec::new();
-    for file in found {
-        let io_error = |source| LoadError::Io {
-            path: file.display.clone(),
-            source,
-        };
-        let known = previous_by_path.get(file.relative.as_str()).copied();
-        let Some(index) = known else {
-            plans.push(Plan::Read {
-                job: jobs.len(),
-                previous: None,
-            });
-            jobs.push(file);
-            continue;
-        };
-        let source = &previous.sources[index];
-        let stamp = FileStamp::of(&std::fs::metadata(&file.path).map_err(io_error)?);
-        let unchanged = match source.held {
-            None => stamp == source.stamp,
-            // Held back, and still as it was then: it would be held again.
-            Some(held) => stamp == held,
-        };
-        if unchanged {
-            plans.push(Plan::Keep(index));
-            continue;
-        }
-        let mut job = file;
-        job.ordinal = source.ordinal;
-        // The read resumes it if it only grew, and says whether it did.
-        job.resume = source.resume.map(|resume| (source.stamp, resume));
-        plans.push(Plan::Read {
-            job: jobs.len(),
-            previous: Some(index),
-        });
-        jobs.push(job);
-    }
+    let looked_at = match look {
+        Look::Paths(paths) => look_at(previous, options, paths)?,
+        Look::Everything => None,
+    };
+    let (mut plans, mut jobs) = match looked_at {
+        Some(found) => found,
+        None => look_everywhere(previous, options)?,
+    };
     let looked = started.elapsed();
     if !assign_ordinals(&plans, &mut jobs, previous) {
         // No room between two files' ordinals: a full load spreads them again.
@@ -504,12 +489,34 @@ pub fn reload(
             batch,
             extend,
         } = build;
-        let mut builder = match (&previous, extend) {
-            (Some(old), true) => extending(old),
-            (Some(old), false) => surviving(old, &is_dropped),
-            (None, _) => StationBuilder::default(),
+        if let (Some(old), true) = (&previous, extend) {
+            // The builder holds the old records' bytes and only the new entries.
+            let mut builder = extending(old);
+            if let Some(batch) = batch {
+                builder.append(batch);
+            }
+            if !builder.fits() {
+                return Err(LoadError::StationTooLarge {
+                    station: name.to_string(),
+                });
+            }
+            let data = old.extended(
+                builder.arena.into_boxed_slice(),
+                builder.pieces.finish(),
+                &builder.units,
+                &builder.metrics,
+            );
+            return Ok(Some(Rebuilt {
+                data: Arc::new(data),
+                name,
+                origin: Origin::Extended,
+                appended: builder.units,
+            }));
+        }
+        let mut builder = match &previous {
+            Some(old) => surviving(old, &is_dropped),
+            None => StationBuilder::default(),
         };
-        let kept_units = builder.units.len();
         if let Some(batch) = batch {
             builder.append(batch);
         }
@@ -517,19 +524,11 @@ pub fn reload(
             // All its records went: the station is gone.
             return Ok(None);
         }
-        let appended = match extend {
-            true => builder.units[kept_units..].to_vec(),
-            false => Vec::new(),
-        };
-        let origin = match extend {
-            true => Origin::Extended,
-            false => Origin::Built,
-        };
         Ok(Some(Rebuilt {
             data: Arc::new(finish(&name, builder)?),
             name,
-            origin,
-            appended,
+            origin: Origin::Built,
+            appended: Vec::new(),
         }))
     });
     let mut built: Vec<Option<Rebuilt>> = built.into_iter().collect::<Result<_, LoadError>>()?;
@@ -672,6 +671,142 @@ pub fn reload(
     ))
 }
 
+/// What a look at the directory found: a plan for each file in path order, and the
+/// files to read.
+type Looked = (Vec<Plan>, Vec<SnapshotFile>);
+
+/// Every file of the directory, and what to do with each.
+fn look_everywhere(previous: &Catalog, options: &LoadOptions) -> Result<Looked, LoadError> {
+    let found = snapshot::discover(&options.directory)?;
+    let previous_by_path: HashMap<&str, usize> = previous
+        .sources
+        .iter()
+        .enumerate()
+        .map(|(index, source)| (&*source.relative, index))
+        .collect();
+    let mut plans = Vec::with_capacity(found.len());
+    let mut jobs: Vec<SnapshotFile> = Vec::new();
+    for file in found {
+        let known = previous_by_path.get(file.relative.as_str()).copied();
+        plan_file(previous, file, known, &mut plans, &mut jobs)?;
+    }
+    Ok((plans, jobs))
+}
+
+/// The files of `previous` with only `changed` looked at (paths relative to the
+/// directory): what [`look_everywhere`] would find if nothing else changed. `None`
+/// when a changed path is or was a directory: then only a look at everything knows
+/// what is in it.
+fn look_at(
+    previous: &Catalog,
+    options: &LoadOptions,
+    changed: &BTreeSet<String>,
+) -> Result<Option<Looked>, LoadError> {
+    let directory = &options.directory;
+    if !directory.is_dir() {
+        return Err(LoadError::MissingDirectory(directory.clone()));
+    }
+    let mut files: Vec<SnapshotFile> = Vec::new();
+    for relative in changed {
+        if relative.is_empty() {
+            return Ok(None);
+        }
+        let path = directory.join(relative);
+        let name = relative.rsplit('/').next().unwrap_or(relative);
+        let Some((kind, gzip)) = FileKind::of_file_name(name) else {
+            let within = format!("{relative}/");
+            let was_directory = previous
+                .sources
+                .iter()
+                .any(|source| source.relative.starts_with(&within));
+            if path.is_dir() || was_directory {
+                return Ok(None);
+            }
+            continue;
+        };
+        match std::fs::metadata(&path) {
+            Ok(metadata) if metadata.is_file() => {}
+            Ok(metadata) if metadata.is_dir() => return Ok(None),
+            // Gone (or not a file): dropped, as a full look would not find it.
+            _ => continue,
+        }
+        files.push(SnapshotFile {
+            display: directory.join(relative).display().to_string(),
+            relative: relative.clone(),
+            path,
+            kind,
+            gzip,
+            ordinal: 0,
+            resume: None,
+        });
+    }
+    // The known files and the changed ones, in path order.
+    let mut plans = Vec::with_capacity(previous.sources.len() + files.len());
+    let mut jobs: Vec<SnapshotFile> = Vec::new();
+    let mut files = files.into_iter().peekable();
+    for (index, source) in previous.sources.iter().enumerate() {
+        while let Some(file) =
+            files.next_if(|file| file.relative.as_bytes() < source.relative.as_bytes())
+        {
+            plan_file(previous, file, None, &mut plans, &mut jobs)?;
+        }
+        match files.next_if(|file| file.relative == *source.relative) {
+            Some(file) => plan_file(previous, file, Some(index), &mut plans, &mut jobs)?,
+            None if changed.contains(&*source.relative) => {} // gone
+            None => plans.push(Plan::Keep(index)),
+        }
+    }
+    for file in files {
+        plan_file(previous, file, None, &mut plans, &mut jobs)?;
+    }
+    Ok(Some((plans, jobs)))
+}
+
+/// What to do with `file`, whose state in `previous` is at `known` if it was read
+/// before: keep it (unchanged), or read it (from where its last read ended if it
+/// only grew, else whole).
+fn plan_file(
+    previous: &Catalog,
+    file: SnapshotFile,
+    known: Option<usize>,
+    plans: &mut Vec<Plan>,
+    jobs: &mut Vec<SnapshotFile>,
+) -> Result<(), LoadError> {
+    let Some(index) = known else {
+        plans.push(Plan::Read {
+            job: jobs.len(),
+            previous: None,
+        });
+        jobs.push(file);
+        return Ok(());
+    };
+    let source = &previous.sources[index];
+    let metadata = std::fs::metadata(&file.path).map_err(|source| LoadError::Io {
+        path: file.display.clone(),
+        source,
+    })?;
+    let stamp = FileStamp::of(&metadata);
+    let unchanged = match source.held {
+        None => stamp == source.stamp,
+        // Held back, and still as it was then: it would be held again.
+        Some(held) => stamp == held,
+    };
+    if unchanged {
+        plans.push(Plan::Keep(index));
+        return Ok(());
+    }
+    let mut job = file;
+    job.ordinal = source.ordinal;
+    // The read resumes it if it only grew, and says whether it did.
+    job.resume = source.resume.map(|resume| (source.stamp, resume));
+    plans.push(Plan::Read {
+        job: jobs.len(),
+        previous: Some(index),
+    });
+    jobs.push(job);
+    Ok(())
+}
+
 /// A station of a shard of the new generation: its id, data and where that comes
 /// from.
 type PlacedStation = (Box<str>, Arc<StationData>, Origin);
@@ -735,9 +870,10 @@ fn grown(before: &SourceState, read: SourceState) -> SourceState {
 /// looks at for pieces that appended records can share.
 const LATEST_RECORDS: usize = 256;
 
-/// A builder holding every record of `station` as it is stored, so that what is
-/// appended goes after it and the station's stored records (which its shard's
-/// trees point into) stay valid.
+/// A builder holding the stored records of `station` as they are, but none of its
+/// entries, so that what is appended goes after them and the station's stored
+/// records (which its shard's trees point into) stay valid; its entries are
+/// then the appended records'.
 fn extending(station: &StationData) -> StationBuilder {
     // Appended records share pieces with the latest ones (the next unit's metric
     // names, units and limits are the last one's); finding every record's pieces
@@ -759,16 +895,8 @@ fn extending(station: &StationData) -> StationBuilder {
     StationBuilder {
         arena: station.arena.to_vec(),
         pieces: PieceTable::continuing(&station.pieces, &station.arena, records),
-        units: station
-            .units
-            .iter()
-            .map(|(key, entry)| (*key, *entry))
-            .collect(),
-        metrics: station
-            .metrics
-            .iter()
-            .map(|(key, entry)| (*key, *entry))
-            .collect(),
+        units: Vec::new(),
+        metrics: Vec::new(),
     }
 }
 

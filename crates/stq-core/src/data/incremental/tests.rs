@@ -270,6 +270,24 @@ impl Writer {
         handle.set_modified(self.clock).unwrap();
     }
 
+    /// The paths `change` touches, as a watch of the directory reports them.
+    fn touched(&self, change: &Change) -> BTreeSet<String> {
+        let files: Vec<usize> = match change {
+            Change::Append { file, .. }
+            | Change::AppendPart { file, .. }
+            | Change::AppendInvalid { file }
+            | Change::Replace { file, .. }
+            | Change::Truncate { file, .. }
+            | Change::Delete { file } => vec![*file],
+            Change::Finish => self.rests.keys().copied().collect(),
+        };
+        let mut paths: BTreeSet<String> = files.iter().map(|&file| FILES[file].into()).collect();
+        if let Change::Replace { .. } = change {
+            paths.insert("staging.tmp".into());
+        }
+        paths
+    }
+
     fn apply(&mut self, change: &Change) {
         let lines = |file: usize, records: &[(u8, u8, u8)]| -> String {
             records
@@ -346,7 +364,9 @@ fn parts(generation: Generation) -> (Arc<Catalog>, Vec<Arc<ShardData>>) {
     (catalog, shards.into_iter().map(Arc::new).collect())
 }
 
-fn run_changes(name: &str, changes: &[Change]) -> Result<(), TestCaseError> {
+/// `watched`: each reload looks only at the paths the change touched, as with
+/// `--watch`; otherwise at everything, as on SIGHUP.
+fn run_changes(name: &str, changes: &[Change], watched: bool) -> Result<(), TestCaseError> {
     let mut writer = Writer {
         directory: TempDirectory::new(name),
         rests: HashMap::new(),
@@ -355,10 +375,14 @@ fn run_changes(name: &str, changes: &[Change]) -> Result<(), TestCaseError> {
     let (generation, _) = snapshot::load(&options(&writer.directory, OnInvalid::Skip, 1)).unwrap();
     let (mut catalog, mut shards) = parts(generation);
     for (step, change) in changes.iter().enumerate() {
+        let look = match watched {
+            true => Look::Paths(writer.touched(change)),
+            false => Look::Everything,
+        };
         writer.apply(change);
         let number = step as u64 + 2;
         let skip = options(&writer.directory, OnInvalid::Skip, number);
-        let (reloaded, _) = reload(&catalog, &shards, &skip).unwrap();
+        let (reloaded, _) = reload_looking(&catalog, &shards, &skip, &look).unwrap();
         let (fresh, _) = snapshot::load(&skip).unwrap();
         let fresh = served(&fresh);
         prop_assert_eq!(&served(&reloaded), &fresh, "after {:?}", change);
@@ -437,7 +461,16 @@ proptest! {
     fn a_reload_serves_what_a_fresh_load_serves(
         changes in prop::collection::vec(change(), 1..14)
     ) {
-        run_changes("property", &changes)?;
+        run_changes("property", &changes, false)?;
+    }
+
+    /// Issue 21: a reload that looks only where the watch saw changes serves the
+    /// same.
+    #[test]
+    fn issue_21_a_reload_looking_at_the_changed_paths_serves_what_a_fresh_load_serves(
+        changes in prop::collection::vec(change(), 1..14)
+    ) {
+        run_changes("watched", &changes, true)?;
     }
 
     /// Issue 21: one broken writer freezes nothing else.
@@ -768,4 +801,56 @@ fn issue_21_appended_lines_extend_their_station_and_the_recent_tree() {
         .unwrap()
         .0;
     assert_eq!(served(&grown), served(&fresh));
+}
+
+/// Issue 21: a watch that names a new directory (whose files it may not have seen
+/// created) makes the reload look at everything; one that names only other files
+/// leaves a changed file it did not name as it was.
+#[test]
+fn issue_21_a_changed_directory_makes_a_watched_reload_look_at_everything() {
+    let mut writer = Writer {
+        directory: TempDirectory::new("directory"),
+        rests: HashMap::new(),
+        clock: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+    };
+    writer.apply(&Change::Append {
+        file: 0,
+        lines: vec![(0, 0, 0)],
+    });
+    let (generation, _) = snapshot::load(&options(&writer.directory, OnInvalid::Fail, 1)).unwrap();
+    let (catalog, shards) = parts(generation);
+    // c/m.metrics.jsonl is new, in a new directory; a.units.jsonl grows unnamed.
+    writer.apply(&Change::Append {
+        file: 1,
+        lines: vec![(1, 0, 0)],
+    });
+    writer.apply(&Change::Append {
+        file: 0,
+        lines: vec![(0, 1, 1)],
+    });
+    let only_other = Look::Paths(["z.metrics.jsonl".to_string()].into());
+    let (unnamed, report) = reload_looking(
+        &catalog,
+        &shards,
+        &options(&writer.directory, OnInvalid::Fail, 2),
+        &only_other,
+    )
+    .unwrap();
+    assert_eq!(report.files.len(), 0);
+    assert_eq!(
+        served(&unnamed),
+        served(&parts_to_generation(&catalog, &shards))
+    );
+    let directory = Look::Paths(["c".to_string()].into());
+    let (everything, _) = reload_looking(
+        &catalog,
+        &shards,
+        &options(&writer.directory, OnInvalid::Fail, 2),
+        &directory,
+    )
+    .unwrap();
+    let fresh = snapshot::load(&options(&writer.directory, OnInvalid::Fail, 2))
+        .unwrap()
+        .0;
+    assert_eq!(served(&everything), served(&fresh));
 }
