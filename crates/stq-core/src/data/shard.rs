@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use itertools::Itertools as _;
+use itertools::{Either, Itertools as _};
 
 use crate::data::key::Position;
 use crate::data::station::{StationData, UnitEntry};
@@ -202,10 +202,15 @@ impl ShardData {
         &self,
         range: (std::ops::Bound<Position>, std::ops::Bound<Position>),
     ) -> impl Iterator<Item = (&Position, &ShardUnit)> {
-        let recent = (!self.recent.is_empty()).then(|| self.recent.range(range));
-        self.units
-            .range(range)
-            .merge_by(recent.into_iter().flatten(), |left, right| left.0 < right.0)
+        // Most scans find no recent units: they walk the one tree without a merge.
+        match self.recent.is_empty() {
+            true => Either::Left(self.units.range(range)),
+            false => Either::Right(
+                self.units
+                    .range(range)
+                    .merge_by(self.recent.range(range), |left, right| left.0 < right.0),
+            ),
+        }
     }
 
     /// How many records the shard holds.
