@@ -73,11 +73,12 @@ async fn in_time<F: Future<Output = Result<HttpResponse, ApiError>>>(
 }
 
 /// The checks every query passes first, in the contract's order: the query's
-/// length, one `Authorization` header, a known token; and the fault a test asked
-/// for, if any.
+/// length, one `Authorization` header, a known token not expired when the request
+/// `arrived`; and the fault a test asked for, if any.
 fn authenticate(
     request: &HttpRequest,
     state: &AppState,
+    arrived: Timestamp,
 ) -> Result<(Arc<Principal>, Option<Fault>), ApiError> {
     let engine = &state.engine;
     query::check_length(request.query_string(), engine.limits())?;
@@ -88,7 +89,7 @@ fn authenticate(
             reason: "more than one Authorization header",
         });
     }
-    let principal = engine.tokens().authenticate(authorization)?;
+    let principal = engine.tokens().authenticate(authorization, arrived)?;
     let fault = fault::requested(request.headers());
     if fault == Some(Fault::HandlerPanic) {
         panic!("the handler panics, as the request asked");
@@ -148,7 +149,7 @@ async fn answer_in_time(
     let engine = &state.engine;
     let limits = engine.limits();
 
-    let (principal, fault) = authenticate(request, state)?;
+    let (principal, fault) = authenticate(request, state, arrived)?;
     let params = query::parse(kind, request.query_string(), *limits)?;
     let engine_error =
         |error| ApiError::from_engine(error, &request_id, state.admission.request_timeout());
@@ -211,7 +212,7 @@ async fn summary_in_time(
     let request_id = RequestId::of(request);
     let engine = &state.engine;
 
-    let (principal, fault) = authenticate(request, state)?;
+    let (principal, fault) = authenticate(request, state, arrived)?;
     let params = query::parse_for(endpoint, request.query_string(), *engine.limits())?;
     let engine_error =
         |error| ApiError::from_engine(error, &request_id, state.admission.request_timeout());

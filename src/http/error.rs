@@ -207,8 +207,10 @@ impl ResponseError for ApiError {
         };
         let mut response = HttpResponse::build(self.status_code());
         match self {
-            ApiError::Unauthorized(Unauthorized { token_presented }) => {
-                let challenge = if *token_presented {
+            ApiError::Unauthorized(refusal) => {
+                // An expired token is refused like an unknown one; only the message
+                // says why.
+                let challenge = if refusal.token_presented() {
                     r#"Bearer realm="stq", error="invalid_token""#
                 } else {
                     r#"Bearer realm="stq""#
@@ -296,22 +298,44 @@ mod tests {
 
     #[test]
     fn unauthorized_challenges_name_the_realm() {
-        let header_of = |presented| {
-            ApiError::from(Unauthorized {
-                token_presented: presented,
-            })
-            .error_response()
-            .headers()
-            .get(header::WWW_AUTHENTICATE)
-            .unwrap()
-            .to_str()
-            .unwrap()
-            .to_owned()
+        let header_of = |refusal| {
+            ApiError::from(refusal)
+                .error_response()
+                .headers()
+                .get(header::WWW_AUTHENTICATE)
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .to_owned()
         };
-        assert_eq!(header_of(false), r#"Bearer realm="stq""#);
+        assert_eq!(header_of(Unauthorized::Missing), r#"Bearer realm="stq""#);
         assert_eq!(
-            header_of(true),
+            header_of(Unauthorized::Unknown),
             r#"Bearer realm="stq", error="invalid_token""#
         );
+    }
+
+    #[test]
+    fn issue_24_an_expired_token_is_refused_like_an_unknown_one_but_says_so() {
+        let expired = ApiError::from(Unauthorized::Expired);
+        let unknown = ApiError::from(Unauthorized::Unknown);
+        assert_eq!(expired.status_code(), StatusCode::UNAUTHORIZED);
+        assert_eq!(expired.code(), "unauthorized");
+        let challenge = |error: &ApiError| {
+            error
+                .error_response()
+                .headers()
+                .get(header::WWW_AUTHENTICATE)
+                .cloned()
+        };
+        assert_eq!(challenge(&expired), challenge(&unknown));
+        let body = body_of(&expired);
+        assert_eq!(body["error"]["details"], Value::Null);
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains("expired"), "{message}");
+        assert!(!body_of(&unknown)["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("expired"));
     }
 }

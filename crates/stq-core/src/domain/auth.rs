@@ -4,21 +4,44 @@
 //! digest compared with every known one, so the plain token is never stored,
 //! compared or logged, and the check takes the same time whichever token (if any)
 //! matches and however many leading bytes a wrong digest shares with a right one.
+//! An entry may expire: from that instant on its token is refused like an unknown
+//! one, with a message saying so.
+//!
+//! [`TokensFile`] is the file as written, entry by entry, for `stq token` to edit
+//! without changing the entries it does not touch; [`Tokens`] is what a server
+//! checks requests against.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 
-use serde::Deserialize;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::{ConditionallySelectable as _, ConstantTimeEq as _};
 
-/// A request without a known bearer token (docs/api.md section 3).
+use super::time::{parse_rfc3339, Timestamp};
+
+/// A request without a usable bearer token (docs/api.md section 3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("missing or invalid bearer token")]
-pub struct Unauthorized {
-    /// A Bearer token was presented (possibly empty) but is not known.
-    pub token_presented: bool,
+pub enum Unauthorized {
+    /// No `Authorization` header, or one of another scheme.
+    #[error("missing or invalid bearer token")]
+    Missing,
+    /// A Bearer token (possibly empty) that no entry knows.
+    #[error("missing or invalid bearer token")]
+    Unknown,
+    /// A known Bearer token whose entry's `expires` has passed.
+    #[error("the bearer token has expired")]
+    Expired,
+}
+
+impl Unauthorized {
+    /// A Bearer token was presented (possibly empty), known or not.
+    pub fn token_presented(self) -> bool {
+        !matches!(self, Unauthorized::Missing)
+    }
 }
 
 /// A tokens file that cannot be used: stq refuses to start, or a reload keeps the
@@ -57,6 +80,106 @@ pub struct Principal {
     pub scope: Scope,
     /// The token's SHA-256: identifies the holder in cursors without revealing it.
     pub digest: [u8; 32],
+    /// From this instant on the token is refused; `None`: never.
+    pub expires: Option<Timestamp>,
+}
+
+/// The tokens file as written (docs/api.md section 3.1): its entries in their order,
+/// each field as the file spells it, so that an edit keeps every other entry as it
+/// was. [`TokensFile::parse`] checks it as a server would.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokensFile {
+    pub tokens: Vec<TokenEntry>,
+}
+
+/// One entry of the tokens file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenEntry {
+    pub name: String,
+    /// The token's SHA-256 in hex, as written (either case).
+    pub sha256: String,
+    pub stations: Stations,
+    /// A date-time (docs/api.md section 4), as written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires: Option<String>,
+}
+
+/// An entry's `stations` as written: `"*"` or a list of station ids. (A string
+/// other than `"*"` parses, to be refused with the entry's name by the check.)
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Stations {
+    Every(String),
+    List(Vec<String>),
+}
+
+impl Stations {
+    /// `"*"`: every station, present and future.
+    pub fn every() -> Stations {
+        Stations::Every("*".to_owned())
+    }
+}
+
+/// What [`TokensFile::add`] and [`TokensFile::revoke`] refuse.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EditError {
+    #[error("a token named `{0}` is already in the tokens file")]
+    NameTaken(String),
+    #[error("no token named `{0}` is in the tokens file")]
+    UnknownName(String),
+}
+
+impl TokensFile {
+    /// Reads the text of a tokens file and checks it as [`Tokens::parse`] does.
+    pub fn parse(text: &str) -> Result<TokensFile, String> {
+        let file: TokensFile = serde_json::from_str(text).map_err(|error| error.to_string())?;
+        Tokens::from_file(&file)?;
+        Ok(file)
+    }
+
+    /// The file's text: one entry per line, in order.
+    pub fn to_json(&self) -> String {
+        if self.tokens.is_empty() {
+            return "{\"tokens\": []}\n".to_owned();
+        }
+        let entries: Vec<String> = self
+            .tokens
+            .iter()
+            .map(|entry| {
+                format!(
+                    "  {}",
+                    serde_json::to_string(entry).expect("serializing plain data cannot fail")
+                )
+            })
+            .collect();
+        format!("{{\"tokens\": [\n{}\n]}}\n", entries.join(",\n"))
+    }
+
+    /// Whether an entry is named `name`.
+    pub fn has(&self, name: &str) -> bool {
+        self.tokens.iter().any(|entry| entry.name == name)
+    }
+
+    /// Appends `entry`, unless its name is taken.
+    pub fn add(&mut self, entry: TokenEntry) -> Result<(), EditError> {
+        if self.has(&entry.name) {
+            return Err(EditError::NameTaken(entry.name));
+        }
+        self.tokens.push(entry);
+        Ok(())
+    }
+
+    /// Removes every entry named `name` (there is one, unless the file was written
+    /// by hand), keeping the others in their order.
+    pub fn revoke(&mut self, name: &str) -> Result<(), EditError> {
+        if !self.has(name) {
+            return Err(EditError::UnknownName(name.to_owned()));
+        }
+        self.tokens.retain(|entry| entry.name != name);
+        Ok(())
+    }
 }
 
 /// Every known token, by digest.
@@ -81,29 +204,15 @@ impl Tokens {
 
     /// Reads the text of a tokens file; the error says what is wrong with it.
     pub fn parse(text: &str) -> Result<Tokens, String> {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct File {
-            tokens: Vec<Entry>,
-        }
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct Entry {
-            name: String,
-            sha256: String,
-            stations: Stations,
-        }
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Stations {
-            Star(String),
-            List(Vec<String>),
-        }
+        let file: TokensFile = serde_json::from_str(text).map_err(|error| error.to_string())?;
+        Tokens::from_file(&file)
+    }
 
-        let file: File = serde_json::from_str(text).map_err(|error| error.to_string())?;
+    /// The tokens of a file's entries; the error names the entry that is wrong.
+    pub fn from_file(file: &TokensFile) -> Result<Tokens, String> {
         let mut tokens = Tokens::default();
         let mut names_by_digest = HashMap::new();
-        for entry in file.tokens {
+        for entry in &file.tokens {
             let mut digest = [0u8; 32];
             if entry.sha256.len() != 64 || hex::decode_to_slice(&entry.sha256, &mut digest).is_err()
             {
@@ -112,15 +221,24 @@ impl Tokens {
                     entry.name
                 ));
             }
-            let scope = match entry.stations {
-                Stations::Star(star) if star == "*" => Scope::All,
-                Stations::Star(other) => {
+            let scope = match &entry.stations {
+                Stations::Every(star) if star == "*" => Scope::All,
+                Stations::Every(other) => {
                     return Err(format!(
                         "token `{}`: `stations` must be \"*\" or a list, not {other:?}",
                         entry.name
                     ));
                 }
-                Stations::List(stations) => Scope::Stations(stations.into_iter().collect()),
+                Stations::List(stations) => Scope::Stations(stations.iter().cloned().collect()),
+            };
+            let expires = match &entry.expires {
+                None => None,
+                Some(text) => Some(parse_rfc3339(text).ok_or_else(|| {
+                    format!(
+                        "token `{}`: `expires` is not an RFC 3339 date-time: {text:?}",
+                        entry.name
+                    )
+                })?),
             };
             if let Some(previous) = names_by_digest.insert(digest, entry.name.clone()) {
                 return Err(format!(
@@ -129,9 +247,10 @@ impl Tokens {
                 ));
             }
             tokens.principals.push(Arc::new(Principal {
-                name: entry.name,
+                name: entry.name.clone(),
                 scope,
                 digest,
+                expires,
             }));
         }
         Ok(tokens)
@@ -145,19 +264,15 @@ impl Tokens {
         self.principals.is_empty()
     }
 
-    /// The principal of an `Authorization` header value, or 401.
+    /// The principal of an `Authorization` header value at instant `now`, or 401.
     pub fn authenticate(
         &self,
         authorization: Option<&[u8]>,
+        now: Timestamp,
     ) -> Result<Arc<Principal>, Unauthorized> {
-        let token = bearer_token(authorization).ok_or(Unauthorized {
-            token_presented: false,
-        })?;
-        let unknown = Unauthorized {
-            token_presented: true,
-        };
+        let token = bearer_token(authorization).ok_or(Unauthorized::Missing)?;
         if token.is_empty() {
-            return Err(unknown);
+            return Err(Unauthorized::Unknown);
         }
         let digest = sha256(token);
         // Every digest is compared in full, and the match is picked without a branch.
@@ -165,11 +280,15 @@ impl Tokens {
         for (position, principal) in self.principals.iter().enumerate() {
             found.conditional_assign(&(position as u64), principal.digest.ct_eq(&digest));
         }
-        usize::try_from(found)
+        let principal = usize::try_from(found)
             .ok()
             .and_then(|position| self.principals.get(position))
-            .cloned()
-            .ok_or(unknown)
+            .ok_or(Unauthorized::Unknown)?;
+        // Only the holder of the token learns that it expired.
+        if principal.expires.is_some_and(|expires| now >= expires) {
+            return Err(Unauthorized::Expired);
+        }
+        Ok(Arc::clone(principal))
     }
 }
 
@@ -195,6 +314,15 @@ pub fn hash_token(token: &str) -> String {
     hex::encode(sha256(token.as_bytes()))
 }
 
+/// How every token `stq token new` makes begins.
+pub const TOKEN_PREFIX: &str = "stq_";
+
+/// The token `stq token new` makes of 32 random bytes: [`TOKEN_PREFIX`] then the
+/// bytes in base64url without padding (43 characters).
+pub fn token_text(random: &[u8; 32]) -> String {
+    format!("{TOKEN_PREFIX}{}", URL_SAFE_NO_PAD.encode(random))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -212,38 +340,54 @@ mod tests {
     }
 
     fn presented(result: Result<Arc<Principal>, Unauthorized>) -> Option<bool> {
-        result.err().map(|refusal| refusal.token_presented)
+        result.err().map(Unauthorized::token_presented)
     }
+
+    /// An instant long before any expiry the tests write.
+    const NOW: Timestamp = Timestamp {
+        seconds: 1_700_000_000,
+        nanos: 0,
+    };
 
     #[test]
     fn known_tokens_authenticate_with_any_scheme_case() {
         let tokens = tokens();
-        let ops = tokens.authenticate(Some(b"Bearer ops-secret")).unwrap();
+        let ops = tokens
+            .authenticate(Some(b"Bearer ops-secret"), NOW)
+            .unwrap();
         assert_eq!((ops.name.as_str(), &ops.scope), ("ops", &Scope::All));
-        let line = tokens.authenticate(Some(b"bEARER   line-secret")).unwrap();
+        let line = tokens
+            .authenticate(Some(b"bEARER   line-secret"), NOW)
+            .unwrap();
         assert!(line.scope.allows("ST-02") && !line.scope.allows("ST-03"));
     }
 
     #[test]
     fn failures_say_whether_a_bearer_token_was_presented() {
         let tokens = tokens();
-        assert_eq!(presented(tokens.authenticate(None)), Some(false));
+        assert_eq!(presented(tokens.authenticate(None, NOW)), Some(false));
         assert_eq!(
-            presented(tokens.authenticate(Some(b"Basic b3BzOng="))),
+            presented(tokens.authenticate(Some(b"Basic b3BzOng="), NOW)),
             Some(false)
         );
         assert_eq!(
-            presented(tokens.authenticate(Some(b"Bearerops-secret"))),
+            presented(tokens.authenticate(Some(b"Bearerops-secret"), NOW)),
             Some(false)
         );
-        assert_eq!(presented(tokens.authenticate(Some(b"Bearer"))), Some(true));
-        assert_eq!(presented(tokens.authenticate(Some(b"Bearer "))), Some(true));
         assert_eq!(
-            presented(tokens.authenticate(Some(b"Bearer nope"))),
+            presented(tokens.authenticate(Some(b"Bearer"), NOW)),
             Some(true)
         );
         assert_eq!(
-            presented(tokens.authenticate(Some(b"Bearer ops-secretx"))),
+            presented(tokens.authenticate(Some(b"Bearer "), NOW)),
+            Some(true)
+        );
+        assert_eq!(
+            presented(tokens.authenticate(Some(b"Bearer nope"), NOW)),
+            Some(true)
+        );
+        assert_eq!(
+            presented(tokens.authenticate(Some(b"Bearer ops-secretx"), NOW)),
             Some(true)
         );
     }
@@ -272,6 +416,173 @@ mod tests {
         assert_eq!(
             hash_token("abc"),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    fn expiring(expires: &str) -> Tokens {
+        Tokens::parse(&format!(
+            r#"{{"tokens": [{{"name": "temp", "sha256": "{}", "stations": "*", "expires": "{expires}"}}]}}"#,
+            hash_token("temp-secret"),
+        ))
+        .unwrap()
+    }
+
+    fn at(text: &str) -> Timestamp {
+        parse_rfc3339(text).unwrap()
+    }
+
+    #[test]
+    fn issue_24_a_token_is_refused_from_its_expiry_on() {
+        let tokens = expiring("2026-11-25T12:00:00.5+01:00");
+        let check = |now| tokens.authenticate(Some(b"Bearer temp-secret"), at(now));
+        assert!(check("2026-11-25T11:00:00.499999999Z").is_ok());
+        assert_eq!(
+            check("2026-11-25T11:00:00.5Z").err(),
+            Some(Unauthorized::Expired)
+        );
+        assert_eq!(
+            check("2027-01-01T00:00:00Z").err(),
+            Some(Unauthorized::Expired)
+        );
+        // Refused like an unknown token: a Bearer token was presented.
+        assert!(Unauthorized::Expired.token_presented());
+        assert!(Unauthorized::Expired.to_string().contains("expired"));
+        assert!(!Unauthorized::Unknown.to_string().contains("expired"));
+        // An unknown token is unknown, expired entries or not.
+        assert_eq!(
+            tokens
+                .authenticate(Some(b"Bearer other"), at("2027-01-01T00:00:00Z"))
+                .err(),
+            Some(Unauthorized::Unknown)
+        );
+    }
+
+    #[test]
+    fn issue_24_expires_takes_the_contracts_date_time_grammar() {
+        for good in [
+            "2026-11-25T12:00:00Z",
+            "2026-11-25t12:00:00.123456789-00:00",
+        ] {
+            let file = format!(
+                r#"{{"tokens": [{{"name": "t", "sha256": "{}", "stations": "*", "expires": "{good}"}}]}}"#,
+                hash_token("x")
+            );
+            assert!(Tokens::parse(&file).is_ok(), "{good}");
+        }
+        for bad in [
+            "2026-11-25 12:00:00Z",
+            "2026-11-25T12:00Z",
+            "2026-11-25T24:00:00Z",
+            "2026-11-25T12:00:00+0100",
+            "tomorrow",
+        ] {
+            let file = format!(
+                r#"{{"tokens": [{{"name": "t", "sha256": "{}", "stations": "*", "expires": "{bad}"}}]}}"#,
+                hash_token("x")
+            );
+            let error = Tokens::parse(&file).err().unwrap_or_default();
+            assert!(error.contains("token `t`: `expires`"), "{bad}: {error}");
+        }
+        let file = format!(
+            r#"{{"tokens": [{{"name": "t", "sha256": "{}", "stations": "*", "expires": 1}}]}}"#,
+            hash_token("x")
+        );
+        assert!(Tokens::parse(&file).is_err());
+    }
+
+    #[test]
+    fn issue_24_unknown_members_of_an_entry_are_named() {
+        let file = format!(
+            r#"{{"tokens": [{{"name": "t", "sha256": "{}", "stations": "*", "expiry": "2026-11-25T12:00:00Z"}}]}}"#,
+            hash_token("x")
+        );
+        let error = Tokens::parse(&file).err().unwrap_or_default();
+        assert!(error.contains("unknown field `expiry`"), "{error}");
+        assert!(TokensFile::parse(&file).is_err());
+    }
+
+    #[test]
+    fn issue_24_the_file_round_trips_entry_by_entry() {
+        let upper = hash_token("b").to_uppercase();
+        let text = format!(
+            r#"{{"tokens": [
+                {{"name": "z-last", "sha256": "{}", "stations": ["ST-09", "ST-01", "ST-01"]}},
+                {{"name": "a-first", "sha256": "{upper}", "stations": "*", "expires": "2030-01-01t00:00:00.10+02:00"}},
+                {{"name": "esc\u00e9\"", "sha256": "{}", "stations": []}}
+            ]}}"#,
+            hash_token("a"),
+            hash_token("c"),
+        );
+        let file = TokensFile::parse(&text).unwrap();
+        let names: Vec<_> = file
+            .tokens
+            .iter()
+            .map(|entry| entry.name.as_str())
+            .collect();
+        assert_eq!(names, ["z-last", "a-first", "esc\u{e9}\""]);
+        let written = file.to_json();
+        assert_eq!(TokensFile::parse(&written).unwrap(), file);
+        // Each entry is written as it was read: the digest's case, the stations'
+        // order and repeats, the expiry's spelling.
+        assert!(written.contains(&upper), "{written}");
+        assert!(
+            written.contains(r#"["ST-09","ST-01","ST-01"]"#),
+            "{written}"
+        );
+        assert!(written.contains(r#""expires":"2030-01-01t00:00:00.10+02:00""#));
+        assert_eq!(written.lines().count(), 5, "{written}");
+        assert!(!written.lines().next().unwrap().contains("z-last"));
+        assert_eq!(TokensFile::default().to_json(), "{\"tokens\": []}\n");
+        assert!(TokensFile::parse(&TokensFile::default().to_json())
+            .unwrap()
+            .tokens
+            .is_empty());
+    }
+
+    #[test]
+    fn issue_24_add_refuses_a_taken_name_and_revoke_an_unknown_one() {
+        let mut file = TokensFile::parse(&format!(
+            r#"{{"tokens": [{{"name": "ops", "sha256": "{}", "stations": "*"}}]}}"#,
+            hash_token("ops")
+        ))
+        .unwrap();
+        let entry = |name: &str, secret: &str| TokenEntry {
+            name: name.to_owned(),
+            sha256: hash_token(secret),
+            stations: Stations::List(vec!["ST-01".to_owned()]),
+            expires: None,
+        };
+        let before = file.clone();
+        assert_eq!(
+            file.add(entry("ops", "other")),
+            Err(EditError::NameTaken("ops".to_owned()))
+        );
+        assert_eq!(file, before);
+        file.add(entry("line", "line")).unwrap();
+        assert_eq!(file.tokens.len(), 2);
+        assert_eq!(file.tokens[1], entry("line", "line"));
+        assert!(!file.to_json().contains("expires"));
+        assert_eq!(
+            file.revoke("nope"),
+            Err(EditError::UnknownName("nope".to_owned()))
+        );
+        file.revoke("ops").unwrap();
+        assert_eq!(file.tokens, [entry("line", "line")]);
+        assert!(Tokens::from_file(&file).is_ok());
+    }
+
+    #[test]
+    fn issue_24_made_tokens_are_stq_and_base64url_of_32_bytes() {
+        let token = token_text(&[0xff; 32]);
+        assert_eq!(token.len(), TOKEN_PREFIX.len() + 43);
+        assert!(token.starts_with("stq_"), "{token}");
+        assert!(token[4..]
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_'));
+        assert_eq!(&token[4..], "_".repeat(42) + "8");
+        assert_eq!(
+            URL_SAFE_NO_PAD.decode(&token_text(&[7; 32])[4..]).unwrap(),
+            [7; 32]
         );
     }
 }
