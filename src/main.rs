@@ -50,6 +50,7 @@ fn main() -> ExitCode {
         Command::Check(args) => check(&args.snapshots),
         Command::Gen(args) => generate(args).map(|()| ExitCode::SUCCESS),
         Command::HashToken => hash_token().map(|()| ExitCode::SUCCESS),
+        Command::Token(command) => stq::cli::token(command).map(|()| ExitCode::SUCCESS),
     };
     result.unwrap_or_else(|error| {
         eprintln!("stq: {error:#}");

@@ -9,10 +9,17 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use stq_core::data::snapshot::OnInvalid;
+use stq_core::domain::auth::Stations;
+use stq_core::domain::time::parse_rfc3339;
 
 mod serve;
+mod token;
 
 pub use serve::serve;
+pub use token::token;
+
+/// Where `stq serve` and `stq token` find the tokens file by default.
+pub const DEFAULT_TOKENS_FILE: &str = "snapshots/tokens.json";
 
 /// `--on-invalid`: what a load does with invalid lines (the loader's [`OnInvalid`],
 /// spelled for the command line).
@@ -59,6 +66,57 @@ pub enum Command {
     Gen(GenArgs),
     /// Read a token on standard input and print its SHA-256 for the tokens file.
     HashToken,
+    /// Make, list or revoke the tokens of the tokens file; a running stq sees the
+    /// change at its next reload (SIGHUP, or --watch).
+    #[command(subcommand)]
+    Token(TokenCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Make a token from 32 random bytes of the operating system, add its entry to
+    /// the tokens file (created if missing), and print the token, this once only.
+    New(TokenNewArgs),
+    /// Print each entry's name, stations and expiry (never a hash).
+    List(TokensFileArgs),
+    /// Remove the entry named NAME from the tokens file.
+    Revoke(TokenRevokeArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct TokensFileArgs {
+    /// Tokens file, rewritten whole by writing a new file and renaming it over the old.
+    #[arg(long, env = "STQ_TOKENS", default_value = DEFAULT_TOKENS_FILE)]
+    pub tokens: PathBuf,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct TokenNewArgs {
+    /// Name of the entry; no other entry of the file may have it.
+    #[arg(long, env = "STQ_NAME", value_parser = parse_token_name)]
+    pub name: String,
+
+    /// The stations the token may see: comma-separated station ids, or `*` for every
+    /// station, present and future.
+    #[arg(long, env = "STQ_STATIONS", value_parser = parse_stations)]
+    pub stations: Stations,
+
+    /// From this instant on the token is refused: an RFC 3339 date-time such as
+    /// `2027-01-01T00:00:00Z` [default: never].
+    #[arg(long, env = "STQ_EXPIRES", value_parser = parse_expires)]
+    pub expires: Option<String>,
+
+    #[command(flatten)]
+    pub file: TokensFileArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct TokenRevokeArgs {
+    /// Name of the entry to remove.
+    pub name: String,
+
+    #[command(flatten)]
+    pub file: TokensFileArgs,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -71,8 +129,8 @@ pub struct ServeArgs {
     #[arg(long, env = "STQ_SNAPSHOTS", default_value = "snapshots")]
     pub snapshots: PathBuf,
 
-    /// Tokens file (JSON with SHA-256 hashes).
-    #[arg(long, env = "STQ_TOKENS", default_value = "snapshots/tokens.json")]
+    /// Tokens file (JSON with SHA-256 hashes; `stq token` edits it).
+    #[arg(long, env = "STQ_TOKENS", default_value = DEFAULT_TOKENS_FILE)]
     pub tokens: PathBuf,
 
     /// Number of station shards, each an actor on its own thread [default: CPUs].
@@ -263,6 +321,49 @@ fn parse_pass_result(text: &str) -> Result<String, String> {
     Ok(text.to_owned())
 }
 
+/// A `--name` for a new token: not empty, no control characters (it is printed in
+/// `stq token list` and in messages).
+fn parse_token_name(text: &str) -> Result<String, String> {
+    if text.trim().is_empty() {
+        return Err("a token's name must not be empty".to_owned());
+    }
+    if text.chars().any(char::is_control) {
+        return Err("a token's name must not hold control characters".to_owned());
+    }
+    Ok(text.to_owned())
+}
+
+/// `--stations`: `*`, or station ids separated by commas (trimmed; empty items and
+/// repeats dropped), at least one.
+fn parse_stations(text: &str) -> Result<Stations, String> {
+    if text.trim() == "*" {
+        return Ok(Stations::every());
+    }
+    let mut stations: Vec<String> = Vec::new();
+    for station in text.split(',').map(str::trim) {
+        if !station.is_empty() && !stations.iter().any(|known| known == station) {
+            stations.push(station.to_owned());
+        }
+    }
+    if stations.is_empty() {
+        return Err("name at least one station id, or `*` for every station".to_owned());
+    }
+    Ok(Stations::List(stations))
+}
+
+/// `--expires`: a date-time in the grammar of the contract's section 4, kept as
+/// written.
+fn parse_expires(text: &str) -> Result<String, String> {
+    match parse_rfc3339(text) {
+        Some(_) => Ok(text.to_owned()),
+        None => Err(
+            "not an RFC 3339 date-time; write e.g. `2027-01-01T00:00:00Z` or \
+             `2027-01-01T08:00:00+01:00`"
+                .to_owned(),
+        ),
+    }
+}
+
 /// The number of CPUs, the default for shards and workers.
 pub fn cpus() -> usize {
     std::thread::available_parallelism().map_or(1, NonZeroUsize::get)
@@ -358,6 +459,94 @@ mod tests {
             assert!(
                 Cli::try_parse_from(["stq", "--cors-origin", bad]).is_err(),
                 "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn issue_24_token_subcommands_parse() {
+        let cli = Cli::try_parse_from([
+            "stq",
+            "token",
+            "new",
+            "--name",
+            "line-2",
+            "--stations",
+            " ST-02, ST-01,,ST-02 ",
+            "--expires",
+            "2027-01-01T00:00:00Z",
+        ])
+        .unwrap();
+        let Some(Command::Token(TokenCommand::New(args))) = cli.command else {
+            panic!("not token new");
+        };
+        assert_eq!(args.name, "line-2");
+        assert_eq!(
+            args.stations,
+            Stations::List(vec!["ST-02".to_owned(), "ST-01".to_owned()])
+        );
+        assert_eq!(args.expires.as_deref(), Some("2027-01-01T00:00:00Z"));
+        // The same default as `stq serve`.
+        assert_eq!(args.file.tokens.as_os_str(), DEFAULT_TOKENS_FILE);
+        assert_eq!(
+            Cli::try_parse_from(["stq"])
+                .unwrap()
+                .serve
+                .tokens
+                .as_os_str(),
+            DEFAULT_TOKENS_FILE
+        );
+
+        let cli = Cli::try_parse_from(["stq", "token", "new", "--name", "ops", "--stations", "*"])
+            .unwrap();
+        assert!(matches!(
+            cli.command,
+            Some(Command::Token(TokenCommand::New(TokenNewArgs { stations, expires: None, .. })))
+                if stations == Stations::every()
+        ));
+        let cli = Cli::try_parse_from(["stq", "token", "list", "--tokens", "t.json"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Some(Command::Token(TokenCommand::List(args))) if args.tokens.as_os_str() == "t.json"
+        ));
+        let cli = Cli::try_parse_from(["stq", "token", "revoke", "ops"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Some(Command::Token(TokenCommand::Revoke(args))) if args.name == "ops"
+        ));
+
+        for bad in [
+            &["token", "new", "--stations", "*"][..],
+            &["token", "new", "--name", "x"],
+            &["token", "new", "--name", "", "--stations", "*"],
+            &["token", "new", "--name", "a\tb", "--stations", "*"],
+            &["token", "new", "--name", "x", "--stations", " , "],
+            &[
+                "token",
+                "new",
+                "--name",
+                "x",
+                "--stations",
+                "*",
+                "--expires",
+                "2027-01-01",
+            ],
+            &[
+                "token",
+                "new",
+                "--name",
+                "x",
+                "--stations",
+                "*",
+                "--expires",
+                "2027-01-01 00:00:00Z",
+            ],
+            &["token", "revoke"],
+            &["token"],
+        ] {
+            assert!(
+                Cli::try_parse_from(std::iter::once("stq").chain(bad.iter().copied())).is_err(),
+                "{bad:?}"
             );
         }
     }

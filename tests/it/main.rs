@@ -12,6 +12,7 @@
 //! | `parameters` | sections 4 and 5: every parameter and the window |
 //! | `pages` | section 6: `limit`, cursors, walks |
 //! | `tenant` | section 3: tokens and station scopes |
+//! | `tokens` | sections 1 and 3: `stq token new \| list \| revoke`, expiring tokens |
 //! | `operations` | section 8: health, readiness, caching, compression, CORS |
 //! | `metrics` | section 8: the admin listener's Prometheus metrics |
 //! | `reload` | section 8: SIGHUP and `--watch` |
@@ -54,3 +55,4 @@ mod replicas;
 mod summaries;
 mod summary_properties;
 mod tenant;
+mod tokens;
