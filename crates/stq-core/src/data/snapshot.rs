@@ -43,6 +43,21 @@ use crate::domain::record::{numeric, parse_line, IndexedFields, Kind, ParsedLine
 /// enough to keep both cores busy on a single file.
 const BLOCK_BYTES: usize = 1 << 20;
 
+/// How a read cuts its work; tests make the parts small.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Split {
+    /// Bytes of lines in a block (more for a longer line).
+    block_bytes: usize,
+}
+
+impl Default for Split {
+    fn default() -> Split {
+        Split {
+            block_bytes: BLOCK_BYTES,
+        }
+    }
+}
+
 /// How many invalid lines a failed start prints (docs/api.md section 2).
 pub const INVALID_LINES_SHOWN: usize = 20;
 
@@ -204,10 +219,19 @@ impl Start {
 
 /// Loads a snapshot directory into a generation spread over `options.shards` shards.
 pub fn load(options: &LoadOptions) -> Result<(Generation, LoadReport), LoadError> {
+    load_with(options, Split::default())
+}
+
+/// [`load`], its reading cut as `split` says.
+fn load_with(options: &LoadOptions, split: Split) -> Result<(Generation, LoadReport), LoadError> {
     let started = Instant::now();
     let mut files = discover(&options.directory)?;
     incremental::spread_ordinals(&mut files);
-    let mut state = read_all(&files, options.threads, true)?;
+    let state = LoadState {
+        split,
+        ..LoadState::default()
+    };
+    let mut state = read_all_into(state, &files, options.threads, true)?;
     let mut report = state.report(&files);
     if !report.invalid.is_empty() && options.on_invalid == OnInvalid::Fail {
         report.elapsed = started.elapsed();
@@ -306,6 +330,7 @@ pub(crate) struct LoadState {
     /// What each file's read found out about the file, in file order.
     pub(crate) reads: Vec<FileRead>,
     pub(crate) bytes: AtomicU64,
+    pub(crate) split: Split,
 }
 
 #[derive(Default)]
@@ -572,7 +597,7 @@ fn read_lines(
         let mut block = std::mem::take(&mut pending);
         let scanned = block.len();
         let read = (&mut reader)
-            .take(BLOCK_BYTES as u64)
+            .take(state.split.block_bytes as u64)
             .read_to_end(&mut block);
         let at_end = match read {
             Ok(0) => true,
@@ -1123,6 +1148,7 @@ fn place(stations: &[(Box<str>, StationBuilder)], shard_count: usize) -> Vec<usi
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
     use std::io::Write as _;
 
     use serde_json::Value;
@@ -1435,5 +1461,232 @@ mod tests {
             report.invalid[0].reason,
             "an OpenHTF test record must be a JSON object"
         );
+    }
+
+    /// `count` lines of a central logger's day: `stations` stations interleaved in
+    /// time, each line ending in a line end, with what such files also hold now
+    /// and then: a byte order mark, Windows line ends, blank lines, invalid lines,
+    /// an unknown field and an escaped station id.
+    fn day_lines(kind: Kind, count: usize, stations: usize) -> String {
+        let mut text = String::from("\u{feff}");
+        for index in 0..count {
+            let number = index * 7 % stations;
+            let station = match index % 50 {
+                // `\u0030` is `0`: the same station, written otherwise.
+                37 => format!("ST-\\u0030{number:02}"),
+                _ => format!("ST-0{number:02}"),
+            };
+            let serial = format!("SN-{number:03}-{:04}", index / (stations * 4));
+            let time = format!(
+                "2026-11-17T{:02}:{:02}:{:02}.{:03}Z",
+                index / 3600 % 24,
+                index / 60 % 60,
+                index % 60,
+                index * 13 % 1000
+            );
+            let unknown = match index % 50 {
+                31 => r#","fixture_slot":"FX-1""#,
+                _ => "",
+            };
+            let line = match kind {
+                Kind::Units => {
+                    let (direction, result) = match index % 2 {
+                        0 => ("input", ""),
+                        _ => ("output", "pass"),
+                    };
+                    format!(
+                        r#"{{"station_id":"{station}","slot":"slot-{}","unit_serial":"{serial}","time_created":"{time}","tz":"Etc/UTC","mode":"production","tags":["line-6"],"unit_type":"display","direction":"{direction}","result":"{result}"{unknown}}}"#,
+                        index % 3
+                    )
+                }
+                Kind::Metrics => format!(
+                    r#"{{"station_id":"{station}","slot":"slot-1","unit_serial":"{serial}","time_created":"{time}","tz":"Etc/UTC","mode":"production","tags":["line-6"],"name":"rail_{}","value":{}.{},"unit":"V","type":"measurement","limit_upper":3.465,"limit_lower":3.135{unknown}}}"#,
+                    index % 5,
+                    index % 4,
+                    index % 10
+                ),
+            };
+            match index % 50 {
+                7 => text.push_str(r#"{"station_id":"ST-000","time_created":"#),
+                19 => {}
+                23 => text.push_str(&format!("{line}\r")),
+                43 => text.push_str(r#"{"station_id":"ST-000","slot":"slot-1"}"#),
+                _ => text.push_str(&line),
+            }
+            text.push('\n');
+        }
+        text
+    }
+
+    /// Everything a load made and reported, but its time: every record's response
+    /// JSON and index entry with its symbols' texts, station by station, and the
+    /// report, summary and file states.
+    fn everything(
+        generation: &Generation,
+        report: &LoadReport,
+    ) -> (Vec<(u32, u32, Value)>, Vec<String>) {
+        let catalog = generation.catalog();
+        let symbols = catalog.symbols();
+        let text = |symbol| symbols.text(symbol);
+        let mut entries = Vec::new();
+        for (rank, name) in catalog.stations().iter().enumerate() {
+            let placement = catalog.placement(rank as u32);
+            let station = &generation.shards()[placement.shard as usize].stations
+                [placement.station_index as usize];
+            entries.push(format!("station {name} at {placement:?}"));
+            for (key, entry) in &station.units {
+                entries.push(format!(
+                    "{key:?} {} {} {:?} {} {} {}",
+                    text(entry.unit_type),
+                    text(entry.unit_serial),
+                    entry.direction,
+                    text(entry.slot),
+                    text(entry.mode),
+                    text(entry.result)
+                ));
+            }
+            for (key, entry) in &station.metrics {
+                entries.push(format!(
+                    "{key:?} {} {} {} {:?} {:?} {:?}",
+                    text(entry.name),
+                    text(entry.slot),
+                    text(entry.unit),
+                    entry.value,
+                    entry.limit_lower,
+                    entry.limit_upper
+                ));
+            }
+        }
+        let report = LoadReport {
+            elapsed: Duration::ZERO,
+            ..report.clone()
+        };
+        entries.push(format!("{report:?}"));
+        let summary = LoadSummary {
+            loaded_at: String::new(),
+            ..catalog.summary().clone()
+        };
+        entries.push(format!("{summary:?}"));
+        entries.push(format!("{:?}", catalog.sources));
+        (records(generation), entries)
+    }
+
+    /// Small blocks: a line or two a block, the two workers taking turns on every
+    /// file.
+    const SMALL: Split = Split { block_bytes: 64 };
+
+    #[test]
+    fn records_are_the_same_however_the_files_are_cut() {
+        let directory = TempDirectory::new("split");
+        directory.write(
+            "day.units.jsonl",
+            day_lines(Kind::Units, 1500, 40).as_bytes(),
+        );
+        let metrics = day_lines(Kind::Metrics, 4000, 40);
+        // The last line has no line end, and parses: loaded, its station noted.
+        directory.write("day.metrics.jsonl", metrics.trim_end().as_bytes());
+        directory.write(
+            "zipped.metrics.jsonl.gz",
+            &gzip(day_lines(Kind::Metrics, 1000, 40).as_bytes()),
+        );
+        let options = options(&directory, OnInvalid::Skip);
+
+        let (generation, report) = load(&options).unwrap();
+        assert_eq!(report.stations, 40);
+        assert_eq!(report.invalid.len(), 2 * (30 + 80 + 20));
+        assert_eq!(report.pending, 0);
+        assert_eq!(report.records() as usize, (1500 + 4000 + 1000) * 47 / 50);
+        assert!(report
+            .files
+            .iter()
+            .all(|file| file.unknown_fields.len() == 1));
+        let whole = everything(&generation, &report);
+        assert_eq!(whole.0.len(), report.records() as usize);
+
+        for split in [SMALL, Split { block_bytes: 4096 }] {
+            let (generation, report) = load_with(&options, split).unwrap();
+            let cut = everything(&generation, &report);
+            assert!(whole.0 == cut.0, "{split:?}: the records differ");
+            assert_eq!(whole.1, cut.1, "{split:?}");
+        }
+    }
+
+    #[test]
+    fn a_pending_last_line_is_the_same_however_the_file_is_cut() {
+        let directory = TempDirectory::new("split-pending");
+        let lines = day_lines(Kind::Metrics, 600, 20);
+        let half = r#"{"station_id":"ST-001","slot":"slot-1","unit_se"#;
+        directory.write("day.metrics.jsonl", format!("{lines}{half}").as_bytes());
+        let open = day_lines(Kind::Units, 300, 20);
+        directory.write("open.units.jsonl", open.trim_end().as_bytes());
+
+        let mut found = Vec::new();
+        for split in [Split::default(), SMALL] {
+            let mut files = discover(&directory.0).unwrap();
+            incremental::spread_ordinals(&mut files);
+            let state = LoadState {
+                split,
+                ..LoadState::default()
+            };
+            let state = read_all_into(state, &files, 2, true).unwrap();
+            let report = state.report(&files);
+            assert_eq!(report.pending, 1, "{split:?}");
+            assert_eq!(state.files[0].pending.load(Ordering::Relaxed), 1);
+            assert_eq!(report.invalid.len(), 2 * 12 + 2 * 6, "{split:?}");
+            // Where the half line starts, it is read again once the file grows.
+            let pending = state.reads[0].resume.unwrap().start;
+            assert_eq!(
+                pending,
+                Start {
+                    offset: lines.len() as u64,
+                    line: 601
+                },
+                "{split:?}"
+            );
+            assert_eq!(
+                state.reads[0].stamp.length,
+                (lines.len() + half.len()) as u64
+            );
+            // A last line without a line end that parses is loaded, and read again.
+            let open_start = open.trim_end().rfind('\n').unwrap() + 1;
+            assert_eq!(
+                state.reads[1].resume.unwrap().start,
+                Start {
+                    offset: open_start as u64,
+                    line: 300
+                },
+                "{split:?}"
+            );
+            // Line 300 is index 299: station 299 * 7 % 20.
+            assert_eq!(
+                state.files[1].open_station.lock().as_deref(),
+                Some("ST-013"),
+                "{split:?}"
+            );
+            let stations: Vec<Vec<Box<str>>> = state
+                .files
+                .iter()
+                .map(|file| file.stations.lock().iter().cloned().collect())
+                .collect();
+            assert_eq!(stations[0].len(), 20);
+            let records: Vec<(Box<str>, Vec<RecordKey>)> = state
+                .stations
+                .iter()
+                .map(|station| {
+                    let mut keys: Vec<RecordKey> = station
+                        .units
+                        .iter()
+                        .map(|(key, _)| *key)
+                        .chain(station.metrics.iter().map(|(key, _)| *key))
+                        .collect();
+                    keys.sort();
+                    (station.key().clone(), keys)
+                })
+                .collect::<BTreeMap<_, _>>()
+                .into_iter()
+                .collect();
+            found.push((format!("{report:?}"), stations, records));
+        }
+        assert!(found[0] == found[1]);
     }
 }
