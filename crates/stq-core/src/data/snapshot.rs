@@ -3,9 +3,11 @@
 //! [`Generation`] with its stations spread over shards.
 //!
 //! The pipeline: one reader thread streams each file in path order, cut into blocks
-//! at line ends; worker threads parse blocks into records and append them, a block's
-//! worth of one station at a time, to that station's builder in a `DashMap`; finally
-//! stations are placed on shards and each shard's B-tree maps are built, in parallel.
+//! at line ends; worker threads parse blocks into records and stage them, and every
+//! 16 MiB of them store a station's run at a time in that station's builder in a
+//! `DashMap` ([`Staged`]: so a file of ~1000 stations interleaved loads as fast as
+//! a file per station); finally stations are placed on shards and each shard's
+//! B-tree maps are built, in parallel.
 //! Order does not depend on which worker got which block: a record's load order is
 //! its file index and line number, part of its key.
 //!
@@ -18,6 +20,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::fs::File;
 use std::io::{self, Read};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -43,17 +46,25 @@ use crate::domain::record::{numeric, parse_line, IndexedFields, Kind, ParsedLine
 /// enough to keep both cores busy on a single file.
 const BLOCK_BYTES: usize = 1 << 20;
 
+/// Bytes of response JSON a worker stages before storing them ([`Staged`]): with
+/// ~1000 stations interleaved, a few dozen records of each, so that storing a
+/// station's run finds its table of pieces warm.
+const STAGED_BYTES: usize = 16 << 20;
+
 /// How a read cuts its work; tests make the parts small.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Split {
     /// Bytes of lines in a block (more for a longer line).
     block_bytes: usize,
+    /// Bytes of response JSON a worker stages before storing them.
+    staged_bytes: usize,
 }
 
 impl Default for Split {
     fn default() -> Split {
         Split {
             block_bytes: BLOCK_BYTES,
+            staged_bytes: STAGED_BYTES,
         }
     }
 }
@@ -468,7 +479,11 @@ pub(crate) fn read_all_into(
                 let mut worker = Worker::default();
                 for block in receiver {
                     worker.parse(block, files, state, keep);
+                    if worker.staged.json.len() >= state.split.staged_bytes {
+                        worker.staged.hand_over(state);
+                    }
                 }
+                worker.staged.hand_over(state);
             });
         }
         drop(receiver);
@@ -726,14 +741,187 @@ fn send(
     });
 }
 
-/// A parsing thread's reusable buffers.
+/// A parsing thread's reusable buffers, and the records it parsed but has not
+/// stored yet.
 #[derive(Default)]
 struct Worker {
     rendered: Vec<u8>,
     unknown: Vec<String>,
-    /// This block's valid records, grouped by station before they are handed over.
-    batches: foldhash::HashMap<String, StationBuilder>,
+    staged: Staged,
     symbols: SymbolCache,
+}
+
+/// Valid records one parsing thread has parsed and not yet stored: they are stored
+/// in their stations' builders a station at a time ([`Staged::hand_over`]).
+///
+/// Why wait: storing a record looks its pieces up in its station's table of pieces
+/// and writes at the end of its station's arena and entries. A file per station
+/// (and day) brings blocks of one station's records, whose table and arena stay in
+/// the cache while a block is stored. A central logger's file per day brings ~1000
+/// stations interleaved in time, a few records of each per 1 MiB block: handed over
+/// in a small batch per station and block, as they were, every batch built a table
+/// and an arena of its own and was then copied into its station's, its pieces
+/// looked up again in the station's cold table. Such a snapshot loaded at less than
+/// half the speed (BENCHMARKS.md, issue 21). Staged, a record is rendered once,
+/// into one buffer, and a station's few dozen records of 16 MiB are stored in one
+/// go, its table warm after the first. One buffer for all stations, reused: one per
+/// station, freed and grown again between the builders, left the allocator holding
+/// a hundred megabytes more after the load.
+#[derive(Default)]
+struct Staged {
+    /// The staged records' response JSON, one after the other, as parsed.
+    json: Vec<u8>,
+    records: Vec<StagedRecord>,
+    /// The stations this thread staged records of, and how many since the last
+    /// hand-over.
+    stations: indexmap::IndexMap<String, StagedStation, foldhash::fast::RandomState>,
+    /// Stations whose first record of the current file came in the current block:
+    /// noted in the file's counters at the block's end, under one lock.
+    new_in_file: Vec<Box<str>>,
+    /// The staged records' indexes, by station: reused by each hand-over.
+    order: Vec<u32>,
+}
+
+#[derive(Default)]
+struct StagedStation {
+    /// Records staged since the last hand-over.
+    records: u32,
+    /// The last file whose counters were told of this station.
+    noted: Option<u32>,
+}
+
+/// A record waiting to be stored: its entry lacks only where its bytes are.
+struct StagedRecord {
+    /// Its station's index in [`Staged::stations`].
+    station: u32,
+    key: RecordKey,
+    /// Where its response JSON is in the staged JSON.
+    json: Range<usize>,
+    /// Where its time and value texts are in its response JSON.
+    time: Range<usize>,
+    value: Range<usize>,
+    entry: StagedEntry,
+}
+
+#[derive(Clone, Copy)]
+enum StagedEntry {
+    Unit(UnitEntry),
+    Metric(MetricEntry),
+}
+
+/// How many records ahead a hand-over asks for the staged JSON it will read, and
+/// twice as many for the staged record that says where that JSON is: a central
+/// logger's records of one station lie far apart in both.
+const PREFETCH_RECORDS: usize = 4;
+
+impl Staged {
+    /// Stages a record of `station` from file number `file`, whose response JSON
+    /// the staged JSON already holds.
+    fn push(&mut self, station: &str, file: u32, mut record: StagedRecord) {
+        let index = match self.stations.get_index_of(station) {
+            Some(index) => index,
+            None => {
+                self.stations
+                    .insert_full(station.to_owned(), StagedStation::default())
+                    .0
+            }
+        };
+        let staged = &mut self.stations[index];
+        staged.records += 1;
+        if staged.noted != Some(file) {
+            staged.noted = Some(file);
+            self.new_in_file.push(station.into());
+        }
+        record.station = index as u32;
+        self.records.push(record);
+    }
+
+    /// Tells a file's counters of the stations a block of it staged first.
+    fn note_stations(&mut self, counters: &FileCounters) {
+        if !self.new_in_file.is_empty() {
+            counters.stations.lock().extend(self.new_in_file.drain(..));
+        }
+    }
+
+    /// Stores every staged record in its station's builder, a station at a time and
+    /// each station's in the order parsed. Which thread stores which records first
+    /// does not matter: a record's key holds its load order.
+    fn hand_over(&mut self, state: &LoadState) {
+        let Staged {
+            json,
+            records,
+            stations,
+            order,
+            ..
+        } = self;
+        if records.is_empty() {
+            return;
+        }
+        // A counting sort of the records by station.
+        let mut next = Vec::with_capacity(stations.len());
+        let mut total = 0;
+        for station in stations.values() {
+            next.push(total);
+            total += station.records as usize;
+        }
+        order.clear();
+        order.resize(records.len(), 0);
+        for (index, record) in records.iter().enumerate() {
+            let slot = &mut next[record.station as usize];
+            order[*slot] = index as u32;
+            *slot += 1;
+        }
+        let mut at = 0;
+        for (name, station) in stations.iter_mut() {
+            let count = std::mem::take(&mut station.records) as usize;
+            if count == 0 {
+                continue;
+            }
+            let mut builder = match state.stations.get_mut(name.as_str()) {
+                Some(builder) => builder,
+                None => state.stations.entry(name.as_str().into()).or_default(),
+            };
+            let builder = &mut *builder;
+            for position in at..at + count {
+                if let Some(&ahead) = order.get(position + 2 * PREFETCH_RECORDS) {
+                    let ahead = &records[ahead as usize];
+                    // Its first and last bytes: it spans two cache lines.
+                    stored::prefetch_value(ahead);
+                    stored::prefetch_value(&ahead.entry);
+                }
+                if let Some(&ahead) = order.get(position + PREFETCH_RECORDS) {
+                    let ahead = &records[ahead as usize];
+                    json[ahead.json.clone()]
+                        .iter()
+                        .step_by(64)
+                        .for_each(stored::prefetch_value);
+                }
+                let record = &records[order[position] as usize];
+                let bytes = stored::store(
+                    &mut builder.arena,
+                    &mut builder.pieces,
+                    &json[record.json.clone()],
+                    record.time.clone(),
+                    record.value.clone(),
+                );
+                match record.entry {
+                    StagedEntry::Unit(entry) => {
+                        builder
+                            .units
+                            .push((record.key, UnitEntry { bytes, ..entry }));
+                    }
+                    StagedEntry::Metric(entry) => {
+                        builder
+                            .metrics
+                            .push((record.key, MetricEntry { bytes, ..entry }));
+                    }
+                }
+            }
+            at += count;
+        }
+        records.clear();
+        json.clear();
+    }
 }
 
 /// The symbols a parsing thread met lately, in front of the shared table and its
@@ -780,12 +968,18 @@ impl Worker {
             if line.trim_ascii().is_empty() {
                 continue;
             }
+            // Kept, a record is rendered straight into the staged JSON.
+            let rendered = match keep {
+                true => &mut self.staged.json,
+                false => {
+                    self.rendered.clear();
+                    &mut self.rendered
+                }
+            };
+            let json_start = rendered.len();
             let result = std::str::from_utf8(line)
                 .map_err(|error| format!("invalid UTF-8 at byte {}", error.valid_up_to() + 1))
-                .and_then(|text| {
-                    self.rendered.clear();
-                    parse_line(kind, text, &mut self.rendered, &mut self.unknown)
-                });
+                .and_then(|text| parse_line(kind, text, rendered, &mut self.unknown));
             match result {
                 Ok(parsed) => {
                     records += 1;
@@ -793,14 +987,13 @@ impl Worker {
                         *counters.open_station.lock() = Some(parsed.station_id.as_ref().into());
                     }
                     let key = load_order(file.ordinal, line_number);
-                    let batches = &mut self.batches;
-                    store(
-                        batches,
+                    stage(
+                        &mut self.staged,
                         &mut self.symbols,
                         state,
                         parsed,
-                        key,
-                        &self.rendered,
+                        (block.file, key),
+                        json_start,
                         keep,
                     );
                 }
@@ -832,7 +1025,7 @@ impl Worker {
                 .lock()
                 .extend(self.unknown.drain(..));
         }
-        self.hand_over(state, counters, keep);
+        self.staged.note_stations(counters);
     }
 
     /// One OpenHTF file: its records in the order of docs/api.md section 2, each
@@ -879,37 +1072,21 @@ impl Worker {
             };
             counter.fetch_add(1, Ordering::Relaxed);
             let key = load_order(file.ordinal, position as u32 + 1);
-            store(
-                &mut self.batches,
+            let json_start = self.staged.json.len();
+            if keep {
+                self.staged.json.extend_from_slice(&rendered);
+            }
+            stage(
+                &mut self.staged,
                 &mut self.symbols,
                 state,
                 parsed,
-                key,
-                &rendered,
+                (block.file, key),
+                json_start,
                 keep,
             );
         }
-        self.hand_over(state, counters, keep);
-    }
-
-    /// Appends this block's records to their stations' builders, and notes the
-    /// stations in the file's counters.
-    fn hand_over(&mut self, state: &LoadState, counters: &FileCounters, keep: bool) {
-        if keep && !self.batches.is_empty() {
-            let mut stations = counters.stations.lock();
-            for station in self.batches.keys() {
-                if !stations.contains(station.as_str()) {
-                    stations.insert(station.as_str().into());
-                }
-            }
-        }
-        for (station, batch) in self.batches.drain() {
-            state
-                .stations
-                .entry(station.into_boxed_str())
-                .or_default()
-                .append(batch);
-        }
+        self.staged.note_stations(counters);
     }
 }
 
@@ -932,15 +1109,16 @@ fn lines(bytes: &[u8]) -> impl Iterator<Item = (&[u8], bool)> {
     })
 }
 
-/// Keeps one valid record, whose response JSON is `rendered`, in its station's
-/// batch; `keep` false (`stq check`) only notes its station.
-fn store(
-    batches: &mut foldhash::HashMap<String, StationBuilder>,
+/// Stages one valid record of file number `file`, whose response JSON is the
+/// staged JSON from `json_start` on; `keep` false (`stq check`) only notes its
+/// station.
+fn stage(
+    staged: &mut Staged,
     cache: &mut SymbolCache,
     state: &LoadState,
     parsed: ParsedLine<'_>,
-    load_order: u64,
-    rendered: &[u8],
+    (file, load_order): (u32, u64),
+    json_start: usize,
     keep: bool,
 ) {
     if !keep {
@@ -950,27 +1128,18 @@ fn store(
         }
         return;
     }
-    // A block is mostly one station's: its batch is found without allocating.
-    let batch = match batches.contains_key(parsed.station_id.as_ref()) {
-        true => batches
-            .get_mut(parsed.station_id.as_ref())
-            .expect("the batch is there"),
-        false => batches.entry(parsed.station_id.into_owned()).or_default(),
-    };
     let key = RecordKey {
         instant: parsed.instant,
         load_order,
     };
-    let bytes = stored::store(
-        &mut batch.arena,
-        &mut batch.pieces,
-        rendered,
-        parsed.time,
-        parsed.value,
-    );
+    // Set when the record is stored.
+    let bytes = StoredRecord {
+        start: 0,
+        length: 0,
+    };
     let mut symbols = |text: &str| cache.intern(&state.symbols, text);
     let number = |text: &str| numeric(text).unwrap_or(f64::NAN);
-    match parsed.fields {
+    let entry = match parsed.fields {
         IndexedFields::Unit {
             unit_type,
             unit_serial,
@@ -978,18 +1147,15 @@ fn store(
             slot,
             mode,
             result,
-        } => batch.units.push((
-            key,
-            UnitEntry {
-                bytes,
-                unit_type: symbols(&unit_type),
-                unit_serial: symbols(&unit_serial),
-                direction,
-                slot: symbols(&slot),
-                mode: symbols(&mode),
-                result: symbols(&result),
-            },
-        )),
+        } => StagedEntry::Unit(UnitEntry {
+            bytes,
+            unit_type: symbols(&unit_type),
+            unit_serial: symbols(&unit_serial),
+            direction,
+            slot: symbols(&slot),
+            mode: symbols(&mode),
+            result: symbols(&result),
+        }),
         IndexedFields::Metric {
             name,
             slot,
@@ -997,19 +1163,25 @@ fn store(
             value,
             limit_lower,
             limit_upper,
-        } => batch.metrics.push((
-            key,
-            MetricEntry {
-                bytes,
-                name: symbols(&name),
-                slot: symbols(&slot),
-                unit: symbols(&unit),
-                value: number(&value),
-                limit_lower: number(&limit_lower),
-                limit_upper: number(&limit_upper),
-            },
-        )),
-    }
+        } => StagedEntry::Metric(MetricEntry {
+            bytes,
+            name: symbols(&name),
+            slot: symbols(&slot),
+            unit: symbols(&unit),
+            value: number(&value),
+            limit_lower: number(&limit_lower),
+            limit_upper: number(&limit_upper),
+        }),
+    };
+    let record = StagedRecord {
+        station: 0,
+        key,
+        json: json_start..staged.json.len(),
+        time: parsed.time,
+        value: parsed.value,
+        entry,
+    };
+    staged.push(&parsed.station_id, file, record);
 }
 
 impl StationBuilder {
@@ -1571,9 +1743,12 @@ mod tests {
         (records(generation), entries)
     }
 
-    /// Small blocks: a line or two a block, the two workers taking turns on every
-    /// file.
-    const SMALL: Split = Split { block_bytes: 64 };
+    /// Small blocks and hand-overs: a line or two a block, a block's records
+    /// stored before the next, the two workers taking turns on every file.
+    const SMALL: Split = Split {
+        block_bytes: 64,
+        staged_bytes: 1,
+    };
 
     #[test]
     fn records_are_the_same_however_the_files_are_cut() {
@@ -1603,7 +1778,13 @@ mod tests {
         let whole = everything(&generation, &report);
         assert_eq!(whole.0.len(), report.records() as usize);
 
-        for split in [SMALL, Split { block_bytes: 4096 }] {
+        for split in [
+            SMALL,
+            Split {
+                block_bytes: 4096,
+                staged_bytes: 10_000,
+            },
+        ] {
             let (generation, report) = load_with(&options, split).unwrap();
             let cut = everything(&generation, &report);
             assert!(whole.0 == cut.0, "{split:?}: the records differ");
