@@ -35,6 +35,33 @@ pub struct ShardLabels {
     pub shard: u32,
 }
 
+/// How a reload ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Swapped in a generation with every changed file read cleanly.
+    Clean,
+    /// Swapped in a generation, holding back files with invalid lines.
+    Held,
+    /// Kept the current generation.
+    Failed,
+}
+
+impl Outcome {
+    /// Its `outcome` label.
+    fn label(self) -> &'static str {
+        match self {
+            Outcome::Clean => "clean",
+            Outcome::Held => "held",
+            Outcome::Failed => "failed",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
 /// Every metric stq keeps, and the registry that exposes them.
 pub struct Metrics {
     registry: Registry,
@@ -43,8 +70,10 @@ pub struct Metrics {
     pub requests: Arc<RequestMetrics>,
     pub shard_records: Family<ShardLabels, Gauge>,
     pub load_duration: Gauge<f64, AtomicU64>,
-    pub reloads: Counter,
-    pub failed_reloads: Counter,
+    reloads: Counter,
+    failed_reloads: Counter,
+    reload_outcomes: Family<OutcomeLabels, Counter>,
+    held_files: Gauge,
     pub generation: Gauge,
     /// Counted by the shard handles, which restart a shard actor that died.
     pub shard_restarts: Counter,
@@ -81,6 +110,18 @@ impl Default for Metrics {
             "Reloads that failed and kept the current generation",
             failed_reloads.clone(),
         );
+        let reload_outcomes = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "reload_outcomes",
+            "Reloads by how they ended: clean, held (swapped in, holding back files with invalid lines) or failed (kept the current generation)",
+            reload_outcomes.clone(),
+        );
+        let held_files = Gauge::default();
+        registry.register(
+            "held_files",
+            "Snapshot files held back for invalid lines, each serving what it served before (/readyz held_files)",
+            held_files.clone(),
+        );
         let generation = Gauge::default();
         registry.register(
             "generation",
@@ -115,6 +156,8 @@ impl Default for Metrics {
             load_duration,
             reloads,
             failed_reloads,
+            reload_outcomes,
+            held_files,
             generation,
         }
     }
@@ -129,9 +172,17 @@ impl Metrics {
         text
     }
 
-    /// Records what the generation now served holds and how long its load took.
-    pub fn serving(&self, generation: u64, load_seconds: f64, shard_records: &[usize]) {
+    /// Records what the generation now served holds, how long its load took, and
+    /// how many files it holds back.
+    pub fn serving(
+        &self,
+        generation: u64,
+        load_seconds: f64,
+        shard_records: &[usize],
+        held_files: u64,
+    ) {
         self.generation.set(generation as i64);
+        self.held_files.set(held_files as i64);
         self.load_duration.set(load_seconds);
         for (shard, &records) in shard_records.iter().enumerate() {
             self.shard_records
@@ -144,6 +195,20 @@ impl Metrics {
 }
 
 impl Metrics {
+    /// Counts a reload by its outcome; the generation it swapped in, if any, has
+    /// been recorded by [`Metrics::serving`].
+    pub fn reloaded(&self, outcome: Outcome) {
+        match outcome {
+            Outcome::Clean | Outcome::Held => self.reloads.inc(),
+            Outcome::Failed => self.failed_reloads.inc(),
+        };
+        self.reload_outcomes
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.label(),
+            })
+            .inc();
+    }
+
     /// Counts what a load or reload read.
     pub fn read(&self, report: &LoadReport) {
         self.files_read.inc_by(report.files.len() as u64);

@@ -113,7 +113,7 @@ async fn run(
             .with_cors_origins(args.cors_origins.clone())
             .with_admission(Admission::new(args.request_timeout)),
     );
-    metrics.serving(1, report.elapsed.as_secs_f64(), &shard_records);
+    metrics.serving(1, report.elapsed.as_secs_f64(), &shard_records, 0);
     metrics.read(&report);
     let admin = admin_server(&args.admin_listen, Arc::clone(&metrics))?;
     let trigger = Reloader {

@@ -1,8 +1,10 @@
 //! Hot reload (docs/api.md section 8): on SIGHUP, or on a change under the snapshot
 //! directory or to the tokens file with `--watch`, generation N+1 is built off to
 //! the side with the same validation as at start-up, installed into every shard,
-//! and only then swapped in with the tokens read alongside it. A failed reload
-//! keeps generation N serving and logs every `path:line: reason`.
+//! and only then swapped in with the tokens read alongside it. A reload that cannot
+//! read the tokens or the directory keeps generation N serving; one that meets
+//! invalid lines under `--on-invalid fail` holds back only the files that hold
+//! them (they serve what they served) and logs every `path:line: reason`.
 //!
 //! A reload reads only what changed since the generation it follows
 //! ([`stq_core::data::incremental`]): unchanged files are not opened, grown ones are
@@ -10,26 +12,33 @@
 //! shared with that generation.
 //!
 //! Reloads run one at a time on one task. Asking for a reload while one is running
-//! queues exactly one more, so a burst of changes costs at most two reloads and the
-//! last one sees the final files.
+//! queues exactly one more, which starts as soon as the running one ends: changes
+//! that arrive during a reload are batched into the next one, never postponed.
+//! The watch does the same with the events of a change: it waits [`BATCH`] after
+//! the first one, never for a pause, because a test floor's writers never pause.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use notify::{RecursiveMode, Watcher as _};
-use stq_core::data::incremental;
+use parking_lot::Mutex;
+use stq_core::data::incremental::{self, Look};
 use stq_core::data::snapshot::{self, LoadError, LoadOptions, LoadReport, OnInvalid};
 use stq_core::domain::auth::{Tokens, TokensError};
 use tokio::sync::mpsc;
 
 use super::Engine;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Outcome};
 
-/// A change is acted on once the files have been quiet this long: a copy in
-/// progress fires many events, and a reload in the middle of it would see half a
-/// file.
-const QUIET: Duration = Duration::from_millis(300);
+/// How long the watch gathers events after the first one before it asks for a
+/// reload: a write fires several events, and an append and the line end after it
+/// are best read together. Not a wait for quiet: more events during it do not
+/// extend it. A reload that reads a file half-way through a copy is safe: a line
+/// without its end is pending, and a half-written gzip or OpenHTF file is held
+/// back (or, under `skip`, skipped) until the next change reads it whole.
+const BATCH: Duration = Duration::from_millis(100);
 
 /// How long after a request's time limit the generation it may have used is kept.
 const RETIRE_MARGIN: Duration = Duration::from_secs(1);
@@ -71,18 +80,57 @@ pub enum ReloadError {
 #[derive(Clone)]
 pub struct ReloadTrigger {
     sender: mpsc::Sender<()>,
+    /// What the requests since the last reload started ask of the next one.
+    pending: Arc<Mutex<Pending>>,
+}
+
+/// What the next reload is asked to do.
+#[derive(Debug, Default)]
+struct Pending {
+    /// Log its clean outcome at `info`: a reload the operator asked for is, while
+    /// the watch's, several a second on a busy floor, are logged at `debug` (a
+    /// held file or a failure always is logged).
+    announce: bool,
+    /// Look at every file, not only at `paths`.
+    everything: bool,
+    /// Paths relative to the snapshot directory that the watch saw change.
+    paths: BTreeSet<String>,
 }
 
 impl ReloadTrigger {
+    /// Asks for a reload of everything, whose outcome is logged (SIGHUP).
     pub fn request(&self) {
+        {
+            let mut pending = self.pending.lock();
+            pending.announce = true;
+            pending.everything = true;
+        }
+        self.send();
+    }
+
+    /// Asks for a reload that looks at `paths` (relative to the snapshot directory),
+    /// or at every file when `everything` (the watch lost track), logged only if it
+    /// holds a file back or fails.
+    fn request_quietly(&self, everything: bool, paths: BTreeSet<String>) {
+        {
+            let mut pending = self.pending.lock();
+            pending.everything |= everything;
+            pending.paths.extend(paths);
+        }
+        self.send();
+    }
+
+    fn send(&self) {
         // A full queue already holds a reload that will see this change too.
         let _ = self.sender.try_send(());
     }
 }
 
 impl Reloader {
-    /// Builds, installs and swaps in the next generation; returns its number.
-    pub async fn reload(&self) -> Result<(u64, LoadReport), ReloadError> {
+    /// Builds, installs and swaps in the next generation; returns its number, what
+    /// the reload read, and how many files it holds back. It looks for changes
+    /// where `look` says.
+    pub async fn reload(&self, look: Look) -> Result<(u64, LoadReport, u64), ReloadError> {
         let options = LoadOptions {
             directory: self.snapshots.clone(),
             shards: self.engine.shard_count(),
@@ -105,7 +153,7 @@ impl Reloader {
                     .and_then(|tokens| {
                         let loaded = match &previous {
                             Some((catalog, shards)) => {
-                                incremental::reload(catalog, shards, &options)
+                                incremental::reload_looking(catalog, shards, &options, &look)
                             }
                             None => snapshot::load(&options),
                         };
@@ -119,13 +167,18 @@ impl Reloader {
             .map_err(|error| ReloadError::Loader(error.to_string()))??;
         let shard_records = generation.shard_records();
         let number = generation.catalog().generation();
+        let held_files = generation.catalog().summary().held_files;
         self.engine.install(generation, Arc::new(tokens)).await;
         self.retire_later(number);
         let metrics = &self.metrics;
-        metrics.serving(number, report.elapsed.as_secs_f64(), &shard_records);
+        metrics.serving(
+            number,
+            report.elapsed.as_secs_f64(),
+            &shard_records,
+            held_files,
+        );
         metrics.read(&report);
-        metrics.reloads.inc();
-        Ok((number, report))
+        Ok((number, report, held_files))
     }
 
     /// Once every request that may have planned on the generation before `number`
@@ -145,30 +198,66 @@ impl Reloader {
     /// Starts the reload task on the current actix system and returns its trigger.
     pub fn spawn(self) -> ReloadTrigger {
         let (sender, mut receiver) = mpsc::channel::<()>(1);
+        let pending = Arc::new(Mutex::new(Pending::default()));
+        let trigger = ReloadTrigger {
+            sender,
+            pending: Arc::clone(&pending),
+        };
         actix_rt::spawn(async move {
             while receiver.recv().await.is_some() {
+                // What is asked from here on is for the next reload.
+                let asked = std::mem::take(&mut *pending.lock());
+                let announced = asked.announce;
+                let look = match asked.everything {
+                    true => Look::Everything,
+                    false => Look::Paths(asked.paths),
+                };
                 let current = self.engine.catalog().generation();
-                let result = self.reload().await;
-                if result.is_err() {
-                    self.metrics.failed_reloads.inc();
-                }
+                let result = self.reload(look).await;
+                self.metrics.reloaded(match &result {
+                    Ok((_, _, 0)) => Outcome::Clean,
+                    Ok(_) => Outcome::Held,
+                    Err(_) => Outcome::Failed,
+                });
                 match result {
-                    Ok((generation, report)) => {
+                    Ok((generation, mut report, held_files)) => {
+                        // Under `fail` every invalid line is in a held file.
+                        let held_lines = match report.held.is_empty() {
+                            true => Vec::new(),
+                            false => std::mem::take(&mut report.invalid),
+                        };
+                        for line in &held_lines {
+                            tracing::error!("reload: {line}");
+                        }
                         report.log_warnings(&self.snapshots);
-                        tracing::info!(
-                        "reloaded: generation {generation}, {} records ({} units, {} metrics), \
-                         {} stations, {} pending lines, {} new invalid lines skipped; read {} files \
-                         ({} bytes) in {} ms",
-                        report.records(),
-                        report.units,
-                        report.metrics,
-                        report.stations,
-                        report.pending,
-                        report.invalid.len(),
-                        report.files.len(),
-                        report.bytes,
-                        report.elapsed.as_millis()
-                    );
+                        let line = format!(
+                            "generation {generation}, {} records ({} units, {} metrics), \
+                             {} stations, {} pending lines, {} new invalid lines skipped; read {} \
+                             files ({} bytes) in {} ms",
+                            report.records(),
+                            report.units,
+                            report.metrics,
+                            report.stations,
+                            report.pending,
+                            report.invalid.len(),
+                            report.files.len(),
+                            report.bytes,
+                            report.elapsed.as_millis()
+                        );
+                        if !report.held.is_empty() {
+                            tracing::warn!(
+                                "reloaded, holding back {} file(s) with {} invalid line(s), each \
+                                 serving what it served before: {}; {held_files} file(s) held in \
+                                 all; {line}",
+                                report.held.len(),
+                                held_lines.len(),
+                                report.held.join(", ")
+                            );
+                        } else if announced {
+                            tracing::info!("reloaded: {line}");
+                        } else {
+                            tracing::debug!("reloaded: {line}");
+                        }
                     }
                     Err(ReloadError::Snapshot(LoadError::Invalid { report })) => {
                         for line in &report.invalid {
@@ -185,7 +274,7 @@ impl Reloader {
                 }
             }
         });
-        ReloadTrigger { sender }
+        trigger
     }
 }
 
@@ -211,16 +300,27 @@ pub fn reload_on_change(
 ) -> notify::Result<notify::RecommendedWatcher> {
     let snapshots = snapshots.canonicalize()?;
     let tokens = tokens.canonicalize()?;
-    let (events, changes) = std::sync::mpsc::channel::<()>();
-    let relevant = {
-        let snapshots = snapshots.clone();
-        let tokens = tokens.clone();
-        move |path: &Path| path.starts_with(&snapshots) || path == tokens
-    };
+    let (events, changes) = std::sync::mpsc::channel::<Seen>();
+    let (within, tokens_file) = (snapshots.clone(), tokens.clone());
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        if let Ok(event) = event {
-            if !event.kind.is_access() && event.paths.iter().any(|path| relevant(path)) {
-                let _ = events.send(());
+        let event = match event {
+            Ok(event) if event.kind.is_access() => return,
+            Ok(event) if !event.need_rescan() => event,
+            // Events were lost: only a look at every file knows what changed.
+            _ => {
+                let _ = events.send(Seen::Everything);
+                return;
+            }
+        };
+        for path in &event.paths {
+            if let Ok(relative) = path.strip_prefix(&within) {
+                let relative: Vec<_> = relative
+                    .components()
+                    .map(|component| component.as_os_str().to_string_lossy())
+                    .collect();
+                let _ = events.send(Seen::Snapshot(relative.join("/")));
+            } else if *path == tokens_file {
+                let _ = events.send(Seen::Tokens);
             }
         }
     })?;
@@ -235,11 +335,37 @@ pub fn reload_on_change(
     std::thread::Builder::new()
         .name("stq-watch".into())
         .spawn(move || {
-            while changes.recv().is_ok() {
-                while changes.recv_timeout(QUIET).is_ok() {}
-                tracing::info!("files changed: reloading the snapshot and the tokens");
-                trigger.request();
+            while let Ok(first) = changes.recv() {
+                let mut everything = false;
+                let mut paths = BTreeSet::new();
+                let mut note = |seen: Seen| match seen {
+                    Seen::Everything => everything = true,
+                    Seen::Snapshot(path) => {
+                        paths.insert(path);
+                    }
+                    Seen::Tokens => {}
+                };
+                note(first);
+                let deadline = Instant::now() + BATCH;
+                while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+                    match changes.recv_timeout(left) {
+                        Ok(seen) => note(seen),
+                        Err(_) => break,
+                    }
+                }
+                tracing::debug!("files changed: reloading the snapshot and the tokens");
+                trigger.request_quietly(everything, paths);
             }
         })?;
     Ok(watcher)
+}
+
+/// A change the watch saw.
+enum Seen {
+    /// At this path under the snapshot directory, relative to it and `/`-separated.
+    Snapshot(String),
+    /// To the tokens file, which every reload reads anyway.
+    Tokens,
+    /// Somewhere: events were lost.
+    Everything,
 }

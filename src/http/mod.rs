@@ -207,6 +207,7 @@ async fn readiness(state: web::Data<AppState>) -> HttpResponse {
         "stations": catalog.stations().len(),
         "skipped_lines": summary.skipped_lines,
         "pending_lines": summary.pending_lines,
+        "held_files": summary.held_files,
     });
     HttpResponse::Ok().content_type(JSON).body(body.to_string())
 }

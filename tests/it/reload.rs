@@ -168,6 +168,7 @@ fn probes_answer_without_a_token_in_their_exact_shapes() {
             "stations": stations.len(),
             "skipped_lines": 0,
             "pending_lines": 0,
+            "held_files": 0,
         }),
         "{}",
         ready.context()
@@ -270,74 +271,212 @@ fn sighup_serves_an_added_snapshot_file() {
 // 3. A failed reload
 // ---------------------------------------------------------------------------
 
+/// Issue 21 (CONTRACT revision 3, section 8): a reload under `fail` that meets an
+/// invalid line holds back that file alone. It keeps serving what it served (not
+/// the valid line after the broken one), every other file advances, the line is
+/// logged as `path:line: reason`, `/readyz` and the admin metrics count the held
+/// file, and it is released once it reads cleanly.
 #[test]
-fn a_failed_reload_keeps_the_old_generation_and_logs_the_line() {
+fn issue_21_a_broken_line_holds_back_its_file_alone() {
     let mut files = small_files();
+    files.push(FileSpec::plain(
+        "other.units.jsonl",
+        lines(&[unit_line("ST-03", "SN-O1", 30)]),
+    ));
     let fixture = Fixture::from_files(&files);
     let server = Server::start(&fixture, &[]);
-    let before = server.readiness();
-    let expected = reference(&files, &Query::units());
-    assert_records(&server.ok(&all_units()).data, &expected, "generation 1");
+    assert_eq!(server.readiness()["held_files"], 0);
 
-    // Line 5 of the file: a time that is not a date-time.
-    let broken = "first.units.jsonl";
-    let broken_path = fixture.snapshots.join(broken);
+    // Line 5 of the first file: a time that is not a date-time; line 6 is valid.
+    let broken_path = fixture.snapshots.join("first.units.jsonl");
     append(
         &broken_path,
         r#"{"station_id":"ST-01","unit_serial":"SN-BAD","time_created":"yesterday","direction":"output"}"#,
     );
     append(&broken_path, "\n");
-    server.reload_expecting_failure();
-
+    append(&broken_path, &lines(&[unit_line("ST-01", "SN-AFTER", 200)]));
+    // The other file advances.
+    let grown = lines(&[unit_line("ST-03", "SN-O2", 90)]);
+    append(&fixture.snapshots.join("other.units.jsonl"), &grown);
+    files[1].text.push_str(&grown);
+    server.signal("HUP");
+    let after = server.wait_for_generation_after(1);
     assert_eq!(
-        server.readiness(),
-        before,
-        "a failed reload changed /readyz"
+        (&after["generation"], &after["held_files"], &after["units"]),
+        (&2.into(), &1.into(), &6.into()),
+        "{after}"
     );
     assert_records(
         &server.ok(&all_units()).data,
-        &expected,
-        "after the failed reload",
+        &reference(&files, &Query::units()),
+        "the held file serves what it served, the other advances",
     );
-    let log = server.log();
     let location = format!("{}:5: ", path_string(&broken_path));
-    let reported = log
-        .iter()
-        .position(|line| {
-            line.contains("reload: ")
-                && line
-                    .split_once(&location)
-                    .is_some_and(|(_, reason)| !reason.trim().is_empty())
-        })
-        .unwrap_or_else(|| {
-            panic!(
-                "no `reload: {location}<reason>` line on stderr:\n{}",
-                log.join("\n")
-            )
-        });
-    let failed = log
-        .iter()
-        .position(|line| line.contains("reload failed"))
-        .unwrap();
+    server.wait_for_log("holding back 1 file(s)", 1);
+    let log = server.log();
     assert!(
-        reported < failed,
-        "the invalid line was logged after `reload failed`:\n{}",
+        log.iter().any(|line| line.contains("reload: ")
+            && line
+                .split_once(&location)
+                .is_some_and(|(_, reason)| !reason.trim().is_empty())),
+        "no `reload: {location}<reason>` line on stderr:\n{}",
         log.join("\n")
     );
+    let metrics = scrape_admin(&server);
+    assert!(metrics.contains("\nstq_held_files 1\n"), "{metrics}");
+    assert!(
+        metrics.contains("\nstq_reload_outcomes_total{outcome=\"held\"} 1\n"),
+        "{metrics}"
+    );
 
-    // Fixed, the next reload is generation 2: the failure did not use a number.
+    // Written right by renaming a good file over it: released.
     let fixed_text = files[0].text.clone() + &unit_line("ST-01", "SN-FIX", 240) + "\n";
     write_by_rename(&fixture, &broken_path, &fixed_text);
-    files[0] = FileSpec::plain(broken, fixed_text);
+    files[0] = FileSpec::plain("first.units.jsonl", fixed_text);
     server.signal("HUP");
-    let after = server.wait_for_generation_after(1);
-    assert_eq!(generation_of(&after), 2, "{after}");
-    assert_eq!(after["units"], 5, "{after}");
+    let after = server.wait_for_generation_after(2);
+    assert_eq!(
+        (&after["held_files"], &after["units"]),
+        (&0.into(), &7.into()),
+        "{after}"
+    );
     assert_records(
         &server.ok(&all_units()).data,
         &reference(&files, &Query::units()),
         "after the fix",
     );
+    let metrics = scrape_admin(&server);
+    assert!(metrics.contains("\nstq_held_files 0\n"), "{metrics}");
+    assert!(
+        metrics.contains("\nstq_reload_outcomes_total{outcome=\"clean\"} 1\n"),
+        "{metrics}"
+    );
+}
+
+/// Issue 21 (CONTRACT revision 3, sections 2.1 and 8): files are held in every
+/// form: a JSON Lines file replaced by one with an invalid line, a new one with an
+/// invalid line, a gzip file replaced by a damaged one, and an OpenHTF record still
+/// being written. Each serves what it served (nothing, if new) while a new valid
+/// file advances, and all are released once they read cleanly.
+#[test]
+fn issue_21_held_files_in_every_form() {
+    let gzipped = lines(&[unit_line("ST-05", "SN-G1", 10)]);
+    let mut files = small_files();
+    files.push(FileSpec::gz("packed.units.jsonl.gz", gzipped.clone(), &[]));
+    let fixture = Fixture::from_files(&files);
+    let server = Server::start(&fixture, &[]);
+    let before = server.readiness();
+
+    // The first file replaced: a valid line, then an invalid one.
+    let replaced = lines(&[
+        unit_line("ST-01", "SN-R1", 15),
+        r#"{"station_id":"ST-01","time_created":"2024-03-10T10:00:20Z"}"#.to_string(),
+    ]);
+    write_by_rename(
+        &fixture,
+        &fixture.snapshots.join("first.units.jsonl"),
+        &replaced,
+    );
+    // A new file with an invalid line.
+    let new_broken = lines(&["{not json".to_string(), unit_line("ST-06", "SN-N1", 25)]);
+    write_by_rename(
+        &fixture,
+        &fixture.snapshots.join("new.units.jsonl"),
+        &new_broken,
+    );
+    // The gzip file replaced by one cut short.
+    let mut damaged = gzip(lines(&[unit_line("ST-05", "SN-G2", 35)]).as_bytes());
+    damaged.truncate(damaged.len() - 10);
+    let packed_path = fixture.snapshots.join("packed.units.jsonl.gz");
+    let staging = fixture.directory.path().join("staging.gz");
+    std::fs::write(&staging, &damaged).unwrap();
+    std::fs::rename(&staging, &packed_path).unwrap();
+    // Half an OpenHTF record.
+    let record = std::fs::read(format!(
+        "{}/tests/openhtf/records/passing.openhtf.json",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let openhtf_path = fixture.snapshots.join("run.openhtf.json");
+    std::fs::write(&openhtf_path, &record[..record.len() / 2]).unwrap();
+    // And a new valid file, which advances.
+    let added = FileSpec::plain(
+        "valid.units.jsonl",
+        lines(&[unit_line("ST-07", "SN-V1", 45)]),
+    );
+    write_by_rename(
+        &fixture,
+        &fixture.snapshots.join(&added.relative_path),
+        &added.text,
+    );
+    files.push(added);
+
+    server.signal("HUP");
+    let after = server.wait_for_generation_after(1);
+    assert_eq!(after["held_files"], 4, "{after}");
+    assert_eq!(
+        after["units"],
+        before["units"].as_u64().unwrap() + 1,
+        "{after}"
+    );
+    assert_eq!(after["skipped_lines"], 0, "{after}");
+    assert_records(
+        &server.ok(&all_units()).data,
+        &reference(&files, &Query::units()),
+        "held files serve what they served; the valid new file is served",
+    );
+    for path in [&packed_path, &openhtf_path] {
+        server.wait_for_log(&format!("reload: {}:1: ", path_string(path)), 1);
+    }
+
+    // Each written whole: all released.
+    files[0] = FileSpec::plain(
+        "first.units.jsonl",
+        lines(&[unit_line("ST-01", "SN-R1", 15)]),
+    );
+    write_by_rename(
+        &fixture,
+        &fixture.snapshots.join("first.units.jsonl"),
+        &files[0].text,
+    );
+    let new_fixed = FileSpec::plain("new.units.jsonl", lines(&[unit_line("ST-06", "SN-N1", 25)]));
+    write_by_rename(
+        &fixture,
+        &fixture.snapshots.join("new.units.jsonl"),
+        &new_fixed.text,
+    );
+    files.push(new_fixed);
+    let packed = FileSpec::gz(
+        "packed.units.jsonl.gz",
+        gzipped + &lines(&[unit_line("ST-05", "SN-G2", 35)]),
+        &[],
+    );
+    std::fs::write(&staging, gzip(packed.text.as_bytes())).unwrap();
+    std::fs::rename(&staging, &packed_path).unwrap();
+    files[1] = packed;
+    write_by_rename(
+        &fixture,
+        &openhtf_path,
+        std::str::from_utf8(&record).unwrap(),
+    );
+    server.signal("HUP");
+    let after = server.wait_for_generation_after(2);
+    assert_eq!(after["held_files"], 0, "{after}");
+    // Five JSON Lines units and the OpenHTF record's two (of 2026, outside the window).
+    assert_eq!(after["units"], 7, "{after}");
+    assert_records(
+        &server.ok(&all_units()).data,
+        &reference(&files, &Query::units()),
+        "after every file was written whole",
+    );
+}
+
+/// The admin listener's exposition.
+fn scrape_admin(server: &Server) -> String {
+    let agent = ureq::AgentBuilder::new().build();
+    let response = call(&agent, "GET", &server.metrics_url(), &[]);
+    assert_eq!(response.status, 200, "{}", response.body);
+    response.body
 }
 
 // ---------------------------------------------------------------------------
@@ -661,6 +800,98 @@ fn watch_reloads_changed_files_without_a_signal() {
         generation_of(&after_rewrite),
         generation_of(&after_tokens) + 1,
         "a reload without a change came between"
+    );
+}
+
+/// Issue 21 (CONTRACT revision 3, section 8): with `--watch`, lines are served while
+/// writers keep appending without a pause. Two writers append a line every 20 ms,
+/// to their own files, and never stop until the test has seen, three times over,
+/// every line written up to a moment served while they went on writing. (The
+/// landed watch waited for 300 ms of quiet and served none of them until the
+/// writers stopped.)
+#[test]
+fn issue_21_watch_serves_lines_while_writers_never_pause() {
+    let mut files = small_files();
+    files.push(FileSpec::plain(
+        "second.units.jsonl",
+        lines(&[unit_line("ST-02", "SN-B0", 30)]),
+    ));
+    let fixture = Fixture::from_files(&files);
+    let server = Server::start(&fixture, &["--watch"]);
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let written = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let writers: Vec<_> = [
+        ("first.units.jsonl", "ST-01"),
+        ("second.units.jsonl", "ST-02"),
+    ]
+    .into_iter()
+    .enumerate()
+    .map(|(writer, (file, station))| {
+        let path = fixture.snapshots.join(file);
+        let (stop, written) = (stop.clone(), written.clone());
+        thread::spawn(move || {
+            let mut text = String::new();
+            let mut line = 0;
+            while !stop.load(Ordering::SeqCst) {
+                let serial = format!("SN-LIVE-{writer}-{line}");
+                let appended = lines(&[unit_line(station, &serial, 600 + line as i64)]);
+                append(&path, &appended);
+                text.push_str(&appended);
+                line += 1;
+                written.fetch_add(1, Ordering::SeqCst);
+                thread::sleep(Duration::from_millis(20));
+            }
+            text
+        })
+    })
+    .collect();
+    let served =
+        || -> BTreeSet<String> { serials(&server.ok(&all_units()).data).into_iter().collect() };
+    for checkpoint in 0..3 {
+        // Every line of both writers up to now, by its serial.
+        let wanted = written.load(Ordering::SeqCst) / 2;
+        let deadline = std::time::Instant::now() + RELOAD_TIMEOUT;
+        loop {
+            let seen = served();
+            if (0..2).all(|writer| {
+                (0..wanted).all(|line| seen.contains(&format!("SN-LIVE-{writer}-{line}")))
+            }) {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "checkpoint {checkpoint}: the first {wanted} lines of each writer were not \
+                 served while the writers went on; stderr:\n{}",
+                server.log().join("\n")
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+        assert!(!stop.load(Ordering::SeqCst));
+        // The next checkpoint asks for lines written after this one was met.
+        let met = written.load(Ordering::SeqCst);
+        while written.load(Ordering::SeqCst) < met + 4 {
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    for (writer, handle) in writers.into_iter().enumerate() {
+        let text = handle.join().unwrap();
+        files[writer].text.push_str(&text);
+    }
+    // Once they stop, everything they wrote is served, exactly.
+    let expected = reference(&files, &Query::units());
+    let deadline = std::time::Instant::now() + RELOAD_TIMEOUT;
+    while server.ok(&all_units()).data.len() < expected.len() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the last lines were not served"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert_records(
+        &server.ok(&all_units()).data,
+        &expected,
+        "after the writers stopped",
     );
 }
 

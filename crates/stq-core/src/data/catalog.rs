@@ -47,6 +47,9 @@ pub struct LoadSummary {
     pub skipped_lines: u64,
     /// Last lines without a line end that do not parse yet (docs/api.md section 8).
     pub pending_lines: u64,
+    /// Files a reload under `--on-invalid fail` met invalid lines in, and which
+    /// serve what they served before (docs/api.md section 8).
+    pub held_files: u64,
 }
 
 impl Catalog {

@@ -74,7 +74,7 @@ impl Generation {
             "shard-wide unit tree",
             self.shards
                 .iter()
-                .map(|shard| tree_bytes(&shard.units))
+                .map(|shard| tree_bytes(&shard.units) + tree_bytes(&shard.recent))
                 .sum(),
         );
         part("symbols", self.catalog.symbols.heap_bytes());

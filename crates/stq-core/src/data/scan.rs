@@ -225,8 +225,7 @@ impl ShardData {
         if empty {
             return Vec::new();
         }
-        self.units
-            .range((lower, Bound::Excluded(end)))
+        self.units_in((lower, Bound::Excluded(end)))
             .filter(|(_, unit)| {
                 wanted[unit.station_index as usize] && request.filter.matches_unit(&unit.entry)
             })

@@ -4,11 +4,16 @@
 //! Its stations and its shard-wide tree are reference-counted so that the next
 //! generation can share what a reload did not change: a station no change touched,
 //! and the whole tree of a shard none of whose stations changed or moved in rank.
+//! The tree is two: the units as of its last whole build, shared between
+//! generations, and the units appended since, a smaller tree that each reload which
+//! appends copies and adds to. So a floor that appends all day costs each reload
+//! the units appended lately, not the shard's; once the recent tree holds a
+//! sixteenth of the other, the two are merged.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use itertools::Itertools as _;
+use itertools::{Either, Itertools as _};
 
 use crate::data::key::Position;
 use crate::data::station::{StationData, UnitEntry};
@@ -25,9 +30,22 @@ pub(crate) struct ShardUnit {
 pub(crate) enum Origin {
     /// The previous generation's station at this index of the shard, unchanged.
     Shared { previous_index: u32 },
+    /// The previous generation's station at this index of the shard, with records
+    /// appended: every record it had keeps its stored form where it was.
+    Extended,
     /// Built anew: changed or new.
     Built,
 }
+
+/// The shard-wide tree's entries.
+pub(crate) type ShardUnits = BTreeMap<Position, ShardUnit>;
+
+/// A recent tree this much smaller than the other is merged into it.
+#[cfg(not(test))]
+const RECENT_SHARE: usize = 16;
+/// In tests, as large as the other: the few records of a test then take both ways.
+#[cfg(test)]
+const RECENT_SHARE: usize = 1;
 
 /// The stations of one shard, in the order the catalog's `Placement::station_index` names.
 #[derive(Debug, Default)]
@@ -36,7 +54,10 @@ pub struct ShardData {
     pub(crate) stations: Vec<Arc<StationData>>,
     /// Every unit record of the shard in the contract's order, for queries over many
     /// of its stations: one range walk instead of a search and a merge per station.
-    pub(crate) units: Arc<BTreeMap<Position, ShardUnit>>,
+    /// Those appended since its last whole build are in `recent` instead.
+    pub(crate) units: Arc<ShardUnits>,
+    /// The units of records appended since `units` was built; often empty.
+    pub(crate) recent: Arc<ShardUnits>,
 }
 
 impl ShardData {
@@ -71,6 +92,7 @@ impl ShardData {
             generation,
             stations,
             units: Arc::new(units),
+            recent: Arc::default(),
         }
     }
 
@@ -92,7 +114,11 @@ impl ShardData {
                 renumbered[previous_index as usize] = Some(station_index as u32);
             }
         }
-        let kept = previous.units.iter().filter_map(|(position, unit)| {
+        let previous_units = previous
+            .units
+            .iter()
+            .merge_by(previous.recent.iter(), |left, right| left.0 < right.0);
+        let kept = previous_units.filter_map(|(position, unit)| {
             let station_index = renumbered[unit.station_index as usize]?;
             Some((
                 *position,
@@ -105,7 +131,7 @@ impl ShardData {
         let mut built: Vec<(Position, ShardUnit)> = origins
             .iter()
             .enumerate()
-            .filter(|(_, origin)| matches!(origin, Origin::Built))
+            .filter(|(_, origin)| !matches!(origin, Origin::Shared { .. }))
             .flat_map(|(station_index, _)| {
                 shard_units(
                     &stations[station_index],
@@ -123,15 +149,67 @@ impl ShardData {
             generation,
             stations,
             units: Arc::new(units),
+            recent: Arc::default(),
         }
     }
 
-    /// The same stations and tree as `previous`, as part of `generation`.
+    /// A shard of `stations`, each the previous generation's at the same index,
+    /// shared or [`Origin::Extended`], whose appended units are `appended`: the
+    /// tree of `previous` is shared, and its recent tree copied with `appended`
+    /// added (or both merged, once the recent one has grown).
+    pub(crate) fn extended(
+        generation: u64,
+        previous: &ShardData,
+        stations: Vec<Arc<StationData>>,
+        appended: Vec<(Position, ShardUnit)>,
+    ) -> ShardData {
+        let mut recent = ShardUnits::clone(&previous.recent);
+        recent.extend(appended);
+        if recent.len() * RECENT_SHARE <= previous.units.len() {
+            return ShardData {
+                generation,
+                stations,
+                units: Arc::clone(&previous.units),
+                recent: Arc::new(recent),
+            };
+        }
+        let units = previous
+            .units
+            .iter()
+            .map(|(position, unit)| (*position, *unit))
+            .merge_by(recent, |left, right| left.0 < right.0)
+            .collect();
+        ShardData {
+            generation,
+            stations,
+            units: Arc::new(units),
+            recent: Arc::default(),
+        }
+    }
+
+    /// The same stations and trees as `previous`, as part of `generation`.
     pub(crate) fn shared(generation: u64, previous: &ShardData) -> ShardData {
         ShardData {
             generation,
             stations: previous.stations.clone(),
             units: Arc::clone(&previous.units),
+            recent: Arc::clone(&previous.recent),
+        }
+    }
+
+    /// The units of the shard-wide trees in `range`, in the contract's order.
+    pub(crate) fn units_in(
+        &self,
+        range: (std::ops::Bound<Position>, std::ops::Bound<Position>),
+    ) -> impl Iterator<Item = (&Position, &ShardUnit)> {
+        // Most scans find no recent units: they walk the one tree without a merge.
+        match self.recent.is_empty() {
+            true => Either::Left(self.units.range(range)),
+            false => Either::Right(
+                self.units
+                    .range(range)
+                    .merge_by(self.recent.range(range), |left, right| left.0 < right.0),
+            ),
         }
     }
 
@@ -146,7 +224,7 @@ impl ShardData {
 
 /// A station's units as entries of the shard-wide tree: placed by their position in
 /// the contract's order, and naming the station that holds them.
-fn shard_units(
+pub(crate) fn shard_units(
     station: &StationData,
     station_index: usize,
     rank: u32,

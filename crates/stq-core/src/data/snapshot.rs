@@ -154,6 +154,9 @@ pub struct LoadReport {
     pub pending: u64,
     /// Snapshot bytes read, after decompression.
     pub bytes: u64,
+    /// Files a reload under `--on-invalid fail` held back for their invalid lines
+    /// (as messages name them): each serves what it served before.
+    pub held: Vec<String>,
     pub elapsed: Duration,
 }
 
@@ -257,6 +260,7 @@ fn load_with(options: &LoadOptions, split: Split) -> Result<(Generation, LoadRep
         metrics: report.metrics,
         skipped_lines: report.invalid.len() as u64,
         pending_lines: report.pending,
+        held_files: 0,
     };
     let sources = incremental::sources(&files, &mut state);
     let stations = std::mem::take(&mut state.stations);

@@ -78,6 +78,40 @@ impl StationData {
         }
     }
 
+    /// This station with records appended: `arena` and `pieces` hold this one's
+    /// as they are (so its stored records stay valid) and the new records' after
+    /// them, which `units` and `metrics` index. The trees are this one's copied
+    /// with the new entries added: no sort of what was there.
+    pub(crate) fn extended(
+        &self,
+        arena: Box<[u8]>,
+        pieces: Pieces,
+        units: &[(RecordKey, UnitEntry)],
+        metrics: &[(RecordKey, MetricEntry)],
+    ) -> StationData {
+        let mut station = StationData {
+            arena,
+            pieces,
+            units: self.units.clone(),
+            units_by_serial: self.units_by_serial.clone(),
+            metrics: self.metrics.clone(),
+            metrics_by_name: self.metrics_by_name.clone(),
+        };
+        for (key, entry) in units {
+            station.units.insert(*key, *entry);
+            station
+                .units_by_serial
+                .insert((entry.unit_serial, *key), *entry);
+        }
+        for (key, entry) in metrics {
+            station.metrics.insert(*key, *entry);
+            station
+                .metrics_by_name
+                .insert((entry.name, *key), entry.bytes);
+        }
+        station
+    }
+
     /// A record's response JSON, as the parts it is sent in.
     pub fn json(&self, record: StoredRecord) -> RecordJson<'_> {
         RecordJson::new(&self.arena, &self.pieces, record)

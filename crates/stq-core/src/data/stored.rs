@@ -95,6 +95,39 @@ impl PieceTable {
         piece
     }
 
+    /// A table that goes on from a finished station's `pieces`, where each piece
+    /// keeps its place, so the station's stored records stay valid as they are; the
+    /// pieces `records` (stored in `arena`) use are found again, so a new record
+    /// shares them instead of adding a copy.
+    pub(crate) fn continuing(
+        pieces: &Pieces,
+        arena: &[u8],
+        records: impl Iterator<Item = StoredRecord>,
+    ) -> PieceTable {
+        let mut table = PieceTable {
+            pieces: Pieces {
+                bytes: pieces.bytes.clone(),
+            },
+            ..PieceTable::default()
+        };
+        for record in records {
+            for piece in decode(arena, record.start).0 {
+                let hash = table.hasher.hash_one(table.pieces.get(piece));
+                let (pieces, hasher) = (&table.pieces, &table.hasher);
+                if table
+                    .known
+                    .find(hash, |&known| pieces.get(known) == pieces.get(piece))
+                    .is_none()
+                {
+                    table
+                        .known
+                        .insert_unique(hash, piece, |&known| hasher.hash_one(pieces.get(known)));
+                }
+            }
+        }
+        table
+    }
+
     #[cfg(test)]
     pub(crate) fn pieces(&self) -> &Pieces {
         &self.pieces

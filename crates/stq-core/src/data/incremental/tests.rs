@@ -105,7 +105,8 @@ fn served(generation: &Generation) -> Served {
         .shards
         .iter()
         .flat_map(|shard| {
-            shard.units.iter().map(|(position, unit)| {
+            let everything = (std::ops::Bound::Unbounded, std::ops::Bound::Unbounded);
+            shard.units_in(everything).map(|(position, unit)| {
                 let station = &shard.stations[unit.station_index as usize];
                 let json = String::from_utf8(station.json(unit.entry.bytes).to_vec()).unwrap();
                 (*position, json)
@@ -269,6 +270,24 @@ impl Writer {
         handle.set_modified(self.clock).unwrap();
     }
 
+    /// The paths `change` touches, as a watch of the directory reports them.
+    fn touched(&self, change: &Change) -> BTreeSet<String> {
+        let files: Vec<usize> = match change {
+            Change::Append { file, .. }
+            | Change::AppendPart { file, .. }
+            | Change::AppendInvalid { file }
+            | Change::Replace { file, .. }
+            | Change::Truncate { file, .. }
+            | Change::Delete { file } => vec![*file],
+            Change::Finish => self.rests.keys().copied().collect(),
+        };
+        let mut paths: BTreeSet<String> = files.iter().map(|&file| FILES[file].into()).collect();
+        if let Change::Replace { .. } = change {
+            paths.insert("staging.tmp".into());
+        }
+        paths
+    }
+
     fn apply(&mut self, change: &Change) {
         let lines = |file: usize, records: &[(u8, u8, u8)]| -> String {
             records
@@ -345,7 +364,9 @@ fn parts(generation: Generation) -> (Arc<Catalog>, Vec<Arc<ShardData>>) {
     (catalog, shards.into_iter().map(Arc::new).collect())
 }
 
-fn run_changes(name: &str, changes: &[Change]) -> Result<(), TestCaseError> {
+/// `watched`: each reload looks only at the paths the change touched, as with
+/// `--watch`; otherwise at everything, as on SIGHUP.
+fn run_changes(name: &str, changes: &[Change], watched: bool) -> Result<(), TestCaseError> {
     let mut writer = Writer {
         directory: TempDirectory::new(name),
         rests: HashMap::new(),
@@ -354,15 +375,78 @@ fn run_changes(name: &str, changes: &[Change]) -> Result<(), TestCaseError> {
     let (generation, _) = snapshot::load(&options(&writer.directory, OnInvalid::Skip, 1)).unwrap();
     let (mut catalog, mut shards) = parts(generation);
     for (step, change) in changes.iter().enumerate() {
+        let look = match watched {
+            true => Look::Paths(writer.touched(change)),
+            false => Look::Everything,
+        };
         writer.apply(change);
         let number = step as u64 + 2;
         let skip = options(&writer.directory, OnInvalid::Skip, number);
-        let (reloaded, _) = reload(&catalog, &shards, &skip).unwrap();
+        let (reloaded, _) = reload_looking(&catalog, &shards, &skip, &look).unwrap();
         let (fresh, _) = snapshot::load(&skip).unwrap();
         let fresh = served(&fresh);
         prop_assert_eq!(&served(&reloaded), &fresh, "after {:?}", change);
         (catalog, shards) = parts(reloaded);
         prop_assert_eq!(catalog.generation(), number);
+    }
+    Ok(())
+}
+
+/// The relative paths of the files `catalog` holds back.
+fn held(catalog: &Catalog) -> Vec<&str> {
+    catalog
+        .sources
+        .iter()
+        .filter(|source| source.held.is_some())
+        .map(|source| &*source.relative)
+        .collect()
+}
+
+/// Under `fail`, each reload serves what a fresh load serves of a copy of the
+/// directory that keeps each file as it was last read cleanly (absent if it never
+/// was): a held file serves what it served, every other file advances.
+fn run_changes_holding(name: &str, changes: &[Change]) -> Result<(), TestCaseError> {
+    let mut writer = Writer {
+        directory: TempDirectory::new(name),
+        rests: HashMap::new(),
+        clock: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+    };
+    let accepted = TempDirectory::new(&format!("{name}-accepted"));
+    let (generation, _) = snapshot::load(&options(&writer.directory, OnInvalid::Fail, 1)).unwrap();
+    let (mut catalog, mut shards) = parts(generation);
+    for (step, change) in changes.iter().enumerate() {
+        writer.apply(change);
+        let number = step as u64 + 2;
+        let fail = options(&writer.directory, OnInvalid::Fail, number);
+        let (reloaded, report) = reload(&catalog, &shards, &fail).unwrap();
+        let held_now = held(&reloaded.catalog);
+        for file in FILES {
+            if held_now.contains(&file) {
+                continue;
+            }
+            let (from, to) = (writer.directory.path(file), accepted.path(file));
+            if from.exists() {
+                std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+                std::fs::copy(&from, &to).unwrap();
+            } else {
+                let _ = std::fs::remove_file(&to);
+            }
+        }
+        let (fresh, _) = snapshot::load(&options(&accepted, OnInvalid::Fail, number))
+            .map_err(|error| TestCaseError::fail(format!("after {change:?}: {error}")))?;
+        prop_assert_eq!(
+            &served(&reloaded),
+            &served(&fresh),
+            "after {:?}, holding {:?}",
+            change,
+            held_now
+        );
+        prop_assert_eq!(reloaded.catalog.summary.held_files, held_now.len() as u64);
+        // Every invalid line read is in a file held back.
+        for line in &report.invalid {
+            prop_assert!(report.held.contains(&line.path), "{}", line);
+        }
+        (catalog, shards) = parts(reloaded);
     }
     Ok(())
 }
@@ -377,7 +461,24 @@ proptest! {
     fn a_reload_serves_what_a_fresh_load_serves(
         changes in prop::collection::vec(change(), 1..14)
     ) {
-        run_changes("property", &changes)?;
+        run_changes("property", &changes, false)?;
+    }
+
+    /// Issue 21: a reload that looks only where the watch saw changes serves the
+    /// same.
+    #[test]
+    fn issue_21_a_reload_looking_at_the_changed_paths_serves_what_a_fresh_load_serves(
+        changes in prop::collection::vec(change(), 1..14)
+    ) {
+        run_changes("watched", &changes, true)?;
+    }
+
+    /// Issue 21: one broken writer freezes nothing else.
+    #[test]
+    fn issue_21_under_fail_a_reload_holds_back_only_files_with_invalid_lines(
+        changes in prop::collection::vec(change(), 1..14)
+    ) {
+        run_changes_holding("holding", &changes)?;
     }
 }
 
@@ -459,10 +560,12 @@ fn unchanged_files_are_not_read_and_grown_ones_from_their_last_line() {
     assert_eq!(served(&grown), served(&fresh));
 }
 
+/// Issue 21: a file with an invalid line is held back alone, is not read again
+/// while it stays as it was, and is released once it reads cleanly.
 #[test]
-fn an_invalid_line_fails_a_reload_under_fail_and_the_next_one_sees_it_gone() {
+fn issue_21_a_held_file_serves_what_it_served_until_it_reads_cleanly() {
     let mut writer = Writer {
-        directory: TempDirectory::new("fail"),
+        directory: TempDirectory::new("held"),
         rests: HashMap::new(),
         clock: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
     };
@@ -470,35 +573,96 @@ fn an_invalid_line_fails_a_reload_under_fail_and_the_next_one_sees_it_gone() {
         file: 0,
         lines: vec![(0, 0, 0)],
     });
-    let (generation, _) = snapshot::load(&options(&writer.directory, OnInvalid::Fail, 1)).unwrap();
-    let (catalog, shards) = parts(generation);
-    writer.apply(&Change::AppendInvalid { file: 0 });
-    let error = reload(
-        &catalog,
-        &shards,
-        &options(&writer.directory, OnInvalid::Fail, 2),
-    )
-    .unwrap_err();
-    let LoadError::Invalid { report } = error else {
-        panic!("{error}")
-    };
-    assert_eq!(report.invalid.len(), 1);
-    assert_eq!(report.invalid[0].line, 2);
-    // The writer puts the file right by renaming a good one over it.
-    writer.apply(&Change::Replace {
-        file: 0,
-        lines: vec![(0, 0, 0), (1, 1, 1)],
+    writer.apply(&Change::Append {
+        file: 2,
+        lines: vec![(1, 0, 0)],
     });
-    let (reloaded, _) = reload(
+    let (generation, _) = snapshot::load(&options(&writer.directory, OnInvalid::Fail, 1)).unwrap();
+    let before = served(&generation);
+    let (catalog, shards) = parts(generation);
+
+    // File 0 gets an invalid line and a valid one after it; file 2 a valid line;
+    // file 3, new, an invalid line between two valid ones.
+    writer.apply(&Change::AppendInvalid { file: 0 });
+    writer.apply(&Change::Append {
+        file: 0,
+        lines: vec![(0, 1, 1)],
+    });
+    writer.apply(&Change::Append {
+        file: 2,
+        lines: vec![(1, 1, 1)],
+    });
+    writer.apply(&Change::Append {
+        file: 3,
+        lines: vec![(2, 0, 0)],
+    });
+    writer.apply(&Change::AppendInvalid { file: 3 });
+    writer.apply(&Change::Append {
+        file: 3,
+        lines: vec![(2, 1, 1)],
+    });
+    let (reloaded, report) = reload(
         &catalog,
         &shards,
         &options(&writer.directory, OnInvalid::Fail, 2),
     )
     .unwrap();
-    let fresh = snapshot::load(&options(&writer.directory, OnInvalid::Fail, 2))
+    let lines: Vec<(bool, u32)> = report
+        .invalid
+        .iter()
+        .map(|line| (line.path.ends_with(FILES[0]), line.line))
+        .collect();
+    assert_eq!(lines, [(true, 2), (false, 2)]);
+    assert_eq!(report.held.len(), 2);
+    assert_eq!(held(&reloaded.catalog), [FILES[0], FILES[3]]);
+    let summary = &reloaded.catalog.summary;
+    assert_eq!(
+        (summary.units, summary.metrics, summary.held_files),
+        (3, 0, 2)
+    );
+    let served_now = served(&reloaded);
+    // File 0 serves its one record of before, file 2 both of its own, file 3 none.
+    assert_eq!(served_now.units[..1], before.units[..1]);
+    let paths: Vec<&str> = served_now
+        .units
+        .iter()
+        .map(|(identity, _)| identity.path.as_str())
+        .collect();
+    assert_eq!(paths, [FILES[0], FILES[2], FILES[2]]);
+    let (catalog, shards) = parts(reloaded);
+
+    // Unchanged since they were held: not read again, still held.
+    let (again, report) = reload(
+        &catalog,
+        &shards,
+        &options(&writer.directory, OnInvalid::Fail, 3),
+    )
+    .unwrap();
+    assert_eq!((report.files.len(), report.bytes), (0, 0));
+    assert_eq!(again.catalog.summary.held_files, 2);
+    assert_eq!(served(&again), served_now);
+
+    // Written right by renaming good ones over them: released, and served whole.
+    writer.apply(&Change::Replace {
+        file: 0,
+        lines: vec![(0, 0, 0), (0, 1, 1)],
+    });
+    writer.apply(&Change::Replace {
+        file: 3,
+        lines: vec![(2, 0, 0)],
+    });
+    let (released, report) = reload(
+        &catalog,
+        &shards,
+        &options(&writer.directory, OnInvalid::Fail, 3),
+    )
+    .unwrap();
+    assert!(report.held.is_empty());
+    assert_eq!(released.catalog.summary.held_files, 0);
+    let fresh = snapshot::load(&options(&writer.directory, OnInvalid::Fail, 3))
         .unwrap()
         .0;
-    assert_eq!(served(&reloaded), served(&fresh));
+    assert_eq!(served(&released), served(&fresh));
 }
 
 #[test]
@@ -590,4 +754,103 @@ fn parts_to_generation(catalog: &Arc<Catalog>, shards: &[Arc<ShardData>]) -> Gen
             .map(|shard| ShardData::shared(shard.generation, shard))
             .collect(),
     }
+}
+
+/// Issue 21: a station that only grows is extended, not rebuilt: its shard keeps
+/// its tree and puts the new units in its recent tree, and the records it had keep
+/// their stored form.
+#[test]
+fn issue_21_appended_lines_extend_their_station_and_the_recent_tree() {
+    let mut writer = Writer {
+        directory: TempDirectory::new("extend"),
+        rests: HashMap::new(),
+        clock: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+    };
+    writer.apply(&Change::Append {
+        file: 0,
+        lines: vec![(0, 0, 0), (0, 1, 1), (0, 2, 2), (1, 0, 0), (1, 1, 1)],
+    });
+    let (generation, _) = snapshot::load(&options(&writer.directory, OnInvalid::Fail, 1)).unwrap();
+    let (catalog, shards) = parts(generation);
+    writer.apply(&Change::Append {
+        file: 0,
+        lines: vec![(0, 3, 0)],
+    });
+    let (grown, _) = reload(
+        &catalog,
+        &shards,
+        &options(&writer.directory, OnInvalid::Fail, 2),
+    )
+    .unwrap();
+    let placement = catalog.placement(catalog.rank("ST-0").unwrap());
+    let (before, after) = (
+        &shards[placement.shard as usize],
+        &grown.shards[placement.shard as usize],
+    );
+    assert!(Arc::ptr_eq(&before.units, &after.units));
+    assert_eq!(after.recent.len(), 1);
+    let (old, new) = (
+        &before.stations[placement.station_index as usize],
+        &after.stations[placement.station_index as usize],
+    );
+    assert!(!Arc::ptr_eq(old, new));
+    for (key, entry) in &old.units {
+        assert_eq!(new.units[key], *entry, "a kept record moved");
+    }
+    let fresh = snapshot::load(&options(&writer.directory, OnInvalid::Fail, 2))
+        .unwrap()
+        .0;
+    assert_eq!(served(&grown), served(&fresh));
+}
+
+/// Issue 21: a watch that names a new directory (whose files it may not have seen
+/// created) makes the reload look at everything; one that names only other files
+/// leaves a changed file it did not name as it was.
+#[test]
+fn issue_21_a_changed_directory_makes_a_watched_reload_look_at_everything() {
+    let mut writer = Writer {
+        directory: TempDirectory::new("directory"),
+        rests: HashMap::new(),
+        clock: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+    };
+    writer.apply(&Change::Append {
+        file: 0,
+        lines: vec![(0, 0, 0)],
+    });
+    let (generation, _) = snapshot::load(&options(&writer.directory, OnInvalid::Fail, 1)).unwrap();
+    let (catalog, shards) = parts(generation);
+    // c/m.metrics.jsonl is new, in a new directory; a.units.jsonl grows unnamed.
+    writer.apply(&Change::Append {
+        file: 1,
+        lines: vec![(1, 0, 0)],
+    });
+    writer.apply(&Change::Append {
+        file: 0,
+        lines: vec![(0, 1, 1)],
+    });
+    let only_other = Look::Paths(["z.metrics.jsonl".to_string()].into());
+    let (unnamed, report) = reload_looking(
+        &catalog,
+        &shards,
+        &options(&writer.directory, OnInvalid::Fail, 2),
+        &only_other,
+    )
+    .unwrap();
+    assert_eq!(report.files.len(), 0);
+    assert_eq!(
+        served(&unnamed),
+        served(&parts_to_generation(&catalog, &shards))
+    );
+    let directory = Look::Paths(["c".to_string()].into());
+    let (everything, _) = reload_looking(
+        &catalog,
+        &shards,
+        &options(&writer.directory, OnInvalid::Fail, 2),
+        &directory,
+    )
+    .unwrap();
+    let fresh = snapshot::load(&options(&writer.directory, OnInvalid::Fail, 2))
+        .unwrap()
+        .0;
+    assert_eq!(served(&everything), served(&fresh));
 }
