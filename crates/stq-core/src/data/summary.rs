@@ -845,7 +845,7 @@ mod tests {
 
     use super::*;
     use crate::data::catalog::Generation;
-    use crate::data::snapshot::{load, LoadOptions, OnInvalid};
+    use crate::data::load::{load, LoadOptions, OnInvalid};
     use crate::domain::time::parse_rfc3339;
 
     /// `files` loaded into `shards` shards, with every station placed on its own
