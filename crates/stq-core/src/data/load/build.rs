@@ -92,59 +92,75 @@ impl StationBuilder {
         )
     }
 
-    /// A builder holding the stored records of `station` as they are, but none of its
-    /// entries, so that what is appended goes after them and the station's stored
-    /// records (which its shard's trees point into) stay valid; its entries are
-    /// then the appended records'.
+    /// A builder holding the stored records of `station`'s recent layer as they
+    /// are, but none of its entries, so that what is appended goes after them and
+    /// the layer's stored records (which its shard's trees point into) stay valid;
+    /// its entries are then the appended records', addressed in the layer's arena.
     pub(crate) fn extending(station: &StationData) -> StationBuilder {
+        let recent = &station.recent;
         // Appended records share pieces with the latest ones (the next unit's metric
         // names, units and limits are the last one's); finding every record's pieces
         // again cost more than the rest of the extension.
-        let records = station
+        let records = recent
+            .trees
             .units
             .values()
             .rev()
             .take(LATEST_RECORDS)
-            .map(|entry| entry.bytes)
+            .map(|entry| recent.local(entry.bytes))
             .chain(
-                station
-                    .metrics
-                    .values()
-                    .rev()
+                (recent.trees.metrics.values().rev())
                     .take(LATEST_RECORDS)
-                    .map(|entry| entry.bytes),
+                    .map(|entry| recent.local(entry.bytes)),
             );
         StationBuilder {
-            arena: station.arena.to_vec(),
-            pieces: PieceTable::continuing(&station.pieces, &station.arena, records),
+            arena: recent.arena.to_vec(),
+            pieces: PieceTable::continuing(&recent.pieces, &recent.arena, records),
             units: Vec::new(),
             metrics: Vec::new(),
         }
     }
 
-    /// A builder holding the records of `station` that `is_dropped` keeps, their bytes
-    /// copied into a new arena so that the dropped ones' bytes go with the old one.
+    /// A builder holding the records of `station` (both layers) that `is_dropped`
+    /// keeps, their bytes copied into a new arena so that the dropped ones' bytes go
+    /// with the old one.
     pub(crate) fn surviving(
         station: &StationData,
         is_dropped: &impl Fn(u64) -> bool,
     ) -> StationBuilder {
         let mut builder = StationBuilder::default();
-        let mut known = foldhash::HashMap::default();
-        for (key, entry) in &station.units {
-            if !is_dropped(key.load_order) {
-                let mut entry = *entry;
-                entry.bytes =
-                    builder.copy(&station.arena, &station.pieces, entry.bytes, &mut known);
-                builder.units.push((*key, entry));
+        for layer in station.layers() {
+            let mut known = foldhash::HashMap::default();
+            let mut copy = |record: StoredRecord| {
+                let local = layer.local(record);
+                builder.copy(&layer.arena, &layer.pieces, local, &mut known)
+            };
+            let mut units = Vec::new();
+            for (key, entry) in &layer.trees.units {
+                if !is_dropped(key.load_order) {
+                    units.push((
+                        *key,
+                        UnitEntry {
+                            bytes: copy(entry.bytes),
+                            ..*entry
+                        },
+                    ));
+                }
             }
-        }
-        for (key, entry) in &station.metrics {
-            if !is_dropped(key.load_order) {
-                let mut entry = *entry;
-                entry.bytes =
-                    builder.copy(&station.arena, &station.pieces, entry.bytes, &mut known);
-                builder.metrics.push((*key, entry));
+            let mut metrics = Vec::new();
+            for (key, entry) in &layer.trees.metrics {
+                if !is_dropped(key.load_order) {
+                    metrics.push((
+                        *key,
+                        MetricEntry {
+                            bytes: copy(entry.bytes),
+                            ..*entry
+                        },
+                    ));
+                }
             }
+            builder.units.extend(units);
+            builder.metrics.extend(metrics);
         }
         builder
     }

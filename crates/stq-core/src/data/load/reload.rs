@@ -26,10 +26,12 @@
 //!
 //! Sharing: a station none of whose records change is the previous generation's
 //! `Arc<StationData>`. A touched one that only gains records (appended lines, a new
-//! file) is extended: its arena and pieces are copied as they are, so every record
-//! it had keeps its stored form where it was, and the new ones go after them; its
-//! trees are copied and the new entries inserted (a copy, not a parse or a sort). One that loses records (a file dropped or replaced, a last
-//! line read again) is rebuilt from its surviving records and its new ones. A
+//! file) is extended: its settled layer is shared as it is, and the new records go
+//! into its recent layer, whose arena, pieces and trees are copied and added to
+//! (work proportional to what was appended since the station was last built, not
+//! to the station). Once the recent layer would outgrow a sixteenth of the settled
+//! one, or when the station loses records (a file dropped or replaced, a last line read
+//! again), it is rebuilt in one layer from its surviving records and its new ones. A
 //! station keeps its shard; a new one goes to the shard with the fewest records. A
 //! shard's shard-wide tree is shared when none of its stations changed, came or
 //! went; when its touched stations were only extended, it is shared still, and
@@ -38,8 +40,9 @@
 //! previous tree without that station's old units merged with its new ones (a copy,
 //! no sort); only when a kept station moved in rank (a station sorting before it
 //! came or went, which changes the keys of its units) is it sorted anew. Symbols
-//! extend the previous table, so shared entries keep their meaning (a symbol no record uses any longer is
-//! harmless: a filter on it matches nothing, as an unknown value would).
+//! extend the previous table, so shared entries keep their meaning (a symbol no
+//! record uses any longer is harmless: a filter on it matches nothing, as an
+//! unknown value would).
 //!
 //! Held files (docs/api.md section 8): under `--on-invalid fail`, a file this
 //! reload read and met an invalid line in is held back on its own. Its state and
@@ -619,7 +622,11 @@ fn build_stations(
                 ));
                 continue;
             }
-            let extend = !changes.shrunk.contains(name);
+            let batch = new_records.remove(name);
+            let appended = batch.as_ref().map_or(0, StationBuilder::record_count);
+            // One that only grows is extended, unless its recent layer would outgrow
+            // its share: then it is built again, in one layer.
+            let extend = !changes.shrunk.contains(name) && !station.folds_with(appended);
             let change = match extend {
                 true => ShardChange::Extended,
                 false => ShardChange::Updated,
@@ -629,7 +636,7 @@ fn build_stations(
             builds.push(Build {
                 name: name.clone(),
                 previous: Some(Arc::clone(station)),
-                batch: new_records.remove(name),
+                batch,
                 extend,
             });
         }
@@ -689,15 +696,24 @@ fn build_station(build: Build, changes: &Changes) -> Result<Option<Built>, LoadE
         extend,
     } = build;
     if let (Some(old), true) = (&previous, extend) {
-        // The builder holds the old records' bytes and only the new entries.
+        // The builder holds the recent layer's records' bytes and only the new
+        // entries, which the station addresses after its settled layer.
         let mut builder = StationBuilder::extending(old);
         if let Some(batch) = batch {
             builder.append(batch);
         }
-        if !builder.fits() {
+        let offset = old.recent.offset;
+        if u32::try_from(u64::from(offset) + builder.arena.len() as u64).is_err() || !builder.fits()
+        {
             return Err(LoadError::StationTooLarge {
                 station: name.to_string(),
             });
+        }
+        for (_, entry) in &mut builder.units {
+            entry.bytes.start += offset;
+        }
+        for (_, entry) in &mut builder.metrics {
+            entry.bytes.start += offset;
         }
         let data = old.extended(
             builder.arena.into_boxed_slice(),

@@ -83,10 +83,9 @@ fn records(generation: &Generation) -> Vec<(u32, u32, Value)> {
         let placement = catalog.placement(rank as u32);
         let station = &generation.shards()[placement.shard as usize].stations
             [placement.station_index as usize];
-        let units = station.units.iter().map(|(key, entry)| (key, entry.bytes));
+        let units = station.units_in(..).map(|(key, entry)| (key, entry.bytes));
         let metrics = station
-            .metrics
-            .iter()
+            .metrics_in(..)
             .map(|(key, entry)| (key, entry.bytes));
         for (key, bytes) in units.chain(metrics) {
             let ordinal = (key.load_order >> 32) as u32;
@@ -360,7 +359,7 @@ fn everything(
         let station = &generation.shards()[placement.shard as usize].stations
             [placement.station_index as usize];
         entries.push(format!("station {name} at {placement:?}"));
-        for (key, entry) in &station.units {
+        for (key, entry) in station.units_in(..) {
             entries.push(format!(
                 "{key:?} {} {} {:?} {} {} {}",
                 text(entry.unit_type),
@@ -371,7 +370,7 @@ fn everything(
                 text(entry.result)
             ));
         }
-        for (key, entry) in &station.metrics {
+        for (key, entry) in station.metrics_in(..) {
             entries.push(format!(
                 "{key:?} {} {} {} {:?} {:?} {:?}",
                 text(entry.name),

@@ -82,7 +82,7 @@ fn served(generation: &Generation) -> Served {
             (json, value)
         };
         let symbol = |text: String| catalog.symbols.lookup(&text).unwrap();
-        for (key, entry) in &station.units {
+        for (key, entry) in station.units_in(..) {
             let (json, value) = record(entry.bytes);
             for (field, symbol) in [
                 ("unit_serial", entry.unit_serial),
@@ -95,7 +95,7 @@ fn served(generation: &Generation) -> Served {
             }
             units.push((position(key), json));
         }
-        for (key, entry) in &station.metrics {
+        for (key, entry) in station.metrics_in(..) {
             let (json, value) = record(entry.bytes);
             assert_eq!(entry.name, symbol(text(&value, "name")));
             assert_eq!(catalog.symbols.text(entry.unit), text(&value, "unit"));
@@ -794,8 +794,20 @@ fn issue_21_appended_lines_extend_their_station_and_the_recent_tree() {
         &after.stations[placement.station_index as usize],
     );
     assert!(!Arc::ptr_eq(old, new));
-    for (key, entry) in &old.units {
-        assert_eq!(new.units[key], *entry, "a kept record moved");
+    // The settled layer is shared; the appended unit is the recent layer's.
+    assert!(Arc::ptr_eq(&old.settled.trees, &new.settled.trees));
+    assert_eq!(new.settled.arena.as_ptr(), old.settled.arena.as_ptr());
+    assert_eq!(
+        (
+            old.recent.trees.record_count(),
+            new.recent.trees.record_count()
+        ),
+        (0, 1)
+    );
+    assert!(old.unit_count() > 0);
+    for (key, entry) in old.units_in(..) {
+        let kept = new.units_in(*key..=*key).next().map(|(_, entry)| entry);
+        assert_eq!(kept, Some(entry), "a kept record moved");
     }
     let fresh = full::load(&options(&writer.directory, OnInvalid::Fail, 2))
         .unwrap()
@@ -853,4 +865,51 @@ fn issue_21_a_changed_directory_makes_a_watched_reload_look_at_everything() {
         .unwrap()
         .0;
     assert_eq!(served(&everything), served(&fresh));
+}
+
+/// Issue 21: a station's recent layer is folded into a new settled one once it
+/// outgrows its share of the station (in tests, the size of the settled layer), and
+/// the station then serves what a fresh load serves.
+#[test]
+fn issue_21_a_station_folds_its_recent_layer_once_it_outgrows_its_share() {
+    let mut writer = Writer {
+        directory: TempDirectory::new("fold"),
+        rests: HashMap::new(),
+        clock: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+    };
+    writer.apply(&Change::Append {
+        file: 0,
+        lines: vec![(0, 0, 0), (0, 1, 1), (0, 2, 2)],
+    });
+    let (generation, _) = full::load(&options(&writer.directory, OnInvalid::Fail, 1)).unwrap();
+    let (mut catalog, mut shards) = parts(generation);
+    let station = |catalog: &Catalog, shards: &[Arc<ShardData>]| {
+        let placement = catalog.placement(catalog.rank("ST-0").unwrap());
+        Arc::clone(&shards[placement.shard as usize].stations[placement.station_index as usize])
+    };
+    let first = station(&catalog, &shards);
+    // Three settled records: up to three appended one by one stay recent; a
+    // fourth would make the recent layer larger than the settled one.
+    let mut layers = Vec::new();
+    for number in 2..6 {
+        writer.apply(&Change::Append {
+            file: 0,
+            lines: vec![(0, number as u8, 0)],
+        });
+        let options = options(&writer.directory, OnInvalid::Fail, number);
+        let (next, _) = reload(&catalog, &shards, &options).unwrap();
+        let fresh = full::load(&options).unwrap().0;
+        assert_eq!(served(&next), served(&fresh), "generation {number}");
+        (catalog, shards) = parts(next);
+        let now = station(&catalog, &shards);
+        layers.push((
+            now.settled.trees.record_count(),
+            now.recent.trees.record_count(),
+            Arc::ptr_eq(&now.settled.trees, &first.settled.trees),
+        ));
+    }
+    assert_eq!(
+        layers,
+        [(3, 1, true), (3, 2, true), (3, 3, true), (7, 0, false)]
+    );
 }
