@@ -7,7 +7,7 @@ use anyhow::Context as _;
 use clap::Parser as _;
 
 use stq::cli::{Cli, Command, GenArgs, LogFormat};
-use stq_core::data::snapshot::{self, FileKind, LoadError};
+use stq_core::data::load::{self, LoadError};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -61,7 +61,7 @@ fn main() -> ExitCode {
 /// `stq check`: 0 when every line is valid, 1 when one is not, 2 when the snapshot
 /// cannot be read at all.
 fn check(directory: &std::path::Path) -> anyhow::Result<ExitCode> {
-    let report = match snapshot::check(directory, stq::cli::cpus()) {
+    let report = match load::check(directory, stq::cli::cpus()) {
         Ok(report) => report,
         Err(error @ (LoadError::MissingDirectory(_) | LoadError::Io { .. })) => {
             eprintln!("stq: {error}");
@@ -71,9 +71,9 @@ fn check(directory: &std::path::Path) -> anyhow::Result<ExitCode> {
     };
     for file in &report.files {
         let records = match file.kind {
-            FileKind::Lines(kind) => format!("{} {} records", file.records, kind.noun()),
+            Some(kind) => format!("{} {} records", file.records, kind.noun()),
             // An OpenHTF file holds both kinds.
-            FileKind::OpenHtf => format!(
+            None => format!(
                 "{} unit records, {} metric records",
                 file.units, file.metrics
             ),

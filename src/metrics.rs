@@ -17,7 +17,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::exponential_buckets;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
-use stq_core::data::snapshot::LoadReport;
+use stq_core::data::load::LoadReport;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use stq_core::data::catalog::Generation;
-use stq_core::data::snapshot::{load, LoadOptions, OnInvalid};
+use stq_core::data::load::{load, LoadOptions, OnInvalid};
 use stq_gen::{generate, GenOptions};
 
 /// The end of the generated span: the data is the same on every run.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use stq_core::data::snapshot::OnInvalid;
+use stq_core::data::load::OnInvalid;
 use stq_core::domain::auth::Stations;
 use stq_core::domain::time::parse_rfc3339;
 

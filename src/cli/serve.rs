@@ -9,7 +9,7 @@ use actix_web::web;
 use anyhow::Context as _;
 use stq_core::data::catalog::Generation;
 use stq_core::data::cursor::CursorKey;
-use stq_core::data::snapshot::{self, LoadError, LoadOptions, LoadReport, INVALID_LINES_SHOWN};
+use stq_core::data::load::{self, LoadError, LoadOptions, LoadReport, INVALID_LINES_SHOWN};
 use stq_core::domain::auth::Tokens;
 use stq_core::domain::query::Limits;
 
@@ -42,7 +42,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         generation: 1,
         threads: cpus(),
     };
-    let (generation, report) = match snapshot::load(&options) {
+    let (generation, report) = match load::load(&options) {
         Ok(loaded) => loaded,
         Err(LoadError::Invalid { report }) => {
             for line in report.invalid.iter().take(INVALID_LINES_SHOWN) {

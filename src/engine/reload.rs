@@ -7,7 +7,7 @@
 //! them (they serve what they served) and logs every `path:line: reason`.
 //!
 //! A reload reads only what changed since the generation it follows
-//! ([`stq_core::data::incremental`]): unchanged files are not opened, grown ones are
+//! ([`stq_core::data::load::reload`]): unchanged files are not opened, grown ones are
 //! read from their last whole line, and stations the change does not touch are
 //! shared with that generation.
 //!
@@ -24,8 +24,7 @@ use std::time::{Duration, Instant};
 
 use notify::{RecursiveMode, Watcher as _};
 use parking_lot::Mutex;
-use stq_core::data::incremental::{self, Look};
-use stq_core::data::snapshot::{self, LoadError, LoadOptions, LoadReport, OnInvalid};
+use stq_core::data::load::{self, LoadError, LoadOptions, LoadReport, Look, OnInvalid};
 use stq_core::domain::auth::{Tokens, TokensError};
 use tokio::sync::mpsc;
 
@@ -153,9 +152,9 @@ impl Reloader {
                     .and_then(|tokens| {
                         let loaded = match &previous {
                             Some((catalog, shards)) => {
-                                incremental::reload_looking(catalog, shards, &options, &look)
+                                load::reload_looking(catalog, shards, &options, &look)
                             }
-                            None => snapshot::load(&options),
+                            None => load::load(&options),
                         };
                         Ok((tokens, loaded?))
                     });

@@ -1,7 +1,7 @@
 //! Property tests of the query path, over random snapshots and random queries.
 //!
 //! Every case writes a random snapshot to a temporary directory, loads it with the
-//! real loader (`stq_core::data::snapshot::load`), starts the real sharded, actor-backed engine
+//! real loader (`stq_core::data::load::load`), starts the real sharded, actor-backed engine
 //! (`stq::engine::Engine`) and drives the real HTTP app (`stq::http::app`) in-process.
 //! What it proves, for every generated case:
 //!
@@ -61,7 +61,7 @@ use crate::common;
 use stq::engine::Engine;
 use stq::http::{app, AppState};
 use stq_core::data::cursor::CursorKey;
-use stq_core::data::snapshot::{load, LoadOptions, OnInvalid};
+use stq_core::data::load::{load, LoadOptions, OnInvalid};
 use stq_core::domain::auth::{hash_token, Tokens};
 use stq_core::domain::query::Limits;
 use stq_core::domain::record::Kind;

@@ -61,7 +61,7 @@ use crate::common::summary::{self as model, Ordered, SummaryQuery};
 use stq::engine::Engine;
 use stq::http::{app, AppState};
 use stq_core::data::cursor::CursorKey;
-use stq_core::data::snapshot::{load, LoadOptions, OnInvalid};
+use stq_core::data::load::{load, LoadOptions, OnInvalid};
 use stq_core::domain::auth::{hash_token, Tokens};
 use stq_core::domain::query::Limits;
 

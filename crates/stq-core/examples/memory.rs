@@ -10,7 +10,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use stq_core::data::snapshot::{self, LoadOptions, OnInvalid};
+use stq_core::data::load::{self, LoadOptions, OnInvalid};
 
 /// The system allocator (what `stq` uses), counting the bytes it has handed out.
 struct Counting;
@@ -58,7 +58,7 @@ fn main() {
         generation: 1,
         threads,
     };
-    let (generation, report) = snapshot::load(&options).unwrap_or_else(|error| {
+    let (generation, report) = load::load(&options).unwrap_or_else(|error| {
         eprintln!("memory: {error}");
         std::process::exit(1);
     });

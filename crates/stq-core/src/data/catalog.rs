@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use crate::data::cursor::RecordIdentity;
-use crate::data::incremental::SourceState;
 use crate::data::key::{load_order, Position};
+use crate::data::load::files::SourceState;
 use crate::data::shard::ShardData;
 use crate::data::symbols::Symbols;
 
@@ -31,7 +31,7 @@ pub struct Catalog {
     pub(crate) files: Vec<Box<str>>,
     /// Each file's ordinal, the first half of its lines' load order: ascending like
     /// the paths, with gaps a reload can put new files into (see
-    /// [`crate::data::incremental`]).
+    /// `crate::data::load::files`).
     pub(crate) file_ordinals: Vec<u32>,
     /// What was read of each file, for the next reload to read only what changed.
     pub(crate) sources: Vec<SourceState>,

@@ -4,7 +4,7 @@
 //! file ordinal and line number, so comparing two records compares three numbers.
 //! File ordinals ascend with the files' paths but leave gaps, so that a reload can
 //! put a new file between two others without renumbering the lines of every file
-//! after it (see [`crate::data::incremental`]).
+//! after it (see `crate::data::load::files`).
 
 use crate::domain::time::Timestamp;
 

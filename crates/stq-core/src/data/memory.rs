@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::mem::size_of;
 
 use crate::data::catalog::Generation;
-use crate::data::station::StationData;
+use crate::data::station::{Layer, StationData};
 
 /// The bytes of one part of a generation.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,27 +48,27 @@ impl Generation {
         let mut part = |name, bytes| usage.parts.push(Part { name, bytes });
         part(
             "records' stored form (arenas)",
-            sum(&|station| station.arena.len() as u64),
+            sum(&|station| layers(station, &|layer| layer.arena.len() as u64)),
         );
         part(
             "pieces of records",
-            sum(&|station| station.pieces.heap_bytes() as u64),
+            sum(&|station| layers(station, &|layer| layer.pieces.heap_bytes() as u64)),
         );
         part(
             "unit tree by time",
-            sum(&|station| tree_bytes(&station.units)),
+            sum(&|station| layers(station, &|layer| tree_bytes(&layer.trees.units))),
         );
         part(
             "unit tree by serial",
-            sum(&|station| tree_bytes(&station.units_by_serial)),
+            sum(&|station| layers(station, &|layer| tree_bytes(&layer.trees.units_by_serial))),
         );
         part(
             "metric tree by time",
-            sum(&|station| tree_bytes(&station.metrics)),
+            sum(&|station| layers(station, &|layer| tree_bytes(&layer.trees.metrics))),
         );
         part(
             "metric tree by name",
-            sum(&|station| tree_bytes(&station.metrics_by_name)),
+            sum(&|station| layers(station, &|layer| tree_bytes(&layer.trees.metrics_by_name))),
         );
         part(
             "shard-wide unit tree",
@@ -78,10 +78,15 @@ impl Generation {
                 .sum(),
         );
         part("symbols", self.catalog.symbols.heap_bytes());
-        usage.units = sum(&|station| station.units.len() as u64);
-        usage.metrics = sum(&|station| station.metrics.len() as u64);
+        usage.units = sum(&|station| station.unit_count() as u64);
+        usage.metrics = sum(&|station| station.metric_count() as u64);
         usage
     }
+}
+
+/// The sum of `bytes` over a station's two layers.
+fn layers(station: &StationData, bytes: &dyn Fn(&Layer) -> u64) -> u64 {
+    station.layers().iter().map(|layer| bytes(layer)).sum()
 }
 
 /// std's node capacity (`CAPACITY` in `alloc::collections::btree::node`).

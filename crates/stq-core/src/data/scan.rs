@@ -127,10 +127,9 @@ impl ShardData {
             } => self.merge_stations(request, |data, station, lower, upper| {
                 // A serial number is single-valued: one exact range.
                 Box::new(serials.iter().flat_map(move |&serial| {
-                    data.units_by_serial
-                        .range((serial, lower)..(serial, upper))
+                    data.units_of_serial(serial, lower..upper)
                         .filter(|(_, entry)| filter.matches_unit(entry))
-                        .map(move |((_, key), entry)| station.hit(key, entry.bytes))
+                        .map(move |(key, entry)| station.hit(key, entry.bytes))
                 }))
             }),
             RecordFilter::Units { .. } if request.stations.len() * 4 >= self.stations.len() => {
@@ -139,8 +138,7 @@ impl ShardData {
             RecordFilter::Units { .. } => {
                 self.merge_stations(request, |data, station, lower, upper| {
                     Box::new(
-                        data.units
-                            .range(lower..upper)
+                        data.units_in(lower..upper)
                             .filter(|(_, entry)| filter.matches_unit(entry))
                             .map(move |(key, entry)| station.hit(key, entry.bytes)),
                     )
@@ -155,9 +153,8 @@ impl ShardData {
                         let data = self.stations.get(station.station_index as usize)?;
                         let (lower, upper) = station_bounds(request, station.rank)?;
                         Some(
-                            data.metrics_by_name
-                                .range((name, lower)..(name, upper))
-                                .map(move |((_, key), bytes)| station.hit(key, *bytes)),
+                            data.metrics_of_name(name, lower..upper)
+                                .map(move |(key, bytes)| station.hit(key, bytes)),
                         )
                     })
                 });
@@ -166,8 +163,7 @@ impl ShardData {
             RecordFilter::Metrics { .. } => {
                 self.merge_stations(request, |data, station, lower, upper| {
                     Box::new(
-                        data.metrics
-                            .range(lower..upper)
+                        data.metrics_in(lower..upper)
                             .map(move |(key, entry)| station.hit(key, entry.bytes)),
                     )
                 })

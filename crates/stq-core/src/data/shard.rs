@@ -229,7 +229,7 @@ pub(crate) fn shard_units(
     station_index: usize,
     rank: u32,
 ) -> impl Iterator<Item = (Position, ShardUnit)> + '_ {
-    station.units.iter().map(move |(key, entry)| {
+    station.units_in(..).map(move |(key, entry)| {
         let position = Position {
             instant: key.instant,
             station_rank: rank,

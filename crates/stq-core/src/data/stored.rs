@@ -21,6 +21,7 @@
 use std::hash::BuildHasher as _;
 use std::ops::Range;
 
+use bytes::Bytes;
 use hashbrown::HashTable;
 use integer_encoding::VarInt as _;
 
@@ -41,27 +42,33 @@ pub struct Piece {
 }
 
 /// The pieces of one station's records, each held once, one after the other.
-#[derive(Debug, Default)]
+/// Shared, not copied, by the generations that keep the station's records as
+/// they are.
+#[derive(Clone, Debug, Default)]
 pub struct Pieces {
-    bytes: Vec<u8>,
+    bytes: Bytes,
 }
 
 impl Pieces {
     pub fn get(&self, piece: Piece) -> &[u8] {
-        let start = piece.start as usize;
-        &self.bytes[start..start + piece.length as usize]
+        piece_of(&self.bytes, piece)
     }
 
     /// The bytes it holds on the heap.
     pub fn heap_bytes(&self) -> usize {
-        self.bytes.capacity()
+        self.bytes.len()
     }
+}
+
+fn piece_of(bytes: &[u8], piece: Piece) -> &[u8] {
+    let start = piece.start as usize;
+    &bytes[start..start + piece.length as usize]
 }
 
 /// A station's pieces while it is built: a new piece goes after the others.
 #[derive(Debug, Default)]
 pub(crate) struct PieceTable {
-    pieces: Pieces,
+    bytes: Vec<u8>,
     /// The pieces, found by the hash of their bytes.
     known: HashTable<Piece>,
     hasher: foldhash::fast::FixedState,
@@ -70,7 +77,7 @@ pub(crate) struct PieceTable {
 impl PieceTable {
     /// The bytes of its pieces, together.
     pub(crate) fn bytes(&self) -> usize {
-        self.pieces.bytes.len()
+        self.bytes.len()
     }
 
     /// How many pieces it holds.
@@ -80,18 +87,21 @@ impl PieceTable {
 
     pub(crate) fn intern(&mut self, bytes: &[u8]) -> Piece {
         let hash = self.hasher.hash_one(bytes);
-        let pieces = &mut self.pieces;
-        if let Some(&piece) = self.known.find(hash, |&piece| pieces.get(piece) == bytes) {
+        let held = &mut self.bytes;
+        if let Some(&piece) = self
+            .known
+            .find(hash, |&piece| piece_of(held, piece) == bytes)
+        {
             return piece;
         }
         let piece = Piece {
-            start: pieces.bytes.len() as u32,
+            start: held.len() as u32,
             length: bytes.len() as u32,
         };
-        pieces.bytes.extend_from_slice(bytes);
+        held.extend_from_slice(bytes);
         let hasher = &self.hasher;
         self.known
-            .insert_unique(hash, piece, |&piece| hasher.hash_one(pieces.get(piece)));
+            .insert_unique(hash, piece, |&piece| hasher.hash_one(piece_of(held, piece)));
         piece
     }
 
@@ -105,39 +115,43 @@ impl PieceTable {
         records: impl Iterator<Item = StoredRecord>,
     ) -> PieceTable {
         let mut table = PieceTable {
-            pieces: Pieces {
-                bytes: pieces.bytes.clone(),
-            },
+            bytes: pieces.bytes.to_vec(),
             ..PieceTable::default()
         };
         for record in records {
             for piece in decode(arena, record.start).0 {
-                let hash = table.hasher.hash_one(table.pieces.get(piece));
-                let (pieces, hasher) = (&table.pieces, &table.hasher);
+                let held = &table.bytes;
+                let hash = table.hasher.hash_one(piece_of(held, piece));
+                let hasher = &table.hasher;
                 if table
                     .known
-                    .find(hash, |&known| pieces.get(known) == pieces.get(piece))
+                    .find(hash, |&known| {
+                        piece_of(held, known) == piece_of(held, piece)
+                    })
                     .is_none()
                 {
-                    table
-                        .known
-                        .insert_unique(hash, piece, |&known| hasher.hash_one(pieces.get(known)));
+                    table.known.insert_unique(hash, piece, |&known| {
+                        hasher.hash_one(piece_of(held, known))
+                    });
                 }
             }
         }
         table
     }
 
+    /// A copy of its pieces as they are now.
     #[cfg(test)]
-    pub(crate) fn pieces(&self) -> &Pieces {
-        &self.pieces
+    pub(crate) fn pieces(&self) -> Pieces {
+        Pieces {
+            bytes: Bytes::copy_from_slice(&self.bytes),
+        }
     }
 
     /// The pieces, without what finding them took.
     pub(crate) fn finish(self) -> Pieces {
-        let mut pieces = self.pieces;
-        pieces.bytes.shrink_to_fit();
-        pieces
+        Pieces {
+            bytes: Bytes::from(self.bytes.into_boxed_slice()),
+        }
     }
 }
 
@@ -437,7 +451,8 @@ mod tests {
             .map(|(kind, line)| stored(&mut arena, &mut table, *kind, line))
             .collect();
         for (record, json) in &records {
-            let read = RecordJson::new(&arena, table.pieces(), *record);
+            let pieces = table.pieces();
+            let read = RecordJson::new(&arena, &pieces, *record);
             assert_eq!(read.len(), json.len());
             assert_eq!(
                 String::from_utf8(read.to_vec()).unwrap(),
@@ -472,7 +487,7 @@ mod tests {
             &mut known,
         );
         assert_eq!(
-            RecordJson::new(&to_arena, to_table.pieces(), copied).to_vec(),
+            RecordJson::new(&to_arena, &to_table.pieces(), copied).to_vec(),
             json
         );
         let copied = copy(
@@ -484,7 +499,7 @@ mod tests {
             &mut known,
         );
         assert_eq!(
-            RecordJson::new(&to_arena, to_table.pieces(), copied).to_vec(),
+            RecordJson::new(&to_arena, &to_table.pieces(), copied).to_vec(),
             RecordJson::new(&arena, &pieces, first).to_vec()
         );
         // Only the pieces the copies use: the shared head and tail, two middles.

@@ -230,7 +230,7 @@ impl ShardData {
                 let mut partial = MetricPartial::default();
                 for (station, data) in stations {
                     let mut lasts: HashMap<RowKey, StoredRecord> = HashMap::default();
-                    for (key, entry) in data.metrics.range(key_range(window)) {
+                    for (key, entry) in data.metrics_in(key_range(window)) {
                         if names.matches(entry.name) {
                             partial.add(grouping, station, key, entry, &mut lasts);
                         }
@@ -258,12 +258,12 @@ fn station_units<'a>(
 ) -> Box<dyn Iterator<Item = (&'a RecordKey, &'a UnitEntry)> + 'a> {
     let range = key_range(window);
     match unit_serial {
-        Matcher::Any => Box::new(data.units.range(range)),
-        Matcher::OneOf(serials) => Box::new(serials.iter().flat_map(move |&serial| {
-            data.units_by_serial
-                .range((serial, range.start)..(serial, range.end))
-                .map(|((_, key), entry)| (key, entry))
-        })),
+        Matcher::Any => Box::new(data.units_in(range)),
+        Matcher::OneOf(serials) => Box::new(
+            serials
+                .iter()
+                .flat_map(move |&serial| data.units_of_serial(serial, range.clone())),
+        ),
     }
 }
 
@@ -574,30 +574,7 @@ impl MetricStatistics {
 
 /// A station's counts and its first and last record of either kind.
 fn station_summary(rank: u32, data: &StationData) -> Option<StationSummary> {
-    let first_unit = data
-        .units
-        .first_key_value()
-        .map(|(key, entry)| (*key, entry.bytes));
-    let first_metric = data
-        .metrics
-        .first_key_value()
-        .map(|(key, entry)| (*key, entry.bytes));
-    let last_unit = data
-        .units
-        .last_key_value()
-        .map(|(key, entry)| (*key, entry.bytes));
-    let last_metric = data
-        .metrics
-        .last_key_value()
-        .map(|(key, entry)| (*key, entry.bytes));
-    let first = [first_unit, first_metric]
-        .into_iter()
-        .flatten()
-        .min_by_key(|(key, _)| *key)?;
-    let last = [last_unit, last_metric]
-        .into_iter()
-        .flatten()
-        .max_by_key(|(key, _)| *key)?;
+    let (first, last) = data.first_and_last()?;
     let time_created = |bytes: StoredRecord| {
         #[derive(Deserialize)]
         struct Time<'a> {
@@ -611,8 +588,8 @@ fn station_summary(rank: u32, data: &StationData) -> Option<StationSummary> {
     };
     Some(StationSummary {
         rank,
-        units: data.units.len() as u64,
-        metrics: data.metrics.len() as u64,
+        units: data.unit_count() as u64,
+        metrics: data.metric_count() as u64,
         first: time_created(first.1),
         last: time_created(last.1),
     })
@@ -845,7 +822,7 @@ mod tests {
 
     use super::*;
     use crate::data::catalog::Generation;
-    use crate::data::snapshot::{load, LoadOptions, OnInvalid};
+    use crate::data::load::{load, LoadOptions, OnInvalid};
     use crate::domain::time::parse_rfc3339;
 
     /// `files` loaded into `shards` shards, with every station placed on its own

@@ -41,21 +41,6 @@ impl Kind {
             Kind::Metrics => "/metrics",
         }
     }
-
-    /// The kind of a snapshot file, from its name; `None` for files to ignore.
-    pub fn of_file_name(name: &str) -> Option<(Kind, bool)> {
-        let (stem, gzipped) = match name.strip_suffix(".gz") {
-            Some(stem) => (stem, true),
-            None => (name, false),
-        };
-        if stem.ends_with(".units.jsonl") {
-            Some((Kind::Units, gzipped))
-        } else if stem.ends_with(".metrics.jsonl") {
-            Some((Kind::Metrics, gzipped))
-        } else {
-            None
-        }
-    }
 }
 
 /// The direction of a unit record.
@@ -1040,19 +1025,5 @@ mod tests {
                 "a failed line must not leave output behind"
             );
         }
-    }
-
-    #[test]
-    fn file_names_choose_the_kind() {
-        assert_eq!(
-            Kind::of_file_name("a.units.jsonl"),
-            Some((Kind::Units, false))
-        );
-        assert_eq!(
-            Kind::of_file_name("a.metrics.jsonl.gz"),
-            Some((Kind::Metrics, true))
-        );
-        assert_eq!(Kind::of_file_name("a.jsonl"), None);
-        assert_eq!(Kind::of_file_name("a.units.jsonl.bak"), None);
     }
 }

@@ -2,6 +2,7 @@
 //! followed by a reload from the generation before, what is served equals what a
 //! fresh load of the same files serves.
 
+use std::fs::File;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
@@ -81,7 +82,7 @@ fn served(generation: &Generation) -> Served {
             (json, value)
         };
         let symbol = |text: String| catalog.symbols.lookup(&text).unwrap();
-        for (key, entry) in &station.units {
+        for (key, entry) in station.units_in(..) {
             let (json, value) = record(entry.bytes);
             for (field, symbol) in [
                 ("unit_serial", entry.unit_serial),
@@ -94,7 +95,7 @@ fn served(generation: &Generation) -> Served {
             }
             units.push((position(key), json));
         }
-        for (key, entry) in &station.metrics {
+        for (key, entry) in station.metrics_in(..) {
             let (json, value) = record(entry.bytes);
             assert_eq!(entry.name, symbol(text(&value, "name")));
             assert_eq!(catalog.symbols.text(entry.unit), text(&value, "unit"));
@@ -372,7 +373,7 @@ fn run_changes(name: &str, changes: &[Change], watched: bool) -> Result<(), Test
         rests: HashMap::new(),
         clock: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
     };
-    let (generation, _) = snapshot::load(&options(&writer.directory, OnInvalid::Skip, 1)).unwrap();
+    let (generation, _) = full::load(&options(&writer.directory, OnInvalid::Skip, 1)).unwrap();
     let (mut catalog, mut shards) = parts(generation);
     for (step, change) in changes.iter().enumerate() {
         let look = match watched {
@@ -383,7 +384,7 @@ fn run_changes(name: &str, changes: &[Change], watched: bool) -> Result<(), Test
         let number = step as u64 + 2;
         let skip = options(&writer.directory, OnInvalid::Skip, number);
         let (reloaded, _) = reload_looking(&catalog, &shards, &skip, &look).unwrap();
-        let (fresh, _) = snapshot::load(&skip).unwrap();
+        let (fresh, _) = full::load(&skip).unwrap();
         let fresh = served(&fresh);
         prop_assert_eq!(&served(&reloaded), &fresh, "after {:?}", change);
         (catalog, shards) = parts(reloaded);
@@ -412,7 +413,7 @@ fn run_changes_holding(name: &str, changes: &[Change]) -> Result<(), TestCaseErr
         clock: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
     };
     let accepted = TempDirectory::new(&format!("{name}-accepted"));
-    let (generation, _) = snapshot::load(&options(&writer.directory, OnInvalid::Fail, 1)).unwrap();
+    let (generation, _) = full::load(&options(&writer.directory, OnInvalid::Fail, 1)).unwrap();
     let (mut catalog, mut shards) = parts(generation);
     for (step, change) in changes.iter().enumerate() {
         writer.apply(change);
@@ -432,7 +433,7 @@ fn run_changes_holding(name: &str, changes: &[Change]) -> Result<(), TestCaseErr
                 let _ = std::fs::remove_file(&to);
             }
         }
-        let (fresh, _) = snapshot::load(&options(&accepted, OnInvalid::Fail, number))
+        let (fresh, _) = full::load(&options(&accepted, OnInvalid::Fail, number))
             .map_err(|error| TestCaseError::fail(format!("after {change:?}: {error}")))?;
         prop_assert_eq!(
             &served(&reloaded),
@@ -503,8 +504,7 @@ fn unchanged_files_are_not_read_and_grown_ones_from_their_last_line() {
         record: (2, 1, 1),
         cut: 10,
     });
-    let (generation, report) =
-        snapshot::load(&options(&writer.directory, OnInvalid::Fail, 1)).unwrap();
+    let (generation, report) = full::load(&options(&writer.directory, OnInvalid::Fail, 1)).unwrap();
     assert_eq!(report.pending, 1);
     let (catalog, shards) = parts(generation);
 
@@ -554,7 +554,7 @@ fn unchanged_files_are_not_read_and_grown_ones_from_their_last_line() {
             &grown.shards[after.shard as usize].stations[after.station_index as usize],
         ));
     }
-    let fresh = snapshot::load(&options(&writer.directory, OnInvalid::Fail, 2))
+    let fresh = full::load(&options(&writer.directory, OnInvalid::Fail, 2))
         .unwrap()
         .0;
     assert_eq!(served(&grown), served(&fresh));
@@ -577,7 +577,7 @@ fn issue_21_a_held_file_serves_what_it_served_until_it_reads_cleanly() {
         file: 2,
         lines: vec![(1, 0, 0)],
     });
-    let (generation, _) = snapshot::load(&options(&writer.directory, OnInvalid::Fail, 1)).unwrap();
+    let (generation, _) = full::load(&options(&writer.directory, OnInvalid::Fail, 1)).unwrap();
     let before = served(&generation);
     let (catalog, shards) = parts(generation);
 
@@ -659,7 +659,7 @@ fn issue_21_a_held_file_serves_what_it_served_until_it_reads_cleanly() {
     .unwrap();
     assert!(report.held.is_empty());
     assert_eq!(released.catalog.summary.held_files, 0);
-    let fresh = snapshot::load(&options(&writer.directory, OnInvalid::Fail, 3))
+    let fresh = full::load(&options(&writer.directory, OnInvalid::Fail, 3))
         .unwrap()
         .0;
     assert_eq!(served(&released), served(&fresh));
@@ -680,7 +680,7 @@ fn new_files_between_others_keep_the_others_ordinals_until_no_gap_is_left() {
         file: 6,
         lines: vec![(1, 0, 0)],
     });
-    let (generation, _) = snapshot::load(&options(&writer.directory, OnInvalid::Fail, 1)).unwrap();
+    let (generation, _) = full::load(&options(&writer.directory, OnInvalid::Fail, 1)).unwrap();
     let (mut catalog, mut shards) = parts(generation);
     let first = catalog.file_ordinals.clone();
     // Each new file sorts right after a.units.jsonl: the gap halves each time.
@@ -691,7 +691,7 @@ fn new_files_between_others_keep_the_others_ordinals_until_no_gap_is_left() {
         let number = u64::from(step) + 2;
         let options = options(&writer.directory, OnInvalid::Fail, number);
         let (reloaded, _) = reload(&catalog, &shards, &options).unwrap();
-        let fresh = snapshot::load(&options).unwrap().0;
+        let fresh = full::load(&options).unwrap().0;
         assert_eq!(served(&reloaded), served(&fresh), "step {step}");
         (catalog, shards) = parts(reloaded);
         let ordinals = &catalog.file_ordinals;
@@ -718,7 +718,7 @@ fn a_new_file_per_station_and_day_keeps_every_ordinal_for_months() {
         }
     };
     write_day(0);
-    let (generation, _) = snapshot::load(&options(&directory, OnInvalid::Fail, 1)).unwrap();
+    let (generation, _) = full::load(&options(&directory, OnInvalid::Fail, 1)).unwrap();
     let (mut catalog, mut shards) = parts(generation);
     let first = catalog.file_ordinals.clone();
     for day in 1..120 {
@@ -736,7 +736,7 @@ fn a_new_file_per_station_and_day_keeps_every_ordinal_for_months() {
             .collect();
         assert_eq!(kept, first, "day {day}");
     }
-    let fresh = snapshot::load(&options(&directory, OnInvalid::Fail, 200))
+    let fresh = full::load(&options(&directory, OnInvalid::Fail, 200))
         .unwrap()
         .0;
     assert_eq!(
@@ -770,7 +770,7 @@ fn issue_21_appended_lines_extend_their_station_and_the_recent_tree() {
         file: 0,
         lines: vec![(0, 0, 0), (0, 1, 1), (0, 2, 2), (1, 0, 0), (1, 1, 1)],
     });
-    let (generation, _) = snapshot::load(&options(&writer.directory, OnInvalid::Fail, 1)).unwrap();
+    let (generation, _) = full::load(&options(&writer.directory, OnInvalid::Fail, 1)).unwrap();
     let (catalog, shards) = parts(generation);
     writer.apply(&Change::Append {
         file: 0,
@@ -794,10 +794,22 @@ fn issue_21_appended_lines_extend_their_station_and_the_recent_tree() {
         &after.stations[placement.station_index as usize],
     );
     assert!(!Arc::ptr_eq(old, new));
-    for (key, entry) in &old.units {
-        assert_eq!(new.units[key], *entry, "a kept record moved");
+    // The settled layer is shared; the appended unit is the recent layer's.
+    assert!(Arc::ptr_eq(&old.settled.trees, &new.settled.trees));
+    assert_eq!(new.settled.arena.as_ptr(), old.settled.arena.as_ptr());
+    assert_eq!(
+        (
+            old.recent.trees.record_count(),
+            new.recent.trees.record_count()
+        ),
+        (0, 1)
+    );
+    assert!(old.unit_count() > 0);
+    for (key, entry) in old.units_in(..) {
+        let kept = new.units_in(*key..=*key).next().map(|(_, entry)| entry);
+        assert_eq!(kept, Some(entry), "a kept record moved");
     }
-    let fresh = snapshot::load(&options(&writer.directory, OnInvalid::Fail, 2))
+    let fresh = full::load(&options(&writer.directory, OnInvalid::Fail, 2))
         .unwrap()
         .0;
     assert_eq!(served(&grown), served(&fresh));
@@ -817,7 +829,7 @@ fn issue_21_a_changed_directory_makes_a_watched_reload_look_at_everything() {
         file: 0,
         lines: vec![(0, 0, 0)],
     });
-    let (generation, _) = snapshot::load(&options(&writer.directory, OnInvalid::Fail, 1)).unwrap();
+    let (generation, _) = full::load(&options(&writer.directory, OnInvalid::Fail, 1)).unwrap();
     let (catalog, shards) = parts(generation);
     // c/m.metrics.jsonl is new, in a new directory; a.units.jsonl grows unnamed.
     writer.apply(&Change::Append {
@@ -849,8 +861,55 @@ fn issue_21_a_changed_directory_makes_a_watched_reload_look_at_everything() {
         &directory,
     )
     .unwrap();
-    let fresh = snapshot::load(&options(&writer.directory, OnInvalid::Fail, 2))
+    let fresh = full::load(&options(&writer.directory, OnInvalid::Fail, 2))
         .unwrap()
         .0;
     assert_eq!(served(&everything), served(&fresh));
+}
+
+/// Issue 21: a station's recent layer is folded into a new settled one once it
+/// outgrows its share of the station (in tests, the size of the settled layer), and
+/// the station then serves what a fresh load serves.
+#[test]
+fn issue_21_a_station_folds_its_recent_layer_once_it_outgrows_its_share() {
+    let mut writer = Writer {
+        directory: TempDirectory::new("fold"),
+        rests: HashMap::new(),
+        clock: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+    };
+    writer.apply(&Change::Append {
+        file: 0,
+        lines: vec![(0, 0, 0), (0, 1, 1), (0, 2, 2)],
+    });
+    let (generation, _) = full::load(&options(&writer.directory, OnInvalid::Fail, 1)).unwrap();
+    let (mut catalog, mut shards) = parts(generation);
+    let station = |catalog: &Catalog, shards: &[Arc<ShardData>]| {
+        let placement = catalog.placement(catalog.rank("ST-0").unwrap());
+        Arc::clone(&shards[placement.shard as usize].stations[placement.station_index as usize])
+    };
+    let first = station(&catalog, &shards);
+    // Three settled records: up to three appended one by one stay recent; a
+    // fourth would make the recent layer larger than the settled one.
+    let mut layers = Vec::new();
+    for number in 2..6 {
+        writer.apply(&Change::Append {
+            file: 0,
+            lines: vec![(0, number as u8, 0)],
+        });
+        let options = options(&writer.directory, OnInvalid::Fail, number);
+        let (next, _) = reload(&catalog, &shards, &options).unwrap();
+        let fresh = full::load(&options).unwrap().0;
+        assert_eq!(served(&next), served(&fresh), "generation {number}");
+        (catalog, shards) = parts(next);
+        let now = station(&catalog, &shards);
+        layers.push((
+            now.settled.trees.record_count(),
+            now.recent.trees.record_count(),
+            Arc::ptr_eq(&now.settled.trees, &first.settled.trees),
+        ));
+    }
+    assert_eq!(
+        layers,
+        [(3, 1, true), (3, 2, true), (3, 3, true), (7, 0, false)]
+    );
 }

@@ -1,0 +1,277 @@
+//! Snapshot files and what a generation remembers of them: finding the files
+//! ([`discover`]), each one's stamp (size, modification time, inode, device) and
+//! where its whole lines end, the ordinals that number its lines, and
+//! [`SourceState`], which the catalog keeps so that the next reload reads only what
+//! changed (docs/api.md section 8).
+//!
+//! A file is unchanged when its stamp is; it grew in place when it is the same file,
+//! larger, and the last 4 KiB read are unchanged: then a reload resumes it at its
+//! last line without a line end. Ordinals ascend with the paths but are spread over
+//! the `u32` range with gaps, so that a reload can number a new file's lines
+//! between its neighbours' without renumbering any other file.
+
+use std::collections::BTreeSet;
+use std::fs::{File, Metadata};
+use std::hash::Hasher as _;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use super::format::{self, Format};
+use super::report::LoadError;
+use crate::domain::record::Kind;
+
+/// How many bytes before the end of what was read must be unchanged for a larger
+/// file to count as grown in place.
+pub(super) const TAIL_BYTES: u64 = 4096;
+
+/// The ordinals a first load spreads its files over: the lower half of the range,
+/// leaving the upper half for files added after the last one.
+pub(super) const FRESH_ORDINALS: u64 = 1 << 31;
+
+/// The most a file added after the last one moves the ordinal on, so that files
+/// added one by one at the end (a new file per day) do not halve the gap each time.
+pub(super) const END_STEP: u64 = 1 << 16;
+
+/// New files between two others take the first 1/`NEAR_LOWER` of the gap.
+pub(super) const NEAR_LOWER: u64 = 16;
+
+/// A snapshot file found by the scan, and where its reading starts.
+#[derive(Clone, Debug)]
+pub(crate) struct SnapshotFile {
+    pub(crate) path: PathBuf,
+    /// Relative to the directory, `/`-separated: what a cursor names.
+    pub(crate) relative: String,
+    /// The directory joined with the relative path, as messages name it.
+    pub(crate) display: String,
+    pub(crate) format: &'static dyn Format,
+    pub(crate) gzip: bool,
+    /// The first half of its lines' load order.
+    pub(crate) ordinal: u32,
+    /// For a reload, the file as last read and where that read's whole lines end:
+    /// if it only grew since, reading resumes there; otherwise it starts over.
+    pub(crate) resume: Option<(FileStamp, Resume)>,
+}
+
+/// A place in a file where whole lines start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Start {
+    pub(crate) offset: u64,
+    /// The number of the line that starts there.
+    pub(crate) line: u32,
+}
+
+impl Start {
+    pub(crate) const BEGINNING: Start = Start { offset: 0, line: 1 };
+}
+
+/// Every snapshot file below `directory`, in byte order of the relative paths.
+pub(crate) fn discover(directory: &Path) -> Result<Vec<SnapshotFile>, LoadError> {
+    if !directory.is_dir() {
+        return Err(LoadError::MissingDirectory(directory.to_path_buf()));
+    }
+    let mut files = Vec::new();
+    for entry in walkdir::WalkDir::new(directory).follow_links(true) {
+        let entry = entry.map_err(|error| LoadError::Io {
+            path: error.path().unwrap_or(directory).display().to_string(),
+            source: error.into(),
+        })?;
+        if !entry.file_type().is_file() {
+            continue;
+        }
+        let Some((format, gzip)) = format::of_file_name(&entry.file_name().to_string_lossy())
+        else {
+            continue;
+        };
+        let relative = entry
+            .path()
+            .strip_prefix(directory)
+            .unwrap_or(entry.path())
+            .components()
+            .map(|component| component.as_os_str().to_string_lossy())
+            .collect::<Vec<_>>()
+            .join("/");
+        files.push(SnapshotFile::new(directory, relative, format, gzip));
+    }
+    files.sort_by(|left, right| left.relative.as_bytes().cmp(right.relative.as_bytes()));
+    Ok(files)
+}
+
+impl SnapshotFile {
+    /// The file at `relative` (`/`-separated) under `directory`, not yet numbered.
+    pub(crate) fn new(
+        directory: &Path,
+        relative: String,
+        format: &'static dyn Format,
+        gzip: bool,
+    ) -> SnapshotFile {
+        let path = directory.join(&relative);
+        SnapshotFile {
+            display: path.display().to_string(),
+            path,
+            relative,
+            format,
+            gzip,
+            ordinal: 0,
+            resume: None,
+        }
+    }
+
+    /// Whether a reload can read it on from where its last read's whole lines end:
+    /// an uncompressed file of lines.
+    pub(crate) fn resumable(&self) -> bool {
+        !self.gzip && self.format.cut() == format::Cut::Lines
+    }
+}
+
+/// A file as its metadata says: what tells an unchanged file from a changed one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FileStamp {
+    pub(crate) length: u64,
+    modified: (i64, i64),
+    inode: u64,
+    device: u64,
+}
+
+impl FileStamp {
+    pub(crate) fn of(metadata: &Metadata) -> FileStamp {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt as _;
+            FileStamp {
+                length: metadata.len(),
+                modified: (metadata.mtime(), metadata.mtime_nsec()),
+                inode: metadata.ino(),
+                device: metadata.dev(),
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let modified = metadata
+                .modified()
+                .ok()
+                .and_then(|time| time.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or((0, 0), |since| {
+                    (since.as_secs() as i64, i64::from(since.subsec_nanos()))
+                });
+            FileStamp {
+                length: metadata.len(),
+                modified,
+                inode: 0,
+                device: 0,
+            }
+        }
+    }
+
+    fn same_file(&self, other: &FileStamp) -> bool {
+        (self.inode, self.device) == (other.inode, other.device)
+    }
+}
+
+/// What reading a file found out about the file itself.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FileRead {
+    /// Its length is the offset read up to.
+    pub(crate) stamp: FileStamp,
+    /// Where a reload resumes once the file grew; `None`: read it whole again.
+    pub(crate) resume: Option<Resume>,
+    /// Whether this read resumed a grown file rather than starting from its start.
+    pub(crate) resumed: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Resume {
+    /// The start of the last line without a line end, or the end of the file.
+    pub(crate) start: Start,
+    /// A digest of the last [`TAIL_BYTES`] read.
+    pub(crate) tail: u64,
+}
+
+/// A digest of the [`TAIL_BYTES`] of `file` before `end`.
+pub(crate) fn tail_digest(file: &File, end: u64) -> io::Result<u64> {
+    let length = end.min(TAIL_BYTES);
+    let mut bytes = vec![0; length as usize];
+    read_exact_at(file, &mut bytes, end - length)?;
+    let mut hasher = std::hash::DefaultHasher::new();
+    hasher.write(&bytes);
+    Ok(hasher.finish())
+}
+
+/// Whether `file`, now `now`, is the file that was `before` grown in place: the
+/// same file, larger, and its last bytes as read then (whose digest is `tail`)
+/// unchanged.
+pub(crate) fn grew(file: &File, before: &FileStamp, now: &FileStamp, tail: u64) -> bool {
+    now.same_file(before)
+        && now.length > before.length
+        && tail_digest(file, before.length).is_ok_and(|digest| digest == tail)
+}
+
+#[cfg(unix)]
+fn read_exact_at(file: &File, bytes: &mut [u8], offset: u64) -> io::Result<()> {
+    std::os::unix::fs::FileExt::read_exact_at(file, bytes, offset)
+}
+
+#[cfg(not(unix))]
+fn read_exact_at(mut file: &File, bytes: &mut [u8], offset: u64) -> io::Result<()> {
+    use std::io::{Read as _, Seek as _};
+    file.seek(io::SeekFrom::Start(offset))?;
+    file.read_exact(bytes)
+}
+
+/// What a generation knows of one snapshot file: enough for the next reload to
+/// skip it, resume it or drop its records.
+#[derive(Clone, Debug)]
+pub(crate) struct SourceState {
+    pub(crate) relative: Box<str>,
+    pub(crate) ordinal: u32,
+    pub(super) stamp: FileStamp,
+    pub(super) resume: Option<Resume>,
+    pub(super) units: u64,
+    pub(super) metrics: u64,
+    pub(super) invalid: u64,
+    pub(super) pending: u64,
+    /// Every station its records went to.
+    pub(super) stations: Box<[Box<str>]>,
+    /// The station and kind of the record its last line without a line end made,
+    /// if any.
+    pub(super) open_record: Option<(Box<str>, Kind)>,
+    /// The file as it was when a reload under `fail` met invalid lines in it and
+    /// held it back: the rest of this state is what it served before (nothing, if
+    /// it was new). Read again as soon as it differs from this stamp.
+    pub(super) held: Option<FileStamp>,
+}
+
+/// Spreads a first load's files evenly over the lower half of the ordinals.
+pub(crate) fn spread_ordinals(files: &mut [SnapshotFile]) {
+    let gap = (FRESH_ORDINALS / (files.len() as u64 + 1)).max(1);
+    for (index, file) in files.iter_mut().enumerate() {
+        file.ordinal = ((index as u64 + 1) * gap).min(u64::from(u32::MAX)) as u32;
+    }
+}
+
+impl SourceState {
+    /// A grown file's state: this one's, with what `read` read from its last whole
+    /// line on.
+    pub(super) fn grown(&self, read: SourceState) -> SourceState {
+        let (mut units, mut metrics) = (self.units, self.metrics);
+        // The record of the last line without a line end was dropped: it is read
+        // again.
+        match self.open_record {
+            Some((_, Kind::Units)) => units -= 1,
+            Some((_, Kind::Metrics)) => metrics -= 1,
+            None => {}
+        }
+        let stations: BTreeSet<Box<str>> = self
+            .stations
+            .iter()
+            .chain(read.stations.iter())
+            .cloned()
+            .collect();
+        SourceState {
+            units: units + read.units,
+            metrics: metrics + read.metrics,
+            invalid: self.invalid + read.invalid,
+            stations: stations.into_iter().collect(),
+            ..read
+        }
+    }
+}

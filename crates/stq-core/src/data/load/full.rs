@@ -1,0 +1,126 @@
+//! A full load: every file read from its start into a new generation, and `stq
+//! check`, which reads every file and builds nothing.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use dashmap::DashMap;
+
+use super::build::{self, StationBuilder};
+use super::files::{self, SourceState};
+use super::read::{self, LoadState, Split};
+use super::report::{LoadError, LoadOptions, LoadReport, OnInvalid};
+use crate::data::catalog::{Catalog, Generation, LoadSummary, Placement};
+use crate::data::shard::ShardData;
+use crate::data::symbols::Symbols;
+use crate::data::threads;
+
+/// Loads a snapshot directory into a generation spread over `options.shards` shards.
+pub fn load(options: &LoadOptions) -> Result<(Generation, LoadReport), LoadError> {
+    load_with(options, Split::default())
+}
+
+/// [`load`], its reading cut as `split` says.
+pub(super) fn load_with(
+    options: &LoadOptions,
+    split: Split,
+) -> Result<(Generation, LoadReport), LoadError> {
+    let started = Instant::now();
+    let mut files = files::discover(&options.directory)?;
+    files::spread_ordinals(&mut files);
+    let state = LoadState {
+        split,
+        ..LoadState::default()
+    };
+    let mut state = read::read_all_into(state, &files, options.threads, true)?;
+    let mut report = state.report(&files);
+    if !report.invalid.is_empty() && options.on_invalid == OnInvalid::Fail {
+        report.elapsed = started.elapsed();
+        return Err(LoadError::Invalid {
+            report: Box::new(report),
+        });
+    }
+    let symbols = Arc::new(std::mem::take(&mut state.symbols).into_symbols());
+    let summary = LoadSummary {
+        loaded_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        units: report.units,
+        metrics: report.metrics,
+        skipped_lines: report.invalid.len() as u64,
+        pending_lines: report.pending,
+        held_files: 0,
+    };
+    let sources = state.sources(&files);
+    let stations = std::mem::take(&mut state.stations);
+    let generation = generation(stations, symbols, summary, sources, options)?;
+    report.stations = generation.catalog.stations.len();
+    report.elapsed = started.elapsed();
+    Ok((generation, report))
+}
+
+/// Validates every line without building an index (`stq check`).
+pub fn check(directory: &Path, threads: usize) -> Result<LoadReport, LoadError> {
+    let started = Instant::now();
+    let files = files::discover(directory)?;
+    let state = read::read_all_into(LoadState::default(), &files, threads, false)?;
+    let mut report = state.report(&files);
+    report.stations = state.stations.len();
+    report.elapsed = started.elapsed();
+    Ok(report)
+}
+
+/// The generation of a full load: stations placed on shards, each shard's index
+/// built, shards in parallel.
+fn generation(
+    stations: DashMap<Box<str>, StationBuilder>,
+    symbols: Arc<Symbols>,
+    summary: LoadSummary,
+    sources: Vec<SourceState>,
+    options: &LoadOptions,
+) -> Result<Generation, LoadError> {
+    let mut stations: Vec<(Box<str>, StationBuilder)> = stations.into_iter().collect();
+    stations.sort_by(|left, right| left.0.as_bytes().cmp(right.0.as_bytes()));
+    if let Some((station, _)) = stations.iter().find(|(_, builder)| !builder.fits()) {
+        return Err(LoadError::StationTooLarge {
+            station: station.to_string(),
+        });
+    }
+
+    let shard_count = options.shards.max(1);
+    let shard_of = build::place(&stations, shard_count);
+    let mut per_shard: Vec<Vec<StationBuilder>> = (0..shard_count).map(|_| Vec::new()).collect();
+    let mut ranks_per_shard: Vec<Vec<u32>> = vec![Vec::new(); shard_count];
+    let mut names = Vec::with_capacity(stations.len());
+    let mut placements = Vec::with_capacity(stations.len());
+    for ((name, builder), shard) in stations.into_iter().zip(shard_of) {
+        let shard_stations = &mut per_shard[shard];
+        placements.push(Placement {
+            shard: shard as u32,
+            station_index: shard_stations.len() as u32,
+        });
+        shard_stations.push(builder);
+        ranks_per_shard[shard].push(names.len() as u32);
+        names.push(name);
+    }
+
+    let shards = threads::map(
+        per_shard.into_iter().zip(&ranks_per_shard).collect(),
+        |(builders, ranks)| {
+            let stations = builders.into_iter().map(StationBuilder::finish).collect();
+            ShardData::new(options.generation, stations, ranks)
+        },
+    );
+
+    Ok(Generation {
+        catalog: Arc::new(Catalog::new(
+            options.generation,
+            names,
+            placements,
+            symbols,
+            shard_count,
+            summary,
+            sources,
+        )),
+        shards,
+    })
+}

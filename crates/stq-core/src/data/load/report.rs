@@ -1,0 +1,120 @@
+//! What a load is asked to do and what it answers: its options, its report (files,
+//! invalid lines as `path:line: reason`, totals) and its errors.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::domain::record::Kind;
+
+pub const INVALID_LINES_SHOWN: usize = 20;
+
+/// What to do with an invalid line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnInvalid {
+    Fail,
+    Skip,
+}
+
+#[derive(Clone, Debug)]
+pub struct LoadOptions {
+    pub directory: PathBuf,
+    pub shards: usize,
+    pub on_invalid: OnInvalid,
+    pub generation: u64,
+    /// Parsing threads; the reader is one more.
+    pub threads: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidLine {
+    pub path: String,
+    pub line: u32,
+    pub reason: String,
+}
+
+impl fmt::Display for InvalidLine {
+    fn fmt(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        write!(formatter, "{}:{}: {}", self.path, self.line, self.reason)
+    }
+}
+
+/// One snapshot file and what was found in it.
+#[derive(Clone, Debug)]
+pub struct FileReport {
+    pub path: String,
+    /// Its format's name: `units`, `metrics` or `openhtf`.
+    pub format: &'static str,
+    /// The kind of every record it holds, or `None` when it holds both.
+    pub kind: Option<Kind>,
+    /// Valid records: `units + metrics`.
+    pub records: u64,
+    pub units: u64,
+    pub metrics: u64,
+    pub invalid: u64,
+    /// Field names of the file that the record shape does not have.
+    pub unknown_fields: BTreeSet<String>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct LoadReport {
+    pub files: Vec<FileReport>,
+    /// Every invalid line, in load order.
+    pub invalid: Vec<InvalidLine>,
+    pub units: u64,
+    pub metrics: u64,
+    pub stations: usize,
+    /// Last lines without a line end that do not parse (yet): not loaded, not
+    /// counted as invalid (docs/api.md section 8).
+    pub pending: u64,
+    /// Snapshot bytes read, after decompression.
+    pub bytes: u64,
+    /// Files a reload under `--on-invalid fail` held back for their invalid lines
+    /// (as messages name them): each serves what it served before.
+    pub held: Vec<String>,
+    pub elapsed: Duration,
+}
+
+impl LoadReport {
+    pub fn records(&self) -> u64 {
+        self.units + self.metrics
+    }
+
+    /// Logs what loaded but deserves a look: an empty directory, each skipped line
+    /// as `path:line: reason`, and each file's unknown fields, once.
+    pub fn log_warnings(&self, directory: &Path) {
+        if self.files.is_empty() {
+            tracing::warn!(
+                directory = %directory.display(),
+                "the snapshot directory holds no *.units.jsonl, *.metrics.jsonl or *.openhtf.json files: serving no records"
+            );
+        }
+        for line in &self.invalid {
+            tracing::warn!("skipped {line}");
+        }
+        for file in &self.files {
+            if !file.unknown_fields.is_empty() {
+                let names: Vec<&str> = file.unknown_fields.iter().map(String::as_str).collect();
+                tracing::warn!(
+                    "{}: unknown fields ignored: {}",
+                    file.path,
+                    names.join(", ")
+                );
+            }
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("snapshot directory {0} does not exist or is not a directory")]
+    MissingDirectory(PathBuf),
+    #[error("cannot read {path}: {source}")]
+    Io { path: String, source: io::Error },
+    #[error("{station:?} holds more than 4 GiB of records; use more, smaller stations")]
+    StationTooLarge { station: String },
+    #[error("{} invalid snapshot line(s)", report.invalid.len())]
+    Invalid { report: Box<LoadReport> },
+}
