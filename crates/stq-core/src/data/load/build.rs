@@ -5,7 +5,7 @@
 //! [`StationBuilder::surviving`] copies the ones that stay.
 
 use super::report::LoadError;
-use crate::data::key::RecordKey;
+use crate::data::key::{load_order, RecordKey};
 use crate::data::station::{MetricEntry, StationData, UnitEntry};
 use crate::data::stored::{self, Piece, PieceTable, Pieces, StoredRecord};
 
@@ -118,6 +118,32 @@ impl StationBuilder {
             pieces: PieceTable::continuing(&recent.pieces, &recent.arena, records),
             units: Vec::new(),
             metrics: Vec::new(),
+        }
+    }
+
+    /// Adds the records of `station` from the file numbered `from`, numbered
+    /// `to` instead: a held file's previous records when the files are numbered
+    /// afresh.
+    pub(crate) fn carry(&mut self, station: &StationData, from: u32, to: u32) {
+        let renumbered = |key: &RecordKey| RecordKey {
+            load_order: load_order(to, key.load_order as u32),
+            ..*key
+        };
+        let of_file = |key: &RecordKey| (key.load_order >> 32) as u32 == from;
+        for layer in station.layers() {
+            let mut known = foldhash::HashMap::default();
+            for (key, entry) in layer.trees.units.iter().filter(|(key, _)| of_file(key)) {
+                let local = layer.local(entry.bytes);
+                let bytes = self.copy(&layer.arena, &layer.pieces, local, &mut known);
+                self.units
+                    .push((renumbered(key), UnitEntry { bytes, ..*entry }));
+            }
+            for (key, entry) in layer.trees.metrics.iter().filter(|(key, _)| of_file(key)) {
+                let local = layer.local(entry.bytes);
+                let bytes = self.copy(&layer.arena, &layer.pieces, local, &mut known);
+                self.metrics
+                    .push((renumbered(key), MetricEntry { bytes, ..*entry }));
+            }
         }
     }
 

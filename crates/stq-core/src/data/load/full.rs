@@ -5,8 +5,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use dashmap::DashMap;
-
 use super::build::{self, StationBuilder};
 use super::files::{self, SourceState};
 use super::read::{self, LoadState, Split};
@@ -71,8 +69,8 @@ pub fn check(directory: &Path, threads: usize) -> Result<LoadReport, LoadError> 
 
 /// The generation of a full load: stations placed on shards, each shard's index
 /// built, shards in parallel.
-fn generation(
-    stations: DashMap<Box<str>, StationBuilder>,
+pub(super) fn generation(
+    stations: impl IntoIterator<Item = (Box<str>, StationBuilder)>,
     symbols: Arc<Symbols>,
     summary: LoadSummary,
     sources: Vec<SourceState>,

@@ -21,8 +21,9 @@
 //! an ordinal in the gap between its neighbours (close to the lower one, since new
 //! files mostly sort right after the newest of their kind), so the keys of every
 //! other file's records, and with them every station the change does not touch,
-//! stay as they are. When a gap is used up, the reload falls back to a full load, which spreads
-//! the ordinals again. The catalog maps ordinals back to paths for cursors.
+//! stay as they are. When a gap is used up, the reload reads every file again and
+//! spreads the ordinals anew ([`renumbered`]), still holding back files with
+//! invalid lines. The catalog maps ordinals back to paths for cursors.
 //!
 //! Sharing: a station none of whose records change is the previous generation's
 //! `Arc<StationData>`. A touched one that only gains records (appended lines, a new
@@ -110,14 +111,14 @@ pub fn reload_looking(
     look: &Look,
 ) -> Result<(Generation, LoadReport), LoadError> {
     let started = Instant::now();
-    // A reload builds on the previous shards: with another number of them, only a
-    // full load places the stations.
+    // A reload builds on the previous shards: with another number of them, the
+    // stations are placed again.
     if shards.len() != options.shards.max(1) || previous.sources.len() != previous.files.len() {
-        return full::load(options);
+        return renumbered(previous, shards, options);
     }
     let Some(Looked { mut plans, jobs }) = self::look(previous, options, look)? else {
-        // No room between two files' ordinals: a full load spreads them again.
-        return full::load(options);
+        // No room between two files' ordinals: they are spread again.
+        return renumbered(previous, shards, options);
     };
     let looked = started.elapsed();
 
@@ -817,17 +818,7 @@ fn assemble(
             }
         });
 
-    let summary = LoadSummary {
-        loaded_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-        units: sources.iter().map(|source| source.units).sum(),
-        metrics: sources.iter().map(|source| source.metrics).sum(),
-        skipped_lines: sources.iter().map(|source| source.invalid).sum(),
-        pending_lines: sources.iter().map(|source| source.pending).sum(),
-        held_files: sources
-            .iter()
-            .filter(|source| source.held.is_some())
-            .count() as u64,
-    };
+    let summary = summary_of(&sources);
     let (names, placements) = names.into_iter().unzip();
     let catalog = Catalog::new(
         generation,
@@ -842,6 +833,115 @@ fn assemble(
         catalog: Arc::new(catalog),
         shards: new_shards,
     }
+}
+
+/// The totals `/readyz` reports, from every file's state.
+fn summary_of(sources: &[SourceState]) -> LoadSummary {
+    LoadSummary {
+        loaded_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        units: sources.iter().map(|source| source.units).sum(),
+        metrics: sources.iter().map(|source| source.metrics).sum(),
+        skipped_lines: sources.iter().map(|source| source.invalid).sum(),
+        pending_lines: sources.iter().map(|source| source.pending).sum(),
+        held_files: sources
+            .iter()
+            .filter(|source| source.held.is_some())
+            .count() as u64,
+    }
+}
+
+/// A reload that cannot build on the previous shards or number a new file between
+/// its neighbours: every file is read again and numbered afresh, as a full load
+/// numbers them, and every station built anew. Under `fail`, a file with an invalid
+/// line is still held back alone: it serves its previous records, under its new
+/// number.
+fn renumbered(
+    previous: &Catalog,
+    shards: &[Arc<ShardData>],
+    options: &LoadOptions,
+) -> Result<(Generation, LoadReport), LoadError> {
+    let started = Instant::now();
+    let mut jobs = files::discover(&options.directory)?;
+    files::spread_ordinals(&mut jobs);
+    let state = LoadState {
+        symbols: SharedSymbols::extending(Arc::clone(&previous.symbols)),
+        ..LoadState::default()
+    };
+    let mut state = read::read_all_into(state, &jobs, options.threads, true)?;
+    let mut report = state.report(&jobs);
+    let previous_by_path: HashMap<&str, usize> = previous
+        .sources
+        .iter()
+        .enumerate()
+        .map(|(index, source)| (&*source.relative, index))
+        .collect();
+    let mut held: HashSet<u32> = HashSet::new();
+    // Held files that were known: their previous state, and their new ordinal.
+    let mut carried: Vec<(&SourceState, u32)> = Vec::new();
+    let mut sources = Vec::with_capacity(jobs.len());
+    for (index, job) in jobs.iter().enumerate() {
+        let invalid = state.files[index].invalid.load(Ordering::Relaxed) > 0;
+        if options.on_invalid == OnInvalid::Skip || !invalid {
+            sources.push(state.source(&jobs, index));
+            continue;
+        }
+        held.insert(job.ordinal);
+        report.held.push(job.display.clone());
+        let stamp = Some(state.reads[index].stamp);
+        let source = match previous_by_path.get(job.relative.as_str()) {
+            Some(&known) => {
+                let before = &previous.sources[known];
+                carried.push((before, job.ordinal));
+                SourceState {
+                    held: stamp,
+                    ordinal: job.ordinal,
+                    ..before.clone()
+                }
+            }
+            // New: it serves nothing until it reads cleanly.
+            None => SourceState {
+                held: stamp,
+                resume: None,
+                units: 0,
+                metrics: 0,
+                invalid: 0,
+                pending: 0,
+                stations: Box::default(),
+                open_record: None,
+                ..state.source(&jobs, index)
+            },
+        };
+        sources.push(source);
+    }
+    let mut stations = new_records(&mut state, &held);
+    for (before, ordinal) in carried {
+        for name in before.stations.iter() {
+            let Some(rank) = previous.rank(name) else {
+                continue;
+            };
+            let placement = previous.placement(rank);
+            let Some(station) = shards
+                .get(placement.shard as usize)
+                .and_then(|shard| shard.stations.get(placement.station_index as usize))
+            else {
+                continue;
+            };
+            stations
+                .entry(name.clone())
+                .or_default()
+                .carry(station, before.ordinal, ordinal);
+        }
+    }
+    let symbols = Arc::new(std::mem::take(&mut state.symbols).into_symbols());
+    let summary = summary_of(&sources);
+    let generation = full::generation(stations, symbols, summary, sources, options)?;
+    let summary = &generation.catalog.summary;
+    report.units = summary.units;
+    report.metrics = summary.metrics;
+    report.pending = summary.pending_lines;
+    report.stations = generation.catalog.stations.len();
+    report.elapsed = started.elapsed();
+    Ok((generation, report))
 }
 
 /// The units appended to a shard's extended stations, keyed for its recent tree.

@@ -913,3 +913,64 @@ fn issue_21_a_station_folds_its_recent_layer_once_it_outgrows_its_share() {
         [(3, 1, true), (3, 2, true), (3, 3, true), (7, 0, false)]
     );
 }
+
+/// Issue 21: a reload that finds no room between two files' ordinals numbers every
+/// file afresh, and under `fail` still holds back the file with an invalid line
+/// alone, serving its previous records, where it used to fail whole.
+#[test]
+fn issue_21_a_reload_that_numbers_the_files_afresh_still_holds_back_a_broken_file() {
+    let directory = TempDirectory::new("renumbered");
+    let accepted = TempDirectory::new("renumbered-accepted");
+    let write = |relative: &str, text: &str| {
+        for root in [&directory, &accepted] {
+            let path = root.path(relative);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        }
+    };
+    let first = "a.units.jsonl";
+    let broken = "z.units.jsonl";
+    write(first, &format!("{}\n", line(first, 1, 0, 0)));
+    let before = format!("{}\n{}\n", line(broken, 2, 1, 1), line(broken, 2, 2, 2));
+    write(broken, &before);
+    let (generation, _) = full::load(&options(&directory, OnInvalid::Fail, 1)).unwrap();
+    let first_ordinal = generation.catalog.file_ordinals[0];
+    let (mut catalog, mut shards) = parts(generation);
+
+    // The broken writer: held back from here on.
+    std::fs::write(directory.path(broken), format!("{before}not a record\n")).unwrap();
+    let (held, report) =
+        reload(&catalog, &shards, &options(&directory, OnInvalid::Fail, 2)).unwrap();
+    assert_eq!(report.held.len(), 1);
+    (catalog, shards) = parts(held);
+
+    // Each new file sorts just after the first, taking a sixteenth of the gap left
+    // before the one added last, until no ordinal is left between them.
+    let mut number = 2;
+    while catalog.file_ordinals[0] == first_ordinal {
+        number += 1;
+        assert!(number < 100, "the ordinals were never spread again");
+        let relative = format!("b/{:04}.units.jsonl", 1000 - number);
+        write(
+            &relative,
+            &format!("{}\n", line(&relative, 3, 0, number as u8)),
+        );
+        let (next, report) = reload(
+            &catalog,
+            &shards,
+            &options(&directory, OnInvalid::Fail, number),
+        )
+        .unwrap();
+        assert_eq!(next.catalog.summary.held_files, 1, "generation {number}");
+        assert!(report.held.is_empty() || report.held[0].ends_with(broken));
+        (catalog, shards) = parts(next);
+    }
+    assert!(number > 4, "spread again after {number} reloads only");
+    let fresh = full::load(&options(&accepted, OnInvalid::Fail, number))
+        .unwrap()
+        .0;
+    assert_eq!(
+        served(&parts_to_generation(&catalog, &shards)),
+        served(&fresh)
+    );
+}
