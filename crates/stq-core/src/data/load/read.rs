@@ -184,14 +184,21 @@ pub(crate) fn read_all_into(
     state.files = files.iter().map(|_| FileCounters::default()).collect();
     let threads = threads.max(1);
     let (sender, receiver) = channel::bounded::<Block>(threads * 2);
+    // Every block in flight, and one being read, and one spare.
+    let (spare_sender, spare) = channel::bounded::<Vec<u8>>(threads * 2 + 2);
+    let blocks = Blocks { sender, spare };
     let read_result = threads::scope(|scope| {
         for _ in 0..threads {
             let receiver = receiver.clone();
+            let spare = spare_sender.clone();
             let state = &state;
             scope.spawn(move |_| {
                 let mut worker = Worker::default();
                 for block in receiver {
-                    worker.parse(block, files, state, keep);
+                    worker.parse(&block, files, state, keep);
+                    if block.bytes.capacity() <= SPARE_BYTES_MOST * state.split.block_bytes {
+                        let _ = spare.try_send(block.bytes);
+                    }
                     if worker.staged.json.len() >= state.split.staged_bytes {
                         worker.staged.hand_over(state);
                     }
@@ -200,6 +207,7 @@ pub(crate) fn read_all_into(
             });
         }
         drop(receiver);
+        drop(spare_sender);
         for file in files.iter().take(READ_AHEAD_FILES) {
             read_ahead(file);
         }
@@ -210,15 +218,28 @@ pub(crate) fn read_all_into(
                 if let Some(ahead) = files.get(index + READ_AHEAD_FILES) {
                     read_ahead(ahead);
                 }
-                read_file(index as u32, file, &sender, &state)
+                read_file(index as u32, file, &blocks, &state)
             })
             .collect::<Result<Vec<FileRead>, LoadError>>();
-        drop(sender);
+        drop(blocks);
         result
     });
     state.reads = read_result?;
     Ok(state)
 }
+
+/// The way to the parsing threads, and back: blocks go to them, and their emptied
+/// buffers come back to be read into again. Reading each block into a new buffer
+/// made a central logger's file per day (a 1 MiB block after another) cost a page
+/// fault and the zeroing of every page of every block (BENCHMARKS.md, issue 21).
+struct Blocks {
+    sender: channel::Sender<Block>,
+    spare: channel::Receiver<Vec<u8>>,
+}
+
+/// Buffers larger than this many blocks (a line longer than a block, a file read
+/// whole) are not kept for reuse.
+const SPARE_BYTES_MOST: usize = 4;
 
 /// How many files ahead of the one being read the kernel is asked to read.
 const READ_AHEAD_FILES: usize = 4;
@@ -246,7 +267,7 @@ fn read_ahead(file: &SnapshotFile) {
 fn read_file(
     index: u32,
     file: &SnapshotFile,
-    sender: &channel::Sender<Block>,
+    blocks: &Blocks,
     state: &LoadState,
 ) -> Result<FileRead, LoadError> {
     let io_error = |source| LoadError::Io {
@@ -262,9 +283,9 @@ fn read_file(
             Box::new(handle)
         };
         match file.format.cut() {
-            Cut::Whole => read_whole(index, file, reader, sender, state)?,
+            Cut::Whole => read_whole(index, file, reader, blocks, state)?,
             Cut::Lines => {
-                read_lines(index, file, reader, Start::BEGINNING, sender, state)?;
+                read_lines(index, file, reader, Start::BEGINNING, blocks, state)?;
             }
         }
         return Ok(FileRead {
@@ -288,7 +309,7 @@ fn read_file(
     // the next reload, and the size recorded is then the size read.
     let limit = stamp.length.saturating_sub(start.offset);
     let reader = Box::new((&handle).take(limit));
-    let (read_to, resume) = read_lines(index, file, reader, start, sender, state)?;
+    let (read_to, resume) = read_lines(index, file, reader, start, blocks, state)?;
     stamp.length = read_to;
     let resume = files::tail_digest(&handle, read_to)
         .ok()
@@ -311,7 +332,7 @@ fn read_lines(
     file: &SnapshotFile,
     mut reader: Box<dyn Read + '_>,
     start: Start,
-    sender: &channel::Sender<Block>,
+    blocks: &Blocks,
     state: &LoadState,
 ) -> Result<(u64, Start), LoadError> {
     let io_error = |source| LoadError::Io {
@@ -322,7 +343,12 @@ fn read_lines(
     let mut offset = start.offset;
     let mut pending: Vec<u8> = Vec::new();
     loop {
-        let mut block = std::mem::take(&mut pending);
+        // A spare buffer if there is one, the previous block's partial last line first.
+        let mut block = blocks.spare.try_recv().unwrap_or_default();
+        block.clear();
+        block.reserve(pending.len() + state.split.block_bytes);
+        block.extend_from_slice(&pending);
+        pending.clear();
         let scanned = block.len();
         let read = (&mut reader)
             .take(state.split.block_bytes as u64)
@@ -337,7 +363,7 @@ fn read_lines(
                 block.truncate(complete);
                 let line = next_line + memchr::memchr_iter(b'\n', &block).count() as u32;
                 offset += block.len() as u64;
-                send(sender, state, index, &mut next_line, block, false);
+                send(blocks, state, index, &mut next_line, block, false);
                 state.files[index as usize]
                     .invalid
                     .fetch_add(1, Ordering::Relaxed);
@@ -363,7 +389,7 @@ fn read_lines(
             };
             let resume_offset = offset + last_line as u64;
             offset += block.len() as u64;
-            send(sender, state, index, &mut next_line, block, open_end);
+            send(blocks, state, index, &mut next_line, block, open_end);
             // The last line has no line end, so `next_line` counted up to it.
             let resume = Start {
                 offset: resume_offset,
@@ -374,9 +400,10 @@ fn read_lines(
         // Keep the partial last line for the next block; a line longer than a block
         // simply makes a longer block.
         if let Some(end) = memchr::memrchr(b'\n', &block[scanned..]) {
-            pending = block.split_off(scanned + end + 1);
+            pending.extend_from_slice(&block[scanned + end + 1..]);
+            block.truncate(scanned + end + 1);
             offset += block.len() as u64;
-            send(sender, state, index, &mut next_line, block, false);
+            send(blocks, state, index, &mut next_line, block, false);
         } else {
             pending = block;
         }
@@ -389,7 +416,7 @@ fn read_whole(
     index: u32,
     file: &SnapshotFile,
     mut reader: Box<dyn Read + '_>,
-    sender: &channel::Sender<Block>,
+    blocks: &Blocks,
     state: &LoadState,
 ) -> Result<(), LoadError> {
     let mut bytes = Vec::new();
@@ -415,7 +442,7 @@ fn read_whole(
     }
     state.bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
     // The workers only stop when the channel closes, so sending cannot fail.
-    let _ = sender.send(Block {
+    let _ = blocks.sender.send(Block {
         file: index,
         first_line: 1,
         bytes,
@@ -432,7 +459,7 @@ fn is_bad_data(error: &io::Error) -> bool {
 }
 
 fn send(
-    sender: &channel::Sender<Block>,
+    blocks: &Blocks,
     state: &LoadState,
     file: u32,
     next_line: &mut u32,
@@ -446,7 +473,7 @@ fn send(
     let first_line = *next_line;
     *next_line += memchr::memchr_iter(b'\n', &bytes).count() as u32;
     // The workers only stop when the channel closes, so sending cannot fail.
-    let _ = sender.send(Block {
+    let _ = blocks.sender.send(Block {
         file,
         first_line,
         bytes,
@@ -664,7 +691,7 @@ impl SymbolCache {
 
 impl Worker {
     /// Parses a block of file number `block.file` with the file's format.
-    fn parse(&mut self, block: Block, files: &[SnapshotFile], state: &LoadState, keep: bool) {
+    fn parse(&mut self, block: &Block, files: &[SnapshotFile], state: &LoadState, keep: bool) {
         let file = &files[block.file as usize];
         let mut records = BlockRecords {
             worker: self,
@@ -676,7 +703,7 @@ impl Worker {
             metrics: 0,
             invalid: Vec::new(),
         };
-        file.format.parse(&block, &mut records);
+        file.format.parse(block, &mut records);
         records.finish();
     }
 }
