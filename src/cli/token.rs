@@ -37,10 +37,10 @@ fn new(args: TokenNewArgs) -> anyhow::Result<()> {
     let path = &args.file.tokens;
     let mut file = match read(path) {
         Ok(file) => file,
-        Err(TokensError::Read { source, .. }) if source.kind() == ErrorKind::NotFound => {
+        Err(TokensError::Read { cause, .. }) if cause.kind() == ErrorKind::NotFound => {
             TokensFile::default()
         }
-        Err(error) => return Err(plain(error)),
+        Err(error) => return Err(error.into()),
     };
     let mut random = [0u8; 32];
     OsRng
@@ -88,7 +88,7 @@ fn new(args: TokenNewArgs) -> anyhow::Result<()> {
 /// Prints each entry's name, stations and expiry, one per line under a header; never
 /// a digest.
 fn list(path: &Path) -> anyhow::Result<()> {
-    let file = read(path).map_err(plain)?;
+    let file = read(path)?;
     let now = Timestamp::now();
     let rows: Vec<[String; 3]> = file
         .tokens
@@ -115,7 +115,7 @@ fn list(path: &Path) -> anyhow::Result<()> {
 
 /// Removes the entry named `name`.
 fn revoke(path: &Path, name: &str) -> anyhow::Result<()> {
-    let mut file = read(path).map_err(plain)?;
+    let mut file = read(path)?;
     file.revoke(name)
         .with_context(|| format!("{} is unchanged", path.display()))?;
     write(path, &file)?;
@@ -153,20 +153,14 @@ fn table(rows: &[[String; 3]]) -> String {
 
 /// The tokens file at `path`, checked as `stq serve` checks it.
 fn read(path: &Path) -> Result<TokensFile, TokensError> {
-    let text = fs::read_to_string(path).map_err(|source| TokensError::Read {
+    let text = fs::read_to_string(path).map_err(|cause| TokensError::Read {
         path: path.display().to_string(),
-        source,
+        cause,
     })?;
     TokensFile::parse(&text).map_err(|reason| TokensError::Invalid {
         path: path.display().to_string(),
         reason,
     })
-}
-
-/// The error's own message only: `TokensError::Read` already names its cause, which
-/// `{:#}` would print a second time.
-fn plain(error: TokensError) -> anyhow::Error {
-    anyhow::anyhow!("{error}")
 }
 
 /// Writes `file` to a new file beside `path` and renames it over `path` (over the

@@ -244,6 +244,21 @@ fn serve_with_a_missing_snapshot_directory_fails_to_start() {
     assert!(!log.trim().is_empty(), "no message");
 }
 
+/// Issue 24: the message named the file's cause twice ("... (os error 2): ... (os
+/// error 2)").
+#[test]
+fn issue_24_a_missing_tokens_file_names_its_cause_once() {
+    let (directory, snapshots, _tokens) = write_snapshot(&[]);
+    let missing = directory.path().join("no-tokens.json");
+    let log = expect_start_failure(&serve_args(&snapshots, &missing, &[]), &[]);
+    let message = log
+        .lines()
+        .find(|line| line.contains("cannot read the tokens file"))
+        .unwrap_or_else(|| panic!("no message naming the tokens file:\n{log}"));
+    assert!(message.contains("no-tokens.json"), "{message}");
+    assert_eq!(message.matches("(os error").count(), 1, "{message}");
+}
+
 #[test]
 fn serve_with_an_empty_snapshot_directory_serves_no_records() {
     let (_directory, snapshots, tokens) = write_snapshot(&[]);

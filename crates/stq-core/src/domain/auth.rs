@@ -48,11 +48,10 @@ impl Unauthorized {
 /// tokens it has.
 #[derive(Debug, thiserror::Error)]
 pub enum TokensError {
-    #[error("cannot read the tokens file {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
+    /// The cause is part of the message, not a source: a caller printing the chain
+    /// would name it twice.
+    #[error("cannot read the tokens file {path}: {cause}")]
+    Read { path: String, cause: std::io::Error },
     #[error("invalid tokens file {path}: {reason}")]
     Invalid { path: String, reason: String },
 }
@@ -192,9 +191,9 @@ pub struct Tokens {
 impl Tokens {
     /// Reads and validates a tokens file.
     pub fn load(path: &Path) -> Result<Tokens, TokensError> {
-        let text = std::fs::read_to_string(path).map_err(|source| TokensError::Read {
+        let text = std::fs::read_to_string(path).map_err(|cause| TokensError::Read {
             path: path.display().to_string(),
-            source,
+            cause,
         })?;
         Tokens::parse(&text).map_err(|reason| TokensError::Invalid {
             path: path.display().to_string(),
