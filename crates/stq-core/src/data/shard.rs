@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use itertools::{Either, Itertools as _};
 
-use crate::data::key::Position;
+use crate::data::key::{Position, RecordKey};
 use crate::data::station::{StationData, UnitEntry};
 
 /// A unit record in a shard-wide tree: which station holds it, and its entry.
@@ -229,16 +229,27 @@ pub(crate) fn shard_units(
     station_index: usize,
     rank: u32,
 ) -> impl Iterator<Item = (Position, ShardUnit)> + '_ {
-    station.units_in(..).map(move |(key, entry)| {
-        let position = Position {
-            instant: key.instant,
-            station_rank: rank,
-            load_order: key.load_order,
-        };
-        let unit = ShardUnit {
-            station_index: station_index as u32,
-            entry: *entry,
-        };
-        (position, unit)
-    })
+    station
+        .units_in(..)
+        .map(move |(key, entry)| shard_unit(station_index, rank, *key, *entry))
+}
+
+/// A unit of the station at `station_index` (of rank `rank`) as an entry of the
+/// shard-wide trees.
+pub(crate) fn shard_unit(
+    station_index: usize,
+    rank: u32,
+    key: RecordKey,
+    entry: UnitEntry,
+) -> (Position, ShardUnit) {
+    let position = Position {
+        instant: key.instant,
+        station_rank: rank,
+        load_order: key.load_order,
+    };
+    let unit = ShardUnit {
+        station_index: station_index as u32,
+        entry,
+    };
+    (position, unit)
 }

@@ -249,6 +249,34 @@ pub(crate) fn spread_ordinals(files: &mut [SnapshotFile]) {
 }
 
 impl SourceState {
+    /// The state of a file held back for its invalid lines, as it was when it was
+    /// read and found so (`stamp`): what it served before (`before`), or, new, its
+    /// read's state serving nothing until it reads cleanly.
+    pub(super) fn held_back(
+        before: Option<&SourceState>,
+        read: SourceState,
+        stamp: FileStamp,
+    ) -> SourceState {
+        let held = Some(stamp);
+        match before {
+            Some(before) => SourceState {
+                held,
+                ..before.clone()
+            },
+            None => SourceState {
+                held,
+                resume: None,
+                units: 0,
+                metrics: 0,
+                invalid: 0,
+                pending: 0,
+                stations: Box::default(),
+                open_record: None,
+                ..read
+            },
+        }
+    }
+
     /// A grown file's state: this one's, with what `read` read from its last whole
     /// line on.
     pub(super) fn grown(&self, read: SourceState) -> SourceState {

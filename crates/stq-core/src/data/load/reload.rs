@@ -74,7 +74,7 @@ use super::read::{self, LoadState, SharedSymbols};
 use super::report::{LoadError, LoadOptions, LoadReport, OnInvalid};
 use crate::data::catalog::{Catalog, Generation, LoadSummary, Placement};
 use crate::data::key::{Position, RecordKey};
-use crate::data::shard::{Origin, ShardData, ShardUnit};
+use crate::data::shard::{shard_unit, Origin, ShardData, ShardUnit};
 use crate::data::station::{StationData, UnitEntry};
 use crate::data::symbols::Symbols;
 use crate::data::threads;
@@ -466,25 +466,8 @@ fn settle(
                 job,
                 previous: known,
             } => {
-                let held = Some(state.reads[job].stamp);
-                match known {
-                    Some(index) => SourceState {
-                        held,
-                        ..previous.sources[index].clone()
-                    },
-                    // New: it serves nothing until it reads cleanly.
-                    None => SourceState {
-                        held,
-                        resume: None,
-                        units: 0,
-                        metrics: 0,
-                        invalid: 0,
-                        pending: 0,
-                        stations: Box::default(),
-                        open_record: None,
-                        ..state.source(jobs, job)
-                    },
-                }
+                let before = known.map(|index| &previous.sources[index]);
+                SourceState::held_back(before, state.source(jobs, job), state.reads[job].stamp)
             }
             Plan::Read {
                 job,
@@ -887,31 +870,18 @@ fn renumbered(
         }
         held.insert(job.ordinal);
         report.held.push(job.display.clone());
-        let stamp = Some(state.reads[index].stamp);
-        let source = match previous_by_path.get(job.relative.as_str()) {
-            Some(&known) => {
-                let before = &previous.sources[known];
-                carried.push((before, job.ordinal));
-                SourceState {
-                    held: stamp,
-                    ordinal: job.ordinal,
-                    ..before.clone()
-                }
-            }
-            // New: it serves nothing until it reads cleanly.
-            None => SourceState {
-                held: stamp,
-                resume: None,
-                units: 0,
-                metrics: 0,
-                invalid: 0,
-                pending: 0,
-                stations: Box::default(),
-                open_record: None,
-                ..state.source(&jobs, index)
-            },
-        };
-        sources.push(source);
+        let before =
+            (previous_by_path.get(job.relative.as_str())).map(|&known| &previous.sources[known]);
+        if let Some(before) = before {
+            carried.push((before, job.ordinal));
+        }
+        let source =
+            SourceState::held_back(before, state.source(&jobs, index), state.reads[index].stamp);
+        // Its previous records are carried under its new number.
+        sources.push(SourceState {
+            ordinal: job.ordinal,
+            ..source
+        });
     }
     let mut stations = new_records(&mut state, &held);
     for (before, ordinal) in carried {
@@ -950,18 +920,7 @@ fn recent_units(appended: Vec<Appended>, ranks: &[u32]) -> Vec<(Position, ShardU
         .into_iter()
         .flat_map(|(station_index, units)| {
             let rank = ranks[station_index];
-            units.into_iter().map(move |(key, entry)| {
-                let position = Position {
-                    instant: key.instant,
-                    station_rank: rank,
-                    load_order: key.load_order,
-                };
-                let unit = ShardUnit {
-                    station_index: station_index as u32,
-                    entry,
-                };
-                (position, unit)
-            })
+            (units.into_iter()).map(move |(key, entry)| shard_unit(station_index, rank, key, entry))
         })
         .collect()
 }
