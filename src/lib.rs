@@ -4,7 +4,7 @@
 //!
 //! Layers point one way: [`cli`] → [`http`] → [`engine`] → `stq_core::data` →
 //! `stq_core::domain`. [`metrics`] is a leaf both the HTTP layer and the engine
-//! feed.
+//! feed; [`systemd`] a leaf that tells systemd the service's state.
 
 #![warn(unreachable_pub)]
 
@@ -12,3 +12,4 @@ pub mod cli;
 pub mod engine;
 pub mod http;
 pub mod metrics;
+pub mod systemd;

@@ -154,6 +154,12 @@ async fn run(
     );
     stop_gracefully_on_signals(vec![server.handle(), admin.handle()])
         .context("cannot listen for SIGTERM and SIGINT")?;
+    // Bound, and a stop from now on is graceful: systemd may count stq as started.
+    crate::systemd::ready(&format!(
+        "serving generation 1: {} records, {} stations",
+        report.records(),
+        stations
+    ));
     actix_rt::spawn(admin);
     server.await.context("the HTTP server failed")
 }

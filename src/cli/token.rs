@@ -9,6 +9,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{ErrorKind, Write as _};
+use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
@@ -190,8 +191,11 @@ fn write(path: &Path, file: &TokensFile) -> anyhow::Result<()> {
             .write(true)
             .create_new(true)
             .open(&temporary)?;
-        // The new file keeps the old one's permissions.
+        // The new file keeps the old one's owner and group where this user may give
+        // them (root may: a service reading the file through its group, as the
+        // Debian package's does, still can), and its permissions.
         if let Ok(old) = fs::metadata(&target) {
+            let _ = std::os::unix::fs::fchown(&new, Some(old.uid()), Some(old.gid()));
             new.set_permissions(old.permissions())?;
         }
         new.write_all(file.to_json().as_bytes())?;

@@ -212,7 +212,21 @@ impl Reloader {
                     false => Look::Paths(asked.paths),
                 };
                 let current = self.engine.catalog().generation();
+                // A reload the operator asked for (`systemctl reload`) is one systemd
+                // shows; the watch's, several a second, are not.
+                if announced {
+                    crate::systemd::reloading();
+                }
                 let result = self.reload(look).await;
+                if announced {
+                    let serving = self.engine.catalog();
+                    crate::systemd::ready(&format!(
+                        "serving generation {}: {} records, {} stations",
+                        serving.generation(),
+                        serving.summary().units + serving.summary().metrics,
+                        serving.stations().len()
+                    ));
+                }
                 self.metrics.reloaded(match &result {
                     Ok((_, _, 0)) => Outcome::Clean,
                     Ok(_) => Outcome::Held,

@@ -126,6 +126,7 @@ pub fn stop_gracefully_on_signals(
             futures_util::future::Either::Right(_) => "SIGINT",
         };
         tracing::info!("{name}: no new connections; finishing the requests in flight");
+        crate::systemd::stopping();
         futures_util::future::join_all(servers.iter().map(|server| server.stop(true))).await;
     });
     Ok(())

@@ -1188,3 +1188,68 @@ fn issue_12_watch_serves_an_appended_line_reading_only_the_change() {
         server.log().join("\n")
     );
 }
+
+/// Issue 24: under systemd (`Type=notify`, `NOTIFY_SOCKET` set) stq says READY=1
+/// once it is bound, RELOADING=1 and then READY=1 around a reload SIGHUP asked for
+/// (`systemctl reload`), and STOPPING=1 when SIGTERM begins the stop. The socket
+/// here stands in for systemd's.
+#[test]
+fn issue_24_systemd_hears_ready_reloading_and_stopping() {
+    use std::os::unix::net::UnixDatagram;
+
+    let fixture = Fixture::main();
+    let socket_path = fixture.directory.path().join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let next = || {
+        let mut buffer = [0u8; 4096];
+        let length = socket
+            .recv(&mut buffer)
+            .expect("a message on NOTIFY_SOCKET");
+        String::from_utf8(buffer[..length].to_vec()).unwrap()
+    };
+    let server = Server::spawn(
+        &serve_args(&fixture.snapshots, &fixture.tokens, &[]),
+        &[("NOTIFY_SOCKET", &path_string(&socket_path))],
+    );
+
+    let ready = next();
+    assert!(ready.lines().any(|line| line == "READY=1"), "{ready:?}");
+    assert!(ready.contains("STATUS=serving generation 1: "), "{ready:?}");
+    // Ready means answering.
+    assert_eq!(server.generation(), 1);
+
+    server.signal("HUP");
+    let reloading = next();
+    assert!(
+        reloading.lines().any(|line| line == "RELOADING=1"),
+        "{reloading:?}"
+    );
+    assert!(
+        reloading
+            .lines()
+            .any(|line| line.starts_with("MONOTONIC_USEC=")),
+        "{reloading:?}"
+    );
+    let reloaded = next();
+    assert!(
+        reloaded.lines().any(|line| line == "READY=1"),
+        "{reloaded:?}"
+    );
+    assert!(
+        reloaded.contains("STATUS=serving generation 2: "),
+        "{reloaded:?}"
+    );
+    assert_eq!(server.generation(), 2);
+
+    server.signal("TERM");
+    let stopping = next();
+    assert!(
+        stopping.lines().any(|line| line == "STOPPING=1"),
+        "{stopping:?}"
+    );
+    let status = server.wait_for_exit(Duration::from_secs(30));
+    assert!(status.is_some_and(|status| status.success()), "{status:?}");
+}

@@ -819,9 +819,9 @@ pub fn stq_binary() -> &'static str {
     env!("CARGO_BIN_EXE_stq")
 }
 
-/// Removes every inherited `STQ_*` variable (and log settings) so the
-/// environment of the test run does not configure the program under test; then
-/// sets `variables`, the ones a test means.
+/// Removes every inherited `STQ_*` variable (and log settings, and
+/// `NOTIFY_SOCKET`) so the environment of the test run does not configure the
+/// program under test; then sets `variables`, the ones a test means.
 pub fn clean_environment(command: &mut Command, variables: &[(&str, &str)]) {
     for (name, _) in std::env::vars_os() {
         if name.to_string_lossy().starts_with("STQ_") {
@@ -829,6 +829,8 @@ pub fn clean_environment(command: &mut Command, variables: &[(&str, &str)]) {
         }
     }
     command.env_remove("RUST_LOG");
+    // A test run under systemd must not tell systemd about the servers it starts.
+    command.env_remove("NOTIFY_SOCKET");
     command.env("NO_COLOR", "1");
     // Not built yet (CONTRACT 8); harmless to an env-reading CLI that ignores it,
     // and keeps parallel servers off one fixed admin port once it exists.

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Builds stq's Debian package: target/debian/stq_<version>-1_<arch>.deb.
+#
+# cargo-deb (pinned below) comes from crates.io, installed here when missing. The
+# man pages and completions are written by stq-pkg from stq's own command line,
+# into target/deb-assets/, which [package.metadata.deb] in Cargo.toml packages.
+# The release build takes minutes (9 on two cores with another build beside it);
+# the rest, seconds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+CARGO_DEB_VERSION=3.8.0
+if [[ $(cargo deb --version 2>/dev/null) != *" $CARGO_DEB_VERSION"* ]]; then
+    echo "installing cargo-deb $CARGO_DEB_VERSION"
+    cargo install cargo-deb --locked --version "$CARGO_DEB_VERSION"
+fi
+
+# One cargo run for both, so that they share one build of stq's library.
+cargo build --release --locked -p stq -p stq-pkg
+target_dir=${CARGO_TARGET_DIR:-target}
+
+assets=target/deb-assets
+rm -rf "$assets"
+"$target_dir/release/stq-pkg" "$assets"
+# -n: no name or time stamp inside, so the same sources make the same files.
+gzip -9n "$assets"/man/*.1
+gzip -9n <CHANGELOG.md >"$assets/changelog.gz"
+
+# --strip: [profile.release] keeps line tables for profiling; the package does not.
+cargo deb --no-build --strip --locked "$@"
