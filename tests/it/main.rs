@@ -9,6 +9,7 @@
 //! |---|---|
 //! | `cli` | section 1: subcommands, flags, environment, `stq check`, `stq gen` |
 //! | `contract` | sections 2, 6, 7: records, order, the envelope, errors |
+//! | `docs` | README and docs/api.md against the binary's flags, the error codes, the repository's files |
 //! | `parameters` | sections 4 and 5: every parameter and the window |
 //! | `pages` | section 6: `limit`, cursors, walks |
 //! | `tenant` | section 3: tokens and station scopes |
@@ -34,6 +35,7 @@ mod parser_checks;
 
 mod cli;
 mod contract;
+mod docs;
 #[cfg(feature = "fault-injection")]
 mod faults;
 mod hostile_queries;
