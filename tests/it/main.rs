@@ -17,12 +17,12 @@
 //! | `operations` | section 8: health, readiness, caching, compression, CORS |
 //! | `metrics` | section 8: the admin listener's Prometheus metrics |
 //! | `reload` | section 8: SIGHUP and `--watch` |
-//! | `replicas` | two replicas behind Debian's nginx: one walk, 304s from both |
+//! | `replicas` | two replicas behind Debian's nginx: one walk, 304s from both (skips where nginx cannot be had) |
 //! | `limits` | section 9: query length, window, timeouts, client deadlines, the cap |
 //! | `hostile_queries`, `hostile_snapshots` | hostile input of both kinds |
 //! | `openapi` | the OpenAPI document, checked against real answers |
 //! | `openhtf` | section 2.1: OpenHTF test records, from the fixtures OpenHTF wrote |
-//! | `page` | section 11: the overview page, its files, and the page in chromium |
+//! | `page` | section 11: the overview page, its files, and the page in chromium (skips where chromium cannot be had) |
 //! | `properties`, `parser_properties` | proptest against the reference |
 //! | `summaries` | section 10: `/units/summary`, `/metrics/summary`, `/stations`, rule by rule |
 //! | `summary_properties` | section 10: proptest of the summaries against a naive reference |
