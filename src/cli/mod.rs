@@ -133,7 +133,8 @@ pub struct ServeArgs {
     #[arg(long, env = "STQ_TOKENS", default_value = DEFAULT_TOKENS_FILE)]
     pub tokens: PathBuf,
 
-    /// Number of station shards, each an actor on its own thread [default: CPUs].
+    /// Number of station shards; every HTTP worker holds a replica of each, so a
+    /// query never leaves its worker's thread [default: CPUs].
     #[arg(long, env = "STQ_SHARDS")]
     pub shards: Option<NonZeroUsize>,
 
@@ -184,7 +185,8 @@ pub struct ServeArgs {
     #[arg(long = "cors-origin", env = "STQ_CORS_ORIGIN", value_delimiter = ',', value_parser = parse_origin)]
     pub cors_origins: Vec<String>,
 
-    /// HTTP worker threads, each with its own router [default: CPUs].
+    /// HTTP worker threads, each with its own router and a replica of every shard
+    /// [default: CPUs].
     #[arg(long, env = "STQ_WORKERS")]
     pub workers: Option<NonZeroUsize>,
 

@@ -9,6 +9,7 @@
 //! |---|---|
 //! | `cli` | section 1: subcommands, flags, environment, `stq check`, `stq gen` |
 //! | `contract` | sections 2, 6, 7: records, order, the envelope, errors |
+//! | `docs` | README and docs/api.md against the binary's flags, the error codes, the repository's files |
 //! | `parameters` | sections 4 and 5: every parameter and the window |
 //! | `pages` | section 6: `limit`, cursors, walks |
 //! | `tenant` | section 3: tokens and station scopes |
@@ -16,12 +17,12 @@
 //! | `operations` | section 8: health, readiness, caching, compression, CORS |
 //! | `metrics` | section 8: the admin listener's Prometheus metrics |
 //! | `reload` | section 8: SIGHUP and `--watch` |
-//! | `replicas` | two replicas behind Debian's nginx: one walk, 304s from both |
+//! | `replicas` | two replicas behind Debian's nginx: one walk, 304s from both (skips where nginx cannot be had) |
 //! | `limits` | section 9: query length, window, timeouts, client deadlines, the cap |
 //! | `hostile_queries`, `hostile_snapshots` | hostile input of both kinds |
 //! | `openapi` | the OpenAPI document, checked against real answers |
 //! | `openhtf` | section 2.1: OpenHTF test records, from the fixtures OpenHTF wrote |
-//! | `page` | section 11: the overview page, its files, and the page in chromium |
+//! | `page` | section 11: the overview page, its files, and the page in chromium (skips where chromium cannot be had) |
 //! | `properties`, `parser_properties` | proptest against the reference |
 //! | `summaries` | section 10: `/units/summary`, `/metrics/summary`, `/stations`, rule by rule |
 //! | `summary_properties` | section 10: proptest of the summaries against a naive reference |
@@ -34,6 +35,7 @@ mod parser_checks;
 
 mod cli;
 mod contract;
+mod docs;
 #[cfg(feature = "fault-injection")]
 mod faults;
 mod hostile_queries;
