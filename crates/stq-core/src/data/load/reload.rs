@@ -145,11 +145,7 @@ pub fn reload_looking(
     let stations = build_stations(previous, shards, &changes, new_records)?;
     let built = started.elapsed();
     let generation = assemble(previous, shards, stations, symbols, sources, options);
-    let summary = &generation.catalog.summary;
-    report.units = summary.units;
-    report.metrics = summary.metrics;
-    report.pending = summary.pending_lines;
-    report.stations = generation.catalog.stations.len();
+    report.totals_of(&generation.catalog);
     report.elapsed = started.elapsed();
     tracing::debug!(
         "reload phases: files looked at by {looked:?}, read by {read:?}, stations built by \
@@ -201,12 +197,7 @@ fn look(
 /// Every file of the directory, and what to do with each.
 fn look_everywhere(previous: &Catalog, options: &LoadOptions) -> Result<Looked, LoadError> {
     let found = files::discover(&options.directory)?;
-    let previous_by_path: HashMap<&str, usize> = previous
-        .sources
-        .iter()
-        .enumerate()
-        .map(|(index, source)| (&*source.relative, index))
-        .collect();
+    let previous_by_path = by_path(previous);
     let mut looked = Looked {
         plans: Vec::with_capacity(found.len()),
         jobs: Vec::new(),
@@ -818,6 +809,23 @@ fn assemble(
     }
 }
 
+/// Where each file of `previous` is in its states, by path.
+fn by_path(previous: &Catalog) -> HashMap<&str, usize> {
+    (previous.sources.iter().enumerate())
+        .map(|(index, source)| (&*source.relative, index))
+        .collect()
+}
+
+impl LoadReport {
+    /// The totals of the data a reload's generation holds, from its catalog.
+    fn totals_of(&mut self, catalog: &Catalog) {
+        self.units = catalog.summary.units;
+        self.metrics = catalog.summary.metrics;
+        self.pending = catalog.summary.pending_lines;
+        self.stations = catalog.stations.len();
+    }
+}
+
 /// The totals `/readyz` reports, from every file's state.
 fn summary_of(sources: &[SourceState]) -> LoadSummary {
     LoadSummary {
@@ -852,12 +860,7 @@ fn renumbered(
     };
     let mut state = read::read_all_into(state, &jobs, options.threads, true)?;
     let mut report = state.report(&jobs);
-    let previous_by_path: HashMap<&str, usize> = previous
-        .sources
-        .iter()
-        .enumerate()
-        .map(|(index, source)| (&*source.relative, index))
-        .collect();
+    let previous_by_path = by_path(previous);
     let mut held: HashSet<u32> = HashSet::new();
     // Held files that were known: their previous state, and their new ordinal.
     let mut carried: Vec<(&SourceState, u32)> = Vec::new();
@@ -905,11 +908,7 @@ fn renumbered(
     let symbols = Arc::new(std::mem::take(&mut state.symbols).into_symbols());
     let summary = summary_of(&sources);
     let generation = full::generation(stations, symbols, summary, sources, options)?;
-    let summary = &generation.catalog.summary;
-    report.units = summary.units;
-    report.metrics = summary.metrics;
-    report.pending = summary.pending_lines;
-    report.stations = generation.catalog.stations.len();
+    report.totals_of(&generation.catalog);
     report.elapsed = started.elapsed();
     Ok((generation, report))
 }
