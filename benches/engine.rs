@@ -96,7 +96,7 @@ fn scan(criterion: &mut Criterion) {
             filter,
             cap: 100_001,
         };
-        let hits = shard.scan(&request).len();
+        let hits = shard.scan(&request).hits.len();
         group.throughput(Throughput::Elements(hits as u64));
         group.bench_function(
             BenchmarkId::new(name, format!("{hits} records")),

@@ -30,6 +30,8 @@ pub fn dataset(shards: usize) -> (PathBuf, Generation) {
         on_invalid: OnInvalid::Fail,
         generation: 1,
         threads: 2,
+        // As `stq serve` does by default.
+        hot: Some(std::time::Duration::from_secs(24 * 3600)),
     })
     .expect("the benchmark data loads");
     (directory, generation)

@@ -200,6 +200,12 @@ pub struct ServeArgs {
     #[arg(long, env = "STQ_MAX_WINDOW", value_parser = parse_duration)]
     pub max_window: Option<Duration>,
 
+    /// The hot window: a station's records in whole hours older than this, counted
+    /// back from its newest record, are sealed in compressed blocks (about a tenth
+    /// of the memory; answers are the same); `all` keeps every record hot.
+    #[arg(long, env = "STQ_HOT", default_value = "24h", value_parser = parse_hot)]
+    pub hot: HotWindow,
+
     /// Longest time a query may take before it is answered 503 `timeout`.
     #[arg(long, env = "STQ_REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub request_timeout: Duration,
@@ -290,6 +296,19 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
         Err(error) => Err(format!(
             "{error}; write e.g. `10s`, `250ms`, `12h` or `31d`"
         )),
+    }
+}
+
+/// `--hot`: a duration, or `None` for `all` (every record hot).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HotWindow(pub Option<Duration>);
+
+fn parse_hot(text: &str) -> Result<HotWindow, String> {
+    match text {
+        "all" => Ok(HotWindow(None)),
+        _ => parse_duration(text)
+            .map(|duration| HotWindow(Some(duration)))
+            .map_err(|error| format!("{error}, or `all`")),
     }
 }
 

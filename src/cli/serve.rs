@@ -41,6 +41,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         on_invalid: args.on_invalid.into(),
         generation: 1,
         threads: cpus(),
+        hot: args.hot.0,
     };
     let (generation, report) = match load::load(&options) {
         Ok(loaded) => loaded,
@@ -124,6 +125,7 @@ async fn run(
         tokens: args.tokens.clone(),
         on_invalid: args.on_invalid.into(),
         threads: cpus(),
+        hot: args.hot.0,
     }
     .spawn();
     reload_on_hangup(trigger.clone()).context("cannot listen for SIGHUP")?;

@@ -63,6 +63,8 @@ pub struct Reloader {
     pub tokens: PathBuf,
     pub on_invalid: OnInvalid,
     pub threads: usize,
+    /// `--hot`: see [`LoadOptions::hot`].
+    pub hot: Option<Duration>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -136,6 +138,7 @@ impl Reloader {
             on_invalid: self.on_invalid,
             generation: self.engine.catalog().generation() + 1,
             threads: self.threads,
+            hot: self.hot,
         };
         let tokens_path = self.tokens.clone();
         let previous = self.engine.serving();

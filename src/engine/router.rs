@@ -92,8 +92,15 @@ impl Page {
 /// Matching records in order, pointing into the shard data they came from.
 #[derive(Debug, Default)]
 pub struct QueryResult {
-    parts: Vec<Arc<ShardData>>,
+    parts: Vec<Part>,
     hits: Vec<PartHit>,
+}
+
+/// One shard's reply: its data, and the JSON of its hits that are sealed records.
+#[derive(Debug)]
+struct Part {
+    data: Arc<ShardData>,
+    sealed: Vec<u8>,
 }
 
 /// A hit and the index of the part (shard reply) that holds its bytes.
@@ -123,9 +130,13 @@ impl QueryResult {
 
     /// The records, in order.
     pub fn records(&self) -> impl Iterator<Item = Record<'_>> + Clone + '_ {
-        self.hits.iter().map(|part_hit| Record {
-            data: &self.parts[part_hit.part],
-            hit: &part_hit.hit,
+        self.hits.iter().map(|part_hit| {
+            let part = &self.parts[part_hit.part];
+            Record {
+                data: &part.data,
+                sealed: &part.sealed,
+                hit: &part_hit.hit,
+            }
         })
     }
 }
@@ -136,6 +147,7 @@ impl QueryResult {
 #[derive(Clone, Copy)]
 pub struct Record<'a> {
     data: &'a ShardData,
+    sealed: &'a [u8],
     hit: &'a Hit,
 }
 
@@ -151,7 +163,7 @@ impl<'a> Record<'a> {
 
     /// Its response JSON.
     pub fn json(&self) -> RecordJson<'a> {
-        self.data.json(self.hit)
+        self.data.json(self.hit, self.sealed)
     }
 
     /// Hints the CPU to load what locates its stored form (see
@@ -332,8 +344,11 @@ async fn fan_out<'engine>(
     let mut streams = Vec::with_capacity(replies.len());
     for (part, reply) in replies.into_iter().enumerate() {
         let reply = reply?;
-        parts.push(reply.data);
-        streams.push(reply.hits.into_iter().map(move |hit| PartHit { hit, part }));
+        parts.push(Part {
+            data: reply.data,
+            sealed: reply.answer.sealed,
+        });
+        (streams).push((reply.answer.hits.into_iter()).map(move |hit| PartHit { hit, part }));
     }
     let slot = engine.take_slot(patience).await?;
     let records = QueryResult {

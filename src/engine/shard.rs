@@ -28,7 +28,7 @@ use parking_lot::{Mutex, RwLock};
 use prometheus_client::metrics::counter::Counter;
 
 use stq_core::data::catalog::Catalog;
-use stq_core::data::scan::{Hit, ScanRequest};
+use stq_core::data::scan::{ScanAnswer, ScanRequest};
 use stq_core::data::shard::ShardData;
 use stq_core::data::summary::{Partial, SummaryRequest};
 
@@ -58,7 +58,8 @@ impl Message for Scan {
 
 pub(super) struct ShardReply {
     pub data: Arc<ShardData>,
-    pub hits: Vec<Hit>,
+    /// The hits, and the JSON of the sealed ones (see [`ScanAnswer`]).
+    pub answer: ScanAnswer,
 }
 
 /// Summarise this shard's stations of a generation (docs/api.md section 10):
@@ -148,7 +149,7 @@ impl Handler<Scan> for ShardActor {
             Err(error) => return Response::reply(Err(error)),
         };
         self.in_slot(deadline, patience, fault, move || ShardReply {
-            hits: data.scan(&request),
+            answer: data.scan(&request),
             data,
         })
     }

@@ -41,6 +41,7 @@ use std::io::{self, Write as _};
 use std::path::Path;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix_web::test as actix_test;
 use actix_web::web;
@@ -117,7 +118,7 @@ const METRIC_PATHS: &[&str] = &[
 const NANOS: i128 = 1_000_000_000;
 const DAY: i128 = 86_400 * NANOS;
 /// 2024-01-01T00:00:00Z in nanoseconds since the Unix epoch; every record is within
-/// a few seconds after it.
+/// a few seconds after it, or after the next hour.
 const BASE: i128 = 1_704_067_200 * NANOS;
 
 /// The offsets an instant may be written with: (text, minutes east of UTC).
@@ -377,6 +378,10 @@ struct Snapshot {
     /// The stations its records were drawn from (some may have no record).
     stations: Vec<&'static str>,
     files: Vec<SnapshotFile>,
+    /// The hot window it is served with (issue 22): mostly a second, so that a
+    /// station's records in hours before its newest one's are sealed and queries
+    /// cross the boundary between the tiers; else every record hot.
+    hot: Option<Duration>,
 }
 
 impl Snapshot {
@@ -704,11 +709,15 @@ fn uri(query: &Query, extra: &[String], spelling: &mut Spelling) -> String {
 
 // --- Strategies ---------------------------------------------------------------------------------
 
-/// A few instants a second apart, with fractions at the edges of a second: ties
-/// are frequent.
+/// A few instants a second apart, in two hours (so that the earlier one is
+/// sealed, issue 22), with fractions at the edges of a second: ties are frequent.
 fn instant() -> impl Strategy<Value = i128> {
-    (0i128..4, select(vec![0i128, 1, 500_000_000, 999_999_999]))
-        .prop_map(|(second, nanos)| BASE + second * NANOS + nanos)
+    (
+        select(vec![0i128, 3600]),
+        0i128..4,
+        select(vec![0i128, 1, 500_000_000, 999_999_999]),
+    )
+        .prop_map(|(hour, second, nanos)| BASE + (hour + second) * NANOS + nanos)
 }
 
 fn time_style() -> impl Strategy<Value = TimeStyle> {
@@ -853,13 +862,15 @@ fn snapshot() -> impl Strategy<Value = Snapshot> {
         (
             files(Kind::Units, UNIT_PATHS, stations.clone()),
             files(Kind::Metrics, METRIC_PATHS, stations.clone()),
+            prop_oneof![3 => Just(Some(Duration::from_secs(1))), 1 => Just(None)],
         )
-            .prop_map(move |(mut files, metric_files)| {
+            .prop_map(move |(mut files, metric_files, hot)| {
                 files.extend(metric_files);
                 files.sort_by(|left, right| left.path.as_bytes().cmp(right.path.as_bytes()));
                 Snapshot {
                     stations: stations.clone(),
                     files,
+                    hot,
                 }
             })
     })
@@ -888,14 +899,14 @@ fn bound() -> impl Strategy<Value = i128> {
     prop_oneof![
         6 => (instant(), -1i128..=1).prop_map(|(at, delta)| at + delta),
         1 => Just(BASE - 3_600 * NANOS),
-        1 => Just(BASE + 3_600 * NANOS),
+        1 => Just(BASE + 3 * 3_600 * NANOS),
     ]
 }
 
 /// `(from, to)`: often around everything, mostly both in order, sometimes one
 /// alone, sometimes reversed or empty.
 fn window() -> impl Strategy<Value = (Option<i128>, Option<i128>)> {
-    let everything = (Some(BASE - 3_600 * NANOS), Some(BASE + 3_600 * NANOS));
+    let everything = (Some(BASE - 3_600 * NANOS), Some(BASE + 3 * 3_600 * NANOS));
     prop_oneof![
         5 => Just(everything),
         6 => (bound(), bound()).prop_map(|(a, b)| (Some(a.min(b)), Some(a.max(b)))),
@@ -1003,6 +1014,7 @@ impl Server {
             on_invalid: OnInvalid::Fail,
             generation: 1,
             threads: 2,
+            hot: snapshot.hot,
         })
         .map_err(|error| failure("loading the snapshot", error))?;
         prop_assert_eq!(

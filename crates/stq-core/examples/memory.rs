@@ -44,12 +44,20 @@ static ALLOCATOR: Counting = Counting;
 fn main() {
     let mut arguments = std::env::args().skip(1);
     let Some(directory) = arguments.next().map(PathBuf::from) else {
-        eprintln!("usage: memory DIRECTORY [SHARDS]");
+        eprintln!("usage: memory DIRECTORY [SHARDS [HOT_HOURS|all]]");
         std::process::exit(2);
     };
     let shards = arguments
         .next()
         .map_or(2, |text| text.parse().expect("SHARDS"));
+    // The hot window, as `stq serve --hot`: 24 hours unless told.
+    let hot = match arguments.next().as_deref() {
+        Some("all") => None,
+        Some(hours) => Some(std::time::Duration::from_secs(
+            3600 * hours.parse::<u64>().expect("HOT_HOURS"),
+        )),
+        None => Some(std::time::Duration::from_secs(24 * 3600)),
+    };
     let threads = std::thread::available_parallelism().map_or(2, usize::from);
     let options = LoadOptions {
         directory,
@@ -57,6 +65,7 @@ fn main() {
         on_invalid: OnInvalid::Skip,
         generation: 1,
         threads,
+        hot,
     };
     let (generation, report) = load::load(&options).unwrap_or_else(|error| {
         eprintln!("memory: {error}");

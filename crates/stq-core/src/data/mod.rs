@@ -9,17 +9,20 @@
 
 pub mod catalog;
 pub mod cursor;
+pub(crate) mod hot;
 pub mod key;
 pub mod load;
 pub mod memory;
 pub mod merge;
 pub mod scan;
+pub(crate) mod sealed;
 pub mod shard;
 pub mod station;
 pub mod stored;
 pub mod summary;
 pub mod symbols;
 pub(crate) mod threads;
+pub(crate) mod tier;
 
 #[cfg(test)]
 mod tests {

@@ -8,6 +8,7 @@ use std::ops::Bound;
 
 use crate::data::key::{Position, RecordKey};
 use crate::data::merge::merge_sorted;
+use crate::data::sealed::{is_sealed, SEALED};
 use crate::data::shard::ShardData;
 use crate::data::station::{StationData, UnitEntry};
 use crate::data::stored::{RecordJson, StoredRecord};
@@ -109,13 +110,55 @@ pub struct Hit {
     pub bytes: StoredRecord,
 }
 
+/// What a shard's scan answers: its hits, and the JSON of those that are sealed
+/// records, which the scan decompressed (a sealed hit's `bytes` say where its JSON
+/// lies in `sealed`, see [`ShardData::json`]).
+#[derive(Debug, Default)]
+pub struct ScanAnswer {
+    pub hits: Vec<Hit>,
+    pub sealed: Vec<u8>,
+}
+
 impl ShardData {
-    /// The first `request.cap` matching records of the requested stations, in order.
+    /// The first `request.cap` matching records of the requested stations, in order,
+    /// with the JSON of those that are sealed.
+    pub fn scan(&self, request: &ScanRequest) -> ScanAnswer {
+        let mut hits = self.scan_hits(request);
+        let mut sealed = Vec::new();
+        let mut by_station: Vec<(u32, usize)> = (hits.iter().enumerate())
+            .filter(|(_, hit)| is_sealed(hit.bytes))
+            .map(|(index, hit)| (hit.station_index, index))
+            .collect();
+        by_station.sort_unstable();
+        for run in by_station.chunk_by(|left, right| left.0 == right.0) {
+            let station = &self.stations[run[0].0 as usize];
+            let records: Vec<StoredRecord> =
+                run.iter().map(|&(_, index)| hits[index].bytes).collect();
+            let mut written = run.iter().map(|&(_, index)| index);
+            let mut start = sealed.len();
+            let mut lengths = Vec::with_capacity(run.len());
+            station.write_sealed_jsons(records.into_iter(), &mut sealed, |length| {
+                lengths.push(length);
+            });
+            for length in lengths {
+                let index = written.next().expect("one length a record");
+                hits[index].bytes = StoredRecord {
+                    start: SEALED | start as u32,
+                    length: length as u32,
+                };
+                start += length;
+            }
+        }
+        ScanAnswer { hits, sealed }
+    }
+
+    /// The first `request.cap` matching records of the requested stations, in order;
+    /// a sealed one's `bytes` locate it in its block.
     ///
     /// Picks the tree that reads least: a serial number or metric names are exact
     /// ranges of the per-station secondary trees; units of many stations are one walk
     /// of the shard-wide tree; anything else walks each station's time range.
-    pub fn scan(&self, request: &ScanRequest) -> Vec<Hit> {
+    fn scan_hits(&self, request: &ScanRequest) -> Vec<Hit> {
         if request.cap == 0 || request.filter.is_impossible() {
             return Vec::new();
         }
@@ -129,7 +172,7 @@ impl ShardData {
                 Box::new(serials.iter().flat_map(move |&serial| {
                     data.units_of_serial(serial, lower..upper)
                         .filter(|(_, entry)| filter.matches_unit(entry))
-                        .map(move |(key, entry)| station.hit(key, entry.bytes))
+                        .map(move |(key, entry)| station.hit(&key, entry.bytes))
                 }))
             }),
             RecordFilter::Units { .. } if request.stations.len() * 4 >= self.stations.len() => {
@@ -140,7 +183,7 @@ impl ShardData {
                     Box::new(
                         data.units_in(lower..upper)
                             .filter(|(_, entry)| filter.matches_unit(entry))
-                            .map(move |(key, entry)| station.hit(key, entry.bytes)),
+                            .map(move |(key, entry)| station.hit(&key, entry.bytes)),
                     )
                 })
             }
@@ -154,7 +197,7 @@ impl ShardData {
                         let (lower, upper) = station_bounds(request, station.rank)?;
                         Some(
                             data.metrics_of_name(name, lower..upper)
-                                .map(move |(key, bytes)| station.hit(key, bytes)),
+                                .map(move |(key, bytes)| station.hit(&key, bytes)),
                         )
                     })
                 });
@@ -164,7 +207,7 @@ impl ShardData {
                 self.merge_stations(request, |data, station, lower, upper| {
                     Box::new(
                         data.metrics_in(lower..upper)
-                            .map(move |(key, entry)| station.hit(key, entry.bytes)),
+                            .map(move |(key, entry)| station.hit(&key, entry.bytes)),
                     )
                 })
             }
@@ -221,21 +264,52 @@ impl ShardData {
         if empty {
             return Vec::new();
         }
-        self.units_in((lower, Bound::Excluded(end)))
+        let hot = self
+            .units_in((lower, Bound::Excluded(end)))
             .filter(|(_, unit)| {
                 wanted[unit.station_index as usize] && request.filter.matches_unit(&unit.entry)
             })
-            .take(request.cap)
             .map(|(position, unit)| Hit {
                 position: *position,
                 station_index: unit.station_index,
                 bytes: unit.entry.bytes,
-            })
-            .collect()
+            });
+        // The shard-wide tree holds hot units only: a station's sealed ones in the
+        // window are one more stream each, merged in.
+        let filter = &request.filter;
+        let sealed = request.stations.iter().filter_map(|&station| {
+            let data = self.stations.get(station.station_index as usize)?;
+            let (lower, upper) = station_bounds(request, station.rank)?;
+            let stream = data
+                .sealed_units_in(lower..upper)
+                .filter(move |(_, entry)| filter.matches_unit(entry))
+                .map(move |(key, entry)| station.hit(&key, entry.bytes))
+                .peekable();
+            Some(stream)
+        });
+        let mut streams: Vec<Box<dyn Iterator<Item = Hit> + '_>> = Vec::new();
+        for mut stream in sealed {
+            if stream.peek().is_some() {
+                streams.push(Box::new(stream));
+            }
+        }
+        if streams.is_empty() {
+            return hot.take(request.cap).collect();
+        }
+        streams.push(Box::new(hot));
+        merge_sorted(streams, request.cap)
     }
 
-    pub fn json(&self, hit: &Hit) -> RecordJson<'_> {
-        self.stations[hit.station_index as usize].json(hit.bytes)
+    /// A hit's response JSON; `sealed` is the [`ScanAnswer::sealed`] of the scan
+    /// that found it.
+    pub fn json<'a>(&'a self, hit: &Hit, sealed: &'a [u8]) -> RecordJson<'a> {
+        match is_sealed(hit.bytes) {
+            true => {
+                let start = (hit.bytes.start & !SEALED) as usize;
+                RecordJson::whole(&sealed[start..start + hit.bytes.length as usize])
+            }
+            false => self.stations[hit.station_index as usize].json(hit.bytes),
+        }
     }
 
     /// Asks the CPU for what [`ShardData::json`] reads of `hit`'s station (where its
@@ -420,7 +494,7 @@ mod tests {
 
     #[test]
     fn ties_order_by_station_then_load_order() {
-        let hits = shard().scan(&request(0, 100, None, 100));
+        let hits = shard().scan(&request(0, 100, None, 100)).hits;
         assert_eq!(
             order(&hits),
             [
@@ -436,24 +510,30 @@ mod tests {
 
     #[test]
     fn the_window_is_half_open() {
-        assert_eq!(order(&shard().scan(&request(20, 40, None, 100))).len(), 4);
-        assert_eq!(order(&shard().scan(&request(20, 21, None, 100))).len(), 3);
-        assert!(shard().scan(&request(41, 100, None, 100)).is_empty());
+        assert_eq!(
+            order(&shard().scan(&request(20, 40, None, 100)).hits).len(),
+            4
+        );
+        assert_eq!(
+            order(&shard().scan(&request(20, 21, None, 100)).hits).len(),
+            3
+        );
+        assert!(shard().scan(&request(41, 100, None, 100)).hits.is_empty());
     }
 
     #[test]
     fn the_cap_keeps_the_first_records() {
         assert_eq!(
-            order(&shard().scan(&request(0, 100, None, 2))),
+            order(&shard().scan(&request(0, 100, None, 2)).hits),
             [(10, 0, 1), (20, 0, 2)]
         );
     }
 
     #[test]
     fn resuming_after_every_position_returns_each_record_once() {
-        let all = shard().scan(&request(0, 100, None, 100));
+        let all = shard().scan(&request(0, 100, None, 100)).hits;
         for (index, hit) in all.iter().enumerate() {
-            let rest = shard().scan(&request(0, 100, Some(hit.position), 100));
+            let rest = shard().scan(&request(0, 100, Some(hit.position), 100)).hits;
             assert_eq!(
                 order(&rest),
                 order(&all[index + 1..]),
@@ -471,7 +551,7 @@ mod tests {
             unit_serial: Matcher::Any,
             directions: Directions::of(&[Direction::Input]),
         };
-        assert_eq!(order(&shard().scan(&only_input)), [(20, 0, 3)]);
+        assert_eq!(order(&shard().scan(&only_input).hits), [(20, 0, 3)]);
 
         let mut unknown_type = request(0, 100, None, 100);
         unknown_type.filter = RecordFilter::Units {
@@ -479,6 +559,6 @@ mod tests {
             unit_serial: Matcher::Any,
             directions: Directions::BOTH,
         };
-        assert!(shard().scan(&unknown_type).is_empty());
+        assert!(shard().scan(&unknown_type).hits.is_empty());
     }
 }

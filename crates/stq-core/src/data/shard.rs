@@ -222,7 +222,8 @@ impl ShardData {
     }
 }
 
-/// A station's units as entries of the shard-wide tree: placed by their position in
+/// A station's hot units as entries of the shard-wide tree (its sealed ones are
+/// read from the station, see `crate::data::scan`): placed by their position in
 /// the contract's order, and naming the station that holds them.
 pub(crate) fn shard_units(
     station: &StationData,
@@ -230,8 +231,8 @@ pub(crate) fn shard_units(
     rank: u32,
 ) -> impl Iterator<Item = (Position, ShardUnit)> + '_ {
     station
-        .units_in(..)
-        .map(move |(key, entry)| shard_unit(station_index, rank, *key, *entry))
+        .hot_units()
+        .map(move |(key, entry)| shard_unit(station_index, rank, key, entry))
 }
 
 /// A unit of the station at `station_index` (of rank `rank`) as an entry of the

@@ -183,6 +183,22 @@ pub(crate) fn store(
     }
 }
 
+/// Stores a record given as its JSON's five parts (head piece, time, middle
+/// piece, value, tail piece), as a sealed block gives it back.
+pub(crate) fn store_parts(
+    arena: &mut Vec<u8>,
+    table: &mut PieceTable,
+    [head, time, middle, value, tail]: [&[u8]; 5],
+) -> StoredRecord {
+    let start = arena.len() as u32;
+    let pieces = [table.intern(head), table.intern(middle), table.intern(tail)];
+    write(arena, pieces, time, value);
+    StoredRecord {
+        start,
+        length: (head.len() + time.len() + middle.len() + value.len() + tail.len()) as u32,
+    }
+}
+
 /// Stores a record of another arena and piece table (a batch of the same station,
 /// or the station's previous build) into this one. `known` maps the other table's
 /// pieces to this one's; it starts empty for each other table.
@@ -319,7 +335,12 @@ pub struct Parts<'a> {
     tail: &'a [u8],
 }
 
-impl Parts<'_> {
+impl<'a> Parts<'a> {
+    /// The five parts in the order they are written.
+    pub(crate) fn all(&self) -> [&'a [u8]; 5] {
+        [self.head, self.time, self.middle, self.value, self.tail]
+    }
+
     /// Appends the JSON.
     pub fn write_to(&self, out: &mut Vec<u8>) {
         for part in [self.head, self.time, self.middle, self.value, self.tail] {
@@ -339,28 +360,50 @@ impl Parts<'_> {
 /// One record's response JSON: its length at once, its bytes when written.
 #[derive(Clone, Copy, Debug)]
 pub struct RecordJson<'a> {
-    arena: &'a [u8],
-    pieces: &'a Pieces,
-    record: StoredRecord,
+    form: Form<'a>,
+}
+
+/// Where a record's JSON is: a hot record's stored form and its station's pieces,
+/// or, for a sealed record, the JSON itself, which its scan wrote out.
+#[derive(Clone, Copy, Debug)]
+enum Form<'a> {
+    Stored {
+        arena: &'a [u8],
+        pieces: &'a Pieces,
+        record: StoredRecord,
+    },
+    Whole(&'a [u8]),
 }
 
 impl<'a> RecordJson<'a> {
     pub(crate) fn new(arena: &'a [u8], pieces: &'a Pieces, record: StoredRecord) -> Self {
         RecordJson {
-            arena,
-            pieces,
-            record,
+            form: Form::Stored {
+                arena,
+                pieces,
+                record,
+            },
+        }
+    }
+
+    /// A record's JSON that is already whole.
+    pub(crate) fn whole(json: &'a [u8]) -> Self {
+        RecordJson {
+            form: Form::Whole(json),
         }
     }
 
     /// The JSON's length in bytes, read from the entry: sizing an answer does not
     /// touch the arena.
     pub fn len(&self) -> usize {
-        self.record.length as usize
+        match self.form {
+            Form::Stored { record, .. } => record.length as usize,
+            Form::Whole(json) => json.len(),
+        }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.record.length == 0
+        self.len() == 0
     }
 
     /// Appends the JSON: the head piece, the time, the middle piece, the value and
@@ -371,13 +414,28 @@ impl<'a> RecordJson<'a> {
 
     /// Reads the stored form: where the five parts lie, none of them read yet.
     pub fn parts(&self) -> Parts<'a> {
-        let ([head, middle, tail], time, value) = decode(self.arena, self.record.start);
-        Parts {
-            head: self.pieces.get(head),
-            time,
-            middle: self.pieces.get(middle),
-            value,
-            tail: self.pieces.get(tail),
+        match self.form {
+            Form::Stored {
+                arena,
+                pieces,
+                record,
+            } => {
+                let ([head, middle, tail], time, value) = decode(arena, record.start);
+                Parts {
+                    head: pieces.get(head),
+                    time,
+                    middle: pieces.get(middle),
+                    value,
+                    tail: pieces.get(tail),
+                }
+            }
+            Form::Whole(json) => Parts {
+                head: json,
+                time: &[],
+                middle: &[],
+                value: &[],
+                tail: &[],
+            },
         }
     }
 
@@ -385,7 +443,10 @@ impl<'a> RecordJson<'a> {
     /// later: an answer of many records otherwise waits on each one's cache miss
     /// in turn.
     pub fn prefetch_stored(&self) {
-        prefetch(self.arena, self.record.start);
+        match self.form {
+            Form::Stored { arena, record, .. } => prefetch(arena, record.start),
+            Form::Whole(json) => prefetch(json, 0),
+        }
     }
 
     pub fn to_vec(&self) -> Vec<u8> {

@@ -208,6 +208,7 @@ impl ShardData {
                 let mut partial = UnitPartial::default();
                 for (station, data) in stations {
                     for (key, entry) in station_units(data, window, unit_serial) {
+                        let (key, entry) = (&key, &entry);
                         if entry.direction != Direction::Output
                             || !unit_types.matches(entry.unit_type)
                         {
@@ -231,6 +232,7 @@ impl ShardData {
                 for (station, data) in stations {
                     let mut lasts: HashMap<RowKey, StoredRecord> = HashMap::default();
                     for (key, entry) in data.metrics_in(key_range(window)) {
+                        let (key, entry) = (&key, &entry);
                         if names.matches(entry.name) {
                             partial.add(grouping, station, key, entry, &mut lasts);
                         }
@@ -255,7 +257,7 @@ fn station_units<'a>(
     data: &'a StationData,
     window: &Window,
     unit_serial: &'a Matcher,
-) -> Box<dyn Iterator<Item = (&'a RecordKey, &'a UnitEntry)> + 'a> {
+) -> Box<dyn Iterator<Item = (RecordKey, UnitEntry)> + 'a> {
     let range = key_range(window);
     match unit_serial {
         Matcher::Any => Box::new(data.units_in(range)),
@@ -510,7 +512,8 @@ impl MetricPartial {
             limit_upper: Cow<'a, str>,
         }
         for (row_key, bytes) in lasts {
-            let json = station.json(*bytes).to_vec();
+            let mut json = Vec::new();
+            station.write_json(*bytes, &mut json);
             let limits: Limits = serde_json::from_slice(&json)
                 .expect("a metric record's JSON, rendered at load, has both limits");
             let row = self.rows.get_mut(row_key).expect("a noted row exists");
@@ -581,7 +584,8 @@ fn station_summary(rank: u32, data: &StationData) -> Option<StationSummary> {
             #[serde(borrow)]
             time_created: Cow<'a, str>,
         }
-        let json = data.json(bytes).to_vec();
+        let mut json = Vec::new();
+        data.write_json(bytes, &mut json);
         let time: Time =
             serde_json::from_slice(&json).expect("a record's JSON, rendered at load, has its time");
         time.time_created.into_owned()
@@ -838,6 +842,9 @@ mod tests {
             on_invalid: OnInvalid::Fail,
             generation: 1,
             threads: 1,
+            // Records an hour older than a station's newest are sealed: the
+            // summaries read both tiers.
+            hot: Some(std::time::Duration::from_secs(3600)),
         })
         .unwrap()
         .0

@@ -4,10 +4,15 @@
 //! [`StationBuilder::extending`] keeps its stored records where they are,
 //! [`StationBuilder::surviving`] copies the ones that stay.
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use super::report::LoadError;
+use crate::data::hot::Hot;
 use crate::data::key::{load_order, RecordKey};
+use crate::data::sealed::{hour_of, hour_start, Sealed, Unsealed, SEALED};
 use crate::data::station::{MetricEntry, StationData, UnitEntry};
-use crate::data::stored::{self, Piece, PieceTable, Pieces, StoredRecord};
+use crate::data::stored::{self, Piece, PieceTable, Pieces, RecordJson, StoredRecord};
 
 /// How many of a station's latest units, and of its latest metrics, an extension
 /// looks at for pieces that appended records can share.
@@ -20,6 +25,9 @@ pub(crate) struct StationBuilder {
     pub(crate) pieces: PieceTable,
     pub(crate) units: Vec<(RecordKey, UnitEntry)>,
     pub(crate) metrics: Vec<(RecordKey, MetricEntry)>,
+    /// The station's sealed records so far, which the built station keeps and
+    /// seals more into.
+    pub(crate) sealed: Arc<Sealed>,
 }
 
 impl StationBuilder {
@@ -65,31 +73,103 @@ impl StationBuilder {
         self.units.len() + self.metrics.len()
     }
 
-    /// Whether its arena and its pieces can be addressed with 32 bits, as its
-    /// entries and piece table address them.
+    /// Whether its arena and its pieces can be addressed as its entries and piece
+    /// table address them: the arena with 31 bits (the last tells sealed records'
+    /// locators apart), the pieces with 32.
     pub(crate) fn fits(&self) -> bool {
-        u32::try_from(self.arena.len()).is_ok() && u32::try_from(self.pieces.bytes()).is_ok()
+        self.arena.len() < SEALED as usize && u32::try_from(self.pieces.bytes()).is_ok()
     }
 
     /// The station built from this builder's records, named `name` in the error
-    /// when it is too large to address.
-    pub(crate) fn into_station(self, name: &str) -> Result<StationData, LoadError> {
+    /// when it is too large to address; its records in whole hours older than
+    /// `hot` (counted back from its newest record) sealed, all hot without one.
+    pub(crate) fn into_station(
+        self,
+        name: &str,
+        hot: Option<Duration>,
+    ) -> Result<StationData, LoadError> {
         if !self.fits() {
             return Err(LoadError::StationTooLarge {
                 station: name.to_string(),
             });
         }
-        Ok(self.finish())
+        Ok(self.finish(hot))
     }
 
-    /// The station built from this builder's records, which [`Self::fits`].
-    pub(super) fn finish(self) -> StationData {
-        StationData::new(
-            self.arena.into_boxed_slice(),
-            self.pieces.finish(),
-            self.units,
-            self.metrics,
-        )
+    /// The station built from this builder's records, which [`Self::fits`]; see
+    /// [`Self::into_station`].
+    pub(super) fn finish(self, hot: Option<Duration>) -> StationData {
+        let newest = (self.units.iter().map(|(key, _)| key.instant))
+            .chain(self.metrics.iter().map(|(key, _)| key.instant))
+            .max();
+        let first_hot = match (hot, newest) {
+            (Some(hot), Some(newest)) => {
+                let seconds = i64::try_from(hot.as_secs()).unwrap_or(i64::MAX);
+                Some(hour_start(hour_of(newest.add_seconds(-seconds))))
+            }
+            _ => None,
+        };
+        let seals = |key: &RecordKey| first_hot.is_some_and(|first_hot| key.instant < first_hot);
+        let pieces = self.pieces.finish();
+        if !(self.units.iter().any(|(key, _)| seals(key)))
+            && !(self.metrics.iter().any(|(key, _)| seals(key)))
+        {
+            return StationData {
+                hot: Hot::new(
+                    self.arena.into_boxed_slice(),
+                    pieces,
+                    self.units,
+                    self.metrics,
+                ),
+                sealed: self.sealed,
+            };
+        }
+        let arena = &self.arena;
+        let parts = |bytes: StoredRecord| RecordJson::new(arena, &pieces, bytes).parts().all();
+        let mut hot = StationBuilder::default();
+        let mut known = foldhash::HashMap::default();
+        let mut sealed_units = Vec::new();
+        for (key, entry) in &self.units {
+            match seals(key) {
+                true => sealed_units.push(Unsealed {
+                    key: *key,
+                    entry: *entry,
+                    parts: parts(entry.bytes),
+                }),
+                false => {
+                    let bytes = hot.copy(arena, &pieces, entry.bytes, &mut known);
+                    hot.units.push((*key, UnitEntry { bytes, ..*entry }));
+                }
+            }
+        }
+        let mut sealed_metrics = Vec::new();
+        for (key, entry) in &self.metrics {
+            match seals(key) {
+                true => sealed_metrics.push(Unsealed {
+                    key: *key,
+                    entry: *entry,
+                    parts: parts(entry.bytes),
+                }),
+                false => {
+                    let bytes = hot.copy(arena, &pieces, entry.bytes, &mut known);
+                    hot.metrics.push((*key, MetricEntry { bytes, ..*entry }));
+                }
+            }
+        }
+        StationData {
+            hot: Hot::new(
+                hot.arena.into_boxed_slice(),
+                hot.pieces.finish(),
+                hot.units,
+                hot.metrics,
+            ),
+            sealed: Arc::new(self.sealed.with(sealed_units, sealed_metrics)),
+        }
+    }
+
+    /// Stores a record given as its JSON's parts, as the sealed tier gives it.
+    fn store_parts(&mut self, parts: [&[u8]; 5]) -> StoredRecord {
+        stored::store_parts(&mut self.arena, &mut self.pieces, parts)
     }
 
     /// A builder holding the stored records of `station`'s recent layer as they
@@ -97,7 +177,7 @@ impl StationBuilder {
     /// the layer's stored records (which its shard's trees point into) stay valid;
     /// its entries are then the appended records', addressed in the layer's arena.
     pub(crate) fn extending(station: &StationData) -> StationBuilder {
-        let recent = &station.recent;
+        let recent = &station.hot.recent;
         // Appended records share pieces with the latest ones (the next unit's metric
         // names, units and limits are the last one's); finding every record's pieces
         // again cost more than the rest of the extension.
@@ -118,6 +198,7 @@ impl StationBuilder {
             pieces: PieceTable::continuing(&recent.pieces, &recent.arena, records),
             units: Vec::new(),
             metrics: Vec::new(),
+            sealed: Arc::clone(&station.sealed),
         }
     }
 
@@ -130,7 +211,30 @@ impl StationBuilder {
             ..*key
         };
         let of_file = |key: &RecordKey| (key.load_order >> 32) as u32 == from;
-        for layer in station.layers() {
+        let builder = std::cell::RefCell::new(&mut *self);
+        station.sealed.each(
+            &|lowest, highest| (lowest..=highest).contains(&from),
+            &|order| (order >> 32) as u32 == from,
+            &mut |record| {
+                let mut builder = builder.borrow_mut();
+                let bytes = builder.store_parts(record.parts);
+                let entry = UnitEntry {
+                    bytes,
+                    ..record.entry
+                };
+                builder.units.push((renumbered(&record.key), entry));
+            },
+            &mut |record| {
+                let mut builder = builder.borrow_mut();
+                let bytes = builder.store_parts(record.parts);
+                let entry = MetricEntry {
+                    bytes,
+                    ..record.entry
+                };
+                builder.metrics.push((renumbered(&record.key), entry));
+            },
+        );
+        for layer in station.hot.layers() {
             let mut known = foldhash::HashMap::default();
             for (key, entry) in layer.trees.units.iter().filter(|(key, _)| of_file(key)) {
                 let local = layer.local(entry.bytes);
@@ -147,15 +251,23 @@ impl StationBuilder {
         }
     }
 
-    /// A builder holding the records of `station` (both layers) that `is_dropped`
-    /// keeps, their bytes copied into a new arena so that the dropped ones' bytes go
-    /// with the old one.
+    /// A builder holding the records of `station` that `is_dropped` keeps: its hot
+    /// ones' bytes copied into a new arena so that the dropped ones' bytes go with
+    /// the old one, and its sealed tier, without the dropped ones (only blocks with
+    /// records of a file `touched` names, by lowest and highest ordinal, are read).
     pub(crate) fn surviving(
         station: &StationData,
         is_dropped: &impl Fn(u64) -> bool,
+        touched: &impl Fn(u32, u32) -> bool,
     ) -> StationBuilder {
-        let mut builder = StationBuilder::default();
-        for layer in station.layers() {
+        let mut builder = StationBuilder {
+            sealed: match station.sealed.without(is_dropped, touched) {
+                Some(kept) => Arc::new(kept),
+                None => Arc::clone(&station.sealed),
+            },
+            ..StationBuilder::default()
+        };
+        for layer in station.hot.layers() {
             let mut known = foldhash::HashMap::default();
             let mut copy = |record: StoredRecord| {
                 let local = layer.local(record);

@@ -104,7 +104,9 @@ pub(super) fn generation(
     let shards = threads::map(
         per_shard.into_iter().zip(&ranks_per_shard).collect(),
         |(builders, ranks)| {
-            let stations = builders.into_iter().map(StationBuilder::finish).collect();
+            let stations = (builders.into_iter())
+                .map(|builder| builder.finish(options.hot))
+                .collect();
             ShardData::new(options.generation, stations, ranks)
         },
     );

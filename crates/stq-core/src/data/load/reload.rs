@@ -64,7 +64,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::build::StationBuilder;
 use super::files::{self, FileStamp, SnapshotFile, SourceState, END_STEP, NEAR_LOWER};
@@ -74,6 +74,7 @@ use super::read::{self, LoadState, SharedSymbols};
 use super::report::{LoadError, LoadOptions, LoadReport, OnInvalid};
 use crate::data::catalog::{Catalog, Generation, LoadSummary, Placement};
 use crate::data::key::{Position, RecordKey};
+use crate::data::sealed::SEALED;
 use crate::data::shard::{shard_unit, Origin, ShardData, ShardUnit};
 use crate::data::station::{StationData, UnitEntry};
 use crate::data::symbols::Symbols;
@@ -142,7 +143,7 @@ pub fn reload_looking(
     changes.touched.extend(new_records.keys().cloned());
     let symbols = Arc::new(std::mem::take(&mut state.symbols).into_symbols());
 
-    let stations = build_stations(previous, shards, &changes, new_records)?;
+    let stations = build_stations(previous, shards, &changes, new_records, options.hot)?;
     let built = started.elapsed();
     let generation = assemble(previous, shards, stations, symbols, sources, options);
     report.totals_of(&generation.catalog);
@@ -418,6 +419,11 @@ impl Changes {
         self.shrunk.extend(stations.iter().cloned());
     }
 
+    /// Whether it drops records of a file numbered `lowest` to `highest`.
+    fn touches_files(&self, lowest: u32, highest: u32) -> bool {
+        (self.dropped_from.keys()).any(|file| (lowest..=highest).contains(file))
+    }
+
     fn is_dropped(&self, load_order: u64) -> bool {
         self.dropped_from
             .get(&((load_order >> 32) as u32))
@@ -573,6 +579,7 @@ fn build_stations(
     shards: &[Arc<ShardData>],
     changes: &Changes,
     mut new_records: HashMap<Box<str>, StationBuilder>,
+    hot: Option<Duration>,
 ) -> Result<Stations, LoadError> {
     let shard_count = shards.len();
     let mut shard_changes = vec![ShardChange::Shared; shard_count];
@@ -633,7 +640,7 @@ fn build_stations(
             extend: false,
         });
     }
-    let built = threads::map(builds, |build| build_station(build, changes));
+    let built = threads::map(builds, |build| build_station(build, changes, hot));
     let mut built: Vec<Option<Built>> = built.into_iter().collect::<Result<_, LoadError>>()?;
 
     let mut stations = Stations {
@@ -663,7 +670,11 @@ fn build_stations(
 }
 
 /// One touched or new station; `None` when it lost all its records.
-fn build_station(build: Build, changes: &Changes) -> Result<Option<Built>, LoadError> {
+fn build_station(
+    build: Build,
+    changes: &Changes,
+    hot: Option<Duration>,
+) -> Result<Option<Built>, LoadError> {
     let Build {
         name,
         previous,
@@ -677,9 +688,8 @@ fn build_station(build: Build, changes: &Changes) -> Result<Option<Built>, LoadE
         if let Some(batch) = batch {
             builder.append(batch);
         }
-        let offset = old.recent.offset;
-        if u32::try_from(u64::from(offset) + builder.arena.len() as u64).is_err() || !builder.fits()
-        {
+        let offset = old.hot.recent.offset;
+        if u64::from(offset) + builder.arena.len() as u64 >= u64::from(SEALED) || !builder.fits() {
             return Err(LoadError::StationTooLarge {
                 station: name.to_string(),
             });
@@ -704,7 +714,11 @@ fn build_station(build: Build, changes: &Changes) -> Result<Option<Built>, LoadE
         }));
     }
     let mut builder = match &previous {
-        Some(old) => StationBuilder::surviving(old, &|load_order| changes.is_dropped(load_order)),
+        Some(old) => StationBuilder::surviving(
+            old,
+            &|load_order| changes.is_dropped(load_order),
+            &|lowest, highest| changes.touches_files(lowest, highest),
+        ),
         None => StationBuilder::default(),
     };
     if let Some(batch) = batch {
@@ -714,7 +728,7 @@ fn build_station(build: Build, changes: &Changes) -> Result<Option<Built>, LoadE
         return Ok(None);
     }
     Ok(Some(Built {
-        data: Arc::new(builder.into_station(&name)?),
+        data: Arc::new(builder.into_station(&name, hot)?),
         name,
         origin: Origin::Built,
         appended: Vec::new(),

@@ -26,6 +26,10 @@ pub struct LoadOptions {
     pub generation: u64,
     /// Parsing threads; the reader is one more.
     pub threads: usize,
+    /// The hot window (`--hot`): a station's records in whole hours older than
+    /// this, counted back from its newest record, are sealed; `None` keeps every
+    /// record hot.
+    pub hot: Option<Duration>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

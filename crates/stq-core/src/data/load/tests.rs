@@ -71,6 +71,7 @@ fn options(directory: &TempDirectory, on_invalid: OnInvalid) -> LoadOptions {
         on_invalid,
         generation: 1,
         threads: 2,
+        hot: Some(Duration::from_secs(3600)),
     }
 }
 
@@ -90,10 +91,12 @@ fn records(generation: &Generation) -> Vec<(u32, u32, Value)> {
         for (key, bytes) in units.chain(metrics) {
             let ordinal = (key.load_order >> 32) as u32;
             let file = catalog.file_ordinals.binary_search(&ordinal).unwrap();
+            let mut json = Vec::new();
+            station.write_json(bytes, &mut json);
             found.push((
                 file as u32,
                 key.load_order as u32,
-                serde_json::from_slice(&station.json(bytes).to_vec()).unwrap(),
+                serde_json::from_slice(&json).unwrap(),
             ));
         }
     }

@@ -1,0 +1,314 @@
+//! The hot tier of a station: its records within the hot window (`--hot`) and any
+//! appended since the station was last sealed, in B-tree maps ordered by time, an
+//! entry a record, their stored form ([`crate::data::stored`]) in an arena and a
+//! table of pieces; in two layers, the settled records and those appended since,
+//! read as one.
+
+use std::collections::{btree_map, BTreeMap};
+use std::ops::Bound::{self, Excluded, Included, Unbounded};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use itertools::{Either, Itertools as _};
+
+use crate::data::key::RecordKey;
+use crate::data::stored::{Pieces, RecordJson, StoredRecord};
+use crate::data::symbols::Symbol;
+use crate::data::tier::{tree_bytes, KeyRange, MetricEntry, Tier, UnitEntry};
+use crate::domain::time::Timestamp;
+
+/// The trees of one layer of a station.
+///
+/// Each kind is held in time order, and once more ordered by the field its most
+/// selective filter names (serial number, metric name) and then by time, so that a
+/// filtered query reads one exact range instead of the station's whole window.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Trees {
+    pub(crate) units: BTreeMap<RecordKey, UnitEntry>,
+    pub(crate) units_by_serial: BTreeMap<(Symbol, RecordKey), UnitEntry>,
+    pub(crate) metrics: BTreeMap<RecordKey, MetricEntry>,
+    pub(crate) metrics_by_name: BTreeMap<(Symbol, RecordKey), StoredRecord>,
+}
+
+impl Trees {
+    /// Trees of records in any order.
+    fn of(units: Vec<(RecordKey, UnitEntry)>, metrics: Vec<(RecordKey, MetricEntry)>) -> Trees {
+        // Collecting sorts, then bulk-builds densely packed nodes.
+        let units_by_serial = units
+            .iter()
+            .map(|(key, entry)| ((entry.unit_serial, *key), *entry))
+            .collect();
+        let metrics_by_name = metrics
+            .iter()
+            .map(|(key, entry)| ((entry.name, *key), entry.bytes))
+            .collect();
+        Trees {
+            units: units.into_iter().collect(),
+            units_by_serial,
+            metrics: metrics.into_iter().collect(),
+            metrics_by_name,
+        }
+    }
+
+    fn insert(&mut self, units: &[(RecordKey, UnitEntry)], metrics: &[(RecordKey, MetricEntry)]) {
+        for (key, entry) in units {
+            self.units.insert(*key, *entry);
+            self.units_by_serial
+                .insert((entry.unit_serial, *key), *entry);
+        }
+        for (key, entry) in metrics {
+            self.metrics.insert(*key, *entry);
+            self.metrics_by_name.insert((entry.name, *key), entry.bytes);
+        }
+    }
+
+    pub(crate) fn record_count(&self) -> usize {
+        self.units.len() + self.metrics.len()
+    }
+}
+
+/// A layer of a station: records' stored form in an arena and a table of pieces,
+/// and their trees. Cloning one shares all of it.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Layer {
+    pub(crate) arena: Bytes,
+    pub(crate) pieces: Pieces,
+    pub(crate) trees: Arc<Trees>,
+    /// Where its records' starts count from: the station's entries address both
+    /// layers as one arena, the recent one after the settled one.
+    pub(crate) offset: u32,
+}
+
+impl Layer {
+    /// A record of this layer as its own arena addresses it.
+    pub(crate) fn local(&self, record: StoredRecord) -> StoredRecord {
+        StoredRecord {
+            start: record.start - self.offset,
+            ..record
+        }
+    }
+}
+
+/// The hot tier in two layers: the settled one, shared with every generation that
+/// kept the station's hot records, and the recent one, the records appended by
+/// reloads since (small: a reload copies it and adds to it, and folds it into a new
+/// settled layer once it has grown). Every read merges both.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Hot {
+    pub(crate) settled: Layer,
+    pub(crate) recent: Layer,
+}
+
+/// The recent layer is folded into a new settled one once it holds more than this
+/// share of the station's records (one in `RECENT_SHARE`); tests fold at once, so
+/// that both paths run.
+#[cfg(not(test))]
+pub(crate) const RECENT_SHARE: usize = 16;
+#[cfg(test)]
+pub(crate) const RECENT_SHARE: usize = 1;
+
+impl Hot {
+    /// A tier of records in any order, in one layer.
+    pub(crate) fn new(
+        arena: Box<[u8]>,
+        pieces: Pieces,
+        units: Vec<(RecordKey, UnitEntry)>,
+        metrics: Vec<(RecordKey, MetricEntry)>,
+    ) -> Hot {
+        let offset = arena.len() as u32;
+        Hot {
+            settled: Layer {
+                arena: Bytes::from(arena),
+                pieces,
+                trees: Arc::new(Trees::of(units, metrics)),
+                offset: 0,
+            },
+            recent: Layer {
+                offset,
+                ..Layer::default()
+            },
+        }
+    }
+
+    /// This tier with records appended in its recent layer, whose arena and pieces
+    /// are now `arena` and `pieces`: they hold the recent layer's records as they
+    /// were (so its stored records stay valid) and the new records' after them,
+    /// which `units` and `metrics` index. The settled layer is shared; the recent
+    /// trees are copied with the new entries added.
+    pub(crate) fn extended(
+        &self,
+        arena: Box<[u8]>,
+        pieces: Pieces,
+        units: &[(RecordKey, UnitEntry)],
+        metrics: &[(RecordKey, MetricEntry)],
+    ) -> Hot {
+        let mut trees = Trees::clone(&self.recent.trees);
+        trees.insert(units, metrics);
+        Hot {
+            settled: self.settled.clone(),
+            recent: Layer {
+                arena: Bytes::from(arena),
+                pieces,
+                trees: Arc::new(trees),
+                offset: self.recent.offset,
+            },
+        }
+    }
+
+    /// Whether `appended` more records would grow the recent layer past its share.
+    pub(crate) fn folds_with(&self, appended: usize) -> bool {
+        (self.recent.trees.record_count() + appended) * RECENT_SHARE
+            > self.settled.trees.record_count()
+    }
+
+    /// Both layers, the settled one first.
+    pub(crate) fn layers(&self) -> [&Layer; 2] {
+        [&self.settled, &self.recent]
+    }
+
+    /// The layer that holds `record`.
+    fn layer_of(&self, record: StoredRecord) -> &Layer {
+        match record.start >= self.recent.offset {
+            true => &self.recent,
+            false => &self.settled,
+        }
+    }
+
+    /// A record's response JSON, as the parts it is sent in.
+    pub(crate) fn json(&self, record: StoredRecord) -> RecordJson<'_> {
+        let layer = self.layer_of(record);
+        RecordJson::new(&layer.arena, &layer.pieces, layer.local(record))
+    }
+
+    /// Hints the CPU to load the fields [`Hot::json`] reads.
+    pub(crate) fn prefetch_locations(&self) {
+        crate::data::stored::prefetch_value(&self.settled.arena);
+        crate::data::stored::prefetch_value(&self.settled.pieces);
+    }
+}
+
+impl Tier for Hot {
+    fn units_in(&self, range: KeyRange) -> impl Iterator<Item = (RecordKey, UnitEntry)> + '_ {
+        merged(
+            self.settled.trees.units.range(range),
+            &self.recent.trees.units,
+            move |recent| recent.range(range),
+        )
+        .map(|(key, entry)| (*key, *entry))
+    }
+
+    fn units_of_serial(
+        &self,
+        serial: Symbol,
+        range: KeyRange,
+    ) -> impl Iterator<Item = (RecordKey, UnitEntry)> + '_ {
+        let range = by_symbol(serial, range);
+        merged(
+            self.settled.trees.units_by_serial.range(range),
+            &self.recent.trees.units_by_serial,
+            move |recent| recent.range(range),
+        )
+        .map(|((_, key), entry)| (*key, *entry))
+    }
+
+    fn metrics_in(&self, range: KeyRange) -> impl Iterator<Item = (RecordKey, MetricEntry)> + '_ {
+        merged(
+            self.settled.trees.metrics.range(range),
+            &self.recent.trees.metrics,
+            move |recent| recent.range(range),
+        )
+        .map(|(key, entry)| (*key, *entry))
+    }
+
+    fn metrics_of_name(
+        &self,
+        name: Symbol,
+        range: KeyRange,
+    ) -> impl Iterator<Item = (RecordKey, StoredRecord)> + '_ {
+        let range = by_symbol(name, range);
+        merged(
+            self.settled.trees.metrics_by_name.range(range),
+            &self.recent.trees.metrics_by_name,
+            move |recent| recent.range(range),
+        )
+        .map(|((_, key), bytes)| (*key, *bytes))
+    }
+
+    fn first_and_last(&self) -> Option<((RecordKey, StoredRecord), (RecordKey, StoredRecord))> {
+        let trees = [&*self.settled.trees, &*self.recent.trees];
+        let firsts = trees.iter().flat_map(|trees| {
+            let unit = (trees.units.first_key_value()).map(|(key, entry)| (*key, entry.bytes));
+            let metric = (trees.metrics.first_key_value()).map(|(key, entry)| (*key, entry.bytes));
+            [unit, metric]
+        });
+        let lasts = trees.iter().flat_map(|trees| {
+            let unit = (trees.units.last_key_value()).map(|(key, entry)| (*key, entry.bytes));
+            let metric = (trees.metrics.last_key_value()).map(|(key, entry)| (*key, entry.bytes));
+            [unit, metric]
+        });
+        let first = firsts.flatten().min_by_key(|(key, _)| *key)?;
+        let last = lasts.flatten().max_by_key(|(key, _)| *key)?;
+        Some((first, last))
+    }
+
+    fn unit_count(&self) -> usize {
+        self.settled.trees.units.len() + self.recent.trees.units.len()
+    }
+
+    fn metric_count(&self) -> usize {
+        self.settled.trees.metrics.len() + self.recent.trees.metrics.len()
+    }
+
+    fn memory(&self, add: &mut dyn FnMut(&'static str, u64)) {
+        for layer in self.layers() {
+            let trees = &layer.trees;
+            add("records' stored form (arenas)", layer.arena.len() as u64);
+            add("pieces of records", layer.pieces.heap_bytes() as u64);
+            add("unit tree by time", tree_bytes(&trees.units));
+            add("unit tree by serial", tree_bytes(&trees.units_by_serial));
+            add("metric tree by time", tree_bytes(&trees.metrics));
+            add("metric tree by name", tree_bytes(&trees.metrics_by_name));
+        }
+    }
+}
+
+/// A range of a tree ordered by a symbol and then by key.
+type SymbolRange = (Bound<(Symbol, RecordKey)>, Bound<(Symbol, RecordKey)>);
+
+/// The keys of a tree ordered by a symbol and then by key that fall in `range`
+/// for `symbol`.
+fn by_symbol(symbol: Symbol, (start, end): KeyRange) -> SymbolRange {
+    let lowest = RecordKey {
+        instant: Timestamp::MIN,
+        load_order: 0,
+    };
+    let highest = RecordKey {
+        instant: Timestamp::MAX,
+        load_order: u64::MAX,
+    };
+    let start = match start {
+        Included(key) => Included((symbol, key)),
+        Excluded(key) => Excluded((symbol, key)),
+        Unbounded => Included((symbol, lowest)),
+    };
+    let end = match end {
+        Included(key) => Included((symbol, key)),
+        Excluded(key) => Excluded((symbol, key)),
+        Unbounded => Included((symbol, highest)),
+    };
+    (start, end)
+}
+
+/// The entries of a settled range and of the same range of a recent tree, merged
+/// by key (a key is in one layer only); the settled range alone when the recent
+/// tree is empty, as it is for every station of a snapshot at rest.
+fn merged<'a, K: Ord + 'a, V: 'a>(
+    settled: btree_map::Range<'a, K, V>,
+    recent: &'a BTreeMap<K, V>,
+    range: impl FnOnce(&'a BTreeMap<K, V>) -> btree_map::Range<'a, K, V>,
+) -> impl Iterator<Item = (&'a K, &'a V)> {
+    match recent.is_empty() {
+        true => Either::Left(settled),
+        false => Either::Right(settled.merge_by(range(recent), |left, right| left.0 < right.0)),
+    }
+}

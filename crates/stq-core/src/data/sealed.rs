@@ -1,0 +1,1226 @@
+//! The sealed tier of a station: its records older than the hot window (`--hot`),
+//! in compressed blocks of a station-hour each, in a B-tree map ordered by time
+//! with an entry a block.
+//!
+//! Most of a record repeats its neighbours: its station, slot, serial and date,
+//! its metric's name, unit and limits. A block keeps each record's key and entry
+//! as columns (times as deltas, symbols as numbers, a metric's value only where
+//! its text does not say it, limits by their index in the block's own table), its
+//! JSON's three pieces by small indexes (into the station's shared pieces, for a
+//! piece more than one block uses, or the block's own), and its two texts (the
+//! time, only where it is not the instant written the usual way, and the value);
+//! and compresses them together with zstd. A record comes back exactly as written:
+//! its JSON is its five parts again, copied in order.
+//!
+//! A block also keeps what lets a read skip it without decompressing it: how many
+//! records of each kind it holds, which files they came from, and a one-word
+//! filter of its serial numbers and of its metric names.
+
+use std::collections::BTreeMap;
+use std::ops::{Bound, RangeBounds as _};
+use std::sync::Arc;
+
+use foldhash::{HashMap, HashMapExt as _};
+use integer_encoding::VarInt as _;
+
+use crate::data::key::RecordKey;
+use crate::data::stored::{Piece, StoredRecord};
+use crate::data::symbols::Symbol;
+use crate::data::tier::{tree_bytes, KeyRange, MetricEntry, Tier, UnitEntry};
+use crate::domain::record::{numeric, Direction};
+use crate::domain::time::Timestamp;
+
+/// Marks a [`StoredRecord`] that locates a sealed record: the rest of `start` is
+/// its block's hour counted from the tier's first, and `length` its kind (top bit)
+/// and its index in the block. Hot arenas stay below 2 GiB, so no hot record's
+/// start has this bit.
+pub(crate) const SEALED: u32 = 1 << 31;
+
+/// Whether `record` locates a sealed record rather than a hot one's stored form.
+pub(crate) fn is_sealed(record: StoredRecord) -> bool {
+    record.start & SEALED != 0
+}
+
+const HOUR_SECONDS: i64 = 3600;
+
+/// zstd's level: 3, its default, compressed the sealed blocks of the generated
+/// floor to within a few percent of level 9, at a third of the time.
+const LEVEL: i32 = 3;
+
+/// The hour an instant falls in, in whole hours since the epoch.
+pub(crate) fn hour_of(instant: Timestamp) -> i64 {
+    instant.seconds.div_euclid(HOUR_SECONDS)
+}
+
+/// The first instant of an hour.
+pub(crate) fn hour_start(hour: i64) -> Timestamp {
+    Timestamp {
+        seconds: hour.saturating_mul(HOUR_SECONDS),
+        nanos: 0,
+    }
+}
+
+/// A record to seal: its key, its entry, and its JSON's five parts (head piece,
+/// time, middle piece, value, tail piece).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Unsealed<'a, E> {
+    pub(crate) key: RecordKey,
+    pub(crate) entry: E,
+    pub(crate) parts: [&'a [u8]; 5],
+}
+
+/// The entries a block holds: the columns each kind writes and reads.
+pub(crate) trait Sealable: Copy + std::fmt::Debug + 'static {
+    /// The kind's bit in a locator's `length`.
+    const KIND: u32;
+    fn with_bytes(self, bytes: StoredRecord) -> Self;
+    /// The symbol a block's filter notes: a unit's serial, a metric's name.
+    fn filtered(&self) -> Symbol;
+    /// Writes the entries' columns; `values` are their value texts.
+    fn write(entries: &[Self], values: &[&[u8]], out: &mut Vec<u8>);
+    /// Reads `count` entries' columns, given their value texts.
+    fn read(reader: &mut Reader<'_>, count: usize, values: &[&[u8]]) -> Vec<Self>;
+}
+
+impl Sealable for UnitEntry {
+    const KIND: u32 = 0;
+
+    fn with_bytes(self, bytes: StoredRecord) -> Self {
+        UnitEntry { bytes, ..self }
+    }
+
+    fn filtered(&self) -> Symbol {
+        self.unit_serial
+    }
+
+    fn write(entries: &[Self], _: &[&[u8]], out: &mut Vec<u8>) {
+        let columns: [fn(&UnitEntry) -> Symbol; 5] = [
+            |entry| entry.unit_type,
+            |entry| entry.unit_serial,
+            |entry| entry.slot,
+            |entry| entry.mode,
+            |entry| entry.result,
+        ];
+        for column in columns {
+            for entry in entries {
+                number(out, u64::from(column(entry).0));
+            }
+        }
+        out.extend(entries.iter().map(|entry| entry.direction as u8));
+    }
+
+    fn read(reader: &mut Reader<'_>, count: usize, _: &[&[u8]]) -> Vec<Self> {
+        let mut columns = [(); 5].map(|()| Vec::with_capacity(count));
+        for column in &mut columns {
+            for _ in 0..count {
+                column.push(Symbol(reader.number() as u32));
+            }
+        }
+        let directions = reader.take(count);
+        (0..count)
+            .map(|index| UnitEntry {
+                bytes: StoredRecord {
+                    start: 0,
+                    length: 0,
+                },
+                unit_type: columns[0][index],
+                unit_serial: columns[1][index],
+                slot: columns[2][index],
+                mode: columns[3][index],
+                result: columns[4][index],
+                direction: match directions[index] {
+                    0 => Direction::Input,
+                    _ => Direction::Output,
+                },
+            })
+            .collect()
+    }
+}
+
+impl Sealable for MetricEntry {
+    const KIND: u32 = 1;
+
+    fn with_bytes(self, bytes: StoredRecord) -> Self {
+        MetricEntry { bytes, ..self }
+    }
+
+    fn filtered(&self) -> Symbol {
+        self.name
+    }
+
+    fn write(entries: &[Self], values: &[&[u8]], out: &mut Vec<u8>) {
+        let columns: [fn(&MetricEntry) -> Symbol; 3] =
+            [|entry| entry.name, |entry| entry.slot, |entry| entry.unit];
+        for column in columns {
+            for entry in entries {
+                number(out, u64::from(column(entry).0));
+            }
+        }
+        // A value is almost always the number its text says: then nothing more.
+        let mut raw = Vec::new();
+        for (entry, text) in entries.iter().zip(values) {
+            let told = value_of(text).to_bits() == entry.value.to_bits();
+            out.push(u8::from(!told));
+            if !told {
+                raw.extend_from_slice(&entry.value.to_bits().to_le_bytes());
+            }
+        }
+        out.extend_from_slice(&raw);
+        // Limits by their index in the block's table of distinct pairs.
+        let mut table: Vec<[u64; 2]> = Vec::new();
+        let mut indexes = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let pair = [entry.limit_lower.to_bits(), entry.limit_upper.to_bits()];
+            let index = match table.iter().position(|known| *known == pair) {
+                Some(index) => index,
+                None => {
+                    table.push(pair);
+                    table.len() - 1
+                }
+            };
+            indexes.push(index);
+        }
+        number(out, table.len() as u64);
+        for pair in &table {
+            for bits in pair {
+                out.extend_from_slice(&bits.to_le_bytes());
+            }
+        }
+        for index in indexes {
+            number(out, index as u64);
+        }
+    }
+
+    fn read(reader: &mut Reader<'_>, count: usize, values: &[&[u8]]) -> Vec<Self> {
+        let mut columns = [(); 3].map(|()| Vec::with_capacity(count));
+        for column in &mut columns {
+            for _ in 0..count {
+                column.push(Symbol(reader.number() as u32));
+            }
+        }
+        let told = reader.take(count).to_vec();
+        let mut numbers = Vec::with_capacity(count);
+        for (index, &raw) in told.iter().enumerate() {
+            numbers.push(match raw {
+                0 => value_of(values[index]),
+                _ => reader.float(),
+            });
+        }
+        let pairs = reader.number() as usize;
+        let table: Vec<[f64; 2]> = (0..pairs)
+            .map(|_| [reader.float(), reader.float()])
+            .collect();
+        (0..count)
+            .map(|index| {
+                let [limit_lower, limit_upper] = table[reader.number() as usize];
+                MetricEntry {
+                    bytes: StoredRecord {
+                        start: 0,
+                        length: 0,
+                    },
+                    name: columns[0][index],
+                    slot: columns[1][index],
+                    unit: columns[2][index],
+                    value: numbers[index],
+                    limit_lower,
+                    limit_upper,
+                }
+            })
+            .collect()
+    }
+}
+
+/// The number a value text says, as the loader reads it (`NaN` when none).
+fn value_of(text: &[u8]) -> f64 {
+    std::str::from_utf8(text)
+        .ok()
+        .and_then(numeric)
+        .unwrap_or(f64::NAN)
+}
+
+/// The pieces more than one block uses, each held once; only ever added to, so
+/// that a block sealed earlier still finds its pieces by their indexes.
+#[derive(Debug, Default)]
+struct SharedPieces {
+    bytes: Vec<u8>,
+    pieces: Vec<Piece>,
+}
+
+impl SharedPieces {
+    fn get(&self, index: usize) -> &[u8] {
+        let piece = self.pieces[index];
+        &self.bytes[piece.start as usize..(piece.start + piece.length) as usize]
+    }
+}
+
+/// One station-hour's sealed records of both kinds, compressed.
+#[derive(Clone, Debug)]
+struct Block {
+    /// The zstd frame of its payload.
+    bytes: Arc<[u8]>,
+    units: u32,
+    metrics: u32,
+    /// One bit for each serial number (by its symbol), and each metric name.
+    serials: u64,
+    names: u64,
+    /// The lowest and highest ordinal of the files its records came from.
+    files: (u32, u32),
+}
+
+fn bit(symbol: Symbol) -> u64 {
+    1 << (symbol.0.wrapping_mul(0x9e37_79b9) >> 26)
+}
+
+/// A station's sealed records. Cloning one shares its blocks.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Sealed {
+    blocks: BTreeMap<i64, Block>,
+    shared: Arc<SharedPieces>,
+    /// The hour locators count from: the first block's.
+    base: i64,
+    unit_count: usize,
+    metric_count: usize,
+    /// Its first and last record of either kind, so that `/stations` decodes nothing.
+    ends: Option<((RecordKey, StoredRecord), (RecordKey, StoredRecord))>,
+}
+
+/// A block's records of one kind, decompressed: their keys, entries (whose
+/// `bytes` locate them) and, when asked for, where their JSON's parts are.
+#[derive(Debug)]
+pub(crate) struct Decoded<E> {
+    pub(crate) keys: Vec<RecordKey>,
+    pub(crate) entries: Vec<E>,
+    spans: Vec<[Span; 5]>,
+    payload: Vec<u8>,
+    /// Times written the usual way, made again from their instants.
+    times: Vec<u8>,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Source {
+    Payload,
+    Times,
+    Shared,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    source: Source,
+    start: u32,
+    length: u32,
+}
+
+impl Sealed {
+    /// The last hour it holds records of.
+    pub(crate) fn last_hour(&self) -> Option<i64> {
+        self.blocks.last_key_value().map(|(hour, _)| *hour)
+    }
+
+    /// This tier with `units` and `metrics` sealed too, in any order. A record in an
+    /// hour that is sealed already (one that came late) goes into that hour's
+    /// block, which is sealed again.
+    pub(crate) fn with(
+        &self,
+        units: Vec<Unsealed<'_, UnitEntry>>,
+        metrics: Vec<Unsealed<'_, MetricEntry>>,
+    ) -> Sealed {
+        if units.is_empty() && metrics.is_empty() {
+            return self.clone();
+        }
+        let mut hours: Vec<i64> = (units.iter().map(|record| hour_of(record.key.instant)))
+            .chain(metrics.iter().map(|record| hour_of(record.key.instant)))
+            .collect();
+        hours.sort_unstable();
+        hours.dedup();
+        // Blocks sealed again: decompressed first, so that their records' parts
+        // can be borrowed while every block is written.
+        let again: Vec<(i64, Decoded<UnitEntry>, Decoded<MetricEntry>)> = hours
+            .iter()
+            .filter_map(|hour| {
+                let block = self.blocks.get(hour)?;
+                Some((
+                    *hour,
+                    self.decode(*hour, block, true),
+                    self.decode(*hour, block, true),
+                ))
+            })
+            .collect();
+        let mut groups: BTreeMap<i64, Group<'_>> = BTreeMap::new();
+        for (hour, old_units, old_metrics) in &again {
+            let group = groups.entry(*hour).or_default();
+            group.units.extend(self.unsealed(old_units));
+            group.metrics.extend(self.unsealed(old_metrics));
+        }
+        let (added_units, added_metrics) = (units.len(), metrics.len());
+        for record in units {
+            groups
+                .entry(hour_of(record.key.instant))
+                .or_default()
+                .units
+                .push(record);
+        }
+        for record in metrics {
+            groups
+                .entry(hour_of(record.key.instant))
+                .or_default()
+                .metrics
+                .push(record);
+        }
+        let shared = Arc::new(self.shared_with(&groups));
+        let known = shared.known();
+        let mut sealed = Sealed {
+            blocks: self.blocks.clone(),
+            shared: Arc::clone(&shared),
+            base: 0,
+            unit_count: self.unit_count + added_units,
+            metric_count: self.metric_count + added_metrics,
+            ends: None,
+        };
+        for (hour, mut group) in groups {
+            group.units.sort_unstable_by_key(|record| record.key);
+            group.metrics.sort_unstable_by_key(|record| record.key);
+            sealed.blocks.insert(hour, encode(hour, &group, &known));
+        }
+        sealed.settle();
+        sealed
+    }
+
+    /// This tier without the records `dropped` says go (by load order), or `None`
+    /// when it loses none; only blocks with records of a file `touched` names (by
+    /// the lowest and highest file ordinal of a block) are read.
+    pub(crate) fn without(
+        &self,
+        dropped: &dyn Fn(u64) -> bool,
+        touched: &dyn Fn(u32, u32) -> bool,
+    ) -> Option<Sealed> {
+        let hours: Vec<i64> = (self.blocks.iter())
+            .filter(|(_, block)| touched(block.files.0, block.files.1))
+            .map(|(hour, _)| *hour)
+            .collect();
+        let decoded: Vec<(i64, Decoded<UnitEntry>, Decoded<MetricEntry>)> = hours
+            .iter()
+            .map(|&hour| {
+                let block = &self.blocks[&hour];
+                (
+                    hour,
+                    self.decode(hour, block, true),
+                    self.decode(hour, block, true),
+                )
+            })
+            .collect();
+        let loses = |keys: &[RecordKey]| keys.iter().any(|key| dropped(key.load_order));
+        if !decoded
+            .iter()
+            .any(|(_, units, metrics)| loses(&units.keys) || loses(&metrics.keys))
+        {
+            return None;
+        }
+        let mut kept = Sealed {
+            blocks: self.blocks.clone(),
+            shared: Arc::clone(&self.shared),
+            ..Sealed::default()
+        };
+        let mut units = Vec::new();
+        let mut metrics = Vec::new();
+        for (hour, old_units, old_metrics) in &decoded {
+            kept.blocks.remove(hour);
+            units.extend(
+                (self.unsealed(old_units)).filter(|record| !dropped(record.key.load_order)),
+            );
+            metrics.extend(
+                (self.unsealed(old_metrics)).filter(|record| !dropped(record.key.load_order)),
+            );
+        }
+        kept.count();
+        Some(kept.with(units, metrics))
+    }
+
+    /// Calls `unit` and `metric` with each sealed record of the blocks that hold
+    /// records of a file `touched` names (by a block's lowest and highest file
+    /// ordinal) and that `wanted` keeps (by load order), with its JSON's parts.
+    pub(crate) fn each(
+        &self,
+        touched: &dyn Fn(u32, u32) -> bool,
+        wanted: &dyn Fn(u64) -> bool,
+        unit: &mut dyn FnMut(Unsealed<'_, UnitEntry>),
+        metric: &mut dyn FnMut(Unsealed<'_, MetricEntry>),
+    ) {
+        for (&hour, block) in &self.blocks {
+            if !touched(block.files.0, block.files.1) {
+                continue;
+            }
+            let units: Decoded<UnitEntry> = self.decode(hour, block, true);
+            (self.unsealed(&units))
+                .filter(|record| wanted(record.key.load_order))
+                .for_each(&mut *unit);
+            let metrics: Decoded<MetricEntry> = self.decode(hour, block, true);
+            (self.unsealed(&metrics))
+                .filter(|record| wanted(record.key.load_order))
+                .for_each(&mut *metric);
+        }
+    }
+
+    /// A decoded block's records as records to seal, borrowing their parts.
+    fn unsealed<'a, E: Sealable>(
+        &'a self,
+        decoded: &'a Decoded<E>,
+    ) -> impl Iterator<Item = Unsealed<'a, E>> + 'a {
+        (0..decoded.keys.len()).map(move |index| Unsealed {
+            key: decoded.keys[index],
+            entry: decoded.entries[index],
+            parts: decoded.spans[index].map(|span| self.span(decoded, span)),
+        })
+    }
+
+    fn span<'a, E>(&'a self, decoded: &'a Decoded<E>, span: Span) -> &'a [u8] {
+        let (start, end) = (span.start as usize, (span.start + span.length) as usize);
+        match span.source {
+            Source::Payload => &decoded.payload[start..end],
+            Source::Times => &decoded.times[start..end],
+            Source::Shared => &self.shared.bytes[start..end],
+        }
+    }
+
+    /// The shared pieces after `groups` are sealed: this tier's, and every piece
+    /// that more than one hour's block uses.
+    fn shared_with(&self, groups: &BTreeMap<i64, Group<'_>>) -> SharedPieces {
+        let mut hours_of: HashMap<&[u8], (i64, u32)> = HashMap::new();
+        for (&hour, group) in groups {
+            let parts = (group.units.iter().map(|record| record.parts))
+                .chain(group.metrics.iter().map(|record| record.parts));
+            for parts in parts {
+                for piece in [parts[0], parts[2], parts[4]] {
+                    let seen = hours_of.entry(piece).or_insert((hour, 0));
+                    if seen.1 == 0 || seen.0 != hour {
+                        *seen = (hour, seen.1 + 1);
+                    }
+                }
+            }
+        }
+        let mut shared = SharedPieces {
+            bytes: self.shared.bytes.clone(),
+            pieces: self.shared.pieces.clone(),
+        };
+        let known = self.shared.known();
+        let mut wide: Vec<&[u8]> = (hours_of.into_iter())
+            .filter(|(piece, (_, hours))| *hours > 1 && !known.contains_key(piece))
+            .map(|(piece, _)| piece)
+            .collect();
+        wide.sort_unstable();
+        for piece in wide {
+            shared.pieces.push(Piece {
+                start: shared.bytes.len() as u32,
+                length: piece.len() as u32,
+            });
+            shared.bytes.extend_from_slice(piece);
+        }
+        shared
+    }
+
+    /// Counts its records, finds its first and last, and sets the base hour.
+    fn settle(&mut self) {
+        self.base = self.blocks.first_key_value().map_or(0, |(hour, _)| *hour);
+        self.ends = None;
+        let (Some((&first_hour, first)), Some((&last_hour, last))) =
+            (self.blocks.first_key_value(), self.blocks.last_key_value())
+        else {
+            return;
+        };
+        let ends = |hour: i64, block: &Block, last: bool| {
+            let units: Decoded<UnitEntry> = self.decode(hour, block, false);
+            let metrics: Decoded<MetricEntry> = self.decode(hour, block, false);
+            let unit = units.keys.iter().zip(&units.entries);
+            let metric = metrics.keys.iter().zip(&metrics.entries);
+            let pick = |(key, bytes): (&RecordKey, StoredRecord)| (*key, bytes);
+            let records = (unit.map(|(key, entry)| (key, entry.bytes)))
+                .chain(metric.map(|(key, entry)| (key, entry.bytes)));
+            match last {
+                false => records.min_by_key(|(key, _)| **key).map(pick),
+                true => records.max_by_key(|(key, _)| **key).map(pick),
+            }
+        };
+        if let (Some(first), Some(last)) =
+            (ends(first_hour, first, false), ends(last_hour, last, true))
+        {
+            self.ends = Some((first, last));
+        }
+    }
+
+    /// Counts its records from its blocks.
+    fn count(&mut self) {
+        self.unit_count = self.blocks.values().map(|block| block.units as usize).sum();
+        self.metric_count = (self.blocks.values())
+            .map(|block| block.metrics as usize)
+            .sum();
+    }
+
+    /// Decompresses `block` (of `hour`) and reads its records of kind `E`; their
+    /// JSON's parts too when `json`.
+    fn decode<E: Sealable>(&self, hour: i64, block: &Block, json: bool) -> Decoded<E> {
+        let count = match E::KIND {
+            0 => block.units,
+            _ => block.metrics,
+        } as usize;
+        let mut decoded = Decoded {
+            keys: Vec::with_capacity(count),
+            entries: Vec::new(),
+            spans: Vec::new(),
+            payload: Vec::new(),
+            times: Vec::new(),
+        };
+        if count == 0 {
+            return decoded;
+        }
+        decoded.payload =
+            zstd::decode_all(&block.bytes[..]).expect("a sealed block decompresses as it was made");
+        let payload = &decoded.payload;
+        let mut reader = Reader {
+            bytes: payload,
+            at: 0,
+        };
+        let locals: Vec<Span> = read_locals(&mut reader);
+        let units_length = reader.number() as usize;
+        if E::KIND == 1 {
+            reader.at += units_length;
+        }
+        reader.number(); // the count, which the block says too
+        let nanos_unit = match reader.take(1)[0] {
+            0 => 1_000_000,
+            _ => 1,
+        };
+        let start = hour_start(hour);
+        let mut offset: u64 = 0;
+        let mut instants = Vec::with_capacity(count);
+        for _ in 0..count {
+            offset += reader.number();
+            instants.push(add_nanos(start, offset * nanos_unit));
+        }
+        let (mut file, mut line) = (0i64, 0i64);
+        let mut files = Vec::with_capacity(count);
+        for _ in 0..count {
+            file += reader.signed();
+            files.push(file);
+        }
+        for (index, instant) in instants.iter().enumerate() {
+            line += reader.signed();
+            decoded.keys.push(RecordKey {
+                instant: *instant,
+                load_order: ((files[index] as u64) << 32) | (line as u64 & 0xffff_ffff),
+            });
+        }
+        let times: Vec<u64> = (0..count).map(|_| reader.number()).collect();
+        let time_texts: Vec<Span> = times
+            .iter()
+            .map(|&code| match code {
+                0 | 1 => Span {
+                    source: Source::Times,
+                    start: 0,
+                    length: 0,
+                },
+                _ => reader.span(code as usize - 2),
+            })
+            .collect();
+        let value_lengths: Vec<usize> = (0..count).map(|_| reader.number() as usize).collect();
+        let values: Vec<Span> = value_lengths
+            .iter()
+            .map(|&length| reader.span(length))
+            .collect();
+        let mut pieces = [(); 3].map(|()| Vec::with_capacity(count));
+        for column in &mut pieces {
+            for _ in 0..count {
+                let reference = reader.number() as usize;
+                column.push(match reference & 1 {
+                    0 => {
+                        let piece = self.shared.pieces[reference >> 1];
+                        Span {
+                            source: Source::Shared,
+                            start: piece.start,
+                            length: piece.length,
+                        }
+                    }
+                    _ => locals[reference >> 1],
+                });
+            }
+        }
+        let value_texts: Vec<&[u8]> = values
+            .iter()
+            .map(|span| &payload[span.start as usize..(span.start + span.length) as usize])
+            .collect();
+        let entries = E::read(&mut reader, count, &value_texts);
+        let kind = E::KIND << 31;
+        let block_number = SEALED | (hour - self.base) as u32;
+        decoded.entries = (entries.into_iter().enumerate())
+            .map(|(index, entry)| {
+                entry.with_bytes(StoredRecord {
+                    start: block_number,
+                    length: kind | index as u32,
+                })
+            })
+            .collect();
+        if json {
+            let mut generated = Vec::new();
+            decoded.spans = (0..count)
+                .map(|index| {
+                    let time = match times[index] {
+                        code @ (0 | 1) => {
+                            let start = generated.len() as u32;
+                            write_time(&mut generated, decoded.keys[index].instant, code == 0);
+                            Span {
+                                source: Source::Times,
+                                start,
+                                length: generated.len() as u32 - start,
+                            }
+                        }
+                        _ => time_texts[index],
+                    };
+                    [
+                        pieces[0][index],
+                        time,
+                        pieces[1][index],
+                        values[index],
+                        pieces[2][index],
+                    ]
+                })
+                .collect();
+            decoded.times = generated;
+        }
+        decoded
+    }
+
+    /// The block of a locator, and its hour.
+    fn block_of(&self, record: StoredRecord) -> (i64, &Block) {
+        let hour = self.base + i64::from(record.start & !SEALED);
+        (hour, &self.blocks[&hour])
+    }
+
+    /// Appends the JSON of the sealed record `record` locates.
+    pub(crate) fn write_json(&self, record: StoredRecord, out: &mut Vec<u8>) {
+        let (hour, block) = self.block_of(record);
+        let index = (record.length & !SEALED) as usize;
+        match record.length >> 31 {
+            0 => self
+                .decode::<UnitEntry>(hour, block, true)
+                .write(self, index, out),
+            _ => self
+                .decode::<MetricEntry>(hour, block, true)
+                .write(self, index, out),
+        }
+    }
+
+    /// Appends the JSON of each record `records` locate, in order; reads each
+    /// block once for a run of records in it.
+    pub(crate) fn write_jsons(
+        &self,
+        records: impl Iterator<Item = StoredRecord>,
+        out: &mut Vec<u8>,
+        mut written: impl FnMut(usize),
+    ) {
+        let mut units: Option<(u32, Decoded<UnitEntry>)> = None;
+        let mut metrics: Option<(u32, Decoded<MetricEntry>)> = None;
+        for record in records {
+            let index = (record.length & !SEALED) as usize;
+            let start = out.len();
+            match record.length >> 31 {
+                0 => reuse(&mut units, self, record).write(self, index, out),
+                _ => reuse(&mut metrics, self, record).write(self, index, out),
+            }
+            written(out.len() - start);
+        }
+    }
+
+    /// The blocks that may hold records with keys in `range`, with their hours.
+    fn blocks_in(&self, (start, end): KeyRange) -> impl Iterator<Item = (i64, &Block)> + '_ {
+        let hour = |bound: Bound<RecordKey>| bound.map(|key| hour_of(key.instant));
+        let lower = match hour(start) {
+            Bound::Excluded(hour) => Bound::Included(hour),
+            other => other,
+        };
+        let upper = match hour(end) {
+            Bound::Excluded(hour) => Bound::Included(hour),
+            other => other,
+        };
+        let empty = match (lower, upper) {
+            (Bound::Included(lower), Bound::Included(upper)) => lower > upper,
+            _ => false,
+        };
+        (!empty)
+            .then(|| self.blocks.range((lower, upper)))
+            .into_iter()
+            .flatten()
+            .map(|(hour, block)| (*hour, block))
+    }
+
+    /// The records of kind `E` in `range` of the blocks `keep` keeps.
+    fn records_in<E: Sealable>(
+        &self,
+        range: KeyRange,
+        keep: impl Fn(&Block) -> bool + 'static,
+    ) -> impl Iterator<Item = (RecordKey, E)> + '_ {
+        self.blocks_in(range)
+            .filter(move |(_, block)| keep(block))
+            .flat_map(move |(hour, block)| {
+                let decoded: Decoded<E> = self.decode(hour, block, false);
+                decoded.keys.into_iter().zip(decoded.entries)
+            })
+            .filter(move |(key, _)| (range.0, range.1).contains(key))
+    }
+}
+
+/// The decoded block a locator's record is in: the one held when it is the same,
+/// else read now and held.
+fn reuse<'a, E: Sealable>(
+    held: &'a mut Option<(u32, Decoded<E>)>,
+    sealed: &Sealed,
+    record: StoredRecord,
+) -> &'a Decoded<E> {
+    if held
+        .as_ref()
+        .is_none_or(|(start, _)| *start != record.start)
+    {
+        let (hour, block) = sealed.block_of(record);
+        *held = Some((record.start, sealed.decode(hour, block, true)));
+    }
+    &held.as_ref().expect("held just now").1
+}
+
+impl<E> Decoded<E> {
+    fn write(&self, sealed: &Sealed, index: usize, out: &mut Vec<u8>) {
+        for span in self.spans[index] {
+            out.extend_from_slice(sealed.span(self, span));
+        }
+    }
+}
+
+impl Tier for Sealed {
+    fn units_in(&self, range: KeyRange) -> impl Iterator<Item = (RecordKey, UnitEntry)> + '_ {
+        self.records_in(range, |block| block.units > 0)
+    }
+
+    fn units_of_serial(
+        &self,
+        serial: Symbol,
+        range: KeyRange,
+    ) -> impl Iterator<Item = (RecordKey, UnitEntry)> + '_ {
+        let wanted = bit(serial);
+        self.records_in(range, move |block| block.serials & wanted != 0)
+            .filter(move |(_, entry): &(RecordKey, UnitEntry)| entry.unit_serial == serial)
+    }
+
+    fn metrics_in(&self, range: KeyRange) -> impl Iterator<Item = (RecordKey, MetricEntry)> + '_ {
+        self.records_in(range, |block| block.metrics > 0)
+    }
+
+    fn metrics_of_name(
+        &self,
+        name: Symbol,
+        range: KeyRange,
+    ) -> impl Iterator<Item = (RecordKey, StoredRecord)> + '_ {
+        let wanted = bit(name);
+        self.records_in(range, move |block| block.names & wanted != 0)
+            .filter(move |(_, entry): &(RecordKey, MetricEntry)| entry.name == name)
+            .map(|(key, entry)| (key, entry.bytes))
+    }
+
+    fn first_and_last(&self) -> Option<((RecordKey, StoredRecord), (RecordKey, StoredRecord))> {
+        self.ends
+    }
+
+    fn unit_count(&self) -> usize {
+        self.unit_count
+    }
+
+    fn metric_count(&self) -> usize {
+        self.metric_count
+    }
+
+    fn memory(&self, add: &mut dyn FnMut(&'static str, u64)) {
+        // An `Arc<[u8]>` holds two counts before its bytes.
+        let blocks = (self.blocks.values())
+            .map(|block| block.bytes.len() as u64 + 16)
+            .sum();
+        add("sealed blocks (compressed)", blocks);
+        add("sealed block index", tree_bytes(&self.blocks));
+        add(
+            "sealed shared pieces",
+            (self.shared.bytes.len() + self.shared.pieces.len() * size_of::<Piece>()) as u64,
+        );
+    }
+}
+
+/// The records of one hour to seal.
+#[derive(Default)]
+struct Group<'a> {
+    units: Vec<Unsealed<'a, UnitEntry>>,
+    metrics: Vec<Unsealed<'a, MetricEntry>>,
+}
+
+impl SharedPieces {
+    /// Each piece's index, by its bytes.
+    fn known(&self) -> HashMap<&[u8], usize> {
+        (0..self.pieces.len())
+            .map(|index| (self.get(index), index))
+            .collect()
+    }
+}
+
+/// The block of one hour's records, each kind in key order.
+fn encode<'a>(hour: i64, group: &Group<'a>, known: &HashMap<&[u8], usize>) -> Block {
+    // Pieces the shared table does not hold: the block's own, each once.
+    let mut locals: Vec<&'a [u8]> = Vec::new();
+    let mut local_index: HashMap<&'a [u8], usize> = HashMap::new();
+    let mut reference = |piece: &'a [u8]| -> u64 {
+        if let Some(&index) = known.get(piece) {
+            return (index as u64) << 1;
+        }
+        let index = *local_index.entry(piece).or_insert_with(|| {
+            locals.push(piece);
+            locals.len() - 1
+        });
+        ((index as u64) << 1) | 1
+    };
+    let mut units = Vec::new();
+    write_section(hour, &group.units, &mut reference, &mut units);
+    let mut metrics = Vec::new();
+    write_section(hour, &group.metrics, &mut reference, &mut metrics);
+    let mut payload = Vec::with_capacity(units.len() + metrics.len() + 64);
+    number(&mut payload, locals.len() as u64);
+    for piece in &locals {
+        number(&mut payload, piece.len() as u64);
+    }
+    for piece in &locals {
+        payload.extend_from_slice(piece);
+    }
+    number(&mut payload, units.len() as u64);
+    payload.extend_from_slice(&units);
+    payload.extend_from_slice(&metrics);
+    let bytes = zstd::bulk::compress(&payload, LEVEL).expect("zstd compresses a buffer in memory");
+    let mut files = (u32::MAX, 0);
+    let orders = (group.units.iter().map(|record| record.key.load_order))
+        .chain(group.metrics.iter().map(|record| record.key.load_order));
+    for order in orders {
+        let file = (order >> 32) as u32;
+        files = (files.0.min(file), files.1.max(file));
+    }
+    Block {
+        bytes: Arc::from(bytes),
+        units: group.units.len() as u32,
+        metrics: group.metrics.len() as u32,
+        serials: (group.units.iter()).fold(0, |mask, record| mask | bit(record.entry.filtered())),
+        names: (group.metrics.iter()).fold(0, |mask, record| mask | bit(record.entry.filtered())),
+        files,
+    }
+}
+
+/// Writes one kind's records of a block, in key order, as columns.
+fn write_section<'a, E: Sealable>(
+    hour: i64,
+    records: &[Unsealed<'a, E>],
+    reference: &mut dyn FnMut(&'a [u8]) -> u64,
+    out: &mut Vec<u8>,
+) {
+    number(out, records.len() as u64);
+    let whole_millis = (records.iter()).all(|record| record.key.instant.nanos % 1_000_000 == 0);
+    out.push(u8::from(!whole_millis));
+    let unit: u64 = if whole_millis { 1_000_000 } else { 1 };
+    let start = hour_start(hour);
+    let mut previous = 0;
+    for record in records {
+        let offset = nanos_between(start, record.key.instant) / unit;
+        number(out, offset - previous);
+        previous = offset;
+    }
+    let mut file = 0i64;
+    for record in records {
+        let this = (record.key.load_order >> 32) as i64;
+        signed(out, this - file);
+        file = this;
+    }
+    let mut line = 0i64;
+    for record in records {
+        let this = i64::from(record.key.load_order as u32);
+        signed(out, this - line);
+        line = this;
+    }
+    let mut texts = Vec::new();
+    let mut usual = Vec::with_capacity(16);
+    for record in records {
+        let time = record.parts[1];
+        let code = [true, false].into_iter().position(|millis| {
+            usual.clear();
+            write_time(&mut usual, record.key.instant, millis);
+            usual == time
+        });
+        match code {
+            Some(code) => number(out, code as u64),
+            None => {
+                number(out, time.len() as u64 + 2);
+                texts.extend_from_slice(time);
+            }
+        }
+    }
+    out.extend_from_slice(&texts);
+    for record in records {
+        number(out, record.parts[3].len() as u64);
+    }
+    for record in records {
+        out.extend_from_slice(record.parts[3]);
+    }
+    for part in [0, 2, 4] {
+        for record in records {
+            number(out, reference(record.parts[part]));
+        }
+    }
+    let entries: Vec<E> = records.iter().map(|record| record.entry).collect();
+    let values: Vec<&[u8]> = records.iter().map(|record| record.parts[3]).collect();
+    E::write(&entries, &values, out);
+}
+
+/// Writes an instant's UTC time of day the usual way: `HH:MM:SS.sssZ`, or
+/// `HH:MM:SSZ` without `millis`.
+fn write_time(out: &mut Vec<u8>, instant: Timestamp, millis: bool) {
+    let second = instant.seconds.rem_euclid(86_400);
+    let two = |out: &mut Vec<u8>, value: i64| {
+        out.push(b'0' + (value / 10) as u8);
+        out.push(b'0' + (value % 10) as u8);
+    };
+    two(out, second / 3600);
+    out.push(b':');
+    two(out, second / 60 % 60);
+    out.push(b':');
+    two(out, second % 60);
+    if millis {
+        let milli = instant.nanos / 1_000_000;
+        out.push(b'.');
+        out.extend_from_slice(format!("{milli:03}").as_bytes());
+    }
+    out.push(b'Z');
+}
+
+fn nanos_between(start: Timestamp, instant: Timestamp) -> u64 {
+    instant.nanos_since(start) as u64
+}
+
+fn add_nanos(start: Timestamp, nanos: u64) -> Timestamp {
+    Timestamp {
+        seconds: start.seconds + (nanos / 1_000_000_000) as i64,
+        nanos: (nanos % 1_000_000_000) as u32,
+    }
+}
+
+fn read_locals(reader: &mut Reader<'_>) -> Vec<Span> {
+    let count = reader.number() as usize;
+    let lengths: Vec<usize> = (0..count).map(|_| reader.number() as usize).collect();
+    lengths
+        .into_iter()
+        .map(|length| reader.span(length))
+        .collect()
+}
+
+fn number(out: &mut Vec<u8>, value: u64) {
+    let mut encoded = [0; 10];
+    let length = value.encode_var(&mut encoded);
+    out.extend_from_slice(&encoded[..length]);
+}
+
+fn signed(out: &mut Vec<u8>, value: i64) {
+    number(out, ((value << 1) ^ (value >> 63)) as u64);
+}
+
+/// Reads a block's payload from the front.
+#[derive(Debug)]
+pub(crate) struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn number(&mut self) -> u64 {
+        let (value, length) =
+            u64::decode_var(&self.bytes[self.at..]).expect("a sealed block's numbers are whole");
+        self.at += length;
+        value
+    }
+
+    fn signed(&mut self) -> i64 {
+        let value = self.number();
+        ((value >> 1) as i64) ^ -((value & 1) as i64)
+    }
+
+    fn take(&mut self, count: usize) -> &[u8] {
+        let taken = &self.bytes[self.at..self.at + count];
+        self.at += count;
+        taken
+    }
+
+    fn float(&mut self) -> f64 {
+        let bytes: [u8; 8] = self.take(8).try_into().expect("eight bytes");
+        f64::from_bits(u64::from_le_bytes(bytes))
+    }
+
+    /// The span of the next `length` bytes of the payload.
+    fn span(&mut self, length: usize) -> Span {
+        let span = Span {
+            source: Source::Payload,
+            start: self.at as u32,
+            length: length as u32,
+        };
+        self.at += length;
+        span
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ops::Bound::{Excluded, Included, Unbounded};
+    use std::time::Duration;
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::data::catalog::Generation;
+    use crate::data::load::{load, LoadOptions, OnInvalid};
+    use crate::data::station::StationData;
+
+    /// 2026-11-24T00:00:00Z.
+    const START: i64 = 1_795_478_400;
+
+    /// A unit record and a metric record at `second` past [`START`], of serial
+    /// `serial`; the time written in one of the ways stq keeps as the instant or
+    /// as text, the value a number or not.
+    fn lines(second: i64, serial: u8, style: u8) -> (String, String) {
+        let time = chrono::DateTime::from_timestamp(START + second, 0).unwrap();
+        let time = match style % 4 {
+            0 => time.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
+            1 => time.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+            2 => time.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string(),
+            _ => (time + chrono::Duration::hours(2))
+                .format("%Y-%m-%dT%H:%M:%S+02:00")
+                .to_string(),
+        };
+        let unit = format!(
+            r#"{{"station_id":"ST-1","slot":"s{}","unit_serial":"SN-{serial}","unit_type":"board","time_created":"{time}","direction":"{}","mode":"production","result":"pass","metadata":{{"cycle_ms":{}}}}}"#,
+            serial % 3,
+            if second % 2 == 0 { "input" } else { "output" },
+            second * 7 % 1000,
+        );
+        let value = match style % 3 {
+            0 => format!("{}.{}", second % 10, serial),
+            1 => format!("\"text {serial}\""),
+            _ => "1e3".to_owned(),
+        };
+        let metric = format!(
+            r#"{{"station_id":"ST-1","slot":"s1","unit_serial":"SN-{serial}","time_created":"{time}","tz":"Etc/UTC","mode":"production","tags":["a"],"name":"m{}","value":{value},"unit":"V","type":"measurement","limit_upper":{},"limit_lower":""}}"#,
+            serial % 4,
+            serial % 2 + 3,
+        );
+        (unit, metric)
+    }
+
+    fn loaded(records: &[(i64, u8, u8)], hot: Option<Duration>) -> Generation {
+        let directory = tempfile::tempdir().unwrap();
+        let (units, metrics): (Vec<String>, Vec<String>) = records
+            .iter()
+            .map(|&(second, serial, style)| lines(second, serial, style))
+            .unzip();
+        std::fs::write(directory.path().join("a.units.jsonl"), units.join("\n")).unwrap();
+        std::fs::write(directory.path().join("a.metrics.jsonl"), metrics.join("\n")).unwrap();
+        load(&LoadOptions {
+            directory: directory.path().to_owned(),
+            shards: 1,
+            on_invalid: OnInvalid::Fail,
+            generation: 1,
+            threads: 1,
+            hot,
+        })
+        .unwrap()
+        .0
+    }
+
+    fn station(generation: &Generation) -> &StationData {
+        &generation.shards()[0].stations[0]
+    }
+
+    fn json(station: &StationData, record: StoredRecord) -> String {
+        let mut json = Vec::new();
+        station.write_json(record, &mut json);
+        String::from_utf8(json).unwrap()
+    }
+
+    fn key(second: i64) -> RecordKey {
+        RecordKey {
+            instant: Timestamp {
+                seconds: START + second,
+                nanos: 0,
+            },
+            load_order: 0,
+        }
+    }
+
+    /// Every read of `station` over `range`, with each record's JSON.
+    fn reads(station: &StationData, range: KeyRange) -> Vec<String> {
+        let mut read = Vec::new();
+        let units = station.units_in(range).map(|(key, entry)| {
+            format!(
+                "{key:?} {:?}",
+                UnitEntry {
+                    bytes: StoredRecord {
+                        start: 0,
+                        length: 0
+                    },
+                    ..entry
+                }
+            ) + &json(station, entry.bytes)
+        });
+        read.extend(units);
+        for serial in 0..4 {
+            let symbol = Symbol(serial);
+            let units = station.units_of_serial(symbol, range);
+            read.extend(units.map(|(key, entry)| format!("{key:?}") + &json(station, entry.bytes)));
+            let metrics = station.metrics_of_name(symbol, range);
+            read.extend(metrics.map(|(key, bytes)| format!("{key:?}") + &json(station, bytes)));
+        }
+        let metrics = station.metrics_in(range).map(|(key, entry)| {
+            let numbers = [entry.value, entry.limit_lower, entry.limit_upper].map(f64::to_bits);
+            format!("{key:?} {:?} {:?} {numbers:?}", entry.name, entry.slot)
+                + &json(station, entry.bytes)
+        });
+        read.extend(metrics);
+        read
+    }
+
+    proptest! {
+        /// Issue 22: a station reads the same, record for record and byte for
+        /// byte, whichever tier holds its records.
+        #[test]
+        fn issue_22_a_station_reads_the_same_whichever_tier_holds_its_records(
+            records in proptest::collection::vec((0i64..5 * 3600, 0u8..6, 0u8..12), 1..60),
+            ranges in proptest::collection::vec((0i64..5 * 3600, 0i64..5 * 3600, 0u8..3), 1..6),
+        ) {
+            let hot = loaded(&records, None);
+            let sealed = loaded(&records, Some(Duration::from_secs(1)));
+            let (hot, sealed) = (station(&hot), station(&sealed));
+            let newest = records.iter().map(|record| record.0).max().unwrap();
+            prop_assert_eq!(
+                sealed.sealed.last_hour().is_none(),
+                records.iter().all(|record| record.0 / 3600 == newest / 3600)
+            );
+            prop_assert_eq!(hot.unit_count(), sealed.unit_count());
+            prop_assert_eq!(hot.metric_count(), sealed.metric_count());
+            let ends = |station: &StationData| {
+                let (first, last) = station.first_and_last().unwrap();
+                (first.0, json(station, first.1), last.0, json(station, last.1))
+            };
+            prop_assert_eq!(ends(hot), ends(sealed));
+            let everything = (Unbounded, Unbounded);
+            prop_assert_eq!(reads(hot, everything), reads(sealed, everything));
+            for (from, to, shape) in ranges {
+                let range = match shape {
+                    0 => (Included(key(from.min(to))), Excluded(key(from.max(to)))),
+                    1 => (Excluded(key(from)), Unbounded),
+                    _ => (Unbounded, Included(key(to))),
+                };
+                prop_assert_eq!(reads(hot, range), reads(sealed, range), "{:?}", range);
+            }
+        }
+    }
+}
