@@ -1,5 +1,5 @@
 //! The sealed tier of a station: its records older than the hot window (`--hot`),
-//! in compressed blocks of a station-hour each, in a B-tree map ordered by time
+//! in compressed blocks of four hours of a station each, in a B-tree map ordered by time
 //! with an entry a block.
 //!
 //! Most of a record repeats its neighbours: its station, slot, serial and date,
@@ -31,7 +31,7 @@ use crate::domain::record::{numeric, Direction};
 use crate::domain::time::Timestamp;
 
 /// Marks a [`StoredRecord`] that locates a sealed record: the rest of `start` is
-/// its block's hour counted from the tier's first, and `length` its kind (top bit)
+/// its block's period counted from the tier's first, and `length` its kind (top bit)
 /// and its index in the block. Hot arenas stay below 2 GiB, so no hot record's
 /// start has this bit.
 pub(crate) const SEALED: u32 = 1 << 31;
@@ -41,21 +41,28 @@ pub(crate) fn is_sealed(record: StoredRecord) -> bool {
     record.start & SEALED != 0
 }
 
-const HOUR_SECONDS: i64 = 3600;
+/// A block's period of time: four hours. Of 1, 2, 4 and 6 hours, four took the
+/// least memory for the generated 1000 stations x 7 days at a 24-hour hot window
+/// (longer blocks compress better, but leave more hours hot; BENCHMARKS.md).
+#[cfg(not(test))]
+const PERIOD_SECONDS: i64 = 4 * 3600;
+/// In tests, an hour: a few hours of records make several blocks.
+#[cfg(test)]
+const PERIOD_SECONDS: i64 = 3600;
 
 /// zstd's level: 3, its default, compressed the sealed blocks of the generated
 /// floor to within a few percent of level 9, at a third of the time.
 const LEVEL: i32 = 3;
 
-/// The hour an instant falls in, in whole hours since the epoch.
-pub(crate) fn hour_of(instant: Timestamp) -> i64 {
-    instant.seconds.div_euclid(HOUR_SECONDS)
+/// The period an instant falls in, in whole periods since the epoch.
+pub(crate) fn period_of(instant: Timestamp) -> i64 {
+    instant.seconds.div_euclid(PERIOD_SECONDS)
 }
 
-/// The first instant of an hour.
-pub(crate) fn hour_start(hour: i64) -> Timestamp {
+/// The first instant of a period.
+pub(crate) fn period_start(period: i64) -> Timestamp {
     Timestamp {
-        seconds: hour.saturating_mul(HOUR_SECONDS),
+        seconds: period.saturating_mul(PERIOD_SECONDS),
         nanos: 0,
     }
 }
@@ -253,7 +260,7 @@ impl SharedPieces {
     }
 }
 
-/// One station-hour's sealed records of both kinds, compressed.
+/// One station's sealed records of a period, of both kinds, compressed.
 #[derive(Clone, Debug)]
 struct Block {
     /// The zstd frame of its payload.
@@ -276,7 +283,7 @@ fn bit(symbol: Symbol) -> u64 {
 pub(crate) struct Sealed {
     blocks: BTreeMap<i64, Block>,
     shared: Arc<SharedPieces>,
-    /// The hour locators count from: the first block's.
+    /// The period locators count from: the first block's.
     base: i64,
     unit_count: usize,
     metric_count: usize,
@@ -311,13 +318,13 @@ struct Span {
 }
 
 impl Sealed {
-    /// The last hour it holds records of.
-    pub(crate) fn last_hour(&self) -> Option<i64> {
-        self.blocks.last_key_value().map(|(hour, _)| *hour)
+    /// The last period it holds records of.
+    pub(crate) fn last_period(&self) -> Option<i64> {
+        self.blocks.last_key_value().map(|(period, _)| *period)
     }
 
     /// This tier with `units` and `metrics` sealed too, in any order. A record in an
-    /// hour that is sealed already (one that came late) goes into that hour's
+    /// period that is sealed already (one that came late) goes into that period's
     /// block, which is sealed again.
     pub(crate) fn with(
         &self,
@@ -327,41 +334,41 @@ impl Sealed {
         if units.is_empty() && metrics.is_empty() {
             return self.clone();
         }
-        let mut hours: Vec<i64> = (units.iter().map(|record| hour_of(record.key.instant)))
-            .chain(metrics.iter().map(|record| hour_of(record.key.instant)))
+        let mut periods: Vec<i64> = (units.iter().map(|record| period_of(record.key.instant)))
+            .chain(metrics.iter().map(|record| period_of(record.key.instant)))
             .collect();
-        hours.sort_unstable();
-        hours.dedup();
+        periods.sort_unstable();
+        periods.dedup();
         // Blocks sealed again: decompressed first, so that their records' parts
         // can be borrowed while every block is written.
-        let again: Vec<(i64, Decoded<UnitEntry>, Decoded<MetricEntry>)> = hours
+        let again: Vec<(i64, Decoded<UnitEntry>, Decoded<MetricEntry>)> = periods
             .iter()
-            .filter_map(|hour| {
-                let block = self.blocks.get(hour)?;
+            .filter_map(|period| {
+                let block = self.blocks.get(period)?;
                 Some((
-                    *hour,
-                    self.decode(*hour, block, true),
-                    self.decode(*hour, block, true),
+                    *period,
+                    self.decode(*period, block, true),
+                    self.decode(*period, block, true),
                 ))
             })
             .collect();
         let mut groups: BTreeMap<i64, Group<'_>> = BTreeMap::new();
-        for (hour, old_units, old_metrics) in &again {
-            let group = groups.entry(*hour).or_default();
+        for (period, old_units, old_metrics) in &again {
+            let group = groups.entry(*period).or_default();
             group.units.extend(self.unsealed(old_units));
             group.metrics.extend(self.unsealed(old_metrics));
         }
         let (added_units, added_metrics) = (units.len(), metrics.len());
         for record in units {
             groups
-                .entry(hour_of(record.key.instant))
+                .entry(period_of(record.key.instant))
                 .or_default()
                 .units
                 .push(record);
         }
         for record in metrics {
             groups
-                .entry(hour_of(record.key.instant))
+                .entry(period_of(record.key.instant))
                 .or_default()
                 .metrics
                 .push(record);
@@ -376,10 +383,10 @@ impl Sealed {
             metric_count: self.metric_count + added_metrics,
             ends: None,
         };
-        for (hour, mut group) in groups {
+        for (period, mut group) in groups {
             group.units.sort_unstable_by_key(|record| record.key);
             group.metrics.sort_unstable_by_key(|record| record.key);
-            sealed.blocks.insert(hour, encode(hour, &group, &known));
+            sealed.blocks.insert(period, encode(period, &group, &known));
         }
         sealed.settle();
         sealed
@@ -393,18 +400,18 @@ impl Sealed {
         dropped: &dyn Fn(u64) -> bool,
         touched: &dyn Fn(u32, u32) -> bool,
     ) -> Option<Sealed> {
-        let hours: Vec<i64> = (self.blocks.iter())
+        let periods: Vec<i64> = (self.blocks.iter())
             .filter(|(_, block)| touched(block.files.0, block.files.1))
-            .map(|(hour, _)| *hour)
+            .map(|(period, _)| *period)
             .collect();
-        let decoded: Vec<(i64, Decoded<UnitEntry>, Decoded<MetricEntry>)> = hours
+        let decoded: Vec<(i64, Decoded<UnitEntry>, Decoded<MetricEntry>)> = periods
             .iter()
-            .map(|&hour| {
-                let block = &self.blocks[&hour];
+            .map(|&period| {
+                let block = &self.blocks[&period];
                 (
-                    hour,
-                    self.decode(hour, block, true),
-                    self.decode(hour, block, true),
+                    period,
+                    self.decode(period, block, true),
+                    self.decode(period, block, true),
                 )
             })
             .collect();
@@ -422,8 +429,8 @@ impl Sealed {
         };
         let mut units = Vec::new();
         let mut metrics = Vec::new();
-        for (hour, old_units, old_metrics) in &decoded {
-            kept.blocks.remove(hour);
+        for (period, old_units, old_metrics) in &decoded {
+            kept.blocks.remove(period);
             units.extend(
                 (self.unsealed(old_units)).filter(|record| !dropped(record.key.load_order)),
             );
@@ -445,15 +452,15 @@ impl Sealed {
         unit: &mut dyn FnMut(Unsealed<'_, UnitEntry>),
         metric: &mut dyn FnMut(Unsealed<'_, MetricEntry>),
     ) {
-        for (&hour, block) in &self.blocks {
+        for (&period, block) in &self.blocks {
             if !touched(block.files.0, block.files.1) {
                 continue;
             }
-            let units: Decoded<UnitEntry> = self.decode(hour, block, true);
+            let units: Decoded<UnitEntry> = self.decode(period, block, true);
             (self.unsealed(&units))
                 .filter(|record| wanted(record.key.load_order))
                 .for_each(&mut *unit);
-            let metrics: Decoded<MetricEntry> = self.decode(hour, block, true);
+            let metrics: Decoded<MetricEntry> = self.decode(period, block, true);
             (self.unsealed(&metrics))
                 .filter(|record| wanted(record.key.load_order))
                 .for_each(&mut *metric);
@@ -482,17 +489,17 @@ impl Sealed {
     }
 
     /// The shared pieces after `groups` are sealed: this tier's, and every piece
-    /// that more than one hour's block uses.
+    /// that more than one period's block uses.
     fn shared_with(&self, groups: &BTreeMap<i64, Group<'_>>) -> SharedPieces {
-        let mut hours_of: HashMap<&[u8], (i64, u32)> = HashMap::new();
-        for (&hour, group) in groups {
+        let mut periods_of: HashMap<&[u8], (i64, u32)> = HashMap::new();
+        for (&period, group) in groups {
             let parts = (group.units.iter().map(|record| record.parts))
                 .chain(group.metrics.iter().map(|record| record.parts));
             for parts in parts {
                 for piece in [parts[0], parts[2], parts[4]] {
-                    let seen = hours_of.entry(piece).or_insert((hour, 0));
-                    if seen.1 == 0 || seen.0 != hour {
-                        *seen = (hour, seen.1 + 1);
+                    let seen = periods_of.entry(piece).or_insert((period, 0));
+                    if seen.1 == 0 || seen.0 != period {
+                        *seen = (period, seen.1 + 1);
                     }
                 }
             }
@@ -502,8 +509,8 @@ impl Sealed {
             pieces: self.shared.pieces.clone(),
         };
         let known = self.shared.known();
-        let mut wide: Vec<&[u8]> = (hours_of.into_iter())
-            .filter(|(piece, (_, hours))| *hours > 1 && !known.contains_key(piece))
+        let mut wide: Vec<&[u8]> = (periods_of.into_iter())
+            .filter(|(piece, (_, periods))| *periods > 1 && !known.contains_key(piece))
             .map(|(piece, _)| piece)
             .collect();
         wide.sort_unstable();
@@ -517,18 +524,21 @@ impl Sealed {
         shared
     }
 
-    /// Counts its records, finds its first and last, and sets the base hour.
+    /// Counts its records, finds its first and last, and sets the base period.
     fn settle(&mut self) {
-        self.base = self.blocks.first_key_value().map_or(0, |(hour, _)| *hour);
+        self.base = self
+            .blocks
+            .first_key_value()
+            .map_or(0, |(period, _)| *period);
         self.ends = None;
-        let (Some((&first_hour, first)), Some((&last_hour, last))) =
+        let (Some((&first_period, first)), Some((&last_period, last))) =
             (self.blocks.first_key_value(), self.blocks.last_key_value())
         else {
             return;
         };
-        let ends = |hour: i64, block: &Block, last: bool| {
-            let units: Decoded<UnitEntry> = self.decode(hour, block, false);
-            let metrics: Decoded<MetricEntry> = self.decode(hour, block, false);
+        let ends = |period: i64, block: &Block, last: bool| {
+            let units: Decoded<UnitEntry> = self.decode(period, block, false);
+            let metrics: Decoded<MetricEntry> = self.decode(period, block, false);
             let unit = units.keys.iter().zip(&units.entries);
             let metric = metrics.keys.iter().zip(&metrics.entries);
             let pick = |(key, bytes): (&RecordKey, StoredRecord)| (*key, bytes);
@@ -539,9 +549,10 @@ impl Sealed {
                 true => records.max_by_key(|(key, _)| **key).map(pick),
             }
         };
-        if let (Some(first), Some(last)) =
-            (ends(first_hour, first, false), ends(last_hour, last, true))
-        {
+        if let (Some(first), Some(last)) = (
+            ends(first_period, first, false),
+            ends(last_period, last, true),
+        ) {
             self.ends = Some((first, last));
         }
     }
@@ -554,9 +565,9 @@ impl Sealed {
             .sum();
     }
 
-    /// Decompresses `block` (of `hour`) and reads its records of kind `E`; their
+    /// Decompresses `block` (of `period`) and reads its records of kind `E`; their
     /// JSON's parts too when `json`.
-    fn decode<E: Sealable>(&self, hour: i64, block: &Block, json: bool) -> Decoded<E> {
+    fn decode<E: Sealable>(&self, period: i64, block: &Block, json: bool) -> Decoded<E> {
         let count = match E::KIND {
             0 => block.units,
             _ => block.metrics,
@@ -588,7 +599,7 @@ impl Sealed {
             0 => 1_000_000,
             _ => 1,
         };
-        let start = hour_start(hour);
+        let start = period_start(period);
         let mut offset: u64 = 0;
         let mut instants = Vec::with_capacity(count);
         for _ in 0..count {
@@ -608,17 +619,17 @@ impl Sealed {
                 load_order: ((files[index] as u64) << 32) | (line as u64 & 0xffff_ffff),
             });
         }
-        let times: Vec<u64> = (0..count).map(|_| reader.number()).collect();
-        let time_texts: Vec<Span> = times
-            .iter()
-            .map(|&code| match code {
-                0 | 1 => Span {
-                    source: Source::Times,
-                    start: 0,
-                    length: 0,
-                },
-                _ => reader.span(code as usize - 2),
-            })
+        let mut times: Vec<(u64, usize)> = Vec::with_capacity(count);
+        for _ in 0..count {
+            let code = reader.number();
+            let length = match code {
+                0 => reader.number() as usize,
+                _ => 0,
+            };
+            times.push((code, length));
+        }
+        let time_texts: Vec<Span> = (times.iter())
+            .map(|&(_, length)| reader.span(length))
             .collect();
         let value_lengths: Vec<usize> = (0..count).map(|_| reader.number() as usize).collect();
         let values: Vec<Span> = value_lengths
@@ -648,7 +659,7 @@ impl Sealed {
             .collect();
         let entries = E::read(&mut reader, count, &value_texts);
         let kind = E::KIND << 31;
-        let block_number = SEALED | (hour - self.base) as u32;
+        let block_number = SEALED | (period - self.base) as u32;
         decoded.entries = (entries.into_iter().enumerate())
             .map(|(index, entry)| {
                 entry.with_bytes(StoredRecord {
@@ -661,17 +672,17 @@ impl Sealed {
             let mut generated = Vec::new();
             decoded.spans = (0..count)
                 .map(|index| {
-                    let time = match times[index] {
-                        code @ (0 | 1) => {
+                    let time = match times[index].0 {
+                        0 => time_texts[index],
+                        code => {
                             let start = generated.len() as u32;
-                            write_time(&mut generated, decoded.keys[index].instant, code == 0);
+                            write_coded_time(&mut generated, decoded.keys[index].instant, code);
                             Span {
                                 source: Source::Times,
                                 start,
                                 length: generated.len() as u32 - start,
                             }
                         }
-                        _ => time_texts[index],
                     };
                     [
                         pieces[0][index],
@@ -687,22 +698,22 @@ impl Sealed {
         decoded
     }
 
-    /// The block of a locator, and its hour.
+    /// The block of a locator, and its period.
     fn block_of(&self, record: StoredRecord) -> (i64, &Block) {
-        let hour = self.base + i64::from(record.start & !SEALED);
-        (hour, &self.blocks[&hour])
+        let period = self.base + i64::from(record.start & !SEALED);
+        (period, &self.blocks[&period])
     }
 
     /// Appends the JSON of the sealed record `record` locates.
     pub(crate) fn write_json(&self, record: StoredRecord, out: &mut Vec<u8>) {
-        let (hour, block) = self.block_of(record);
+        let (period, block) = self.block_of(record);
         let index = (record.length & !SEALED) as usize;
         match record.length >> 31 {
             0 => self
-                .decode::<UnitEntry>(hour, block, true)
+                .decode::<UnitEntry>(period, block, true)
                 .write(self, index, out),
             _ => self
-                .decode::<MetricEntry>(hour, block, true)
+                .decode::<MetricEntry>(period, block, true)
                 .write(self, index, out),
         }
     }
@@ -728,15 +739,15 @@ impl Sealed {
         }
     }
 
-    /// The blocks that may hold records with keys in `range`, with their hours.
+    /// The blocks that may hold records with keys in `range`, with their periods.
     fn blocks_in(&self, (start, end): KeyRange) -> impl Iterator<Item = (i64, &Block)> + '_ {
-        let hour = |bound: Bound<RecordKey>| bound.map(|key| hour_of(key.instant));
-        let lower = match hour(start) {
-            Bound::Excluded(hour) => Bound::Included(hour),
+        let period = |bound: Bound<RecordKey>| bound.map(|key| period_of(key.instant));
+        let lower = match period(start) {
+            Bound::Excluded(period) => Bound::Included(period),
             other => other,
         };
-        let upper = match hour(end) {
-            Bound::Excluded(hour) => Bound::Included(hour),
+        let upper = match period(end) {
+            Bound::Excluded(period) => Bound::Included(period),
             other => other,
         };
         let empty = match (lower, upper) {
@@ -747,7 +758,7 @@ impl Sealed {
             .then(|| self.blocks.range((lower, upper)))
             .into_iter()
             .flatten()
-            .map(|(hour, block)| (*hour, block))
+            .map(|(period, block)| (*period, block))
     }
 
     /// The records of kind `E` in `range` of the blocks `keep` keeps.
@@ -758,8 +769,8 @@ impl Sealed {
     ) -> impl Iterator<Item = (RecordKey, E)> + '_ {
         self.blocks_in(range)
             .filter(move |(_, block)| keep(block))
-            .flat_map(move |(hour, block)| {
-                let decoded: Decoded<E> = self.decode(hour, block, false);
+            .flat_map(move |(period, block)| {
+                let decoded: Decoded<E> = self.decode(period, block, false);
                 decoded.keys.into_iter().zip(decoded.entries)
             })
             .filter(move |(key, _)| (range.0, range.1).contains(key))
@@ -777,8 +788,8 @@ fn reuse<'a, E: Sealable>(
         .as_ref()
         .is_none_or(|(start, _)| *start != record.start)
     {
-        let (hour, block) = sealed.block_of(record);
-        *held = Some((record.start, sealed.decode(hour, block, true)));
+        let (period, block) = sealed.block_of(record);
+        *held = Some((record.start, sealed.decode(period, block, true)));
     }
     &held.as_ref().expect("held just now").1
 }
@@ -847,7 +858,7 @@ impl Tier for Sealed {
     }
 }
 
-/// The records of one hour to seal.
+/// The records of one period to seal.
 #[derive(Default)]
 struct Group<'a> {
     units: Vec<Unsealed<'a, UnitEntry>>,
@@ -863,8 +874,8 @@ impl SharedPieces {
     }
 }
 
-/// The block of one hour's records, each kind in key order.
-fn encode<'a>(hour: i64, group: &Group<'a>, known: &HashMap<&[u8], usize>) -> Block {
+/// The block of one period's records, each kind in key order.
+fn encode<'a>(period: i64, group: &Group<'a>, known: &HashMap<&[u8], usize>) -> Block {
     // Pieces the shared table does not hold: the block's own, each once.
     let mut locals: Vec<&'a [u8]> = Vec::new();
     let mut local_index: HashMap<&'a [u8], usize> = HashMap::new();
@@ -879,9 +890,9 @@ fn encode<'a>(hour: i64, group: &Group<'a>, known: &HashMap<&[u8], usize>) -> Bl
         ((index as u64) << 1) | 1
     };
     let mut units = Vec::new();
-    write_section(hour, &group.units, &mut reference, &mut units);
+    write_section(period, &group.units, &mut reference, &mut units);
     let mut metrics = Vec::new();
-    write_section(hour, &group.metrics, &mut reference, &mut metrics);
+    write_section(period, &group.metrics, &mut reference, &mut metrics);
     let mut payload = Vec::with_capacity(units.len() + metrics.len() + 64);
     number(&mut payload, locals.len() as u64);
     for piece in &locals {
@@ -913,7 +924,7 @@ fn encode<'a>(hour: i64, group: &Group<'a>, known: &HashMap<&[u8], usize>) -> Bl
 
 /// Writes one kind's records of a block, in key order, as columns.
 fn write_section<'a, E: Sealable>(
-    hour: i64,
+    period: i64,
     records: &[Unsealed<'a, E>],
     reference: &mut dyn FnMut(&'a [u8]) -> u64,
     out: &mut Vec<u8>,
@@ -922,7 +933,7 @@ fn write_section<'a, E: Sealable>(
     let whole_millis = (records.iter()).all(|record| record.key.instant.nanos % 1_000_000 == 0);
     out.push(u8::from(!whole_millis));
     let unit: u64 = if whole_millis { 1_000_000 } else { 1 };
-    let start = hour_start(hour);
+    let start = period_start(period);
     let mut previous = 0;
     for record in records {
         let offset = nanos_between(start, record.key.instant) / unit;
@@ -942,19 +953,13 @@ fn write_section<'a, E: Sealable>(
         line = this;
     }
     let mut texts = Vec::new();
-    let mut usual = Vec::with_capacity(16);
     for record in records {
-        let time = record.parts[1];
-        let code = [true, false].into_iter().position(|millis| {
-            usual.clear();
-            write_time(&mut usual, record.key.instant, millis);
-            usual == time
-        });
-        match code {
-            Some(code) => number(out, code as u64),
+        match time_code(record.key.instant, record.parts[1]) {
+            Some(code) => number(out, code),
             None => {
-                number(out, time.len() as u64 + 2);
-                texts.extend_from_slice(time);
+                number(out, 0);
+                number(out, record.parts[1].len() as u64);
+                texts.extend_from_slice(record.parts[1]);
             }
         }
     }
@@ -975,12 +980,53 @@ fn write_section<'a, E: Sealable>(
     E::write(&entries, &values, out);
 }
 
-/// Writes an instant's UTC time of day the usual way: `HH:MM:SS.sssZ`, or
-/// `HH:MM:SSZ` without `millis`.
-fn write_time(out: &mut Vec<u8>, instant: Timestamp, millis: bool) {
-    let second = instant.seconds.rem_euclid(86_400);
+/// How a time text is written, when it is one of the usual ways: the time of day
+/// at its offset, with milliseconds or none, then `Z` or the offset. The code is
+/// `1 + (offset << 1 | millis)`, where the offset is 0 for `Z`, else one more
+/// than its minutes zigzagged; 0 means the text is kept as it is.
+fn time_code(instant: Timestamp, text: &[u8]) -> Option<u64> {
+    let offset = match text.last()? {
+        b'Z' => 0,
+        _ => {
+            let suffix = text.get(text.len().checked_sub(6)?..)?;
+            let digits = |at: usize| -> Option<i64> {
+                let tens = suffix[at].checked_sub(b'0').filter(|digit| *digit < 10)?;
+                let ones = suffix[at + 1]
+                    .checked_sub(b'0')
+                    .filter(|digit| *digit < 10)?;
+                Some(i64::from(tens * 10 + ones))
+            };
+            let minutes = digits(1)? * 60 + digits(4)?;
+            let minutes = match (suffix[0], suffix[3]) {
+                (b'+', b':') => minutes,
+                (b'-', b':') => -minutes,
+                _ => return None,
+            };
+            ((minutes << 1) ^ (minutes >> 63)) as u64 + 1
+        }
+    };
+    [1u64, 0].into_iter().find_map(|millis| {
+        let code = 1 + ((offset << 1) | millis);
+        let mut usual = Vec::with_capacity(text.len());
+        write_coded_time(&mut usual, instant, code);
+        (usual == text).then_some(code)
+    })
+}
+
+/// Writes the time text a [`time_code`] stands for.
+fn write_coded_time(out: &mut Vec<u8>, instant: Timestamp, code: u64) {
+    let millis = (code - 1) & 1 == 1;
+    let offset = (code - 1) >> 1;
+    let minutes = match offset {
+        0 => 0,
+        _ => {
+            let zigzag = offset - 1;
+            ((zigzag >> 1) as i64) ^ -((zigzag & 1) as i64)
+        }
+    };
+    let second = (instant.seconds + minutes * 60).rem_euclid(86_400);
     let two = |out: &mut Vec<u8>, value: i64| {
-        out.push(b'0' + (value / 10) as u8);
+        out.push(b'0' + (value / 10 % 10) as u8);
         out.push(b'0' + (value % 10) as u8);
     };
     two(out, second / 3600);
@@ -991,9 +1037,18 @@ fn write_time(out: &mut Vec<u8>, instant: Timestamp, millis: bool) {
     if millis {
         let milli = instant.nanos / 1_000_000;
         out.push(b'.');
-        out.extend_from_slice(format!("{milli:03}").as_bytes());
+        out.push(b'0' + (milli / 100) as u8);
+        two(out, i64::from(milli % 100));
     }
-    out.push(b'Z');
+    match offset {
+        0 => out.push(b'Z'),
+        _ => {
+            out.push(if minutes < 0 { b'-' } else { b'+' });
+            two(out, minutes.abs() / 60);
+            out.push(b':');
+            two(out, minutes.abs() % 60);
+        }
+    }
 }
 
 fn nanos_between(start: Timestamp, instant: Timestamp) -> u64 {
@@ -1201,7 +1256,7 @@ mod tests {
             let (hot, sealed) = (station(&hot), station(&sealed));
             let newest = records.iter().map(|record| record.0).max().unwrap();
             prop_assert_eq!(
-                sealed.sealed.last_hour().is_none(),
+                sealed.sealed.last_period().is_none(),
                 records.iter().all(|record| record.0 / 3600 == newest / 3600)
             );
             prop_assert_eq!(hot.unit_count(), sealed.unit_count());

@@ -1,6 +1,6 @@
 //! One station's records in two tiers, read as one: the hot tier
 //! ([`crate::data::hot`]), B-tree maps with an entry a record, and the sealed tier
-//! ([`crate::data::sealed`]), compressed blocks of a station-hour each. Every read
+//! ([`crate::data::sealed`]), compressed blocks of four hours each. Every read
 //! goes through the [`Tier`] both implement and merges them by key; no reader
 //! knows which tier holds a record.
 
@@ -11,7 +11,7 @@ use itertools::{Either, Itertools as _};
 
 use crate::data::hot::Hot;
 use crate::data::key::RecordKey;
-use crate::data::sealed::{hour_of, is_sealed, Sealed};
+use crate::data::sealed::{is_sealed, period_of, Sealed};
 use crate::data::stored::{Pieces, RecordJson, StoredRecord};
 use crate::data::symbols::Symbol;
 use crate::data::tier::{key_range, KeyRange, Tier};
@@ -97,11 +97,11 @@ impl StationData {
 
     /// Whether a read of `range` may find sealed records.
     fn reads_sealed(&self, range: &KeyRange) -> bool {
-        match (self.sealed.last_hour(), range.0) {
+        match (self.sealed.last_period(), range.0) {
             (None, _) => false,
             (Some(_), Bound::Unbounded) => true,
             (Some(last), Bound::Included(key) | Bound::Excluded(key)) => {
-                hour_of(key.instant) <= last
+                period_of(key.instant) <= last
             }
         }
     }

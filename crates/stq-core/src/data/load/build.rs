@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::report::LoadError;
 use crate::data::hot::Hot;
 use crate::data::key::{load_order, RecordKey};
-use crate::data::sealed::{hour_of, hour_start, Sealed, Unsealed, SEALED};
+use crate::data::sealed::{period_of, period_start, Sealed, Unsealed, SEALED};
 use crate::data::station::{MetricEntry, StationData, UnitEntry};
 use crate::data::stored::{self, Piece, PieceTable, Pieces, RecordJson, StoredRecord};
 
@@ -81,7 +81,7 @@ impl StationBuilder {
     }
 
     /// The station built from this builder's records, named `name` in the error
-    /// when it is too large to address; its records in whole hours older than
+    /// when it is too large to address; its records in whole periods of blocks (four hours) older than
     /// `hot` (counted back from its newest record) sealed, all hot without one.
     pub(crate) fn into_station(
         self,
@@ -105,7 +105,7 @@ impl StationBuilder {
         let first_hot = match (hot, newest) {
             (Some(hot), Some(newest)) => {
                 let seconds = i64::try_from(hot.as_secs()).unwrap_or(i64::MAX);
-                Some(hour_start(hour_of(newest.add_seconds(-seconds))))
+                Some(period_start(period_of(newest.add_seconds(-seconds))))
             }
             _ => None,
         };

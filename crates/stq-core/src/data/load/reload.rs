@@ -145,7 +145,13 @@ pub fn reload_looking(
 
     let stations = build_stations(previous, shards, &changes, new_records, options.hot)?;
     let built = started.elapsed();
+    // Only a station built again (where records are sealed) frees much; an
+    // extension frees its copy of a small recent layer.
+    let rebuilt = (stations.changes.iter()).any(|change| *change >= ShardChange::Updated);
     let generation = assemble(previous, shards, stations, symbols, sources, options);
+    if rebuilt {
+        threads::release_freed_memory();
+    }
     report.totals_of(&generation.catalog);
     report.elapsed = started.elapsed();
     tracing::debug!(
@@ -924,6 +930,7 @@ fn renumbered(
     let generation = full::generation(stations, symbols, summary, sources, options)?;
     report.totals_of(&generation.catalog);
     report.elapsed = started.elapsed();
+    threads::release_freed_memory();
     Ok((generation, report))
 }
 
