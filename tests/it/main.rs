@@ -10,6 +10,7 @@
 //! | `cli` | section 1: subcommands, flags, environment, `stq check`, `stq gen` |
 //! | `contract` | sections 2, 6, 7: records, order, the envelope, errors |
 //! | `docs` | README and docs/api.md against the binary's flags, the error codes, the repository's files |
+//! | `grafana` | docs/grafana/: every query of the Grafana dashboard and its data source, sent as Infinity would to stq on the sample snapshot |
 //! | `parameters` | sections 4 and 5: every parameter and the window |
 //! | `pages` | section 6: `limit`, cursors, walks |
 //! | `tenant` | section 3: tokens and station scopes |
@@ -38,6 +39,7 @@ mod contract;
 mod docs;
 #[cfg(feature = "fault-injection")]
 mod faults;
+mod grafana;
 mod hostile_queries;
 mod hostile_snapshots;
 mod limits;
