@@ -2073,3 +2073,307 @@ fn summaries_are_compressed_on_request_and_carry_the_cache_headers() {
     let head = server().request_as("HEAD", &path, Some(OPS), &[("If-None-Match", &tag)]);
     assert_eq!(head.status, 304, "{}", head.context());
 }
+
+// ---------------------------------------------------------------------------
+// Issue 23: what revision 3 of section 10 adds, over a fixture of its own
+// ---------------------------------------------------------------------------
+
+/// Issue 23's fixture. Unit type `Dst`: one output a serial around Berlin's
+/// daylight-saving changes of 2026 (forward at 01:00Z on 03-29, back at 01:00Z on
+/// 10-25). Unit type `Cycle`: retests and the pairing of inputs with outputs. Metric
+/// names `cur`, `both`, `upper_only`, `lower_only`: failing units and capability.
+fn files_23() -> Vec<FileSpec> {
+    let dst = |serial: &str, at: &str| unit("DST", "S1", Some(serial), at, "Dst", "pass");
+    let dst_units = lines(&[
+        dst("D01", "2026-03-28T22:30:00Z"),
+        dst("D02", "2026-03-28T23:30:00Z"),
+        dst("D03", "2026-03-29T00:59:59Z"),
+        dst("D04", "2026-03-29T01:00:00Z"),
+        dst("D05", "2026-03-29T21:59:59Z"),
+        dst("D06", "2026-03-29T22:00:00Z"),
+        dst("D07", "2026-10-24T21:59:59Z"),
+        dst("D08", "2026-10-24T22:00:00Z"),
+        dst("D09", "2026-10-25T00:30:00Z"),
+        dst("D10", "2026-10-25T01:30:00Z"),
+        dst("D11", "2026-10-25T02:00:00Z"),
+        dst("D12", "2026-10-25T22:59:59Z"),
+        dst("D13", "2026-10-25T23:00:00Z"),
+    ]);
+    let cycle = |slot: &str, serial: &str, at: &str, direction: &str, result: &str| {
+        let at = format!("2024-05-01T{at}Z");
+        unit_with(
+            "CY",
+            slot,
+            Some(serial),
+            &at,
+            "Cycle",
+            direction,
+            result,
+            "prod",
+        )
+    };
+    let cycle_units = lines(&[
+        // SN-1: input, then output 90 s later.
+        cycle("S1", "SN-1", "10:00:00", "input", ""),
+        cycle("S1", "SN-1", "10:01:30", "output", "pass"),
+        // An input with an empty serial pairs with nothing; SN-2 has no input.
+        cycle("S1", "", "10:05:00", "input", ""),
+        cycle("S1", "SN-2", "10:06:00", "output", "pass"),
+        cycle("S1", "", "10:06:30", "output", "pass"),
+        // SN-3: two inputs before one output: the later one (180 s); then an input
+        // after that output pairs with the next (240 s); a third attempt has none.
+        cycle("S1", "SN-3", "10:10:00", "input", ""),
+        cycle("S1", "SN-3", "10:12:00", "input", ""),
+        cycle("S1", "SN-3", "10:15:00", "output", "fail"),
+        cycle("S1", "SN-3", "10:16:00", "input", ""),
+        cycle("S1", "SN-3", "10:20:00", "output", "pass"),
+        cycle("S1", "SN-3", "10:25:00", "output", "fail"),
+        // SN-4: an output without an input.
+        cycle("S1", "SN-4", "10:26:00", "output", "pass"),
+        // SN-5: the input is on another slot.
+        cycle("S2", "SN-5", "10:30:00", "input", ""),
+        cycle("S1", "SN-5", "10:31:00", "output", "pass"),
+        // SN-6: input and output at one instant, the input first: 0 s.
+        cycle("S1", "SN-6", "10:40:00", "input", ""),
+        cycle("S1", "SN-6", "10:40:00", "output", "pass"),
+        // SN-7: passes at its third attempt.
+        cycle("S1", "SN-7", "10:50:00", "output", "fail"),
+        cycle("S1", "SN-7", "10:51:00", "output", "FAIL"),
+        cycle("S1", "SN-7", "10:52:00", "output", "pass"),
+        // SN-8: the output's bucket holds the cycle time (90 s, in the 11:00 hour).
+        cycle("S1", "SN-8", "10:59:00", "input", ""),
+        cycle("S1", "SN-8", "11:00:30", "output", "pass"),
+    ]);
+    let measure = |serial: Option<&str>, minute: u32, name: &str, value: &str, lower, upper| {
+        let mut line = metric(
+            "CY",
+            &format!("2024-05-01T12:{minute:02}:00Z"),
+            name,
+            Some(value),
+            lower,
+            upper,
+        );
+        if let Some(serial) = serial {
+            line = line.replacen('{', &format!(r#"{{"unit_serial":"{serial}","#), 1);
+        }
+        line
+    };
+    let (zero, ten) = (Some("0"), Some("10"));
+    let metric_lines = lines(&[
+        // cur: limits 0 to 10; out of limits: SN-1 once, SN-2 twice, an empty and
+        // an absent serial: five records, two failing units.
+        measure(Some("SN-1"), 0, "cur", "5", zero, ten),
+        measure(Some("SN-1"), 1, "cur", "11", zero, ten),
+        measure(Some("SN-2"), 2, "cur", "12", zero, ten),
+        measure(Some("SN-2"), 3, "cur", "-1", zero, ten),
+        measure(Some(""), 4, "cur", "20", zero, ten),
+        measure(None, 5, "cur", "30", zero, ten),
+        measure(Some("SN-3"), 6, "cur", "4", zero, ten),
+        // 1, 2, 3: mean 2, stddev 1.
+        measure(Some("SN-1"), 0, "both", "1", zero, Some("6")),
+        measure(Some("SN-2"), 1, "both", "2", zero, Some("6")),
+        measure(Some("SN-3"), 2, "both", "3", zero, Some("6")),
+        measure(Some("SN-1"), 0, "upper_only", "1", None, Some("5")),
+        measure(Some("SN-2"), 1, "upper_only", "2", None, Some("5")),
+        measure(Some("SN-3"), 2, "upper_only", "3", None, Some("5")),
+        measure(Some("SN-1"), 0, "lower_only", "1", zero, Some(r#""n/a""#)),
+        measure(Some("SN-2"), 1, "lower_only", "2", zero, Some(r#""n/a""#)),
+        measure(Some("SN-3"), 2, "lower_only", "3", zero, Some(r#""n/a""#)),
+    ]);
+    vec![
+        FileSpec::plain("cycle.units.jsonl", cycle_units),
+        FileSpec::plain("dst.units.jsonl", dst_units),
+        FileSpec::plain("cy.metrics.jsonl", metric_lines),
+    ]
+}
+
+fn shared_23() -> &'static Shared {
+    static SHARED: OnceLock<Shared> = OnceLock::new();
+    SHARED.get_or_init(|| {
+        let fixture = Fixture::from_files(&files_23());
+        let server = Server::start(&fixture, &["--shards", "2"]);
+        Shared { fixture, server }
+    })
+}
+
+#[track_caller]
+fn values_23(path: &str) -> Vec<Value> {
+    rows_as(&shared_23().server, path, OPS)
+        .iter()
+        .map(Ordered::value)
+        .collect()
+}
+
+/// `(bucket_start, records)` of each row.
+#[track_caller]
+fn buckets_23(path: &str) -> Vec<(String, u64)> {
+    values_23(path)
+        .iter()
+        .map(|row| {
+            (
+                row["bucket_start"].as_str().unwrap().to_owned(),
+                row["records"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn starts(rows: &[(&str, u64)]) -> Vec<(String, u64)> {
+    rows.iter()
+        .map(|(start, records)| (start.to_string(), *records))
+        .collect()
+}
+
+/// The window of a query string that starts `from=...&to=...`.
+fn window_of(query: &str) -> SummaryQuery {
+    let mut pairs = query.split('&').map(|pair| pair.split_once('=').unwrap().1);
+    let from = instant(pairs.next().unwrap());
+    SummaryQuery::new(from, instant(pairs.next().unwrap()))
+}
+
+const SPRING: &str = "from=2026-03-28T00:00:00Z&to=2026-03-31T00:00:00Z&type=Dst";
+const FALL: &str = "from=2026-10-24T00:00:00Z&to=2026-10-27T00:00:00Z&type=Dst";
+
+#[test]
+fn issue_23_berlin_days_are_23_and_25_hours_long_across_daylight_saving_changes() {
+    let tz = "tz=Europe/Berlin&bucket=1d";
+    assert_eq!(
+        buckets_23(&format!("/units/summary?{SPRING}&{tz}")),
+        starts(&[
+            ("2026-03-28T00:00:00+01:00", 1),
+            // 23:30Z on the 28th to 21:59:59Z on the 29th: local midnight to midnight.
+            ("2026-03-29T00:00:00+01:00", 4),
+            ("2026-03-30T00:00:00+02:00", 1),
+        ])
+    );
+    assert_eq!(
+        buckets_23(&format!("/units/summary?{FALL}&{tz}")),
+        starts(&[
+            ("2026-10-24T00:00:00+02:00", 1),
+            ("2026-10-25T00:00:00+02:00", 5),
+            ("2026-10-26T00:00:00+01:00", 1),
+        ])
+    );
+}
+
+#[test]
+fn issue_23_berlin_hours_skip_the_gap_and_keep_the_repeated_hour_together() {
+    let tz = "tz=Europe/Berlin&bucket=1h";
+    // 02:00 does not exist on 03-29: the hour after 01:00+01:00 starts at 03:00+02:00.
+    assert_eq!(
+        buckets_23(&format!("/units/summary?{SPRING}&{tz}")),
+        starts(&[
+            ("2026-03-28T23:00:00+01:00", 1),
+            ("2026-03-29T00:00:00+01:00", 1),
+            ("2026-03-29T01:00:00+01:00", 1),
+            ("2026-03-29T03:00:00+02:00", 1),
+            ("2026-03-29T23:00:00+02:00", 1),
+            ("2026-03-30T00:00:00+02:00", 1),
+        ])
+    );
+    // 02:00 happens twice on 10-25: its bucket starts at the first and holds both
+    // 02:30s (00:30Z and 01:30Z).
+    assert_eq!(
+        buckets_23(&format!("/units/summary?{FALL}&{tz}")),
+        starts(&[
+            ("2026-10-24T23:00:00+02:00", 1),
+            ("2026-10-25T00:00:00+02:00", 1),
+            ("2026-10-25T02:00:00+02:00", 2),
+            ("2026-10-25T03:00:00+01:00", 1),
+            ("2026-10-25T23:00:00+01:00", 1),
+            ("2026-10-26T00:00:00+01:00", 1),
+        ])
+    );
+}
+
+#[test]
+fn issue_23_a_half_hour_offset_cuts_days_and_hours_at_its_own_midnight() {
+    assert_eq!(
+        buckets_23(&format!(
+            "/units/summary?{SPRING}&tz=Asia/Kolkata&bucket=1d"
+        )),
+        starts(&[
+            ("2026-03-29T00:00:00+05:30", 4),
+            ("2026-03-30T00:00:00+05:30", 2),
+        ])
+    );
+    // 00:59:59Z and 01:00Z are 06:29:59 and 06:30 there: one hour's bucket.
+    assert_eq!(
+        buckets_23(&format!(
+            "/units/summary?{SPRING}&tz=Asia%2FKolkata&bucket=1h"
+        )),
+        starts(&[
+            ("2026-03-29T04:00:00+05:30", 1),
+            ("2026-03-29T05:00:00+05:30", 1),
+            ("2026-03-29T06:00:00+05:30", 2),
+            ("2026-03-30T03:00:00+05:30", 2),
+        ])
+    );
+}
+
+#[test]
+fn issue_23_tz_without_bucket_changes_nothing_and_utc_keeps_the_z_form() {
+    for path in [
+        format!("/units/summary?{W}"),
+        format!("/metrics/summary?{W}&group_by=slot"),
+    ] {
+        assert_eq!(
+            values(&format!("{path}&tz=Asia/Kolkata")),
+            values(&path),
+            "{path}"
+        );
+    }
+    let hourly = format!("/units/summary?{W}&bucket=1h");
+    assert_eq!(values(&format!("{hourly}&tz=UTC")), values(&hourly));
+    // UTC by another name is a zone like any other: its offset is written.
+    let other = values(&format!("{hourly}&tz=Etc/UTC"));
+    let utc = values(&hourly);
+    assert_eq!(other.len(), utc.len());
+    for (other, utc) in other.iter().zip(&utc) {
+        let written = utc["bucket_start"].as_str().unwrap().replace('Z', "+00:00");
+        assert_eq!(other["bucket_start"], written);
+    }
+}
+
+#[test]
+fn issue_23_tz_is_one_known_iana_name_on_the_summaries_only() {
+    for tz in [
+        "Mars/Olympus",
+        "europe/berlin",
+        "%2B01:00",
+        "CEST",
+        "",
+        "UTC&tz=UTC",
+    ] {
+        for path in ["/units/summary", "/metrics/summary"] {
+            error(
+                &format!("{path}?{W}&bucket=1h&tz={tz}"),
+                400,
+                "invalid_parameter",
+            );
+        }
+    }
+    for path in ["/units", "/metrics", "/stations"] {
+        let window = if path == "/stations" { "" } else { W };
+        error(&format!("{path}?{window}&tz=UTC"), 400, "unknown_parameter");
+    }
+}
+
+#[test]
+fn issue_23_buckets_in_a_zone_match_the_reference_model() {
+    let shared = shared_23();
+    for window in [SPRING, FALL] {
+        for tz in ["Europe/Berlin", "Asia/Kolkata", "America/New_York", "UTC"] {
+            for bucket in ["1m", "30m", "1h", "2h", "1d", "7d"] {
+                let path = format!("/units/summary?{window}&tz={tz}&bucket={bucket}");
+                let mut query = window_of(window);
+                query.types = vec!["Dst".to_owned()];
+                query.bucket = Some(model::bucket_nanos(bucket));
+                query.tz = Some(tz.to_owned());
+                let want = model::units_summary(&shared.fixture.records, &query, &["pass".into()]);
+                model::compare_rows(&rows_as(&shared.server, &path, OPS), &want)
+                    .unwrap_or_else(|difference| panic!("{path}: {difference}"));
+            }
+        }
+    }
+}

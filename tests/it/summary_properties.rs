@@ -91,6 +91,16 @@ const MEASURE_UNITS: &[&str] = &["V", "mV", ""];
 const GROUPS_UNITS: &[&str] = &["station_id", "slot", "unit_type", "mode"];
 const GROUPS_METRICS: &[&str] = &["station_id", "slot", "unit"];
 const BUCKETS: &[&str] = &["1m", "15m", "60m", "1h", "1d", "24h", "7d", "31d"];
+/// `tz`: zones with and without daylight saving time, a half-hour offset, a zone
+/// west of UTC, UTC by its other name.
+const ZONES: &[&str] = &[
+    "UTC",
+    "Europe/Berlin",
+    "Asia/Kolkata",
+    "America/New_York",
+    "Australia/Lord_Howe",
+    "Etc/UTC",
+];
 
 /// `value` and the limits as written: a JSON number (its text) or a JSON string.
 #[derive(Clone, Copy, Debug)]
@@ -161,22 +171,27 @@ const NANOS: i128 = 1_000_000_000;
 const MINUTE: i128 = 60 * NANOS;
 const HOUR: i128 = 60 * MINUTE;
 const DAY: i128 = 24 * HOUR;
-/// 2024-01-30T00:00:00Z: a Tuesday, near a month's end, not on a 7-day or 31-day
-/// epoch boundary.
-const BASE: i128 = 1_706_572_800 * NANOS;
+/// The days records fall on: 2024-03-30 and 2024-03-31, near a month's end, not on
+/// a 7-day or 31-day epoch boundary, and Berlin's clocks go forward at 01:00Z on
+/// the 31st; and 2024-10-27, when they go back at 01:00Z (issue 23: `tz`).
+const DAYS: [i128; 3] = [
+    1_711_756_800 * NANOS,
+    1_711_843_200 * NANOS,
+    1_729_987_200 * NANOS,
+];
+const FIRST_DAY: i128 = DAYS[0];
+const LAST_DAY: i128 = DAYS[2];
 
 /// Few distinct instants over three days, so that ties are frequent and buckets
-/// of every size split them.
+/// of every size split them; hours 0 and 1 UTC are either side of the changes.
 fn instant() -> impl Strategy<Value = i128> {
     (
-        0i128..3,
-        select(vec![0i128, 23]),
+        select(DAYS.to_vec()),
+        select(vec![0i128, 1, 23]),
         select(vec![0i128, 14, 15, 59]),
         select(vec![0i128, 999_999_999]),
     )
-        .prop_map(|(day, hour, minute, nanos)| {
-            BASE + day * DAY + hour * HOUR + minute * MINUTE + nanos
-        })
+        .prop_map(|(day, hour, minute, nanos)| day + hour * HOUR + minute * MINUTE + nanos)
 }
 
 /// `at` in RFC 3339 with one of a few offsets (the loader must read the instant).
@@ -498,15 +513,16 @@ struct Request {
     /// As written, duplicates and all; each inner list is one `group_by=` parameter.
     group_by: Vec<Vec<&'static str>>,
     bucket: Option<&'static str>,
+    tz: Option<&'static str>,
 }
 
 fn window() -> impl Strategy<Value = (i128, Option<i128>)> {
     // Edges at record instants and between them, so the window cuts retests.
     let edge = prop_oneof![
-        Just(BASE - HOUR),
+        Just(FIRST_DAY - HOUR),
         instant(),
         instant().prop_map(|at| at + 1),
-        Just(BASE + 3 * DAY),
+        Just(LAST_DAY + DAY),
     ];
     (edge.clone(), option::weighted(0.8, edge)).prop_map(|(a, b)| match b {
         Some(b) if a < b => (a, Some(b)),
@@ -539,19 +555,23 @@ fn request(endpoint: Endpoint, stations: &[&'static str]) -> impl Strategy<Value
         prop_oneof![3 => Just(vec![]), 1 => vec(select(NAMES), 1..=2)],
         group_by(pool),
         option::weighted(0.6, select(BUCKETS)),
+        option::weighted(0.5, select(ZONES)),
     )
         .prop_map(
-            move |(token, stations, (from, to), types, serial, names, group_by, bucket)| Request {
-                endpoint,
-                token,
-                stations,
-                from,
-                to,
-                types,
-                serial,
-                names,
-                group_by,
-                bucket,
+            move |(token, stations, (from, to), types, serial, names, group_by, bucket, tz)| {
+                Request {
+                    endpoint,
+                    token,
+                    stations,
+                    from,
+                    to,
+                    types,
+                    serial,
+                    names,
+                    group_by,
+                    bucket,
+                    tz,
+                }
             },
         )
 }
@@ -579,6 +599,9 @@ impl Request {
         }
         if let Some(bucket) = self.bucket {
             params.push(format!("bucket={bucket}"));
+        }
+        if let Some(tz) = self.tz {
+            params.push(format!("tz={}", encode(tz)));
         }
         let path = match self.endpoint {
             Endpoint::Units => {
@@ -624,6 +647,10 @@ impl Request {
             stations.push(stations[0]);
         }
         other.to = Some(self.to.unwrap_or(self.from + DAY));
+        // `tz` without `bucket` changes nothing, and UTC is the default.
+        if self.bucket.is_none() || self.tz == Some("UTC") {
+            other.tz = None;
+        }
         other
     }
 
@@ -650,6 +677,7 @@ impl Request {
             },
             group_by: model::group_by_list(&written),
             bucket: self.bucket.map(model::bucket_nanos),
+            tz: self.tz.map(str::to_owned),
         }
     }
 }

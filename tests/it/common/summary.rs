@@ -6,12 +6,16 @@
 //!
 //! It reuses `common::reference` for what sections 3-6 decide (window, stations,
 //! scope, `type`, `serial_number`, `names`, the contract's order) and adds only
-//! what section 10 says: groups, epoch-aligned buckets, units by their first
-//! attempt, pass results ignoring ASCII case, the statistics and the last record's
-//! limits.
+//! what section 10 says: groups, buckets (epoch-aligned in UTC, or cut at a
+//! zone's wall clock with `tz`), units by their first attempt, pass results
+//! ignoring ASCII case, the statistics and the last record's limits.
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::str::FromStr as _;
+
+use chrono::{DateTime, LocalResult, NaiveDateTime, Offset as _, TimeZone as _};
+use chrono_tz::Tz;
 
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{json, Map, Value};
@@ -35,6 +39,8 @@ pub struct SummaryQuery {
     pub names: Vec<String>,
     pub group_by: Vec<String>,
     pub bucket: Option<i128>,
+    /// `tz` as given; `None`: the default, UTC.
+    pub tz: Option<String>,
 }
 
 impl SummaryQuery {
@@ -49,6 +55,15 @@ impl SummaryQuery {
             names: vec![],
             group_by: vec!["station_id".to_owned()],
             bucket: None,
+            tz: None,
+        }
+    }
+
+    /// The zone of the buckets, unless it is UTC (written `Z`).
+    fn zone(&self) -> Option<Tz> {
+        match self.tz.as_deref() {
+            None | Some("UTC") => None,
+            Some(name) => Some(Tz::from_str(name).expect("a zone the test names")),
         }
     }
 
@@ -69,9 +84,74 @@ impl SummaryQuery {
         reference(records, &query)
     }
 
-    /// The start of the epoch-aligned bucket of an instant, if there are buckets.
+    /// The start of the bucket of an instant, if there are buckets: epoch-aligned
+    /// in UTC; in a zone, the latest boundary at or before it, boundary `k` being
+    /// the first instant whose wall-clock time is at or after `k` buckets past
+    /// 1970-01-01T00:00:00 there (CONTRACT 10: a skipped time maps to the first
+    /// instant after the gap, a repeated one to its earlier occurrence).
     fn bucket_of(&self, at: i128) -> Option<i128> {
-        self.bucket.map(|size| at.div_euclid(size) * size)
+        let size = self.bucket?;
+        let Some(tz) = self.zone() else {
+            return Some(at.div_euclid(size) * size);
+        };
+        let size = i64::try_from(size / SECOND).expect("whole seconds");
+        let seconds = i64::try_from(at.div_euclid(SECOND)).expect("near 2024");
+        // From well past any wall-clock time repeated at `at`, down to the bucket.
+        let mut index = wall_clock(tz, seconds).div_euclid(size) + 3 * 3600 / size + 1;
+        while first_instant_at_or_after(tz, index * size) > seconds {
+            index -= 1;
+        }
+        Some(i128::from(first_instant_at_or_after(tz, index * size)) * SECOND)
+    }
+
+    /// `bucket_start` as the contract writes it.
+    fn bucket_start(&self, start: i128) -> String {
+        let seconds = i64::try_from(start.div_euclid(SECOND)).expect("near 2024");
+        let Some(tz) = self.zone() else {
+            return rfc3339_from_seconds(seconds);
+        };
+        let offset = wall_clock(tz, seconds) - seconds;
+        let local = rfc3339_from_seconds(seconds + offset);
+        let sign = if offset < 0 { '-' } else { '+' };
+        format!(
+            "{}{sign}{:02}:{:02}",
+            &local[..local.len() - 1],
+            offset.abs() / 3600,
+            offset.abs() % 3600 / 60
+        )
+    }
+}
+
+/// The wall-clock time in `tz` at an instant, both in seconds since (their)
+/// 1970-01-01T00:00:00.
+fn wall_clock(tz: Tz, seconds: i64) -> i64 {
+    let utc = DateTime::from_timestamp(seconds, 0).expect("near 2024");
+    seconds
+        + i64::from(
+            tz.offset_from_utc_datetime(&utc.naive_utc())
+                .fix()
+                .local_minus_utc(),
+        )
+}
+
+/// The first instant whose wall-clock time in `tz` is `wall` or later: the time
+/// itself, its earlier occurrence, or, in a gap, the instant of the first minute
+/// after it (the zones the tests use change on whole minutes).
+fn first_instant_at_or_after(tz: Tz, wall: i64) -> i64 {
+    let local = |wall: i64| -> NaiveDateTime {
+        DateTime::from_timestamp(wall, 0)
+            .expect("near 2024")
+            .naive_utc()
+    };
+    let mut minute = wall;
+    loop {
+        match tz.from_local_datetime(&local(minute)) {
+            LocalResult::Single(time) => return time.timestamp(),
+            LocalResult::Ambiguous(earlier, later) => {
+                return earlier.timestamp().min(later.timestamp())
+            }
+            LocalResult::None => minute += 60,
+        }
     }
 }
 
@@ -113,10 +193,6 @@ fn text(record: &Value, field: &str) -> String {
 
 fn at(record: &Value) -> i128 {
     super::instant(record["time_created"].as_str().expect("time_created"))
-}
-
-fn bucket_start(start: i128) -> String {
-    rfc3339_from_seconds(i64::try_from(start.div_euclid(SECOND)).expect("near 2024"))
 }
 
 /// Whether a `result` counts as a pass: equal to an item of `--pass-results`,
@@ -185,7 +261,10 @@ pub fn units_summary(
                 .map(|(field, value)| (field.clone(), Value::String(value)))
                 .collect();
             if let Some(start) = bucket {
-                row.push(("bucket_start".into(), Value::String(bucket_start(start))));
+                row.push((
+                    "bucket_start".into(),
+                    Value::String(query.bucket_start(start)),
+                ));
             }
             let results: Map<String, Value> = acc
                 .results
@@ -306,7 +385,10 @@ pub fn metrics_summary(records: &[Record], query: &SummaryQuery) -> Vec<Row> {
                 .collect();
             row.push(("name".into(), Value::String(name)));
             if let Some(start) = bucket {
-                row.push(("bucket_start".into(), Value::String(bucket_start(start))));
+                row.push((
+                    "bucket_start".into(),
+                    Value::String(query.bucket_start(start)),
+                ));
             }
             let (min, max, mean, stddev) = if acc.values.is_empty() {
                 (Value::Null, Value::Null, Value::Null, None)

@@ -30,6 +30,7 @@ use crate::data::symbols::{Symbol, Symbols};
 use crate::domain::query::{Bucket, GroupField};
 use crate::domain::record::{numeric, Direction};
 use crate::domain::time::{Timestamp, Window};
+use crate::domain::zone::Zone;
 
 /// What one shard is asked to summarise.
 #[derive(Clone, Debug)]
@@ -61,11 +62,13 @@ pub enum Question {
     Stations,
 }
 
-/// How rows are grouped: by these fields, in this order, and into these buckets.
+/// How rows are grouped: by these fields, in this order, and into these buckets,
+/// cut at the wall clock of `zone`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Grouping {
     pub fields: Vec<GroupField>,
     pub bucket: Option<Bucket>,
+    pub zone: Zone,
 }
 
 /// The values of a row's group fields, in `group_by` order: a station's rank, or
@@ -73,7 +76,7 @@ pub struct Grouping {
 type GroupValues = [u32; 4];
 
 /// A row's identity: its group, its metric name (metrics only) and its bucket's
-/// start (0 without buckets).
+/// first instant in seconds since the epoch (0 without buckets).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct RowKey {
     group: GroupValues,
@@ -99,6 +102,7 @@ pub struct UnitPartial {
     recent: Option<(RowKey, usize)>,
     /// Units with a serial number, by group and serial: where they were tried.
     units: HashMap<(GroupValues, Symbol), Attempts>,
+    buckets: Buckets,
 }
 
 #[derive(Debug, Default)]
@@ -125,6 +129,7 @@ struct Attempts {
 #[derive(Debug, Default)]
 pub struct MetricPartial {
     rows: HashMap<RowKey, MetricStatistics>,
+    buckets: Buckets,
 }
 
 /// Running statistics of one row's records.
@@ -302,8 +307,33 @@ fn group_values(
     values
 }
 
-fn bucket_of(grouping: &Grouping, instant: Timestamp) -> i64 {
-    grouping.bucket.map_or(0, |bucket| bucket.start_of(instant))
+/// The bucket of the last record placed, remembered: records come a station at a
+/// time in time order, so most are in the bucket of the one before, and placing a
+/// record in a zone's wall-clock buckets costs a few look-ups of its rules.
+#[derive(Debug, Default)]
+struct Buckets {
+    last: Option<Range<i64>>,
+}
+
+impl Buckets {
+    /// The first instant (in seconds) of the bucket `instant` is in; 0 without buckets.
+    fn start_of(&mut self, grouping: &Grouping, instant: Timestamp) -> i64 {
+        let Some(bucket) = grouping.bucket else {
+            return 0;
+        };
+        if grouping.zone == Zone::Utc {
+            return bucket.start_of(instant);
+        }
+        match &self.last {
+            Some(span) if span.contains(&instant.seconds) => span.start,
+            _ => {
+                let span = grouping.zone.bucket_span(bucket, instant);
+                let start = span.start;
+                self.last = Some(span);
+                start
+            }
+        }
+    }
 }
 
 /// Whether a `result` symbol passes, remembered per symbol: a scan meets few
@@ -355,7 +385,7 @@ impl UnitPartial {
         let row_key = RowKey {
             group,
             name: Symbol(0),
-            bucket: bucket_of(grouping, key.instant),
+            bucket: self.buckets.start_of(grouping, key.instant),
         };
         let row_index = self.row(row_key);
         let row = &mut self.rows[row_index].1;
@@ -472,7 +502,7 @@ impl MetricPartial {
         let row_key = RowKey {
             group,
             name: entry.name,
-            bucket: bucket_of(grouping, key.instant),
+            bucket: self.buckets.start_of(grouping, key.instant),
         };
         let here = position(station, key);
         let row = self
@@ -701,11 +731,7 @@ fn write_group<S: SerializeMap>(
             .expect(WRITING);
     }
     if grouping.bucket.is_some() {
-        let start = Timestamp {
-            seconds: key.bucket,
-            nanos: 0,
-        };
-        map.serialize_entry("bucket_start", &start.to_rfc3339_seconds())
+        map.serialize_entry("bucket_start", &grouping.zone.bucket_start_text(key.bucket))
             .expect(WRITING);
     }
 }
@@ -901,6 +927,7 @@ mod tests {
             grouping: Grouping {
                 fields: fields.to_vec(),
                 bucket: bucket.map(|text| Bucket::parse(text).unwrap()),
+                zone: Zone::Utc,
             },
             pass_results: vec!["pass".into(), "OK".into()],
         }
@@ -995,6 +1022,7 @@ mod tests {
             grouping: Grouping {
                 fields: Vec::new(),
                 bucket: None,
+                zone: Zone::Utc,
             },
         };
         let values = [1.0, 12.0, 5.0, -1.0_f64];
