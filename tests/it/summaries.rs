@@ -553,6 +553,16 @@ fn keys(row: &Ordered) -> Vec<&str> {
     row.keys()
 }
 
+/// A `/units/summary` row's cycle-time fields when none of its outputs has an input.
+fn no_cycles(mut row: Value) -> Value {
+    let fields = row.as_object_mut().unwrap();
+    fields.insert("cycle_count".into(), json!(0));
+    for name in ["cycle_mean_s", "cycle_p50_s", "cycle_p90_s", "cycle_max_s"] {
+        fields.insert(name.into(), Value::Null);
+    }
+    row
+}
+
 // ---------------------------------------------------------------------------
 // 10.1 /units/summary
 // ---------------------------------------------------------------------------
@@ -565,14 +575,20 @@ fn units_belong_to_the_bucket_of_their_first_attempt_and_final_pass_uses_the_las
     assert_eq!(
         got,
         vec![
-            json!({"unit_type": "Retest", "bucket_start": "2024-05-01T10:00:00Z",
+            no_cycles(
+                json!({"unit_type": "Retest", "bucket_start": "2024-05-01T10:00:00Z",
                    "records": 4, "results": {"PASS": 1, "fail": 2, "pass": 1},
-                   "units": 2, "first_pass": 1, "final_pass": 2,
-                   "first_pass_yield": 0.5, "final_yield": 1.0}),
-            json!({"unit_type": "Retest", "bucket_start": "2024-05-01T11:00:00Z",
+                   "units": 2, "first_pass": 1, "second_pass": 2, "final_pass": 2,
+                   "retested": 1, "first_pass_yield": 0.5, "second_pass_yield": 1.0,
+                   "final_yield": 1.0, "retest_rate": 0.5})
+            ),
+            no_cycles(
+                json!({"unit_type": "Retest", "bucket_start": "2024-05-01T11:00:00Z",
                    "records": 2, "results": {"ok": 1, "pass": 1},
-                   "units": 1, "first_pass": 0, "final_pass": 0,
-                   "first_pass_yield": 0.0, "final_yield": 0.0}),
+                   "units": 1, "first_pass": 0, "second_pass": 0, "final_pass": 0,
+                   "retested": 0, "first_pass_yield": 0.0, "second_pass_yield": 0.0,
+                   "final_yield": 0.0, "retest_rate": 0.0})
+            ),
         ]
     );
 }
@@ -591,9 +607,18 @@ fn without_bucket_one_row_per_group_without_bucket_start() {
             "results",
             "units",
             "first_pass",
+            "second_pass",
             "final_pass",
+            "retested",
             "first_pass_yield",
-            "final_yield"
+            "second_pass_yield",
+            "final_yield",
+            "retest_rate",
+            "cycle_count",
+            "cycle_mean_s",
+            "cycle_p50_s",
+            "cycle_p90_s",
+            "cycle_max_s"
         ]
     );
     let row = got[0].value();
@@ -620,13 +645,16 @@ fn a_units_attempts_are_those_of_its_group() {
     assert_eq!(
         got,
         vec![
-            json!({"station_id": "ST-01", "records": 4,
+            no_cycles(json!({"station_id": "ST-01", "records": 4,
                    "results": {"PASS": 1, "fail": 2, "pass": 1},
-                   "units": 2, "first_pass": 1, "final_pass": 1,
-                   "first_pass_yield": 0.5, "final_yield": 0.5}),
-            json!({"station_id": "ST-02", "records": 2, "results": {"ok": 1, "pass": 1},
-                   "units": 2, "first_pass": 1, "final_pass": 1,
-                   "first_pass_yield": 0.5, "final_yield": 0.5}),
+                   "units": 2, "first_pass": 1, "second_pass": 1, "final_pass": 1,
+                   "retested": 0, "first_pass_yield": 0.5, "second_pass_yield": 0.5,
+                   "final_yield": 0.5, "retest_rate": 0.0})),
+            no_cycles(json!({"station_id": "ST-02", "records": 2,
+                   "results": {"ok": 1, "pass": 1},
+                   "units": 2, "first_pass": 1, "second_pass": 1, "final_pass": 1,
+                   "retested": 0, "first_pass_yield": 0.5, "second_pass_yield": 0.5,
+                   "final_yield": 0.5, "retest_rate": 0.0})),
         ]
     );
 }
@@ -687,11 +715,12 @@ fn empty_serials_count_in_records_and_results_only_and_yields_are_null_without_u
     let got = values(&format!("/units/summary?{W}&station_ids=ST-04"));
     assert_eq!(
         got,
-        vec![
+        vec![no_cycles(
             json!({"station_id": "ST-04", "records": 2, "results": {"Fail": 1, "pass": 1},
-                    "units": 0, "first_pass": 0, "final_pass": 0,
-                    "first_pass_yield": null, "final_yield": null})
-        ]
+                    "units": 0, "first_pass": 0, "second_pass": 0, "final_pass": 0,
+                    "retested": 0, "first_pass_yield": null, "second_pass_yield": null,
+                    "final_yield": null, "retest_rate": null})
+        )]
     );
 }
 
@@ -2374,6 +2403,109 @@ fn issue_23_buckets_in_a_zone_match_the_reference_model() {
                 model::compare_rows(&rows_as(&shared.server, &path, OPS), &want)
                     .unwrap_or_else(|difference| panic!("{path}: {difference}"));
             }
+        }
+    }
+}
+
+const CYCLE: &str =
+    "from=2024-05-01T00:00:00Z&to=2024-05-02T00:00:00Z&type=Cycle&group_by=unit_type";
+
+#[test]
+fn issue_23_retests_and_second_passes() {
+    let got = rows_as(&shared_23().server, &format!("/units/summary?{CYCLE}"), OPS);
+    assert_eq!(got.len(), 1);
+    let row = got[0].value();
+    // SN-1, -2, -4, -5, -6, -8 pass at once; SN-3 fails, passes, fails; SN-7 fails
+    // twice, then passes. The empty serial's output is a record but no unit.
+    assert_eq!(row["records"], 13, "{row}");
+    assert_eq!(row["results"], json!({"FAIL": 1, "fail": 3, "pass": 9}));
+    assert_eq!(
+        [
+            &row["units"],
+            &row["first_pass"],
+            &row["second_pass"],
+            &row["final_pass"],
+            &row["retested"]
+        ],
+        [&json!(8), &json!(6), &json!(7), &json!(7), &json!(2)],
+        "{row}"
+    );
+    assert!(close(&row["second_pass_yield"], 7.0 / 8.0), "{row}");
+    assert!(close(&row["retest_rate"], 2.0 / 8.0), "{row}");
+    // From 10:16 to 10:51: SN-3 passes, then fails (a retest, passed by its second
+    // attempt); SN-4, -5, -6 pass; SN-7 fails once.
+    let later = values_23(
+        "/units/summary?from=2024-05-01T10:16:00Z&to=2024-05-01T10:51:00Z&type=Cycle&group_by=unit_type",
+    );
+    assert_eq!(
+        (
+            &later[0]["units"],
+            &later[0]["first_pass"],
+            &later[0]["second_pass"]
+        ),
+        (&json!(5), &json!(4), &json!(4)),
+        "{:?}",
+        later[0]
+    );
+    assert_eq!(later[0]["retested"], 1, "{:?}", later[0]);
+}
+
+#[test]
+fn issue_23_cycle_times_pair_each_output_with_its_latest_input() {
+    let got = values_23(&format!("/units/summary?{CYCLE}"));
+    let row = &got[0];
+    // SN-1 90 s; SN-3 180 s (the later of two inputs) and 240 s (an input after the
+    // earlier output), its third attempt none; SN-6 0 s (input first, same instant);
+    // SN-8 90 s. None for SN-2 (only an empty serial's input before it), SN-4 (no
+    // input), SN-5 (its input on another slot), SN-7, or the empty serial.
+    assert_eq!(row["cycle_count"], 5, "{row}");
+    assert!(close(&row["cycle_mean_s"], 120.0), "{row}");
+    // 0, 90, 90, 180, 240: ranks ceil(2.5) = 3 and ceil(4.5) = 5.
+    assert!(close(&row["cycle_p50_s"], 90.0), "{row}");
+    assert!(close(&row["cycle_p90_s"], 240.0), "{row}");
+    assert!(close(&row["cycle_max_s"], 240.0), "{row}");
+    // The output's bucket holds its cycle time: SN-8's input is at 10:59, its
+    // output at 11:00:30.
+    let hours = values_23(&format!("/units/summary?{CYCLE}&bucket=1h"));
+    let counts: Vec<(&Value, &Value)> = hours
+        .iter()
+        .map(|row| (&row["bucket_start"], &row["cycle_count"]))
+        .collect();
+    assert_eq!(
+        counts,
+        [
+            (&json!("2024-05-01T10:00:00Z"), &json!(4)),
+            (&json!("2024-05-01T11:00:00Z"), &json!(1)),
+        ]
+    );
+    assert!(close(&hours[1]["cycle_mean_s"], 90.0), "{:?}", hours[1]);
+    // A window that starts after SN-1's input leaves its output without one.
+    let cut =
+        values_23("/units/summary?from=2024-05-01T10:00:01Z&to=2024-05-01T10:02:00Z&type=Cycle");
+    assert_eq!(cut[0]["records"], 1);
+    assert_eq!(cut[0]["cycle_count"], 0);
+    assert_eq!(cut[0]["cycle_mean_s"], Value::Null);
+    // `serial_number` keeps the pairs of that serial.
+    let sn3 = values_23(&format!("/units/summary?{CYCLE}&serial_number=SN-3"));
+    assert_eq!(sn3[0]["cycle_count"], 2);
+    assert!(close(&sn3[0]["cycle_p50_s"], 180.0), "{:?}", sn3[0]);
+}
+
+#[test]
+fn issue_23_units_rows_match_the_reference_model() {
+    let shared = shared_23();
+    for group_by in ["unit_type", "station_id,slot", "slot", "mode,unit_type"] {
+        for bucket in [None, Some("15m"), Some("1h")] {
+            let mut path = format!("/units/summary?{W}&group_by={group_by}");
+            let mut query = window();
+            query.group_by = model::group_by_list(&group_by.split(',').collect::<Vec<_>>());
+            if let Some(bucket) = bucket {
+                path.push_str(&format!("&bucket={bucket}"));
+                query.bucket = Some(model::bucket_nanos(bucket));
+            }
+            let want = model::units_summary(&shared.fixture.records, &query, &["pass".into()]);
+            model::compare_rows(&rows_as(&shared.server, &path, OPS), &want)
+                .unwrap_or_else(|difference| panic!("{path}: {difference}"));
         }
     }
 }

@@ -9,12 +9,15 @@
 //!
 //! 1. `units_summary_answers_what_the_reference_computes`: `GET /units/summary`
 //!    with any `group_by` list (order, duplicates, empty, the default), with or
-//!    without an epoch-aligned `bucket`, with `station_ids`, `type` and
-//!    `serial_number`, answers exactly the reference's rows: counts, `results` (keys
-//!    in byte order), units by their first attempt, first and final passes (the
-//!    last attempt in the window, maybe in a later bucket), yields (`null` for no
-//!    units), row order and each row's key order; more rows than `max_records` is
-//!    400 `result_too_large`; a station outside a limited token is 403.
+//!    without a `bucket` (epoch-aligned, or in a random `tz`: issue 23), with
+//!    `station_ids`, `type` and `serial_number`, answers exactly the reference's
+//!    rows: counts, `results` (keys in byte order), units by their first attempt,
+//!    first, second and final passes (the last attempt in the window, maybe in a
+//!    later bucket), retests, yields and rates (`null` for no units), cycle times
+//!    (each output paired with the latest input of its station, slot and serial
+//!    since the previous output; count, mean, nearest-rank p50 and p90, max), row
+//!    order and each row's key order; more rows than `max_records` is 400
+//!    `result_too_large`; a station outside a limited token is 403.
 //! 2. `metrics_summary_answers_what_the_reference_computes`: the same for
 //!    `GET /metrics/summary` with `names`: counts, which values are numeric (JSON
 //!    numbers and strings, `+3.5`, `01`, `1e400`, `""`), min, max, mean, sample
@@ -31,10 +34,13 @@
 //!
 //! The snapshots aim at the corners: retests (several output attempts of one
 //! serial on different stations and slots), empty and absent serials, input
-//! records, results in mixed case, ties at one instant across stations and files
+//! records (a fifth of the unit records, which pair with outputs), results in
+//! mixed case, ties at one instant across stations and files
 //! (ordered by station id, then load order, which decides first and last attempts
 //! and the last record's limits), instants written with offsets, and buckets that
-//! are not week- or month-aligned (`7d`, `31d` start on the epoch's grid).
+//! are not week- or month-aligned (`7d`, `31d` start on the epoch's grid); days
+//! on which Berlin's clocks go forward and back, with zones with and without
+//! daylight saving time and a half-hour offset.
 //! Failing seeds are kept in `proptest-regressions/summary_properties.txt`; the
 //! case counts keep the module at a few seconds; `PROPTEST_CASES=3000` soaks it.
 

@@ -70,6 +70,11 @@ impl SummaryQuery {
     /// The records of `kind` that sections 3-6 select, in the contract's order
     /// (unit records of direction `output` only).
     fn selected(&self, records: &[Record], kind: Kind) -> Vec<Value> {
+        self.selected_in(records, kind, &["output"])
+    }
+
+    /// The same, unit records of `directions`.
+    fn selected_in(&self, records: &[Record], kind: Kind, directions: &[&str]) -> Vec<Value> {
         let query = Query {
             kind,
             from: self.from,
@@ -78,7 +83,7 @@ impl SummaryQuery {
             scope: self.scope.clone(),
             types: self.types.clone(),
             serial: self.serial.clone(),
-            directions: vec!["output".to_owned()],
+            directions: directions.iter().map(|d| d.to_string()).collect(),
             names: self.names.clone(),
         };
         reference(records, &query)
@@ -203,6 +208,66 @@ pub fn passes(result: &str, pass_results: &[String]) -> bool {
         .any(|pass| pass.trim().eq_ignore_ascii_case(result))
 }
 
+/// The cycle time of each output record, in seconds, in the contract's order of
+/// the outputs (CONTRACT 10.1): the latest input record the query selects with the
+/// same `station_id`, `slot` and non-empty `unit_serial` that comes before the
+/// output, in the contract's order, and after any earlier output of those three.
+fn cycle_times(both: &[Value]) -> Vec<Option<f64>> {
+    let key = |record: &Value| {
+        (
+            text(record, "station_id"),
+            text(record, "slot"),
+            text(record, "unit_serial"),
+        )
+    };
+    let is_output = |record: &Value| text(record, "direction") == "output";
+    let mut times = Vec::new();
+    for (index, output) in both.iter().enumerate() {
+        if !is_output(output) {
+            continue;
+        }
+        let mine = key(output);
+        if mine.2.is_empty() {
+            times.push(None);
+            continue;
+        }
+        let earlier_output = (0..index)
+            .rev()
+            .find(|&before| is_output(&both[before]) && key(&both[before]) == mine);
+        let input = (earlier_output.map_or(0, |after| after + 1)..index)
+            .rev()
+            .find(|&before| !is_output(&both[before]) && key(&both[before]) == mine);
+        times.push(input.map(|input| (at(output) - at(&both[input])) as f64 / 1e9));
+    }
+    times
+}
+
+/// `cycle_count`, `cycle_mean_s`, `cycle_p50_s`, `cycle_p90_s`, `cycle_max_s`.
+fn cycle_figures(mut times: Vec<f64>) -> [(String, Value); 5] {
+    let count = times.len();
+    times.sort_by(f64::total_cmp);
+    let figure = |value: f64| {
+        if count == 0 {
+            Value::Null
+        } else {
+            json!(value)
+        }
+    };
+    // Nearest rank: the value at rank ceil(p/100 x n), counted from 1.
+    let rank = |percent: usize| (percent * count).div_ceil(100).max(1);
+    let at_rank = |rank: usize| times.get(rank - 1).copied().unwrap_or(0.0);
+    [
+        ("cycle_count".into(), json!(count)),
+        (
+            "cycle_mean_s".into(),
+            figure(times.iter().sum::<f64>() / count.max(1) as f64),
+        ),
+        ("cycle_p50_s".into(), figure(at_rank(rank(50)))),
+        ("cycle_p90_s".into(), figure(at_rank(rank(90)))),
+        ("cycle_max_s".into(), figure(at_rank(count.max(1)))),
+    ]
+}
+
 fn ratio(part: u64, whole: u64) -> Value {
     if whole == 0 {
         Value::Null
@@ -223,20 +288,29 @@ pub fn units_summary(
         results: BTreeMap<String, u64>,
         units: u64,
         first_pass: u64,
+        second_pass: u64,
         final_pass: u64,
+        retested: u64,
+        cycles: Vec<f64>,
     }
-    let selected = query.selected(records, Kind::Units);
+    let both = query.selected_in(records, Kind::Units, &["input", "output"]);
+    let cycles = cycle_times(&both);
+    let selected: Vec<Value> = both
+        .into_iter()
+        .filter(|record| text(record, "direction") == "output")
+        .collect();
     // (group values, bucket start) -> the row's counts; a BTreeMap orders rows by
     // the group fields in byte order (Rust's `String` order), then the bucket.
     let mut rows: BTreeMap<(Vec<String>, Option<i128>), Acc> = BTreeMap::new();
     // (group values, serial) -> the unit's attempts, in the contract's order.
     let mut attempts: BTreeMap<(Vec<String>, String), Vec<&Value>> = BTreeMap::new();
-    for record in &selected {
+    for (record, cycle) in selected.iter().zip(cycles) {
         let group: Vec<String> = query.group_by.iter().map(|f| text(record, f)).collect();
         let bucket = query.bucket_of(at(record));
         let acc = rows.entry((group.clone(), bucket)).or_default();
         acc.records += 1;
         *acc.results.entry(text(record, "result")).or_default() += 1;
+        acc.cycles.extend(cycle);
         let serial = text(record, "unit_serial");
         if !serial.is_empty() {
             attempts.entry((group, serial)).or_default().push(record);
@@ -248,9 +322,12 @@ pub fn units_summary(
         let acc = rows
             .get_mut(&(group.clone(), query.bucket_of(at(first))))
             .expect("the first attempt's row exists");
+        let passed = |attempt: &Value| passes(&text(attempt, "result"), pass_results);
         acc.units += 1;
-        acc.first_pass += u64::from(passes(&text(first, "result"), pass_results));
-        acc.final_pass += u64::from(passes(&text(last, "result"), pass_results));
+        acc.first_pass += u64::from(passed(first));
+        acc.second_pass += u64::from(tries.iter().take(2).any(|&attempt| passed(attempt)));
+        acc.final_pass += u64::from(passed(last));
+        acc.retested += u64::from(tries.len() > 1);
     }
     rows.into_iter()
         .map(|((group, bucket), acc)| {
@@ -276,10 +353,18 @@ pub fn units_summary(
                 ("results".into(), Value::Object(results)),
                 ("units".into(), json!(acc.units)),
                 ("first_pass".into(), json!(acc.first_pass)),
+                ("second_pass".into(), json!(acc.second_pass)),
                 ("final_pass".into(), json!(acc.final_pass)),
+                ("retested".into(), json!(acc.retested)),
                 ("first_pass_yield".into(), ratio(acc.first_pass, acc.units)),
+                (
+                    "second_pass_yield".into(),
+                    ratio(acc.second_pass, acc.units),
+                ),
                 ("final_yield".into(), ratio(acc.final_pass, acc.units)),
+                ("retest_rate".into(), ratio(acc.retested, acc.units)),
             ]);
+            row.extend(cycle_figures(acc.cycles));
             row
         })
         .collect()
@@ -579,7 +664,13 @@ pub fn rows_of(body: &str) -> Result<Vec<Ordered>, String> {
 /// Fields compared to 1e-6 relative (1e-9 absolute near zero).
 const STATISTICS: &[&str] = &[
     "first_pass_yield",
+    "second_pass_yield",
     "final_yield",
+    "retest_rate",
+    "cycle_mean_s",
+    "cycle_p50_s",
+    "cycle_p90_s",
+    "cycle_max_s",
     "min",
     "max",
     "mean",
