@@ -1115,6 +1115,8 @@ fn statistics_of_numeric_values_with_the_last_records_limits() {
             "limit_lower",
             "limit_upper",
             "out_of_limits",
+            "failing_units",
+            "cp",
             "cpk"
         ]
     );
@@ -1139,6 +1141,9 @@ fn statistics_of_numeric_values_with_the_last_records_limits() {
     assert_eq!(row["out_of_limits"], 2);
     let cpk = (4.0 - mean).min(mean - 0.0) / (3.0 * stddev);
     assert!(close(&row["cpk"], cpk), "{row} want cpk {cpk}");
+    assert!(close(&row["cp"], 4.0 / (6.0 * stddev)), "{row}");
+    // The fixture's metric records have no serials: no failing unit.
+    assert_eq!(row["failing_units"], 0);
     // The next hour: one value, its own last limits (an absent upper is "").
     let next = got[1].value();
     assert_eq!(next["bucket_start"], "2024-05-01T11:00:00Z");
@@ -1176,16 +1181,17 @@ fn cpk_is_null_when_stddev_is_zero() {
 }
 
 #[test]
-fn cpk_is_null_when_a_last_limit_is_not_numeric() {
+fn issue_23_cpk_is_one_sided_and_cp_null_when_one_last_limit_is_not_numeric() {
+    // Until revision 3 of the contract, cpk was null here.
     let got = values(&format!("/metrics/summary?{W}&names=nolimit"));
     let row = &got[0];
     assert_eq!(row["station_id"], "ST-02");
     assert_eq!(row["limit_upper"], "n/a");
-    assert!(
-        close(&row["stddev"], std::f64::consts::FRAC_1_SQRT_2),
-        "{row}"
-    );
-    assert_eq!(row["cpk"], Value::Null);
+    let stddev = std::f64::consts::FRAC_1_SQRT_2;
+    assert!(close(&row["stddev"], stddev), "{row}");
+    assert_eq!(row["cp"], Value::Null);
+    // Values 1 and 2 against the lower limit 0 alone: (mean - L) / 3s.
+    assert!(close(&row["cpk"], 1.5 / (3.0 * stddev)), "{row}");
 }
 
 #[test]
@@ -2504,6 +2510,71 @@ fn issue_23_units_rows_match_the_reference_model() {
                 query.bucket = Some(model::bucket_nanos(bucket));
             }
             let want = model::units_summary(&shared.fixture.records, &query, &["pass".into()]);
+            model::compare_rows(&rows_as(&shared.server, &path, OPS), &want)
+                .unwrap_or_else(|difference| panic!("{path}: {difference}"));
+        }
+    }
+}
+
+const METRICS_23: &str = "from=2024-05-01T00:00:00Z&to=2024-05-02T00:00:00Z&station_ids=CY";
+
+#[test]
+fn issue_23_failing_units_are_distinct_serials_of_out_of_limit_records() {
+    let got = values_23(&format!("/metrics/summary?{METRICS_23}&names=cur"));
+    let row = &got[0];
+    // 11 (SN-1), 12 and -1 (SN-2), 20 (empty serial) and 30 (absent serial) are
+    // out of 0..10: five records, two units.
+    assert_eq!(row["out_of_limits"], 5, "{row}");
+    assert_eq!(row["failing_units"], 2, "{row}");
+    // Per minute, each row its own: SN-2 twice in two rows, the serial-less ones none.
+    let minutes = values_23(&format!(
+        "/metrics/summary?{METRICS_23}&names=cur&bucket=1m"
+    ));
+    let failing: Vec<u64> = minutes
+        .iter()
+        .map(|row| row["failing_units"].as_u64().unwrap())
+        .collect();
+    assert_eq!(failing, [0, 1, 1, 1, 0, 0, 0]);
+}
+
+#[test]
+fn issue_23_cp_and_cpk_with_both_limits_and_one_sided_cpk() {
+    let got = values_23(&format!(
+        "/metrics/summary?{METRICS_23}&names=both,upper_only,lower_only"
+    ));
+    let by_name = |name: &str| got.iter().find(|row| row["name"] == name).unwrap();
+    // Each: values 1, 2, 3 (mean 2, stddev 1).
+    let both = by_name("both");
+    assert!(close(&both["cp"], 1.0), "(6 - 0) / 6: {both}");
+    assert!(close(&both["cpk"], 2.0 / 3.0), "min(4, 2) / 3: {both}");
+    let upper = by_name("upper_only");
+    assert_eq!(upper["limit_lower"], "");
+    assert_eq!(upper["cp"], Value::Null, "{upper}");
+    assert!(close(&upper["cpk"], 1.0), "(5 - 2) / 3: {upper}");
+    let lower = by_name("lower_only");
+    assert_eq!(lower["cp"], Value::Null, "{lower}");
+    assert!(close(&lower["cpk"], 2.0 / 3.0), "(2 - 0) / 3: {lower}");
+    // cur's mean is above its upper limit: a negative cpk.
+    let cur = &values_23(&format!("/metrics/summary?{METRICS_23}&names=cur"))[0];
+    assert!(cur["cpk"].as_f64().unwrap() < 0.0, "{cur}");
+}
+
+#[test]
+fn issue_23_metric_rows_match_the_reference_model() {
+    let shared = shared_23();
+    for group_by in ["station_id", "slot,unit"] {
+        for extra in ["", "&bucket=1m", "&bucket=1h&tz=Asia/Kolkata"] {
+            let path = format!("/metrics/summary?{W}&group_by={group_by}{extra}");
+            let mut query = window();
+            query.group_by = model::group_by_list(&group_by.split(',').collect::<Vec<_>>());
+            if extra.contains("1m") {
+                query.bucket = Some(model::bucket_nanos("1m"));
+            }
+            if extra.contains("1h") {
+                query.bucket = Some(model::bucket_nanos("1h"));
+                query.tz = Some("Asia/Kolkata".to_owned());
+            }
+            let want = model::metrics_summary(&shared.fixture.records, &query);
             model::compare_rows(&rows_as(&shared.server, &path, OPS), &want)
                 .unwrap_or_else(|difference| panic!("{path}: {difference}"));
         }

@@ -22,8 +22,9 @@
 //!    `GET /metrics/summary` with `names`: counts, which values are numeric (JSON
 //!    numbers and strings, `+3.5`, `01`, `1e400`, `""`), min, max, mean, sample
 //!    standard deviation, the last record's limits, out-of-limits against each
-//!    record's own limits, and cpk (`null` unless both limits are numeric and the
-//!    deviation is positive), to 1e-6 relative.
+//!    record's own limits, failing units (distinct non-empty serials among them),
+//!    cp (`null` unless both limits are numeric and the deviation is positive) and
+//!    cpk (one-sided when only one limit is numeric), to 1e-6 relative.
 //! 3. `stations_answers_what_the_reference_computes`: `GET /stations` with and
 //!    without `station_ids`, for limited tokens too.
 //!

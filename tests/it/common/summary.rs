@@ -10,7 +10,7 @@
 //! zone's wall clock with `tz`), units by their first attempt, pass results
 //! ignoring ASCII case, the statistics and the last record's limits.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::str::FromStr as _;
 
@@ -435,6 +435,7 @@ pub fn metrics_summary(records: &[Record], query: &SummaryQuery) -> Vec<Row> {
         count: u64,
         values: Vec<f64>,
         out_of_limits: u64,
+        failing: BTreeSet<String>,
         limit_lower: String,
         limit_upper: String,
     }
@@ -454,6 +455,10 @@ pub fn metrics_summary(records: &[Record], query: &SummaryQuery) -> Vec<Row> {
             let below = numeric(&lower).is_some_and(|lower| value < lower);
             let above = numeric(&upper).is_some_and(|upper| value > upper);
             acc.out_of_limits += u64::from(below || above);
+            let serial = text(record, "unit_serial");
+            if (below || above) && !serial.is_empty() {
+                acc.failing.insert(serial);
+            }
         }
         // The records come in the contract's order: the last one wins.
         acc.limit_lower = lower;
@@ -488,11 +493,26 @@ pub fn metrics_summary(records: &[Record], query: &SummaryQuery) -> Vec<Row> {
                     stddev.map(|s| (mean, s)),
                 )
             };
-            let cpk = match (numeric(&acc.limit_lower), numeric(&acc.limit_upper), stddev) {
-                (Some(lower), Some(upper), Some((mean, stddev))) if stddev > 0.0 => {
-                    json!((upper - mean).min(mean - lower) / (3.0 * stddev))
+            // CONTRACT 10.2 (revision 3): cp with both limits; cpk with both, or
+            // one-sided with one.
+            let (lower, upper) = (numeric(&acc.limit_lower), numeric(&acc.limit_upper));
+            let (cp, cpk) = match stddev {
+                Some((mean, stddev)) if stddev > 0.0 => {
+                    let cp = match (lower, upper) {
+                        (Some(lower), Some(upper)) => json!((upper - lower) / (6.0 * stddev)),
+                        _ => Value::Null,
+                    };
+                    let cpk = match (lower, upper) {
+                        (Some(lower), Some(upper)) => {
+                            json!((upper - mean).min(mean - lower) / (3.0 * stddev))
+                        }
+                        (None, Some(upper)) => json!((upper - mean) / (3.0 * stddev)),
+                        (Some(lower), None) => json!((mean - lower) / (3.0 * stddev)),
+                        (None, None) => Value::Null,
+                    };
+                    (cp, cpk)
                 }
-                _ => Value::Null,
+                _ => (Value::Null, Value::Null),
             };
             row.extend([
                 ("count".into(), json!(acc.count)),
@@ -507,6 +527,8 @@ pub fn metrics_summary(records: &[Record], query: &SummaryQuery) -> Vec<Row> {
                 ("limit_lower".into(), Value::String(acc.limit_lower)),
                 ("limit_upper".into(), Value::String(acc.limit_upper)),
                 ("out_of_limits".into(), json!(acc.out_of_limits)),
+                ("failing_units".into(), json!(acc.failing.len())),
+                ("cp".into(), cp),
                 ("cpk".into(), cpk),
             ]);
             row
@@ -675,6 +697,7 @@ const STATISTICS: &[&str] = &[
     "max",
     "mean",
     "stddev",
+    "cp",
     "cpk",
 ];
 

@@ -23,7 +23,7 @@ use std::ops::Range;
 
 // Keys are small integers chosen by the data, not by a client: a fast hash that
 // is not DoS-resistant is right here, and SipHash was a third of a summary's time.
-use foldhash::HashMap;
+use foldhash::{HashMap, HashSet};
 
 use serde::ser::{SerializeMap, Serializer};
 use serde::Deserialize;
@@ -177,6 +177,9 @@ struct MetricStatistics {
     /// Sum of squared deviations from the mean (Welford, merged by Chan et al.).
     squares: f64,
     out_of_limits: u64,
+    /// The serials of the out-of-limit records (the empty one too, left out when
+    /// counted): a set, so that units failing on two shards count once.
+    failing: HashSet<Symbol>,
     /// The row's last record, whose limits the row shows.
     last: Position,
     limit_lower: String,
@@ -641,6 +644,7 @@ impl MetricPartial {
             // A NaN limit is not numeric, and NaN comparisons are false.
             if value < entry.limit_lower || value > entry.limit_upper {
                 row.out_of_limits += 1;
+                row.failing.insert(entry.unit_serial);
             }
         }
         // Within a station records come in order: the latest is the last seen.
@@ -691,6 +695,7 @@ impl MetricStatistics {
             mean: 0.0,
             squares: 0.0,
             out_of_limits: 0,
+            failing: HashSet::default(),
             last: first,
             limit_lower: String::new(),
             limit_upper: String::new(),
@@ -700,6 +705,7 @@ impl MetricStatistics {
     fn absorb(&mut self, other: MetricStatistics) {
         self.count += other.count;
         self.out_of_limits += other.out_of_limits;
+        self.failing.extend(other.failing);
         if other.numeric > 0 {
             let (left, right) = (self.numeric as f64, other.numeric as f64);
             let total = left + right;
@@ -936,22 +942,20 @@ impl MetricPartial {
     fn finish(self, grouping: &Grouping, catalog: &Catalog) -> Rows {
         let mut rows: Vec<(RowKey, MetricStatistics)> = self.rows.into_iter().collect();
         rows.sort_unstable_by(|(left, _), (right, _)| row_order(grouping, left, right, catalog));
+        let no_serial = catalog.symbols.lookup("");
         let mut rendered = Rows::default();
         for (key, statistics) in rows {
             let has_numbers = statistics.numeric > 0;
             let stddev = finite(statistics.stddev());
             let mean = finite(has_numbers.then_some(statistics.mean));
-            let cpk = match (
+            let failing_units = statistics.failing.len()
+                - no_serial.map_or(0, |empty| usize::from(statistics.failing.contains(&empty)));
+            let (cp, cpk) = capability(
                 numeric(&statistics.limit_lower),
                 numeric(&statistics.limit_upper),
                 mean,
                 stddev,
-            ) {
-                (Some(lower), Some(upper), Some(mean), Some(stddev)) if stddev > 0.0 => {
-                    finite(Some((upper - mean).min(mean - lower) / (3.0 * stddev)))
-                }
-                _ => None,
-            };
+            );
             rendered.push(|serializer| {
                 let mut map = serializer.serialize_map(None).expect(WRITING);
                 write_group(&mut map, grouping, &key, true, catalog);
@@ -971,12 +975,43 @@ impl MetricPartial {
                     .expect(WRITING);
                 map.serialize_entry("out_of_limits", &statistics.out_of_limits)
                     .expect(WRITING);
+                map.serialize_entry("failing_units", &failing_units)
+                    .expect(WRITING);
+                map.serialize_entry("cp", &cp).expect(WRITING);
                 map.serialize_entry("cpk", &cpk).expect(WRITING);
                 map.end().expect(WRITING);
             });
         }
         rendered
     }
+}
+
+/// `cp` and `cpk` from the last record's limits (those that are numeric), the mean
+/// and the overall sample standard deviation (so Pp and Ppk, in AIAG's words):
+/// `cp` = (U - L) / 6s with both limits; `cpk` = min(U - mean, mean - L) / 3s with
+/// both, the one side with one; `None` without a limit it needs or with s = 0.
+fn capability(
+    lower: Option<f64>,
+    upper: Option<f64>,
+    mean: Option<f64>,
+    stddev: Option<f64>,
+) -> (Option<f64>, Option<f64>) {
+    let (Some(mean), Some(stddev)) = (mean, stddev.filter(|stddev| *stddev > 0.0)) else {
+        return (None, None);
+    };
+    let cp = lower
+        .zip(upper)
+        .map(|(lower, upper)| (upper - lower) / (6.0 * stddev));
+    let cpk = match (lower, upper) {
+        (Some(lower), Some(upper)) => Some((upper - mean).min(mean - lower)),
+        (None, Some(upper)) => Some(upper - mean),
+        (Some(lower), None) => Some(mean - lower),
+        (None, None) => None,
+    };
+    (
+        finite(cp),
+        finite(cpk.map(|margin| margin / (3.0 * stddev))),
+    )
 }
 
 #[cfg(test)]
@@ -1342,8 +1377,89 @@ mod tests {
                 );
                 let cpk = (9.0 - mean).min(mean - 1.0) / (3.0 * stddev);
                 assert!((row["cpk"].as_f64().unwrap() - cpk).abs() < 1e-12, "{row}");
+                let cp = (9.0 - 1.0) / (6.0 * stddev);
+                assert!((row["cp"].as_f64().unwrap() - cp).abs() < 1e-12, "{row}");
+                // The one out-of-limit record has no serial.
+                assert_eq!(row["failing_units"], 0);
             }
         }
+    }
+
+    #[test]
+    fn issue_23_failing_units_are_distinct_serials_over_every_shard() {
+        let line = |station: &str, serial: Option<&str>, minute: u32, value: &str| {
+            let serial = serial.map_or(String::new(), |serial| {
+                format!(r#""unit_serial":"{serial}","#)
+            });
+            format!(
+                r#"{{"station_id":"{station}",{serial}"time_created":"2024-01-01T00:{minute:02}:00Z","name":"v","value":{value},"limit_lower":0,"limit_upper":10}}"#
+            ) + "\n"
+        };
+        let a = [
+            line("A", Some("SN1"), 0, "11"),
+            line("A", Some("SN2"), 1, "-1"),
+            line("A", Some("SN2"), 2, "12"),
+            line("A", Some(""), 3, "13"),
+            line("A", Some("SN4"), 4, "5"),
+        ]
+        .concat();
+        let b = [
+            line("B", Some("SN1"), 5, "20"),
+            line("B", Some("SN3"), 6, "10"),
+            line("B", None, 7, "-5"),
+        ]
+        .concat();
+        let question = |fields: &[GroupField]| Question::Metrics {
+            window: window(),
+            names: Matcher::Any,
+            grouping: Grouping {
+                fields: fields.to_vec(),
+                bucket: None,
+                zone: Zone::Utc,
+            },
+        };
+        for shards in [1, 2] {
+            let generation =
+                generation(&[("a.metrics.jsonl", &a), ("b.metrics.jsonl", &b)], shards);
+            for reverse in [false, true] {
+                let rows = summarize(&generation, &question(&[]), reverse);
+                // Six out of limits (10 is within); SN1 on both stations is one unit.
+                assert_eq!(rows[0]["out_of_limits"], 6, "{:?}", rows[0]);
+                assert_eq!(rows[0]["failing_units"], 2, "{:?}", rows[0]);
+            }
+            let rows = summarize(&generation, &question(&[GroupField::StationId]), false);
+            let failing: Vec<&Value> = rows.iter().map(|row| &row["failing_units"]).collect();
+            assert_eq!(failing, [&json!(2), &json!(1)]);
+        }
+    }
+
+    #[test]
+    fn issue_23_cp_needs_both_limits_and_cpk_takes_the_side_it_has() {
+        let close = |got: Option<f64>, want: f64| got.is_some_and(|got| (got - want).abs() < 1e-12);
+        let (mean, stddev) = (Some(2.0), Some(1.0));
+        let (cp, cpk) = capability(Some(0.0), Some(6.0), mean, stddev);
+        assert!(close(cp, 1.0) && close(cpk, 2.0 / 3.0), "{cp:?} {cpk:?}");
+        // One-sided: (U - mean) / 3s or (mean - L) / 3s; no cp.
+        let (cp, cpk) = capability(None, Some(5.0), mean, stddev);
+        assert!(cp.is_none() && close(cpk, 1.0), "{cp:?} {cpk:?}");
+        let (cp, cpk) = capability(Some(0.5), None, mean, stddev);
+        assert!(cp.is_none() && close(cpk, 0.5), "{cp:?} {cpk:?}");
+        // A mean outside a limit gives a negative cpk.
+        let (_, cpk) = capability(Some(3.0), None, mean, stddev);
+        assert!(close(cpk, -1.0 / 3.0), "{cpk:?}");
+        // Without limits, a deviation, or a positive one: neither.
+        assert_eq!(capability(None, None, mean, stddev), (None, None));
+        assert_eq!(capability(Some(0.0), Some(6.0), mean, None), (None, None));
+        assert_eq!(
+            capability(Some(0.0), Some(6.0), mean, Some(0.0)),
+            (None, None)
+        );
+        assert_eq!(capability(Some(0.0), Some(6.0), None, None), (None, None));
+        // Overflow is null, as every statistic's.
+        assert_eq!(
+            capability(Some(-f64::MAX), Some(f64::MAX), Some(0.0), Some(1e-300)),
+            (None, None)
+        );
     }
 
     #[test]
