@@ -361,7 +361,7 @@ impl Buckets {
         match &self.last {
             Some(span) if span.contains(&instant.seconds) => span.start,
             _ => {
-                let span = grouping.zone.bucket_span(bucket, instant);
+                let span = grouping.zone.bucket_span(bucket.seconds(), instant);
                 let start = span.start;
                 self.last = Some(span);
                 start

@@ -18,7 +18,6 @@ use std::str::FromStr as _;
 use chrono::{DateTime, LocalResult, NaiveDateTime, Offset as _, TimeZone as _};
 use chrono_tz::{GapInfo, Tz};
 
-use crate::domain::query::Bucket;
 use crate::domain::time::Timestamp;
 
 /// A summary's time zone.
@@ -48,13 +47,13 @@ impl Zone {
         }
     }
 
-    /// The bucket of `bucket`'s length that `instant` falls in: from its first
-    /// instant to the next bucket's, in whole seconds since the epoch.
-    pub fn bucket_span(self, bucket: Bucket, instant: Timestamp) -> Range<i64> {
-        let length = bucket.seconds();
+    /// The bucket `length` seconds long (whole minutes, a `bucket`'s) that `instant`
+    /// falls in: from its first instant to the next bucket's, in whole seconds since
+    /// the epoch.
+    pub fn bucket_span(self, length: i64, instant: Timestamp) -> Range<i64> {
         let tz = match self {
             Zone::Utc => {
-                let start = bucket.start_of(instant);
+                let start = instant.seconds.div_euclid(length) * length;
                 return start..start.saturating_add(length);
             }
             Zone::Named(tz) => tz,
@@ -147,7 +146,8 @@ fn first_after_gap(tz: Tz, local: &NaiveDateTime) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::time::parse_rfc3339;
+    use crate::domain::query::Bucket;
+    use crate::domain::time::{parse_rfc3339, DAY_SECONDS};
 
     fn zone(name: &str) -> Zone {
         Zone::parse(name).unwrap()
@@ -159,7 +159,7 @@ mod tests {
 
     /// The bucket of `instant`, as its start and end written in the zone.
     fn span(zone: Zone, bucket: &str, instant: &str) -> (String, String) {
-        let span = zone.bucket_span(Bucket::parse(bucket).unwrap(), at(instant));
+        let span = zone.bucket_span(Bucket::parse(bucket).unwrap().seconds(), at(instant));
         (
             zone.bucket_start_text(span.start),
             zone.bucket_start_text(span.end),
@@ -204,14 +204,14 @@ mod tests {
     fn issue_23_a_berlin_day_starts_at_local_midnight_and_lasts_23_or_25_hours() {
         let berlin = zone("Europe/Berlin");
         // Spring forward on 2026-03-29 at 02:00 CET: 23 hours.
-        let spring = berlin.bucket_span(Bucket::parse("1d").unwrap(), at("2026-03-29T12:00:00Z"));
+        let spring = berlin.bucket_span(DAY_SECONDS, at("2026-03-29T12:00:00Z"));
         assert_eq!(spring.end - spring.start, 23 * 3600);
         assert_eq!(
             span(berlin, "1d", "2026-03-29T12:00:00Z"),
             pair("2026-03-29T00:00:00+01:00", "2026-03-30T00:00:00+02:00")
         );
         // Fall back on 2026-10-25 at 03:00 CEST: 25 hours.
-        let fall = berlin.bucket_span(Bucket::parse("1d").unwrap(), at("2026-10-25T12:00:00Z"));
+        let fall = berlin.bucket_span(DAY_SECONDS, at("2026-10-25T12:00:00Z"));
         assert_eq!(fall.end - fall.start, 25 * 3600);
         assert_eq!(
             span(berlin, "1d", "2026-10-24T22:30:00Z"),
@@ -301,7 +301,7 @@ mod tests {
         ] {
             let zone = zone(name);
             for bucket in ["1m", "7m", "30m", "1h", "90m", "1d"] {
-                let bucket = Bucket::parse(bucket).unwrap();
+                let bucket = Bucket::parse(bucket).unwrap().seconds();
                 let mut instant = at(from);
                 let mut previous: Option<Range<i64>> = None;
                 for _ in 0..1000 {
@@ -311,7 +311,7 @@ mod tests {
                         "{name} {bucket:?} {instant:?}"
                     );
                     if let Some(previous) = previous.filter(|previous| *previous != span) {
-                        assert_eq!(previous.end, span.start, "{name} {bucket:?} {instant:?}");
+                        assert_eq!(previous.end, span.start, "{name} {bucket} {instant:?}");
                     }
                     previous = Some(span);
                     instant = instant.add_seconds(37);
