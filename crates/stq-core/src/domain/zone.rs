@@ -290,6 +290,21 @@ mod tests {
     }
 
     #[test]
+    fn the_ends_of_the_time_line_have_buckets_too() {
+        // Local mean time (+00:53:28) before 1893, written without its seconds; the
+        // last offset of the tables after 2099.
+        let berlin = zone("Europe/Berlin");
+        assert_eq!(
+            span(berlin, "1d", "0001-01-01T12:00:00Z"),
+            pair("0001-01-01T00:00:00+00:53", "0001-01-02T00:00:00+00:53")
+        );
+        assert_eq!(
+            span(berlin, "31d", "9999-12-31T23:59:59.999999999Z").0,
+            "9999-12-14T00:00:00+01:00"
+        );
+    }
+
+    #[test]
     fn every_instant_is_in_its_span_and_spans_tile_the_line() {
         // Around both of Berlin's changes in 2026 and Lord Howe's half-hour one, in
         // steps shorter than a minute that divide no bucket.
