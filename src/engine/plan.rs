@@ -173,6 +173,7 @@ pub(crate) fn plan_summary(
     let grouping = || Grouping {
         fields: params.group_by.clone(),
         bucket: params.bucket,
+        zone: params.zone,
     };
     let question = match endpoint {
         Endpoint::UnitsSummary => Question::Units {

@@ -906,11 +906,20 @@ fn the_documented_parameters_are_the_ones_the_server_accepts() {
                 "serial_number",
                 "group_by",
                 "bucket",
+                "tz",
             ],
         ),
         (
             "/metrics/summary",
-            vec!["station_ids", "from", "to", "names", "group_by", "bucket"],
+            vec![
+                "station_ids",
+                "from",
+                "to",
+                "names",
+                "group_by",
+                "bucket",
+                "tz",
+            ],
         ),
         ("/stations", vec!["station_ids"]),
     ];

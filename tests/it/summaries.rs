@@ -553,6 +553,16 @@ fn keys(row: &Ordered) -> Vec<&str> {
     row.keys()
 }
 
+/// A `/units/summary` row's cycle-time fields when none of its outputs has an input.
+fn no_cycles(mut row: Value) -> Value {
+    let fields = row.as_object_mut().unwrap();
+    fields.insert("cycle_count".into(), json!(0));
+    for name in ["cycle_mean_s", "cycle_p50_s", "cycle_p90_s", "cycle_max_s"] {
+        fields.insert(name.into(), Value::Null);
+    }
+    row
+}
+
 // ---------------------------------------------------------------------------
 // 10.1 /units/summary
 // ---------------------------------------------------------------------------
@@ -565,14 +575,20 @@ fn units_belong_to_the_bucket_of_their_first_attempt_and_final_pass_uses_the_las
     assert_eq!(
         got,
         vec![
-            json!({"unit_type": "Retest", "bucket_start": "2024-05-01T10:00:00Z",
+            no_cycles(
+                json!({"unit_type": "Retest", "bucket_start": "2024-05-01T10:00:00Z",
                    "records": 4, "results": {"PASS": 1, "fail": 2, "pass": 1},
-                   "units": 2, "first_pass": 1, "final_pass": 2,
-                   "first_pass_yield": 0.5, "final_yield": 1.0}),
-            json!({"unit_type": "Retest", "bucket_start": "2024-05-01T11:00:00Z",
+                   "units": 2, "first_pass": 1, "second_pass": 2, "final_pass": 2,
+                   "retested": 1, "first_pass_yield": 0.5, "second_pass_yield": 1.0,
+                   "final_yield": 1.0, "retest_rate": 0.5})
+            ),
+            no_cycles(
+                json!({"unit_type": "Retest", "bucket_start": "2024-05-01T11:00:00Z",
                    "records": 2, "results": {"ok": 1, "pass": 1},
-                   "units": 1, "first_pass": 0, "final_pass": 0,
-                   "first_pass_yield": 0.0, "final_yield": 0.0}),
+                   "units": 1, "first_pass": 0, "second_pass": 0, "final_pass": 0,
+                   "retested": 0, "first_pass_yield": 0.0, "second_pass_yield": 0.0,
+                   "final_yield": 0.0, "retest_rate": 0.0})
+            ),
         ]
     );
 }
@@ -591,9 +607,18 @@ fn without_bucket_one_row_per_group_without_bucket_start() {
             "results",
             "units",
             "first_pass",
+            "second_pass",
             "final_pass",
+            "retested",
             "first_pass_yield",
-            "final_yield"
+            "second_pass_yield",
+            "final_yield",
+            "retest_rate",
+            "cycle_count",
+            "cycle_mean_s",
+            "cycle_p50_s",
+            "cycle_p90_s",
+            "cycle_max_s"
         ]
     );
     let row = got[0].value();
@@ -620,13 +645,16 @@ fn a_units_attempts_are_those_of_its_group() {
     assert_eq!(
         got,
         vec![
-            json!({"station_id": "ST-01", "records": 4,
+            no_cycles(json!({"station_id": "ST-01", "records": 4,
                    "results": {"PASS": 1, "fail": 2, "pass": 1},
-                   "units": 2, "first_pass": 1, "final_pass": 1,
-                   "first_pass_yield": 0.5, "final_yield": 0.5}),
-            json!({"station_id": "ST-02", "records": 2, "results": {"ok": 1, "pass": 1},
-                   "units": 2, "first_pass": 1, "final_pass": 1,
-                   "first_pass_yield": 0.5, "final_yield": 0.5}),
+                   "units": 2, "first_pass": 1, "second_pass": 1, "final_pass": 1,
+                   "retested": 0, "first_pass_yield": 0.5, "second_pass_yield": 0.5,
+                   "final_yield": 0.5, "retest_rate": 0.0})),
+            no_cycles(json!({"station_id": "ST-02", "records": 2,
+                   "results": {"ok": 1, "pass": 1},
+                   "units": 2, "first_pass": 1, "second_pass": 1, "final_pass": 1,
+                   "retested": 0, "first_pass_yield": 0.5, "second_pass_yield": 0.5,
+                   "final_yield": 0.5, "retest_rate": 0.0})),
         ]
     );
 }
@@ -687,11 +715,12 @@ fn empty_serials_count_in_records_and_results_only_and_yields_are_null_without_u
     let got = values(&format!("/units/summary?{W}&station_ids=ST-04"));
     assert_eq!(
         got,
-        vec![
+        vec![no_cycles(
             json!({"station_id": "ST-04", "records": 2, "results": {"Fail": 1, "pass": 1},
-                    "units": 0, "first_pass": 0, "final_pass": 0,
-                    "first_pass_yield": null, "final_yield": null})
-        ]
+                    "units": 0, "first_pass": 0, "second_pass": 0, "final_pass": 0,
+                    "retested": 0, "first_pass_yield": null, "second_pass_yield": null,
+                    "final_yield": null, "retest_rate": null})
+        )]
     );
 }
 
@@ -1086,6 +1115,8 @@ fn statistics_of_numeric_values_with_the_last_records_limits() {
             "limit_lower",
             "limit_upper",
             "out_of_limits",
+            "failing_units",
+            "cp",
             "cpk"
         ]
     );
@@ -1110,6 +1141,9 @@ fn statistics_of_numeric_values_with_the_last_records_limits() {
     assert_eq!(row["out_of_limits"], 2);
     let cpk = (4.0 - mean).min(mean - 0.0) / (3.0 * stddev);
     assert!(close(&row["cpk"], cpk), "{row} want cpk {cpk}");
+    assert!(close(&row["cp"], 4.0 / (6.0 * stddev)), "{row}");
+    // The fixture's metric records have no serials: no failing unit.
+    assert_eq!(row["failing_units"], 0);
     // The next hour: one value, its own last limits (an absent upper is "").
     let next = got[1].value();
     assert_eq!(next["bucket_start"], "2024-05-01T11:00:00Z");
@@ -1147,16 +1181,17 @@ fn cpk_is_null_when_stddev_is_zero() {
 }
 
 #[test]
-fn cpk_is_null_when_a_last_limit_is_not_numeric() {
+fn issue_23_cpk_is_one_sided_and_cp_null_when_one_last_limit_is_not_numeric() {
+    // Until revision 3 of the contract, cpk was null here.
     let got = values(&format!("/metrics/summary?{W}&names=nolimit"));
     let row = &got[0];
     assert_eq!(row["station_id"], "ST-02");
     assert_eq!(row["limit_upper"], "n/a");
-    assert!(
-        close(&row["stddev"], std::f64::consts::FRAC_1_SQRT_2),
-        "{row}"
-    );
-    assert_eq!(row["cpk"], Value::Null);
+    let stddev = std::f64::consts::FRAC_1_SQRT_2;
+    assert!(close(&row["stddev"], stddev), "{row}");
+    assert_eq!(row["cp"], Value::Null);
+    // Values 1 and 2 against the lower limit 0 alone: (mean - L) / 3s.
+    assert!(close(&row["cpk"], 1.5 / (3.0 * stddev)), "{row}");
 }
 
 #[test]
@@ -2072,4 +2107,478 @@ fn summaries_are_compressed_on_request_and_carry_the_cache_headers() {
     let tag = etag(&plain.response);
     let head = server().request_as("HEAD", &path, Some(OPS), &[("If-None-Match", &tag)]);
     assert_eq!(head.status, 304, "{}", head.context());
+}
+
+// ---------------------------------------------------------------------------
+// Issue 23: what revision 3 of section 10 adds, over a fixture of its own
+// ---------------------------------------------------------------------------
+
+/// Issue 23's fixture. Unit type `Dst`: one output a serial around Berlin's
+/// daylight-saving changes of 2026 (forward at 01:00Z on 03-29, back at 01:00Z on
+/// 10-25). Unit type `Cycle`: retests and the pairing of inputs with outputs. Metric
+/// names `cur`, `both`, `upper_only`, `lower_only`: failing units and capability.
+fn files_23() -> Vec<FileSpec> {
+    let dst = |serial: &str, at: &str| unit("DST", "S1", Some(serial), at, "Dst", "pass");
+    let dst_units = lines(&[
+        dst("D01", "2026-03-28T22:30:00Z"),
+        dst("D02", "2026-03-28T23:30:00Z"),
+        dst("D03", "2026-03-29T00:59:59Z"),
+        dst("D04", "2026-03-29T01:00:00Z"),
+        dst("D05", "2026-03-29T21:59:59Z"),
+        dst("D06", "2026-03-29T22:00:00Z"),
+        dst("D07", "2026-10-24T21:59:59Z"),
+        dst("D08", "2026-10-24T22:00:00Z"),
+        dst("D09", "2026-10-25T00:30:00Z"),
+        dst("D10", "2026-10-25T01:30:00Z"),
+        dst("D11", "2026-10-25T02:00:00Z"),
+        dst("D12", "2026-10-25T22:59:59Z"),
+        dst("D13", "2026-10-25T23:00:00Z"),
+    ]);
+    let cycle = |slot: &str, serial: &str, at: &str, direction: &str, result: &str| {
+        let at = format!("2024-05-01T{at}Z");
+        unit_with(
+            "CY",
+            slot,
+            Some(serial),
+            &at,
+            "Cycle",
+            direction,
+            result,
+            "prod",
+        )
+    };
+    let cycle_units = lines(&[
+        // SN-1: input, then output 90 s later.
+        cycle("S1", "SN-1", "10:00:00", "input", ""),
+        cycle("S1", "SN-1", "10:01:30", "output", "pass"),
+        // An input with an empty serial pairs with nothing; SN-2 has no input.
+        cycle("S1", "", "10:05:00", "input", ""),
+        cycle("S1", "SN-2", "10:06:00", "output", "pass"),
+        cycle("S1", "", "10:06:30", "output", "pass"),
+        // SN-3: two inputs before one output: the later one (180 s); then an input
+        // after that output pairs with the next (240 s); a third attempt has none.
+        cycle("S1", "SN-3", "10:10:00", "input", ""),
+        cycle("S1", "SN-3", "10:12:00", "input", ""),
+        cycle("S1", "SN-3", "10:15:00", "output", "fail"),
+        cycle("S1", "SN-3", "10:16:00", "input", ""),
+        cycle("S1", "SN-3", "10:20:00", "output", "pass"),
+        cycle("S1", "SN-3", "10:25:00", "output", "fail"),
+        // SN-4: an output without an input.
+        cycle("S1", "SN-4", "10:26:00", "output", "pass"),
+        // SN-5: the input is on another slot.
+        cycle("S2", "SN-5", "10:30:00", "input", ""),
+        cycle("S1", "SN-5", "10:31:00", "output", "pass"),
+        // SN-6: input and output at one instant, the input first: 0 s.
+        cycle("S1", "SN-6", "10:40:00", "input", ""),
+        cycle("S1", "SN-6", "10:40:00", "output", "pass"),
+        // SN-7: passes at its third attempt.
+        cycle("S1", "SN-7", "10:50:00", "output", "fail"),
+        cycle("S1", "SN-7", "10:51:00", "output", "FAIL"),
+        cycle("S1", "SN-7", "10:52:00", "output", "pass"),
+        // SN-8: the output's bucket holds the cycle time (90 s, in the 11:00 hour).
+        cycle("S1", "SN-8", "10:59:00", "input", ""),
+        cycle("S1", "SN-8", "11:00:30", "output", "pass"),
+    ]);
+    let measure = |serial: Option<&str>, minute: u32, name: &str, value: &str, lower, upper| {
+        let mut line = metric(
+            "CY",
+            &format!("2024-05-01T12:{minute:02}:00Z"),
+            name,
+            Some(value),
+            lower,
+            upper,
+        );
+        if let Some(serial) = serial {
+            line = line.replacen('{', &format!(r#"{{"unit_serial":"{serial}","#), 1);
+        }
+        line
+    };
+    let (zero, ten) = (Some("0"), Some("10"));
+    let metric_lines = lines(&[
+        // cur: limits 0 to 10; out of limits: SN-1 once, SN-2 twice, an empty and
+        // an absent serial: five records, two failing units.
+        measure(Some("SN-1"), 0, "cur", "5", zero, ten),
+        measure(Some("SN-1"), 1, "cur", "11", zero, ten),
+        measure(Some("SN-2"), 2, "cur", "12", zero, ten),
+        measure(Some("SN-2"), 3, "cur", "-1", zero, ten),
+        measure(Some(""), 4, "cur", "20", zero, ten),
+        measure(None, 5, "cur", "30", zero, ten),
+        measure(Some("SN-3"), 6, "cur", "4", zero, ten),
+        // 1, 2, 3: mean 2, stddev 1.
+        measure(Some("SN-1"), 0, "both", "1", zero, Some("6")),
+        measure(Some("SN-2"), 1, "both", "2", zero, Some("6")),
+        measure(Some("SN-3"), 2, "both", "3", zero, Some("6")),
+        measure(Some("SN-1"), 0, "upper_only", "1", None, Some("5")),
+        measure(Some("SN-2"), 1, "upper_only", "2", None, Some("5")),
+        measure(Some("SN-3"), 2, "upper_only", "3", None, Some("5")),
+        measure(Some("SN-1"), 0, "lower_only", "1", zero, Some(r#""n/a""#)),
+        measure(Some("SN-2"), 1, "lower_only", "2", zero, Some(r#""n/a""#)),
+        measure(Some("SN-3"), 2, "lower_only", "3", zero, Some(r#""n/a""#)),
+    ]);
+    vec![
+        FileSpec::plain("cycle.units.jsonl", cycle_units),
+        FileSpec::plain("dst.units.jsonl", dst_units),
+        FileSpec::plain("cy.metrics.jsonl", metric_lines),
+    ]
+}
+
+fn shared_23() -> &'static Shared {
+    static SHARED: OnceLock<Shared> = OnceLock::new();
+    SHARED.get_or_init(|| {
+        let fixture = Fixture::from_files(&files_23());
+        let server = Server::start(&fixture, &["--shards", "2"]);
+        Shared { fixture, server }
+    })
+}
+
+#[track_caller]
+fn values_23(path: &str) -> Vec<Value> {
+    rows_as(&shared_23().server, path, OPS)
+        .iter()
+        .map(Ordered::value)
+        .collect()
+}
+
+/// `(bucket_start, records)` of each row.
+#[track_caller]
+fn buckets_23(path: &str) -> Vec<(String, u64)> {
+    values_23(path)
+        .iter()
+        .map(|row| {
+            (
+                row["bucket_start"].as_str().unwrap().to_owned(),
+                row["records"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn starts(rows: &[(&str, u64)]) -> Vec<(String, u64)> {
+    rows.iter()
+        .map(|(start, records)| (start.to_string(), *records))
+        .collect()
+}
+
+/// The window of a query string that starts `from=...&to=...`.
+fn window_of(query: &str) -> SummaryQuery {
+    let mut pairs = query.split('&').map(|pair| pair.split_once('=').unwrap().1);
+    let from = instant(pairs.next().unwrap());
+    SummaryQuery::new(from, instant(pairs.next().unwrap()))
+}
+
+const SPRING: &str = "from=2026-03-28T00:00:00Z&to=2026-03-31T00:00:00Z&type=Dst";
+const FALL: &str = "from=2026-10-24T00:00:00Z&to=2026-10-27T00:00:00Z&type=Dst";
+
+#[test]
+fn issue_23_berlin_days_are_23_and_25_hours_long_across_daylight_saving_changes() {
+    let tz = "tz=Europe/Berlin&bucket=1d";
+    assert_eq!(
+        buckets_23(&format!("/units/summary?{SPRING}&{tz}")),
+        starts(&[
+            ("2026-03-28T00:00:00+01:00", 1),
+            // 23:30Z on the 28th to 21:59:59Z on the 29th: local midnight to midnight.
+            ("2026-03-29T00:00:00+01:00", 4),
+            ("2026-03-30T00:00:00+02:00", 1),
+        ])
+    );
+    assert_eq!(
+        buckets_23(&format!("/units/summary?{FALL}&{tz}")),
+        starts(&[
+            ("2026-10-24T00:00:00+02:00", 1),
+            ("2026-10-25T00:00:00+02:00", 5),
+            ("2026-10-26T00:00:00+01:00", 1),
+        ])
+    );
+}
+
+#[test]
+fn issue_23_berlin_hours_skip_the_gap_and_keep_the_repeated_hour_together() {
+    let tz = "tz=Europe/Berlin&bucket=1h";
+    // 02:00 does not exist on 03-29: the hour after 01:00+01:00 starts at 03:00+02:00.
+    assert_eq!(
+        buckets_23(&format!("/units/summary?{SPRING}&{tz}")),
+        starts(&[
+            ("2026-03-28T23:00:00+01:00", 1),
+            ("2026-03-29T00:00:00+01:00", 1),
+            ("2026-03-29T01:00:00+01:00", 1),
+            ("2026-03-29T03:00:00+02:00", 1),
+            ("2026-03-29T23:00:00+02:00", 1),
+            ("2026-03-30T00:00:00+02:00", 1),
+        ])
+    );
+    // 02:00 happens twice on 10-25: its bucket starts at the first and holds both
+    // 02:30s (00:30Z and 01:30Z).
+    assert_eq!(
+        buckets_23(&format!("/units/summary?{FALL}&{tz}")),
+        starts(&[
+            ("2026-10-24T23:00:00+02:00", 1),
+            ("2026-10-25T00:00:00+02:00", 1),
+            ("2026-10-25T02:00:00+02:00", 2),
+            ("2026-10-25T03:00:00+01:00", 1),
+            ("2026-10-25T23:00:00+01:00", 1),
+            ("2026-10-26T00:00:00+01:00", 1),
+        ])
+    );
+}
+
+#[test]
+fn issue_23_a_half_hour_offset_cuts_days_and_hours_at_its_own_midnight() {
+    assert_eq!(
+        buckets_23(&format!(
+            "/units/summary?{SPRING}&tz=Asia/Kolkata&bucket=1d"
+        )),
+        starts(&[
+            ("2026-03-29T00:00:00+05:30", 4),
+            ("2026-03-30T00:00:00+05:30", 2),
+        ])
+    );
+    // 00:59:59Z and 01:00Z are 06:29:59 and 06:30 there: one hour's bucket.
+    assert_eq!(
+        buckets_23(&format!(
+            "/units/summary?{SPRING}&tz=Asia%2FKolkata&bucket=1h"
+        )),
+        starts(&[
+            ("2026-03-29T04:00:00+05:30", 1),
+            ("2026-03-29T05:00:00+05:30", 1),
+            ("2026-03-29T06:00:00+05:30", 2),
+            ("2026-03-30T03:00:00+05:30", 2),
+        ])
+    );
+}
+
+#[test]
+fn issue_23_tz_without_bucket_changes_nothing_and_utc_keeps_the_z_form() {
+    for path in [
+        format!("/units/summary?{W}"),
+        format!("/metrics/summary?{W}&group_by=slot"),
+    ] {
+        assert_eq!(
+            values(&format!("{path}&tz=Asia/Kolkata")),
+            values(&path),
+            "{path}"
+        );
+    }
+    let hourly = format!("/units/summary?{W}&bucket=1h");
+    assert_eq!(values(&format!("{hourly}&tz=UTC")), values(&hourly));
+    // UTC by another name is a zone like any other: its offset is written.
+    let other = values(&format!("{hourly}&tz=Etc/UTC"));
+    let utc = values(&hourly);
+    assert_eq!(other.len(), utc.len());
+    for (other, utc) in other.iter().zip(&utc) {
+        let written = utc["bucket_start"].as_str().unwrap().replace('Z', "+00:00");
+        assert_eq!(other["bucket_start"], written);
+    }
+}
+
+#[test]
+fn issue_23_tz_is_one_known_iana_name_on_the_summaries_only() {
+    for tz in [
+        "Mars/Olympus",
+        "europe/berlin",
+        "%2B01:00",
+        "CEST",
+        "",
+        "UTC&tz=UTC",
+    ] {
+        for path in ["/units/summary", "/metrics/summary"] {
+            error(
+                &format!("{path}?{W}&bucket=1h&tz={tz}"),
+                400,
+                "invalid_parameter",
+            );
+        }
+    }
+    for path in ["/units", "/metrics", "/stations"] {
+        let window = if path == "/stations" { "" } else { W };
+        error(&format!("{path}?{window}&tz=UTC"), 400, "unknown_parameter");
+    }
+}
+
+#[test]
+fn issue_23_buckets_in_a_zone_match_the_reference_model() {
+    let shared = shared_23();
+    for window in [SPRING, FALL] {
+        for tz in ["Europe/Berlin", "Asia/Kolkata", "America/New_York", "UTC"] {
+            for bucket in ["1m", "30m", "1h", "2h", "1d", "7d"] {
+                let path = format!("/units/summary?{window}&tz={tz}&bucket={bucket}");
+                let mut query = window_of(window);
+                query.types = vec!["Dst".to_owned()];
+                query.bucket = Some(model::bucket_nanos(bucket));
+                query.tz = Some(tz.to_owned());
+                let want = model::units_summary(&shared.fixture.records, &query, &["pass".into()]);
+                model::compare_rows(&rows_as(&shared.server, &path, OPS), &want)
+                    .unwrap_or_else(|difference| panic!("{path}: {difference}"));
+            }
+        }
+    }
+}
+
+const CYCLE: &str =
+    "from=2024-05-01T00:00:00Z&to=2024-05-02T00:00:00Z&type=Cycle&group_by=unit_type";
+
+#[test]
+fn issue_23_retests_and_second_passes() {
+    let got = rows_as(&shared_23().server, &format!("/units/summary?{CYCLE}"), OPS);
+    assert_eq!(got.len(), 1);
+    let row = got[0].value();
+    // SN-1, -2, -4, -5, -6, -8 pass at once; SN-3 fails, passes, fails; SN-7 fails
+    // twice, then passes. The empty serial's output is a record but no unit.
+    assert_eq!(row["records"], 13, "{row}");
+    assert_eq!(row["results"], json!({"FAIL": 1, "fail": 3, "pass": 9}));
+    assert_eq!(
+        [
+            &row["units"],
+            &row["first_pass"],
+            &row["second_pass"],
+            &row["final_pass"],
+            &row["retested"]
+        ],
+        [&json!(8), &json!(6), &json!(7), &json!(7), &json!(2)],
+        "{row}"
+    );
+    assert!(close(&row["second_pass_yield"], 7.0 / 8.0), "{row}");
+    assert!(close(&row["retest_rate"], 2.0 / 8.0), "{row}");
+    // From 10:16 to 10:51: SN-3 passes, then fails (a retest, passed by its second
+    // attempt); SN-4, -5, -6 pass; SN-7 fails once.
+    let later = values_23(
+        "/units/summary?from=2024-05-01T10:16:00Z&to=2024-05-01T10:51:00Z&type=Cycle&group_by=unit_type",
+    );
+    assert_eq!(
+        (
+            &later[0]["units"],
+            &later[0]["first_pass"],
+            &later[0]["second_pass"]
+        ),
+        (&json!(5), &json!(4), &json!(4)),
+        "{:?}",
+        later[0]
+    );
+    assert_eq!(later[0]["retested"], 1, "{:?}", later[0]);
+}
+
+#[test]
+fn issue_23_cycle_times_pair_each_output_with_its_latest_input() {
+    let got = values_23(&format!("/units/summary?{CYCLE}"));
+    let row = &got[0];
+    // SN-1 90 s; SN-3 180 s (the later of two inputs) and 240 s (an input after the
+    // earlier output), its third attempt none; SN-6 0 s (input first, same instant);
+    // SN-8 90 s. None for SN-2 (only an empty serial's input before it), SN-4 (no
+    // input), SN-5 (its input on another slot), SN-7, or the empty serial.
+    assert_eq!(row["cycle_count"], 5, "{row}");
+    assert!(close(&row["cycle_mean_s"], 120.0), "{row}");
+    // 0, 90, 90, 180, 240: ranks ceil(2.5) = 3 and ceil(4.5) = 5.
+    assert!(close(&row["cycle_p50_s"], 90.0), "{row}");
+    assert!(close(&row["cycle_p90_s"], 240.0), "{row}");
+    assert!(close(&row["cycle_max_s"], 240.0), "{row}");
+    // The output's bucket holds its cycle time: SN-8's input is at 10:59, its
+    // output at 11:00:30.
+    let hours = values_23(&format!("/units/summary?{CYCLE}&bucket=1h"));
+    let counts: Vec<(&Value, &Value)> = hours
+        .iter()
+        .map(|row| (&row["bucket_start"], &row["cycle_count"]))
+        .collect();
+    assert_eq!(
+        counts,
+        [
+            (&json!("2024-05-01T10:00:00Z"), &json!(4)),
+            (&json!("2024-05-01T11:00:00Z"), &json!(1)),
+        ]
+    );
+    assert!(close(&hours[1]["cycle_mean_s"], 90.0), "{:?}", hours[1]);
+    // A window that starts after SN-1's input leaves its output without one.
+    let cut =
+        values_23("/units/summary?from=2024-05-01T10:00:01Z&to=2024-05-01T10:02:00Z&type=Cycle");
+    assert_eq!(cut[0]["records"], 1);
+    assert_eq!(cut[0]["cycle_count"], 0);
+    assert_eq!(cut[0]["cycle_mean_s"], Value::Null);
+    // `serial_number` keeps the pairs of that serial.
+    let sn3 = values_23(&format!("/units/summary?{CYCLE}&serial_number=SN-3"));
+    assert_eq!(sn3[0]["cycle_count"], 2);
+    assert!(close(&sn3[0]["cycle_p50_s"], 180.0), "{:?}", sn3[0]);
+}
+
+#[test]
+fn issue_23_units_rows_match_the_reference_model() {
+    let shared = shared_23();
+    for group_by in ["unit_type", "station_id,slot", "slot", "mode,unit_type"] {
+        for bucket in [None, Some("15m"), Some("1h")] {
+            let mut path = format!("/units/summary?{W}&group_by={group_by}");
+            let mut query = window();
+            query.group_by = model::group_by_list(&group_by.split(',').collect::<Vec<_>>());
+            if let Some(bucket) = bucket {
+                path.push_str(&format!("&bucket={bucket}"));
+                query.bucket = Some(model::bucket_nanos(bucket));
+            }
+            let want = model::units_summary(&shared.fixture.records, &query, &["pass".into()]);
+            model::compare_rows(&rows_as(&shared.server, &path, OPS), &want)
+                .unwrap_or_else(|difference| panic!("{path}: {difference}"));
+        }
+    }
+}
+
+const METRICS_23: &str = "from=2024-05-01T00:00:00Z&to=2024-05-02T00:00:00Z&station_ids=CY";
+
+#[test]
+fn issue_23_failing_units_are_distinct_serials_of_out_of_limit_records() {
+    let got = values_23(&format!("/metrics/summary?{METRICS_23}&names=cur"));
+    let row = &got[0];
+    // 11 (SN-1), 12 and -1 (SN-2), 20 (empty serial) and 30 (absent serial) are
+    // out of 0..10: five records, two units.
+    assert_eq!(row["out_of_limits"], 5, "{row}");
+    assert_eq!(row["failing_units"], 2, "{row}");
+    // Per minute, each row its own: SN-2 twice in two rows, the serial-less ones none.
+    let minutes = values_23(&format!(
+        "/metrics/summary?{METRICS_23}&names=cur&bucket=1m"
+    ));
+    let failing: Vec<u64> = minutes
+        .iter()
+        .map(|row| row["failing_units"].as_u64().unwrap())
+        .collect();
+    assert_eq!(failing, [0, 1, 1, 1, 0, 0, 0]);
+}
+
+#[test]
+fn issue_23_cp_and_cpk_with_both_limits_and_one_sided_cpk() {
+    let got = values_23(&format!(
+        "/metrics/summary?{METRICS_23}&names=both,upper_only,lower_only"
+    ));
+    let by_name = |name: &str| got.iter().find(|row| row["name"] == name).unwrap();
+    // Each: values 1, 2, 3 (mean 2, stddev 1).
+    let both = by_name("both");
+    assert!(close(&both["cp"], 1.0), "(6 - 0) / 6: {both}");
+    assert!(close(&both["cpk"], 2.0 / 3.0), "min(4, 2) / 3: {both}");
+    let upper = by_name("upper_only");
+    assert_eq!(upper["limit_lower"], "");
+    assert_eq!(upper["cp"], Value::Null, "{upper}");
+    assert!(close(&upper["cpk"], 1.0), "(5 - 2) / 3: {upper}");
+    let lower = by_name("lower_only");
+    assert_eq!(lower["cp"], Value::Null, "{lower}");
+    assert!(close(&lower["cpk"], 2.0 / 3.0), "(2 - 0) / 3: {lower}");
+    // cur's mean is above its upper limit: a negative cpk (docs/api.md's worked
+    // example: mean 81 / 7, stddev 10.565).
+    let cur = &values_23(&format!("/metrics/summary?{METRICS_23}&names=cur"))[0];
+    assert!(close(&cur["cp"], 0.157_753_714_242_245_7), "{cur}");
+    assert!(close(&cur["cpk"], -0.049_579_738_761_848_645), "{cur}");
+}
+
+#[test]
+fn issue_23_metric_rows_match_the_reference_model() {
+    let shared = shared_23();
+    for group_by in ["station_id", "slot,unit"] {
+        for extra in ["", "&bucket=1m", "&bucket=1h&tz=Asia/Kolkata"] {
+            let path = format!("/metrics/summary?{W}&group_by={group_by}{extra}");
+            let mut query = window();
+            query.group_by = model::group_by_list(&group_by.split(',').collect::<Vec<_>>());
+            if extra.contains("1m") {
+                query.bucket = Some(model::bucket_nanos("1m"));
+            }
+            if extra.contains("1h") {
+                query.bucket = Some(model::bucket_nanos("1h"));
+                query.tz = Some("Asia/Kolkata".to_owned());
+            }
+            let want = model::metrics_summary(&shared.fixture.records, &query);
+            model::compare_rows(&rows_as(&shared.server, &path, OPS), &want)
+                .unwrap_or_else(|difference| panic!("{path}: {difference}"));
+        }
+    }
 }

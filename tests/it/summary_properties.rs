@@ -9,18 +9,22 @@
 //!
 //! 1. `units_summary_answers_what_the_reference_computes`: `GET /units/summary`
 //!    with any `group_by` list (order, duplicates, empty, the default), with or
-//!    without an epoch-aligned `bucket`, with `station_ids`, `type` and
-//!    `serial_number`, answers exactly the reference's rows: counts, `results` (keys
-//!    in byte order), units by their first attempt, first and final passes (the
-//!    last attempt in the window, maybe in a later bucket), yields (`null` for no
-//!    units), row order and each row's key order; more rows than `max_records` is
-//!    400 `result_too_large`; a station outside a limited token is 403.
+//!    without a `bucket` (epoch-aligned, or in a random `tz`: issue 23), with
+//!    `station_ids`, `type` and `serial_number`, answers exactly the reference's
+//!    rows: counts, `results` (keys in byte order), units by their first attempt,
+//!    first, second and final passes (the last attempt in the window, maybe in a
+//!    later bucket), retests, yields and rates (`null` for no units), cycle times
+//!    (each output paired with the latest input of its station, slot and serial
+//!    since the previous output; count, mean, nearest-rank p50 and p90, max), row
+//!    order and each row's key order; more rows than `max_records` is 400
+//!    `result_too_large`; a station outside a limited token is 403.
 //! 2. `metrics_summary_answers_what_the_reference_computes`: the same for
 //!    `GET /metrics/summary` with `names`: counts, which values are numeric (JSON
 //!    numbers and strings, `+3.5`, `01`, `1e400`, `""`), min, max, mean, sample
 //!    standard deviation, the last record's limits, out-of-limits against each
-//!    record's own limits, and cpk (`null` unless both limits are numeric and the
-//!    deviation is positive), to 1e-6 relative.
+//!    record's own limits, failing units (distinct non-empty serials among them),
+//!    cp (`null` unless both limits are numeric and the deviation is positive) and
+//!    cpk (one-sided when only one limit is numeric), to 1e-6 relative.
 //! 3. `stations_answers_what_the_reference_computes`: `GET /stations` with and
 //!    without `station_ids`, for limited tokens too.
 //!
@@ -31,10 +35,13 @@
 //!
 //! The snapshots aim at the corners: retests (several output attempts of one
 //! serial on different stations and slots), empty and absent serials, input
-//! records, results in mixed case, ties at one instant across stations and files
+//! records (a fifth of the unit records, which pair with outputs), results in
+//! mixed case, ties at one instant across stations and files
 //! (ordered by station id, then load order, which decides first and last attempts
 //! and the last record's limits), instants written with offsets, and buckets that
-//! are not week- or month-aligned (`7d`, `31d` start on the epoch's grid).
+//! are not week- or month-aligned (`7d`, `31d` start on the epoch's grid); days
+//! on which Berlin's clocks go forward and back, with zones with and without
+//! daylight saving time and a half-hour offset.
 //! Failing seeds are kept in `proptest-regressions/summary_properties.txt`; the
 //! case counts keep the module at a few seconds; `PROPTEST_CASES=3000` soaks it.
 
@@ -91,6 +98,16 @@ const MEASURE_UNITS: &[&str] = &["V", "mV", ""];
 const GROUPS_UNITS: &[&str] = &["station_id", "slot", "unit_type", "mode"];
 const GROUPS_METRICS: &[&str] = &["station_id", "slot", "unit"];
 const BUCKETS: &[&str] = &["1m", "15m", "60m", "1h", "1d", "24h", "7d", "31d"];
+/// `tz`: zones with and without daylight saving time, a half-hour offset, a zone
+/// west of UTC, UTC by its other name.
+const ZONES: &[&str] = &[
+    "UTC",
+    "Europe/Berlin",
+    "Asia/Kolkata",
+    "America/New_York",
+    "Australia/Lord_Howe",
+    "Etc/UTC",
+];
 
 /// `value` and the limits as written: a JSON number (its text) or a JSON string.
 #[derive(Clone, Copy, Debug)]
@@ -161,22 +178,27 @@ const NANOS: i128 = 1_000_000_000;
 const MINUTE: i128 = 60 * NANOS;
 const HOUR: i128 = 60 * MINUTE;
 const DAY: i128 = 24 * HOUR;
-/// 2024-01-30T00:00:00Z: a Tuesday, near a month's end, not on a 7-day or 31-day
-/// epoch boundary.
-const BASE: i128 = 1_706_572_800 * NANOS;
+/// The days records fall on: 2024-03-30 and 2024-03-31, near a month's end, not on
+/// a 7-day or 31-day epoch boundary, and Berlin's clocks go forward at 01:00Z on
+/// the 31st; and 2024-10-27, when they go back at 01:00Z (issue 23: `tz`).
+const DAYS: [i128; 3] = [
+    1_711_756_800 * NANOS,
+    1_711_843_200 * NANOS,
+    1_729_987_200 * NANOS,
+];
+const FIRST_DAY: i128 = DAYS[0];
+const LAST_DAY: i128 = DAYS[2];
 
 /// Few distinct instants over three days, so that ties are frequent and buckets
-/// of every size split them.
+/// of every size split them; hours 0 and 1 UTC are either side of the changes.
 fn instant() -> impl Strategy<Value = i128> {
     (
-        0i128..3,
-        select(vec![0i128, 23]),
+        select(DAYS.to_vec()),
+        select(vec![0i128, 1, 23]),
         select(vec![0i128, 14, 15, 59]),
         select(vec![0i128, 999_999_999]),
     )
-        .prop_map(|(day, hour, minute, nanos)| {
-            BASE + day * DAY + hour * HOUR + minute * MINUTE + nanos
-        })
+        .prop_map(|(day, hour, minute, nanos)| day + hour * HOUR + minute * MINUTE + nanos)
 }
 
 /// `at` in RFC 3339 with one of a few offsets (the loader must read the instant).
@@ -498,15 +520,16 @@ struct Request {
     /// As written, duplicates and all; each inner list is one `group_by=` parameter.
     group_by: Vec<Vec<&'static str>>,
     bucket: Option<&'static str>,
+    tz: Option<&'static str>,
 }
 
 fn window() -> impl Strategy<Value = (i128, Option<i128>)> {
     // Edges at record instants and between them, so the window cuts retests.
     let edge = prop_oneof![
-        Just(BASE - HOUR),
+        Just(FIRST_DAY - HOUR),
         instant(),
         instant().prop_map(|at| at + 1),
-        Just(BASE + 3 * DAY),
+        Just(LAST_DAY + DAY),
     ];
     (edge.clone(), option::weighted(0.8, edge)).prop_map(|(a, b)| match b {
         Some(b) if a < b => (a, Some(b)),
@@ -539,19 +562,23 @@ fn request(endpoint: Endpoint, stations: &[&'static str]) -> impl Strategy<Value
         prop_oneof![3 => Just(vec![]), 1 => vec(select(NAMES), 1..=2)],
         group_by(pool),
         option::weighted(0.6, select(BUCKETS)),
+        option::weighted(0.5, select(ZONES)),
     )
         .prop_map(
-            move |(token, stations, (from, to), types, serial, names, group_by, bucket)| Request {
-                endpoint,
-                token,
-                stations,
-                from,
-                to,
-                types,
-                serial,
-                names,
-                group_by,
-                bucket,
+            move |(token, stations, (from, to), types, serial, names, group_by, bucket, tz)| {
+                Request {
+                    endpoint,
+                    token,
+                    stations,
+                    from,
+                    to,
+                    types,
+                    serial,
+                    names,
+                    group_by,
+                    bucket,
+                    tz,
+                }
             },
         )
 }
@@ -579,6 +606,9 @@ impl Request {
         }
         if let Some(bucket) = self.bucket {
             params.push(format!("bucket={bucket}"));
+        }
+        if let Some(tz) = self.tz {
+            params.push(format!("tz={}", encode(tz)));
         }
         let path = match self.endpoint {
             Endpoint::Units => {
@@ -624,6 +654,10 @@ impl Request {
             stations.push(stations[0]);
         }
         other.to = Some(self.to.unwrap_or(self.from + DAY));
+        // `tz` without `bucket` changes nothing, and UTC is the default.
+        if self.bucket.is_none() || self.tz == Some("UTC") {
+            other.tz = None;
+        }
         other
     }
 
@@ -650,6 +684,7 @@ impl Request {
             },
             group_by: model::group_by_list(&written),
             bucket: self.bucket.map(model::bucket_nanos),
+            tz: self.tz.map(str::to_owned),
         }
     }
 }

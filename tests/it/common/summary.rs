@@ -6,12 +6,16 @@
 //!
 //! It reuses `common::reference` for what sections 3-6 decide (window, stations,
 //! scope, `type`, `serial_number`, `names`, the contract's order) and adds only
-//! what section 10 says: groups, epoch-aligned buckets, units by their first
-//! attempt, pass results ignoring ASCII case, the statistics and the last record's
-//! limits.
+//! what section 10 says: groups, buckets (epoch-aligned in UTC, or cut at a
+//! zone's wall clock with `tz`), units by their first attempt, pass results
+//! ignoring ASCII case, the statistics and the last record's limits.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::str::FromStr as _;
+
+use chrono::{DateTime, LocalResult, NaiveDateTime, Offset as _, TimeZone as _};
+use chrono_tz::Tz;
 
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{json, Map, Value};
@@ -35,6 +39,8 @@ pub struct SummaryQuery {
     pub names: Vec<String>,
     pub group_by: Vec<String>,
     pub bucket: Option<i128>,
+    /// `tz` as given; `None`: the default, UTC.
+    pub tz: Option<String>,
 }
 
 impl SummaryQuery {
@@ -49,12 +55,26 @@ impl SummaryQuery {
             names: vec![],
             group_by: vec!["station_id".to_owned()],
             bucket: None,
+            tz: None,
+        }
+    }
+
+    /// The zone of the buckets, unless it is UTC (written `Z`).
+    fn zone(&self) -> Option<Tz> {
+        match self.tz.as_deref() {
+            None | Some("UTC") => None,
+            Some(name) => Some(Tz::from_str(name).expect("a zone the test names")),
         }
     }
 
     /// The records of `kind` that sections 3-6 select, in the contract's order
     /// (unit records of direction `output` only).
     fn selected(&self, records: &[Record], kind: Kind) -> Vec<Value> {
+        self.selected_in(records, kind, &["output"])
+    }
+
+    /// The same, unit records of `directions`.
+    fn selected_in(&self, records: &[Record], kind: Kind, directions: &[&str]) -> Vec<Value> {
         let query = Query {
             kind,
             from: self.from,
@@ -63,15 +83,80 @@ impl SummaryQuery {
             scope: self.scope.clone(),
             types: self.types.clone(),
             serial: self.serial.clone(),
-            directions: vec!["output".to_owned()],
+            directions: directions.iter().map(|d| d.to_string()).collect(),
             names: self.names.clone(),
         };
         reference(records, &query)
     }
 
-    /// The start of the epoch-aligned bucket of an instant, if there are buckets.
+    /// The start of the bucket of an instant, if there are buckets: epoch-aligned
+    /// in UTC; in a zone, the latest boundary at or before it, boundary `k` being
+    /// the first instant whose wall-clock time is at or after `k` buckets past
+    /// 1970-01-01T00:00:00 there (CONTRACT 10: a skipped time maps to the first
+    /// instant after the gap, a repeated one to its earlier occurrence).
     fn bucket_of(&self, at: i128) -> Option<i128> {
-        self.bucket.map(|size| at.div_euclid(size) * size)
+        let size = self.bucket?;
+        let Some(tz) = self.zone() else {
+            return Some(at.div_euclid(size) * size);
+        };
+        let size = i64::try_from(size / SECOND).expect("whole seconds");
+        let seconds = i64::try_from(at.div_euclid(SECOND)).expect("near 2024");
+        // From well past any wall-clock time repeated at `at`, down to the bucket.
+        let mut index = wall_clock(tz, seconds).div_euclid(size) + 3 * 3600 / size + 1;
+        while first_instant_at_or_after(tz, index * size) > seconds {
+            index -= 1;
+        }
+        Some(i128::from(first_instant_at_or_after(tz, index * size)) * SECOND)
+    }
+
+    /// `bucket_start` as the contract writes it.
+    fn bucket_start(&self, start: i128) -> String {
+        let seconds = i64::try_from(start.div_euclid(SECOND)).expect("near 2024");
+        let Some(tz) = self.zone() else {
+            return rfc3339_from_seconds(seconds);
+        };
+        let offset = wall_clock(tz, seconds) - seconds;
+        let local = rfc3339_from_seconds(seconds + offset);
+        let sign = if offset < 0 { '-' } else { '+' };
+        format!(
+            "{}{sign}{:02}:{:02}",
+            &local[..local.len() - 1],
+            offset.abs() / 3600,
+            offset.abs() % 3600 / 60
+        )
+    }
+}
+
+/// The wall-clock time in `tz` at an instant, both in seconds since (their)
+/// 1970-01-01T00:00:00.
+fn wall_clock(tz: Tz, seconds: i64) -> i64 {
+    let utc = DateTime::from_timestamp(seconds, 0).expect("near 2024");
+    seconds
+        + i64::from(
+            tz.offset_from_utc_datetime(&utc.naive_utc())
+                .fix()
+                .local_minus_utc(),
+        )
+}
+
+/// The first instant whose wall-clock time in `tz` is `wall` or later: the time
+/// itself, its earlier occurrence, or, in a gap, the instant of the first minute
+/// after it (the zones the tests use change on whole minutes).
+fn first_instant_at_or_after(tz: Tz, wall: i64) -> i64 {
+    let local = |wall: i64| -> NaiveDateTime {
+        DateTime::from_timestamp(wall, 0)
+            .expect("near 2024")
+            .naive_utc()
+    };
+    let mut minute = wall;
+    loop {
+        match tz.from_local_datetime(&local(minute)) {
+            LocalResult::Single(time) => return time.timestamp(),
+            LocalResult::Ambiguous(earlier, later) => {
+                return earlier.timestamp().min(later.timestamp())
+            }
+            LocalResult::None => minute += 60,
+        }
     }
 }
 
@@ -115,16 +200,72 @@ fn at(record: &Value) -> i128 {
     super::instant(record["time_created"].as_str().expect("time_created"))
 }
 
-fn bucket_start(start: i128) -> String {
-    rfc3339_from_seconds(i64::try_from(start.div_euclid(SECOND)).expect("near 2024"))
-}
-
 /// Whether a `result` counts as a pass: equal to an item of `--pass-results`,
 /// ignoring ASCII case.
 pub fn passes(result: &str, pass_results: &[String]) -> bool {
     pass_results
         .iter()
         .any(|pass| pass.trim().eq_ignore_ascii_case(result))
+}
+
+/// The cycle time of each output record, in seconds, in the contract's order of
+/// the outputs (CONTRACT 10.1): the latest input record the query selects with the
+/// same `station_id`, `slot` and non-empty `unit_serial` that comes before the
+/// output, in the contract's order, and after any earlier output of those three.
+fn cycle_times(both: &[Value]) -> Vec<Option<f64>> {
+    let key = |record: &Value| {
+        (
+            text(record, "station_id"),
+            text(record, "slot"),
+            text(record, "unit_serial"),
+        )
+    };
+    let is_output = |record: &Value| text(record, "direction") == "output";
+    let mut times = Vec::new();
+    for (index, output) in both.iter().enumerate() {
+        if !is_output(output) {
+            continue;
+        }
+        let mine = key(output);
+        if mine.2.is_empty() {
+            times.push(None);
+            continue;
+        }
+        let earlier_output = (0..index)
+            .rev()
+            .find(|&before| is_output(&both[before]) && key(&both[before]) == mine);
+        let input = (earlier_output.map_or(0, |after| after + 1)..index)
+            .rev()
+            .find(|&before| !is_output(&both[before]) && key(&both[before]) == mine);
+        times.push(input.map(|input| (at(output) - at(&both[input])) as f64 / 1e9));
+    }
+    times
+}
+
+/// `cycle_count`, `cycle_mean_s`, `cycle_p50_s`, `cycle_p90_s`, `cycle_max_s`.
+fn cycle_figures(mut times: Vec<f64>) -> [(String, Value); 5] {
+    let count = times.len();
+    times.sort_by(f64::total_cmp);
+    let figure = |value: f64| {
+        if count == 0 {
+            Value::Null
+        } else {
+            json!(value)
+        }
+    };
+    // Nearest rank: the value at rank ceil(p/100 x n), counted from 1.
+    let rank = |percent: usize| (percent * count).div_ceil(100).max(1);
+    let at_rank = |rank: usize| times.get(rank - 1).copied().unwrap_or(0.0);
+    [
+        ("cycle_count".into(), json!(count)),
+        (
+            "cycle_mean_s".into(),
+            figure(times.iter().sum::<f64>() / count.max(1) as f64),
+        ),
+        ("cycle_p50_s".into(), figure(at_rank(rank(50)))),
+        ("cycle_p90_s".into(), figure(at_rank(rank(90)))),
+        ("cycle_max_s".into(), figure(at_rank(count.max(1)))),
+    ]
 }
 
 fn ratio(part: u64, whole: u64) -> Value {
@@ -147,20 +288,29 @@ pub fn units_summary(
         results: BTreeMap<String, u64>,
         units: u64,
         first_pass: u64,
+        second_pass: u64,
         final_pass: u64,
+        retested: u64,
+        cycles: Vec<f64>,
     }
-    let selected = query.selected(records, Kind::Units);
+    let both = query.selected_in(records, Kind::Units, &["input", "output"]);
+    let cycles = cycle_times(&both);
+    let selected: Vec<Value> = both
+        .into_iter()
+        .filter(|record| text(record, "direction") == "output")
+        .collect();
     // (group values, bucket start) -> the row's counts; a BTreeMap orders rows by
     // the group fields in byte order (Rust's `String` order), then the bucket.
     let mut rows: BTreeMap<(Vec<String>, Option<i128>), Acc> = BTreeMap::new();
     // (group values, serial) -> the unit's attempts, in the contract's order.
     let mut attempts: BTreeMap<(Vec<String>, String), Vec<&Value>> = BTreeMap::new();
-    for record in &selected {
+    for (record, cycle) in selected.iter().zip(cycles) {
         let group: Vec<String> = query.group_by.iter().map(|f| text(record, f)).collect();
         let bucket = query.bucket_of(at(record));
         let acc = rows.entry((group.clone(), bucket)).or_default();
         acc.records += 1;
         *acc.results.entry(text(record, "result")).or_default() += 1;
+        acc.cycles.extend(cycle);
         let serial = text(record, "unit_serial");
         if !serial.is_empty() {
             attempts.entry((group, serial)).or_default().push(record);
@@ -172,9 +322,12 @@ pub fn units_summary(
         let acc = rows
             .get_mut(&(group.clone(), query.bucket_of(at(first))))
             .expect("the first attempt's row exists");
+        let passed = |attempt: &Value| passes(&text(attempt, "result"), pass_results);
         acc.units += 1;
-        acc.first_pass += u64::from(passes(&text(first, "result"), pass_results));
-        acc.final_pass += u64::from(passes(&text(last, "result"), pass_results));
+        acc.first_pass += u64::from(passed(first));
+        acc.second_pass += u64::from(tries.iter().take(2).any(|&attempt| passed(attempt)));
+        acc.final_pass += u64::from(passed(last));
+        acc.retested += u64::from(tries.len() > 1);
     }
     rows.into_iter()
         .map(|((group, bucket), acc)| {
@@ -185,7 +338,10 @@ pub fn units_summary(
                 .map(|(field, value)| (field.clone(), Value::String(value)))
                 .collect();
             if let Some(start) = bucket {
-                row.push(("bucket_start".into(), Value::String(bucket_start(start))));
+                row.push((
+                    "bucket_start".into(),
+                    Value::String(query.bucket_start(start)),
+                ));
             }
             let results: Map<String, Value> = acc
                 .results
@@ -197,10 +353,18 @@ pub fn units_summary(
                 ("results".into(), Value::Object(results)),
                 ("units".into(), json!(acc.units)),
                 ("first_pass".into(), json!(acc.first_pass)),
+                ("second_pass".into(), json!(acc.second_pass)),
                 ("final_pass".into(), json!(acc.final_pass)),
+                ("retested".into(), json!(acc.retested)),
                 ("first_pass_yield".into(), ratio(acc.first_pass, acc.units)),
+                (
+                    "second_pass_yield".into(),
+                    ratio(acc.second_pass, acc.units),
+                ),
                 ("final_yield".into(), ratio(acc.final_pass, acc.units)),
+                ("retest_rate".into(), ratio(acc.retested, acc.units)),
             ]);
+            row.extend(cycle_figures(acc.cycles));
             row
         })
         .collect()
@@ -271,6 +435,7 @@ pub fn metrics_summary(records: &[Record], query: &SummaryQuery) -> Vec<Row> {
         count: u64,
         values: Vec<f64>,
         out_of_limits: u64,
+        failing: BTreeSet<String>,
         limit_lower: String,
         limit_upper: String,
     }
@@ -290,6 +455,10 @@ pub fn metrics_summary(records: &[Record], query: &SummaryQuery) -> Vec<Row> {
             let below = numeric(&lower).is_some_and(|lower| value < lower);
             let above = numeric(&upper).is_some_and(|upper| value > upper);
             acc.out_of_limits += u64::from(below || above);
+            let serial = text(record, "unit_serial");
+            if (below || above) && !serial.is_empty() {
+                acc.failing.insert(serial);
+            }
         }
         // The records come in the contract's order: the last one wins.
         acc.limit_lower = lower;
@@ -306,7 +475,10 @@ pub fn metrics_summary(records: &[Record], query: &SummaryQuery) -> Vec<Row> {
                 .collect();
             row.push(("name".into(), Value::String(name)));
             if let Some(start) = bucket {
-                row.push(("bucket_start".into(), Value::String(bucket_start(start))));
+                row.push((
+                    "bucket_start".into(),
+                    Value::String(query.bucket_start(start)),
+                ));
             }
             let (min, max, mean, stddev) = if acc.values.is_empty() {
                 (Value::Null, Value::Null, Value::Null, None)
@@ -321,11 +493,26 @@ pub fn metrics_summary(records: &[Record], query: &SummaryQuery) -> Vec<Row> {
                     stddev.map(|s| (mean, s)),
                 )
             };
-            let cpk = match (numeric(&acc.limit_lower), numeric(&acc.limit_upper), stddev) {
-                (Some(lower), Some(upper), Some((mean, stddev))) if stddev > 0.0 => {
-                    json!((upper - mean).min(mean - lower) / (3.0 * stddev))
+            // CONTRACT 10.2 (revision 3): cp with both limits; cpk with both, or
+            // one-sided with one.
+            let (lower, upper) = (numeric(&acc.limit_lower), numeric(&acc.limit_upper));
+            let (cp, cpk) = match stddev {
+                Some((mean, stddev)) if stddev > 0.0 => {
+                    let cp = match (lower, upper) {
+                        (Some(lower), Some(upper)) => json!((upper - lower) / (6.0 * stddev)),
+                        _ => Value::Null,
+                    };
+                    let cpk = match (lower, upper) {
+                        (Some(lower), Some(upper)) => {
+                            json!((upper - mean).min(mean - lower) / (3.0 * stddev))
+                        }
+                        (None, Some(upper)) => json!((upper - mean) / (3.0 * stddev)),
+                        (Some(lower), None) => json!((mean - lower) / (3.0 * stddev)),
+                        (None, None) => Value::Null,
+                    };
+                    (cp, cpk)
                 }
-                _ => Value::Null,
+                _ => (Value::Null, Value::Null),
             };
             row.extend([
                 ("count".into(), json!(acc.count)),
@@ -340,6 +527,8 @@ pub fn metrics_summary(records: &[Record], query: &SummaryQuery) -> Vec<Row> {
                 ("limit_lower".into(), Value::String(acc.limit_lower)),
                 ("limit_upper".into(), Value::String(acc.limit_upper)),
                 ("out_of_limits".into(), json!(acc.out_of_limits)),
+                ("failing_units".into(), json!(acc.failing.len())),
+                ("cp".into(), cp),
                 ("cpk".into(), cpk),
             ]);
             row
@@ -497,11 +686,18 @@ pub fn rows_of(body: &str) -> Result<Vec<Ordered>, String> {
 /// Fields compared to 1e-6 relative (1e-9 absolute near zero).
 const STATISTICS: &[&str] = &[
     "first_pass_yield",
+    "second_pass_yield",
     "final_yield",
+    "retest_rate",
+    "cycle_mean_s",
+    "cycle_p50_s",
+    "cycle_p90_s",
+    "cycle_max_s",
     "min",
     "max",
     "mean",
     "stddev",
+    "cp",
     "cpk",
 ];
 

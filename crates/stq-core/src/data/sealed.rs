@@ -156,8 +156,12 @@ impl Sealable for MetricEntry {
     }
 
     fn write(entries: &[Self], values: &[&[u8]], out: &mut Vec<u8>) {
-        let columns: [fn(&MetricEntry) -> Symbol; 3] =
-            [|entry| entry.name, |entry| entry.slot, |entry| entry.unit];
+        let columns: [fn(&MetricEntry) -> Symbol; 4] = [
+            |entry| entry.name,
+            |entry| entry.slot,
+            |entry| entry.unit_serial,
+            |entry| entry.unit,
+        ];
         for column in columns {
             for entry in entries {
                 number(out, u64::from(column(entry).0));
@@ -199,7 +203,7 @@ impl Sealable for MetricEntry {
     }
 
     fn read(reader: &mut Reader<'_>, count: usize, values: &[&[u8]]) -> Vec<Self> {
-        let mut columns = [(); 3].map(|()| Vec::with_capacity(count));
+        let mut columns = [(); 4].map(|()| Vec::with_capacity(count));
         for column in &mut columns {
             for _ in 0..count {
                 column.push(Symbol(reader.number() as u32));
@@ -227,7 +231,8 @@ impl Sealable for MetricEntry {
                     },
                     name: columns[0][index],
                     slot: columns[1][index],
-                    unit: columns[2][index],
+                    unit_serial: columns[2][index],
+                    unit: columns[3][index],
                     value: numbers[index],
                     limit_lower,
                     limit_upper,

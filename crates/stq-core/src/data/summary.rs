@@ -2,12 +2,20 @@
 //! records live.
 //!
 //! Each shard summarises its own stations into a [`Partial`]: counts per group and
-//! bucket, and per unit its first and last attempt (units), or running statistics
-//! and the last record's limits (metrics). Partials of several shards merge
-//! exactly: a unit whose attempts lie on two shards (grouped by `slot`, say) keeps
-//! the earliest first attempt and the latest last one, and statistics combine by
-//! Chan's formulas. [`Partial::finish`] turns the merged partial into rows in the
+//! bucket, per unit its first, second and last attempt, and each row's cycle times
+//! (units); or running statistics, the serials of failing units and the last
+//! record's limits (metrics). Partials of several shards merge exactly: a unit
+//! whose attempts lie on two shards (grouped by `slot`, say) keeps the two earliest
+//! attempts and the latest one, cycle times and failing serials are joined (so
+//! percentiles and distinct counts are exact), and statistics combine by Chan's
+//! formulas. [`Partial::finish`] turns the merged partial into rows in the
 //! contract's order, rendered as JSON. No raw record leaves its shard.
+//!
+//! A cycle time pairs an output record with an input record of the same station,
+//! slot and serial (docs/api.md section 10.1). A station's records all live in one
+//! shard and are read in one pass, in the contract's order, so the pairing is done
+//! there, station by station ([`Pairing`]): none spans two stations, so none spans
+//! two shards, and a partial carries only the cycle times, never the inputs.
 
 use std::borrow::Cow;
 use std::cmp::Ordering;
@@ -15,7 +23,7 @@ use std::ops::Range;
 
 // Keys are small integers chosen by the data, not by a client: a fast hash that
 // is not DoS-resistant is right here, and SipHash was a third of a summary's time.
-use foldhash::HashMap;
+use foldhash::{HashMap, HashSet};
 
 use serde::ser::{SerializeMap, Serializer};
 use serde::Deserialize;
@@ -30,6 +38,7 @@ use crate::data::symbols::{Symbol, Symbols};
 use crate::domain::query::{Bucket, GroupField};
 use crate::domain::record::{numeric, Direction};
 use crate::domain::time::{Timestamp, Window};
+use crate::domain::zone::Zone;
 
 /// What one shard is asked to summarise.
 #[derive(Clone, Debug)]
@@ -61,11 +70,13 @@ pub enum Question {
     Stations,
 }
 
-/// How rows are grouped: by these fields, in this order, and into these buckets.
+/// How rows are grouped: by these fields, in this order, and into these buckets,
+/// cut at the wall clock of `zone`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Grouping {
     pub fields: Vec<GroupField>,
     pub bucket: Option<Bucket>,
+    pub zone: Zone,
 }
 
 /// The values of a row's group fields, in `group_by` order: a station's rank, or
@@ -73,7 +84,7 @@ pub struct Grouping {
 type GroupValues = [u32; 4];
 
 /// A row's identity: its group, its metric name (metrics only) and its bucket's
-/// start (0 without buckets).
+/// first instant in seconds since the epoch (0 without buckets).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct RowKey {
     group: GroupValues,
@@ -99,6 +110,9 @@ pub struct UnitPartial {
     recent: Option<(RowKey, usize)>,
     /// Units with a serial number, by group and serial: where they were tried.
     units: HashMap<(GroupValues, Symbol), Attempts>,
+    buckets: Buckets,
+    /// The inputs of the station being read that wait for their output.
+    pairing: Pairing,
 }
 
 #[derive(Debug, Default)]
@@ -108,23 +122,48 @@ struct UnitCounts {
     results: Vec<(Symbol, u64)>,
     units: u64,
     first_pass: u64,
+    second_pass: u64,
     final_pass: u64,
+    retested: u64,
+    /// The cycle times of the row's output records that have one.
+    cycles: CycleTimes,
 }
 
-/// A unit's first and last attempt in the window, in the contract's order.
+/// A unit's first, second and last attempt in the window, in the contract's order.
 #[derive(Clone, Copy, Debug)]
 struct Attempts {
     first: Position,
     /// The row of the first attempt, an index into its partial's `rows`.
     first_row: usize,
     first_passed: bool,
+    /// The second attempt and whether it passed; `None`: tried once.
+    second: Option<(Position, bool)>,
     last: Position,
     last_passed: bool,
+}
+
+/// Pairs a station's output records with their input records: per slot and
+/// serial, the instant of the latest input since the last output. The contract
+/// pairs records of one `station_id` only, and a station is read whole and in
+/// order by one shard, so this lives for one station and is emptied after it.
+#[derive(Debug, Default)]
+struct Pairing {
+    open: HashMap<(Symbol, Symbol), Timestamp>,
+}
+
+/// Cycle times, each one kept, so that percentiles over several shards are exact:
+/// in seconds (each from the exact difference of two instants, which keeps their
+/// order), and their sum in nanoseconds, exact, for the mean.
+#[derive(Debug, Default)]
+struct CycleTimes {
+    seconds: Vec<f64>,
+    total_nanos: i128,
 }
 
 #[derive(Debug, Default)]
 pub struct MetricPartial {
     rows: HashMap<RowKey, MetricStatistics>,
+    buckets: Buckets,
 }
 
 /// Running statistics of one row's records.
@@ -138,6 +177,9 @@ struct MetricStatistics {
     /// Sum of squared deviations from the mean (Welford, merged by Chan et al.).
     squares: f64,
     out_of_limits: u64,
+    /// The serials of the out-of-limit records (the empty one too, left out when
+    /// counted): a set, so that units failing on two shards count once.
+    failing: HashSet<Symbol>,
     /// The row's last record, whose limits the row shows.
     last: Position,
     limit_lower: String,
@@ -207,19 +249,16 @@ impl ShardData {
                 let by_station = grouping.fields.contains(&GroupField::StationId);
                 let mut partial = UnitPartial::default();
                 for (station, data) in stations {
+                    // Inputs too: an output's cycle time is measured from its input.
                     for (key, entry) in station_units(data, window, unit_serial) {
                         let (key, entry) = (&key, &entry);
-                        if entry.direction != Direction::Output
-                            || !unit_types.matches(entry.unit_type)
-                        {
+                        if !unit_types.matches(entry.unit_type) {
                             continue;
                         }
                         let passed = passes.passes(entry.result);
                         partial.add(grouping, station, key, entry, passed, no_serial);
                     }
-                    if by_station {
-                        partial.settle();
-                    }
+                    partial.end_station(by_station);
                 }
                 Partial::Units(partial)
             }
@@ -304,8 +343,33 @@ fn group_values(
     values
 }
 
-fn bucket_of(grouping: &Grouping, instant: Timestamp) -> i64 {
-    grouping.bucket.map_or(0, |bucket| bucket.start_of(instant))
+/// The bucket of the last record placed, remembered: records come a station at a
+/// time in time order, so most are in the bucket of the one before, and placing a
+/// record in a zone's wall-clock buckets costs a few look-ups of its rules.
+#[derive(Debug, Default)]
+struct Buckets {
+    last: Option<Range<i64>>,
+}
+
+impl Buckets {
+    /// The first instant (in seconds) of the bucket `instant` is in; 0 without buckets.
+    fn start_of(&mut self, grouping: &Grouping, instant: Timestamp) -> i64 {
+        let Some(bucket) = grouping.bucket else {
+            return 0;
+        };
+        if grouping.zone == Zone::Utc {
+            return bucket.start_of(instant);
+        }
+        match &self.last {
+            Some(span) if span.contains(&instant.seconds) => span.start,
+            _ => {
+                let span = grouping.zone.bucket_span(bucket.seconds(), instant);
+                let start = span.start;
+                self.last = Some(span);
+                start
+            }
+        }
+    }
 }
 
 /// Whether a `result` symbol passes, remembered per symbol: a scan meets few
@@ -340,6 +404,8 @@ impl<'a> PassCache<'a> {
 }
 
 impl UnitPartial {
+    /// Adds a unit record of the station being read (both directions, those that
+    /// pass the filters, in the contract's order).
     fn add(
         &mut self,
         grouping: &Grouping,
@@ -349,6 +415,13 @@ impl UnitPartial {
         passed: bool,
         no_serial: Option<Symbol>,
     ) {
+        let has_serial = Some(entry.unit_serial) != no_serial;
+        if entry.direction == Direction::Input {
+            if has_serial {
+                self.pairing.input(entry, key.instant);
+            }
+            return;
+        }
         let group = group_values(grouping, station, |field| match field {
             GroupField::Slot => entry.slot,
             GroupField::UnitType => entry.unit_type,
@@ -357,7 +430,7 @@ impl UnitPartial {
         let row_key = RowKey {
             group,
             name: Symbol(0),
-            bucket: bucket_of(grouping, key.instant),
+            bucket: self.buckets.start_of(grouping, key.instant),
         };
         let row_index = self.row(row_key);
         let row = &mut self.rows[row_index].1;
@@ -370,8 +443,11 @@ impl UnitPartial {
             Some((_, count)) => *count += 1,
             None => row.results.push((entry.result, 1)),
         }
-        if Some(entry.unit_serial) == no_serial {
+        if !has_serial {
             return;
+        }
+        if let Some(nanos) = self.pairing.output(entry, key.instant) {
+            row.cycles.add(nanos);
         }
         // A station's records arrive in time order, but stations interleave.
         let here = position(station, key);
@@ -379,6 +455,7 @@ impl UnitPartial {
             first: here,
             first_row: row_index,
             first_passed: passed,
+            second: None,
             last: here,
             last_passed: passed,
         };
@@ -404,13 +481,25 @@ impl UnitPartial {
         index
     }
 
+    /// The station being read is done: its inputs wait no more, and, grouped by
+    /// station, its units' attempts are all known.
+    fn end_station(&mut self, by_station: bool) {
+        self.pairing.open.clear();
+        if by_station {
+            self.settle();
+        }
+    }
+
     /// Counts every unit whose attempts are all known into the row of its first.
     fn settle(&mut self) {
         for (_, attempts) in self.units.drain() {
             let row = &mut self.rows[attempts.first_row].1;
+            let second_passed = attempts.second.is_some_and(|(_, passed)| passed);
             row.units += 1;
             row.first_pass += u64::from(attempts.first_passed);
+            row.second_pass += u64::from(attempts.first_passed || second_passed);
             row.final_pass += u64::from(attempts.last_passed);
+            row.retested += u64::from(attempts.second.is_some());
         }
     }
 
@@ -424,7 +513,10 @@ impl UnitPartial {
             row.records += counts.records;
             row.units += counts.units;
             row.first_pass += counts.first_pass;
+            row.second_pass += counts.second_pass;
             row.final_pass += counts.final_pass;
+            row.retested += counts.retested;
+            row.cycles.absorb(counts.cycles);
             for (result, count) in counts.results {
                 match row.results.iter_mut().find(|(known, _)| *known == result) {
                     Some((_, total)) => *total += count,
@@ -443,16 +535,80 @@ impl UnitPartial {
 }
 
 impl Attempts {
+    /// Joins another set of the unit's attempts (none of them one of these): the
+    /// two earliest of both, and the latest.
     fn absorb(&mut self, other: &Attempts) {
-        if other.first < self.first {
+        let second = if other.first < self.first {
+            let second = match other.second {
+                Some(second) if second.0 < self.first => second,
+                _ => (self.first, self.first_passed),
+            };
             self.first = other.first;
             self.first_row = other.first_row;
             self.first_passed = other.first_passed;
-        }
+            second
+        } else {
+            match self.second {
+                Some(second) if second.0 < other.first => second,
+                _ => (other.first, other.first_passed),
+            }
+        };
+        self.second = Some(second);
         if other.last > self.last {
             self.last = other.last;
             self.last_passed = other.last_passed;
         }
+    }
+}
+
+impl Pairing {
+    /// An input record with a serial: the latest one waits for the next output.
+    fn input(&mut self, entry: &UnitEntry, instant: Timestamp) {
+        self.open.insert((entry.slot, entry.unit_serial), instant);
+    }
+
+    /// An output record with a serial: its cycle time in nanoseconds, from the
+    /// latest input of its slot and serial since the previous output, if any; that
+    /// input is used up either way.
+    fn output(&mut self, entry: &UnitEntry, instant: Timestamp) -> Option<i128> {
+        let input = self.open.remove(&(entry.slot, entry.unit_serial))?;
+        Some(instant.nanos_since(input))
+    }
+}
+
+impl CycleTimes {
+    fn add(&mut self, nanos: i128) {
+        // From i64 where it fits (any cycle under 292 years): the same number,
+        // without the slow software conversion of an i128.
+        let as_float = i64::try_from(nanos).map_or(nanos as f64, |nanos| nanos as f64);
+        self.seconds.push(as_float / 1e9);
+        self.total_nanos += nanos;
+    }
+
+    fn absorb(&mut self, other: CycleTimes) {
+        self.seconds.extend(other.seconds);
+        self.total_nanos += other.total_nanos;
+    }
+
+    /// `cycle_count`, and the mean, p50, p90 and maximum in seconds (`None`
+    /// without cycle times): percentiles by nearest rank, the value at rank
+    /// ceil(p/100 x n) in ascending order.
+    fn figures(mut self) -> (u64, [Option<f64>; 4]) {
+        let count = self.seconds.len();
+        if count == 0 {
+            return (0, [None; 4]);
+        }
+        self.seconds.sort_unstable_by(f64::total_cmp);
+        let rank = |percent: usize| (percent * count).div_ceil(100);
+        let at_rank = |rank: usize| self.seconds[rank.max(1) - 1];
+        let mean = self.total_nanos as f64 / 1e9 / count as f64;
+        let figures = [
+            mean,
+            at_rank(rank(50)),
+            at_rank(rank(90)),
+            self.seconds[count - 1],
+        ];
+        (count as u64, figures.map(Some))
     }
 }
 
@@ -474,7 +630,7 @@ impl MetricPartial {
         let row_key = RowKey {
             group,
             name: entry.name,
-            bucket: bucket_of(grouping, key.instant),
+            bucket: self.buckets.start_of(grouping, key.instant),
         };
         let here = position(station, key);
         let row = self
@@ -493,6 +649,7 @@ impl MetricPartial {
             // A NaN limit is not numeric, and NaN comparisons are false.
             if value < entry.limit_lower || value > entry.limit_upper {
                 row.out_of_limits += 1;
+                row.failing.insert(entry.unit_serial);
             }
         }
         // Within a station records come in order: the latest is the last seen.
@@ -544,6 +701,7 @@ impl MetricStatistics {
             mean: 0.0,
             squares: 0.0,
             out_of_limits: 0,
+            failing: HashSet::default(),
             last: first,
             limit_lower: String::new(),
             limit_upper: String::new(),
@@ -553,6 +711,7 @@ impl MetricStatistics {
     fn absorb(&mut self, other: MetricStatistics) {
         self.count += other.count;
         self.out_of_limits += other.out_of_limits;
+        self.failing.extend(other.failing);
         if other.numeric > 0 {
             let (left, right) = (self.numeric as f64, other.numeric as f64);
             let total = left + right;
@@ -705,11 +864,7 @@ fn write_group<S: SerializeMap>(
             .expect(WRITING);
     }
     if grouping.bucket.is_some() {
-        let start = Timestamp {
-            seconds: key.bucket,
-            nanos: 0,
-        };
-        map.serialize_entry("bucket_start", &start.to_rfc3339_seconds())
+        map.serialize_entry("bucket_start", &grouping.zone.bucket_start_text(key.bucket))
             .expect(WRITING);
     }
 }
@@ -730,13 +885,14 @@ impl UnitPartial {
         let mut rows = self.rows;
         rows.sort_unstable_by(|(left, _), (right, _)| row_order(grouping, left, right, catalog));
         let mut rendered = Rows::default();
-        for (key, counts) in rows {
+        for (key, mut counts) in rows {
             let mut results: Vec<(&str, u64)> = counts
                 .results
                 .iter()
                 .map(|&(result, count)| (catalog.symbols.text(result), count))
                 .collect();
             results.sort_unstable();
+            let (cycle_count, cycle_figures) = std::mem::take(&mut counts.cycles).figures();
             rendered.push(|serializer| {
                 let mut map = serializer.serialize_map(None).expect(WRITING);
                 write_group(&mut map, grouping, &key, false, catalog);
@@ -744,15 +900,31 @@ impl UnitPartial {
                     .expect(WRITING);
                 map.serialize_entry("results", &ResultCounts(&results))
                     .expect(WRITING);
-                map.serialize_entry("units", &counts.units).expect(WRITING);
-                map.serialize_entry("first_pass", &counts.first_pass)
+                let units = counts.units;
+                for (name, value) in [
+                    ("units", units),
+                    ("first_pass", counts.first_pass),
+                    ("second_pass", counts.second_pass),
+                    ("final_pass", counts.final_pass),
+                    ("retested", counts.retested),
+                ] {
+                    map.serialize_entry(name, &value).expect(WRITING);
+                }
+                for (name, part) in [
+                    ("first_pass_yield", counts.first_pass),
+                    ("second_pass_yield", counts.second_pass),
+                    ("final_yield", counts.final_pass),
+                    ("retest_rate", counts.retested),
+                ] {
+                    map.serialize_entry(name, &ratio(part, units))
+                        .expect(WRITING);
+                }
+                map.serialize_entry("cycle_count", &cycle_count)
                     .expect(WRITING);
-                map.serialize_entry("final_pass", &counts.final_pass)
-                    .expect(WRITING);
-                map.serialize_entry("first_pass_yield", &ratio(counts.first_pass, counts.units))
-                    .expect(WRITING);
-                map.serialize_entry("final_yield", &ratio(counts.final_pass, counts.units))
-                    .expect(WRITING);
+                let names = ["cycle_mean_s", "cycle_p50_s", "cycle_p90_s", "cycle_max_s"];
+                for (name, value) in names.into_iter().zip(cycle_figures) {
+                    map.serialize_entry(name, &value).expect(WRITING);
+                }
                 map.end().expect(WRITING);
             });
         }
@@ -777,22 +949,20 @@ impl MetricPartial {
     fn finish(self, grouping: &Grouping, catalog: &Catalog) -> Rows {
         let mut rows: Vec<(RowKey, MetricStatistics)> = self.rows.into_iter().collect();
         rows.sort_unstable_by(|(left, _), (right, _)| row_order(grouping, left, right, catalog));
+        let no_serial = catalog.symbols.lookup("");
         let mut rendered = Rows::default();
         for (key, statistics) in rows {
             let has_numbers = statistics.numeric > 0;
             let stddev = finite(statistics.stddev());
             let mean = finite(has_numbers.then_some(statistics.mean));
-            let cpk = match (
+            let failing_units = statistics.failing.len()
+                - no_serial.map_or(0, |empty| usize::from(statistics.failing.contains(&empty)));
+            let (cp, cpk) = capability(
                 numeric(&statistics.limit_lower),
                 numeric(&statistics.limit_upper),
                 mean,
                 stddev,
-            ) {
-                (Some(lower), Some(upper), Some(mean), Some(stddev)) if stddev > 0.0 => {
-                    finite(Some((upper - mean).min(mean - lower) / (3.0 * stddev)))
-                }
-                _ => None,
-            };
+            );
             rendered.push(|serializer| {
                 let mut map = serializer.serialize_map(None).expect(WRITING);
                 write_group(&mut map, grouping, &key, true, catalog);
@@ -812,12 +982,43 @@ impl MetricPartial {
                     .expect(WRITING);
                 map.serialize_entry("out_of_limits", &statistics.out_of_limits)
                     .expect(WRITING);
+                map.serialize_entry("failing_units", &failing_units)
+                    .expect(WRITING);
+                map.serialize_entry("cp", &cp).expect(WRITING);
                 map.serialize_entry("cpk", &cpk).expect(WRITING);
                 map.end().expect(WRITING);
             });
         }
         rendered
     }
+}
+
+/// `cp` and `cpk` from the last record's limits (those that are numeric), the mean
+/// and the overall sample standard deviation (so Pp and Ppk, in AIAG's words):
+/// `cp` = (U - L) / 6s with both limits; `cpk` = min(U - mean, mean - L) / 3s with
+/// both, the one side with one; `None` without a limit it needs or with s = 0.
+fn capability(
+    lower: Option<f64>,
+    upper: Option<f64>,
+    mean: Option<f64>,
+    stddev: Option<f64>,
+) -> (Option<f64>, Option<f64>) {
+    let (Some(mean), Some(stddev)) = (mean, stddev.filter(|stddev| *stddev > 0.0)) else {
+        return (None, None);
+    };
+    let cp = lower
+        .zip(upper)
+        .map(|(lower, upper)| (upper - lower) / (6.0 * stddev));
+    let cpk = match (lower, upper) {
+        (Some(lower), Some(upper)) => Some((upper - mean).min(mean - lower)),
+        (None, Some(upper)) => Some(upper - mean),
+        (Some(lower), None) => Some(mean - lower),
+        (None, None) => None,
+    };
+    (
+        finite(cp),
+        finite(cpk.map(|margin| margin / (3.0 * stddev))),
+    )
 }
 
 #[cfg(test)]
@@ -908,6 +1109,7 @@ mod tests {
             grouping: Grouping {
                 fields: fields.to_vec(),
                 bucket: bucket.map(|text| Bucket::parse(text).unwrap()),
+                zone: Zone::Utc,
             },
             pass_results: vec!["pass".into(), "OK".into()],
         }
@@ -932,15 +1134,19 @@ mod tests {
         );
         for reverse in [false, true] {
             let rows = summarize(&generation, &units(&[GroupField::Slot], None), reverse);
+            // SN2's input on A is on another station than its output on B: no pair.
             assert_eq!(
                 rows,
                 [
-                    json!({"slot": "1", "records": 3, "results": {"FAIL": 1, "Pass": 1, "pass": 1},
-                           "units": 1, "first_pass": 0, "final_pass": 1,
-                           "first_pass_yield": 0.0, "final_yield": 1.0}),
-                    json!({"slot": "2", "records": 1, "results": {"ok": 1},
-                           "units": 1, "first_pass": 1, "final_pass": 1,
-                           "first_pass_yield": 1.0, "final_yield": 1.0}),
+                    no_cycles(json!({"slot": "1", "records": 3,
+                           "results": {"FAIL": 1, "Pass": 1, "pass": 1},
+                           "units": 1, "first_pass": 0, "second_pass": 1, "final_pass": 1,
+                           "retested": 1, "first_pass_yield": 0.0, "second_pass_yield": 1.0,
+                           "final_yield": 1.0, "retest_rate": 1.0})),
+                    no_cycles(json!({"slot": "2", "records": 1, "results": {"ok": 1},
+                           "units": 1, "first_pass": 1, "second_pass": 1, "final_pass": 1,
+                           "retested": 0, "first_pass_yield": 1.0, "second_pass_yield": 1.0,
+                           "final_yield": 1.0, "retest_rate": 0.0})),
                 ]
             );
         }
@@ -953,16 +1159,22 @@ mod tests {
         assert_eq!(
             rows,
             [
-                json!({"slot": "1", "bucket_start": "2024-01-01T00:00:00Z", "records": 2,
-                       "results": {"FAIL": 1, "pass": 1}, "units": 1, "first_pass": 0,
-                       "final_pass": 1, "first_pass_yield": 0.0, "final_yield": 1.0}),
+                no_cycles(json!({"slot": "1", "bucket_start": "2024-01-01T00:00:00Z",
+                       "records": 2, "results": {"FAIL": 1, "pass": 1}, "units": 1,
+                       "first_pass": 0, "second_pass": 1, "final_pass": 1, "retested": 1,
+                       "first_pass_yield": 0.0, "second_pass_yield": 1.0,
+                       "final_yield": 1.0, "retest_rate": 1.0})),
                 // The retest's own bucket holds its record, but not its unit.
-                json!({"slot": "1", "bucket_start": "2024-01-01T01:00:00Z", "records": 1,
-                       "results": {"Pass": 1}, "units": 0, "first_pass": 0, "final_pass": 0,
-                       "first_pass_yield": null, "final_yield": null}),
-                json!({"slot": "2", "bucket_start": "2024-01-01T00:00:00Z", "records": 1,
-                       "results": {"ok": 1}, "units": 1, "first_pass": 1, "final_pass": 1,
-                       "first_pass_yield": 1.0, "final_yield": 1.0}),
+                no_cycles(json!({"slot": "1", "bucket_start": "2024-01-01T01:00:00Z",
+                       "records": 1, "results": {"Pass": 1}, "units": 0, "first_pass": 0,
+                       "second_pass": 0, "final_pass": 0, "retested": 0,
+                       "first_pass_yield": null, "second_pass_yield": null,
+                       "final_yield": null, "retest_rate": null})),
+                no_cycles(json!({"slot": "2", "bucket_start": "2024-01-01T00:00:00Z",
+                       "records": 1, "results": {"ok": 1}, "units": 1, "first_pass": 1,
+                       "second_pass": 1, "final_pass": 1, "retested": 0,
+                       "first_pass_yield": 1.0, "second_pass_yield": 1.0,
+                       "final_yield": 1.0, "retest_rate": 0.0})),
             ]
         );
         // Grouped by station, the attempts are two units; rows sort by the group
@@ -986,6 +1198,141 @@ mod tests {
         assert_eq!(rows[1]["units"], 1);
     }
 
+    /// A unit row's cycle fields when it has no cycle time.
+    fn no_cycles(mut row: Value) -> Value {
+        let fields = row.as_object_mut().unwrap();
+        fields.insert("cycle_count".into(), json!(0));
+        for name in ["cycle_mean_s", "cycle_p50_s", "cycle_p90_s", "cycle_max_s"] {
+            fields.insert(name.into(), Value::Null);
+        }
+        row
+    }
+
+    /// A unit line of station `station`, slot `S`, at minute `minute` past 00:00.
+    fn unit_line(
+        station: &str,
+        serial: &str,
+        minute: u32,
+        direction: &str,
+        result: &str,
+    ) -> String {
+        format!(
+            r#"{{"station_id":"{station}","time_created":"2024-01-01T00:{minute:02}:00Z","direction":"{direction}","slot":"S","unit_serial":"{serial}","result":"{result}"}}"#
+        ) + "\n"
+    }
+
+    #[test]
+    fn issue_23_cycle_times_pair_an_output_with_the_latest_input_since_the_last_output() {
+        let lines = [
+            unit_line("A", "SN1", 0, "input", ""),
+            unit_line("A", "SN1", 1, "input", ""),
+            // 2 minutes after the later input.
+            unit_line("A", "SN1", 3, "output", "fail"),
+            // No input since the last output: none.
+            unit_line("A", "SN1", 4, "output", "fail"),
+            // An empty serial pairs with nothing.
+            unit_line("A", "", 5, "input", ""),
+            unit_line("A", "", 6, "output", "pass"),
+            unit_line("A", "SN1", 7, "input", ""),
+            // 3 minutes; SN1's third attempt passes.
+            unit_line("A", "SN1", 10, "output", "pass"),
+            // SN2's input is on station B: SN2's output on A has none.
+            unit_line("B", "SN2", 11, "input", ""),
+            unit_line("A", "SN2", 12, "output", "pass"),
+            // B: 9 and 1 minutes, and an input that never ends.
+            unit_line("B", "SN2", 20, "output", "pass"),
+            unit_line("B", "SN3", 21, "input", ""),
+            unit_line("B", "SN3", 22, "output", "fail"),
+            unit_line("B", "SN3", 23, "input", ""),
+        ];
+        let (a, b): (Vec<&String>, Vec<&String>) =
+            lines.iter().partition(|line| line.contains(r#""A""#));
+        let a: String = a.into_iter().cloned().collect();
+        let b: String = b.into_iter().cloned().collect();
+        let (a, b) = (a.as_str(), b.as_str());
+        for shards in [1, 2] {
+            let generation = generation(&[("a.units.jsonl", a), ("b.units.jsonl", b)], shards);
+            for reverse in [false, true] {
+                // One row of both stations: cycle times 120, 180, 540 and 60 s.
+                let rows = summarize(&generation, &units(&[], None), reverse);
+                assert_eq!(rows.len(), 1);
+                let row = &rows[0];
+                assert_eq!(row["records"], 7, "{row}");
+                assert_eq!(row["cycle_count"], 4, "{row}");
+                assert_eq!(row["cycle_mean_s"], 225.0, "{row}");
+                // Nearest rank: ceil(0.5 x 4) = 2nd, ceil(0.9 x 4) = 4th of 60, 120, 180, 540.
+                assert_eq!(row["cycle_p50_s"], 120.0, "{row}");
+                assert_eq!(row["cycle_p90_s"], 540.0, "{row}");
+                assert_eq!(row["cycle_max_s"], 540.0, "{row}");
+                // Without station_id in the group, SN2 on A and on B is one unit: SN1
+                // (fail, fail, pass), SN2 (pass, pass) and SN3 (fail).
+                assert_eq!(
+                    (&row["units"], &row["first_pass"], &row["second_pass"]),
+                    (&json!(3), &json!(1), &json!(1)),
+                    "{row}"
+                );
+                assert_eq!(
+                    (&row["final_pass"], &row["retested"]),
+                    (&json!(2), &json!(2)),
+                    "{row}"
+                );
+            }
+            // By station: each station's own.
+            let rows = summarize(&generation, &units(&[GroupField::StationId], None), false);
+            let cycles: Vec<(&Value, &Value, &Value)> = rows
+                .iter()
+                .map(|row| {
+                    (
+                        &row["cycle_count"],
+                        &row["cycle_p50_s"],
+                        &row["cycle_max_s"],
+                    )
+                })
+                .collect();
+            assert_eq!(
+                cycles,
+                [
+                    (&json!(2), &json!(120.0), &json!(180.0)),
+                    (&json!(2), &json!(60.0), &json!(540.0)),
+                ]
+            );
+        }
+    }
+
+    #[test]
+    fn issue_23_a_units_second_attempt_is_found_across_shards() {
+        // SN1: A at 0 (fail), B at 1 (pass), A at 2 (fail), B at 3 (fail); SN2: B at
+        // 4 (fail), A at 5 (fail), B at 6 (pass); SN3: A at 7 (pass) only.
+        let a = [
+            unit_line("A", "SN1", 0, "output", "fail"),
+            unit_line("A", "SN1", 2, "output", "fail"),
+            unit_line("A", "SN2", 5, "output", "fail"),
+            unit_line("A", "SN3", 7, "output", "pass"),
+        ]
+        .concat();
+        let b = [
+            unit_line("B", "SN1", 1, "output", "pass"),
+            unit_line("B", "SN1", 3, "output", "fail"),
+            unit_line("B", "SN2", 4, "output", "fail"),
+            unit_line("B", "SN2", 6, "output", "pass"),
+        ]
+        .concat();
+        let generation = generation(&[("a.units.jsonl", &a), ("b.units.jsonl", &b)], 2);
+        for reverse in [false, true] {
+            let rows = summarize(&generation, &units(&[GroupField::Slot], None), reverse);
+            assert_eq!(
+                rows,
+                [no_cycles(
+                    json!({"slot": "S", "records": 8, "results": {"fail": 5, "pass": 3},
+                    "units": 3, "first_pass": 1, "second_pass": 2, "final_pass": 2,
+                    "retested": 2, "first_pass_yield": 1.0 / 3.0,
+                    "second_pass_yield": 2.0 / 3.0, "final_yield": 2.0 / 3.0,
+                    "retest_rate": 2.0 / 3.0})
+                )]
+            );
+        }
+    }
+
     const METRICS_A: &str = r#"{"station_id":"A","time_created":"2024-01-01T00:10:00Z","name":"v","value":1,"limit_lower":0,"limit_upper":"10"}
 {"station_id":"A","time_created":"2024-01-01T00:20:00Z","name":"v","value":"abc","limit_lower":"0","limit_upper":"10"}
 {"station_id":"A","time_created":"2024-01-01T00:30:00Z","name":"v","value":"12","limit_lower":"0","limit_upper":"10"}
@@ -1002,6 +1349,7 @@ mod tests {
             grouping: Grouping {
                 fields: Vec::new(),
                 bucket: None,
+                zone: Zone::Utc,
             },
         };
         let values = [1.0, 12.0, 5.0, -1.0_f64];
@@ -1039,8 +1387,89 @@ mod tests {
                 );
                 let cpk = (9.0 - mean).min(mean - 1.0) / (3.0 * stddev);
                 assert!((row["cpk"].as_f64().unwrap() - cpk).abs() < 1e-12, "{row}");
+                let cp = (9.0 - 1.0) / (6.0 * stddev);
+                assert!((row["cp"].as_f64().unwrap() - cp).abs() < 1e-12, "{row}");
+                // The one out-of-limit record has no serial.
+                assert_eq!(row["failing_units"], 0);
             }
         }
+    }
+
+    #[test]
+    fn issue_23_failing_units_are_distinct_serials_over_every_shard() {
+        let line = |station: &str, serial: Option<&str>, minute: u32, value: &str| {
+            let serial = serial.map_or(String::new(), |serial| {
+                format!(r#""unit_serial":"{serial}","#)
+            });
+            format!(
+                r#"{{"station_id":"{station}",{serial}"time_created":"2024-01-01T00:{minute:02}:00Z","name":"v","value":{value},"limit_lower":0,"limit_upper":10}}"#
+            ) + "\n"
+        };
+        let a = [
+            line("A", Some("SN1"), 0, "11"),
+            line("A", Some("SN2"), 1, "-1"),
+            line("A", Some("SN2"), 2, "12"),
+            line("A", Some(""), 3, "13"),
+            line("A", Some("SN4"), 4, "5"),
+        ]
+        .concat();
+        let b = [
+            line("B", Some("SN1"), 5, "20"),
+            line("B", Some("SN3"), 6, "10"),
+            line("B", None, 7, "-5"),
+        ]
+        .concat();
+        let question = |fields: &[GroupField]| Question::Metrics {
+            window: window(),
+            names: Matcher::Any,
+            grouping: Grouping {
+                fields: fields.to_vec(),
+                bucket: None,
+                zone: Zone::Utc,
+            },
+        };
+        for shards in [1, 2] {
+            let generation =
+                generation(&[("a.metrics.jsonl", &a), ("b.metrics.jsonl", &b)], shards);
+            for reverse in [false, true] {
+                let rows = summarize(&generation, &question(&[]), reverse);
+                // Six out of limits (10 is within); SN1 on both stations is one unit.
+                assert_eq!(rows[0]["out_of_limits"], 6, "{:?}", rows[0]);
+                assert_eq!(rows[0]["failing_units"], 2, "{:?}", rows[0]);
+            }
+            let rows = summarize(&generation, &question(&[GroupField::StationId]), false);
+            let failing: Vec<&Value> = rows.iter().map(|row| &row["failing_units"]).collect();
+            assert_eq!(failing, [&json!(2), &json!(1)]);
+        }
+    }
+
+    #[test]
+    fn issue_23_cp_needs_both_limits_and_cpk_takes_the_side_it_has() {
+        let close = |got: Option<f64>, want: f64| got.is_some_and(|got| (got - want).abs() < 1e-12);
+        let (mean, stddev) = (Some(2.0), Some(1.0));
+        let (cp, cpk) = capability(Some(0.0), Some(6.0), mean, stddev);
+        assert!(close(cp, 1.0) && close(cpk, 2.0 / 3.0), "{cp:?} {cpk:?}");
+        // One-sided: (U - mean) / 3s or (mean - L) / 3s; no cp.
+        let (cp, cpk) = capability(None, Some(5.0), mean, stddev);
+        assert!(cp.is_none() && close(cpk, 1.0), "{cp:?} {cpk:?}");
+        let (cp, cpk) = capability(Some(0.5), None, mean, stddev);
+        assert!(cp.is_none() && close(cpk, 0.5), "{cp:?} {cpk:?}");
+        // A mean outside a limit gives a negative cpk.
+        let (_, cpk) = capability(Some(3.0), None, mean, stddev);
+        assert!(close(cpk, -1.0 / 3.0), "{cpk:?}");
+        // Without limits, a deviation, or a positive one: neither.
+        assert_eq!(capability(None, None, mean, stddev), (None, None));
+        assert_eq!(capability(Some(0.0), Some(6.0), mean, None), (None, None));
+        assert_eq!(
+            capability(Some(0.0), Some(6.0), mean, Some(0.0)),
+            (None, None)
+        );
+        assert_eq!(capability(Some(0.0), Some(6.0), None, None), (None, None));
+        // Overflow is null, as every statistic's.
+        assert_eq!(
+            capability(Some(-f64::MAX), Some(f64::MAX), Some(0.0), Some(1e-300)),
+            (None, None)
+        );
     }
 
     #[test]

@@ -26,19 +26,25 @@ pub struct UnitEntry {
 }
 
 /// A metric record in the index: where its JSON is, the fields filters and
-/// summaries group by, and its numbers (`NaN` where a field is not numeric,
-/// docs/api.md section 10.2). The limits' text is read from the JSON, only for the
-/// one record per summary row whose limits the row shows.
+/// summaries group by, its serial (for a summary's `failing_units`), and its
+/// numbers (`NaN` where a field is not numeric, docs/api.md section 10.2). The
+/// limits' text is read from the JSON, only for the one record per summary row
+/// whose limits the row shows. The serial fills what was padding: the entry is
+/// 48 bytes with it as without it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct MetricEntry {
     pub bytes: StoredRecord,
     pub name: Symbol,
     pub slot: Symbol,
+    pub unit_serial: Symbol,
     pub unit: Symbol,
     pub value: f64,
     pub limit_lower: f64,
     pub limit_upper: f64,
 }
+
+// The serial took the padding after the symbols: no entry grew for it.
+const _: () = assert!(size_of::<MetricEntry>() == 48);
 
 /// A range of record keys, as every tier is asked for one.
 pub(crate) type KeyRange = (Bound<RecordKey>, Bound<RecordKey>);

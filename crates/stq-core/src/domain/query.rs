@@ -13,6 +13,7 @@ use percent_encoding::percent_decode;
 
 use crate::domain::record::{Direction, Directions, Kind};
 use crate::domain::time::{duration_text, parse_query_time, Timestamp, Window, DAY_SECONDS};
+use crate::domain::zone::Zone;
 
 /// Why a query string was refused. Each is one of the contract's client errors;
 /// the HTTP layer gives it its code and status.
@@ -99,9 +100,12 @@ pub struct QueryParams {
     /// Summaries only: the row's group fields, in the order given, each once;
     /// `station_id` when none is given (docs/api.md section 10).
     pub group_by: Vec<GroupField>,
-    /// Summaries only: the length of the epoch-aligned buckets; `None`: one
-    /// bucket, rows without `bucket_start`.
+    /// Summaries only: the length of the buckets; `None`: one bucket, rows
+    /// without `bucket_start`.
     pub bucket: Option<Bucket>,
+    /// Summaries only: the time zone whose wall clock cuts the buckets (`tz`,
+    /// default UTC); without a bucket it changes nothing.
+    pub zone: Zone,
 }
 
 /// The endpoints that take a query string, each with its own parameters
@@ -242,6 +246,7 @@ enum Parameter {
     Cursor,
     GroupBy,
     Bucket,
+    Tz,
 }
 
 impl Parameter {
@@ -259,6 +264,7 @@ impl Parameter {
             "names" if kind == Some(Kind::Metrics) => Parameter::Names,
             "group_by" if endpoint.is_summary() => Parameter::GroupBy,
             "bucket" if endpoint.is_summary() => Parameter::Bucket,
+            "tz" if endpoint.is_summary() => Parameter::Tz,
             _ => return None,
         };
         Some(parameter)
@@ -277,6 +283,7 @@ impl Parameter {
             Parameter::Cursor => "cursor",
             Parameter::GroupBy => "group_by",
             Parameter::Bucket => "bucket",
+            Parameter::Tz => "tz",
         }
     }
 
@@ -423,6 +430,15 @@ pub fn parse_for(
                     )
                 })?;
                 params.bucket = Some(bucket);
+            }
+            Parameter::Tz => {
+                params.zone = Zone::parse(&value).ok_or_else(|| {
+                    invalid(
+                        parameter,
+                        Some(&value),
+                        "must be an IANA time zone name, such as `UTC` or `Europe/Berlin`",
+                    )
+                })?;
             }
         }
     }
@@ -636,6 +652,34 @@ mod tests {
         )
         .is_ok());
         assert!(parse_for(Endpoint::MetricsSummary, "names=a&names=b", LIMITS).is_ok());
+    }
+
+    #[test]
+    fn issue_23_summaries_take_one_iana_time_zone() {
+        for endpoint in [Endpoint::UnitsSummary, Endpoint::MetricsSummary] {
+            let summary = |query| parse_for(endpoint, query, LIMITS);
+            assert_eq!(summary("").unwrap().zone, Zone::Utc);
+            assert_eq!(summary("tz=UTC").unwrap().zone, Zone::Utc);
+            assert_eq!(
+                summary("tz=Asia%2FKolkata&bucket=1d").unwrap().zone.name(),
+                "Asia/Kolkata"
+            );
+            for query in [
+                "tz=",
+                "tz=Mars%2FOlympus",
+                "tz=europe/berlin",
+                "tz=%2B01:00",
+                "tz=UTC&tz=UTC",
+            ] {
+                assert_eq!(code(summary(query)), "invalid_parameter", "{query}");
+            }
+        }
+        for endpoint in [Endpoint::Units, Endpoint::Metrics, Endpoint::Stations] {
+            assert_eq!(
+                code(parse_for(endpoint, "tz=UTC", LIMITS)),
+                "unknown_parameter"
+            );
+        }
     }
 
     #[test]

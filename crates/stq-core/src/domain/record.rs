@@ -134,6 +134,7 @@ pub enum IndexedFields<'a> {
     Metric {
         name: Cow<'a, str>,
         slot: Cow<'a, str>,
+        unit_serial: Cow<'a, str>,
         unit: Cow<'a, str>,
         value: Cow<'a, str>,
         limit_lower: Cow<'a, str>,
@@ -298,6 +299,7 @@ fn record<'a>(
         Shape::Metric(name) => IndexedFields::Metric {
             name,
             slot: owned(fields.slot),
+            unit_serial: owned(fields.unit_serial),
             unit: owned(fields.unit),
             value: owned(fields.value),
             limit_lower: owned(fields.limit_lower),
@@ -901,13 +903,14 @@ mod tests {
                 result: "".into(),
             }
         );
-        let line = r#"{"station_id":"S1","time_created":"2024-01-01T00:00:00Z","name":"v","value":3.30,"limit_lower":"1","slot":"A"}"#;
+        let line = r#"{"station_id":"S1","time_created":"2024-01-01T00:00:00Z","name":"v","value":3.30,"limit_lower":"1","slot":"A","unit_serial":"SN7"}"#;
         let parsed = parse_line(Kind::Metrics, line, &mut Vec::new(), &mut Vec::new()).unwrap();
         assert_eq!(
             parsed.fields,
             IndexedFields::Metric {
                 name: "v".into(),
                 slot: "A".into(),
+                unit_serial: "SN7".into(),
                 unit: "".into(),
                 value: "3.30".into(),
                 limit_lower: "1".into(),

@@ -852,6 +852,7 @@ fn stage(
         IndexedFields::Metric {
             name,
             slot,
+            unit_serial,
             unit,
             value,
             limit_lower,
@@ -860,6 +861,7 @@ fn stage(
             bytes,
             name: symbols(&name),
             slot: symbols(&slot),
+            unit_serial: symbols(&unit_serial),
             unit: symbols(&unit),
             value: number(&value),
             limit_lower: number(&limit_lower),
