@@ -584,7 +584,7 @@ struct Query {
     draw_path: fn(&Dataset, &mut ChaCha8Rng) -> String,
 }
 
-const QUERIES: [Query; 6] = [
+const QUERIES: [Query; 9] = [
     Query {
         name: "Q1",
         description: "/units, 1 station, 1 h",
@@ -614,6 +614,21 @@ const QUERIES: [Query; 6] = [
         name: "Q6",
         description: "/units/summary, all stations, 24 h, 1 h buckets",
         draw_path: all_stations_day_of_yields,
+    },
+    Query {
+        name: "Q7",
+        description: "/units, 1 station, 1 h of the last day (the hot window)",
+        draw_path: one_station_hour_of_the_last_day,
+    },
+    Query {
+        name: "H1",
+        description: "/units, 1 station, 1 h, 3 days back",
+        draw_path: one_station_hour_three_days_back,
+    },
+    Query {
+        name: "H2",
+        description: "/units/summary, all stations, 7 d, 1 d buckets",
+        draw_path: all_stations_week_of_daily_yields,
     },
 ];
 
@@ -677,6 +692,32 @@ fn all_stations_day_of_units(dataset: &Dataset, random: &mut ChaCha8Rng) -> Stri
 fn all_stations_day_of_yields(dataset: &Dataset, random: &mut ChaCha8Rng) -> String {
     let (from, to) = dataset.random_window(random, 24 * 3600);
     format!("/units/summary?from={from}&to={to}&bucket=1h")
+}
+
+/// Q7: Q1 within the last day, the records `--hot 24h` keeps hot (issue 22).
+fn one_station_hour_of_the_last_day(dataset: &Dataset, random: &mut ChaCha8Rng) -> String {
+    let station = dataset.random_station(random);
+    let from = random.gen_range(dataset.end_second - 23 * 3600..=dataset.end_second - 3600);
+    let (from, to) = (rfc3339(from), rfc3339(from + 3600));
+    format!("/units?station_ids={station}&from={from}&to={to}")
+}
+
+/// H1: one station's hour three days before the data's end: sealed at the
+/// default `--hot` (issue 22).
+fn one_station_hour_three_days_back(dataset: &Dataset, random: &mut ChaCha8Rng) -> String {
+    let station = dataset.random_station(random);
+    let three_days_back = dataset.end_second - 3 * 86_400;
+    let from = random.gen_range(three_days_back - 86_400..=three_days_back - 3600);
+    let (from, to) = (rfc3339(from), rfc3339(from + 3600));
+    format!("/units?station_ids={station}&from={from}&to={to}")
+}
+
+/// H2: every station's yield of each day of the week (issue 22); the window starts
+/// at a random second of the first hour, so that no two paths are the same.
+fn all_stations_week_of_daily_yields(dataset: &Dataset, random: &mut ChaCha8Rng) -> String {
+    let from = dataset.first_second + random.gen_range(0..3600);
+    let (from, to) = (rfc3339(from), rfc3339(dataset.end_second));
+    format!("/units/summary?from={from}&to={to}&bucket=1d")
 }
 
 /// Draws `PATHS_PER_QUERY` paths per query into `target/load/paths-QN.txt`, the
