@@ -9,15 +9,20 @@
 //! JSON's three pieces by small indexes (into the station's shared pieces, for a
 //! piece more than one block uses, or the block's own), and its two texts (the
 //! time, only where it is not the instant written the usual way, and the value);
-//! and compresses them together with zstd. A record comes back exactly as written:
-//! its JSON is its five parts again, copied in order.
+//! and compresses each kind's with zstd, in a frame of its own, so that a read of
+//! units decompresses no metric. A record comes back exactly as written: its JSON
+//! is its five parts again, copied in order. A thread keeps the blocks it decoded
+//! lately ([`DECODED_BLOCKS`]).
 //!
 //! A block also keeps what lets a read skip it without decompressing it: how many
 //! records of each kind it holds, which files they came from, and a one-word
 //! filter of its serial numbers and of its metric names.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::num::NonZeroUsize;
 use std::ops::{Bound, RangeBounds as _};
+use std::rc::Rc;
 use std::sync::Arc;
 
 use foldhash::{HashMap, HashMapExt as _};
@@ -268,8 +273,10 @@ impl SharedPieces {
 /// One station's sealed records of a period, of both kinds, compressed.
 #[derive(Clone, Debug)]
 struct Block {
-    /// The zstd frame of its payload.
+    /// The zstd frames of its units and of its metrics, one after the other.
     bytes: Arc<[u8]>,
+    /// Where the metrics' frame starts.
+    split: u32,
     units: u32,
     metrics: u32,
     /// One bit for each serial number (by its symbol), and each metric name.
@@ -587,18 +594,18 @@ impl Sealed {
         if count == 0 {
             return decoded;
         }
+        let frame = match E::KIND {
+            0 => &block.bytes[..block.split as usize],
+            _ => &block.bytes[block.split as usize..],
+        };
         decoded.payload =
-            zstd::decode_all(&block.bytes[..]).expect("a sealed block decompresses as it was made");
+            zstd::decode_all(frame).expect("a sealed block decompresses as it was made");
         let payload = &decoded.payload;
         let mut reader = Reader {
             bytes: payload,
             at: 0,
         };
         let locals: Vec<Span> = read_locals(&mut reader);
-        let units_length = reader.number() as usize;
-        if E::KIND == 1 {
-            reader.at += units_length;
-        }
         reader.number(); // the count, which the block says too
         let nanos_unit = match reader.take(1)[0] {
             0 => 1_000_000,
@@ -715,31 +722,25 @@ impl Sealed {
         let index = (record.length & !SEALED) as usize;
         match record.length >> 31 {
             0 => self
-                .decode::<UnitEntry>(period, block, true)
+                .decoded::<UnitEntry>(period, block)
                 .write(self, index, out),
             _ => self
-                .decode::<MetricEntry>(period, block, true)
+                .decoded::<MetricEntry>(period, block)
                 .write(self, index, out),
         }
     }
 
-    /// Appends the JSON of each record `records` locate, in order; reads each
-    /// block once for a run of records in it.
+    /// Appends the JSON of each record `records` locate, in order, calling
+    /// `written` with each one's length.
     pub(crate) fn write_jsons(
         &self,
         records: impl Iterator<Item = StoredRecord>,
         out: &mut Vec<u8>,
         mut written: impl FnMut(usize),
     ) {
-        let mut units: Option<(u32, Decoded<UnitEntry>)> = None;
-        let mut metrics: Option<(u32, Decoded<MetricEntry>)> = None;
         for record in records {
-            let index = (record.length & !SEALED) as usize;
             let start = out.len();
-            match record.length >> 31 {
-                0 => reuse(&mut units, self, record).write(self, index, out),
-                _ => reuse(&mut metrics, self, record).write(self, index, out),
-            }
+            self.write_json(record, out);
             written(out.len() - start);
         }
     }
@@ -775,28 +776,61 @@ impl Sealed {
         self.blocks_in(range)
             .filter(move |(_, block)| keep(block))
             .flat_map(move |(period, block)| {
-                let decoded: Decoded<E> = self.decode(period, block, false);
-                decoded.keys.into_iter().zip(decoded.entries)
+                let decoded: Rc<Decoded<E>> = self.decoded(period, block);
+                (0..decoded.keys.len())
+                    .map(move |index| (decoded.keys[index], decoded.entries[index]))
             })
             .filter(move |(key, _)| (range.0, range.1).contains(key))
     }
 }
 
-/// The decoded block a locator's record is in: the one held when it is the same,
-/// else read now and held.
-fn reuse<'a, E: Sealable>(
-    held: &'a mut Option<(u32, Decoded<E>)>,
-    sealed: &Sealed,
-    record: StoredRecord,
-) -> &'a Decoded<E> {
-    if held
-        .as_ref()
-        .is_none_or(|(start, _)| *start != record.start)
-    {
-        let (period, block) = sealed.block_of(record);
-        *held = Some((record.start, sealed.decode(period, block, true)));
+/// Blocks a thread decompressed lately, at most this many: dashboards ask for the
+/// same hours again and again, and a scan reads a block's entries and then its
+/// records' JSON. A block of four hours of the generated floor decodes to about
+/// 45 KB, so this is about 11 MB a thread.
+const DECODED_BLOCKS: usize = 256;
+
+/// A block decoded on this thread: by where its compressed bytes are, its kind,
+/// and the base of its tier's locators (which its entries' locators count from).
+type DecodedKey = (usize, u32, i64);
+
+/// A cached decoded block, and the block's bytes, held so that no other block
+/// takes their address while the entry lives.
+struct Cached {
+    _bytes: Arc<[u8]>,
+    decoded: Rc<dyn std::any::Any>,
+}
+
+thread_local! {
+    static DECODED: RefCell<lru::LruCache<DecodedKey, Cached>> = RefCell::new(
+        lru::LruCache::new(NonZeroUsize::new(DECODED_BLOCKS).expect("more than none")),
+    );
+}
+
+impl Sealed {
+    /// `block` (of `period`) decoded with its JSON's parts: from this thread's
+    /// cache, else decompressed now and kept there.
+    fn decoded<E: Sealable>(&self, period: i64, block: &Block) -> Rc<Decoded<E>> {
+        let key = (block.bytes.as_ptr() as usize, E::KIND, self.base);
+        let cached = DECODED.with_borrow_mut(|cache| {
+            let entry = cache.get(&key)?;
+            Rc::clone(&entry.decoded).downcast::<Decoded<E>>().ok()
+        });
+        if let Some(decoded) = cached {
+            return decoded;
+        }
+        let decoded = Rc::new(self.decode::<E>(period, block, true));
+        DECODED.with_borrow_mut(|cache| {
+            cache.put(
+                key,
+                Cached {
+                    _bytes: Arc::clone(&block.bytes),
+                    decoded: Rc::clone(&decoded) as Rc<dyn std::any::Any>,
+                },
+            )
+        });
+        decoded
     }
-    &held.as_ref().expect("held just now").1
 }
 
 impl<E> Decoded<E> {
@@ -880,8 +914,41 @@ impl SharedPieces {
 }
 
 /// The block of one period's records, each kind in key order.
-fn encode<'a>(period: i64, group: &Group<'a>, known: &HashMap<&[u8], usize>) -> Block {
-    // Pieces the shared table does not hold: the block's own, each once.
+fn encode(period: i64, group: &Group<'_>, known: &HashMap<&[u8], usize>) -> Block {
+    let units = frame(period, &group.units, known);
+    let metrics = frame(period, &group.metrics, known);
+    let split = units.len() as u32;
+    let mut bytes = units;
+    bytes.extend_from_slice(&metrics);
+    let mut files = (u32::MAX, 0);
+    let orders = (group.units.iter().map(|record| record.key.load_order))
+        .chain(group.metrics.iter().map(|record| record.key.load_order));
+    for order in orders {
+        let file = (order >> 32) as u32;
+        files = (files.0.min(file), files.1.max(file));
+    }
+    Block {
+        bytes: Arc::from(bytes),
+        split,
+        units: group.units.len() as u32,
+        metrics: group.metrics.len() as u32,
+        serials: (group.units.iter()).fold(0, |mask, record| mask | bit(record.entry.filtered())),
+        names: (group.metrics.iter()).fold(0, |mask, record| mask | bit(record.entry.filtered())),
+        files,
+    }
+}
+
+/// One kind's records of a block as a zstd frame of their own (none when there are
+/// none): the pieces of theirs the shared table does not hold, then their columns.
+/// A read of one kind decompresses its frame alone.
+fn frame<'a, E: Sealable>(
+    period: i64,
+    records: &[Unsealed<'a, E>],
+    known: &HashMap<&[u8], usize>,
+) -> Vec<u8> {
+    if records.is_empty() {
+        return Vec::new();
+    }
     let mut locals: Vec<&'a [u8]> = Vec::new();
     let mut local_index: HashMap<&'a [u8], usize> = HashMap::new();
     let mut reference = |piece: &'a [u8]| -> u64 {
@@ -894,11 +961,9 @@ fn encode<'a>(period: i64, group: &Group<'a>, known: &HashMap<&[u8], usize>) -> 
         });
         ((index as u64) << 1) | 1
     };
-    let mut units = Vec::new();
-    write_section(period, &group.units, &mut reference, &mut units);
-    let mut metrics = Vec::new();
-    write_section(period, &group.metrics, &mut reference, &mut metrics);
-    let mut payload = Vec::with_capacity(units.len() + metrics.len() + 64);
+    let mut section = Vec::new();
+    write_section(period, records, &mut reference, &mut section);
+    let mut payload = Vec::with_capacity(section.len() + 64);
     number(&mut payload, locals.len() as u64);
     for piece in &locals {
         number(&mut payload, piece.len() as u64);
@@ -906,25 +971,8 @@ fn encode<'a>(period: i64, group: &Group<'a>, known: &HashMap<&[u8], usize>) -> 
     for piece in &locals {
         payload.extend_from_slice(piece);
     }
-    number(&mut payload, units.len() as u64);
-    payload.extend_from_slice(&units);
-    payload.extend_from_slice(&metrics);
-    let bytes = zstd::bulk::compress(&payload, LEVEL).expect("zstd compresses a buffer in memory");
-    let mut files = (u32::MAX, 0);
-    let orders = (group.units.iter().map(|record| record.key.load_order))
-        .chain(group.metrics.iter().map(|record| record.key.load_order));
-    for order in orders {
-        let file = (order >> 32) as u32;
-        files = (files.0.min(file), files.1.max(file));
-    }
-    Block {
-        bytes: Arc::from(bytes),
-        units: group.units.len() as u32,
-        metrics: group.metrics.len() as u32,
-        serials: (group.units.iter()).fold(0, |mask, record| mask | bit(record.entry.filtered())),
-        names: (group.metrics.iter()).fold(0, |mask, record| mask | bit(record.entry.filtered())),
-        files,
-    }
+    payload.extend_from_slice(&section);
+    zstd::bulk::compress(&payload, LEVEL).expect("zstd compresses a buffer in memory")
 }
 
 /// Writes one kind's records of a block, in key order, as columns.
