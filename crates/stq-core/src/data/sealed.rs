@@ -15,7 +15,7 @@
 //! lately ([`DECODED_BLOCKS`]).
 //!
 //! A block also keeps what lets a read skip it without decompressing it: how many
-//! records of each kind it holds, which files they came from, and a one-word
+//! records of each kind it holds, which files they came from, and a 256-bit
 //! filter of its serial numbers and of its metric names.
 
 use std::cell::RefCell;
@@ -279,15 +279,37 @@ struct Block {
     split: u32,
     units: u32,
     metrics: u32,
-    /// One bit for each serial number (by its symbol), and each metric name.
-    serials: u64,
-    names: u64,
+    /// The serial numbers and the metric names it holds, each as a bit of a hash.
+    serials: Filter,
+    names: Filter,
     /// The lowest and highest ordinal of the files its records came from.
     files: (u32, u32),
 }
 
-fn bit(symbol: Symbol) -> u64 {
-    1 << (symbol.0.wrapping_mul(0x9e37_79b9) >> 26)
+/// A set of symbols as 256 bits, one for each symbol's hash: a symbol whose bit is
+/// clear is not in the set. A block of four hours holds a few dozen serials: with
+/// 64 bits, a search for one decoded half of a week's blocks.
+#[derive(Clone, Copy, Debug, Default)]
+struct Filter([u64; 4]);
+
+impl Filter {
+    fn of(symbols: impl Iterator<Item = Symbol>) -> Filter {
+        let mut filter = Filter::default();
+        for symbol in symbols {
+            let bit = Filter::bit(symbol);
+            filter.0[bit / 64] |= 1 << (bit % 64);
+        }
+        filter
+    }
+
+    fn may_hold(&self, symbol: Symbol) -> bool {
+        let bit = Filter::bit(symbol);
+        self.0[bit / 64] & (1 << (bit % 64)) != 0
+    }
+
+    fn bit(symbol: Symbol) -> usize {
+        (symbol.0.wrapping_mul(0x9e37_79b9) >> 24) as usize
+    }
 }
 
 /// A station's sealed records. Cloning one shares its blocks.
@@ -851,8 +873,7 @@ impl Tier for Sealed {
         serial: Symbol,
         range: KeyRange,
     ) -> impl Iterator<Item = (RecordKey, UnitEntry)> + '_ {
-        let wanted = bit(serial);
-        self.records_in(range, move |block| block.serials & wanted != 0)
+        self.records_in(range, move |block| block.serials.may_hold(serial))
             .filter(move |(_, entry): &(RecordKey, UnitEntry)| entry.unit_serial == serial)
     }
 
@@ -865,8 +886,7 @@ impl Tier for Sealed {
         name: Symbol,
         range: KeyRange,
     ) -> impl Iterator<Item = (RecordKey, StoredRecord)> + '_ {
-        let wanted = bit(name);
-        self.records_in(range, move |block| block.names & wanted != 0)
+        self.records_in(range, move |block| block.names.may_hold(name))
             .filter(move |(_, entry): &(RecordKey, MetricEntry)| entry.name == name)
             .map(|(key, entry)| (key, entry.bytes))
     }
@@ -932,8 +952,8 @@ fn encode(period: i64, group: &Group<'_>, known: &HashMap<&[u8], usize>) -> Bloc
         split,
         units: group.units.len() as u32,
         metrics: group.metrics.len() as u32,
-        serials: (group.units.iter()).fold(0, |mask, record| mask | bit(record.entry.filtered())),
-        names: (group.metrics.iter()).fold(0, |mask, record| mask | bit(record.entry.filtered())),
+        serials: Filter::of(group.units.iter().map(|record| record.entry.filtered())),
+        names: Filter::of(group.metrics.iter().map(|record| record.entry.filtered())),
         files,
     }
 }
