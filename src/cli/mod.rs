@@ -200,9 +200,10 @@ pub struct ServeArgs {
     #[arg(long, env = "STQ_MAX_WINDOW", value_parser = parse_duration)]
     pub max_window: Option<Duration>,
 
-    /// The hot window: a station's records in whole hours older than this, counted
-    /// back from its newest record, are sealed in compressed blocks (about a tenth
-    /// of the memory; answers are the same); `all` keeps every record hot.
+    /// The hot window: a station's records in whole four-hour periods older than
+    /// this, counted back from its newest record, are sealed in compressed blocks
+    /// (about a twelfth of the memory; answers are the same, history's slower);
+    /// `all` keeps every record hot.
     #[arg(long, env = "STQ_HOT", default_value = "24h", value_parser = parse_hot)]
     pub hot: HotWindow,
 
