@@ -11,5 +11,9 @@
 //!
 //! The service crate (`stq`) puts an actor engine and an HTTP layer on top.
 
+// An item only this crate uses says so (`pub(crate)`): what is `pub` is the surface
+// the service reads.
+#![warn(unreachable_pub)]
+
 pub mod data;
 pub mod domain;
