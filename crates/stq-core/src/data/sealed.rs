@@ -472,7 +472,9 @@ impl Sealed {
                 (self.unsealed(old_metrics)).filter(|record| !dropped(record.key.load_order)),
             );
         }
+        // A tier of its own, whether or not any record of the blocks read stays.
         kept.count();
+        kept.settle();
         Some(kept.with(units, metrics))
     }
 
@@ -1245,13 +1247,21 @@ mod tests {
     }
 
     fn loaded(records: &[(i64, u8, u8)], hot: Option<Duration>) -> Generation {
+        loaded_files(&[("a", records)], hot)
+    }
+
+    /// A load of one units file and one metrics file of `records` for each name.
+    fn loaded_files(files: &[(&str, &[(i64, u8, u8)])], hot: Option<Duration>) -> Generation {
         let directory = tempfile::tempdir().unwrap();
-        let (units, metrics): (Vec<String>, Vec<String>) = records
-            .iter()
-            .map(|&(second, serial, style)| lines(second, serial, style))
-            .unzip();
-        std::fs::write(directory.path().join("a.units.jsonl"), units.join("\n")).unwrap();
-        std::fs::write(directory.path().join("a.metrics.jsonl"), metrics.join("\n")).unwrap();
+        for (name, records) in files {
+            let (units, metrics): (Vec<String>, Vec<String>) = records
+                .iter()
+                .map(|&(second, serial, style)| lines(second, serial, style))
+                .unzip();
+            let path = |kind: &str| directory.path().join(format!("{name}.{kind}.jsonl"));
+            std::fs::write(path("units"), units.join("\n")).unwrap();
+            std::fs::write(path("metrics"), metrics.join("\n")).unwrap();
+        }
         load(&LoadOptions {
             directory: directory.path().to_owned(),
             shards: 1,
@@ -1350,5 +1360,36 @@ mod tests {
                 prop_assert_eq!(reads(hot, range), reads(sealed, range), "{:?}", range);
             }
         }
+    }
+
+    /// Issue 22: a reload that drops every record of the blocks it reads leaves a
+    /// tier that still knows its first and last record (`/stations` reads them).
+    #[test]
+    fn issue_22_dropping_whole_blocks_keeps_the_first_and_last_record() {
+        let early: Vec<(i64, u8, u8)> = (0..5).map(|index| (index * 60, 1, 0)).collect();
+        let late: Vec<(i64, u8, u8)> = (0..5)
+            .map(|index| (3 * 3600 + index * 60, 2, 0))
+            .chain([(5 * 3600, 2, 0)])
+            .collect();
+        let hot = Some(Duration::from_secs(1));
+        let both = loaded_files(&[("a", &early), ("b", &late)], hot);
+        let only_late = loaded_files(&[("b", &late)], hot);
+        // `a.metrics` and `a.units` are the first two files in path order.
+        let last_of_a = both.catalog().file_ordinals[1];
+        let sealed = &station(&both).sealed;
+        let kept = sealed
+            .without(&|order| (order >> 32) as u32 <= last_of_a, &|lowest, _| {
+                lowest <= last_of_a
+            })
+            .expect("it drops records");
+        let expected = &station(&only_late).sealed;
+        let ends = |tier: &Sealed| {
+            let (first, last) = tier.first_and_last().expect("records are sealed");
+            (first.0, last.0)
+        };
+        assert_eq!(kept.unit_count(), expected.unit_count());
+        assert_eq!(kept.metric_count(), expected.metric_count());
+        let instants = |(first, last): (RecordKey, RecordKey)| (first.instant, last.instant);
+        assert_eq!(instants(ends(&kept)), instants(ends(expected)));
     }
 }
