@@ -1250,8 +1250,11 @@ mod tests {
         loaded_files(&[("a", records)], hot)
     }
 
+    /// Records as [`lines`] writes them: (second, serial, style).
+    type Records<'a> = &'a [(i64, u8, u8)];
+
     /// A load of one units file and one metrics file of `records` for each name.
-    fn loaded_files(files: &[(&str, &[(i64, u8, u8)])], hot: Option<Duration>) -> Generation {
+    fn loaded_files(files: &[(&str, Records<'_>)], hot: Option<Duration>) -> Generation {
         let directory = tempfile::tempdir().unwrap();
         for (name, records) in files {
             let (units, metrics): (Vec<String>, Vec<String>) = records
