@@ -125,29 +125,13 @@ impl ShardData {
     pub fn scan(&self, request: &ScanRequest) -> ScanAnswer {
         let mut hits = self.scan_hits(request);
         let mut sealed = Vec::new();
-        let mut by_station: Vec<(u32, usize)> = (hits.iter().enumerate())
-            .filter(|(_, hit)| is_sealed(hit.bytes))
-            .map(|(index, hit)| (hit.station_index, index))
-            .collect();
-        by_station.sort_unstable();
-        for run in by_station.chunk_by(|left, right| left.0 == right.0) {
-            let station = &self.stations[run[0].0 as usize];
-            let records: Vec<StoredRecord> =
-                run.iter().map(|&(_, index)| hits[index].bytes).collect();
-            let mut written = run.iter().map(|&(_, index)| index);
-            let mut start = sealed.len();
-            let mut lengths = Vec::with_capacity(run.len());
-            station.write_sealed_jsons(records.into_iter(), &mut sealed, |length| {
-                lengths.push(length);
-            });
-            for length in lengths {
-                let index = written.next().expect("one length a record");
-                hits[index].bytes = StoredRecord {
-                    start: SEALED | start as u32,
-                    length: length as u32,
-                };
-                start += length;
-            }
+        for hit in hits.iter_mut().filter(|hit| is_sealed(hit.bytes)) {
+            let start = sealed.len();
+            self.stations[hit.station_index as usize].write_json(hit.bytes, &mut sealed);
+            hit.bytes = StoredRecord {
+                start: SEALED | start as u32,
+                length: (sealed.len() - start) as u32,
+            };
         }
         ScanAnswer { hits, sealed }
     }

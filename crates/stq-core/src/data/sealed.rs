@@ -754,21 +754,6 @@ impl Sealed {
         }
     }
 
-    /// Appends the JSON of each record `records` locate, in order, calling
-    /// `written` with each one's length.
-    pub(crate) fn write_jsons(
-        &self,
-        records: impl Iterator<Item = StoredRecord>,
-        out: &mut Vec<u8>,
-        mut written: impl FnMut(usize),
-    ) {
-        for record in records {
-            let start = out.len();
-            self.write_json(record, out);
-            written(out.len() - start);
-        }
-    }
-
     /// The blocks that may hold records with keys in `range`, with their periods.
     fn blocks_in(&self, (start, end): KeyRange) -> impl Iterator<Item = (i64, &Block)> + '_ {
         let period = |bound: Bound<RecordKey>| bound.map(|key| period_of(key.instant));

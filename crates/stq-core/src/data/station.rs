@@ -78,18 +78,6 @@ impl StationData {
         }
     }
 
-    /// Appends the JSON of the sealed records `records` locate, in order, calling
-    /// `written` with each one's length; a block is read once for a run of
-    /// records in it.
-    pub(crate) fn write_sealed_jsons(
-        &self,
-        records: impl Iterator<Item = StoredRecord>,
-        out: &mut Vec<u8>,
-        written: impl FnMut(usize),
-    ) {
-        self.sealed.write_jsons(records, out, written);
-    }
-
     /// Hints the CPU to load the fields [`StationData::json`] reads.
     pub(crate) fn prefetch_locations(&self) {
         self.hot.prefetch_locations();
