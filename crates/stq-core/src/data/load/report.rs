@@ -117,7 +117,7 @@ pub enum LoadError {
     MissingDirectory(PathBuf),
     #[error("cannot read {path}: {source}")]
     Io { path: String, source: io::Error },
-    #[error("{station:?} holds more than 4 GiB of records; use more, smaller stations")]
+    #[error("{station:?} holds more than 2 GiB of records in its hot window; use more, smaller stations or a shorter --hot")]
     StationTooLarge { station: String },
     #[error("{} invalid snapshot line(s)", report.invalid.len())]
     Invalid { report: Box<LoadReport> },
