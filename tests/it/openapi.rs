@@ -750,8 +750,12 @@ fn summary_answers_match_the_document() {
 fn every_client_error_matches_the_document() {
     // (request, token, status, code; "" for a HEAD, which has no body)
     #[rustfmt::skip]
-    let cases: [(&str, Option<&str>, u16, &str); 32] = [
+    let cases: [(&str, Option<&str>, u16, &str); 34] = [
         ("GET /units?from=yesterday", Some(OPS), 400, "invalid_parameter"),
+        // Issue 23: schemathesis found `tz` missing from the parameters an
+        // invalid_parameter may name.
+        ("GET /units/summary?$W&station_ids=ST-01&tz=", Some(OPS), 400, "invalid_parameter"),
+        ("GET /metrics/summary?$W&station_ids=ST-01&bucket=1d&tz=00", Some(OPS), 400, "invalid_parameter"),
         ("GET /units?$W&limit=0", Some(OPS), 400, "invalid_parameter"),
         ("GET /units?$W&direction=sideways", Some(OPS), 400, "invalid_parameter"),
         ("GET /metrics?$W&to=2024-05-01T00:00:00Z", Some(OPS), 400, "invalid_parameter"),
@@ -1130,6 +1134,58 @@ fn the_documented_patterns_are_what_the_server_accepts() {
         if valid != accepted || served != accepted {
             disagreements.push(format!(
                 "{name}={value:?}: the schema says {valid}, the server {} (expected {accepted})",
+                response.status
+            ));
+        }
+    }
+    assert!(disagreements.is_empty(), "{}", disagreements.join("\n"));
+}
+
+/// Issue 23: `tz` is an enum of the zones the server knows, so a generator that keeps
+/// to the document never sends a zone it refuses (schemathesis sent `tz=00`).
+#[test]
+fn issue_23_the_documented_zones_are_the_ones_the_server_accepts() {
+    let doc = document();
+    let schema = &doc["components"]["parameters"]["Tz"]["schema"];
+    let documented: Vec<&str> = schema["enum"]
+        .as_array()
+        .expect("tz: an enum of zone names")
+        .iter()
+        .map(|name| name.as_str().expect("tz: names are strings"))
+        .collect();
+    let known: Vec<&str> = chrono_tz::TZ_VARIANTS
+        .iter()
+        .map(|zone| zone.name())
+        .collect();
+    assert_eq!(
+        documented, known,
+        "tz: the enum is chrono-tz's zones, in its order"
+    );
+    let mut disagreements = Vec::new();
+    for (value, accepted) in [
+        ("UTC", true),
+        ("Etc/UTC", true),
+        ("Europe/Berlin", true),
+        ("America/Argentina/Buenos_Aires", true),
+        ("", false),
+        ("00", false),
+        ("utc", false),
+        ("europe/berlin", false),
+        ("Europe/Berlin ", false),
+        ("+01:00", false),
+    ] {
+        let valid = schema_errors(doc, schema, &json!(value)).is_empty();
+        let response = server().get(
+            &format!(
+                "/units/summary?{WINDOW}&station_ids=ST-01&bucket=1d&tz={}",
+                percent_encode(value)
+            ),
+            Some(OPS),
+        );
+        let served = response.status == 200;
+        if valid != accepted || served != accepted {
+            disagreements.push(format!(
+                "tz={value:?}: the schema says {valid}, the server {} (expected {accepted})",
                 response.status
             ));
         }
