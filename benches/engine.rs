@@ -16,7 +16,7 @@ use stq_core::data::key::Position;
 use stq_core::data::merge::merge_sorted;
 use stq_core::data::scan::{Hit, Matcher, RecordFilter, ScanRequest, ShardStation};
 use stq_core::data::stored::StoredRecord;
-use stq_core::domain::query::{self, Limits};
+use stq_core::domain::query::{self, Endpoint, Limits};
 use stq_core::domain::record::{parse_line, Directions, Kind};
 use stq_core::domain::time::{parse_rfc3339, Timestamp, Window};
 
@@ -215,7 +215,13 @@ fn query_parsing(criterion: &mut Criterion) {
     ];
     for (kind, name, text) in cases {
         group.bench_function(name, |bencher| {
-            bencher.iter(|| black_box(query::parse(kind, black_box(text), limits)));
+            bencher.iter(|| {
+                black_box(query::parse(
+                    Endpoint::records(kind),
+                    black_box(text),
+                    limits,
+                ))
+            });
         });
     }
     group.finish();

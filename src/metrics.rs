@@ -18,6 +18,7 @@ use prometheus_client::metrics::histogram::exponential_buckets;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use stq_core::data::load::LoadReport;
+use stq_core::domain::query::Endpoint;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
@@ -408,12 +409,10 @@ impl Collector for RequestCollector {
 
 /// The endpoint label of a request path: one of a fixed set.
 pub fn endpoint_label(path: &str) -> &'static str {
+    if let Some(endpoint) = Endpoint::at(path) {
+        return endpoint.path();
+    }
     match path {
-        "/units" => "/units",
-        "/metrics" => "/metrics",
-        "/units/summary" => "/units/summary",
-        "/metrics/summary" => "/metrics/summary",
-        "/stations" => "/stations",
         "/healthz" => "/healthz",
         "/readyz" => "/readyz",
         "/openapi.json" => "/openapi.json",
@@ -519,6 +518,9 @@ mod tests {
         assert_eq!(endpoint_label("/units"), "/units");
         assert_eq!(endpoint_label("/units/summary"), "/units/summary");
         assert_eq!(endpoint_label("/stations"), "/stations");
+        for endpoint in Endpoint::ALL {
+            assert_eq!(endpoint_label(endpoint.path()), endpoint.path());
+        }
         assert_eq!(endpoint_label("/ui/app.js"), "/ui/");
         assert_eq!(endpoint_label("/ui/../x"), "/ui/");
         assert_eq!(endpoint_label("/units/../secret"), "other");

@@ -9,7 +9,8 @@
 //!
 //! [`Engine`] is the one handle the HTTP layer holds: the current generation (its
 //! catalog and the tokens read with it), the settings queries are planned with, and
-//! the shards. What the HTTP layer gets back is a [`Page`] or an [`EngineError`],
+//! the shards. What the HTTP layer gets back is an [`Answer`] (a [`Page`] of
+//! records or a summary's rows) or an [`EngineError`],
 //! never a shard's own error: a query that raced a reload is planned again by its
 //! router, not by its caller.
 
@@ -32,9 +33,9 @@ use stq_core::domain::auth::Tokens;
 use stq_core::domain::query::{Limits, QueryError};
 
 pub use fault::{Fault, ShardFault};
-pub use plan::{Plan, Request, SummaryPlan, SummaryRequest};
+pub use plan::{Plan, Request};
 pub use reload::{reload_on_change, reload_on_hangup, ReloadError, ReloadTrigger, Reloader};
-pub use router::{Page, QueryResult, Record, RouterHandle};
+pub use router::{Answer, Page, QueryResult, Record, RouterHandle};
 pub(crate) use shard::panic_message;
 pub use slots::{Overloaded, Patience, Slot, SLOT_WAIT};
 
@@ -210,22 +211,12 @@ impl Engine {
 
     /// Plans `request` on the current generation.
     pub fn plan(&self, request: &Request) -> Result<Plan, EngineError> {
-        plan::plan(
-            request,
-            self.catalog(),
-            &self.inner.limits,
-            &self.inner.cursor_key,
-        )
-    }
-
-    /// Plans the summary `request` on the current generation.
-    pub fn plan_summary(&self, request: &SummaryRequest) -> Result<SummaryPlan, EngineError> {
-        plan::plan_summary(
-            request,
-            self.catalog(),
-            &self.inner.limits,
-            &self.inner.pass_results,
-        )
+        let settings = plan::Settings {
+            limits: &self.inner.limits,
+            cursor_key: &self.inner.cursor_key,
+            pass_results: &self.inner.pass_results,
+        };
+        plan::plan(request, self.catalog(), &settings)
     }
 
     /// Hands every shard its part of a new generation, waits until all replicas

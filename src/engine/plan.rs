@@ -1,7 +1,9 @@
-//! A request turned into a query in the index's terms (docs/api.md sections 3 to 6):
-//! which stations (by rank) the token may and does ask for, the window and where a
-//! cursor resumes it, filters as symbols, and the cap. And, once the shards have
-//! answered, the page: the records it keeps and the cursor of the next one.
+//! A request to any endpoint turned into a query in the index's terms (docs/api.md
+//! sections 3 to 6 and 10): which stations (by rank) the token may and does ask
+//! for, and the question: for records, the window and where a cursor resumes it,
+//! filters as symbols, and the cap; for a summary, the window, filters and
+//! grouping. And, once the shards have answered, a record query's page: the
+//! records it keeps and the cursor of the next one.
 
 use std::sync::Arc;
 
@@ -10,7 +12,7 @@ use stq_core::data::catalog::Catalog;
 use stq_core::data::cursor::{Cursor, CursorError, CursorKey};
 use stq_core::data::key::Position;
 use stq_core::data::scan::{Matcher, RecordFilter};
-use stq_core::data::summary::{Grouping, Question};
+use stq_core::data::summary::{self, Grouping};
 use stq_core::domain::auth::{Principal, Scope};
 use stq_core::domain::query::{Endpoint, Limits, QueryParams};
 use stq_core::domain::record::{Directions, Kind};
@@ -23,48 +25,36 @@ use super::EngineError;
 /// when the request arrived (the default window ends then).
 #[derive(Debug)]
 pub struct Request {
-    pub kind: Kind,
-    pub params: QueryParams,
-    pub principal: Arc<Principal>,
-    pub arrived: Timestamp,
-}
-
-/// A request for a summary (docs/api.md section 10): `/units/summary`,
-/// `/metrics/summary` or `/stations`.
-#[derive(Debug)]
-pub struct SummaryRequest {
     pub endpoint: Endpoint,
     pub params: QueryParams,
     pub principal: Arc<Principal>,
     pub arrived: Timestamp,
 }
 
-/// A summary planned against one generation's catalog: which stations, and what
-/// each shard is asked.
+/// A request planned against one generation's catalog: which stations, and what
+/// each shard that holds some of them is asked.
 #[derive(Clone, Debug)]
-pub struct SummaryPlan {
+pub struct Plan {
     pub(crate) catalog: Arc<Catalog>,
     /// Station ranks, each at most once.
     pub(crate) stations: Vec<u32>,
     pub(crate) question: Question,
 }
 
-impl SummaryPlan {
-    /// How rows are grouped; `None` for `/stations`.
-    pub(crate) fn grouping(&self) -> Option<&Grouping> {
-        match &self.question {
-            Question::Units { grouping, .. } | Question::Metrics { grouping, .. } => Some(grouping),
-            Question::Stations => None,
-        }
-    }
+/// What a plan asks: records, or a summary of them.
+#[derive(Clone, Debug)]
+pub(crate) enum Question {
+    /// `/units` and `/metrics`: the shards scan, the router merges and pages.
+    Records(RecordQuestion),
+    /// The summaries and `/stations`: the shards answer with partial summaries,
+    /// the router merges and renders them.
+    Summary(summary::Question),
 }
 
-/// A request planned against one generation's catalog.
+/// A record query in the index's terms.
 #[derive(Clone, Debug)]
-pub struct Plan {
-    pub(crate) catalog: Arc<Catalog>,
-    /// Station ranks, each at most once.
-    pub(crate) stations: Vec<u32>,
+pub(crate) struct RecordQuestion {
+    pub(crate) kind: Kind,
     pub(crate) window: Window,
     pub(crate) after: Option<Position>,
     pub(crate) filter: RecordFilter,
@@ -74,40 +64,82 @@ pub struct Plan {
     scope: Option<Vec<u8>>,
 }
 
-impl Plan {
-    pub fn generation(&self) -> u64 {
-        self.catalog.generation()
-    }
-
-    /// The window the query reads, resolved (or pinned by its cursor).
-    pub fn window(&self) -> Window {
-        self.window
-    }
-
-    /// Where the page starts: after the cursor's record.
-    pub fn after(&self) -> Option<Position> {
-        self.after
-    }
-}
-
+/// Plans `request` on `catalog`, checking in the contract's order: the window or
+/// the cursor (sections 5 and 6), then the stations the token may and does ask
+/// for (section 3); filters become symbols.
 pub(crate) fn plan(
     request: &Request,
     catalog: Arc<Catalog>,
-    limits: &Limits,
-    cursor_key: &CursorKey,
+    settings: &Settings,
 ) -> Result<Plan, EngineError> {
     let Request {
-        kind,
+        endpoint,
+        params,
+        arrived,
+        ..
+    } = request;
+    let limits = settings.limits;
+    let grouping = || Grouping {
+        fields: params.group_by.clone(),
+        bucket: params.bucket,
+        zone: params.zone,
+    };
+    let question = match endpoint {
+        Endpoint::Units => Question::Records(records(Kind::Units, request, &catalog, settings)?),
+        Endpoint::Metrics => {
+            Question::Records(records(Kind::Metrics, request, &catalog, settings)?)
+        }
+        Endpoint::UnitsSummary => Question::Summary(summary::Question::Units {
+            window: params.window(*arrived, limits.max_window)?,
+            unit_types: matcher(&catalog, &params.unit_types),
+            unit_serial: serial_matcher(&catalog, params),
+            grouping: grouping(),
+            pass_results: settings.pass_results.to_vec(),
+        }),
+        Endpoint::MetricsSummary => Question::Summary(summary::Question::Metrics {
+            window: params.window(*arrived, limits.max_window)?,
+            names: matcher(&catalog, &params.names),
+            grouping: grouping(),
+        }),
+        Endpoint::Stations => Question::Summary(summary::Question::Stations),
+    };
+    let stations = stations(params, &request.principal, &catalog)?;
+    Ok(Plan {
+        catalog,
+        stations,
+        question,
+    })
+}
+
+/// What a plan is made with besides its request and catalog: the engine's
+/// settings.
+pub(crate) struct Settings<'a> {
+    pub(crate) limits: &'a Limits,
+    pub(crate) cursor_key: &'a CursorKey,
+    /// `--pass-results`.
+    pub(crate) pass_results: &'a [String],
+}
+
+/// A record query's window, where its cursor resumes it, its filters and cap.
+fn records(
+    kind: Kind,
+    request: &Request,
+    catalog: &Catalog,
+    settings: &Settings,
+) -> Result<RecordQuestion, EngineError> {
+    let Request {
         params,
         principal,
         arrived,
+        ..
     } = request;
+    let limits = settings.limits;
     // Only pages have cursors (a cursor without `limit` was refused already).
-    let scope = params.limit.map(|_| cursor_scope(*kind, params, principal));
+    let scope = params.limit.map(|_| cursor_scope(kind, params, principal));
     let (window, after) = match (&params.cursor, &scope) {
         (Some(text), Some(scope)) => {
-            let cursor = Cursor::decode(text, cursor_key, scope)?;
-            if cursor.kind != *kind {
+            let cursor = Cursor::decode(text, settings.cursor_key, scope)?;
+            if cursor.kind != kind {
                 return Err(CursorError {
                     reason: "it belongs to another endpoint",
                 }
@@ -130,74 +162,23 @@ pub(crate) fn plan(
         }
         _ => (params.window(*arrived, limits.max_window)?, None),
     };
-
-    let stations = stations(params, principal, &catalog)?;
-
     let filter = match kind {
         Kind::Units => RecordFilter::Units {
-            unit_types: matcher(&catalog, &params.unit_types),
-            unit_serial: serial_matcher(&catalog, params),
+            unit_types: matcher(catalog, &params.unit_types),
+            unit_serial: serial_matcher(catalog, params),
             directions: params.directions,
         },
         Kind::Metrics => RecordFilter::Metrics {
-            names: matcher(&catalog, &params.names),
+            names: matcher(catalog, &params.names),
         },
     };
-
-    let cap = params.limit.unwrap_or(limits.max_records) + 1;
-    Ok(Plan {
-        catalog,
-        stations,
+    Ok(RecordQuestion {
+        kind,
         window,
         after,
         filter,
-        cap,
+        cap: params.limit.unwrap_or(limits.max_records) + 1,
         scope,
-    })
-}
-
-/// Plans a summary on `catalog`: the window (section 5), the stations the token
-/// may and does ask for (section 3), the filters as symbols.
-pub(crate) fn plan_summary(
-    request: &SummaryRequest,
-    catalog: Arc<Catalog>,
-    limits: &Limits,
-    pass_results: &[String],
-) -> Result<SummaryPlan, EngineError> {
-    let SummaryRequest {
-        endpoint,
-        params,
-        principal,
-        arrived,
-    } = request;
-    let grouping = || Grouping {
-        fields: params.group_by.clone(),
-        bucket: params.bucket,
-        zone: params.zone,
-    };
-    let question = match endpoint {
-        Endpoint::UnitsSummary => Question::Units {
-            window: params.window(*arrived, limits.max_window)?,
-            unit_types: matcher(&catalog, &params.unit_types),
-            unit_serial: serial_matcher(&catalog, params),
-            grouping: grouping(),
-            pass_results: pass_results.to_vec(),
-        },
-        Endpoint::MetricsSummary => Question::Metrics {
-            window: params.window(*arrived, limits.max_window)?,
-            names: matcher(&catalog, &params.names),
-            grouping: grouping(),
-        },
-        Endpoint::Stations => Question::Stations,
-        Endpoint::Units | Endpoint::Metrics => {
-            unreachable!("records are planned by `plan`, not as a summary")
-        }
-    };
-    let stations = stations(params, principal, &catalog)?;
-    Ok(SummaryPlan {
-        catalog,
-        stations,
-        question,
     })
 }
 
@@ -257,11 +238,13 @@ fn serial_matcher(catalog: &Catalog, params: &QueryParams) -> Matcher {
     })
 }
 
-/// The page a plan's merged records make: all of them, or `limit` of them and the
-/// cursor of the rest; or `result_too_large` for an unpaged query over the limit.
+/// The page a record query's merged records make: all of them, or `limit` of
+/// them and the cursor of the rest; or `result_too_large` for an unpaged query
+/// over the limit.
 pub(crate) fn paginate(
     request: &Request,
-    plan: Plan,
+    catalog: &Catalog,
+    question: &RecordQuestion,
     mut records: QueryResult,
     limits: &Limits,
     cursor_key: &CursorKey,
@@ -279,11 +262,11 @@ pub(crate) fn paginate(
                 .last_position()
                 .expect("a full page has a last record");
             let cursor = Cursor {
-                kind: request.kind,
-                window: plan.window,
-                after: plan.catalog.identity_of(after),
+                kind: question.kind,
+                window: question.window,
+                after: catalog.identity_of(after),
             };
-            let scope = plan
+            let scope = question
                 .scope
                 .as_deref()
                 .expect("paged queries have a cursor scope");
@@ -294,7 +277,6 @@ pub(crate) fn paginate(
     Ok(Page {
         records,
         next_cursor,
-        plan,
     })
 }
 

@@ -1,5 +1,6 @@
 //! The router actor: fans a planned query out to the shards that hold its stations
-//! and merges their sorted answers into the contract's order.
+//! and merges their answers: sorted hits into the contract's order and a page, or
+//! partial summaries into rows.
 //!
 //! Every HTTP worker starts a router of its own ([`Engine::router`]), so no single
 //! router mailbox is the place every request queues on; the shards are shared. A
@@ -24,17 +25,19 @@ use stq_core::data::merge::merge_sorted;
 use stq_core::data::scan::{Hit, ScanRequest, ShardStation};
 use stq_core::data::shard::ShardData;
 use stq_core::data::stored::RecordJson;
-use stq_core::data::summary::{Partial, Rows, SummaryRequest as ShardSummary};
+use stq_core::data::summary::{
+    Grouping, Partial, Question as SummaryQuestion, Rows, SummaryRequest,
+};
 
 use super::fault::ShardFault;
-use super::plan::{self, Plan, Request, SummaryPlan, SummaryRequest};
-use super::shard::{ShardError, ShardHandle};
-use super::slots::{Patience, Slot};
+use super::plan::{self, Plan, Question, Request};
+use super::shard::{ShardAnswer, ShardError, ShardHandle, ShardQuestion};
+use super::slots::Patience;
 use super::{Engine, EngineError};
 
 // --- Messages --------------------------------------------------------------------
 
-/// Answer a planned request: the page of its records.
+/// Answer a planned request: the page of its records, or its summary's rows.
 struct Execute {
     request: Arc<Request>,
     plan: Plan,
@@ -48,31 +51,23 @@ struct Execute {
 }
 
 impl Message for Execute {
-    type Result = Result<Page, EngineError>;
+    type Result = Result<Answer, EngineError>;
 }
 
-/// Answer a planned summary: its rows, merged from every shard's partial result.
-struct Summarize {
-    request: Arc<SummaryRequest>,
-    plan: SummaryPlan,
-    deadline: Instant,
-    /// The query's wait for slots, shared with its other stretches.
-    patience: Patience,
-    /// Only tests ask for one (see `fault`).
-    fault: Option<ShardFault>,
+/// What a query is answered with, by the kind of its question.
+#[derive(Debug)]
+pub enum Answer {
+    /// `/units` and `/metrics`.
+    Page(Page),
+    /// The summaries and `/stations`: rows rendered as JSON.
+    Rows(Rows),
 }
 
-impl Message for Summarize {
-    type Result = Result<Rows, EngineError>;
-}
-
-/// One page of an answer: its records, the cursor of the next page, and the plan
-/// it was answered from (which a retry after a reload may have replaced).
+/// One page of records, and the cursor of the next page.
 #[derive(Debug)]
 pub struct Page {
     pub(crate) records: QueryResult,
     pub(crate) next_cursor: Option<String>,
-    pub(crate) plan: Plan,
 }
 
 impl Page {
@@ -82,10 +77,6 @@ impl Page {
 
     pub fn next_cursor(&self) -> Option<&str> {
         self.next_cursor.as_deref()
-    }
-
-    pub fn plan(&self) -> &Plan {
-        &self.plan
     }
 }
 
@@ -186,30 +177,22 @@ impl Actor for Router {
 }
 
 impl Handler<Execute> for Router {
-    type Result = ResponseFuture<Result<Page, EngineError>>;
+    type Result = ResponseFuture<Result<Answer, EngineError>>;
 
     fn handle(&mut self, message: Execute, _: &mut Context<Self>) -> Self::Result {
         let engine = self.engine.clone();
         let shards = Rc::clone(&self.shards);
-        Box::pin(async move { answer(&engine, &shards, message).await })
+        Box::pin(async move { execute(&engine, &shards, message).await })
     }
 }
 
-impl Handler<Summarize> for Router {
-    type Result = ResponseFuture<Result<Rows, EngineError>>;
-
-    fn handle(&mut self, message: Summarize, _: &mut Context<Self>) -> Self::Result {
-        let engine = self.engine.clone();
-        let shards = Rc::clone(&self.shards);
-        Box::pin(async move { summarize(&engine, &shards, message).await })
-    }
-}
-
-async fn answer(
+/// Asks the shards that hold the plan's stations, then merges their answers. A
+/// query that raced two reloads is planned once more, on the current generation.
+async fn execute(
     engine: &Engine,
     shards: &[ShardHandle],
     message: Execute,
-) -> Result<Page, EngineError> {
+) -> Result<Answer, EngineError> {
     let Execute {
         request,
         mut plan,
@@ -218,71 +201,120 @@ async fn answer(
         fault,
     } = message;
     let mut retried = false;
-    loop {
-        match fan_out(engine, shards, &plan, deadline, &patience, fault).await {
-            // The merge's slot, held until the page is cut.
-            Ok((records, _slot)) => {
-                return plan::paginate(
-                    &request,
-                    plan,
-                    records,
-                    engine.limits(),
-                    engine.cursor_key(),
-                )
-            }
+    let answers = loop {
+        let asks = stations_by_shard(&plan.catalog, &plan.stations).map(|(shard, stations)| {
+            shards[shard].query(
+                Arc::clone(&plan.catalog),
+                shard_question(&plan.question, stations),
+                deadline,
+                patience.clone(),
+                fault,
+            )
+        });
+        let answers: Result<Vec<ShardAnswer>, ShardError> =
+            join_all(asks).await.into_iter().collect();
+        match answers {
+            Ok(answers) => break answers,
             Err(ShardError::OtherGeneration { .. }) if !retried => {
                 retried = true;
                 plan = engine.plan(&request)?;
             }
             Err(error) => return Err(error.into()),
         }
+    };
+    // The merge's slot, held until the answer is cut.
+    let _slot = engine.take_slot(&patience).await?;
+    match &plan.question {
+        Question::Records(question) => {
+            let records = merge_records(answers, question.cap)?;
+            let limits = engine.limits();
+            let page = plan::paginate(
+                &request,
+                &plan.catalog,
+                question,
+                records,
+                limits,
+                engine.cursor_key(),
+            )?;
+            Ok(Answer::Page(page))
+        }
+        Question::Summary(question) => {
+            let rows = merge_partials(answers, grouping(question), &plan, engine)?;
+            Ok(Answer::Rows(rows))
+        }
     }
 }
 
-/// Merges the shards' partial summaries into rows; more rows than `--max-records`
-/// is `result_too_large`. Like [`answer`], plans once more after two reloads.
-async fn summarize(
-    engine: &Engine,
-    shards: &[ShardHandle],
-    message: Summarize,
-) -> Result<Rows, EngineError> {
-    let Summarize {
-        request,
-        mut plan,
-        deadline,
-        patience,
-        fault,
-    } = message;
-    let mut retried = false;
-    let partials = loop {
-        let asks = stations_by_shard(&plan.catalog, &plan.stations).map(|(shard, stations)| {
-            let request = ShardSummary {
-                stations,
-                question: plan.question.clone(),
-            };
-            shards[shard].summarize(
-                Arc::clone(&plan.catalog),
-                request,
-                deadline,
-                patience.clone(),
-                fault,
-            )
-        });
-        let replies: Result<Vec<Partial>, ShardError> = join_all(asks).await.into_iter().collect();
-        match replies {
-            Ok(partials) => break partials,
-            Err(ShardError::OtherGeneration { .. }) if !retried => {
-                retried = true;
-                plan = engine.plan_summary(&request)?;
-            }
-            Err(error) => return Err(error.into()),
+/// How a summary's rows are grouped; `None` for `/stations`.
+fn grouping(question: &SummaryQuestion) -> Option<&Grouping> {
+    match question {
+        SummaryQuestion::Units { grouping, .. } | SummaryQuestion::Metrics { grouping, .. } => {
+            Some(grouping)
         }
-    };
-    let _slot = engine.take_slot(&patience).await?;
-    let merged = partials.into_iter().reduce(|mut merged, partial| {
-        merged.merge(partial);
-        merged
-    });
+        SummaryQuestion::Stations => None,
+    }
+}
+
+/// What one shard is asked of `question`, about its `stations`.
+fn shard_question(question: &Question, stations: Vec<ShardStation>) -> ShardQuestion {
+    match question {
+        Question::Records(question) => ShardQuestion::Records(ScanRequest {
+            stations,
+            window: question.window,
+            after: question.after,
+            filter: question.filter.clone(),
+            cap: question.cap,
+        }),
+        Question::Summary(question) => ShardQuestion::Summary(SummaryRequest {
+            stations,
+            question: question.clone(),
+        }),
+    }
+}
+
+/// The shards' hits merged into the contract's order, the first `cap` of them.
+fn merge_records(answers: Vec<ShardAnswer>, cap: usize) -> Result<QueryResult, EngineError> {
+    let mut parts = Vec::with_capacity(answers.len());
+    let mut streams = Vec::with_capacity(answers.len());
+    for (part, answer) in answers.into_iter().enumerate() {
+        let ShardAnswer::Records { data, answer } = answer else {
+            return Err(other_answer());
+        };
+        parts.push(Part {
+            data,
+            sealed: answer.sealed,
+        });
+        streams.push(
+            answer
+                .hits
+                .into_iter()
+                .map(move |hit| PartHit { hit, part }),
+        );
+    }
+    Ok(QueryResult {
+        hits: merge_sorted(streams, cap),
+        parts,
+    })
+}
+
+/// The shards' partial summaries merged and rendered as rows; more rows than
+/// `--max-records` is `result_too_large`.
+fn merge_partials(
+    answers: Vec<ShardAnswer>,
+    grouping: Option<&Grouping>,
+    plan: &Plan,
+    engine: &Engine,
+) -> Result<Rows, EngineError> {
+    let mut merged: Option<Partial> = None;
+    for answer in answers {
+        let ShardAnswer::Summary(partial) = answer else {
+            return Err(other_answer());
+        };
+        match &mut merged {
+            Some(merged) => merged.merge(partial),
+            None => merged = Some(partial),
+        }
+    }
     let Some(merged) = merged else {
         return Ok(Rows::default());
     };
@@ -290,7 +322,13 @@ async fn summarize(
     if merged.row_count() > max_records {
         return Err(EngineError::TooManyRows { max_records });
     }
-    Ok(merged.finish(plan.grouping(), &plan.catalog))
+    Ok(merged.finish(grouping, &plan.catalog))
+}
+
+/// A shard answered another kind of question than it was asked: a bug, reported
+/// as this query's failure rather than a panic of the worker.
+fn other_answer() -> EngineError {
+    EngineError::Failed("a shard answered another kind of question than it was asked".to_owned())
 }
 
 /// A plan's stations grouped by the shard that holds them; shards without any are
@@ -311,51 +349,6 @@ fn stations_by_shard(
         .into_iter()
         .enumerate()
         .filter(|(_, stations)| !stations.is_empty())
-}
-
-/// The plan's records merged from its shards' scans, and the slot the merge took.
-async fn fan_out<'engine>(
-    engine: &'engine Engine,
-    shards: &[ShardHandle],
-    plan: &Plan,
-    deadline: Instant,
-    patience: &Patience,
-    fault: Option<ShardFault>,
-) -> Result<(QueryResult, Slot<'engine>), ShardError> {
-    let catalog = &plan.catalog;
-    let scans = stations_by_shard(catalog, &plan.stations).map(|(shard, stations)| {
-        shards[shard].scan(
-            catalog.generation(),
-            ScanRequest {
-                stations,
-                window: plan.window,
-                after: plan.after,
-                filter: plan.filter.clone(),
-                cap: plan.cap,
-            },
-            deadline,
-            patience.clone(),
-            fault,
-        )
-    });
-    let replies = join_all(scans).await;
-
-    let mut parts = Vec::with_capacity(replies.len());
-    let mut streams = Vec::with_capacity(replies.len());
-    for (part, reply) in replies.into_iter().enumerate() {
-        let reply = reply?;
-        parts.push(Part {
-            data: reply.data,
-            sealed: reply.answer.sealed,
-        });
-        (streams).push((reply.answer.hits.into_iter()).map(move |hit| PartHit { hit, part }));
-    }
-    let slot = engine.take_slot(patience).await?;
-    let records = QueryResult {
-        hits: merge_sorted(streams, plan.cap),
-        parts,
-    };
-    Ok((records, slot))
 }
 
 // --- The handle ------------------------------------------------------------------
@@ -385,31 +378,9 @@ impl RouterHandle {
         deadline: Instant,
         patience: Patience,
         fault: Option<ShardFault>,
-    ) -> Result<Page, EngineError> {
+    ) -> Result<Answer, EngineError> {
         self.address
             .send(Execute {
-                request,
-                plan,
-                deadline,
-                patience,
-                fault,
-            })
-            .await
-            .map_err(|error| EngineError::Failed(format!("the router's mailbox: {error}")))?
-    }
-
-    /// Answers the summary `request`, planned as `plan`, by `deadline`; its
-    /// stretches wait for slots within `patience`.
-    pub async fn summarize(
-        &self,
-        request: Arc<SummaryRequest>,
-        plan: SummaryPlan,
-        deadline: Instant,
-        patience: Patience,
-        fault: Option<ShardFault>,
-    ) -> Result<Rows, EngineError> {
-        self.address
-            .send(Summarize {
                 request,
                 plan,
                 deadline,

@@ -9,7 +9,7 @@
 //! station's records still lie in exactly one place in memory. ARCHITECTURE.md
 //! gives the measurements that chose this over a thread per shard.
 //!
-//! A scan or a partial summary is a stretch of computing: it holds a query slot
+//! A query's scan or partial summary is a stretch of computing: it holds a query slot
 //! (`slots`) while it runs and only then. When none is free, the handler answers
 //! with a future that waits for one and then does the work, so the actor goes on
 //! with its mailbox meanwhile.
@@ -37,37 +37,14 @@ use super::slots::{Overloaded, Patience, Slots};
 
 // --- Messages --------------------------------------------------------------------
 
-/// Scan this shard for the first `request.cap` matching records of a generation.
-///
-/// Answers with the hits and the shard data they point into, so the bytes can be
-/// copied straight into a response without another message.
-pub(super) struct Scan {
-    pub generation: u64,
-    pub request: ScanRequest,
-    /// Past it the request has been answered 503 `timeout`: the scan is skipped.
-    pub deadline: Instant,
-    /// The query's wait for slots, shared with its other stretches.
-    pub patience: Patience,
-    /// Only tests ask for one (see `fault`).
-    pub fault: Option<ShardFault>,
-}
-
-impl Message for Scan {
-    type Result = Result<ShardReply, ShardError>;
-}
-
-pub(super) struct ShardReply {
-    pub data: Arc<ShardData>,
-    /// The hits, and the JSON of the sealed ones (see [`ScanAnswer`]).
-    pub answer: ScanAnswer,
-}
-
-/// Summarise this shard's stations of a generation (docs/api.md section 10):
-/// answers with the shard's partial result, never with records.
-pub(super) struct Summarize {
-    /// The catalog the summary was planned on; its symbols name the results.
+/// Answer a query's question over this shard's stations, in the generation it
+/// was planned on: the first `cap` matching records, or a partial summary (docs/api.md
+/// section 10), never records.
+pub(super) struct Query {
+    /// The catalog the query was planned on: its generation, and its symbols,
+    /// which name the results a summary counts as passes.
     pub catalog: Arc<Catalog>,
-    pub request: SummaryRequest,
+    pub question: ShardQuestion,
     /// Past it the request has been answered 503 `timeout`: the work is skipped.
     pub deadline: Instant,
     /// The query's wait for slots, shared with its other stretches.
@@ -76,8 +53,26 @@ pub(super) struct Summarize {
     pub fault: Option<ShardFault>,
 }
 
-impl Message for Summarize {
-    type Result = Result<Partial, ShardError>;
+impl Message for Query {
+    type Result = Result<ShardAnswer, ShardError>;
+}
+
+/// What one shard is asked, about its own stations.
+pub(super) enum ShardQuestion {
+    Records(ScanRequest),
+    Summary(SummaryRequest),
+}
+
+/// A shard's answer to its [`ShardQuestion`], of the same variant.
+pub(super) enum ShardAnswer {
+    /// The hits and the shard data they point into, so that the bytes can be
+    /// copied straight into a response without another message; the JSON of the
+    /// sealed hits comes with them (see [`ScanAnswer`]).
+    Records {
+        data: Arc<ShardData>,
+        answer: ScanAnswer,
+    },
+    Summary(Partial),
 }
 
 /// Make `data` the current generation; the current one becomes the previous one, so
@@ -133,35 +128,13 @@ impl Actor for ShardActor {
     type Context = Context<Self>;
 }
 
-impl Handler<Scan> for ShardActor {
-    type Result = Response<Result<ShardReply, ShardError>>;
+impl Handler<Query> for ShardActor {
+    type Result = Response<Result<ShardAnswer, ShardError>>;
 
-    fn handle(&mut self, message: Scan, _: &mut Context<Self>) -> Self::Result {
-        let Scan {
-            generation,
-            request,
-            deadline,
-            patience,
-            fault,
-        } = message;
-        let data = match self.data_for(generation, deadline, fault) {
-            Ok(data) => Arc::clone(data),
-            Err(error) => return Response::reply(Err(error)),
-        };
-        self.in_slot(deadline, patience, fault, move || ShardReply {
-            answer: data.scan(&request),
-            data,
-        })
-    }
-}
-
-impl Handler<Summarize> for ShardActor {
-    type Result = Response<Result<Partial, ShardError>>;
-
-    fn handle(&mut self, message: Summarize, _: &mut Context<Self>) -> Self::Result {
-        let Summarize {
+    fn handle(&mut self, message: Query, _: &mut Context<Self>) -> Self::Result {
+        let Query {
             catalog,
-            request,
+            question,
             deadline,
             patience,
             fault,
@@ -170,8 +143,14 @@ impl Handler<Summarize> for ShardActor {
             Ok(data) => Arc::clone(data),
             Err(error) => return Response::reply(Err(error)),
         };
-        self.in_slot(deadline, patience, fault, move || {
-            data.summarize(&request, catalog.symbols())
+        self.in_slot(deadline, patience, fault, move || match question {
+            ShardQuestion::Records(request) => ShardAnswer::Records {
+                answer: data.scan(&request),
+                data,
+            },
+            ShardQuestion::Summary(request) => {
+                ShardAnswer::Summary(data.summarize(&request, catalog.symbols()))
+            }
         })
     }
 }
@@ -393,35 +372,18 @@ impl ShardHandle {
         let _ = self.send(Retire { generation }).0.await;
     }
 
-    pub(super) async fn scan(
-        &self,
-        generation: u64,
-        request: ScanRequest,
-        deadline: Instant,
-        patience: Patience,
-        fault: Option<ShardFault>,
-    ) -> Result<ShardReply, ShardError> {
-        self.ask(Scan {
-            generation,
-            request,
-            deadline,
-            patience,
-            fault,
-        })
-        .await
-    }
-
-    pub(super) async fn summarize(
+    /// Asks the replica `question`, about the generation of `catalog`.
+    pub(super) async fn query(
         &self,
         catalog: Arc<Catalog>,
-        request: SummaryRequest,
+        question: ShardQuestion,
         deadline: Instant,
         patience: Patience,
         fault: Option<ShardFault>,
-    ) -> Result<Partial, ShardError> {
-        self.ask(Summarize {
+    ) -> Result<ShardAnswer, ShardError> {
+        self.ask(Query {
             catalog,
-            request,
+            question,
             deadline,
             patience,
             fault,

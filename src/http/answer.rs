@@ -17,16 +17,15 @@ use std::ops::Range;
 
 use stq_core::domain::auth::Principal;
 use stq_core::domain::query::{self, Endpoint};
-use stq_core::domain::record::Kind;
 use stq_core::domain::time::Timestamp;
 
 use super::caching::{entity_tag, not_modified, IfNoneMatch};
-use super::envelope::{envelope, summary_envelope, Meta};
+use super::envelope::{envelope, rows_envelope, Meta};
 use super::error::{ApiError, JSON};
 use super::fault;
 use super::request_id::RequestId;
 use super::AppState;
-use crate::engine::{Fault, Patience, Request, RouterHandle, Slot, SummaryRequest};
+use crate::engine::{Answer, Fault, Patience, Request, RouterHandle, Slot};
 
 /// How many records a response holds, for the access log and the metrics.
 #[derive(Clone, Copy, Debug)]
@@ -34,26 +33,13 @@ pub(super) struct RecordCount(pub(super) usize);
 
 /// The answer to a query, or `timeout` once `--request-timeout` has passed.
 pub(super) async fn answer(
-    kind: Kind,
-    request: &HttpRequest,
-    state: &AppState,
-    router: &RouterHandle,
-) -> Result<HttpResponse, ApiError> {
-    in_time(state, |started| {
-        answer_in_time(kind, request, state, router, started)
-    })
-    .await
-}
-
-/// The answer to a summary, or `timeout` once `--request-timeout` has passed.
-pub(super) async fn summary(
     endpoint: Endpoint,
     request: &HttpRequest,
     state: &AppState,
     router: &RouterHandle,
 ) -> Result<HttpResponse, ApiError> {
     in_time(state, |started| {
-        summary_in_time(endpoint, request, state, router, started)
+        answer_in_time(endpoint, request, state, router, started)
     })
     .await
 }
@@ -137,70 +123,6 @@ fn respond(
 
 /// The answer, for [`answer`] to bound in time.
 async fn answer_in_time(
-    kind: Kind,
-    request: &HttpRequest,
-    state: &AppState,
-    router: &RouterHandle,
-    started: Instant,
-) -> Result<HttpResponse, ApiError> {
-    let arrived = Timestamp::now();
-    let deadline = state.admission.deadline(started);
-    let request_id = RequestId::of(request);
-    let engine = &state.engine;
-    let limits = engine.limits();
-
-    let (principal, fault) = authenticate(request, state, arrived)?;
-    let params = query::parse(kind, request.query_string(), *limits)?;
-    let engine_error =
-        |error| ApiError::from_engine(error, &request_id, state.admission.request_timeout());
-    let query = Arc::new(Request {
-        kind,
-        params,
-        principal,
-        arrived,
-    });
-    let plan = engine.plan(&query).map_err(engine_error)?;
-
-    let patience = Patience::default();
-    let page = router
-        .execute(
-            Arc::clone(&query),
-            plan,
-            deadline,
-            patience.clone(),
-            Fault::in_shard(fault),
-        )
-        .await
-        .map_err(engine_error)?;
-
-    let slot = assembly_slot(state, &patience, fault).await?;
-    let meta = Meta {
-        timestamp: Utc::now(),
-        request_id: &request_id,
-        query_duration_ms: started.elapsed().as_millis() as u64,
-        // With `limit`, always there: the cursor, or null on the last page.
-        next_cursor: query.params.limit.map(|_| page.next_cursor()),
-    };
-    let records = page.records();
-    let (body, data) = envelope(kind, records, &meta);
-    drop(slot);
-    // Assembly runs on this thread without a pause the timer could act in.
-    if Instant::now() > deadline {
-        return Err(state.admission.timed_out());
-    }
-    let more = page.next_cursor().is_some();
-    Ok(respond(
-        Endpoint::records(kind),
-        request,
-        body,
-        data,
-        more,
-        records.len(),
-    ))
-}
-
-/// The summary, for [`summary`] to bound in time.
-async fn summary_in_time(
     endpoint: Endpoint,
     request: &HttpRequest,
     state: &AppState,
@@ -213,20 +135,21 @@ async fn summary_in_time(
     let engine = &state.engine;
 
     let (principal, fault) = authenticate(request, state, arrived)?;
-    let params = query::parse_for(endpoint, request.query_string(), *engine.limits())?;
+    let params = query::parse(endpoint, request.query_string(), *engine.limits())?;
     let engine_error =
         |error| ApiError::from_engine(error, &request_id, state.admission.request_timeout());
-    let query = Arc::new(SummaryRequest {
+    let paged = params.limit.is_some();
+    let query = Arc::new(Request {
         endpoint,
         params,
         principal,
         arrived,
     });
-    let plan = engine.plan_summary(&query).map_err(engine_error)?;
+    let plan = engine.plan(&query).map_err(engine_error)?;
 
     let patience = Patience::default();
-    let rows = router
-        .summarize(
+    let answer = router
+        .execute(
             query,
             plan,
             deadline,
@@ -237,16 +160,29 @@ async fn summary_in_time(
         .map_err(engine_error)?;
 
     let slot = assembly_slot(state, &patience, fault).await?;
-    let meta = Meta {
+    let mut meta = Meta {
         timestamp: Utc::now(),
         request_id: &request_id,
         query_duration_ms: started.elapsed().as_millis() as u64,
         next_cursor: None,
     };
-    let (body, data) = summary_envelope(endpoint, &rows, &meta);
+    let (body, data, more, count) = match &answer {
+        Answer::Page(page) => {
+            // With `limit`, always there: the cursor, or null on the last page.
+            meta.next_cursor = paged.then(|| page.next_cursor());
+            let records = page.records();
+            let (body, data) = envelope(endpoint, records, &meta);
+            (body, data, page.next_cursor().is_some(), records.len())
+        }
+        Answer::Rows(rows) => {
+            let (body, data) = rows_envelope(endpoint, rows, &meta);
+            (body, data, false, rows.len())
+        }
+    };
     drop(slot);
+    // Assembly runs on this thread without a pause the timer could act in.
     if Instant::now() > deadline {
         return Err(state.admission.timed_out());
     }
-    Ok(respond(endpoint, request, body, data, false, rows.len()))
+    Ok(respond(endpoint, request, body, data, more, count))
 }

@@ -18,15 +18,7 @@ use xxhash_rust::xxh3::xxh3_128_with_seed;
 /// in order, as JSON), and whether a next page follows (the records say where it
 /// starts).
 pub(super) fn entity_tag(endpoint: Endpoint, data: &[u8], more: bool) -> String {
-    // Fixed numbers, so that tags stay equal across versions and replicas.
-    let number: u64 = match endpoint {
-        Endpoint::Units => 0,
-        Endpoint::Metrics => 1,
-        Endpoint::UnitsSummary => 2,
-        Endpoint::MetricsSummary => 3,
-        Endpoint::Stations => 4,
-    };
-    let seed = (number << 1) | u64::from(more);
+    let seed = (endpoint.spec().etag_seed << 1) | u64::from(more);
     let hash = xxh3_128_with_seed(data, seed).to_be_bytes();
     let mut tag = *b"W/\"00000000000000000000000000000000\"";
     hex::encode_to_slice(hash, &mut tag[3..35]).expect("32 hex digits fit 32 bytes");

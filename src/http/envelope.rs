@@ -25,38 +25,27 @@ pub struct Meta<'a> {
     pub next_cursor: Option<Option<&'a str>>,
 }
 
-/// Assembles the success body from the records' pre-rendered JSON; also returns
-/// where in it the `data` array lies, which the `ETag` hashes.
-pub fn envelope(kind: Kind, result: &QueryResult, meta: &Meta) -> (Vec<u8>, Range<usize>) {
+/// Assembles the success body of `endpoint` from the records' pre-rendered JSON;
+/// also returns where in it the `data` array lies, which the `ETag` hashes.
+pub fn envelope(endpoint: Endpoint, result: &QueryResult, meta: &Meta) -> (Vec<u8>, Range<usize>) {
     let records = result.records();
     let bytes = records.clone().map(|record| record.len()).sum();
-    assemble_with_data(record_noun(kind), result.len(), bytes, meta, |body| {
+    assemble_with_data(endpoint.spec().noun, result.len(), bytes, meta, |body| {
         write_records(body, records);
     })
 }
 
-/// The success body of a summary (docs/api.md section 10) around its rendered
-/// rows, and where in it the `data` array lies.
-pub(super) fn summary_envelope(
+/// The success body of a summary or `/stations` (docs/api.md section 10) around
+/// its rendered rows, and where in it the `data` array lies.
+pub(super) fn rows_envelope(
     endpoint: Endpoint,
     rows: &Rows,
     meta: &Meta,
 ) -> (Vec<u8>, Range<usize>) {
-    let noun = match endpoint {
-        Endpoint::Stations => "station",
-        _ => "summary row",
-    };
     let bytes = rows.rows().map(<[u8]>::len).sum();
-    assemble_with_data(noun, rows.len(), bytes, meta, |body| {
+    assemble_with_data(endpoint.spec().noun, rows.len(), bytes, meta, |body| {
         write_rendered(body, rows.rows());
     })
-}
-
-fn record_noun(kind: Kind) -> &'static str {
-    match kind {
-        Kind::Units => "unit record",
-        Kind::Metrics => "metric record",
-    }
 }
 
 /// How many records ahead [`write_records`] asks for a record's station, its
@@ -167,7 +156,8 @@ pub fn assemble<'a>(
     meta: &Meta,
 ) -> Vec<u8> {
     let bytes = records.clone().map(<[u8]>::len).sum();
-    assemble_with_data(record_noun(kind), count, bytes, meta, |body| {
+    let noun = Endpoint::records(kind).spec().noun;
+    assemble_with_data(noun, count, bytes, meta, |body| {
         write_rendered(body, records);
     })
     .0

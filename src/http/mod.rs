@@ -34,11 +34,10 @@ use actix_web::dev::{ServiceFactory, ServiceRequest, ServiceResponse};
 use actix_web::middleware::{Compress, Condition};
 use actix_web::{web, App, HttpRequest, HttpResponse};
 use futures_util::FutureExt as _;
-use stq_core::domain::record::Kind;
 
 use crate::engine::{Engine, RouterHandle};
 use crate::metrics::Metrics;
-use answer::{answer, summary};
+use answer::answer;
 use error::JSON;
 use request_id::RequestId;
 use stq_core::domain::query::Endpoint;
@@ -102,11 +101,11 @@ pub fn app(
     App::new()
         .app_data(state)
         .app_data(web::Data::new(router))
-        .service(endpoint("/units", Kind::Units))
-        .service(endpoint("/metrics", Kind::Metrics))
-        .service(summary_endpoint(Endpoint::UnitsSummary))
-        .service(summary_endpoint(Endpoint::MetricsSummary))
-        .service(summary_endpoint(Endpoint::Stations))
+        .configure(|config| {
+            for endpoint in Endpoint::ALL {
+                config.service(query_endpoint(endpoint));
+            }
+        })
         .service(get_and_head("/healthz", health))
         .service(get_and_head("/readyz", readiness))
         .service(get_and_head("/openapi.json", openapi))
@@ -122,20 +121,12 @@ pub fn app(
         .wrap_fn(move |request, service| middleware::around(request, service, &origins, &tally))
 }
 
-fn endpoint(path: &str, kind: Kind) -> actix_web::Resource {
-    get_and_head(
-        path,
-        move |request: HttpRequest, state: web::Data<AppState>, router: web::Data<RouterHandle>| async move {
-            isolated(&request, answer(kind, &request, &state, &router)).await
-        },
-    )
-}
-
-fn summary_endpoint(endpoint: Endpoint) -> actix_web::Resource {
+/// An endpoint of the API, answered on GET and HEAD.
+fn query_endpoint(endpoint: Endpoint) -> actix_web::Resource {
     get_and_head(
         endpoint.path(),
         move |request: HttpRequest, state: web::Data<AppState>, router: web::Data<RouterHandle>| async move {
-            isolated(&request, summary(endpoint, &request, &state, &router)).await
+            isolated(&request, answer(endpoint, &request, &state, &router)).await
         },
     )
 }

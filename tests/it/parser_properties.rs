@@ -574,7 +574,11 @@ proptest! {
         let distinct_stations = expected.station_ids.as_ref().map_or(0, Vec::len);
         for query in [&canonical, &respelled] {
             if distinct_stations > max_stations {
-                let error = stq_core::domain::query::parse(request.kind, query, limits)
+                let error = stq_core::domain::query::parse(
+                    stq_core::domain::query::Endpoint::records(request.kind),
+                    query,
+                    limits,
+                )
                     .expect_err("too many stations");
                 prop_assert_eq!(parser_checks::code(&error), "too_many_stations", "{}", query);
             } else {

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 
 use serde_json::value::RawValue;
 
-use stq_core::domain::query::{self, Limits, QueryError, QueryParams};
+use stq_core::domain::query::{self, Endpoint, Limits, QueryError, QueryParams};
 use stq_core::domain::record::{parse_line, Direction, Directions, IndexedFields, Kind};
 use stq_core::domain::time::{parse_rfc3339, Timestamp};
 
@@ -24,7 +24,7 @@ use stq_core::domain::time::{parse_rfc3339, Timestamp};
 /// and also of its window with `now` as the time the request arrived. Returns the
 /// accepted parameters, for callers that compare spellings.
 pub fn check_query(kind: Kind, query: &str, limits: Limits, now: Timestamp) -> Option<QueryParams> {
-    let result = query::parse(kind, query, limits);
+    let result = query::parse(Endpoint::records(kind), query, limits);
     let too_long = query.len() > limits.max_query_bytes;
     assert_eq!(
         query::check_length(query, &limits).is_err(),

@@ -108,18 +108,168 @@ pub struct QueryParams {
     pub zone: Zone,
 }
 
-/// The endpoints that take a query string, each with its own parameters
-/// (docs/api.md sections 4 and 10).
+/// The endpoints that take a query string (docs/api.md sections 4 and 10). What each
+/// layer must know of one is in its [`EndpointSpec`]; a new endpoint is a variant
+/// here, its spec, its plan in the engine and its computation in `data`, and the
+/// compiler points at each place (every `match` on `Endpoint` is exhaustive).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Endpoint {
+    /// `GET /units`: unit records.
     Units,
+    /// `GET /metrics`: metric records.
     Metrics,
+    /// `GET /units/summary`: yield, retests and cycle times by group and bucket.
     UnitsSummary,
+    /// `GET /metrics/summary`: statistics and capability by name, group and bucket.
     MetricsSummary,
+    /// `GET /stations`: each station's counts and first and last record.
     Stations,
 }
 
 impl Endpoint {
+    /// Every endpoint, in the order they are listed to people.
+    pub const ALL: [Endpoint; 5] = {
+        // Adding a variant fails to compile here until the match gives it a
+        // number; the list must then hold it at that number.
+        const fn number(endpoint: Endpoint) -> usize {
+            match endpoint {
+                Endpoint::Units => 0,
+                Endpoint::Metrics => 1,
+                Endpoint::UnitsSummary => 2,
+                Endpoint::MetricsSummary => 3,
+                Endpoint::Stations => 4,
+            }
+        }
+        let all = [
+            Endpoint::Units,
+            Endpoint::Metrics,
+            Endpoint::UnitsSummary,
+            Endpoint::MetricsSummary,
+            Endpoint::Stations,
+        ];
+        let mut index = 0;
+        while index < all.len() {
+            assert!(number(all[index]) == index);
+            index += 1;
+        }
+        all
+    };
+}
+
+/// The table of endpoints: what the parser, the engine and the HTTP layer read of
+/// each.
+#[derive(Debug)]
+pub struct EndpointSpec {
+    /// Its path, which is also its label in the metrics.
+    pub path: &'static str,
+    /// The kind of records it reads; `None` for `/stations`, which reads both.
+    pub kind: Option<Kind>,
+    /// The query parameters it accepts.
+    parameters: &'static [Parameter],
+    /// The fields its rows may be grouped by; none for records and `/stations`.
+    group_fields: &'static [GroupField],
+    /// The number its ETags are seeded with: fixed, so that tags stay equal across
+    /// versions and replicas.
+    pub etag_seed: u64,
+    /// What the envelope's `message` counts (docs/api.md section 7).
+    pub noun: &'static str,
+}
+
+const UNITS: EndpointSpec = EndpointSpec {
+    path: "/units",
+    kind: Some(Kind::Units),
+    parameters: &[
+        Parameter::StationIds,
+        Parameter::From,
+        Parameter::To,
+        Parameter::Type,
+        Parameter::SerialNumber,
+        Parameter::Direction,
+        Parameter::Limit,
+        Parameter::Cursor,
+    ],
+    group_fields: &[],
+    etag_seed: 0,
+    noun: "unit record",
+};
+
+const METRICS: EndpointSpec = EndpointSpec {
+    path: "/metrics",
+    kind: Some(Kind::Metrics),
+    parameters: &[
+        Parameter::StationIds,
+        Parameter::From,
+        Parameter::To,
+        Parameter::Names,
+        Parameter::Limit,
+        Parameter::Cursor,
+    ],
+    group_fields: &[],
+    etag_seed: 1,
+    noun: "metric record",
+};
+
+const UNITS_SUMMARY: EndpointSpec = EndpointSpec {
+    path: "/units/summary",
+    kind: Some(Kind::Units),
+    parameters: &[
+        Parameter::StationIds,
+        Parameter::From,
+        Parameter::To,
+        Parameter::Type,
+        Parameter::SerialNumber,
+        Parameter::GroupBy,
+        Parameter::Bucket,
+        Parameter::Tz,
+    ],
+    group_fields: &[
+        GroupField::StationId,
+        GroupField::Slot,
+        GroupField::UnitType,
+        GroupField::Mode,
+    ],
+    etag_seed: 2,
+    noun: "summary row",
+};
+
+const METRICS_SUMMARY: EndpointSpec = EndpointSpec {
+    path: "/metrics/summary",
+    kind: Some(Kind::Metrics),
+    parameters: &[
+        Parameter::StationIds,
+        Parameter::From,
+        Parameter::To,
+        Parameter::Names,
+        Parameter::GroupBy,
+        Parameter::Bucket,
+        Parameter::Tz,
+    ],
+    group_fields: &[GroupField::StationId, GroupField::Slot, GroupField::Unit],
+    etag_seed: 3,
+    noun: "summary row",
+};
+
+const STATIONS: EndpointSpec = EndpointSpec {
+    path: "/stations",
+    kind: None,
+    parameters: &[Parameter::StationIds],
+    group_fields: &[],
+    etag_seed: 4,
+    noun: "station",
+};
+
+impl Endpoint {
+    /// What every layer knows of it.
+    pub fn spec(self) -> &'static EndpointSpec {
+        match self {
+            Endpoint::Units => &UNITS,
+            Endpoint::Metrics => &METRICS,
+            Endpoint::UnitsSummary => &UNITS_SUMMARY,
+            Endpoint::MetricsSummary => &METRICS_SUMMARY,
+            Endpoint::Stations => &STATIONS,
+        }
+    }
+
     /// The endpoint that returns records of `kind`.
     pub fn records(kind: Kind) -> Endpoint {
         match kind {
@@ -128,31 +278,25 @@ impl Endpoint {
         }
     }
 
+    /// The endpoint at `path`.
+    pub fn at(path: &str) -> Option<Endpoint> {
+        Endpoint::ALL
+            .into_iter()
+            .find(|endpoint| endpoint.spec().path == path)
+    }
+
     pub fn path(self) -> &'static str {
-        match self {
-            Endpoint::Units => "/units",
-            Endpoint::Metrics => "/metrics",
-            Endpoint::UnitsSummary => "/units/summary",
-            Endpoint::MetricsSummary => "/metrics/summary",
-            Endpoint::Stations => "/stations",
-        }
+        self.spec().path
     }
 
     /// The kind of records the endpoint reads; `None` for `/stations`, which reads both.
     pub fn kind(self) -> Option<Kind> {
-        match self {
-            Endpoint::Units | Endpoint::UnitsSummary => Some(Kind::Units),
-            Endpoint::Metrics | Endpoint::MetricsSummary => Some(Kind::Metrics),
-            Endpoint::Stations => None,
-        }
+        self.spec().kind
     }
 
-    fn is_summary(self) -> bool {
-        matches!(self, Endpoint::UnitsSummary | Endpoint::MetricsSummary)
-    }
-
-    fn is_records(self) -> bool {
-        matches!(self, Endpoint::Units | Endpoint::Metrics)
+    /// Whether it answers with rows that need a default grouping.
+    fn groups(self) -> bool {
+        !self.spec().group_fields.is_empty()
     }
 }
 
@@ -169,15 +313,12 @@ pub enum GroupField {
 impl GroupField {
     /// The field named `text`, if `endpoint` groups by it.
     fn parse(endpoint: Endpoint, text: &str) -> Option<GroupField> {
-        let field = match text {
-            "station_id" => GroupField::StationId,
-            "slot" => GroupField::Slot,
-            "unit_type" if endpoint == Endpoint::UnitsSummary => GroupField::UnitType,
-            "mode" if endpoint == Endpoint::UnitsSummary => GroupField::Mode,
-            "unit" if endpoint == Endpoint::MetricsSummary => GroupField::Unit,
-            _ => return None,
-        };
-        Some(field)
+        endpoint
+            .spec()
+            .group_fields
+            .iter()
+            .copied()
+            .find(|field| field.name() == text)
     }
 
     /// The field's name, as a row names it.
@@ -250,24 +391,14 @@ enum Parameter {
 }
 
 impl Parameter {
+    /// The parameter `name` names, if `endpoint` takes it.
     fn of(endpoint: Endpoint, name: &str) -> Option<Parameter> {
-        let kind = endpoint.kind();
-        let parameter = match name {
-            "station_ids" => Parameter::StationIds,
-            "from" if endpoint != Endpoint::Stations => Parameter::From,
-            "to" if endpoint != Endpoint::Stations => Parameter::To,
-            "limit" if endpoint.is_records() => Parameter::Limit,
-            "cursor" if endpoint.is_records() => Parameter::Cursor,
-            "type" if kind == Some(Kind::Units) => Parameter::Type,
-            "serial_number" if kind == Some(Kind::Units) => Parameter::SerialNumber,
-            "direction" if endpoint == Endpoint::Units => Parameter::Direction,
-            "names" if kind == Some(Kind::Metrics) => Parameter::Names,
-            "group_by" if endpoint.is_summary() => Parameter::GroupBy,
-            "bucket" if endpoint.is_summary() => Parameter::Bucket,
-            "tz" if endpoint.is_summary() => Parameter::Tz,
-            _ => return None,
-        };
-        Some(parameter)
+        endpoint
+            .spec()
+            .parameters
+            .iter()
+            .copied()
+            .find(|parameter| parameter.name() == name)
     }
 
     fn name(self) -> &'static str {
@@ -300,17 +431,8 @@ impl Parameter {
     }
 }
 
-/// Parses and validates the query string of a request to `kind`'s endpoint.
-pub fn parse(kind: Kind, query: &str, limits: Limits) -> Result<QueryParams, QueryError> {
-    parse_for(Endpoint::records(kind), query, limits)
-}
-
 /// Parses and validates the query string of a request to `endpoint`.
-pub fn parse_for(
-    endpoint: Endpoint,
-    query: &str,
-    limits: Limits,
-) -> Result<QueryParams, QueryError> {
+pub fn parse(endpoint: Endpoint, query: &str, limits: Limits) -> Result<QueryParams, QueryError> {
     check_length(query, &limits)?;
     let pairs = || {
         query
@@ -414,8 +536,9 @@ pub fn parse_for(
                     .map(str::trim)
                     .filter(|item| !item.is_empty())
                 {
-                    let field = GroupField::parse(endpoint, item)
-                        .ok_or_else(|| invalid(parameter, Some(item), group_by_reason(endpoint)))?;
+                    let field = GroupField::parse(endpoint, item).ok_or_else(|| {
+                        invalid(parameter, Some(item), &group_by_reason(endpoint))
+                    })?;
                     if !params.group_by.contains(&field) {
                         params.group_by.push(field);
                     }
@@ -442,7 +565,7 @@ pub fn parse_for(
             }
         }
     }
-    if endpoint.is_summary() && params.group_by.is_empty() {
+    if endpoint.groups() && params.group_by.is_empty() {
         params.group_by.push(GroupField::StationId);
     }
 
@@ -492,11 +615,18 @@ impl QueryParams {
     }
 }
 
-fn group_by_reason(endpoint: Endpoint) -> &'static str {
-    if endpoint == Endpoint::UnitsSummary {
-        "each item must be `station_id`, `slot`, `unit_type` or `mode`"
-    } else {
-        "each item must be `station_id`, `slot` or `unit`"
+/// "each item must be `station_id`, `slot` or `unit`": the fields `endpoint` takes.
+fn group_by_reason(endpoint: Endpoint) -> String {
+    let fields: Vec<String> = endpoint
+        .spec()
+        .group_fields
+        .iter()
+        .map(|field| format!("`{}`", field.name()))
+        .collect();
+    match fields.split_last() {
+        Some((last, [])) => format!("each item must be {last}"),
+        Some((last, others)) => format!("each item must be {} or {last}", others.join(", ")),
+        None => "this endpoint groups by nothing".to_owned(),
     }
 }
 
@@ -555,7 +685,92 @@ mod tests {
     };
 
     fn units(query: &str) -> Result<QueryParams, QueryError> {
-        parse(Kind::Units, query, LIMITS)
+        parse(Endpoint::Units, query, LIMITS)
+    }
+
+    /// Issue 23: one table of endpoints. Each has its own path (so route and
+    /// metrics label), ETag seed and noun, and takes exactly the parameters and
+    /// group fields its line lists.
+    #[test]
+    fn issue_23_the_endpoint_table_tells_every_endpoint_apart() {
+        let specs: Vec<&EndpointSpec> = Endpoint::ALL
+            .iter()
+            .map(|endpoint| endpoint.spec())
+            .collect();
+        let distinct = |values: Vec<String>| {
+            let count = values.len();
+            values
+                .into_iter()
+                .collect::<std::collections::HashSet<_>>()
+                .len()
+                == count
+        };
+        assert!(distinct(
+            specs.iter().map(|spec| spec.path.to_owned()).collect()
+        ));
+        assert!(distinct(
+            specs
+                .iter()
+                .map(|spec| spec.etag_seed.to_string())
+                .collect()
+        ));
+        for endpoint in Endpoint::ALL {
+            assert_eq!(Endpoint::at(endpoint.path()), Some(endpoint));
+            let spec = endpoint.spec();
+            for name in [
+                "station_ids",
+                "from",
+                "to",
+                "type",
+                "serial_number",
+                "direction",
+                "names",
+                "limit",
+                "cursor",
+                "group_by",
+                "bucket",
+                "tz",
+            ] {
+                let value = match name {
+                    "from" => "2024-01-01T00:00:00Z",
+                    "to" => "2024-01-02T00:00:00Z",
+                    "direction" => "input",
+                    "limit" => "5",
+                    "group_by" => "slot",
+                    "bucket" => "1h",
+                    "tz" => "UTC",
+                    _ => "x",
+                };
+                let listed = spec
+                    .parameters
+                    .iter()
+                    .any(|parameter| parameter.name() == name);
+                let accepted = parse(endpoint, &format!("{name}={value}"), LIMITS).map_or_else(
+                    |error| code::<()>(Err(error)) != "unknown_parameter",
+                    |_| true,
+                );
+                assert_eq!(listed, accepted, "{} {name}", spec.path);
+            }
+            for field in [
+                GroupField::StationId,
+                GroupField::Slot,
+                GroupField::UnitType,
+                GroupField::Mode,
+                GroupField::Unit,
+            ] {
+                let grouped = parse(endpoint, &format!("group_by={}", field.name()), LIMITS);
+                assert_eq!(
+                    spec.group_fields.contains(&field),
+                    grouped.is_ok(),
+                    "{} group_by={}",
+                    spec.path,
+                    field.name()
+                );
+            }
+        }
+        assert_eq!(Endpoint::at("/units/"), None);
+        assert_eq!(Kind::Units.path(), "/units");
+        assert_eq!(Kind::Metrics.path(), "/metrics");
     }
 
     /// The contract's name of the refusal, as the HTTP layer will map it.
@@ -572,7 +787,7 @@ mod tests {
 
     #[test]
     fn summaries_take_group_by_in_order_and_a_bucket() {
-        let summary = |query| parse_for(Endpoint::UnitsSummary, query, LIMITS);
+        let summary = |query| parse(Endpoint::UnitsSummary, query, LIMITS);
         assert_eq!(summary("").unwrap().group_by, [GroupField::StationId]);
         assert_eq!(
             summary("group_by=").unwrap().group_by,
@@ -614,7 +829,7 @@ mod tests {
         ] {
             assert_eq!(code(summary(query)), "invalid_parameter", "{query}");
         }
-        let metrics = |query| parse_for(Endpoint::MetricsSummary, query, LIMITS);
+        let metrics = |query| parse(Endpoint::MetricsSummary, query, LIMITS);
         assert_eq!(
             metrics("group_by=unit,slot").unwrap().group_by,
             [GroupField::Unit, GroupField::Slot]
@@ -639,25 +854,25 @@ mod tests {
             (Endpoint::Metrics, "bucket=1h"),
         ] {
             assert_eq!(
-                code(parse_for(endpoint, query, LIMITS)),
+                code(parse(endpoint, query, LIMITS)),
                 "unknown_parameter",
                 "{endpoint:?} {query}"
             );
         }
-        assert!(parse_for(Endpoint::Stations, "station_ids=A", LIMITS).is_ok());
-        assert!(parse_for(
+        assert!(parse(Endpoint::Stations, "station_ids=A", LIMITS).is_ok());
+        assert!(parse(
             Endpoint::UnitsSummary,
             "type=a&serial_number=b&from=1&to=2",
             LIMITS
         )
         .is_ok());
-        assert!(parse_for(Endpoint::MetricsSummary, "names=a&names=b", LIMITS).is_ok());
+        assert!(parse(Endpoint::MetricsSummary, "names=a&names=b", LIMITS).is_ok());
     }
 
     #[test]
     fn issue_23_summaries_take_one_iana_time_zone() {
         for endpoint in [Endpoint::UnitsSummary, Endpoint::MetricsSummary] {
-            let summary = |query| parse_for(endpoint, query, LIMITS);
+            let summary = |query| parse(endpoint, query, LIMITS);
             assert_eq!(summary("").unwrap().zone, Zone::Utc);
             assert_eq!(summary("tz=UTC").unwrap().zone, Zone::Utc);
             assert_eq!(
@@ -675,10 +890,7 @@ mod tests {
             }
         }
         for endpoint in [Endpoint::Units, Endpoint::Metrics, Endpoint::Stations] {
-            assert_eq!(
-                code(parse_for(endpoint, "tz=UTC", LIMITS)),
-                "unknown_parameter"
-            );
+            assert_eq!(code(parse(endpoint, "tz=UTC", LIMITS)), "unknown_parameter");
         }
     }
 
@@ -712,7 +924,7 @@ mod tests {
         let params = units("type=b,%20a&type=a&type=,&direction=input%2Coutput").unwrap();
         assert_eq!(params.unit_types, ["a", "b"]);
         assert_eq!(params.directions, Directions::BOTH);
-        let params = parse(Kind::Metrics, "names=x&names=y,x", LIMITS).unwrap();
+        let params = parse(Endpoint::Metrics, "names=x&names=y,x", LIMITS).unwrap();
         assert_eq!(params.names, ["x", "y"]);
         let params = units("station_ids=B,A,%20B%20,,").unwrap();
         assert_eq!(params.station_ids, Some(vec!["A".into(), "B".into()]));
@@ -749,7 +961,7 @@ mod tests {
         assert_eq!(code(units("station_id=A")), "unknown_parameter");
         assert_eq!(code(units("from=bad&names=x")), "unknown_parameter");
         assert_eq!(
-            code(parse(Kind::Metrics, "type=x", LIMITS)),
+            code(parse(Endpoint::Metrics, "type=x", LIMITS)),
             "unknown_parameter"
         );
         assert_eq!(code(units("Station_ids=A")), "unknown_parameter");

@@ -35,11 +35,9 @@ impl Kind {
         }
     }
 
+    /// The path of the endpoint that returns records of this kind.
     pub fn path(self) -> &'static str {
-        match self {
-            Kind::Units => "/units",
-            Kind::Metrics => "/metrics",
-        }
+        crate::domain::query::Endpoint::records(self).path()
     }
 }
 
