@@ -584,7 +584,7 @@ struct Query {
     draw_path: fn(&Dataset, &mut ChaCha8Rng) -> String,
 }
 
-const QUERIES: [Query; 9] = [
+const QUERIES: [Query; 11] = [
     Query {
         name: "Q1",
         description: "/units, 1 station, 1 h",
@@ -629,6 +629,17 @@ const QUERIES: [Query; 9] = [
         name: "H2",
         description: "/units/summary, all stations, 7 d, 1 d buckets",
         draw_path: all_stations_week_of_daily_yields,
+    },
+    // Last, so that the queries before draw the same paths as before them.
+    Query {
+        name: "Q6z",
+        description: "/units/summary, all stations, 24 h, 1 h buckets of Europe/Berlin",
+        draw_path: all_stations_day_of_local_yields,
+    },
+    Query {
+        name: "Q8",
+        description: "/metrics/summary, all stations, 24 h, 1 h buckets",
+        draw_path: all_stations_day_of_measurement_statistics,
     },
 ];
 
@@ -718,6 +729,22 @@ fn all_stations_week_of_daily_yields(dataset: &Dataset, random: &mut ChaCha8Rng)
     let from = dataset.first_second + random.gen_range(0..3600);
     let (from, to) = (rfc3339(from), rfc3339(dataset.end_second));
     format!("/units/summary?from={from}&to={to}&bucket=1d")
+}
+
+/// Q6z: Q6 cut at a plant's local hours (issue 23), the shape its cost target is
+/// set on.
+fn all_stations_day_of_local_yields(dataset: &Dataset, random: &mut ChaCha8Rng) -> String {
+    all_stations_day_of_yields(dataset, random) + "&tz=Europe/Berlin"
+}
+
+/// Q8: every station's statistics and capability of each measurement over a day,
+/// by hour (issue 23).
+fn all_stations_day_of_measurement_statistics(
+    dataset: &Dataset,
+    random: &mut ChaCha8Rng,
+) -> String {
+    let (from, to) = dataset.random_window(random, 24 * 3600);
+    format!("/metrics/summary?from={from}&to={to}&bucket=1h")
 }
 
 /// Draws `PATHS_PER_QUERY` paths per query into `target/load/paths-QN.txt`, the

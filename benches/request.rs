@@ -67,7 +67,7 @@ fn some_serial(directory: &Path) -> String {
 }
 
 /// The load benchmark's query shapes, on this data.
-fn queries(serial: &str) -> [(&'static str, String); 6] {
+fn queries(serial: &str) -> [(&'static str, String); 8] {
     [
         (
             "Q1",
@@ -97,6 +97,19 @@ fn queries(serial: &str) -> [(&'static str, String); 6] {
         (
             "Q6",
             "/units/summary?from=2026-10-29T00:00:00Z&to=2026-10-30T00:00:00Z&bucket=1h".into(),
+        ),
+        // Issue 23: Q6 in a plant's local hours, which the target is set on.
+        (
+            "Q6tz",
+            "/units/summary?from=2026-10-29T00:00:00Z&to=2026-10-30T00:00:00Z&bucket=1h\
+             &tz=Europe/Berlin"
+                .into(),
+        ),
+        // Issue 23: the measurements' statistics and capability per station and
+        // name, by hour.
+        (
+            "Q8",
+            "/metrics/summary?from=2026-10-29T00:00:00Z&to=2026-10-30T00:00:00Z&bucket=1h".into(),
         ),
     ]
 }
@@ -129,7 +142,7 @@ fn main() {
         let (_, path) = queries
             .iter()
             .find(|(name, _)| *name == wanted)
-            .expect("REQUEST_PROFILE names Q1 to Q6");
+            .expect("REQUEST_PROFILE names a query: Q1 to Q6, Q6tz or Q8");
         let bytes: usize = system.block_on(async {
             let mut bytes = 0;
             for _ in 0..PROFILE_REQUESTS {
