@@ -6,9 +6,11 @@
 //! (`STQ_UPDATE_SCREENSHOT=1` also writes it to docs/overview.png, which README.md
 //! shows).
 //!
-//! Issue 23: the time zone picker, the browser's zone by default (set by the test),
-//! sends `tz` and cuts local days, in Asia/Kolkata and across Berlin's change back
-//! from summer time; a zone stq does not know falls back to UTC, said on the page.
+//! Issue 23: the yield table's second-pass yield, retest rate and median cycle time
+//! are stq's figures for the page's own query (sent again by the test); the time
+//! zone picker, the browser's zone by default (set by the test), sends `tz` and cuts
+//! local days, in Asia/Kolkata and across Berlin's change back from summer time; a
+//! zone stq does not know falls back to UTC, said on the page.
 //!
 //! chromium is installed with `apt-get` when it is missing (CI runs as root on
 //! Debian), as `replicas` installs nginx. Where it is missing and cannot be (not
@@ -251,8 +253,17 @@ fn percent(fraction: &Value) -> String {
     }
 }
 
+/// A count of seconds as the page writes it.
+fn seconds(value: &Value) -> String {
+    match value.as_f64() {
+        None => "—".to_string(),
+        Some(seconds) => format!("{seconds:.1} s"),
+    }
+}
+
 /// A units summary row as the yield table shows it: station, the day (with
-/// `bucket`), output records, units, first-pass and final yield.
+/// `bucket`), output records, units, first-pass, second-pass and final yield, retest
+/// rate, and the median cycle time.
 fn yield_row(answer: &Value, bucketed: bool) -> Vec<String> {
     let mut row = vec![answer["station_id"].as_str().unwrap().to_string()];
     if bucketed {
@@ -260,9 +271,15 @@ fn yield_row(answer: &Value, bucketed: bool) -> Vec<String> {
     }
     row.push(answer["records"].to_string());
     row.push(answer["units"].to_string());
-    for fraction in ["first_pass_yield", "final_yield"] {
+    for fraction in [
+        "first_pass_yield",
+        "second_pass_yield",
+        "final_yield",
+        "retest_rate",
+    ] {
         row.push(percent(&answer[fraction]));
     }
+    row.push(seconds(&answer["cycle_p50_s"]));
     row
 }
 
@@ -379,7 +396,7 @@ fn assert_yields_answer_the_call(tab: &Tab, server: &Server, token: &str) -> Vec
         if rows.is_empty() {
             let mut empty = vec![station.clone()];
             empty.extend(bucketed.then(|| "—".to_string()));
-            empty.extend(["0", "0", "—", "—"].map(String::from));
+            empty.extend(["0", "0", "—", "—", "—", "—", "—"].map(String::from));
             expected.push(empty);
             starts.push(String::new());
         }
@@ -420,6 +437,19 @@ fn assert_station_times(tab: &Tab, stations: &[Value], zone: chrono_tz::Tz) {
         assert_eq!(row[3], local(&station["first"]), "{zone}");
         assert_eq!(row[4], local(&station["last"]), "{zone}");
     }
+}
+
+/// Sets the window's inputs, wall-clock times of the page's zone, and applies them.
+fn enter_window(tab: &Tab, from: &str, to: &str) {
+    evaluate(
+        tab,
+        &format!(
+            "document.getElementById('from').value = '{from}'; \
+             document.getElementById('to').value = '{to}'; \
+             document.getElementById('window-form').requestSubmit(); true"
+        ),
+    );
+    tab.wait_for_element("#yields[data-state='ready']").unwrap();
 }
 
 /// Every metric record of `station` named `name` in the window, through the API.
@@ -482,7 +512,7 @@ fn issue_13_the_overview_page_in_chromium() {
     // Station, output records, units, first-pass and final yield.
     let first_columns: Vec<[&str; 5]> = yields
         .iter()
-        .map(|row| [0, 1, 2, 3, 4].map(|column| row[column].as_str()))
+        .map(|row| [0, 1, 2, 3, 5].map(|column| row[column].as_str()))
         .collect();
     let expected = [
         ["ST-01", "192", "189", "98.4 %", "100.0 %"],
@@ -661,6 +691,64 @@ fn issue_13_the_overview_page_in_chromium() {
 // ---------------------------------------------------------------------------
 // Issue 23: second pass, retests, cycle times, capability, the plant's zone
 // ---------------------------------------------------------------------------
+
+#[test]
+fn issue_23_the_yield_table_shows_second_pass_retests_and_cycle_times() {
+    let Some(browser) = browser() else {
+        return;
+    };
+    let server = sample_server();
+    let tab = open_page(&browser, &server.url("/"));
+    enter_token(&tab, DEMO_OPS);
+    tab.wait_for_element("#yields[data-state='ready']").unwrap();
+
+    // Every column is stq's figure for the page's own query, sent again.
+    let call = last_call(&tab, "/units/summary");
+    let [from, to, tz, bucket] = window_of(&call);
+    assert_eq!((tz.as_str(), bucket.as_str()), ("UTC", ""), "{call}");
+    let answer = assert_yields_answer_the_call(&tab, &server, DEMO_OPS);
+    assert_eq!(answer.len(), 4);
+    // The sample retests units and pairs every output with its input: the new
+    // columns hold figures, and second pass differs from first pass somewhere.
+    assert!(answer.iter().all(|row| row["cycle_p50_s"].is_f64()));
+    assert!(answer
+        .iter()
+        .any(|row| row["retest_rate"].as_f64() > Some(0.0)));
+    assert!(answer
+        .iter()
+        .any(|row| row["second_pass_yield"] != row["first_pass_yield"]));
+
+    // Null is a dash, not 0: the second that holds ST-01's first output record but
+    // not its input has a unit and no cycle time; the other stations, nothing.
+    let outputs = server
+        .ok_as(
+            &format!("/units?station_ids=ST-01&from={from}&to={to}"),
+            DEMO_OPS,
+        )
+        .data;
+    let first_output = outputs
+        .iter()
+        .find(|record| record["direction"] == "output")
+        .unwrap();
+    let second = (instant(first_output["time_created"].as_str().unwrap()) / SECOND) as i64;
+    let wall = |seconds: i64| {
+        rfc3339_from_seconds(seconds)
+            .trim_end_matches('Z')
+            .to_string()
+    };
+    enter_window(&tab, &wall(second), &wall(second + 1));
+    let answer = assert_yields_answer_the_call(&tab, &server, DEMO_OPS);
+    assert_eq!(answer.len(), 1, "{answer:?}");
+    assert_eq!(answer[0]["cycle_p50_s"], Value::Null);
+    let rows = table(&tab, "#yields");
+    assert_eq!(
+        rows[0][1..],
+        ["1", "1", "100.0 %", "100.0 %", "100.0 %", "0.0 %", "—"]
+    );
+    for row in &rows[1..] {
+        assert_eq!(row[1..], ["0", "0", "—", "—", "—", "—", "—"]);
+    }
+}
 
 /// `stq gen`'s data from 2026-10-23 12:00 to 2026-10-26 12:00 UTC, across Berlin's
 /// change back to standard time (03:00 CEST is 02:00 CET on 2026-10-25, at 01:00Z),

@@ -426,6 +426,10 @@
     return missing(fraction) ? "—" : (fraction * 100).toFixed(1) + " %";
   }
 
+  function seconds(value) {
+    return missing(value) ? "—" : value.toFixed(1) + " s";
+  }
+
   // A table row headed by its station's id.
   function stationRow(stationId) {
     const row = document.createElement("tr");
@@ -500,7 +504,18 @@
         cell(row, String(summary ? summary.records : 0), "number");
         cell(row, String(summary ? summary.units : 0), "number");
         fractionCell(row, summary, "first_pass_yield", "first_pass", "passed at once");
+        fractionCell(
+          row, summary, "second_pass_yield", "second_pass", "passed by their second attempt"
+        );
         fractionCell(row, summary, "final_yield", "final_pass", "passed in the end");
+        fractionCell(row, summary, "retest_rate", "retested", "were tested more than once");
+        const cycle = cell(row, seconds(summary ? summary.cycle_p50_s : null), "number");
+        if (summary && summary.cycle_count > 0) {
+          cycle.title =
+            "median of " + summary.cycle_count + " cycle times (input to output); mean " +
+            seconds(summary.cycle_mean_s) + ", 90th percentile " + seconds(summary.cycle_p90_s) +
+            ", longest " + seconds(summary.cycle_max_s);
+        }
         body.appendChild(row);
         count += 1;
       }
