@@ -7,10 +7,11 @@
 //! shows).
 //!
 //! Issue 23: the yield table's second-pass yield, retest rate and median cycle time
-//! are stq's figures for the page's own query (sent again by the test); the time
-//! zone picker, the browser's zone by default (set by the test), sends `tz` and cuts
-//! local days, in Asia/Kolkata and across Berlin's change back from summer time; a
-//! zone stq does not know falls back to UTC, said on the page.
+//! and the chart's Cp and Cpk are stq's figures for the page's own queries (sent
+//! again by the test); the time zone picker, the browser's zone by default (set by
+//! the test), sends `tz` and cuts local days, in Asia/Kolkata and across Berlin's
+//! change back from summer time; a zone stq does not know falls back to UTC, said
+//! on the page.
 //!
 //! chromium is installed with `apt-get` when it is missing (CI runs as root on
 //! Debian), as `replicas` installs nginx. Where it is missing and cannot be (not
@@ -283,6 +284,14 @@ fn yield_row(answer: &Value, bucketed: bool) -> Vec<String> {
     row
 }
 
+/// A process capability index as the page writes it.
+fn capability(value: &Value) -> String {
+    match value.as_f64() {
+        None => "—".to_string(),
+        Some(index) => format!("{index:.2}"),
+    }
+}
+
 /// The paths and queries of the page's calls to `path` since `forget_calls`, oldest
 /// first, as the browser's Resource Timing entries record them: the requests
 /// themselves, not what the page says it sent. Waits until there is one.
@@ -450,6 +459,20 @@ fn enter_window(tab: &Tab, from: &str, to: &str) {
         ),
     );
     tab.wait_for_element("#yields[data-state='ready']").unwrap();
+}
+
+/// The statistic `key` beside the chart: its text, and its exact value (empty for
+/// null).
+fn statistic(tab: &Tab, key: &str) -> (String, String) {
+    let selector = format!("#chart-stats [data-stat='{key}']");
+    let text = evaluate(
+        tab,
+        &format!("document.querySelector(\"{selector} dd\").textContent"),
+    );
+    (
+        text.as_str().unwrap().to_string(),
+        attribute(tab, &selector, "data-value"),
+    )
 }
 
 /// Every metric record of `station` named `name` in the window, through the API.
@@ -693,7 +716,7 @@ fn issue_13_the_overview_page_in_chromium() {
 // ---------------------------------------------------------------------------
 
 #[test]
-fn issue_23_the_yield_table_shows_second_pass_retests_and_cycle_times() {
+fn issue_23_the_yield_table_shows_second_pass_retests_and_cycle_times_and_the_chart_cpk() {
     let Some(browser) = browser() else {
         return;
     };
@@ -748,6 +771,61 @@ fn issue_23_the_yield_table_shows_second_pass_retests_and_cycle_times() {
     for row in &rows[1..] {
         assert_eq!(row[1..], ["0", "0", "—", "—", "—", "—", "—"]);
     }
+
+    // Cp and Cpk beside the chart's statistics, as /metrics/summary has them for
+    // the page's window.
+    choose(&tab, "window-preset", "span");
+    tab.wait_for_element("#yields[data-state='ready']").unwrap();
+    choose(&tab, "chart-station", "ST-02");
+    tab.wait_for_element("#chart[data-state='drawn'][data-station='ST-02']")
+        .unwrap();
+    let names_call = calls(&tab, "/metrics/summary")
+        .into_iter()
+        .rfind(|call| parameters(call)["station_ids"] == "ST-02")
+        .unwrap();
+    let rows = server.ok_as(&names_call, DEMO_OPS).data;
+    for name in ["temperature", "contrast_ratio"] {
+        choose(&tab, "chart-metric", name);
+        tab.wait_for_element(&format!(
+            "#chart[data-state='drawn'][data-station='ST-02'][data-metric='{name}']"
+        ))
+        .unwrap();
+        let row = rows.iter().find(|row| row["name"] == name).unwrap();
+        for key in ["cp", "cpk", "mean", "stddev", "min", "max"] {
+            let (text, exact) = statistic(&tab, key);
+            match row[key].as_f64() {
+                None => assert_eq!((text.as_str(), exact.as_str()), ("—", ""), "{name} {key}"),
+                Some(figure) => {
+                    // Read as the answer was (serde_json's parser can be a last
+                    // bit off the exact reading): the same text, the same figure.
+                    let shown: f64 = serde_json::from_str(&exact).unwrap();
+                    assert_eq!(shown, figure, "{name} {key}");
+                    if key.starts_with("cp") {
+                        assert_eq!(text, capability(&row[key]), "{name} {key}");
+                    }
+                }
+            }
+        }
+        for key in ["out_of_limits", "failing_units"] {
+            assert_eq!(statistic(&tab, key).0, row[key].to_string(), "{name} {key}");
+        }
+    }
+    // temperature has both limits; contrast_ratio only a lower one, so its Cp is
+    // null and its Cpk one-sided.
+    let temperature = rows
+        .iter()
+        .find(|row| row["name"] == "temperature")
+        .unwrap();
+    assert!(temperature["cp"].is_f64() && temperature["cpk"].is_f64());
+    assert_eq!(statistic(&tab, "cp").0, "—");
+    assert_ne!(statistic(&tab, "cpk").0, "—");
+    assert_eq!(
+        evaluate(
+            &tab,
+            "document.documentElement.dataset.policyViolations || '0'"
+        ),
+        serde_json::json!("0")
+    );
 }
 
 /// `stq gen`'s data from 2026-10-23 12:00 to 2026-10-26 12:00 UTC, across Berlin's
@@ -865,7 +943,9 @@ fn issue_23_the_zone_picker_sends_tz_and_cuts_local_days_across_a_dst_change() {
     );
     let answer = assert_yields_answer_the_call(&tab, &server, OPS);
     assert_eq!(days(&answer), ["2026-10-25T00:00:00+05:30"]);
+    // The metric's names and statistics, and its figures per day.
     let metric_calls = calls(&tab, "/metrics/summary");
+    assert_eq!(metric_calls.len(), 2, "{metric_calls:?}");
     for call in &metric_calls {
         assert_eq!(parameters(call)["tz"], "Asia/Kolkata", "{call}");
     }
@@ -880,6 +960,25 @@ fn issue_23_the_zone_picker_sends_tz_and_cuts_local_days_across_a_dst_change() {
          .map(label => label.textContent))",
     );
     assert_eq!(legend[0], "time (Asia/Kolkata)");
+
+    // The chart's metric per day: stq's rows for the page's call with the bucket.
+    let daily = metric_calls
+        .iter()
+        .find(|call| parameters(call).contains_key("bucket"))
+        .unwrap();
+    let rows = server.ok_as(daily, OPS).data;
+    assert_eq!(bucket_starts(&tab, "#chart-days"), days(&rows));
+    let shown = table(&tab, "#chart-days");
+    assert_eq!(shown.len(), rows.len());
+    for (shown, row) in shown.iter().zip(&rows) {
+        assert_eq!(shown[0], row["bucket_start"].as_str().unwrap()[..10]);
+        assert_eq!(shown[1], row["numeric"].to_string());
+        assert_eq!(shown[4], row["out_of_limits"].to_string());
+        assert_eq!(
+            shown[5..],
+            [capability(&row["cp"]), capability(&row["cpk"])]
+        );
+    }
 
     // Yesterday in Kolkata.
     forget_calls(&tab);

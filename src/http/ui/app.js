@@ -46,6 +46,8 @@
     chartStation: element("chart-station"),
     chartMetric: element("chart-metric"),
     chartSummary: element("chart-summary"),
+    chartStats: element("chart-stats"),
+    chartDays: element("chart-days"),
     chart: element("chart"),
   };
 
@@ -62,6 +64,8 @@
     window: null,
     // The zone of every time the page shows and of the days it asks for.
     zone: "UTC",
+    // The chosen station's /metrics/summary rows over the window, by name.
+    metricRows: new Map(),
     plot: null,
     // Each load takes a ticket; an answer to an older one arrives too late to show.
     tickets: { overview: 0, yields: 0, names: 0, chart: 0 },
@@ -430,6 +434,24 @@
     return missing(value) ? "—" : value.toFixed(1) + " s";
   }
 
+  /** A statistic to six significant digits, as a chart's reader needs it. */
+  function measure(value) {
+    return missing(value) ? "—" : String(Number(value.toPrecision(6)));
+  }
+
+  function capability(value) {
+    return missing(value) ? "—" : value.toFixed(2);
+  }
+
+  // Cpk below 1.33 (4 sigma to the nearer limit) is short of the usual target,
+  // below 1 the process makes parts outside the limits.
+  function capabilityClass(value) {
+    if (missing(value)) {
+      return "";
+    }
+    return value < 1 ? "bad" : value < 1.33 ? "marginal" : "";
+  }
+
   // A table row headed by its station's id.
   function stationRow(stationId) {
     const row = document.createElement("tr");
@@ -524,7 +546,118 @@
     ui.yields.dataset.state = "ready";
   }
 
+  // The statistics beside the chart: each as [label, key of the summary row, text].
+  const STATISTICS = [
+    [
+      "Values",
+      "numeric",
+      (row) => row.numeric + (row.count > row.numeric ? " of " + row.count : ""),
+    ],
+    ["Mean", "mean", (row) => measure(row.mean)],
+    ["Std dev", "stddev", (row) => measure(row.stddev)],
+    ["Min", "min", (row) => measure(row.min)],
+    ["Max", "max", (row) => measure(row.max)],
+    ["Lower limit", "limit_lower", (row) => row.limit_lower || "—"],
+    ["Upper limit", "limit_upper", (row) => row.limit_upper || "—"],
+    ["Out of limits", "out_of_limits", (row) => String(row.out_of_limits)],
+    ["Failing units", "failing_units", (row) => String(row.failing_units)],
+    ["Cp", "cp", (row) => capability(row.cp)],
+    ["Cpk", "cpk", (row) => capability(row.cpk)],
+  ];
+
+  const CAPABILITY_NOTE =
+    "from the overall sample standard deviation of the values " +
+    "(Pp and Ppk in AIAG's terms)";
+
+  /** Why a row's Cp or Cpk is what it is, for the title of its figure. */
+  function capabilityTitle(row, key) {
+    const numericLimit = (text) => numeric(text) !== null;
+    const lower = numericLimit(row.limit_lower);
+    const upper = numericLimit(row.limit_upper);
+    if (!missing(row[key])) {
+      const formula =
+        key === "cp"
+          ? "(upper - lower) / (6 x std dev)"
+          : lower && upper
+            ? "min(upper - mean, mean - lower) / (3 x std dev)"
+            : upper
+              ? "(upper - mean) / (3 x std dev), one-sided"
+              : "(mean - lower) / (3 x std dev), one-sided";
+      return (key === "cp" ? "Cp" : "Cpk") + " = " + formula + ", " + CAPABILITY_NOTE;
+    }
+    if (key === "cp" ? !(lower && upper) : !(lower || upper)) {
+      return key === "cp"
+        ? "needs both of the last record's limits numeric"
+        : "needs a numeric limit on the last record";
+    }
+    return "needs a standard deviation above 0 (two values or more, not all equal)";
+  }
+
+  /** The chosen metric's statistics over the window, from /metrics/summary. */
+  function renderStats(row) {
+    ui.chartStats.replaceChildren();
+    ui.chartStats.hidden = !row;
+    if (!row) {
+      return;
+    }
+    for (const [label, key, text] of STATISTICS) {
+      const item = document.createElement("div");
+      item.dataset.stat = key;
+      const value = row[key];
+      item.dataset.value = missing(value) ? "" : String(value);
+      const term = document.createElement("dt");
+      term.textContent = label;
+      const figure = document.createElement("dd");
+      figure.textContent = text(row);
+      if (key === "cp" || key === "cpk") {
+        item.title = capabilityTitle(row, key);
+        item.className = capabilityClass(value);
+      }
+      item.append(term, figure);
+      ui.chartStats.appendChild(item);
+    }
+  }
+
+  /** The chosen metric per day, from /metrics/summary with `bucket`. */
+  function renderChartDays(rows) {
+    const body = ui.chartDays.tBodies[0];
+    body.replaceChildren();
+    for (const summary of rows) {
+      const row = document.createElement("tr");
+      row.dataset.bucketStart = summary.bucket_start;
+      const day = document.createElement("th");
+      day.scope = "row";
+      day.textContent = summary.bucket_start.slice(0, 10);
+      day.title = "from " + summary.bucket_start;
+      row.appendChild(day);
+      cell(row, String(summary.numeric), "number");
+      cell(row, measure(summary.mean), "number");
+      cell(row, measure(summary.stddev), "number");
+      cell(row, String(summary.out_of_limits), "number");
+      for (const key of ["cp", "cpk"]) {
+        const figure = cell(row, capability(summary[key]), "number");
+        figure.title = capabilityTitle(summary, key);
+        const level = capabilityClass(summary[key]);
+        if (level) {
+          figure.classList.add(level);
+        }
+      }
+      body.appendChild(row);
+    }
+    ui.chartDays.hidden = false;
+    ui.chartDays.dataset.rows = String(rows.length);
+    ui.chartDays.dataset.state = "ready";
+  }
+
+  function hideChartDays() {
+    ui.chartDays.hidden = true;
+    ui.chartDays.tBodies[0].replaceChildren();
+    delete ui.chartDays.dataset.rows;
+    delete ui.chartDays.dataset.state;
+  }
+
   function renderMetricNames(rows) {
+    state.metricRows = new Map(rows.map((row) => [row.name, row]));
     const previous = ui.chartMetric.value;
     const names = [...new Set(rows.filter((row) => row.numeric > 0).map((row) => row.name))];
     ui.chartMetric.replaceChildren();
@@ -700,6 +833,8 @@
     const name = ui.chartMetric.value;
     if (!station || !name) {
       clearPlot();
+      renderStats(null);
+      hideChartDays();
       ui.chartSummary.textContent = station
         ? station + " has no numeric metric in this window."
         : "No station to chart.";
@@ -708,19 +843,48 @@
     }
     setChart("loading");
     ui.chartSummary.textContent = "Loading " + name + " of " + station + "…";
+    renderStats(state.metricRows.get(name));
+    const bucket = ui.bucket.value;
+    if (bucket) {
+      ui.chartDays.dataset.state = "loading";
+    } else {
+      hideChartDays();
+    }
     const base = { station_ids: station, names: name, ...windowParameters(), limit: PAGE_LIMIT };
-    const records = [];
-    let cursor = null;
-    do {
-      const parameters = cursor === null ? base : { ...base, cursor };
-      const body = await api("/metrics?" + query(parameters));
-      if (!current()) {
-        return;
+    const walk = async () => {
+      const records = [];
+      let cursor = null;
+      do {
+        const parameters = cursor === null ? base : { ...base, cursor };
+        const body = await api("/metrics?" + query(parameters));
+        if (!current()) {
+          return null;
+        }
+        records.push(...body.data);
+        cursor = body.meta ? body.meta.next_cursor : null;
+      } while (cursor && records.length < MAX_POINTS);
+      return { records: records.slice(0, MAX_POINTS), capped: Boolean(cursor) };
+    };
+    const days = async () => {
+      if (!bucket) {
+        return null;
       }
-      records.push(...body.data);
-      cursor = body.meta ? body.meta.next_cursor : null;
-    } while (cursor && records.length < MAX_POINTS);
-    drawPlot(station, name, records.slice(0, MAX_POINTS), Boolean(cursor));
+      const parameters = {
+        station_ids: station,
+        names: name,
+        group_by: "station_id",
+        ...summaryParameters(bucket),
+      };
+      return (await api("/metrics/summary?" + query(parameters))).data;
+    };
+    const [points, daily] = await Promise.all([walk(), days()]);
+    if (!current() || points === null) {
+      return;
+    }
+    if (daily !== null) {
+      renderChartDays(daily);
+    }
+    drawPlot(station, name, points.records, points.capped);
   }
 
   /** Runs a load; its failure is shown on the page. */
