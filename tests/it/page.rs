@@ -6,11 +6,20 @@
 //! (`STQ_UPDATE_SCREENSHOT=1` also writes it to docs/overview.png, which README.md
 //! shows).
 //!
+//! Issue 23: the yield table's second-pass yield, retest rate and median cycle time
+//! and the chart's Cp and Cpk are stq's figures for the page's own queries (sent
+//! again by the test); the time zone picker, the browser's zone by default (set by
+//! the test), sends `tz` and cuts local days, in Asia/Kolkata and across Berlin's
+//! change back from summer time; a zone stq does not know falls back to UTC, said
+//! on the page.
+//!
 //! chromium is installed with `apt-get` when it is missing (CI runs as root on
 //! Debian), as `replicas` installs nginx. Where it is missing and cannot be (not
-//! root, or no apt-get), the chromium test skips, saying which package it needs;
-//! under `CI=true` it fails instead (`common::debian_binary`). The page marks what it has drawn in `data-*` attributes, and the test
-//! waits for those, never for a fixed time.
+//! root, or no apt-get), the chromium tests skip, saying which package they need;
+//! under `CI=true` they fail instead (`common::debian_binary`). The page marks what
+//! it has drawn in `data-*` attributes, and the tests wait for those, never for a
+//! fixed time; what the page asked stq is read from the browser's Resource Timing
+//! entries, waited for the same way.
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
@@ -19,7 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use headless_chrome::protocol::cdp::Emulation;
-use headless_chrome::protocol::cdp::Page::CaptureScreenshotFormatOption;
+use headless_chrome::protocol::cdp::Page::{self, CaptureScreenshotFormatOption};
 use headless_chrome::{Browser, LaunchOptions, Tab};
 use serde_json::Value;
 
@@ -142,8 +151,15 @@ fn sample_server() -> Server {
 }
 
 /// A tab showing `url` in a 1280 x 800 viewport (the window size alone leaves room
-/// for a browser's frame, even headless).
+/// for a browser's frame, even headless), its browser in UTC.
 fn open_page(browser: &Browser, url: &str) -> Arc<Tab> {
+    open_page_in(browser, url, "UTC", None)
+}
+
+/// The same with the browser's time zone `zone` (the page's default zone) and, with
+/// `now`, the clock the page reads (`Date.now`) stopped at that instant, so that
+/// "today" is a day the test knows.
+fn open_page_in(browser: &Browser, url: &str, zone: &str, now: Option<&str>) -> Arc<Tab> {
     let tab = browser.new_tab().expect("open a tab");
     tab.set_default_timeout(PAGE_TIMEOUT);
     tab.call_method(Emulation::SetDeviceMetricsOverride {
@@ -163,6 +179,20 @@ fn open_page(browser: &Browser, url: &str) -> Arc<Tab> {
         device_posture: None,
     })
     .expect("set the viewport");
+    tab.call_method(Emulation::SetTimezoneOverride {
+        timezone_id: zone.to_string(),
+    })
+    .unwrap_or_else(|error| panic!("set the browser's time zone to {zone}: {error}"));
+    if let Some(now) = now {
+        let milliseconds = instant(now) / 1_000_000;
+        tab.call_method(Page::AddScriptToEvaluateOnNewDocument {
+            source: format!("Date.now = () => {milliseconds};"),
+            world_name: None,
+            include_command_line_api: None,
+            run_immediately: None,
+        })
+        .expect("stop the page's clock");
+    }
     tab.navigate_to(url)
         .unwrap()
         .wait_until_navigated()
@@ -224,6 +254,227 @@ fn percent(fraction: &Value) -> String {
     }
 }
 
+/// A count of seconds as the page writes it.
+fn seconds(value: &Value) -> String {
+    match value.as_f64() {
+        None => "—".to_string(),
+        Some(seconds) => format!("{seconds:.1} s"),
+    }
+}
+
+/// A units summary row as the yield table shows it: station, the day (with
+/// `bucket`), output records, units, first-pass, second-pass and final yield, retest
+/// rate, and the median cycle time.
+fn yield_row(answer: &Value, bucketed: bool) -> Vec<String> {
+    let mut row = vec![answer["station_id"].as_str().unwrap().to_string()];
+    if bucketed {
+        row.push(answer["bucket_start"].as_str().unwrap()[..10].to_string());
+    }
+    row.push(answer["records"].to_string());
+    row.push(answer["units"].to_string());
+    for fraction in [
+        "first_pass_yield",
+        "second_pass_yield",
+        "final_yield",
+        "retest_rate",
+    ] {
+        row.push(percent(&answer[fraction]));
+    }
+    row.push(seconds(&answer["cycle_p50_s"]));
+    row
+}
+
+/// A process capability index as the page writes it.
+fn capability(value: &Value) -> String {
+    match value.as_f64() {
+        None => "—".to_string(),
+        Some(index) => format!("{index:.2}"),
+    }
+}
+
+/// The paths and queries of the page's calls to `path` since `forget_calls`, oldest
+/// first, as the browser's Resource Timing entries record them: the requests
+/// themselves, not what the page says it sent. Waits until there is one.
+fn calls(tab: &Tab, path: &str) -> Vec<String> {
+    let script = format!(
+        "new Promise((resolve) => {{
+           const answer = () => {{
+             const calls = performance.getEntriesByType('resource')
+               .map((entry) => new URL(entry.name))
+               .filter((url) => url.pathname === '{path}')
+               .map((url) => url.pathname + url.search);
+             if (calls.length > 0) {{ resolve(JSON.stringify(calls)); }}
+             return calls.length > 0;
+           }};
+           if (!answer()) {{
+             new PerformanceObserver((_, observer) => {{ if (answer()) observer.disconnect(); }})
+               .observe({{ type: 'resource' }});
+           }}
+         }})"
+    );
+    let result = tab
+        .evaluate(&script, true)
+        .unwrap_or_else(|error| panic!("the page's calls to {path}: {error}"));
+    serde_json::from_str(result.value.unwrap().as_str().unwrap()).unwrap()
+}
+
+/// The page's last call to `path` since `forget_calls`.
+fn last_call(tab: &Tab, path: &str) -> String {
+    calls(tab, path).pop().unwrap()
+}
+
+fn forget_calls(tab: &Tab) {
+    evaluate(tab, "performance.clearResourceTimings()");
+}
+
+/// The parameters of a path and query, decoded.
+fn parameters(path_and_query: &str) -> BTreeMap<String, String> {
+    let (_, query) = path_and_query
+        .split_once('?')
+        .unwrap_or((path_and_query, ""));
+    query
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let decode = |text: &str| {
+                percent_encoding::percent_decode_str(&text.replace('+', " "))
+                    .decode_utf8()
+                    .unwrap()
+                    .into_owned()
+            };
+            (decode(name), decode(value))
+        })
+        .collect()
+}
+
+/// `from`, `to`, `tz` and `bucket` of a call (an empty text for one it lacks).
+fn window_of(call: &str) -> [String; 4] {
+    let sent = parameters(call);
+    ["from", "to", "tz", "bucket"].map(|name| sent.get(name).cloned().unwrap_or_default())
+}
+
+/// A JSON list the page evaluates to, as strings.
+fn strings(tab: &Tab, script: &str) -> Vec<String> {
+    serde_json::from_str(evaluate(tab, script).as_str().expect("a JSON string")).unwrap()
+}
+
+/// The `data-bucket-start` of each body row of a table.
+fn bucket_starts(tab: &Tab, selector: &str) -> Vec<String> {
+    strings(
+        tab,
+        &format!(
+            "JSON.stringify([...document.querySelectorAll('{selector} tbody tr')]\
+             .map(row => row.dataset.bucketStart || ''))"
+        ),
+    )
+}
+
+fn value_of(tab: &Tab, id: &str) -> String {
+    evaluate(tab, &format!("document.getElementById('{id}').value"))
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// Chooses `value` in a select and waits for the yield table it reloads.
+fn choose_and_wait(tab: &Tab, id: &str, value: &str) {
+    choose(tab, id, value);
+    // The change reloads synchronously (data-state 'loading'), so 'ready' is the new answer.
+    tab.wait_for_element("#yields[data-state='ready']").unwrap();
+    tab.wait_for_element("#chart[data-state='drawn']").unwrap();
+}
+
+/// The yield table against stq's answer to the page's own last call, sent again:
+/// the cells, and the day of each row; a station of the stations table without a
+/// row in the answer has one of its own, of zeros and dashes. Returns that answer.
+fn assert_yields_answer_the_call(tab: &Tab, server: &Server, token: &str) -> Vec<Value> {
+    let call = last_call(tab, "/units/summary");
+    let bucketed = parameters(&call).contains_key("bucket");
+    let answer = server.ok_as(&call, token).data;
+    let mut expected = vec![];
+    let mut starts = vec![];
+    for station in table(tab, "#stations")
+        .into_iter()
+        .map(|row| row[0].clone())
+    {
+        let rows: Vec<&Value> = answer
+            .iter()
+            .filter(|row| row["station_id"] == station.as_str())
+            .collect();
+        if rows.is_empty() {
+            let mut empty = vec![station.clone()];
+            empty.extend(bucketed.then(|| "—".to_string()));
+            empty.extend(["0", "0", "—", "—", "—", "—", "—"].map(String::from));
+            expected.push(empty);
+            starts.push(String::new());
+        }
+        for row in rows {
+            expected.push(yield_row(row, bucketed));
+            starts.push(row["bucket_start"].as_str().unwrap_or("").to_string());
+        }
+    }
+    assert_eq!(table(tab, "#yields"), expected, "{call}");
+    assert_eq!(bucket_starts(tab, "#yields"), starts, "{call}");
+    answer
+}
+
+/// The `bucket_start`s of an answer, distinct, in order.
+fn days(answer: &[Value]) -> Vec<String> {
+    let mut days: Vec<String> = answer
+        .iter()
+        .map(|row| row["bucket_start"].as_str().unwrap().to_string())
+        .collect();
+    days.sort();
+    days.dedup();
+    days
+}
+
+/// The first and last record of each station, as the stations table shows them:
+/// on the wall clock of `zone`, to the second.
+fn assert_station_times(tab: &Tab, stations: &[Value], zone: chrono_tz::Tz) {
+    let local = |written: &Value| {
+        chrono::DateTime::parse_from_rfc3339(written.as_str().unwrap())
+            .unwrap()
+            .with_timezone(&zone)
+            .format("%Y-%m-%d %H:%M:%S")
+            .to_string()
+    };
+    let rows = table(tab, "#stations");
+    assert_eq!(rows.len(), stations.len());
+    for (row, station) in rows.iter().zip(stations) {
+        assert_eq!(row[3], local(&station["first"]), "{zone}");
+        assert_eq!(row[4], local(&station["last"]), "{zone}");
+    }
+}
+
+/// Sets the window's inputs, wall-clock times of the page's zone, and applies them.
+fn enter_window(tab: &Tab, from: &str, to: &str) {
+    evaluate(
+        tab,
+        &format!(
+            "document.getElementById('from').value = '{from}'; \
+             document.getElementById('to').value = '{to}'; \
+             document.getElementById('window-form').requestSubmit(); true"
+        ),
+    );
+    tab.wait_for_element("#yields[data-state='ready']").unwrap();
+}
+
+/// The statistic `key` beside the chart: its text, and its exact value (empty for
+/// null).
+fn statistic(tab: &Tab, key: &str) -> (String, String) {
+    let selector = format!("#chart-stats [data-stat='{key}']");
+    let text = evaluate(
+        tab,
+        &format!("document.querySelector(\"{selector} dd\").textContent"),
+    );
+    (
+        text.as_str().unwrap().to_string(),
+        attribute(tab, &selector, "data-value"),
+    )
+}
+
 /// Every metric record of `station` named `name` in the window, through the API.
 fn metric_records(server: &Server, station: &str, name: &str, from: &str, to: &str) -> Vec<Value> {
     server
@@ -281,13 +532,18 @@ fn issue_13_the_overview_page_in_chromium() {
     // output records; some units were tested more than once).
     tab.wait_for_element("#yields[data-state='ready']").unwrap();
     let yields = table(&tab, "#yields");
+    // Station, output records, units, first-pass and final yield.
+    let first_columns: Vec<[&str; 5]> = yields
+        .iter()
+        .map(|row| [0, 1, 2, 3, 5].map(|column| row[column].as_str()))
+        .collect();
     let expected = [
         ["ST-01", "192", "189", "98.4 %", "100.0 %"],
         ["ST-02", "192", "183", "91.8 %", "95.6 %"],
         ["ST-03", "192", "186", "96.8 %", "99.5 %"],
         ["ST-04", "192", "188", "95.7 %", "97.9 %"],
     ];
-    assert_eq!(yields, expected.map(|row| row.map(String::from)));
+    assert_eq!(first_columns, expected);
     // ... which is what /units/summary answers for the page's window.
     let from = format!(
         "{}Z",
@@ -313,13 +569,8 @@ fn issue_13_the_overview_page_in_chromium() {
             DEMO_OPS,
         )
         .data;
-    for (row, answer) in yields.iter().zip(&summary) {
-        assert_eq!(row[0], answer["station_id"].as_str().unwrap());
-        assert_eq!(row[1], answer["records"].to_string());
-        assert_eq!(row[2], answer["units"].to_string());
-        assert_eq!(row[3], percent(&answer["first_pass_yield"]));
-        assert_eq!(row[4], percent(&answer["final_yield"]));
-    }
+    let answered: Vec<Vec<String>> = summary.iter().map(|row| yield_row(row, false)).collect();
+    assert_eq!(yields, answered);
 
     // The chart: ST-02's temperature, 192 values of which 5 are out of limits.
     tab.wait_for_element("#chart[data-state='drawn']").unwrap();
@@ -457,5 +708,369 @@ fn issue_13_the_overview_page_in_chromium() {
     assert_eq!(
         evaluate(&tab, "sessionStorage.length + localStorage.length"),
         serde_json::json!(0)
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Issue 23: second pass, retests, cycle times, capability, the plant's zone
+// ---------------------------------------------------------------------------
+
+#[test]
+fn issue_23_the_yield_table_shows_second_pass_retests_and_cycle_times_and_the_chart_cpk() {
+    let Some(browser) = browser() else {
+        return;
+    };
+    let server = sample_server();
+    let tab = open_page(&browser, &server.url("/"));
+    enter_token(&tab, DEMO_OPS);
+    tab.wait_for_element("#yields[data-state='ready']").unwrap();
+
+    // Every column is stq's figure for the page's own query, sent again.
+    let call = last_call(&tab, "/units/summary");
+    let [from, to, tz, bucket] = window_of(&call);
+    assert_eq!((tz.as_str(), bucket.as_str()), ("UTC", ""), "{call}");
+    let answer = assert_yields_answer_the_call(&tab, &server, DEMO_OPS);
+    assert_eq!(answer.len(), 4);
+    // The sample retests units and pairs every output with its input: the new
+    // columns hold figures, and second pass differs from first pass somewhere.
+    assert!(answer.iter().all(|row| row["cycle_p50_s"].is_f64()));
+    assert!(answer
+        .iter()
+        .any(|row| row["retest_rate"].as_f64() > Some(0.0)));
+    assert!(answer
+        .iter()
+        .any(|row| row["second_pass_yield"] != row["first_pass_yield"]));
+
+    // Null is a dash, not 0: the second that holds ST-01's first output record but
+    // not its input has a unit and no cycle time; the other stations, nothing.
+    let outputs = server
+        .ok_as(
+            &format!("/units?station_ids=ST-01&from={from}&to={to}"),
+            DEMO_OPS,
+        )
+        .data;
+    let first_output = outputs
+        .iter()
+        .find(|record| record["direction"] == "output")
+        .unwrap();
+    let second = (instant(first_output["time_created"].as_str().unwrap()) / SECOND) as i64;
+    let wall = |seconds: i64| {
+        rfc3339_from_seconds(seconds)
+            .trim_end_matches('Z')
+            .to_string()
+    };
+    enter_window(&tab, &wall(second), &wall(second + 1));
+    let answer = assert_yields_answer_the_call(&tab, &server, DEMO_OPS);
+    assert_eq!(answer.len(), 1, "{answer:?}");
+    assert_eq!(answer[0]["cycle_p50_s"], Value::Null);
+    let rows = table(&tab, "#yields");
+    assert_eq!(
+        rows[0][1..],
+        ["1", "1", "100.0 %", "100.0 %", "100.0 %", "0.0 %", "—"]
+    );
+    for row in &rows[1..] {
+        assert_eq!(row[1..], ["0", "0", "—", "—", "—", "—", "—"]);
+    }
+
+    // Cp and Cpk beside the chart's statistics, as /metrics/summary has them for
+    // the page's window.
+    choose(&tab, "window-preset", "span");
+    tab.wait_for_element("#yields[data-state='ready']").unwrap();
+    choose(&tab, "chart-station", "ST-02");
+    tab.wait_for_element("#chart[data-state='drawn'][data-station='ST-02']")
+        .unwrap();
+    let names_call = calls(&tab, "/metrics/summary")
+        .into_iter()
+        .rfind(|call| parameters(call)["station_ids"] == "ST-02")
+        .unwrap();
+    let rows = server.ok_as(&names_call, DEMO_OPS).data;
+    for name in ["temperature", "contrast_ratio"] {
+        choose(&tab, "chart-metric", name);
+        tab.wait_for_element(&format!(
+            "#chart[data-state='drawn'][data-station='ST-02'][data-metric='{name}']"
+        ))
+        .unwrap();
+        let row = rows.iter().find(|row| row["name"] == name).unwrap();
+        for key in ["cp", "cpk", "mean", "stddev", "min", "max"] {
+            let (text, exact) = statistic(&tab, key);
+            match row[key].as_f64() {
+                None => assert_eq!((text.as_str(), exact.as_str()), ("—", ""), "{name} {key}"),
+                Some(figure) => {
+                    // Read as the answer was (serde_json's parser can be a last
+                    // bit off the exact reading): the same text, the same figure.
+                    let shown: f64 = serde_json::from_str(&exact).unwrap();
+                    assert_eq!(shown, figure, "{name} {key}");
+                    if key.starts_with("cp") {
+                        assert_eq!(text, capability(&row[key]), "{name} {key}");
+                    }
+                }
+            }
+        }
+        for key in ["out_of_limits", "failing_units"] {
+            assert_eq!(statistic(&tab, key).0, row[key].to_string(), "{name} {key}");
+        }
+    }
+    // temperature has both limits; contrast_ratio only a lower one, so its Cp is
+    // null and its Cpk one-sided.
+    let temperature = rows
+        .iter()
+        .find(|row| row["name"] == "temperature")
+        .unwrap();
+    assert!(temperature["cp"].is_f64() && temperature["cpk"].is_f64());
+    assert_eq!(statistic(&tab, "cp").0, "—");
+    assert_ne!(statistic(&tab, "cpk").0, "—");
+    assert_eq!(
+        evaluate(
+            &tab,
+            "document.documentElement.dataset.policyViolations || '0'"
+        ),
+        serde_json::json!("0")
+    );
+}
+
+/// `stq gen`'s data from 2026-10-23 12:00 to 2026-10-26 12:00 UTC, across Berlin's
+/// change back to standard time (03:00 CEST is 02:00 CET on 2026-10-25, at 01:00Z),
+/// with the suite's tokens. The directory lives as long as the server.
+fn generated_server() -> (tempfile::TempDir, Server) {
+    let directory = temporary_directory();
+    let snapshots = directory.path().join("snap");
+    let mut command = std::process::Command::new(stq_binary());
+    command.args([
+        "gen",
+        "--out",
+        &path_string(&snapshots),
+        "--stations",
+        "2",
+        "--days",
+        "3",
+        "--units-per-hour",
+        "4",
+        "--seed",
+        "23",
+        "--end",
+        "2026-10-26T12:00:00Z",
+    ]);
+    clean_environment(&mut command, &[]);
+    let output = command.output().expect("run stq gen");
+    assert!(output.status.success(), "{output:?}");
+    let tokens = directory.path().join("tokens.json");
+    std::fs::write(&tokens, tokens_json()).unwrap();
+    let server = Server::spawn(&serve_args(&snapshots, &tokens, &[]), &[]);
+    (directory, server)
+}
+
+/// The page's clock in the zone tests: noon UTC on the day Berlin's clocks go back.
+const NOON_OF_THE_CHANGE: &str = "2026-10-25T12:00:00Z";
+
+#[test]
+fn issue_23_the_zone_picker_sends_tz_and_cuts_local_days_across_a_dst_change() {
+    let Some(browser) = browser() else {
+        return;
+    };
+    let (_directory, server) = generated_server();
+    let tab = open_page_in(
+        &browser,
+        &server.url("/"),
+        "Europe/Berlin",
+        Some(NOON_OF_THE_CHANGE),
+    );
+    enter_token(&tab, OPS);
+    tab.wait_for_element("#yields[data-state='ready']").unwrap();
+    tab.wait_for_element("#chart[data-state='drawn']").unwrap();
+
+    // The browser's zone is the page's, and its times are Berlin's.
+    assert_eq!(value_of(&tab, "zone"), "Europe/Berlin");
+    assert_eq!(
+        evaluate(&tab, "document.getElementById('zone-note').hidden"),
+        Value::Bool(true)
+    );
+    let stations = server.ok_as("/stations", OPS).data;
+    assert_eq!(stations.len(), 2);
+    assert_station_times(&tab, &stations, chrono_tz::Europe::Berlin);
+    let [_, _, tz, _] = window_of(&last_call(&tab, "/units/summary"));
+    assert_eq!(tz, "Europe/Berlin");
+
+    // Yields per day over every record: Berlin's days, the 25th 25 hours long (its
+    // midnights +02:00 and +01:00).
+    forget_calls(&tab);
+    choose_and_wait(&tab, "bucket", "1d");
+    let call = last_call(&tab, "/units/summary");
+    let [_, _, tz, bucket] = window_of(&call);
+    assert_eq!([tz.as_str(), bucket.as_str()], ["Europe/Berlin", "1d"]);
+    let answer = assert_yields_answer_the_call(&tab, &server, OPS);
+    assert_eq!(
+        days(&answer),
+        [
+            "2026-10-23T00:00:00+02:00",
+            "2026-10-24T00:00:00+02:00",
+            "2026-10-25T00:00:00+02:00",
+            "2026-10-26T00:00:00+01:00",
+        ]
+    );
+
+    // Today in Berlin: from its midnight (22:00Z) to the next (23:00Z), 25 hours.
+    forget_calls(&tab);
+    choose_and_wait(&tab, "window-preset", "today");
+    assert_eq!(
+        window_of(&last_call(&tab, "/units/summary")),
+        [
+            "2026-10-24T22:00:00.000Z",
+            "2026-10-25T23:00:00.000Z",
+            "Europe/Berlin",
+            "1d"
+        ]
+    );
+    // The inputs show Berlin's wall clock (chromium leaves out seconds that are 0).
+    assert_eq!(
+        [value_of(&tab, "from"), value_of(&tab, "to")],
+        ["2026-10-25T00:00", "2026-10-26T00:00"]
+    );
+    let answer = assert_yields_answer_the_call(&tab, &server, OPS);
+    assert_eq!(days(&answer), ["2026-10-25T00:00:00+02:00"]);
+
+    // Asia/Kolkata, UTC+05:30 all year: today starts at 18:30Z the day before, and
+    // both summaries are asked in that zone.
+    forget_calls(&tab);
+    choose_and_wait(&tab, "zone", "Asia/Kolkata");
+    assert_eq!(
+        window_of(&last_call(&tab, "/units/summary")),
+        [
+            "2026-10-24T18:30:00.000Z",
+            "2026-10-25T18:30:00.000Z",
+            "Asia/Kolkata",
+            "1d"
+        ]
+    );
+    let answer = assert_yields_answer_the_call(&tab, &server, OPS);
+    assert_eq!(days(&answer), ["2026-10-25T00:00:00+05:30"]);
+    // The metric's names and statistics, and its figures per day.
+    let metric_calls = calls(&tab, "/metrics/summary");
+    assert_eq!(metric_calls.len(), 2, "{metric_calls:?}");
+    for call in &metric_calls {
+        assert_eq!(parameters(call)["tz"], "Asia/Kolkata", "{call}");
+    }
+    assert_station_times(&tab, &stations, chrono_tz::Asia::Kolkata);
+    assert_eq!(
+        [value_of(&tab, "from"), value_of(&tab, "to")],
+        ["2026-10-25T00:00", "2026-10-26T00:00"]
+    );
+    let legend = strings(
+        &tab,
+        "JSON.stringify([...document.querySelectorAll('#chart .u-legend .u-label')]\
+         .map(label => label.textContent))",
+    );
+    assert_eq!(legend[0], "time (Asia/Kolkata)");
+
+    // The chart's metric per day: stq's rows for the page's call with the bucket.
+    let daily = metric_calls
+        .iter()
+        .find(|call| parameters(call).contains_key("bucket"))
+        .unwrap();
+    let rows = server.ok_as(daily, OPS).data;
+    assert_eq!(bucket_starts(&tab, "#chart-days"), days(&rows));
+    let shown = table(&tab, "#chart-days");
+    assert_eq!(shown.len(), rows.len());
+    for (shown, row) in shown.iter().zip(&rows) {
+        assert_eq!(shown[0], row["bucket_start"].as_str().unwrap()[..10]);
+        assert_eq!(shown[1], row["numeric"].to_string());
+        assert_eq!(shown[4], row["out_of_limits"].to_string());
+        assert_eq!(
+            shown[5..],
+            [capability(&row["cp"]), capability(&row["cpk"])]
+        );
+    }
+
+    // Yesterday in Kolkata.
+    forget_calls(&tab);
+    choose_and_wait(&tab, "window-preset", "yesterday");
+    assert_eq!(
+        window_of(&last_call(&tab, "/units/summary"))[..2],
+        ["2026-10-23T18:30:00.000Z", "2026-10-24T18:30:00.000Z"]
+    );
+    let answer = assert_yields_answer_the_call(&tab, &server, OPS);
+    assert_eq!(days(&answer), ["2026-10-24T00:00:00+05:30"]);
+
+    // The last 7 days in Berlin: from its midnight of the 19th (+02:00) to the
+    // 26th's (+01:00), 169 hours.
+    choose_and_wait(&tab, "zone", "Europe/Berlin");
+    forget_calls(&tab);
+    choose_and_wait(&tab, "window-preset", "days7");
+    assert_eq!(
+        window_of(&last_call(&tab, "/units/summary"))[..2],
+        ["2026-10-18T22:00:00.000Z", "2026-10-25T23:00:00.000Z"]
+    );
+    let answer = assert_yields_answer_the_call(&tab, &server, OPS);
+    assert_eq!(
+        days(&answer),
+        [
+            "2026-10-23T00:00:00+02:00",
+            "2026-10-24T00:00:00+02:00",
+            "2026-10-25T00:00:00+02:00",
+        ]
+    );
+    assert_eq!(
+        evaluate(
+            &tab,
+            "document.documentElement.dataset.policyViolations || '0'"
+        ),
+        serde_json::json!("0")
+    );
+}
+
+/// A zone name chromium takes for its own and stq does not know.
+const UNKNOWN_ZONE: &str = "SystemV/AST4";
+
+#[test]
+fn issue_23_a_browser_zone_stq_does_not_know_falls_back_to_utc_and_says_so() {
+    let Some(browser) = browser() else {
+        return;
+    };
+    let server = sample_server();
+    let tab = open_page_in(&browser, &server.url("/"), UNKNOWN_ZONE, None);
+    let browser_zone = evaluate(&tab, "Intl.DateTimeFormat().resolvedOptions().timeZone");
+    let browser_zone = browser_zone.as_str().unwrap().to_string();
+    let openapi: Value = serde_json::from_str(&server.get("/openapi.json", None).body).unwrap();
+    let known: Vec<&str> = openapi["components"]["parameters"]["Tz"]["schema"]["enum"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|name| name.as_str().unwrap())
+        .collect();
+    assert!(!known.contains(&browser_zone.as_str()), "{browser_zone}");
+
+    enter_token(&tab, DEMO_OPS);
+    tab.wait_for_element("#yields[data-state='ready']").unwrap();
+    assert_eq!(value_of(&tab, "zone"), "UTC");
+    let note = tab.find_element("#zone-note").unwrap();
+    assert_eq!(note.get_attribute_value("hidden").unwrap(), None);
+    let text = evaluate(&tab, "document.getElementById('zone-note').textContent");
+    assert!(text.as_str().unwrap().contains(&browser_zone), "{text}");
+    assert_eq!(attribute(&tab, "#zone-note", "data-fallback"), browser_zone);
+    assert_eq!(window_of(&last_call(&tab, "/units/summary"))[2], "UTC");
+    assert_eq!(
+        strings(
+            &tab,
+            "JSON.stringify([...document.querySelectorAll('.zone-name')].map(e => e.textContent))"
+        )[0],
+        "(UTC)"
+    );
+
+    // The picker offers the names stq knows (this browser knows them all).
+    let offered = strings(
+        &tab,
+        "JSON.stringify([...document.getElementById('zone').options].map(o => o.value))",
+    );
+    assert_eq!(offered, known);
+
+    // Choosing a zone puts the note away.
+    forget_calls(&tab);
+    choose_and_wait(&tab, "zone", "Asia/Kolkata");
+    assert_eq!(
+        evaluate(&tab, "document.getElementById('zone-note').hidden"),
+        Value::Bool(true)
+    );
+    assert_eq!(
+        window_of(&last_call(&tab, "/units/summary"))[2],
+        "Asia/Kolkata"
     );
 }

@@ -5,6 +5,9 @@
 // URL) and leaves the page only in the Authorization header of calls to this origin.
 // The page marks what it has drawn in data-* attributes (data-state, counts), so a
 // test can wait for them instead of guessing at timings.
+//
+// Times are shown, and days cut, in one IANA time zone: the browser's by default,
+// when stq knows its name (its OpenAPI document lists the names `tz` accepts).
 (function () {
   "use strict";
 
@@ -12,7 +15,12 @@
   // Pages of the metric walk, and how many points one chart may hold at most.
   const PAGE_LIMIT = 1000;
   const MAX_POINTS = 20000;
-  const HOUR_MS = 3600 * 1000;
+  const SECOND_MS = 1000;
+  const HOUR_MS = 3600 * SECOND_MS;
+  const DAY_MS = 24 * HOUR_MS;
+  // The local-day presets: their first day and the day after their last, counted
+  // from today in the chosen zone.
+  const LOCAL_DAYS = { today: [0, 1], yesterday: [-1, 0], days7: [-6, 1] };
   // A value is numeric when it is a JSON number, also with a leading "+"
   // (CONTRACT 10.2), and finite as a double.
   const NUMBER = /^[+-]?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?$/;
@@ -30,10 +38,16 @@
     preset: element("window-preset"),
     from: element("from"),
     to: element("to"),
+    zone: element("zone"),
+    zoneNote: element("zone-note"),
+    bucket: element("bucket"),
+    yieldsDay: element("yields-day"),
     yields: element("yields"),
     chartStation: element("chart-station"),
     chartMetric: element("chart-metric"),
     chartSummary: element("chart-summary"),
+    chartStats: element("chart-stats"),
+    chartDays: element("chart-days"),
     chart: element("chart"),
   };
 
@@ -48,6 +62,10 @@
   const state = {
     stations: [],
     window: null,
+    // The zone of every time the page shows and of the days it asks for.
+    zone: "UTC",
+    // The chosen station's /metrics/summary rows over the window, by name.
+    metricRows: new Map(),
     plot: null,
     // Each load takes a ticket; an answer to an older one arrives too late to show.
     tickets: { overview: 0, yields: 0, names: 0, chart: 0 },
@@ -109,6 +127,12 @@
     };
   }
 
+  /** A summary's window and zone, and its day buckets when the picker asks for them. */
+  function summaryParameters(bucket) {
+    const parameters = { ...windowParameters(), tz: state.zone };
+    return bucket ? { ...parameters, bucket } : parameters;
+  }
+
   // ---------------------------------------------------------------- messages
 
   function showError(failure) {
@@ -136,37 +160,152 @@
     return Date.parse(normalized);
   }
 
-  /** `YYYY-MM-DDTHH:MM:SS` in UTC, for a datetime-local input. */
-  function inputValue(milliseconds) {
-    return new Date(milliseconds).toISOString().slice(0, 19);
+  /**
+   * A wall-clock time as the milliseconds it would be in UTC. Days past a month's
+   * end roll over, and years below 100 stay what they are (unlike Date.UTC's).
+   */
+  function civil(year, month, day, hour = 0, minute = 0, second = 0) {
+    const date = new Date(0);
+    date.setUTCFullYear(year, month - 1, day);
+    date.setUTCHours(hour, minute, second, 0);
+    return date.getTime();
   }
 
-  /** A datetime-local input's value read as UTC; NaN when empty or bad. */
+  const wallFormats = new Map();
+
+  // Intl reads the browser's own copy of the IANA database; the page offers only
+  // zones that stq knows by the same name.
+  function wallFormat(zone) {
+    let format = wallFormats.get(zone);
+    if (!format) {
+      format = new Intl.DateTimeFormat("en-US", {
+        timeZone: zone,
+        hourCycle: "h23",
+        year: "numeric",
+        month: "numeric",
+        day: "numeric",
+        hour: "numeric",
+        minute: "numeric",
+        second: "numeric",
+      });
+      wallFormats.set(zone, format);
+    }
+    return format;
+  }
+
+  /** The wall-clock time in `zone` at an instant (to the second), as `civil` writes it. */
+  function wallClock(milliseconds, zone = state.zone) {
+    const whole = Math.floor(milliseconds / SECOND_MS) * SECOND_MS;
+    if (zone === "UTC") {
+      return whole;
+    }
+    const fields = {};
+    for (const part of wallFormat(zone).formatToParts(whole)) {
+      fields[part.type] = Number(part.value);
+    }
+    return civil(fields.year, fields.month, fields.day, fields.hour, fields.minute, fields.second);
+  }
+
+  /** The zone's offset from UTC at an instant, in milliseconds. */
+  function offsetAt(milliseconds, zone = state.zone) {
+    return wallClock(milliseconds, zone) - Math.floor(milliseconds / SECOND_MS) * SECOND_MS;
+  }
+
+  /**
+   * The instant of a wall-clock time in `zone`, read as stq reads bucket boundaries
+   * (docs/api.md section 10): a time the zone repeats is its earlier occurrence, and
+   * one it skips is the first instant after the gap. So the page's local days are
+   * the server's `1d` buckets.
+   */
+  function instantAt(wall, zone = state.zone) {
+    if (zone === "UTC") {
+      return wall;
+    }
+    // No zone has changed its offset twice within a day, so the offsets a day
+    // either side are the ones that can apply.
+    const offsets = [
+      ...new Set([wall - DAY_MS, wall, wall + DAY_MS].map((t) => offsetAt(t, zone))),
+    ];
+    const fitting = offsets
+      .map((offset) => wall - offset)
+      .filter((candidate) => wallClock(candidate, zone) === wall);
+    if (fitting.length > 0 || offsets.length === 1) {
+      return fitting.length > 0 ? Math.min(...fitting) : wall - offsets[0];
+    }
+    // In a gap: read with the later (larger) offset the time falls before the
+    // change, with the earlier one after it; the change lies between, to the second.
+    let before = wall - Math.max(...offsets);
+    let after = wall - Math.min(...offsets);
+    const early = offsetAt(before, zone);
+    while (after - before > SECOND_MS) {
+      const middle = before + Math.floor((after - before) / 2 / SECOND_MS) * SECOND_MS;
+      if (offsetAt(middle, zone) === early) {
+        before = middle;
+      } else {
+        after = middle;
+      }
+    }
+    return after;
+  }
+
+  /** `YYYY-MM-DDTHH:MM:SS` on the zone's wall clock, for a datetime-local input. */
+  function inputValue(milliseconds) {
+    return new Date(wallClock(milliseconds)).toISOString().slice(0, 19);
+  }
+
+  /** A datetime-local input's value read in the zone; NaN when empty or bad. */
   function readInput(input) {
     const value = input.value;
     if (!value) {
       return NaN;
     }
-    return Date.parse(value.length === 16 ? value + ":00Z" : value + "Z");
+    const wall = Date.parse(value.length === 16 ? value + ":00Z" : value + "Z");
+    return Number.isFinite(wall) ? instantAt(wall) : NaN;
   }
 
-  function utcText(milliseconds, zone = true) {
-    const text = new Date(milliseconds).toISOString().slice(0, 19).replace("T", " ");
-    return zone ? text + " UTC" : text;
+  /** `YYYY-MM-DD HH:MM:SS` on the zone's wall clock. */
+  function wallText(milliseconds) {
+    return inputValue(milliseconds).replace("T", " ");
+  }
+
+  /** `+05:30`: an offset as RFC 3339 writes it (and its seconds, where it has any). */
+  function offsetText(offset) {
+    const sign = offset < 0 ? "-" : "+";
+    const seconds = Math.abs(offset) / SECOND_MS;
+    const two = (number) => String(Math.floor(number)).padStart(2, "0");
+    const text = sign + two(seconds / 3600) + ":" + two((seconds % 3600) / 60);
+    return seconds % 60 ? text + ":" + two(seconds % 60) : text;
+  }
+
+  /** A time as a person reads it: the wall clock, and UTC or the offset it had then. */
+  function zoneText(milliseconds) {
+    const suffix = state.zone === "UTC" ? "UTC" : offsetText(offsetAt(milliseconds));
+    return wallText(milliseconds) + " " + suffix;
   }
 
   /** The window a preset names; `span` covers every record of the stations. */
   function presetWindow(preset) {
-    const second = 1000;
     if (preset === "span" && state.stations.length > 0) {
       const firsts = state.stations.map((station) => instant(station.first));
       const lasts = state.stations.map((station) => instant(station.last));
-      const from = Math.floor(Math.min(...firsts) / second) * second;
+      const from = Math.floor(Math.min(...firsts) / SECOND_MS) * SECOND_MS;
       // The window is half-open: it must end after the last record.
-      const to = Math.floor(Math.max(...lasts) / second) * second + second;
+      const to = Math.floor(Math.max(...lasts) / SECOND_MS) * SECOND_MS + SECOND_MS;
       return { from, to };
     }
-    const to = Math.ceil(Date.now() / second) * second;
+    const now = Date.now();
+    if (preset in LOCAL_DAYS) {
+      const [first, end] = LOCAL_DAYS[preset];
+      const today = new Date(wallClock(now));
+      const [year, month, day] = [
+        today.getUTCFullYear(),
+        today.getUTCMonth() + 1,
+        today.getUTCDate(),
+      ];
+      const midnight = (days) => instantAt(civil(year, month, day + days));
+      return { from: midnight(first), to: midnight(end) };
+    }
+    const to = Math.ceil(now / SECOND_MS) * SECOND_MS;
     const hours = preset === "7d" ? 7 * 24 : 24;
     return { from: to - hours * HOUR_MS, to };
   }
@@ -175,6 +314,102 @@
     state.window = span;
     ui.from.value = inputValue(span.from);
     ui.to.value = inputValue(span.to);
+  }
+
+  // ---------------------------------------------------------------- zones
+
+  /** What a `$ref` of the OpenAPI document points at (the node itself otherwise). */
+  function resolve(spec, node) {
+    if (!node || typeof node.$ref !== "string" || !node.$ref.startsWith("#/")) {
+      return node;
+    }
+    return node.$ref
+      .slice(2)
+      .split("/")
+      .map((key) => key.replace(/~1/g, "/").replace(/~0/g, "~"))
+      .reduce((parent, key) => (parent ? parent[key] : undefined), spec);
+  }
+
+  /** The zone names `tz` accepts, from stq's OpenAPI document (no token needed). */
+  async function serverZones() {
+    const response = await fetch("/openapi.json", {
+      headers: { Accept: "application/json" },
+      credentials: "omit",
+    });
+    if (!response.ok) {
+      throw new Error(response.status + " " + response.statusText);
+    }
+    const spec = await response.json();
+    const operation = spec.paths["/units/summary"].get;
+    for (const parameter of operation.parameters.map((node) => resolve(spec, node))) {
+      if (parameter && parameter.name === "tz" && parameter.in === "query") {
+        const schema = resolve(spec, parameter.schema) || {};
+        if (Array.isArray(schema.enum)) {
+          return schema.enum;
+        }
+      }
+    }
+    throw new Error("it lists no names for tz");
+  }
+
+  function formatsIn(zone) {
+    try {
+      wallFormat(zone);
+      return true;
+    } catch (_) {
+      return false;
+    }
+  }
+
+  function setZone(zone) {
+    state.zone = zone;
+    ui.zone.value = zone;
+    for (const label of document.querySelectorAll(".zone-name")) {
+      label.textContent = "(" + zone + ")";
+    }
+  }
+
+  function noteZone(text, fallback) {
+    ui.zoneNote.textContent = text;
+    ui.zoneNote.hidden = false;
+    ui.zoneNote.dataset.fallback = fallback;
+  }
+
+  /**
+   * Fills the zone picker with the names both stq and this browser know and picks
+   * the browser's zone, or UTC (saying so) where stq does not know it.
+   */
+  async function loadZones() {
+    const browserZone = Intl.DateTimeFormat().resolvedOptions().timeZone || "";
+    let names = ["UTC"];
+    let problem = null;
+    try {
+      names = await serverZones();
+    } catch (failure) {
+      problem = failure.message;
+    }
+    const usable = names.filter(formatsIn);
+    if (!usable.includes("UTC")) {
+      usable.unshift("UTC");
+    }
+    ui.zone.replaceChildren(...usable.map((name) => new Option(name, name)));
+    if (problem !== null) {
+      setZone("UTC");
+      noteZone(
+        "stq's list of time zones could not be read (" + problem + "): times are in UTC.",
+        browserZone
+      );
+    } else if (usable.includes(browserZone)) {
+      setZone(browserZone);
+    } else {
+      setZone("UTC");
+      noteZone(
+        "This browser's time zone, " + (browserZone || "unnamed") +
+          ", is not one whose name stq knows: times are in UTC. Choose the plant's zone above.",
+        browserZone
+      );
+    }
+    ui.zone.dataset.state = "ready";
   }
 
   // ---------------------------------------------------------------- rendering
@@ -189,8 +424,32 @@
     return td;
   }
 
+  const missing = (value) => value === null || value === undefined;
+
   function percent(fraction) {
-    return fraction === null || fraction === undefined ? "—" : (fraction * 100).toFixed(1) + " %";
+    return missing(fraction) ? "—" : (fraction * 100).toFixed(1) + " %";
+  }
+
+  function seconds(value) {
+    return missing(value) ? "—" : value.toFixed(1) + " s";
+  }
+
+  /** A statistic to six significant digits, as a chart's reader needs it. */
+  function measure(value) {
+    return missing(value) ? "—" : String(Number(value.toPrecision(6)));
+  }
+
+  function capability(value) {
+    return missing(value) ? "—" : value.toFixed(2);
+  }
+
+  // Cpk below 1.33 (4 sigma to the nearer limit) is short of the usual target,
+  // below 1 the process makes parts outside the limits.
+  function capabilityClass(value) {
+    if (missing(value)) {
+      return "";
+    }
+    return value < 1 ? "bad" : value < 1.33 ? "marginal" : "";
   }
 
   // A table row headed by its station's id.
@@ -211,9 +470,10 @@
       const row = stationRow(station.station_id);
       cell(row, String(station.units), "number");
       cell(row, String(station.metrics), "number");
-      // In UTC like the window; the title keeps the time as the station wrote it.
-      cell(row, utcText(instant(station.first), false)).title = station.first;
-      cell(row, utcText(instant(station.last), false)).title = station.last;
+      // In the page's zone like the window; the title keeps the time as the
+      // station wrote it.
+      cell(row, wallText(instant(station.first))).title = station.first;
+      cell(row, wallText(instant(station.last))).title = station.last;
       body.appendChild(row);
     }
     ui.stations.dataset.rows = String(state.stations.length);
@@ -229,28 +489,175 @@
     }
   }
 
-  function renderYields(rows) {
-    const byStation = new Map(rows.map((row) => [row.station_id, row]));
+  /** A fraction of a units row, with the counts it comes from in its title. */
+  function fractionCell(row, summary, fraction, count, what) {
+    const td = cell(row, percent(summary ? summary[fraction] : null), "number");
+    if (summary) {
+      td.title = summary[count] + " of " + summary.units + " units " + what;
+    }
+  }
+
+  /** The yield table: a row per station, or per station and day with `bucket`. */
+  function renderYields(rows, bucket) {
+    const byStation = new Map();
+    for (const row of rows) {
+      if (!byStation.has(row.station_id)) {
+        byStation.set(row.station_id, []);
+      }
+      byStation.get(row.station_id).push(row);
+    }
     const body = ui.yields.tBodies[0];
     body.replaceChildren();
+    ui.yieldsDay.hidden = !bucket;
+    let count = 0;
     for (const station of state.stations) {
-      const summary = byStation.get(station.station_id);
-      const row = stationRow(station.station_id);
-      cell(row, String(summary ? summary.records : 0), "number");
-      cell(row, String(summary ? summary.units : 0), "number");
-      const firstPass = cell(row, percent(summary ? summary.first_pass_yield : null), "number");
-      const final = cell(row, percent(summary ? summary.final_yield : null), "number");
-      if (summary) {
-        firstPass.title = summary.first_pass + " of " + summary.units + " units passed at once";
-        final.title = summary.final_pass + " of " + summary.units + " units passed in the end";
+      // A station without output records in the window keeps its row, empty.
+      for (const summary of byStation.get(station.station_id) || [null]) {
+        const row = stationRow(station.station_id);
+        if (bucket) {
+          // bucket_start is written on the zone's wall clock: its date is the day's.
+          const start = summary ? summary.bucket_start : null;
+          const day = cell(row, start ? start.slice(0, 10) : "—");
+          if (start) {
+            day.title = "from " + start;
+            row.dataset.bucketStart = start;
+          }
+        }
+        cell(row, String(summary ? summary.records : 0), "number");
+        cell(row, String(summary ? summary.units : 0), "number");
+        fractionCell(row, summary, "first_pass_yield", "first_pass", "passed at once");
+        fractionCell(
+          row, summary, "second_pass_yield", "second_pass", "passed by their second attempt"
+        );
+        fractionCell(row, summary, "final_yield", "final_pass", "passed in the end");
+        fractionCell(row, summary, "retest_rate", "retested", "were tested more than once");
+        const cycle = cell(row, seconds(summary ? summary.cycle_p50_s : null), "number");
+        if (summary && summary.cycle_count > 0) {
+          cycle.title =
+            "median of " + summary.cycle_count + " cycle times (input to output); mean " +
+            seconds(summary.cycle_mean_s) + ", 90th percentile " + seconds(summary.cycle_p90_s) +
+            ", longest " + seconds(summary.cycle_max_s);
+        }
+        body.appendChild(row);
+        count += 1;
       }
-      body.appendChild(row);
     }
-    ui.yields.dataset.rows = String(state.stations.length);
+    ui.yields.dataset.rows = String(count);
     ui.yields.dataset.state = "ready";
   }
 
+  // The statistics beside the chart: each as [label, key of the summary row, text].
+  const STATISTICS = [
+    [
+      "Values",
+      "numeric",
+      (row) => row.numeric + (row.count > row.numeric ? " of " + row.count : ""),
+    ],
+    ["Mean", "mean", (row) => measure(row.mean)],
+    ["Std dev", "stddev", (row) => measure(row.stddev)],
+    ["Min", "min", (row) => measure(row.min)],
+    ["Max", "max", (row) => measure(row.max)],
+    ["Lower limit", "limit_lower", (row) => row.limit_lower || "—"],
+    ["Upper limit", "limit_upper", (row) => row.limit_upper || "—"],
+    ["Out of limits", "out_of_limits", (row) => String(row.out_of_limits)],
+    ["Failing units", "failing_units", (row) => String(row.failing_units)],
+    ["Cp", "cp", (row) => capability(row.cp)],
+    ["Cpk", "cpk", (row) => capability(row.cpk)],
+  ];
+
+  const CAPABILITY_NOTE =
+    "from the overall sample standard deviation of the values " +
+    "(Pp and Ppk in AIAG's terms)";
+
+  /** Why a row's Cp or Cpk is what it is, for the title of its figure. */
+  function capabilityTitle(row, key) {
+    const numericLimit = (text) => numeric(text) !== null;
+    const lower = numericLimit(row.limit_lower);
+    const upper = numericLimit(row.limit_upper);
+    if (!missing(row[key])) {
+      const formula =
+        key === "cp"
+          ? "(upper - lower) / (6 x std dev)"
+          : lower && upper
+            ? "min(upper - mean, mean - lower) / (3 x std dev)"
+            : upper
+              ? "(upper - mean) / (3 x std dev), one-sided"
+              : "(mean - lower) / (3 x std dev), one-sided";
+      return (key === "cp" ? "Cp" : "Cpk") + " = " + formula + ", " + CAPABILITY_NOTE;
+    }
+    if (key === "cp" ? !(lower && upper) : !(lower || upper)) {
+      return key === "cp"
+        ? "needs both of the last record's limits numeric"
+        : "needs a numeric limit on the last record";
+    }
+    return "needs a standard deviation above 0 (two values or more, not all equal)";
+  }
+
+  /** The chosen metric's statistics over the window, from /metrics/summary. */
+  function renderStats(row) {
+    ui.chartStats.replaceChildren();
+    ui.chartStats.hidden = !row;
+    if (!row) {
+      return;
+    }
+    for (const [label, key, text] of STATISTICS) {
+      const item = document.createElement("div");
+      item.dataset.stat = key;
+      const value = row[key];
+      item.dataset.value = missing(value) ? "" : String(value);
+      const term = document.createElement("dt");
+      term.textContent = label;
+      const figure = document.createElement("dd");
+      figure.textContent = text(row);
+      if (key === "cp" || key === "cpk") {
+        item.title = capabilityTitle(row, key);
+        item.className = capabilityClass(value);
+      }
+      item.append(term, figure);
+      ui.chartStats.appendChild(item);
+    }
+  }
+
+  /** The chosen metric per day, from /metrics/summary with `bucket`. */
+  function renderChartDays(rows) {
+    const body = ui.chartDays.tBodies[0];
+    body.replaceChildren();
+    for (const summary of rows) {
+      const row = document.createElement("tr");
+      row.dataset.bucketStart = summary.bucket_start;
+      const day = document.createElement("th");
+      day.scope = "row";
+      day.textContent = summary.bucket_start.slice(0, 10);
+      day.title = "from " + summary.bucket_start;
+      row.appendChild(day);
+      cell(row, String(summary.numeric), "number");
+      cell(row, measure(summary.mean), "number");
+      cell(row, measure(summary.stddev), "number");
+      cell(row, String(summary.out_of_limits), "number");
+      for (const key of ["cp", "cpk"]) {
+        const figure = cell(row, capability(summary[key]), "number");
+        figure.title = capabilityTitle(summary, key);
+        const level = capabilityClass(summary[key]);
+        if (level) {
+          figure.classList.add(level);
+        }
+      }
+      body.appendChild(row);
+    }
+    ui.chartDays.hidden = false;
+    ui.chartDays.dataset.rows = String(rows.length);
+    ui.chartDays.dataset.state = "ready";
+  }
+
+  function hideChartDays() {
+    ui.chartDays.hidden = true;
+    ui.chartDays.tBodies[0].replaceChildren();
+    delete ui.chartDays.dataset.rows;
+    delete ui.chartDays.dataset.state;
+  }
+
   function renderMetricNames(rows) {
+    state.metricRows = new Map(rows.map((row) => [row.name, row]));
     const previous = ui.chartMetric.value;
     const names = [...new Set(rows.filter((row) => row.numeric > 0).map((row) => row.name))];
     ui.chartMetric.replaceChildren();
@@ -340,11 +747,12 @@
     const options = {
       width: Math.max(320, ui.chart.clientWidth),
       height: 280,
-      tzDate: (seconds) => uPlot.tzDate(new Date(seconds * 1000), "Etc/UTC"),
+      tzDate: (unixSeconds) =>
+        uPlot.tzDate(new Date(unixSeconds * 1000), state.zone === "UTC" ? "Etc/UTC" : state.zone),
       scales: { x: { time: true } },
       legend: { live: true },
       series: [
-        { label: "time (UTC)" },
+        { label: "time (" + state.zone + ")" },
         {
           label: name + unit,
           stroke: "#1f5fbf",
@@ -394,10 +802,11 @@
   async function loadYields() {
     const current = ticket("yields");
     ui.yields.dataset.state = "loading";
-    const parameters = { group_by: "station_id", ...windowParameters() };
+    const bucket = ui.bucket.value;
+    const parameters = { group_by: "station_id", ...summaryParameters(bucket) };
     const body = await api("/units/summary?" + query(parameters));
     if (current()) {
-      renderYields(body.data);
+      renderYields(body.data, bucket);
     }
   }
 
@@ -409,7 +818,7 @@
       renderMetricNames([]);
       return true;
     }
-    const parameters = { station_ids: station, group_by: "station_id", ...windowParameters() };
+    const parameters = { station_ids: station, group_by: "station_id", ...summaryParameters() };
     const body = await api("/metrics/summary?" + query(parameters));
     if (!current()) {
       return false;
@@ -424,6 +833,8 @@
     const name = ui.chartMetric.value;
     if (!station || !name) {
       clearPlot();
+      renderStats(null);
+      hideChartDays();
       ui.chartSummary.textContent = station
         ? station + " has no numeric metric in this window."
         : "No station to chart.";
@@ -432,19 +843,48 @@
     }
     setChart("loading");
     ui.chartSummary.textContent = "Loading " + name + " of " + station + "…";
+    renderStats(state.metricRows.get(name));
+    const bucket = ui.bucket.value;
+    if (bucket) {
+      ui.chartDays.dataset.state = "loading";
+    } else {
+      hideChartDays();
+    }
     const base = { station_ids: station, names: name, ...windowParameters(), limit: PAGE_LIMIT };
-    const records = [];
-    let cursor = null;
-    do {
-      const parameters = cursor === null ? base : { ...base, cursor };
-      const body = await api("/metrics?" + query(parameters));
-      if (!current()) {
-        return;
+    const walk = async () => {
+      const records = [];
+      let cursor = null;
+      do {
+        const parameters = cursor === null ? base : { ...base, cursor };
+        const body = await api("/metrics?" + query(parameters));
+        if (!current()) {
+          return null;
+        }
+        records.push(...body.data);
+        cursor = body.meta ? body.meta.next_cursor : null;
+      } while (cursor && records.length < MAX_POINTS);
+      return { records: records.slice(0, MAX_POINTS), capped: Boolean(cursor) };
+    };
+    const days = async () => {
+      if (!bucket) {
+        return null;
       }
-      records.push(...body.data);
-      cursor = body.meta ? body.meta.next_cursor : null;
-    } while (cursor && records.length < MAX_POINTS);
-    drawPlot(station, name, records.slice(0, MAX_POINTS), Boolean(cursor));
+      const parameters = {
+        station_ids: station,
+        names: name,
+        group_by: "station_id",
+        ...summaryParameters(bucket),
+      };
+      return (await api("/metrics/summary?" + query(parameters))).data;
+    };
+    const [points, daily] = await Promise.all([walk(), days()]);
+    if (!current() || points === null) {
+      return;
+    }
+    if (daily !== null) {
+      renderChartDays(daily);
+    }
+    drawPlot(station, name, points.records, points.capped);
   }
 
   /** Runs a load; its failure is shown on the page. */
@@ -461,6 +901,8 @@
 
   async function refreshChart() {
     clearError();
+    // At once, so that what waits for the chart waits for this one.
+    setChart("loading");
     await run(async () => {
       if (await loadMetricNames()) {
         await loadChart();
@@ -473,7 +915,8 @@
     const count = state.stations.length;
     setStatus(
       count + (count === 1 ? " station, " : " stations, ") +
-        utcText(state.window.from) + " to " + utcText(state.window.to) + "."
+        zoneText(state.window.from) + " to " + zoneText(state.window.to) +
+        (state.zone === "UTC" ? "." : " (" + state.zone + ").")
     );
     await Promise.all([run(loadYields, ui.yields), refreshChart()]);
   }
@@ -486,7 +929,7 @@
     ui.stations.dataset.state = "loading";
     setStatus("Loading the stations this token sees…");
     try {
-      const body = await api("/stations");
+      const [body] = await Promise.all([api("/stations"), zonesLoaded]);
       if (!current()) {
         return;
       }
@@ -560,6 +1003,26 @@
     refreshWindow();
   });
 
+  ui.zone.addEventListener("change", () => {
+    setZone(ui.zone.value);
+    // The zone is chosen now, so the browser's no longer matters.
+    ui.zoneNote.hidden = true;
+    if (!state.window) {
+      return;
+    }
+    // A custom window stays the same instants, shown on the new wall clock; a
+    // preset's days are the new zone's.
+    setWindow(ui.preset.value === "custom" ? state.window : presetWindow(ui.preset.value));
+    renderStations();
+    refreshWindow();
+  });
+
+  ui.bucket.addEventListener("change", () => {
+    if (state.window) {
+      refreshWindow();
+    }
+  });
+
   ui.chartStation.addEventListener("change", () => refreshChart());
   ui.chartMetric.addEventListener("change", () => {
     clearError();
@@ -571,6 +1034,9 @@
       state.plot.setSize({ width: Math.max(320, ui.chart.clientWidth), height: 280 });
     }
   });
+
+  // The overview waits for the zones: its window and times are in the chosen one.
+  const zonesLoaded = loadZones();
 
   if (token()) {
     ui.token.placeholder = "token set for this tab";
