@@ -10,6 +10,17 @@ use stq_gen::{generate, GenOptions};
 /// The end of the generated span: the data is the same on every run.
 pub const END: &str = "2026-11-01T00:00:00Z";
 
+/// `--hot` as `stq serve` has it by default (24 h), or every record hot with
+/// `BENCH_HOT=all`: the data ends on the 1st, so a query of October 29 reads sealed
+/// records by default, and hot ones with `all`.
+fn hot_window() -> Option<std::time::Duration> {
+    match std::env::var("BENCH_HOT").as_deref() {
+        Ok("all") => None,
+        Ok(other) if !other.is_empty() => panic!("BENCH_HOT is `all` or unset, not {other:?}"),
+        _ => Some(std::time::Duration::from_secs(24 * 3600)),
+    }
+}
+
 /// The data's directory, written on first use, and the data loaded on `shards`.
 pub fn dataset(shards: usize) -> (PathBuf, Generation) {
     let directory = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bench-engine-data");
@@ -30,8 +41,7 @@ pub fn dataset(shards: usize) -> (PathBuf, Generation) {
         on_invalid: OnInvalid::Fail,
         generation: 1,
         threads: 2,
-        // As `stq serve` does by default.
-        hot: Some(std::time::Duration::from_secs(24 * 3600)),
+        hot: hot_window(),
     })
     .expect("the benchmark data loads");
     (directory, generation)
