@@ -29,10 +29,11 @@ use serde::ser::{SerializeMap, Serializer};
 use serde::Deserialize;
 
 use crate::data::catalog::Catalog;
+use crate::data::digest::UnitDigest;
 use crate::data::key::{Position, RecordKey};
 use crate::data::scan::{Matcher, ShardStation};
 use crate::data::shard::ShardData;
-use crate::data::station::{MetricEntry, StationData, UnitEntry};
+use crate::data::station::{MetricEntry, StationData, UnitEntry, UnitReader};
 use crate::data::stored::StoredRecord;
 use crate::data::symbols::{Symbol, Symbols};
 use crate::domain::query::{Bucket, GroupField};
@@ -229,6 +230,17 @@ impl ShardData {
     /// This shard's part of a summary. `symbols` is the generation's table, which
     /// the `result` values are read from to decide what passes.
     pub fn summarize(&self, request: &SummaryRequest, symbols: &Symbols) -> Partial {
+        self.summarize_reading(request, symbols, Digests::Read)
+    }
+
+    /// [`ShardData::summarize`], reading sealed blocks' digests where they will do
+    /// or, for tests, decoding every block.
+    fn summarize_reading(
+        &self,
+        request: &SummaryRequest,
+        symbols: &Symbols,
+        digests: Digests,
+    ) -> Partial {
         let stations = request.stations.iter().filter_map(|&station| {
             let data = self.stations.get(station.station_index as usize)?;
             Some((station, data))
@@ -248,15 +260,33 @@ impl ShardData {
                 // units stays small and the router merges counts, not units.
                 let by_station = grouping.fields.contains(&GroupField::StationId);
                 let mut partial = UnitPartial::default();
+                let mut digest = UnitDigest::default();
+                let mut rows_of = Vec::new();
                 for (station, data) in stations {
+                    let mut reading = UnitReading {
+                        partial: &mut partial,
+                        grouping,
+                        station,
+                        unit_types,
+                        passes: &mut passes,
+                        no_serial,
+                        digests,
+                        digest: &mut digest,
+                        rows_of: &mut rows_of,
+                    };
                     // Inputs too: an output's cycle time is measured from its input.
-                    for (key, entry) in station_units(data, window, unit_serial) {
-                        let (key, entry) = (&key, &entry);
-                        if !unit_types.matches(entry.unit_type) {
-                            continue;
+                    match unit_serial {
+                        Matcher::Any => data.read_units(key_range(window), &mut reading),
+                        // An exact range of the tree by serial: the order of
+                        // attempts is kept by their positions, not by the walk.
+                        Matcher::OneOf(serials) => {
+                            let range = key_range(window);
+                            let units = (serials.iter())
+                                .flat_map(|&serial| data.units_of_serial(serial, range.clone()));
+                            for (key, entry) in units {
+                                reading.record(key, entry);
+                            }
                         }
-                        let passed = passes.passes(entry.result);
-                        partial.add(grouping, station, key, entry, passed, no_serial);
                     }
                     partial.end_station(by_station);
                 }
@@ -289,22 +319,78 @@ impl ShardData {
     }
 }
 
-/// A station's unit records in `window` with a serial `unit_serial` allows: for a
-/// serial number, an exact range of the tree by serial (the order of attempts is
-/// kept by their positions, not by the walk).
-fn station_units<'a>(
-    data: &'a StationData,
-    window: &Window,
-    unit_serial: &'a Matcher,
-) -> Box<dyn Iterator<Item = (RecordKey, UnitEntry)> + 'a> {
-    let range = key_range(window);
-    match unit_serial {
-        Matcher::Any => Box::new(data.units_in(range)),
-        Matcher::OneOf(serials) => Box::new(
-            serials
-                .iter()
-                .flat_map(move |&serial| data.units_of_serial(serial, range.clone())),
-        ),
+/// Whether a summary reads sealed blocks' digests where they will do, or decodes
+/// every block (so that tests can hold the two to the same answer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Digests {
+    Read,
+    #[cfg_attr(not(test), allow(dead_code))]
+    Decode,
+}
+
+/// One station's unit records read into a shard's partial.
+struct UnitReading<'a, 'b> {
+    partial: &'a mut UnitPartial,
+    grouping: &'a Grouping,
+    station: ShardStation,
+    unit_types: &'a Matcher,
+    passes: &'a mut PassCache<'b>,
+    no_serial: Option<Symbol>,
+    digests: Digests,
+    /// A digest's buffers, reused from block to block.
+    digest: &'a mut UnitDigest,
+    /// Per fine group of the digest read, its row and group values.
+    rows_of: &'a mut Vec<(usize, GroupValues)>,
+}
+
+impl UnitReader for UnitReading<'_, '_> {
+    fn record(&mut self, key: RecordKey, entry: UnitEntry) {
+        if !self.unit_types.matches(entry.unit_type) {
+            return;
+        }
+        let passed = self.passes.passes(entry.result);
+        (self.partial).add(
+            self.grouping,
+            self.station,
+            &key,
+            &entry,
+            passed,
+            self.no_serial,
+        );
+    }
+
+    fn block(&mut self, period_start: Timestamp, digest: &[u8]) -> bool {
+        if self.digests == Digests::Decode {
+            return false;
+        }
+        self.digest.read(period_start, digest);
+        if let Matcher::OneOf(types) = self.unit_types {
+            let kept = (self.digest.types.iter())
+                .filter(|unit_type| types.contains(unit_type))
+                .count();
+            // None of its records passes the filter: the block adds nothing.
+            if kept == 0 {
+                return true;
+            }
+            if kept < self.digest.types.len() {
+                return false;
+            }
+        }
+        let buckets = &mut self.partial.buckets;
+        let bucket = buckets.start_of(self.grouping, self.digest.first.instant);
+        if buckets.start_of(self.grouping, self.digest.last.instant) != bucket {
+            return false;
+        }
+        self.partial.add_digest(
+            self.grouping,
+            self.station,
+            self.digest,
+            bucket,
+            self.passes,
+            self.no_serial,
+            self.rows_of,
+        );
+        true
     }
 }
 
@@ -463,6 +549,90 @@ impl UnitPartial {
             .entry((group, entry.unit_serial))
             .and_modify(|attempts| attempts.absorb(&attempt))
             .or_insert(attempt);
+    }
+
+    /// Adds a sealed block's unit records of the station being read, from its
+    /// digest, as [`UnitPartial::add`] would have added them one by one: every
+    /// record of the block passes the filters and falls in `bucket`.
+    #[allow(clippy::too_many_arguments)]
+    fn add_digest(
+        &mut self,
+        grouping: &Grouping,
+        station: ShardStation,
+        digest: &UnitDigest,
+        bucket: i64,
+        passes: &mut PassCache<'_>,
+        no_serial: Option<Symbol>,
+        rows_of: &mut Vec<(usize, GroupValues)>,
+    ) {
+        rows_of.clear();
+        for fine in &digest.groups {
+            let group = group_values(grouping, station, |field| match field {
+                GroupField::Slot => fine.slot,
+                GroupField::UnitType => fine.unit_type,
+                _ => fine.mode,
+            });
+            let row_index = self.row(RowKey {
+                group,
+                name: Symbol(0),
+                bucket,
+            });
+            let row = &mut self.rows[row_index].1;
+            row.records += fine.records;
+            for &(result, count) in &digest.results[fine.results.clone()] {
+                match row.results.iter_mut().find(|(known, _)| *known == result) {
+                    Some((_, total)) => *total += count,
+                    None => row.results.push((result, count)),
+                }
+            }
+            rows_of.push((row_index, group));
+        }
+        for unit in &digest.units {
+            if Some(unit.serial) == no_serial {
+                continue;
+            }
+            let (row_index, group) = rows_of[unit.group];
+            let row = &mut self.rows[row_index].1;
+            if let Some(instant) = unit.leading {
+                let slot = digest.groups[unit.group].slot;
+                if let Some(input) = self.pairing.open.remove(&(slot, unit.serial)) {
+                    row.cycles.add(instant.nanos_since(input));
+                }
+            }
+            for &nanos in &digest.cycles[unit.cycles.clone()] {
+                row.cycles.add(i128::from(nanos));
+            }
+            let attempt = |(key, result): (RecordKey, Symbol), passes: &mut PassCache<'_>| {
+                (position(station, &key), passes.passes(result))
+            };
+            let (first, first_passed) = attempt(unit.first, passes);
+            let (last, last_passed) = attempt(unit.last, passes);
+            let attempts = Attempts {
+                first,
+                first_row: row_index,
+                first_passed,
+                second: unit.second.map(|second| attempt(second, passes)),
+                last,
+                last_passed,
+            };
+            self.units
+                .entry((group, unit.serial))
+                .and_modify(|known| known.absorb(&attempts))
+                .or_insert(attempts);
+        }
+        // The block's outputs used up or dropped the inputs that waited for them;
+        // then its own inputs wait.
+        if !self.pairing.open.is_empty() {
+            self.pairing.open.retain(|&(slot, serial), _| {
+                !(digest.units.iter())
+                    .any(|unit| unit.serial == serial && digest.groups[unit.group].slot == slot)
+            });
+        }
+        for &(slot, serial, instant) in &digest.waiting {
+            if Some(serial) != no_serial {
+                self.pairing.open.insert((slot, serial), instant);
+            }
+        }
     }
 
     /// The index of `key`'s row, made empty if new.
@@ -1033,6 +1203,17 @@ mod tests {
     /// `files` loaded into `shards` shards, with every station placed on its own
     /// shard when there are as many shards as stations (placement balances counts).
     fn generation(files: &[(&str, &str)], shards: usize) -> Generation {
+        // Records an hour older than a station's newest are sealed: the summaries
+        // read both tiers.
+        generation_sealing(files, shards, Some(std::time::Duration::from_secs(3600)))
+    }
+
+    /// [`generation`], with records older than `hot` sealed (none without).
+    fn generation_sealing(
+        files: &[(&str, &str)],
+        shards: usize,
+        hot: Option<std::time::Duration>,
+    ) -> Generation {
         let directory = tempfile::tempdir().unwrap();
         for (name, text) in files {
             std::fs::write(directory.path().join(name), text).unwrap();
@@ -1043,9 +1224,7 @@ mod tests {
             on_invalid: OnInvalid::Fail,
             generation: 1,
             threads: 1,
-            // Records an hour older than a station's newest are sealed: the
-            // summaries read both tiers.
-            hot: Some(std::time::Duration::from_secs(3600)),
+            hot,
         })
         .unwrap()
         .0
@@ -1061,6 +1240,20 @@ mod tests {
     /// Each shard's partial of `question` over every station, merged in shard order
     /// or in reverse, and finished.
     fn summarize(generation: &Generation, question: &Question, reverse: bool) -> Vec<Value> {
+        rendered(generation, question, reverse, Digests::Read)
+            .iter()
+            .map(|row| serde_json::from_slice(row).unwrap())
+            .collect()
+    }
+
+    /// [`summarize`]'s rows as the bytes a response sends, the sealed blocks read
+    /// as `digests` says.
+    fn rendered(
+        generation: &Generation,
+        question: &Question,
+        reverse: bool,
+        digests: Digests,
+    ) -> Vec<Vec<u8>> {
         let catalog = generation.catalog();
         let mut partials: Vec<Partial> = (0..catalog.shard_count())
             .map(|shard| {
@@ -1075,7 +1268,7 @@ mod tests {
                     stations,
                     question: question.clone(),
                 };
-                generation.shards()[shard].summarize(&request, catalog.symbols())
+                generation.shards()[shard].summarize_reading(&request, catalog.symbols(), digests)
             })
             .collect();
         if reverse {
@@ -1097,7 +1290,7 @@ mod tests {
         merged
             .finish(grouping.as_ref(), catalog)
             .rows()
-            .map(|row| serde_json::from_slice(row).unwrap())
+            .map(<[u8]>::to_vec)
             .collect()
     }
 
@@ -1492,5 +1685,105 @@ mod tests {
                        "first": "2024-01-01T00:10:00Z", "last": "2024-01-01T01:20:00Z"}),
             ]
         );
+    }
+
+    /// A unit record for [`issue_22_summaries_from_digests_answer_as_decoding_does`]:
+    /// (station, second past 2024-01-01T00:00:00Z, serial (0 for the empty one),
+    /// output, slot, result, unit type, mode, a fraction of a second).
+    type UnitRecord = (u8, u32, u8, bool, u8, u8, u8, u8, bool);
+
+    fn unit_record_line(record: &UnitRecord) -> String {
+        let &(station, second, serial, output, slot, result, unit_type, mode, fraction) = record;
+        let time = chrono::DateTime::from_timestamp(1_704_067_200 + i64::from(second), 0)
+            .unwrap()
+            .format("%Y-%m-%dT%H:%M:%S")
+            .to_string();
+        let fraction = if fraction { ".250001" } else { "" };
+        let serial = match serial {
+            0 => String::new(),
+            serial => format!("SN{serial}"),
+        };
+        let direction = if output { "output" } else { "input" };
+        let result = ["pass", "FAIL", "ok", "Error"][usize::from(result % 4)];
+        format!(
+            r#"{{"station_id":"S{station}","time_created":"{time}{fraction}Z","direction":"{direction}","slot":"{slot}","unit_serial":"{serial}","result":"{result}","unit_type":"t{unit_type}","mode":"m{mode}"}}"#
+        ) + "\n"
+    }
+
+    proptest::proptest! {
+        /// Issue 22: a unit summary that reads sealed blocks' digests answers byte
+        /// for byte as one that decodes every block, and as one over records all
+        /// hot, whatever the window, buckets, zone, grouping and type filter.
+        #[test]
+        fn issue_22_summaries_from_digests_answer_as_decoding_does(
+            records in proptest::collection::vec(
+                (0u8..3, 0u32..4 * 3600, 0u8..5, proptest::bool::ANY, 0u8..2, 0u8..4,
+                 0u8..2, 0u8..2, proptest::bool::weighted(0.1)),
+                1..150,
+            ),
+            from in 0u32..4 * 3600,
+            length in 1u32..6 * 3600,
+            bucket in 0usize..6,
+            zone in 0usize..4,
+            fields in proptest::sample::subsequence(
+                vec![GroupField::StationId, GroupField::Slot, GroupField::UnitType, GroupField::Mode],
+                0..=4,
+            ),
+            reversed in proptest::bool::ANY,
+            types in 0usize..4,
+            shards in 1usize..3,
+        ) {
+            let mut files: Vec<(String, String)> = Vec::new();
+            for station in 0..3 {
+                let lines: String = (records.iter())
+                    .filter(|record| record.0 == station)
+                    .map(unit_record_line)
+                    .collect();
+                if !lines.is_empty() {
+                    files.push((format!("s{station}.units.jsonl"), lines));
+                }
+            }
+            let files: Vec<(&str, &str)> =
+                files.iter().map(|(name, text)| (name.as_str(), text.as_str())).collect();
+            let start = 1_704_067_200 + i64::from(from);
+            let window = Window {
+                from: Timestamp { seconds: start, nanos: 0 },
+                to: Timestamp { seconds: start + i64::from(length), nanos: 0 },
+            };
+            let mut fields = fields;
+            if reversed {
+                fields.reverse();
+            }
+            let hot = generation_sealing(&files, shards, None);
+            let sealed = generation_sealing(&files, shards, Some(std::time::Duration::from_secs(1)));
+            let symbols = sealed.catalog().symbols();
+            let unit_types = match types {
+                0 => Matcher::Any,
+                1 => Matcher::OneOf(symbols.lookup("t0").into_iter().collect()),
+                2 => Matcher::OneOf(symbols.lookup("t1").into_iter().collect()),
+                _ => Matcher::OneOf(Vec::new()),
+            };
+            let question = Question::Units {
+                window,
+                unit_types,
+                unit_serial: Matcher::Any,
+                grouping: Grouping {
+                    fields,
+                    bucket: [None, Some("15m"), Some("1h"), Some("2h"), Some("1d"), Some("90m")]
+                        [bucket]
+                        .map(|text| Bucket::parse(text).unwrap()),
+                    zone: Zone::parse(
+                        ["UTC", "Asia/Kolkata", "America/St_Johns", "Europe/Berlin"][zone],
+                    )
+                    .unwrap(),
+                },
+                pass_results: vec!["pass".into(), "OK".into()],
+            };
+            let decoded = rendered(&sealed, &question, false, Digests::Decode);
+            let digested = rendered(&sealed, &question, false, Digests::Read);
+            proptest::prop_assert_eq!(&digested, &decoded);
+            proptest::prop_assert_eq!(&rendered(&sealed, &question, true, Digests::Read), &decoded);
+            proptest::prop_assert_eq!(&rendered(&hot, &question, false, Digests::Read), &decoded);
+        }
     }
 }

@@ -1,0 +1,430 @@
+//! A sealed block's digest: what a summary (docs/api.md section 10) reads of a
+//! block's records without decompressing them, made when the block is sealed, on
+//! the loader threads (issue 22).
+//!
+//! A summary whose window holds a block whole, and whose buckets put all of the
+//! block's records in one, reads the block's digest instead of its records: a
+//! block of four hours holds a few dozen units, and a summary over a week of a
+//! hundred stations would otherwise decompress and read four thousand blocks.
+//!
+//! A unit digest holds, in the block's key order:
+//! - the first and last unit record's key, so that a reader can tell whether its
+//!   window and a bucket hold the block whole, and the unit types of its records,
+//!   so that a type filter can be proved to keep all of them or none;
+//! - per fine group (slot, unit type and mode: every field a unit row groups by
+//!   but the station, which a block has one of), the output records and their
+//!   counts by `result`;
+//! - per fine group and serial, the first, second and last attempt (key and
+//!   `result`: what passes is the reader's setting), the cycle times whose input
+//!   and output are both in the block, and the instant of the output that uses up
+//!   an input from before the block, when its slot and serial's first record in
+//!   the block is an output;
+//! - the inputs still waiting for their output at the block's end.
+//!
+//! With these, a reader pairs and counts a block's units as it would have record by
+//! record, in an order that changes no answer: rows are sorted when finished,
+//! cycle times kept whole and summed exactly, and attempts joined by the two
+//! earliest and the latest whatever their order.
+//!
+//! Empty serials are digested as any other: the reader knows which symbol is the
+//! empty one and leaves out what the records with it would not have made (their
+//! attempts, cycle times and waiting inputs), keeping their counts.
+//!
+//! The digest is numbers written as varints, not compressed: reading one is a
+//! pass over a few hundred bytes.
+
+use foldhash::{HashMap, HashMapExt as _, HashSet, HashSetExt as _};
+use integer_encoding::VarInt as _;
+
+use crate::data::key::RecordKey;
+use crate::data::symbols::Symbol;
+use crate::data::tier::UnitEntry;
+use crate::domain::record::Direction;
+use crate::domain::time::Timestamp;
+
+/// A fine group's output records: their group fields and counts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct DigestGroup {
+    pub(crate) slot: Symbol,
+    pub(crate) unit_type: Symbol,
+    pub(crate) mode: Symbol,
+    pub(crate) records: u64,
+    /// Where its counts by `result` are in [`UnitDigest::results`].
+    pub(crate) results: std::ops::Range<usize>,
+}
+
+/// One attempt: the output record's key and its `result`.
+pub(crate) type Attempt = (RecordKey, Symbol);
+
+/// A serial's outputs in one fine group of a block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct DigestUnit {
+    /// Its fine group's index in [`UnitDigest::groups`].
+    pub(crate) group: usize,
+    pub(crate) serial: Symbol,
+    pub(crate) first: Attempt,
+    pub(crate) second: Option<Attempt>,
+    pub(crate) last: Attempt,
+    /// The instant of the output that pairs with an input from before the block,
+    /// if there is one waiting: the block's first record of its slot and serial.
+    pub(crate) leading: Option<Timestamp>,
+    /// Where its cycle times within the block are in [`UnitDigest::cycles`].
+    pub(crate) cycles: std::ops::Range<usize>,
+}
+
+/// A block's unit digest, read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct UnitDigest {
+    /// The keys of its first and last unit record, of either direction.
+    pub(crate) first: RecordKey,
+    pub(crate) last: RecordKey,
+    /// The distinct unit types of its records, inputs too.
+    pub(crate) types: Vec<Symbol>,
+    pub(crate) groups: Vec<DigestGroup>,
+    pub(crate) results: Vec<(Symbol, u64)>,
+    pub(crate) units: Vec<DigestUnit>,
+    /// Cycle times in nanoseconds.
+    pub(crate) cycles: Vec<i64>,
+    /// The inputs that wait for an output at the block's end: slot, serial, instant.
+    pub(crate) waiting: Vec<(Symbol, Symbol, Timestamp)>,
+}
+
+impl Default for UnitDigest {
+    fn default() -> UnitDigest {
+        let key = RecordKey {
+            instant: Timestamp {
+                seconds: 0,
+                nanos: 0,
+            },
+            load_order: 0,
+        };
+        UnitDigest {
+            first: key,
+            last: key,
+            types: Vec::new(),
+            groups: Vec::new(),
+            results: Vec::new(),
+            units: Vec::new(),
+            cycles: Vec::new(),
+            waiting: Vec::new(),
+        }
+    }
+}
+
+/// Writes the unit digest of a block of `period_start`'s period: `records` are its
+/// unit records in key order.
+pub(crate) fn write_unit_digest(
+    period_start: Timestamp,
+    records: &[(RecordKey, UnitEntry)],
+    out: &mut Vec<u8>,
+) {
+    let (Some(first), Some(last)) = (records.first(), records.last()) else {
+        return;
+    };
+    let whole_millis = (records.iter()).all(|(key, _)| key.instant.nanos % 1_000_000 == 0);
+    let time_unit = unit_of(whole_millis);
+    let times = Times {
+        start: period_start,
+        unit: time_unit,
+    };
+    out.push(u8::from(!whole_millis));
+    times.write_key(out, first.0);
+    times.write_key(out, last.0);
+
+    let mut types: Vec<Symbol> = Vec::new();
+    let mut groups: Vec<(DigestGroup, Vec<(Symbol, u64)>)> = Vec::new();
+    let mut group_index: HashMap<(Symbol, Symbol, Symbol), usize> = HashMap::new();
+    let mut units: Vec<(DigestUnit, Vec<i64>)> = Vec::new();
+    let mut unit_index: HashMap<(usize, Symbol), usize> = HashMap::new();
+    // Per slot and serial: the latest input since the last output, and whether
+    // any record of theirs came before, as the summary pairs them.
+    let mut open: HashMap<(Symbol, Symbol), Timestamp> = HashMap::new();
+    let mut seen: HashSet<(Symbol, Symbol)> = HashSet::new();
+    for &(key, entry) in records {
+        if !types.contains(&entry.unit_type) {
+            types.push(entry.unit_type);
+        }
+        let pair = (entry.slot, entry.unit_serial);
+        if entry.direction == Direction::Input {
+            open.insert(pair, key.instant);
+            seen.insert(pair);
+            continue;
+        }
+        let fine = (entry.slot, entry.unit_type, entry.mode);
+        let group = *group_index.entry(fine).or_insert_with(|| {
+            groups.push((
+                DigestGroup {
+                    slot: entry.slot,
+                    unit_type: entry.unit_type,
+                    mode: entry.mode,
+                    records: 0,
+                    results: 0..0,
+                },
+                Vec::new(),
+            ));
+            groups.len() - 1
+        });
+        let (counts, results) = &mut groups[group];
+        counts.records += 1;
+        match results
+            .iter_mut()
+            .find(|(result, _)| *result == entry.result)
+        {
+            Some((_, count)) => *count += 1,
+            None => results.push((entry.result, 1)),
+        }
+        let attempt = (key, entry.result);
+        let index = *unit_index
+            .entry((group, entry.unit_serial))
+            .or_insert_with(|| {
+                units.push((
+                    DigestUnit {
+                        group,
+                        serial: entry.unit_serial,
+                        first: attempt,
+                        second: None,
+                        last: attempt,
+                        leading: None,
+                        cycles: 0..0,
+                    },
+                    Vec::new(),
+                ));
+                units.len() - 1
+            });
+        let (unit, cycles) = &mut units[index];
+        if unit.first != attempt {
+            if unit.second.is_none() {
+                unit.second = Some(attempt);
+            }
+            unit.last = attempt;
+        }
+        match open.remove(&pair) {
+            Some(input) => cycles.push(key.instant.nanos_since(input) as i64),
+            None if !seen.contains(&pair) => unit.leading = Some(key.instant),
+            None => {}
+        }
+        seen.insert(pair);
+    }
+
+    number(out, types.len() as u64);
+    for symbol in &types {
+        number(out, u64::from(symbol.0));
+    }
+    number(out, groups.len() as u64);
+    for (group, results) in &groups {
+        for symbol in [group.slot, group.unit_type, group.mode] {
+            number(out, u64::from(symbol.0));
+        }
+        number(out, group.records);
+        number(out, results.len() as u64);
+        for (result, count) in results {
+            number(out, u64::from(result.0));
+            number(out, *count);
+        }
+    }
+    number(out, units.len() as u64);
+    for (unit, cycles) in &units {
+        number(out, unit.group as u64);
+        number(out, u64::from(unit.serial.0));
+        // How many attempts it names (1 to 3), whether it has a leading output.
+        let named = match (unit.second, unit.second == Some(unit.last)) {
+            (None, _) => 1,
+            (Some(_), true) => 2,
+            (Some(_), false) => 3,
+        };
+        number(out, (named << 1) | u64::from(unit.leading.is_some()));
+        let mut attempts = vec![unit.first];
+        attempts.extend(unit.second);
+        if named == 3 {
+            attempts.push(unit.last);
+        }
+        for (key, result) in attempts {
+            times.write_key(out, key);
+            number(out, u64::from(result.0));
+        }
+        if let Some(leading) = unit.leading {
+            times.write_instant(out, leading);
+        }
+        number(out, cycles.len() as u64);
+        for &nanos in cycles {
+            number(out, nanos as u64 / time_unit);
+        }
+    }
+    let mut waiting: Vec<((Symbol, Symbol), Timestamp)> = open.into_iter().collect();
+    waiting.sort_unstable();
+    number(out, waiting.len() as u64);
+    for ((slot, serial), instant) in waiting {
+        number(out, u64::from(slot.0));
+        number(out, u64::from(serial.0));
+        times.write_instant(out, instant);
+    }
+}
+
+/// The unit of a digest's instants and cycle times, in nanoseconds.
+fn unit_of(whole_millis: bool) -> u64 {
+    match whole_millis {
+        true => 1_000_000,
+        false => 1,
+    }
+}
+
+/// The keys of the first and last unit record of a block of `period_start`'s
+/// period, from its unit digest, which is read no further.
+pub(crate) fn unit_bounds(period_start: Timestamp, bytes: &[u8]) -> (RecordKey, RecordKey) {
+    let mut reader = Reader { bytes, at: 0 };
+    let times = Times {
+        start: period_start,
+        unit: unit_of(reader.take() == 0),
+    };
+    (times.read_key(&mut reader), times.read_key(&mut reader))
+}
+
+impl UnitDigest {
+    /// Reads a unit digest written by [`write_unit_digest`] for a block of
+    /// `period_start`'s period into this one, whose buffers it reuses.
+    pub(crate) fn read(&mut self, period_start: Timestamp, bytes: &[u8]) {
+        let mut reader = Reader { bytes, at: 0 };
+        let unit = unit_of(reader.take() == 0);
+        let times = Times {
+            start: period_start,
+            unit,
+        };
+        self.first = times.read_key(&mut reader);
+        self.last = times.read_key(&mut reader);
+        self.types.clear();
+        for _ in 0..reader.number() {
+            self.types.push(reader.symbol());
+        }
+        self.groups.clear();
+        self.results.clear();
+        for _ in 0..reader.number() {
+            let [slot, unit_type, mode] = [(); 3].map(|()| reader.symbol());
+            let records = reader.number();
+            let start = self.results.len();
+            for _ in 0..reader.number() {
+                let result = reader.symbol();
+                self.results.push((result, reader.number()));
+            }
+            self.groups.push(DigestGroup {
+                slot,
+                unit_type,
+                mode,
+                records,
+                results: start..self.results.len(),
+            });
+        }
+        self.units.clear();
+        self.cycles.clear();
+        for _ in 0..reader.number() {
+            let group = reader.number() as usize;
+            let serial = reader.symbol();
+            let shape = reader.number();
+            let mut attempt = || {
+                let key = times.read_key(&mut reader);
+                (key, reader.symbol())
+            };
+            let first = attempt();
+            let (second, last) = match shape >> 1 {
+                1 => (None, first),
+                2 => {
+                    let second = attempt();
+                    (Some(second), second)
+                }
+                _ => {
+                    let second = attempt();
+                    (Some(second), attempt())
+                }
+            };
+            let leading = (shape & 1 == 1).then(|| times.read_instant(&mut reader));
+            let start = self.cycles.len();
+            for _ in 0..reader.number() {
+                self.cycles.push((reader.number() * unit) as i64);
+            }
+            self.units.push(DigestUnit {
+                group,
+                serial,
+                first,
+                second,
+                last,
+                leading,
+                cycles: start..self.cycles.len(),
+            });
+        }
+        self.waiting.clear();
+        for _ in 0..reader.number() {
+            let slot = reader.symbol();
+            let serial = reader.symbol();
+            self.waiting
+                .push((slot, serial, times.read_instant(&mut reader)));
+        }
+    }
+}
+
+/// Instants as offsets from a period's start, in whole milliseconds where all of
+/// a block's are, else nanoseconds.
+#[derive(Clone, Copy)]
+struct Times {
+    start: Timestamp,
+    unit: u64,
+}
+
+impl Times {
+    fn write_instant(self, out: &mut Vec<u8>, instant: Timestamp) {
+        number(out, instant.nanos_since(self.start) as u64 / self.unit);
+    }
+
+    fn write_key(self, out: &mut Vec<u8>, key: RecordKey) {
+        self.write_instant(out, key.instant);
+        number(out, key.load_order >> 32);
+        number(out, key.load_order & 0xffff_ffff);
+    }
+
+    fn read_instant(self, reader: &mut Reader<'_>) -> Timestamp {
+        let nanos = reader.number() * self.unit;
+        Timestamp {
+            seconds: self.start.seconds + (nanos / 1_000_000_000) as i64,
+            nanos: (nanos % 1_000_000_000) as u32,
+        }
+    }
+
+    fn read_key(self, reader: &mut Reader<'_>) -> RecordKey {
+        let instant = self.read_instant(reader);
+        let file = reader.number();
+        let line = reader.number();
+        RecordKey {
+            instant,
+            load_order: (file << 32) | line,
+        }
+    }
+}
+
+fn number(out: &mut Vec<u8>, value: u64) {
+    let mut encoded = [0; 10];
+    let length = value.encode_var(&mut encoded);
+    out.extend_from_slice(&encoded[..length]);
+}
+
+/// Reads a digest from the front.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn take(&mut self) -> u8 {
+        let byte = self.bytes[self.at];
+        self.at += 1;
+        byte
+    }
+
+    fn number(&mut self) -> u64 {
+        let (value, length) =
+            u64::decode_var(&self.bytes[self.at..]).expect("a digest's numbers are whole");
+        self.at += length;
+        value
+    }
+
+    fn symbol(&mut self) -> Symbol {
+        Symbol(self.number() as u32)
+    }
+}
