@@ -38,7 +38,7 @@ use integer_encoding::VarInt as _;
 
 use crate::data::key::RecordKey;
 use crate::data::symbols::Symbol;
-use crate::data::tier::UnitEntry;
+use crate::data::tier::{MetricEntry, UnitEntry};
 use crate::domain::record::Direction;
 use crate::domain::time::Timestamp;
 
@@ -268,17 +268,6 @@ fn unit_of(whole_millis: bool) -> u64 {
     }
 }
 
-/// The keys of the first and last unit record of a block of `period_start`'s
-/// period, from its unit digest, which is read no further.
-pub(crate) fn unit_bounds(period_start: Timestamp, bytes: &[u8]) -> (RecordKey, RecordKey) {
-    let mut reader = Reader { bytes, at: 0 };
-    let times = Times {
-        start: period_start,
-        unit: unit_of(reader.take() == 0),
-    };
-    (times.read_key(&mut reader), times.read_key(&mut reader))
-}
-
 impl UnitDigest {
     /// Reads a unit digest written by [`write_unit_digest`] for a block of
     /// `period_start`'s period into this one, whose buffers it reuses.
@@ -360,6 +349,224 @@ impl UnitDigest {
     }
 }
 
+/// Running statistics of metric records' values, added one at a time in key
+/// order (Welford's): the one arithmetic both a block's digest, at seal time, and
+/// a summary reading records use, so that the two agree to the bit.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Running {
+    pub(crate) count: u64,
+    pub(crate) numeric: u64,
+    pub(crate) min: f64,
+    pub(crate) max: f64,
+    pub(crate) mean: f64,
+    /// Sum of squared deviations from the mean.
+    pub(crate) squares: f64,
+    pub(crate) out_of_limits: u64,
+}
+
+impl Default for Running {
+    fn default() -> Running {
+        Running {
+            count: 0,
+            numeric: 0,
+            min: f64::INFINITY,
+            max: f64::NEG_INFINITY,
+            mean: 0.0,
+            squares: 0.0,
+            out_of_limits: 0,
+        }
+    }
+}
+
+impl Running {
+    /// Adds a record of these numbers (`NaN` where not numeric): true if its value
+    /// is out of its limits.
+    pub(crate) fn add(&mut self, value: f64, limit_lower: f64, limit_upper: f64) -> bool {
+        self.count += 1;
+        if !value.is_finite() {
+            return false;
+        }
+        self.numeric += 1;
+        self.min = self.min.min(value);
+        self.max = self.max.max(value);
+        let delta = value - self.mean;
+        self.mean += delta / self.numeric as f64;
+        self.squares += delta * (value - self.mean);
+        // A NaN limit is not numeric, and NaN comparisons are false.
+        let out = value < limit_lower || value > limit_upper;
+        self.out_of_limits += u64::from(out);
+        out
+    }
+}
+
+/// A fine group's metric records in a block (name, slot and unit: every field a
+/// metric row groups by but the station).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct MetricGroup {
+    pub(crate) name: Symbol,
+    pub(crate) slot: Symbol,
+    pub(crate) unit: Symbol,
+    pub(crate) running: Running,
+    /// Where the serials of its out-of-limit records are in
+    /// [`MetricDigest::failing`], each once.
+    pub(crate) failing: std::ops::Range<usize>,
+    /// Its last record's key, and index among the block's metric records.
+    pub(crate) last: RecordKey,
+    pub(crate) last_index: u32,
+}
+
+/// A block's metric digest, read.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct MetricDigest {
+    /// The keys of its first and last metric record.
+    pub(crate) first: RecordKey,
+    pub(crate) last: RecordKey,
+    /// In the order of their name, slot and unit symbols.
+    pub(crate) groups: Vec<MetricGroup>,
+    pub(crate) failing: Vec<Symbol>,
+}
+
+impl Default for MetricDigest {
+    fn default() -> MetricDigest {
+        let key = UnitDigest::default().first;
+        MetricDigest {
+            first: key,
+            last: key,
+            groups: Vec::new(),
+            failing: Vec::new(),
+        }
+    }
+}
+
+/// Writes the metric digest of a block of `period_start`'s period: `records` are
+/// its metric records in key order.
+pub(crate) fn write_metric_digest(
+    period_start: Timestamp,
+    records: &[(RecordKey, MetricEntry)],
+    out: &mut Vec<u8>,
+) {
+    let (Some(first), Some(last)) = (records.first(), records.last()) else {
+        return;
+    };
+    let whole_millis = (records.iter()).all(|(key, _)| key.instant.nanos % 1_000_000 == 0);
+    let times = Times {
+        start: period_start,
+        unit: unit_of(whole_millis),
+    };
+    out.push(u8::from(!whole_millis));
+    times.write_key(out, first.0);
+    times.write_key(out, last.0);
+    /// A fine group's records so far.
+    struct Accumulated {
+        running: Running,
+        failing: Vec<Symbol>,
+        last: RecordKey,
+        last_index: usize,
+    }
+    let mut groups: HashMap<(Symbol, Symbol, Symbol), Accumulated> = HashMap::new();
+    for (index, (key, entry)) in records.iter().enumerate() {
+        let group = groups
+            .entry((entry.name, entry.slot, entry.unit))
+            .or_insert_with(|| Accumulated {
+                running: Running::default(),
+                failing: Vec::new(),
+                last: *key,
+                last_index: 0,
+            });
+        if (group.running).add(entry.value, entry.limit_lower, entry.limit_upper)
+            && !group.failing.contains(&entry.unit_serial)
+        {
+            group.failing.push(entry.unit_serial);
+        }
+        group.last = *key;
+        group.last_index = index;
+    }
+    let mut groups: Vec<_> = groups.into_iter().collect();
+    groups.sort_unstable_by_key(|(fine, _)| *fine);
+    number(out, groups.len() as u64);
+    for ((name, slot, unit), group) in groups {
+        let Accumulated {
+            running,
+            failing,
+            last,
+            last_index,
+        } = group;
+        for symbol in [name, slot, unit] {
+            number(out, u64::from(symbol.0));
+        }
+        number(out, running.count);
+        number(out, running.numeric);
+        if running.numeric > 0 {
+            for float in [running.min, running.max, running.mean, running.squares] {
+                out.extend_from_slice(&float.to_bits().to_le_bytes());
+            }
+        }
+        number(out, running.out_of_limits);
+        number(out, failing.len() as u64);
+        for serial in failing {
+            number(out, u64::from(serial.0));
+        }
+        times.write_key(out, last);
+        number(out, last_index as u64);
+    }
+}
+
+/// The keys of the first and last record of a block of `period_start`'s period,
+/// from its unit or metric digest, which is read no further.
+pub(crate) fn bounds(period_start: Timestamp, bytes: &[u8]) -> (RecordKey, RecordKey) {
+    let mut reader = Reader { bytes, at: 0 };
+    let times = Times {
+        start: period_start,
+        unit: unit_of(reader.take() == 0),
+    };
+    (times.read_key(&mut reader), times.read_key(&mut reader))
+}
+
+impl MetricDigest {
+    /// Reads a metric digest written by [`write_metric_digest`] for a block of
+    /// `period_start`'s period into this one, whose buffers it reuses.
+    pub(crate) fn read(&mut self, period_start: Timestamp, bytes: &[u8]) {
+        let mut reader = Reader { bytes, at: 0 };
+        let times = Times {
+            start: period_start,
+            unit: unit_of(reader.take() == 0),
+        };
+        self.first = times.read_key(&mut reader);
+        self.last = times.read_key(&mut reader);
+        self.groups.clear();
+        self.failing.clear();
+        for _ in 0..reader.number() {
+            let [name, slot, unit] = [(); 3].map(|()| reader.symbol());
+            let mut running = Running {
+                count: reader.number(),
+                numeric: reader.number(),
+                ..Running::default()
+            };
+            if running.numeric > 0 {
+                running.min = reader.float();
+                running.max = reader.float();
+                running.mean = reader.float();
+                running.squares = reader.float();
+            }
+            running.out_of_limits = reader.number();
+            let start = self.failing.len();
+            for _ in 0..reader.number() {
+                self.failing.push(reader.symbol());
+            }
+            let last = times.read_key(&mut reader);
+            self.groups.push(MetricGroup {
+                name,
+                slot,
+                unit,
+                running,
+                failing: start..self.failing.len(),
+                last,
+                last_index: reader.number() as u32,
+            });
+        }
+    }
+}
+
 /// Instants as offsets from a period's start, in whole milliseconds where all of
 /// a block's are, else nanoseconds.
 #[derive(Clone, Copy)]
@@ -422,6 +629,14 @@ impl Reader<'_> {
             u64::decode_var(&self.bytes[self.at..]).expect("a digest's numbers are whole");
         self.at += length;
         value
+    }
+
+    fn float(&mut self) -> f64 {
+        let bytes: [u8; 8] = (self.bytes[self.at..self.at + 8])
+            .try_into()
+            .expect("eight bytes");
+        self.at += 8;
+        f64::from_bits(u64::from_le_bytes(bytes))
     }
 
     fn symbol(&mut self) -> Symbol {

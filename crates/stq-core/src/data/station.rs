@@ -9,10 +9,10 @@ use std::sync::Arc;
 
 use itertools::{Either, Itertools as _};
 
-use crate::data::digest::unit_bounds;
+use crate::data::digest::bounds;
 use crate::data::hot::Hot;
 use crate::data::key::RecordKey;
-use crate::data::sealed::{is_sealed, period_of, Sealed};
+use crate::data::sealed::{is_sealed, period_of, period_start, MetricBlock, Sealed};
 use crate::data::stored::{Pieces, RecordJson, StoredRecord};
 use crate::data::symbols::Symbol;
 use crate::data::tier::{key_range, KeyRange, Tier};
@@ -117,7 +117,7 @@ impl StationData {
         let mut hot = self.hot.units_in(keys).peekable();
         if self.reads_sealed(&keys) {
             for block in self.sealed.unit_blocks(keys) {
-                let (first, last) = unit_bounds(block.period_start(), block.digest());
+                let (first, last) = bounds(block.period_start(), block.digest());
                 while let Some((key, entry)) = hot.next_if(|(key, _)| *key < first) {
                     reader.record(key, entry);
                 }
@@ -125,6 +125,51 @@ impl StationData {
                     && last < range.end
                     && hot.peek().is_none_or(|(key, _)| *key > last);
                 if whole && reader.block(block.period_start(), block.digest()) {
+                    continue;
+                }
+                for (key, entry) in block.records().filter(|(key, _)| range.contains(key)) {
+                    while let Some((hot_key, hot_entry)) = hot.next_if(|(hot, _)| *hot < key) {
+                        reader.record(hot_key, hot_entry);
+                    }
+                    reader.record(key, entry);
+                }
+            }
+        }
+        for (key, entry) in hot {
+            reader.record(key, entry);
+        }
+    }
+
+    /// Gives `reader` the metrics with keys in `range` in time order, a sealed
+    /// block at a time where it will take one whole from its digest: where every
+    /// metric record of the block is in `range` and the hot tier has none of the
+    /// block's period.
+    pub(crate) fn read_metrics(&self, range: Range<RecordKey>, reader: &mut impl MetricReader) {
+        let keys = key_range(range.clone());
+        let mut hot = self.hot.metrics_in(keys).peekable();
+        if self.reads_sealed(&keys) {
+            for block in self.sealed.metric_blocks(keys) {
+                let start = period_start(block.period());
+                let (first, last) = bounds(start, block.digest());
+                while let Some((key, entry)) = hot.next_if(|(key, _)| *key < first) {
+                    reader.record(key, entry);
+                }
+                let period = period_start(block.period())..period_start(block.period() + 1);
+                let whole = range.start <= first
+                    && last < range.end
+                    && (self.hot)
+                        .metrics_in(key_range(
+                            RecordKey {
+                                instant: period.start,
+                                load_order: 0,
+                            }..RecordKey {
+                                instant: period.end,
+                                load_order: 0,
+                            },
+                        ))
+                        .next()
+                        .is_none();
+                if whole && reader.block(&block) {
                     continue;
                 }
                 for (key, entry) in block.records().filter(|(key, _)| range.contains(key)) {
@@ -245,6 +290,18 @@ pub(crate) trait UnitReader {
     /// digest ([`crate::data::digest`]): true if the reader took its records whole
     /// from it, false to be given them one by one.
     fn block(&mut self, period_start: Timestamp, digest: &[u8]) -> bool;
+}
+
+/// What reads a station's metric records for a summary
+/// ([`StationData::read_metrics`]): each record in key order, or a sealed block's
+/// digest in place of its records.
+pub(crate) trait MetricReader {
+    fn record(&mut self, key: RecordKey, entry: MetricEntry);
+
+    /// Offers a sealed block by its metric digest ([`crate::data::digest`]): true
+    /// if the reader took its records whole from it, false to be given them one by
+    /// one.
+    fn block(&mut self, block: &MetricBlock<'_>) -> bool;
 }
 
 /// The records of the sealed tier, when it is read, merged by key with the hot

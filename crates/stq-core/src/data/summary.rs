@@ -29,11 +29,12 @@ use serde::ser::{SerializeMap, Serializer};
 use serde::Deserialize;
 
 use crate::data::catalog::Catalog;
-use crate::data::digest::UnitDigest;
+use crate::data::digest::{MetricDigest, Running, UnitDigest};
 use crate::data::key::{Position, RecordKey};
 use crate::data::scan::{Matcher, ShardStation};
+use crate::data::sealed::{period_of, period_start, MetricBlock};
 use crate::data::shard::ShardData;
-use crate::data::station::{MetricEntry, StationData, UnitEntry, UnitReader};
+use crate::data::station::{MetricEntry, MetricReader, StationData, UnitEntry, UnitReader};
 use crate::data::stored::StoredRecord;
 use crate::data::symbols::{Symbol, Symbols};
 use crate::domain::query::{Bucket, GroupField};
@@ -165,6 +166,49 @@ struct CycleTimes {
 pub struct MetricPartial {
     rows: HashMap<RowKey, MetricStatistics>,
     buckets: Buckets,
+    /// The station's records of the period being read, by fine group and bucket.
+    segments: Segments,
+}
+
+/// A station's metric records of one period (a sealed block's: four hours), by
+/// fine group (name, slot, unit) and bucket: each joins its row once the period is
+/// read, in one order, as a block's digest does. So a row's statistics come out
+/// the same to the bit whether a block's records or its digest were read, and
+/// whichever tier holds them.
+#[derive(Debug, Default)]
+struct Segments {
+    period: Option<i64>,
+    list: Vec<Segment>,
+    index: HashMap<FineKey, usize>,
+    /// The segment of the last record added, which the next is nearly always of.
+    recent: Option<(FineKey, usize)>,
+}
+
+/// A metric record's fine group and bucket: name, slot, unit, bucket start.
+type FineKey = (Symbol, Symbol, Symbol, i64);
+
+#[derive(Debug)]
+struct Segment {
+    fine: FineKey,
+    running: Running,
+    /// The serials of its out-of-limit records, each once.
+    failing: Vec<Symbol>,
+    last: Position,
+    locator: StoredRecord,
+}
+
+/// One fine group's statistics, of a period or of a block's digest, to join its
+/// row.
+struct FineMetrics<'a> {
+    name: Symbol,
+    slot: Symbol,
+    unit: Symbol,
+    bucket: i64,
+    running: &'a Running,
+    failing: &'a [Symbol],
+    /// Its last record: where it is, and where its JSON is.
+    last: Position,
+    locator: StoredRecord,
 }
 
 /// Running statistics of one row's records.
@@ -298,14 +342,20 @@ impl ShardData {
                 grouping,
             } => {
                 let mut partial = MetricPartial::default();
+                let mut digest = MetricDigest::default();
                 for (station, data) in stations {
                     let mut lasts: HashMap<RowKey, StoredRecord> = HashMap::default();
-                    for (key, entry) in data.metrics_in(key_range(window)) {
-                        let (key, entry) = (&key, &entry);
-                        if names.matches(entry.name) {
-                            partial.add(grouping, station, key, entry, &mut lasts);
-                        }
-                    }
+                    let mut reading = MetricReading {
+                        partial: &mut partial,
+                        grouping,
+                        station,
+                        names,
+                        digests,
+                        digest: &mut digest,
+                        lasts: &mut lasts,
+                    };
+                    data.read_metrics(key_range(window), &mut reading);
+                    partial.flush(grouping, station, &mut lasts);
                     partial.read_limits(data, &lasts);
                 }
                 Partial::Metrics(partial)
@@ -326,6 +376,60 @@ enum Digests {
     Read,
     #[cfg_attr(not(test), allow(dead_code))]
     Decode,
+}
+
+/// One station's metric records read into a shard's partial.
+struct MetricReading<'a> {
+    partial: &'a mut MetricPartial,
+    grouping: &'a Grouping,
+    station: ShardStation,
+    names: &'a Matcher,
+    digests: Digests,
+    /// A digest's buffers, reused from block to block.
+    digest: &'a mut MetricDigest,
+    lasts: &'a mut HashMap<RowKey, StoredRecord>,
+}
+
+impl MetricReader for MetricReading<'_> {
+    fn record(&mut self, key: RecordKey, entry: MetricEntry) {
+        if self.names.matches(entry.name) {
+            (self.partial).add(self.grouping, self.station, &key, &entry, self.lasts);
+        }
+    }
+
+    fn block(&mut self, block: &MetricBlock<'_>) -> bool {
+        if self.digests == Digests::Decode {
+            return false;
+        }
+        self.digest
+            .read(period_start(block.period()), block.digest());
+        let buckets = &mut self.partial.buckets;
+        let bucket = buckets.start_of(self.grouping, self.digest.first.instant);
+        if buckets.start_of(self.grouping, self.digest.last.instant) != bucket {
+            return false;
+        }
+        // As `MetricPartial::add` and `flush` would have added its records one by
+        // one: every record of the block is in the window and in `bucket`.
+        let (grouping, station) = (self.grouping, self.station);
+        self.partial.flush(grouping, station, self.lasts);
+        for group in &self.digest.groups {
+            if !self.names.matches(group.name) {
+                continue;
+            }
+            let fine = FineMetrics {
+                name: group.name,
+                slot: group.slot,
+                unit: group.unit,
+                bucket,
+                running: &group.running,
+                failing: &self.digest.failing[group.failing.clone()],
+                last: position(station, &group.last),
+                locator: block.locator(group.last_index),
+            };
+            self.partial.join(grouping, station, fine, self.lasts);
+        }
+        true
+    }
 }
 
 /// One station's unit records read into a shard's partial.
@@ -783,8 +887,9 @@ impl CycleTimes {
 }
 
 impl MetricPartial {
-    /// Adds a record; `lasts` notes, per row, the station's latest record so far,
-    /// whose limits are read once the station is done.
+    /// Adds a record of the station being read (in key order); `lasts` notes,
+    /// per row, the station's latest record so far, whose limits are read once the
+    /// station is done.
     fn add(
         &mut self,
         grouping: &Grouping,
@@ -793,39 +898,107 @@ impl MetricPartial {
         entry: &MetricEntry,
         lasts: &mut HashMap<RowKey, StoredRecord>,
     ) {
+        let period = period_of(key.instant);
+        if self.segments.period != Some(period) {
+            self.flush(grouping, station, lasts);
+            self.segments.period = Some(period);
+        }
+        let bucket = self.buckets.start_of(grouping, key.instant);
+        let fine = (entry.name, entry.slot, entry.unit, bucket);
+        let segments = &mut self.segments;
+        let index = match segments.recent {
+            Some((recent, index)) if recent == fine => index,
+            _ => {
+                let list = &mut segments.list;
+                let index = *segments.index.entry(fine).or_insert_with(|| {
+                    list.push(Segment {
+                        fine,
+                        running: Running::default(),
+                        failing: Vec::new(),
+                        last: position(station, key),
+                        locator: entry.bytes,
+                    });
+                    list.len() - 1
+                });
+                segments.recent = Some((fine, index));
+                index
+            }
+        };
+        let segment = &mut segments.list[index];
+        if (segment.running).add(entry.value, entry.limit_lower, entry.limit_upper)
+            && !segment.failing.contains(&entry.unit_serial)
+        {
+            segment.failing.push(entry.unit_serial);
+        }
+        // Within a station records come in order: the latest is the last seen.
+        segment.last = position(station, key);
+        segment.locator = entry.bytes;
+    }
+
+    /// Joins the segments of the period read last to their rows, in the order of
+    /// their bucket, name, slot and unit, the order of a block's digest.
+    fn flush(
+        &mut self,
+        grouping: &Grouping,
+        station: ShardStation,
+        lasts: &mut HashMap<RowKey, StoredRecord>,
+    ) {
+        let mut list = std::mem::take(&mut self.segments.list);
+        list.sort_unstable_by_key(|segment| {
+            let (name, slot, unit, bucket) = segment.fine;
+            (bucket, name, slot, unit)
+        });
+        for segment in list.drain(..) {
+            let (name, slot, unit, bucket) = segment.fine;
+            let fine = FineMetrics {
+                name,
+                slot,
+                unit,
+                bucket,
+                running: &segment.running,
+                failing: &segment.failing,
+                last: segment.last,
+                locator: segment.locator,
+            };
+            self.join(grouping, station, fine, lasts);
+        }
+        let segments = &mut self.segments;
+        (segments.list, segments.period, segments.recent) = (list, None, None);
+        segments.index.clear();
+    }
+
+    /// Joins one fine group's statistics (of a period, or of a block's digest) to
+    /// its row.
+    fn join(
+        &mut self,
+        grouping: &Grouping,
+        station: ShardStation,
+        fine: FineMetrics<'_>,
+        lasts: &mut HashMap<RowKey, StoredRecord>,
+    ) {
         let group = group_values(grouping, station, |field| match field {
-            GroupField::Slot => entry.slot,
-            _ => entry.unit,
+            GroupField::Slot => fine.slot,
+            _ => fine.unit,
         });
         let row_key = RowKey {
             group,
-            name: entry.name,
-            bucket: self.buckets.start_of(grouping, key.instant),
+            name: fine.name,
+            bucket: fine.bucket,
         };
-        let here = position(station, key);
         let row = self
             .rows
             .entry(row_key)
-            .or_insert_with(|| MetricStatistics::empty(here));
-        row.count += 1;
-        if entry.value.is_finite() {
-            let value = entry.value;
-            row.numeric += 1;
-            row.min = row.min.min(value);
-            row.max = row.max.max(value);
-            let delta = value - row.mean;
-            row.mean += delta / row.numeric as f64;
-            row.squares += delta * (value - row.mean);
-            // A NaN limit is not numeric, and NaN comparisons are false.
-            if value < entry.limit_lower || value > entry.limit_upper {
-                row.out_of_limits += 1;
-                row.failing.insert(entry.unit_serial);
-            }
-        }
-        // Within a station records come in order: the latest is the last seen.
-        if here >= row.last {
-            row.last = here;
-            lasts.insert(row_key, entry.bytes);
+            .or_insert_with(|| MetricStatistics::empty(fine.last));
+        let running = fine.running;
+        row.count += running.count;
+        row.out_of_limits += running.out_of_limits;
+        row.failing.extend(fine.failing);
+        row.join_numbers(running.numeric, running.mean, running.squares);
+        row.min = row.min.min(running.min);
+        row.max = row.max.max(running.max);
+        if fine.last >= row.last {
+            row.last = fine.last;
+            lasts.insert(row_key, fine.locator);
         }
     }
 
@@ -882,21 +1055,32 @@ impl MetricStatistics {
         self.count += other.count;
         self.out_of_limits += other.out_of_limits;
         self.failing.extend(other.failing);
-        if other.numeric > 0 {
-            let (left, right) = (self.numeric as f64, other.numeric as f64);
-            let total = left + right;
-            let delta = other.mean - self.mean;
-            self.mean += delta * right / total;
-            self.squares += other.squares + delta * delta * left * right / total;
-            self.numeric += other.numeric;
-            self.min = self.min.min(other.min);
-            self.max = self.max.max(other.max);
-        }
+        self.join_numbers(other.numeric, other.mean, other.squares);
+        self.min = self.min.min(other.min);
+        self.max = self.max.max(other.max);
         if other.last > self.last {
             self.last = other.last;
             self.limit_lower = other.limit_lower;
             self.limit_upper = other.limit_upper;
         }
+    }
+
+    /// Joins the mean and squared deviations of `numeric` more values (Chan et
+    /// al.); taken as they are by a row that has none yet.
+    fn join_numbers(&mut self, numeric: u64, mean: f64, squares: f64) {
+        if numeric == 0 {
+            return;
+        }
+        if self.numeric == 0 {
+            (self.numeric, self.mean, self.squares) = (numeric, mean, squares);
+            return;
+        }
+        let (left, right) = (self.numeric as f64, numeric as f64);
+        let total = left + right;
+        let delta = mean - self.mean;
+        self.mean += delta * right / total;
+        self.squares += squares + delta * delta * left * right / total;
+        self.numeric += numeric;
     }
 
     fn stddev(&self) -> Option<f64> {
@@ -1783,6 +1967,100 @@ mod tests {
             let digested = rendered(&sealed, &question, false, Digests::Read);
             proptest::prop_assert_eq!(&digested, &decoded);
             proptest::prop_assert_eq!(&rendered(&sealed, &question, true, Digests::Read), &decoded);
+            proptest::prop_assert_eq!(&rendered(&hot, &question, false, Digests::Read), &decoded);
+        }
+    }
+
+    /// A metric record for [`issue_22_metric_summaries_from_digests_answer_as_decoding_does`]:
+    /// (station, second past 2024-01-01T00:00:00Z, name, slot, unit, value, serial).
+    type MetricRecord = (u8, u32, u8, u8, u8, u8, u8);
+
+    fn metric_record_line(record: &MetricRecord) -> String {
+        let &(station, second, name, slot, unit, value, serial) = record;
+        let time = chrono::DateTime::from_timestamp(1_704_067_200 + i64::from(second), 0)
+            .unwrap()
+            .format("%Y-%m-%dT%H:%M:%SZ");
+        // Numbers, one that is not, and one beyond a float.
+        let value = match value {
+            0 => "\"abc\"".to_owned(),
+            1 => "1e400".to_owned(),
+            value => format!("{}.{}", value / 3, value % 7),
+        };
+        format!(
+            r#"{{"station_id":"S{station}","time_created":"{time}","name":"n{name}","slot":"{slot}","unit":"u{unit}","unit_serial":"SN{serial}","value":{value},"limit_lower":{},"limit_upper":"{}"}}"#,
+            slot,
+            3 + name,
+        ) + "\n"
+    }
+
+    proptest::proptest! {
+        /// Issue 22: a metric summary that reads sealed blocks' digests answers byte
+        /// for byte as one that decodes every block, and as one over records all
+        /// hot, whatever the window, buckets, zone, grouping and names.
+        #[test]
+        fn issue_22_metric_summaries_from_digests_answer_as_decoding_does(
+            records in proptest::collection::vec(
+                (0u8..3, 0u32..4 * 3600, 0u8..3, 0u8..2, 0u8..2, 0u8..20, 0u8..4),
+                1..150,
+            ),
+            from in 0u32..4 * 3600,
+            length in 1u32..6 * 3600,
+            bucket in 0usize..6,
+            zone in 0usize..4,
+            fields in proptest::sample::subsequence(
+                vec![GroupField::StationId, GroupField::Slot, GroupField::Unit],
+                0..=3,
+            ),
+            reversed in proptest::bool::ANY,
+            names in 0usize..3,
+            shards in 1usize..3,
+        ) {
+            let mut files: Vec<(String, String)> = Vec::new();
+            for station in 0..3 {
+                let lines: String = (records.iter())
+                    .filter(|record| record.0 == station)
+                    .map(metric_record_line)
+                    .collect();
+                if !lines.is_empty() {
+                    files.push((format!("s{station}.metrics.jsonl"), lines));
+                }
+            }
+            let files: Vec<(&str, &str)> =
+                files.iter().map(|(name, text)| (name.as_str(), text.as_str())).collect();
+            let start = 1_704_067_200 + i64::from(from);
+            let window = Window {
+                from: Timestamp { seconds: start, nanos: 0 },
+                to: Timestamp { seconds: start + i64::from(length), nanos: 0 },
+            };
+            let mut fields = fields;
+            if reversed {
+                fields.reverse();
+            }
+            let hot = generation_sealing(&files, shards, None);
+            let sealed = generation_sealing(&files, shards, Some(std::time::Duration::from_secs(1)));
+            let symbols = sealed.catalog().symbols();
+            let names = match names {
+                0 => Matcher::Any,
+                1 => Matcher::OneOf(symbols.lookup("n1").into_iter().collect()),
+                _ => Matcher::OneOf(["n0", "n2"].iter().filter_map(|name| symbols.lookup(name)).collect()),
+            };
+            let question = Question::Metrics {
+                window,
+                names,
+                grouping: Grouping {
+                    fields,
+                    bucket: [None, Some("15m"), Some("1h"), Some("2h"), Some("1d"), Some("90m")]
+                        [bucket]
+                        .map(|text| Bucket::parse(text).unwrap()),
+                    zone: Zone::parse(
+                        ["UTC", "Asia/Kolkata", "America/St_Johns", "Europe/Berlin"][zone],
+                    )
+                    .unwrap(),
+                },
+            };
+            let decoded = rendered(&sealed, &question, false, Digests::Decode);
+            let digested = rendered(&sealed, &question, false, Digests::Read);
+            proptest::prop_assert_eq!(&digested, &decoded);
             proptest::prop_assert_eq!(&rendered(&hot, &question, false, Digests::Read), &decoded);
         }
     }
