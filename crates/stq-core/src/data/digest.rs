@@ -33,6 +33,8 @@
 //! The digest is numbers written as varints, not compressed: reading one is a
 //! pass over a few hundred bytes.
 
+use std::borrow::Cow;
+
 use foldhash::{HashMap, HashMapExt as _, HashSet, HashSetExt as _};
 use integer_encoding::VarInt as _;
 
@@ -410,9 +412,9 @@ pub(crate) struct MetricGroup {
     /// Where the serials of its out-of-limit records are in
     /// [`MetricDigest::failing`], each once.
     pub(crate) failing: std::ops::Range<usize>,
-    /// Its last record's key, and index among the block's metric records.
+    /// Its last record's key, and where the text of its limits is in the digest.
     pub(crate) last: RecordKey,
-    pub(crate) last_index: u32,
+    pub(crate) limits: [std::ops::Range<usize>; 2],
 }
 
 /// A block's metric digest, read.
@@ -438,17 +440,20 @@ impl Default for MetricDigest {
     }
 }
 
+/// A metric record to digest: its key, its entry and its JSON's five parts.
+pub(crate) type MetricRecord<'a> = (RecordKey, MetricEntry, [&'a [u8]; 5]);
+
 /// Writes the metric digest of a block of `period_start`'s period: `records` are
 /// its metric records in key order.
 pub(crate) fn write_metric_digest(
     period_start: Timestamp,
-    records: &[(RecordKey, MetricEntry)],
+    records: &[MetricRecord<'_>],
     out: &mut Vec<u8>,
 ) {
     let (Some(first), Some(last)) = (records.first(), records.last()) else {
         return;
     };
-    let whole_millis = (records.iter()).all(|(key, _)| key.instant.nanos % 1_000_000 == 0);
+    let whole_millis = (records.iter()).all(|(key, ..)| key.instant.nanos % 1_000_000 == 0);
     let times = Times {
         start: period_start,
         unit: unit_of(whole_millis),
@@ -464,7 +469,7 @@ pub(crate) fn write_metric_digest(
         last_index: usize,
     }
     let mut groups: HashMap<(Symbol, Symbol, Symbol), Accumulated> = HashMap::new();
-    for (index, (key, entry)) in records.iter().enumerate() {
+    for (index, (key, entry, _)) in records.iter().enumerate() {
         let group = groups
             .entry((entry.name, entry.slot, entry.unit))
             .or_insert_with(|| Accumulated {
@@ -507,7 +512,22 @@ pub(crate) fn write_metric_digest(
             number(out, u64::from(serial.0));
         }
         times.write_key(out, last);
-        number(out, last_index as u64);
+        // The text of its limits, which a row shows: so that a summary decodes no
+        // block for it.
+        #[derive(serde::Deserialize)]
+        struct Limits<'a> {
+            #[serde(borrow)]
+            limit_lower: Cow<'a, str>,
+            #[serde(borrow)]
+            limit_upper: Cow<'a, str>,
+        }
+        let json = records[last_index].2.concat();
+        let limits: Limits = serde_json::from_slice(&json)
+            .expect("a metric record's JSON, rendered at load, has both limits");
+        for text in [limits.limit_lower, limits.limit_upper] {
+            number(out, text.len() as u64);
+            out.extend_from_slice(text.as_bytes());
+        }
     }
 }
 
@@ -554,6 +574,11 @@ impl MetricDigest {
                 self.failing.push(reader.symbol());
             }
             let last = times.read_key(&mut reader);
+            let limits = [(); 2].map(|()| {
+                let length = reader.number() as usize;
+                reader.at += length;
+                reader.at - length..reader.at
+            });
             self.groups.push(MetricGroup {
                 name,
                 slot,
@@ -561,7 +586,7 @@ impl MetricDigest {
                 running,
                 failing: start..self.failing.len(),
                 last,
-                last_index: reader.number() as u32,
+                limits,
             });
         }
     }

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use foldhash::{HashMap, HashMapExt as _};
 use integer_encoding::VarInt as _;
 
-use crate::data::digest::{write_metric_digest, write_unit_digest};
+use crate::data::digest::{write_metric_digest, write_unit_digest, MetricRecord};
 use crate::data::key::RecordKey;
 use crate::data::stored::{Piece, StoredRecord};
 use crate::data::symbols::Symbol;
@@ -843,14 +843,6 @@ impl<'a> MetricBlock<'a> {
         &self.block.bytes[self.block.metric_digest as usize..]
     }
 
-    /// Where the JSON of its metric record of index `index` is.
-    pub(crate) fn locator(&self, index: u32) -> StoredRecord {
-        StoredRecord {
-            start: SEALED | (self.period - self.sealed.base) as u32,
-            length: (MetricEntry::KIND << 31) | index,
-        }
-    }
-
     /// Its metric records, in key order.
     pub(crate) fn records(&self) -> impl Iterator<Item = (RecordKey, MetricEntry)> + 'a {
         let decoded: Rc<Decoded<MetricEntry>> = self.sealed.decoded(self.period, self.block);
@@ -1034,8 +1026,8 @@ fn encode(period: i64, group: &Group<'_>, known: &HashMap<&[u8], usize>) -> Bloc
         .collect();
     write_unit_digest(period_start(period), &records, &mut bytes);
     let metric_digest = bytes.len() as u32;
-    let records: Vec<(RecordKey, MetricEntry)> = (group.metrics.iter())
-        .map(|record| (record.key, record.entry))
+    let records: Vec<MetricRecord<'_>> = (group.metrics.iter())
+        .map(|record| (record.key, record.entry, record.parts))
         .collect();
     write_metric_digest(period_start(period), &records, &mut bytes);
     let mut files = (u32::MAX, 0);

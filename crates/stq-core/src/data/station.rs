@@ -144,7 +144,11 @@ impl StationData {
     /// block at a time where it will take one whole from its digest: where every
     /// metric record of the block is in `range` and the hot tier has none of the
     /// block's period.
-    pub(crate) fn read_metrics(&self, range: Range<RecordKey>, reader: &mut impl MetricReader) {
+    pub(crate) fn read_metrics<'a>(
+        &'a self,
+        range: Range<RecordKey>,
+        reader: &mut impl MetricReader<'a>,
+    ) {
         let keys = key_range(range.clone());
         let mut hot = self.hot.metrics_in(keys).peekable();
         if self.reads_sealed(&keys) {
@@ -295,13 +299,13 @@ pub(crate) trait UnitReader {
 /// What reads a station's metric records for a summary
 /// ([`StationData::read_metrics`]): each record in key order, or a sealed block's
 /// digest in place of its records.
-pub(crate) trait MetricReader {
+pub(crate) trait MetricReader<'a> {
     fn record(&mut self, key: RecordKey, entry: MetricEntry);
 
     /// Offers a sealed block by its metric digest ([`crate::data::digest`]): true
     /// if the reader took its records whole from it, false to be given them one by
     /// one.
-    fn block(&mut self, block: &MetricBlock<'_>) -> bool;
+    fn block(&mut self, block: &MetricBlock<'a>) -> bool;
 }
 
 /// The records of the sealed tier, when it is read, merged by key with the hot

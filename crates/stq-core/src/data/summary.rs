@@ -197,18 +197,26 @@ struct Segment {
     locator: StoredRecord,
 }
 
+/// A row's last record so far: where its JSON is, or the text of its limits as a
+/// block's digest keeps it.
+#[derive(Clone, Copy, Debug)]
+enum Last<'a> {
+    Record(StoredRecord),
+    Limits([&'a str; 2]),
+}
+
 /// One fine group's statistics, of a period or of a block's digest, to join its
 /// row.
-struct FineMetrics<'a> {
+struct FineMetrics<'a, 'data> {
     name: Symbol,
     slot: Symbol,
     unit: Symbol,
     bucket: i64,
     running: &'a Running,
     failing: &'a [Symbol],
-    /// Its last record: where it is, and where its JSON is.
+    /// Its last record: where it is, and where its limits are.
     last: Position,
-    locator: StoredRecord,
+    locator: Last<'data>,
 }
 
 /// Running statistics of one row's records.
@@ -344,7 +352,7 @@ impl ShardData {
                 let mut partial = MetricPartial::default();
                 let mut digest = MetricDigest::default();
                 for (station, data) in stations {
-                    let mut lasts: HashMap<RowKey, StoredRecord> = HashMap::default();
+                    let mut lasts: HashMap<RowKey, Last<'_>> = HashMap::default();
                     let mut reading = MetricReading {
                         partial: &mut partial,
                         grouping,
@@ -379,7 +387,7 @@ enum Digests {
 }
 
 /// One station's metric records read into a shard's partial.
-struct MetricReading<'a> {
+struct MetricReading<'a, 'data> {
     partial: &'a mut MetricPartial,
     grouping: &'a Grouping,
     station: ShardStation,
@@ -387,22 +395,22 @@ struct MetricReading<'a> {
     digests: Digests,
     /// A digest's buffers, reused from block to block.
     digest: &'a mut MetricDigest,
-    lasts: &'a mut HashMap<RowKey, StoredRecord>,
+    lasts: &'a mut HashMap<RowKey, Last<'data>>,
 }
 
-impl MetricReader for MetricReading<'_> {
+impl<'data> MetricReader<'data> for MetricReading<'_, 'data> {
     fn record(&mut self, key: RecordKey, entry: MetricEntry) {
         if self.names.matches(entry.name) {
             (self.partial).add(self.grouping, self.station, &key, &entry, self.lasts);
         }
     }
 
-    fn block(&mut self, block: &MetricBlock<'_>) -> bool {
+    fn block(&mut self, block: &MetricBlock<'data>) -> bool {
         if self.digests == Digests::Decode {
             return false;
         }
-        self.digest
-            .read(period_start(block.period()), block.digest());
+        let bytes = block.digest();
+        self.digest.read(period_start(block.period()), bytes);
         let buckets = &mut self.partial.buckets;
         let bucket = buckets.start_of(self.grouping, self.digest.first.instant);
         if buckets.start_of(self.grouping, self.digest.last.instant) != bucket {
@@ -424,7 +432,9 @@ impl MetricReader for MetricReading<'_> {
                 running: &group.running,
                 failing: &self.digest.failing[group.failing.clone()],
                 last: position(station, &group.last),
-                locator: block.locator(group.last_index),
+                locator: Last::Limits(group.limits.clone().map(|range| {
+                    std::str::from_utf8(&bytes[range]).expect("limits' text is UTF-8")
+                })),
             };
             self.partial.join(grouping, station, fine, self.lasts);
         }
@@ -902,7 +912,7 @@ impl MetricPartial {
         station: ShardStation,
         key: &RecordKey,
         entry: &MetricEntry,
-        lasts: &mut HashMap<RowKey, StoredRecord>,
+        lasts: &mut HashMap<RowKey, Last<'_>>,
     ) {
         let period = period_of(key.instant);
         if self.segments.period != Some(period) {
@@ -947,7 +957,7 @@ impl MetricPartial {
         &mut self,
         grouping: &Grouping,
         station: ShardStation,
-        lasts: &mut HashMap<RowKey, StoredRecord>,
+        lasts: &mut HashMap<RowKey, Last<'_>>,
     ) {
         let mut list = std::mem::take(&mut self.segments.list);
         list.sort_unstable_by_key(|segment| {
@@ -964,7 +974,7 @@ impl MetricPartial {
                 running: &segment.running,
                 failing: &segment.failing,
                 last: segment.last,
-                locator: segment.locator,
+                locator: Last::Record(segment.locator),
             };
             self.join(grouping, station, fine, lasts);
         }
@@ -975,12 +985,12 @@ impl MetricPartial {
 
     /// Joins one fine group's statistics (of a period, or of a block's digest) to
     /// its row.
-    fn join(
+    fn join<'data>(
         &mut self,
         grouping: &Grouping,
         station: ShardStation,
-        fine: FineMetrics<'_>,
-        lasts: &mut HashMap<RowKey, StoredRecord>,
+        fine: FineMetrics<'_, 'data>,
+        lasts: &mut HashMap<RowKey, Last<'data>>,
     ) {
         let group = group_values(grouping, station, |field| match field {
             GroupField::Slot => fine.slot,
@@ -1009,7 +1019,7 @@ impl MetricPartial {
     }
 
     /// The limits' text of each row's last record of `station`, from its JSON.
-    fn read_limits(&mut self, station: &StationData, lasts: &HashMap<RowKey, StoredRecord>) {
+    fn read_limits(&mut self, station: &StationData, lasts: &HashMap<RowKey, Last<'_>>) {
         #[derive(Deserialize)]
         struct Limits<'a> {
             #[serde(borrow)]
@@ -1017,12 +1027,19 @@ impl MetricPartial {
             #[serde(borrow)]
             limit_upper: Cow<'a, str>,
         }
-        for (row_key, bytes) in lasts {
+        for (row_key, last) in lasts {
+            let row = self.rows.get_mut(row_key).expect("a noted row exists");
+            let bytes = match last {
+                Last::Limits([lower, upper]) => {
+                    (row.limit_lower, row.limit_upper) = (lower.to_string(), upper.to_string());
+                    continue;
+                }
+                Last::Record(bytes) => bytes,
+            };
             let mut json = Vec::new();
             station.write_json(*bytes, &mut json);
             let limits: Limits = serde_json::from_slice(&json)
                 .expect("a metric record's JSON, rendered at load, has both limits");
-            let row = self.rows.get_mut(row_key).expect("a noted row exists");
             row.limit_lower = limits.limit_lower.into_owned();
             row.limit_upper = limits.limit_upper.into_owned();
         }
