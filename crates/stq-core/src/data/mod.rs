@@ -9,6 +9,7 @@
 
 pub mod catalog;
 pub mod cursor;
+pub(crate) mod digest;
 pub(crate) mod hot;
 pub mod key;
 pub mod load;

@@ -28,6 +28,7 @@ use std::sync::Arc;
 use foldhash::{HashMap, HashMapExt as _};
 use integer_encoding::VarInt as _;
 
+use crate::data::digest::{write_metric_digest, write_unit_digest, MetricRecord};
 use crate::data::key::RecordKey;
 use crate::data::stored::{Piece, StoredRecord};
 use crate::data::symbols::Symbol;
@@ -273,10 +274,14 @@ impl SharedPieces {
 /// One station's sealed records of a period, of both kinds, compressed.
 #[derive(Clone, Debug)]
 struct Block {
-    /// The zstd frames of its units and of its metrics, one after the other.
+    /// The zstd frames of its units and of its metrics, then its unit digest and
+    /// its metric digest ([`crate::data::digest`]), one after the other.
     bytes: Arc<[u8]>,
     /// Where the metrics' frame starts.
     split: u32,
+    /// Where the unit digest starts, and the metric digest.
+    unit_digest: u32,
+    metric_digest: u32,
     units: u32,
     metrics: u32,
     /// The serial numbers and the metric names it holds, each as a bit of a hash.
@@ -620,7 +625,7 @@ impl Sealed {
         }
         let frame = match E::KIND {
             0 => &block.bytes[..block.split as usize],
-            _ => &block.bytes[block.split as usize..],
+            _ => &block.bytes[block.split as usize..block.unit_digest as usize],
         };
         decoded.payload =
             zstd::decode_all(frame).expect("a sealed block decompresses as it was made");
@@ -793,6 +798,84 @@ impl Sealed {
     }
 }
 
+/// A sealed block that holds unit records, as a unit summary reads it: by its
+/// digest when that will do, else record by record.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct UnitBlock<'a> {
+    sealed: &'a Sealed,
+    period: i64,
+    block: &'a Block,
+}
+
+impl<'a> UnitBlock<'a> {
+    pub(crate) fn period_start(&self) -> Timestamp {
+        period_start(self.period)
+    }
+
+    /// Its unit digest ([`crate::data::digest`]).
+    pub(crate) fn digest(&self) -> &'a [u8] {
+        &self.block.bytes[self.block.unit_digest as usize..self.block.metric_digest as usize]
+    }
+
+    /// Its unit records, in key order.
+    pub(crate) fn records(&self) -> impl Iterator<Item = (RecordKey, UnitEntry)> + 'a {
+        let decoded: Rc<Decoded<UnitEntry>> = self.sealed.decoded(self.period, self.block);
+        (0..decoded.keys.len()).map(move |index| (decoded.keys[index], decoded.entries[index]))
+    }
+}
+
+/// A sealed block that holds metric records, as a metric summary reads it: by
+/// its digest when that will do, else record by record.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MetricBlock<'a> {
+    sealed: &'a Sealed,
+    period: i64,
+    block: &'a Block,
+}
+
+impl<'a> MetricBlock<'a> {
+    pub(crate) fn period(&self) -> i64 {
+        self.period
+    }
+
+    /// Its metric digest ([`crate::data::digest`]).
+    pub(crate) fn digest(&self) -> &'a [u8] {
+        &self.block.bytes[self.block.metric_digest as usize..]
+    }
+
+    /// Its metric records, in key order.
+    pub(crate) fn records(&self) -> impl Iterator<Item = (RecordKey, MetricEntry)> + 'a {
+        let decoded: Rc<Decoded<MetricEntry>> = self.sealed.decoded(self.period, self.block);
+        (0..decoded.keys.len()).map(move |index| (decoded.keys[index], decoded.entries[index]))
+    }
+}
+
+impl Sealed {
+    /// The blocks that hold metric records and may hold some with keys in `range`,
+    /// in time order.
+    pub(crate) fn metric_blocks(&self, range: KeyRange) -> impl Iterator<Item = MetricBlock<'_>> {
+        self.blocks_in(range)
+            .filter(|(_, block)| block.metrics > 0)
+            .map(|(period, block)| MetricBlock {
+                sealed: self,
+                period,
+                block,
+            })
+    }
+
+    /// The blocks that hold unit records and may hold some with keys in `range`, in
+    /// time order.
+    pub(crate) fn unit_blocks(&self, range: KeyRange) -> impl Iterator<Item = UnitBlock<'_>> {
+        self.blocks_in(range)
+            .filter(|(_, block)| block.units > 0)
+            .map(|(period, block)| UnitBlock {
+                sealed: self,
+                period,
+                block,
+            })
+    }
+}
+
 /// Blocks a thread decompressed lately, at most this many: dashboards ask for the
 /// same hours again and again, and a scan reads a block's entries and then its
 /// records' JSON. A block of four hours of the generated floor decodes to about
@@ -893,9 +976,19 @@ impl Tier for Sealed {
     fn memory(&self, add: &mut dyn FnMut(&'static str, u64)) {
         // An `Arc<[u8]>` holds two counts before its bytes.
         let blocks = (self.blocks.values())
-            .map(|block| block.bytes.len() as u64 + 16)
+            .map(|block| u64::from(block.unit_digest) + 16)
             .sum();
         add("sealed blocks (compressed)", blocks);
+        let digests =
+            |kind: fn(&Block) -> usize| self.blocks.values().map(|block| kind(block) as u64).sum();
+        add(
+            "sealed unit digests",
+            digests(|block| (block.metric_digest - block.unit_digest) as usize),
+        );
+        add(
+            "sealed metric digests",
+            digests(|block| block.bytes.len() - block.metric_digest as usize),
+        );
         add("sealed block index", tree_bytes(&self.blocks));
         add(
             "sealed shared pieces",
@@ -927,6 +1020,16 @@ fn encode(period: i64, group: &Group<'_>, known: &HashMap<&[u8], usize>) -> Bloc
     let split = units.len() as u32;
     let mut bytes = units;
     bytes.extend_from_slice(&metrics);
+    let unit_digest = bytes.len() as u32;
+    let records: Vec<(RecordKey, UnitEntry)> = (group.units.iter())
+        .map(|record| (record.key, record.entry))
+        .collect();
+    write_unit_digest(period_start(period), &records, &mut bytes);
+    let metric_digest = bytes.len() as u32;
+    let records: Vec<MetricRecord<'_>> = (group.metrics.iter())
+        .map(|record| (record.key, record.entry, record.parts))
+        .collect();
+    write_metric_digest(period_start(period), &records, &mut bytes);
     let mut files = (u32::MAX, 0);
     let orders = (group.units.iter().map(|record| record.key.load_order))
         .chain(group.metrics.iter().map(|record| record.key.load_order));
@@ -937,6 +1040,8 @@ fn encode(period: i64, group: &Group<'_>, known: &HashMap<&[u8], usize>) -> Bloc
     Block {
         bytes: Arc::from(bytes),
         split,
+        unit_digest,
+        metric_digest,
         units: group.units.len() as u32,
         metrics: group.metrics.len() as u32,
         serials: Filter::of(group.units.iter().map(|record| record.entry.filtered())),

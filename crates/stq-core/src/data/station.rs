@@ -4,18 +4,20 @@
 //! goes through the [`Tier`] both implement and merges them by key; no reader
 //! knows which tier holds a record.
 
-use std::ops::{Bound, RangeBounds};
+use std::ops::{Bound, Range, RangeBounds};
 use std::sync::Arc;
 
 use itertools::{Either, Itertools as _};
 
+use crate::data::digest::bounds;
 use crate::data::hot::Hot;
 use crate::data::key::RecordKey;
-use crate::data::sealed::{is_sealed, period_of, Sealed};
+use crate::data::sealed::{is_sealed, period_of, period_start, MetricBlock, Sealed};
 use crate::data::stored::{Pieces, RecordJson, StoredRecord};
 use crate::data::symbols::Symbol;
 use crate::data::tier::{key_range, KeyRange, Tier};
 pub use crate::data::tier::{MetricEntry, UnitEntry};
+use crate::domain::time::Timestamp;
 
 /// One station's records of both kinds, in its hot and sealed tiers. Cloning the
 /// tiers shares them: a generation that keeps a station's records shares them.
@@ -105,6 +107,86 @@ impl StationData {
                 .then(|| self.sealed.units_in(range)),
             self.hot.units_in(range),
         )
+    }
+
+    /// Gives `reader` the units with keys in `range` in time order, a sealed block
+    /// at a time where it will take one whole from its digest: where every unit
+    /// record of the block is in `range` and no hot record lies among them.
+    pub(crate) fn read_units(&self, range: Range<RecordKey>, reader: &mut impl UnitReader) {
+        let keys = key_range(range.clone());
+        let mut hot = self.hot.units_in(keys).peekable();
+        if self.reads_sealed(&keys) {
+            for block in self.sealed.unit_blocks(keys) {
+                let (first, last) = bounds(block.period_start(), block.digest());
+                while let Some((key, entry)) = hot.next_if(|(key, _)| *key < first) {
+                    reader.record(key, entry);
+                }
+                let whole = range.start <= first
+                    && last < range.end
+                    && hot.peek().is_none_or(|(key, _)| *key > last);
+                if whole && reader.block(block.period_start(), block.digest()) {
+                    continue;
+                }
+                for (key, entry) in block.records().filter(|(key, _)| range.contains(key)) {
+                    while let Some((hot_key, hot_entry)) = hot.next_if(|(hot, _)| *hot < key) {
+                        reader.record(hot_key, hot_entry);
+                    }
+                    reader.record(key, entry);
+                }
+            }
+        }
+        for (key, entry) in hot {
+            reader.record(key, entry);
+        }
+    }
+
+    /// Gives `reader` the metrics with keys in `range` in time order, a sealed
+    /// block at a time where it will take one whole from its digest: where every
+    /// metric record of the block is in `range` and the hot tier has none of the
+    /// block's period.
+    pub(crate) fn read_metrics<'a>(
+        &'a self,
+        range: Range<RecordKey>,
+        reader: &mut impl MetricReader<'a>,
+    ) {
+        let keys = key_range(range.clone());
+        let mut hot = self.hot.metrics_in(keys).peekable();
+        if self.reads_sealed(&keys) {
+            for block in self.sealed.metric_blocks(keys) {
+                let start = period_start(block.period());
+                let (first, last) = bounds(start, block.digest());
+                while let Some((key, entry)) = hot.next_if(|(key, _)| *key < first) {
+                    reader.record(key, entry);
+                }
+                let period = period_start(block.period())..period_start(block.period() + 1);
+                let whole = range.start <= first
+                    && last < range.end
+                    && (self.hot)
+                        .metrics_in(key_range(
+                            RecordKey {
+                                instant: period.start,
+                                load_order: 0,
+                            }..RecordKey {
+                                instant: period.end,
+                                load_order: 0,
+                            },
+                        ))
+                        .next()
+                        .is_none();
+                if whole && reader.block(&block) {
+                    continue;
+                }
+                for (key, entry) in block.records().filter(|(key, _)| range.contains(key)) {
+                    while let Some((hot_key, hot_entry)) = hot.next_if(|(hot, _)| *hot < key) {
+                        reader.record(hot_key, hot_entry);
+                    }
+                    reader.record(key, entry);
+                }
+            }
+        }
+        for (key, entry) in hot {
+            reader.record(key, entry);
+        }
     }
 
     /// The hot tier's units, in time order: those the shard-wide tree holds.
@@ -201,6 +283,29 @@ impl StationData {
     pub fn record_count(&self) -> usize {
         self.unit_count() + self.metric_count()
     }
+}
+
+/// What reads a station's unit records for a summary ([`StationData::read_units`]):
+/// each record in key order, or a sealed block's digest in place of its records.
+pub(crate) trait UnitReader {
+    fn record(&mut self, key: RecordKey, entry: UnitEntry);
+
+    /// Offers a sealed block of the period starting at `period_start`, by its unit
+    /// digest ([`crate::data::digest`]): true if the reader took its records whole
+    /// from it, false to be given them one by one.
+    fn block(&mut self, period_start: Timestamp, digest: &[u8]) -> bool;
+}
+
+/// What reads a station's metric records for a summary
+/// ([`StationData::read_metrics`]): each record in key order, or a sealed block's
+/// digest in place of its records.
+pub(crate) trait MetricReader<'a> {
+    fn record(&mut self, key: RecordKey, entry: MetricEntry);
+
+    /// Offers a sealed block by its metric digest ([`crate::data::digest`]): true
+    /// if the reader took its records whole from it, false to be given them one by
+    /// one.
+    fn block(&mut self, block: &MetricBlock<'a>) -> bool;
 }
 
 /// The records of the sealed tier, when it is read, merged by key with the hot

@@ -29,10 +29,12 @@ use serde::ser::{SerializeMap, Serializer};
 use serde::Deserialize;
 
 use crate::data::catalog::Catalog;
+use crate::data::digest::{MetricDigest, Running, UnitDigest};
 use crate::data::key::{Position, RecordKey};
 use crate::data::scan::{Matcher, ShardStation};
+use crate::data::sealed::{period_of, period_start, MetricBlock};
 use crate::data::shard::ShardData;
-use crate::data::station::{MetricEntry, StationData, UnitEntry};
+use crate::data::station::{MetricEntry, MetricReader, StationData, UnitEntry, UnitReader};
 use crate::data::stored::StoredRecord;
 use crate::data::symbols::{Symbol, Symbols};
 use crate::domain::query::{Bucket, GroupField};
@@ -164,6 +166,57 @@ struct CycleTimes {
 pub struct MetricPartial {
     rows: HashMap<RowKey, MetricStatistics>,
     buckets: Buckets,
+    /// The station's records of the period being read, by fine group and bucket.
+    segments: Segments,
+}
+
+/// A station's metric records of one period (a sealed block's: four hours), by
+/// fine group (name, slot, unit) and bucket: each joins its row once the period is
+/// read, in one order, as a block's digest does. So a row's statistics come out
+/// the same to the bit whether a block's records or its digest were read, and
+/// whichever tier holds them.
+#[derive(Debug, Default)]
+struct Segments {
+    period: Option<i64>,
+    list: Vec<Segment>,
+    index: HashMap<FineKey, usize>,
+    /// The segment of the last record added, which the next is nearly always of.
+    recent: Option<(FineKey, usize)>,
+}
+
+/// A metric record's fine group and bucket: name, slot, unit, bucket start.
+type FineKey = (Symbol, Symbol, Symbol, i64);
+
+#[derive(Debug)]
+struct Segment {
+    fine: FineKey,
+    running: Running,
+    /// The serials of its out-of-limit records, each once.
+    failing: Vec<Symbol>,
+    last: Position,
+    locator: StoredRecord,
+}
+
+/// A row's last record so far: where its JSON is, or the text of its limits as a
+/// block's digest keeps it.
+#[derive(Clone, Copy, Debug)]
+enum Last<'a> {
+    Record(StoredRecord),
+    Limits([&'a str; 2]),
+}
+
+/// One fine group's statistics, of a period or of a block's digest, to join its
+/// row.
+struct FineMetrics<'a, 'data> {
+    name: Symbol,
+    slot: Symbol,
+    unit: Symbol,
+    bucket: i64,
+    running: &'a Running,
+    failing: &'a [Symbol],
+    /// Its last record: where it is, and where its limits are.
+    last: Position,
+    locator: Last<'data>,
 }
 
 /// Running statistics of one row's records.
@@ -280,6 +333,17 @@ impl ShardData {
     /// This shard's part of a summary. `symbols` is the generation's table, which
     /// the `result` values are read from to decide what passes.
     pub fn summarize(&self, request: &SummaryRequest, symbols: &Symbols) -> Partial {
+        self.summarize_reading(request, symbols, Digests::Read)
+    }
+
+    /// [`ShardData::summarize`], reading sealed blocks' digests where they will do
+    /// or, for tests, decoding every block.
+    fn summarize_reading(
+        &self,
+        request: &SummaryRequest,
+        symbols: &Symbols,
+        digests: Digests,
+    ) -> Partial {
         let stations = request.stations.iter().filter_map(|&station| {
             let data = self.stations.get(station.station_index as usize)?;
             Some((station, data))
@@ -299,15 +363,33 @@ impl ShardData {
                 // units stays small and the router merges counts, not units.
                 let by_station = grouping.fields.contains(&GroupField::StationId);
                 let mut partial = UnitPartial::default();
+                let mut digest = UnitDigest::default();
+                let mut rows_of = Vec::new();
                 for (station, data) in stations {
+                    let mut reading = UnitReading {
+                        partial: &mut partial,
+                        grouping,
+                        station,
+                        unit_types,
+                        passes: &mut passes,
+                        no_serial,
+                        digests,
+                        digest: &mut digest,
+                        rows_of: &mut rows_of,
+                    };
                     // Inputs too: an output's cycle time is measured from its input.
-                    for (key, entry) in station_units(data, window, unit_serial) {
-                        let (key, entry) = (&key, &entry);
-                        if !unit_types.matches(entry.unit_type) {
-                            continue;
+                    match unit_serial {
+                        Matcher::Any => data.read_units(key_range(window), &mut reading),
+                        // An exact range of the tree by serial: the order of
+                        // attempts is kept by their positions, not by the walk.
+                        Matcher::OneOf(serials) => {
+                            let range = key_range(window);
+                            let units = (serials.iter())
+                                .flat_map(|&serial| data.units_of_serial(serial, range.clone()));
+                            for (key, entry) in units {
+                                reading.record(key, entry);
+                            }
                         }
-                        let passed = passes.passes(entry.result);
-                        partial.add(grouping, station, key, entry, passed, no_serial);
                     }
                     partial.end_station(by_station);
                 }
@@ -319,14 +401,20 @@ impl ShardData {
                 grouping,
             } => {
                 let mut partial = MetricPartial::default();
+                let mut digest = MetricDigest::default();
                 for (station, data) in stations {
-                    let mut lasts: HashMap<RowKey, StoredRecord> = HashMap::default();
-                    for (key, entry) in data.metrics_in(key_range(window)) {
-                        let (key, entry) = (&key, &entry);
-                        if names.matches(entry.name) {
-                            partial.add(grouping, station, key, entry, &mut lasts);
-                        }
-                    }
+                    let mut lasts: HashMap<RowKey, Last<'_>> = HashMap::default();
+                    let mut reading = MetricReading {
+                        partial: &mut partial,
+                        grouping,
+                        station,
+                        names,
+                        digests,
+                        digest: &mut digest,
+                        lasts: &mut lasts,
+                    };
+                    data.read_metrics(key_range(window), &mut reading);
+                    partial.flush(grouping, station, &mut lasts);
                     partial.read_limits(data, &lasts);
                 }
                 Partial::Metrics(partial)
@@ -340,22 +428,134 @@ impl ShardData {
     }
 }
 
-/// A station's unit records in `window` with a serial `unit_serial` allows: for a
-/// serial number, an exact range of the tree by serial (the order of attempts is
-/// kept by their positions, not by the walk).
-fn station_units<'a>(
-    data: &'a StationData,
-    window: &Window,
-    unit_serial: &'a Matcher,
-) -> Box<dyn Iterator<Item = (RecordKey, UnitEntry)> + 'a> {
-    let range = key_range(window);
-    match unit_serial {
-        Matcher::Any => Box::new(data.units_in(range)),
-        Matcher::OneOf(serials) => Box::new(
-            serials
-                .iter()
-                .flat_map(move |&serial| data.units_of_serial(serial, range.clone())),
-        ),
+/// Whether a summary reads sealed blocks' digests where they will do, or decodes
+/// every block (so that tests can hold the two to the same answer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Digests {
+    Read,
+    #[cfg_attr(not(test), allow(dead_code))]
+    Decode,
+}
+
+/// One station's metric records read into a shard's partial.
+struct MetricReading<'a, 'data> {
+    partial: &'a mut MetricPartial,
+    grouping: &'a Grouping,
+    station: ShardStation,
+    names: &'a Matcher,
+    digests: Digests,
+    /// A digest's buffers, reused from block to block.
+    digest: &'a mut MetricDigest,
+    lasts: &'a mut HashMap<RowKey, Last<'data>>,
+}
+
+impl<'data> MetricReader<'data> for MetricReading<'_, 'data> {
+    fn record(&mut self, key: RecordKey, entry: MetricEntry) {
+        if self.names.matches(entry.name) {
+            (self.partial).add(self.grouping, self.station, &key, &entry, self.lasts);
+        }
+    }
+
+    fn block(&mut self, block: &MetricBlock<'data>) -> bool {
+        if self.digests == Digests::Decode {
+            return false;
+        }
+        let bytes = block.digest();
+        self.digest.read(period_start(block.period()), bytes);
+        let buckets = &mut self.partial.buckets;
+        let bucket = buckets.start_of(self.grouping, self.digest.first.instant);
+        if buckets.start_of(self.grouping, self.digest.last.instant) != bucket {
+            return false;
+        }
+        // As `MetricPartial::add` and `flush` would have added its records one by
+        // one: every record of the block is in the window and in `bucket`.
+        let (grouping, station) = (self.grouping, self.station);
+        self.partial.flush(grouping, station, self.lasts);
+        for group in &self.digest.groups {
+            if !self.names.matches(group.name) {
+                continue;
+            }
+            let fine = FineMetrics {
+                name: group.name,
+                slot: group.slot,
+                unit: group.unit,
+                bucket,
+                running: &group.running,
+                failing: &self.digest.failing[group.failing.clone()],
+                last: position(station, &group.last),
+                locator: Last::Limits(group.limits.clone().map(|range| {
+                    std::str::from_utf8(&bytes[range]).expect("limits' text is UTF-8")
+                })),
+            };
+            self.partial.join(grouping, station, fine, self.lasts);
+        }
+        true
+    }
+}
+
+/// One station's unit records read into a shard's partial.
+struct UnitReading<'a, 'b> {
+    partial: &'a mut UnitPartial,
+    grouping: &'a Grouping,
+    station: ShardStation,
+    unit_types: &'a Matcher,
+    passes: &'a mut PassCache<'b>,
+    no_serial: Option<Symbol>,
+    digests: Digests,
+    /// A digest's buffers, reused from block to block.
+    digest: &'a mut UnitDigest,
+    /// Per fine group of the digest read, its row and group values.
+    rows_of: &'a mut Vec<(usize, GroupValues)>,
+}
+
+impl UnitReader for UnitReading<'_, '_> {
+    fn record(&mut self, key: RecordKey, entry: UnitEntry) {
+        if !self.unit_types.matches(entry.unit_type) {
+            return;
+        }
+        let passed = self.passes.passes(entry.result);
+        (self.partial).add(
+            self.grouping,
+            self.station,
+            &key,
+            &entry,
+            passed,
+            self.no_serial,
+        );
+    }
+
+    fn block(&mut self, period_start: Timestamp, digest: &[u8]) -> bool {
+        if self.digests == Digests::Decode {
+            return false;
+        }
+        self.digest.read(period_start, digest);
+        if let Matcher::OneOf(types) = self.unit_types {
+            let kept = (self.digest.types.iter())
+                .filter(|unit_type| types.contains(unit_type))
+                .count();
+            // None of its records passes the filter: the block adds nothing.
+            if kept == 0 {
+                return true;
+            }
+            if kept < self.digest.types.len() {
+                return false;
+            }
+        }
+        let buckets = &mut self.partial.buckets;
+        let bucket = buckets.start_of(self.grouping, self.digest.first.instant);
+        if buckets.start_of(self.grouping, self.digest.last.instant) != bucket {
+            return false;
+        }
+        self.partial.add_digest(
+            self.grouping,
+            self.station,
+            self.digest,
+            bucket,
+            self.passes,
+            self.no_serial,
+            self.rows_of,
+        );
+        true
     }
 }
 
@@ -573,6 +773,90 @@ impl UnitPartial {
             .or_insert(attempt);
     }
 
+    /// Adds a sealed block's unit records of the station being read, from its
+    /// digest, as [`UnitPartial::add`] would have added them one by one: every
+    /// record of the block passes the filters and falls in `bucket`.
+    #[allow(clippy::too_many_arguments)]
+    fn add_digest(
+        &mut self,
+        grouping: &Grouping,
+        station: ShardStation,
+        digest: &UnitDigest,
+        bucket: i64,
+        passes: &mut PassCache<'_>,
+        no_serial: Option<Symbol>,
+        rows_of: &mut Vec<(usize, GroupValues)>,
+    ) {
+        rows_of.clear();
+        for fine in &digest.groups {
+            let group = group_values(grouping, station, |field| match field {
+                GroupField::Slot => fine.slot,
+                GroupField::UnitType => fine.unit_type,
+                _ => fine.mode,
+            });
+            let row_index = self.row(RowKey {
+                group,
+                name: Symbol(0),
+                bucket,
+            });
+            let row = &mut self.rows[row_index].1;
+            row.records += fine.records;
+            for &(result, count) in &digest.results[fine.results.clone()] {
+                match row.results.iter_mut().find(|(known, _)| *known == result) {
+                    Some((_, total)) => *total += count,
+                    None => row.results.push((result, count)),
+                }
+            }
+            rows_of.push((row_index, group));
+        }
+        for unit in &digest.units {
+            if Some(unit.serial) == no_serial {
+                continue;
+            }
+            let (row_index, group) = rows_of[unit.group];
+            let row = &mut self.rows[row_index].1;
+            if let Some(instant) = unit.leading {
+                let slot = digest.groups[unit.group].slot;
+                if let Some(input) = self.pairing.open.remove(&(slot, unit.serial)) {
+                    row.cycles.add(instant.nanos_since(input));
+                }
+            }
+            for &nanos in &digest.cycles[unit.cycles.clone()] {
+                row.cycles.add(i128::from(nanos));
+            }
+            let attempt = |(key, result): (RecordKey, Symbol), passes: &mut PassCache<'_>| {
+                (position(station, &key), passes.passes(result))
+            };
+            let (first, first_passed) = attempt(unit.first, passes);
+            let (last, last_passed) = attempt(unit.last, passes);
+            let attempts = Attempts {
+                first,
+                first_row: row_index,
+                first_passed,
+                second: unit.second.map(|second| attempt(second, passes)),
+                last,
+                last_passed,
+            };
+            self.units
+                .entry((group, unit.serial))
+                .and_modify(|known| known.absorb(&attempts))
+                .or_insert(attempts);
+        }
+        // The block's outputs used up or dropped the inputs that waited for them;
+        // then its own inputs wait.
+        if !self.pairing.open.is_empty() {
+            self.pairing.open.retain(|&(slot, serial), _| {
+                !(digest.units.iter())
+                    .any(|unit| unit.serial == serial && digest.groups[unit.group].slot == slot)
+            });
+        }
+        for &(slot, serial, instant) in &digest.waiting {
+            if Some(serial) != no_serial {
+                self.pairing.open.insert((slot, serial), instant);
+            }
+        }
+    }
+
     /// The index of `key`'s row, made empty if new.
     fn row(&mut self, key: RowKey) -> usize {
         if let Some((recent, index)) = self.recent {
@@ -706,69 +990,144 @@ impl CycleTimes {
         if count == 0 {
             return (0, [None; 4]);
         }
-        self.seconds.sort_unstable_by(f64::total_cmp);
-        let rank = |percent: usize| (percent * count).div_ceil(100);
-        let at_rank = |rank: usize| self.seconds[rank.max(1) - 1];
+        // The values at two ranks and the largest, selected rather than sorted:
+        // sorting every row's cycle times was a tenth of a week's summary.
+        let index = |percent: usize| (percent * count).div_ceil(100).max(1) - 1;
+        let (p50, p90) = (index(50), index(90));
+        let seconds = &mut self.seconds;
+        let (below, &mut at_p90, above) = seconds.select_nth_unstable_by(p90, f64::total_cmp);
+        let max = (above.iter().copied()).fold(at_p90, |max, value| match value.total_cmp(&max) {
+            Ordering::Greater => value,
+            _ => max,
+        });
+        let at_p50 = match p50 < p90 {
+            true => *below.select_nth_unstable_by(p50, f64::total_cmp).1,
+            false => at_p90,
+        };
         let mean = self.total_nanos as f64 / 1e9 / count as f64;
-        let figures = [
-            mean,
-            at_rank(rank(50)),
-            at_rank(rank(90)),
-            self.seconds[count - 1],
-        ];
+        let figures = [mean, at_p50, at_p90, max];
         (count as u64, figures.map(Some))
     }
 }
 
 impl MetricPartial {
-    /// Adds a record; `lasts` notes, per row, the station's latest record so far,
-    /// whose limits are read once the station is done.
+    /// Adds a record of the station being read (in key order); `lasts` notes,
+    /// per row, the station's latest record so far, whose limits are read once the
+    /// station is done.
     fn add(
         &mut self,
         grouping: &Grouping,
         station: ShardStation,
         key: &RecordKey,
         entry: &MetricEntry,
-        lasts: &mut HashMap<RowKey, StoredRecord>,
+        lasts: &mut HashMap<RowKey, Last<'_>>,
+    ) {
+        let period = period_of(key.instant);
+        if self.segments.period != Some(period) {
+            self.flush(grouping, station, lasts);
+            self.segments.period = Some(period);
+        }
+        let bucket = self.buckets.start_of(grouping, key.instant);
+        let fine = (entry.name, entry.slot, entry.unit, bucket);
+        let segments = &mut self.segments;
+        let index = match segments.recent {
+            Some((recent, index)) if recent == fine => index,
+            _ => {
+                let list = &mut segments.list;
+                let index = *segments.index.entry(fine).or_insert_with(|| {
+                    list.push(Segment {
+                        fine,
+                        running: Running::default(),
+                        failing: Vec::new(),
+                        last: position(station, key),
+                        locator: entry.bytes,
+                    });
+                    list.len() - 1
+                });
+                segments.recent = Some((fine, index));
+                index
+            }
+        };
+        let segment = &mut segments.list[index];
+        if (segment.running).add(entry.value, entry.limit_lower, entry.limit_upper)
+            && !segment.failing.contains(&entry.unit_serial)
+        {
+            segment.failing.push(entry.unit_serial);
+        }
+        // Within a station records come in order: the latest is the last seen.
+        segment.last = position(station, key);
+        segment.locator = entry.bytes;
+    }
+
+    /// Joins the segments of the period read last to their rows, in the order of
+    /// their bucket, name, slot and unit, the order of a block's digest.
+    fn flush(
+        &mut self,
+        grouping: &Grouping,
+        station: ShardStation,
+        lasts: &mut HashMap<RowKey, Last<'_>>,
+    ) {
+        let mut list = std::mem::take(&mut self.segments.list);
+        list.sort_unstable_by_key(|segment| {
+            let (name, slot, unit, bucket) = segment.fine;
+            (bucket, name, slot, unit)
+        });
+        for segment in list.drain(..) {
+            let (name, slot, unit, bucket) = segment.fine;
+            let fine = FineMetrics {
+                name,
+                slot,
+                unit,
+                bucket,
+                running: &segment.running,
+                failing: &segment.failing,
+                last: segment.last,
+                locator: Last::Record(segment.locator),
+            };
+            self.join(grouping, station, fine, lasts);
+        }
+        let segments = &mut self.segments;
+        (segments.list, segments.period, segments.recent) = (list, None, None);
+        segments.index.clear();
+    }
+
+    /// Joins one fine group's statistics (of a period, or of a block's digest) to
+    /// its row.
+    fn join<'data>(
+        &mut self,
+        grouping: &Grouping,
+        station: ShardStation,
+        fine: FineMetrics<'_, 'data>,
+        lasts: &mut HashMap<RowKey, Last<'data>>,
     ) {
         let group = group_values(grouping, station, |field| match field {
-            GroupField::Slot => entry.slot,
-            _ => entry.unit,
+            GroupField::Slot => fine.slot,
+            _ => fine.unit,
         });
         let row_key = RowKey {
             group,
-            name: entry.name,
-            bucket: self.buckets.start_of(grouping, key.instant),
+            name: fine.name,
+            bucket: fine.bucket,
         };
-        let here = position(station, key);
         let row = self
             .rows
             .entry(row_key)
-            .or_insert_with(|| MetricStatistics::empty(here));
-        row.count += 1;
-        if entry.value.is_finite() {
-            let value = entry.value;
-            row.numeric += 1;
-            row.min = row.min.min(value);
-            row.max = row.max.max(value);
-            let delta = value - row.mean;
-            row.mean += delta / row.numeric as f64;
-            row.squares += delta * (value - row.mean);
-            // A NaN limit is not numeric, and NaN comparisons are false.
-            if value < entry.limit_lower || value > entry.limit_upper {
-                row.out_of_limits += 1;
-                row.failing.insert(entry.unit_serial);
-            }
-        }
-        // Within a station records come in order: the latest is the last seen.
-        if here >= row.last {
-            row.last = here;
-            lasts.insert(row_key, entry.bytes);
+            .or_insert_with(|| MetricStatistics::empty(fine.last));
+        let running = fine.running;
+        row.count += running.count;
+        row.out_of_limits += running.out_of_limits;
+        row.failing.extend(fine.failing);
+        row.join_numbers(running.numeric, running.mean, running.squares);
+        row.min = row.min.min(running.min);
+        row.max = row.max.max(running.max);
+        if fine.last >= row.last {
+            row.last = fine.last;
+            lasts.insert(row_key, fine.locator);
         }
     }
 
     /// The limits' text of each row's last record of `station`, from its JSON.
-    fn read_limits(&mut self, station: &StationData, lasts: &HashMap<RowKey, StoredRecord>) {
+    fn read_limits(&mut self, station: &StationData, lasts: &HashMap<RowKey, Last<'_>>) {
         #[derive(Deserialize)]
         struct Limits<'a> {
             #[serde(borrow)]
@@ -776,12 +1135,19 @@ impl MetricPartial {
             #[serde(borrow)]
             limit_upper: Cow<'a, str>,
         }
-        for (row_key, bytes) in lasts {
+        for (row_key, last) in lasts {
+            let row = self.rows.get_mut(row_key).expect("a noted row exists");
+            let bytes = match last {
+                Last::Limits([lower, upper]) => {
+                    (row.limit_lower, row.limit_upper) = (lower.to_string(), upper.to_string());
+                    continue;
+                }
+                Last::Record(bytes) => bytes,
+            };
             let mut json = Vec::new();
             station.write_json(*bytes, &mut json);
             let limits: Limits = serde_json::from_slice(&json)
                 .expect("a metric record's JSON, rendered at load, has both limits");
-            let row = self.rows.get_mut(row_key).expect("a noted row exists");
             row.limit_lower = limits.limit_lower.into_owned();
             row.limit_upper = limits.limit_upper.into_owned();
         }
@@ -820,21 +1186,32 @@ impl MetricStatistics {
         self.count += other.count;
         self.out_of_limits += other.out_of_limits;
         self.failing.extend(other.failing);
-        if other.numeric > 0 {
-            let (left, right) = (self.numeric as f64, other.numeric as f64);
-            let total = left + right;
-            let delta = other.mean - self.mean;
-            self.mean += delta * right / total;
-            self.squares += other.squares + delta * delta * left * right / total;
-            self.numeric += other.numeric;
-            self.min = self.min.min(other.min);
-            self.max = self.max.max(other.max);
-        }
+        self.join_numbers(other.numeric, other.mean, other.squares);
+        self.min = self.min.min(other.min);
+        self.max = self.max.max(other.max);
         if other.last > self.last {
             self.last = other.last;
             self.limit_lower = other.limit_lower;
             self.limit_upper = other.limit_upper;
         }
+    }
+
+    /// Joins the mean and squared deviations of `numeric` more values (Chan et
+    /// al.); taken as they are by a row that has none yet.
+    fn join_numbers(&mut self, numeric: u64, mean: f64, squares: f64) {
+        if numeric == 0 {
+            return;
+        }
+        if self.numeric == 0 {
+            (self.numeric, self.mean, self.squares) = (numeric, mean, squares);
+            return;
+        }
+        let (left, right) = (self.numeric as f64, numeric as f64);
+        let total = left + right;
+        let delta = mean - self.mean;
+        self.mean += delta * right / total;
+        self.squares += squares + delta * delta * left * right / total;
+        self.numeric += numeric;
     }
 
     fn stddev(&self) -> Option<f64> {
@@ -1135,6 +1512,17 @@ mod tests {
     /// `files` loaded into `shards` shards, with every station placed on its own
     /// shard when there are as many shards as stations (placement balances counts).
     fn generation(files: &[(&str, &str)], shards: usize) -> Generation {
+        // Records an hour older than a station's newest are sealed: the summaries
+        // read both tiers.
+        generation_sealing(files, shards, Some(std::time::Duration::from_secs(3600)))
+    }
+
+    /// [`generation`], with records older than `hot` sealed (none without).
+    fn generation_sealing(
+        files: &[(&str, &str)],
+        shards: usize,
+        hot: Option<std::time::Duration>,
+    ) -> Generation {
         let directory = tempfile::tempdir().unwrap();
         for (name, text) in files {
             std::fs::write(directory.path().join(name), text).unwrap();
@@ -1145,9 +1533,7 @@ mod tests {
             on_invalid: OnInvalid::Fail,
             generation: 1,
             threads: 1,
-            // Records an hour older than a station's newest are sealed: the
-            // summaries read both tiers.
-            hot: Some(std::time::Duration::from_secs(3600)),
+            hot,
         })
         .unwrap()
         .0
@@ -1163,6 +1549,20 @@ mod tests {
     /// Each shard's partial of `question` over every station, merged in shard order
     /// or in reverse, and finished.
     fn summarize(generation: &Generation, question: &Question, reverse: bool) -> Vec<Value> {
+        rendered(generation, question, reverse, Digests::Read)
+            .iter()
+            .map(|row| serde_json::from_slice(row).unwrap())
+            .collect()
+    }
+
+    /// [`summarize`]'s rows as the bytes a response sends, the sealed blocks read
+    /// as `digests` says.
+    fn rendered(
+        generation: &Generation,
+        question: &Question,
+        reverse: bool,
+        digests: Digests,
+    ) -> Vec<Vec<u8>> {
         let catalog = generation.catalog();
         let mut partials: Vec<Partial> = (0..catalog.shard_count())
             .map(|shard| {
@@ -1177,7 +1577,7 @@ mod tests {
                     stations,
                     question: question.clone(),
                 };
-                generation.shards()[shard].summarize(&request, catalog.symbols())
+                generation.shards()[shard].summarize_reading(&request, catalog.symbols(), digests)
             })
             .collect();
         if reverse {
@@ -1199,7 +1599,7 @@ mod tests {
         merged
             .finish(grouping.as_ref(), catalog)
             .rows()
-            .map(|row| serde_json::from_slice(row).unwrap())
+            .map(<[u8]>::to_vec)
             .collect()
     }
 
@@ -1631,5 +2031,199 @@ mod tests {
                        "first": "2024-01-01T00:10:00Z", "last": "2024-01-01T01:20:00Z"}),
             ]
         );
+    }
+
+    /// A unit record for [`issue_22_summaries_from_digests_answer_as_decoding_does`]:
+    /// (station, second past 2024-01-01T00:00:00Z, serial (0 for the empty one),
+    /// output, slot, result, unit type, mode, a fraction of a second).
+    type UnitRecord = (u8, u32, u8, bool, u8, u8, u8, u8, bool);
+
+    fn unit_record_line(record: &UnitRecord) -> String {
+        let &(station, second, serial, output, slot, result, unit_type, mode, fraction) = record;
+        let time = chrono::DateTime::from_timestamp(1_704_067_200 + i64::from(second), 0)
+            .unwrap()
+            .format("%Y-%m-%dT%H:%M:%S")
+            .to_string();
+        let fraction = if fraction { ".250001" } else { "" };
+        let serial = match serial {
+            0 => String::new(),
+            serial => format!("SN{serial}"),
+        };
+        let direction = if output { "output" } else { "input" };
+        let result = ["pass", "FAIL", "ok", "Error"][usize::from(result % 4)];
+        format!(
+            r#"{{"station_id":"S{station}","time_created":"{time}{fraction}Z","direction":"{direction}","slot":"{slot}","unit_serial":"{serial}","result":"{result}","unit_type":"t{unit_type}","mode":"m{mode}"}}"#
+        ) + "\n"
+    }
+
+    proptest::proptest! {
+        /// Issue 22: a unit summary that reads sealed blocks' digests answers byte
+        /// for byte as one that decodes every block, and as one over records all
+        /// hot, whatever the window, buckets, zone, grouping and type filter.
+        #[test]
+        fn issue_22_summaries_from_digests_answer_as_decoding_does(
+            records in proptest::collection::vec(
+                (0u8..3, 0u32..4 * 3600, 0u8..5, proptest::bool::ANY, 0u8..2, 0u8..4,
+                 0u8..2, 0u8..2, proptest::bool::weighted(0.1)),
+                1..150,
+            ),
+            from in 0u32..4 * 3600,
+            length in 1u32..6 * 3600,
+            bucket in 0usize..6,
+            zone in 0usize..4,
+            fields in proptest::sample::subsequence(
+                vec![GroupField::StationId, GroupField::Slot, GroupField::UnitType, GroupField::Mode],
+                0..=4,
+            ),
+            reversed in proptest::bool::ANY,
+            types in 0usize..4,
+            shards in 1usize..3,
+        ) {
+            let mut files: Vec<(String, String)> = Vec::new();
+            for station in 0..3 {
+                let lines: String = (records.iter())
+                    .filter(|record| record.0 == station)
+                    .map(unit_record_line)
+                    .collect();
+                if !lines.is_empty() {
+                    files.push((format!("s{station}.units.jsonl"), lines));
+                }
+            }
+            let files: Vec<(&str, &str)> =
+                files.iter().map(|(name, text)| (name.as_str(), text.as_str())).collect();
+            let start = 1_704_067_200 + i64::from(from);
+            let window = Window {
+                from: Timestamp { seconds: start, nanos: 0 },
+                to: Timestamp { seconds: start + i64::from(length), nanos: 0 },
+            };
+            let mut fields = fields;
+            if reversed {
+                fields.reverse();
+            }
+            let hot = generation_sealing(&files, shards, None);
+            let sealed = generation_sealing(&files, shards, Some(std::time::Duration::from_secs(1)));
+            let symbols = sealed.catalog().symbols();
+            let unit_types = match types {
+                0 => Matcher::Any,
+                1 => Matcher::OneOf(symbols.lookup("t0").into_iter().collect()),
+                2 => Matcher::OneOf(symbols.lookup("t1").into_iter().collect()),
+                _ => Matcher::OneOf(Vec::new()),
+            };
+            let question = Question::Units {
+                window,
+                unit_types,
+                unit_serial: Matcher::Any,
+                grouping: Grouping {
+                    fields,
+                    bucket: [None, Some("15m"), Some("1h"), Some("2h"), Some("1d"), Some("90m")]
+                        [bucket]
+                        .map(|text| Bucket::parse(text).unwrap()),
+                    zone: Zone::parse(
+                        ["UTC", "Asia/Kolkata", "America/St_Johns", "Europe/Berlin"][zone],
+                    )
+                    .unwrap(),
+                },
+                pass_results: vec!["pass".into(), "OK".into()],
+            };
+            let decoded = rendered(&sealed, &question, false, Digests::Decode);
+            let digested = rendered(&sealed, &question, false, Digests::Read);
+            proptest::prop_assert_eq!(&digested, &decoded);
+            proptest::prop_assert_eq!(&rendered(&sealed, &question, true, Digests::Read), &decoded);
+            proptest::prop_assert_eq!(&rendered(&hot, &question, false, Digests::Read), &decoded);
+        }
+    }
+
+    /// A metric record for [`issue_22_metric_summaries_from_digests_answer_as_decoding_does`]:
+    /// (station, second past 2024-01-01T00:00:00Z, name, slot, unit, value, serial).
+    type MetricRecord = (u8, u32, u8, u8, u8, u8, u8);
+
+    fn metric_record_line(record: &MetricRecord) -> String {
+        let &(station, second, name, slot, unit, value, serial) = record;
+        let time = chrono::DateTime::from_timestamp(1_704_067_200 + i64::from(second), 0)
+            .unwrap()
+            .format("%Y-%m-%dT%H:%M:%SZ");
+        // Numbers, one that is not, and one beyond a float.
+        let value = match value {
+            0 => "\"abc\"".to_owned(),
+            1 => "1e400".to_owned(),
+            value => format!("{}.{}", value / 3, value % 7),
+        };
+        format!(
+            r#"{{"station_id":"S{station}","time_created":"{time}","name":"n{name}","slot":"{slot}","unit":"u{unit}","unit_serial":"SN{serial}","value":{value},"limit_lower":{},"limit_upper":"{}"}}"#,
+            slot,
+            3 + name,
+        ) + "\n"
+    }
+
+    proptest::proptest! {
+        /// Issue 22: a metric summary that reads sealed blocks' digests answers byte
+        /// for byte as one that decodes every block, and as one over records all
+        /// hot, whatever the window, buckets, zone, grouping and names.
+        #[test]
+        fn issue_22_metric_summaries_from_digests_answer_as_decoding_does(
+            records in proptest::collection::vec(
+                (0u8..3, 0u32..4 * 3600, 0u8..3, 0u8..2, 0u8..2, 0u8..20, 0u8..4),
+                1..150,
+            ),
+            from in 0u32..4 * 3600,
+            length in 1u32..6 * 3600,
+            bucket in 0usize..6,
+            zone in 0usize..4,
+            fields in proptest::sample::subsequence(
+                vec![GroupField::StationId, GroupField::Slot, GroupField::Unit],
+                0..=3,
+            ),
+            reversed in proptest::bool::ANY,
+            names in 0usize..3,
+            shards in 1usize..3,
+        ) {
+            let mut files: Vec<(String, String)> = Vec::new();
+            for station in 0..3 {
+                let lines: String = (records.iter())
+                    .filter(|record| record.0 == station)
+                    .map(metric_record_line)
+                    .collect();
+                if !lines.is_empty() {
+                    files.push((format!("s{station}.metrics.jsonl"), lines));
+                }
+            }
+            let files: Vec<(&str, &str)> =
+                files.iter().map(|(name, text)| (name.as_str(), text.as_str())).collect();
+            let start = 1_704_067_200 + i64::from(from);
+            let window = Window {
+                from: Timestamp { seconds: start, nanos: 0 },
+                to: Timestamp { seconds: start + i64::from(length), nanos: 0 },
+            };
+            let mut fields = fields;
+            if reversed {
+                fields.reverse();
+            }
+            let hot = generation_sealing(&files, shards, None);
+            let sealed = generation_sealing(&files, shards, Some(std::time::Duration::from_secs(1)));
+            let symbols = sealed.catalog().symbols();
+            let names = match names {
+                0 => Matcher::Any,
+                1 => Matcher::OneOf(symbols.lookup("n1").into_iter().collect()),
+                _ => Matcher::OneOf(["n0", "n2"].iter().filter_map(|name| symbols.lookup(name)).collect()),
+            };
+            let question = Question::Metrics {
+                window,
+                names,
+                grouping: Grouping {
+                    fields,
+                    bucket: [None, Some("15m"), Some("1h"), Some("2h"), Some("1d"), Some("90m")]
+                        [bucket]
+                        .map(|text| Bucket::parse(text).unwrap()),
+                    zone: Zone::parse(
+                        ["UTC", "Asia/Kolkata", "America/St_Johns", "Europe/Berlin"][zone],
+                    )
+                    .unwrap(),
+                },
+            };
+            let decoded = rendered(&sealed, &question, false, Digests::Decode);
+            let digested = rendered(&sealed, &question, false, Digests::Read);
+            proptest::prop_assert_eq!(&digested, &decoded);
+            proptest::prop_assert_eq!(&rendered(&hot, &question, false, Digests::Read), &decoded);
+        }
     }
 }

@@ -1,0 +1,680 @@
+//! A sealed block's digest: what a summary (docs/api.md section 10) reads of a
+//! block's records without decompressing them, made when the block is sealed, on
+//! the loader threads (issue 22).
+//!
+//! A summary whose window holds a block whole, and whose buckets put all of the
+//! block's records in one, reads the block's digest instead of its records: a
+//! block of four hours holds a few dozen units, and a summary over a week of a
+//! hundred stations would otherwise decompress and read four thousand blocks.
+//!
+//! A unit digest holds, in the block's key order:
+//! - the first and last unit record's key, so that a reader can tell whether its
+//!   window and a bucket hold the block whole, and the unit types of its records,
+//!   so that a type filter can be proved to keep all of them or none;
+//! - per fine group (slot, unit type and mode: every field a unit row groups by
+//!   but the station, which a block has one of), the output records and their
+//!   counts by `result`;
+//! - per fine group and serial, the first, second and last attempt (key and
+//!   `result`: what passes is the reader's setting), the cycle times whose input
+//!   and output are both in the block, and the instant of the output that uses up
+//!   an input from before the block, when its slot and serial's first record in
+//!   the block is an output;
+//! - the inputs still waiting for their output at the block's end.
+//!
+//! With these, a reader pairs and counts a block's units as it would have record by
+//! record, in an order that changes no answer: rows are sorted when finished,
+//! cycle times kept whole and summed exactly, and attempts joined by the two
+//! earliest and the latest whatever their order.
+//!
+//! Empty serials are digested as any other: the reader knows which symbol is the
+//! empty one and leaves out what the records with it would not have made (their
+//! attempts, cycle times and waiting inputs), keeping their counts.
+//!
+//! The digest is numbers written as varints, not compressed: reading one is a
+//! pass over a few hundred bytes.
+
+use std::borrow::Cow;
+
+use foldhash::{HashMap, HashMapExt as _, HashSet, HashSetExt as _};
+use integer_encoding::VarInt as _;
+
+use crate::data::key::RecordKey;
+use crate::data::symbols::Symbol;
+use crate::data::tier::{MetricEntry, UnitEntry};
+use crate::domain::record::Direction;
+use crate::domain::time::Timestamp;
+
+/// A fine group's output records: their group fields and counts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct DigestGroup {
+    pub(crate) slot: Symbol,
+    pub(crate) unit_type: Symbol,
+    pub(crate) mode: Symbol,
+    pub(crate) records: u64,
+    /// Where its counts by `result` are in [`UnitDigest::results`].
+    pub(crate) results: std::ops::Range<usize>,
+}
+
+/// One attempt: the output record's key and its `result`.
+pub(crate) type Attempt = (RecordKey, Symbol);
+
+/// A serial's outputs in one fine group of a block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct DigestUnit {
+    /// Its fine group's index in [`UnitDigest::groups`].
+    pub(crate) group: usize,
+    pub(crate) serial: Symbol,
+    pub(crate) first: Attempt,
+    pub(crate) second: Option<Attempt>,
+    pub(crate) last: Attempt,
+    /// The instant of the output that pairs with an input from before the block,
+    /// if there is one waiting: the block's first record of its slot and serial.
+    pub(crate) leading: Option<Timestamp>,
+    /// Where its cycle times within the block are in [`UnitDigest::cycles`].
+    pub(crate) cycles: std::ops::Range<usize>,
+}
+
+/// A block's unit digest, read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct UnitDigest {
+    /// The keys of its first and last unit record, of either direction.
+    pub(crate) first: RecordKey,
+    pub(crate) last: RecordKey,
+    /// The distinct unit types of its records, inputs too.
+    pub(crate) types: Vec<Symbol>,
+    pub(crate) groups: Vec<DigestGroup>,
+    pub(crate) results: Vec<(Symbol, u64)>,
+    pub(crate) units: Vec<DigestUnit>,
+    /// Cycle times in nanoseconds.
+    pub(crate) cycles: Vec<i64>,
+    /// The inputs that wait for an output at the block's end: slot, serial, instant.
+    pub(crate) waiting: Vec<(Symbol, Symbol, Timestamp)>,
+}
+
+impl Default for UnitDigest {
+    fn default() -> UnitDigest {
+        let key = RecordKey {
+            instant: Timestamp {
+                seconds: 0,
+                nanos: 0,
+            },
+            load_order: 0,
+        };
+        UnitDigest {
+            first: key,
+            last: key,
+            types: Vec::new(),
+            groups: Vec::new(),
+            results: Vec::new(),
+            units: Vec::new(),
+            cycles: Vec::new(),
+            waiting: Vec::new(),
+        }
+    }
+}
+
+/// Writes the unit digest of a block of `period_start`'s period: `records` are its
+/// unit records in key order.
+pub(crate) fn write_unit_digest(
+    period_start: Timestamp,
+    records: &[(RecordKey, UnitEntry)],
+    out: &mut Vec<u8>,
+) {
+    let (Some(first), Some(last)) = (records.first(), records.last()) else {
+        return;
+    };
+    let whole_millis = (records.iter()).all(|(key, _)| key.instant.nanos % 1_000_000 == 0);
+    let time_unit = unit_of(whole_millis);
+    let times = Times {
+        start: period_start,
+        unit: time_unit,
+    };
+    out.push(u8::from(!whole_millis));
+    times.write_key(out, first.0);
+    times.write_key(out, last.0);
+
+    let mut types: Vec<Symbol> = Vec::new();
+    let mut groups: Vec<(DigestGroup, Vec<(Symbol, u64)>)> = Vec::new();
+    let mut group_index: HashMap<(Symbol, Symbol, Symbol), usize> = HashMap::new();
+    let mut units: Vec<(DigestUnit, Vec<i64>)> = Vec::new();
+    let mut unit_index: HashMap<(usize, Symbol), usize> = HashMap::new();
+    // Per slot and serial: the latest input since the last output, and whether
+    // any record of theirs came before, as the summary pairs them.
+    let mut open: HashMap<(Symbol, Symbol), Timestamp> = HashMap::new();
+    let mut seen: HashSet<(Symbol, Symbol)> = HashSet::new();
+    for &(key, entry) in records {
+        if !types.contains(&entry.unit_type) {
+            types.push(entry.unit_type);
+        }
+        let pair = (entry.slot, entry.unit_serial);
+        if entry.direction == Direction::Input {
+            open.insert(pair, key.instant);
+            seen.insert(pair);
+            continue;
+        }
+        let fine = (entry.slot, entry.unit_type, entry.mode);
+        let group = *group_index.entry(fine).or_insert_with(|| {
+            groups.push((
+                DigestGroup {
+                    slot: entry.slot,
+                    unit_type: entry.unit_type,
+                    mode: entry.mode,
+                    records: 0,
+                    results: 0..0,
+                },
+                Vec::new(),
+            ));
+            groups.len() - 1
+        });
+        let (counts, results) = &mut groups[group];
+        counts.records += 1;
+        match results
+            .iter_mut()
+            .find(|(result, _)| *result == entry.result)
+        {
+            Some((_, count)) => *count += 1,
+            None => results.push((entry.result, 1)),
+        }
+        let attempt = (key, entry.result);
+        let index = *unit_index
+            .entry((group, entry.unit_serial))
+            .or_insert_with(|| {
+                units.push((
+                    DigestUnit {
+                        group,
+                        serial: entry.unit_serial,
+                        first: attempt,
+                        second: None,
+                        last: attempt,
+                        leading: None,
+                        cycles: 0..0,
+                    },
+                    Vec::new(),
+                ));
+                units.len() - 1
+            });
+        let (unit, cycles) = &mut units[index];
+        if unit.first != attempt {
+            if unit.second.is_none() {
+                unit.second = Some(attempt);
+            }
+            unit.last = attempt;
+        }
+        match open.remove(&pair) {
+            Some(input) => cycles.push(key.instant.nanos_since(input) as i64),
+            None if !seen.contains(&pair) => unit.leading = Some(key.instant),
+            None => {}
+        }
+        seen.insert(pair);
+    }
+
+    number(out, types.len() as u64);
+    for symbol in &types {
+        number(out, u64::from(symbol.0));
+    }
+    number(out, groups.len() as u64);
+    for (group, results) in &groups {
+        for symbol in [group.slot, group.unit_type, group.mode] {
+            number(out, u64::from(symbol.0));
+        }
+        number(out, group.records);
+        number(out, results.len() as u64);
+        for (result, count) in results {
+            number(out, u64::from(result.0));
+            number(out, *count);
+        }
+    }
+    number(out, units.len() as u64);
+    for (unit, cycles) in &units {
+        number(out, unit.group as u64);
+        number(out, u64::from(unit.serial.0));
+        // How many attempts it names (1 to 3), whether it has a leading output.
+        let named = match (unit.second, unit.second == Some(unit.last)) {
+            (None, _) => 1,
+            (Some(_), true) => 2,
+            (Some(_), false) => 3,
+        };
+        number(out, (named << 1) | u64::from(unit.leading.is_some()));
+        let mut attempts = vec![unit.first];
+        attempts.extend(unit.second);
+        if named == 3 {
+            attempts.push(unit.last);
+        }
+        for (key, result) in attempts {
+            times.write_key(out, key);
+            number(out, u64::from(result.0));
+        }
+        if let Some(leading) = unit.leading {
+            times.write_instant(out, leading);
+        }
+        number(out, cycles.len() as u64);
+        for &nanos in cycles {
+            number(out, nanos as u64 / time_unit);
+        }
+    }
+    let mut waiting: Vec<((Symbol, Symbol), Timestamp)> = open.into_iter().collect();
+    waiting.sort_unstable();
+    number(out, waiting.len() as u64);
+    for ((slot, serial), instant) in waiting {
+        number(out, u64::from(slot.0));
+        number(out, u64::from(serial.0));
+        times.write_instant(out, instant);
+    }
+}
+
+/// The unit of a digest's instants and cycle times, in nanoseconds.
+fn unit_of(whole_millis: bool) -> u64 {
+    match whole_millis {
+        true => 1_000_000,
+        false => 1,
+    }
+}
+
+impl UnitDigest {
+    /// Reads a unit digest written by [`write_unit_digest`] for a block of
+    /// `period_start`'s period into this one, whose buffers it reuses.
+    pub(crate) fn read(&mut self, period_start: Timestamp, bytes: &[u8]) {
+        let mut reader = Reader { bytes, at: 0 };
+        let unit = unit_of(reader.take() == 0);
+        let times = Times {
+            start: period_start,
+            unit,
+        };
+        self.first = times.read_key(&mut reader);
+        self.last = times.read_key(&mut reader);
+        self.types.clear();
+        for _ in 0..reader.number() {
+            self.types.push(reader.symbol());
+        }
+        self.groups.clear();
+        self.results.clear();
+        for _ in 0..reader.number() {
+            let [slot, unit_type, mode] = [(); 3].map(|()| reader.symbol());
+            let records = reader.number();
+            let start = self.results.len();
+            for _ in 0..reader.number() {
+                let result = reader.symbol();
+                self.results.push((result, reader.number()));
+            }
+            self.groups.push(DigestGroup {
+                slot,
+                unit_type,
+                mode,
+                records,
+                results: start..self.results.len(),
+            });
+        }
+        self.units.clear();
+        self.cycles.clear();
+        for _ in 0..reader.number() {
+            let group = reader.number() as usize;
+            let serial = reader.symbol();
+            let shape = reader.number();
+            let mut attempt = || {
+                let key = times.read_key(&mut reader);
+                (key, reader.symbol())
+            };
+            let first = attempt();
+            let (second, last) = match shape >> 1 {
+                1 => (None, first),
+                2 => {
+                    let second = attempt();
+                    (Some(second), second)
+                }
+                _ => {
+                    let second = attempt();
+                    (Some(second), attempt())
+                }
+            };
+            let leading = (shape & 1 == 1).then(|| times.read_instant(&mut reader));
+            let start = self.cycles.len();
+            for _ in 0..reader.number() {
+                self.cycles.push((reader.number() * unit) as i64);
+            }
+            self.units.push(DigestUnit {
+                group,
+                serial,
+                first,
+                second,
+                last,
+                leading,
+                cycles: start..self.cycles.len(),
+            });
+        }
+        self.waiting.clear();
+        for _ in 0..reader.number() {
+            let slot = reader.symbol();
+            let serial = reader.symbol();
+            self.waiting
+                .push((slot, serial, times.read_instant(&mut reader)));
+        }
+    }
+}
+
+/// Running statistics of metric records' values, added one at a time in key
+/// order (Welford's): the one arithmetic both a block's digest, at seal time, and
+/// a summary reading records use, so that the two agree to the bit.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Running {
+    pub(crate) count: u64,
+    pub(crate) numeric: u64,
+    pub(crate) min: f64,
+    pub(crate) max: f64,
+    pub(crate) mean: f64,
+    /// Sum of squared deviations from the mean.
+    pub(crate) squares: f64,
+    pub(crate) out_of_limits: u64,
+}
+
+impl Default for Running {
+    fn default() -> Running {
+        Running {
+            count: 0,
+            numeric: 0,
+            min: f64::INFINITY,
+            max: f64::NEG_INFINITY,
+            mean: 0.0,
+            squares: 0.0,
+            out_of_limits: 0,
+        }
+    }
+}
+
+impl Running {
+    /// Adds a record of these numbers (`NaN` where not numeric): true if its value
+    /// is out of its limits.
+    pub(crate) fn add(&mut self, value: f64, limit_lower: f64, limit_upper: f64) -> bool {
+        self.count += 1;
+        if !value.is_finite() {
+            return false;
+        }
+        self.numeric += 1;
+        self.min = self.min.min(value);
+        self.max = self.max.max(value);
+        let delta = value - self.mean;
+        self.mean += delta / self.numeric as f64;
+        self.squares += delta * (value - self.mean);
+        // A NaN limit is not numeric, and NaN comparisons are false.
+        let out = value < limit_lower || value > limit_upper;
+        self.out_of_limits += u64::from(out);
+        out
+    }
+}
+
+/// A fine group's metric records in a block (name, slot and unit: every field a
+/// metric row groups by but the station).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct MetricGroup {
+    pub(crate) name: Symbol,
+    pub(crate) slot: Symbol,
+    pub(crate) unit: Symbol,
+    pub(crate) running: Running,
+    /// Where the serials of its out-of-limit records are in
+    /// [`MetricDigest::failing`], each once.
+    pub(crate) failing: std::ops::Range<usize>,
+    /// Its last record's key, and where the text of its limits is in the digest.
+    pub(crate) last: RecordKey,
+    pub(crate) limits: [std::ops::Range<usize>; 2],
+}
+
+/// A block's metric digest, read.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct MetricDigest {
+    /// The keys of its first and last metric record.
+    pub(crate) first: RecordKey,
+    pub(crate) last: RecordKey,
+    /// In the order of their name, slot and unit symbols.
+    pub(crate) groups: Vec<MetricGroup>,
+    pub(crate) failing: Vec<Symbol>,
+}
+
+impl Default for MetricDigest {
+    fn default() -> MetricDigest {
+        let key = UnitDigest::default().first;
+        MetricDigest {
+            first: key,
+            last: key,
+            groups: Vec::new(),
+            failing: Vec::new(),
+        }
+    }
+}
+
+/// A metric record to digest: its key, its entry and its JSON's five parts.
+pub(crate) type MetricRecord<'a> = (RecordKey, MetricEntry, [&'a [u8]; 5]);
+
+/// Writes the metric digest of a block of `period_start`'s period: `records` are
+/// its metric records in key order.
+pub(crate) fn write_metric_digest(
+    period_start: Timestamp,
+    records: &[MetricRecord<'_>],
+    out: &mut Vec<u8>,
+) {
+    let (Some(first), Some(last)) = (records.first(), records.last()) else {
+        return;
+    };
+    let whole_millis = (records.iter()).all(|(key, ..)| key.instant.nanos % 1_000_000 == 0);
+    let times = Times {
+        start: period_start,
+        unit: unit_of(whole_millis),
+    };
+    out.push(u8::from(!whole_millis));
+    times.write_key(out, first.0);
+    times.write_key(out, last.0);
+    /// A fine group's records so far.
+    struct Accumulated {
+        running: Running,
+        failing: Vec<Symbol>,
+        last: RecordKey,
+        last_index: usize,
+    }
+    let mut groups: HashMap<(Symbol, Symbol, Symbol), Accumulated> = HashMap::new();
+    for (index, (key, entry, _)) in records.iter().enumerate() {
+        let group = groups
+            .entry((entry.name, entry.slot, entry.unit))
+            .or_insert_with(|| Accumulated {
+                running: Running::default(),
+                failing: Vec::new(),
+                last: *key,
+                last_index: 0,
+            });
+        if (group.running).add(entry.value, entry.limit_lower, entry.limit_upper)
+            && !group.failing.contains(&entry.unit_serial)
+        {
+            group.failing.push(entry.unit_serial);
+        }
+        group.last = *key;
+        group.last_index = index;
+    }
+    let mut groups: Vec<_> = groups.into_iter().collect();
+    groups.sort_unstable_by_key(|(fine, _)| *fine);
+    number(out, groups.len() as u64);
+    for ((name, slot, unit), group) in groups {
+        let Accumulated {
+            running,
+            failing,
+            last,
+            last_index,
+        } = group;
+        for symbol in [name, slot, unit] {
+            number(out, u64::from(symbol.0));
+        }
+        number(out, running.count);
+        number(out, running.numeric);
+        if running.numeric > 0 {
+            for float in [running.min, running.max, running.mean, running.squares] {
+                out.extend_from_slice(&float.to_bits().to_le_bytes());
+            }
+        }
+        number(out, running.out_of_limits);
+        number(out, failing.len() as u64);
+        for serial in failing {
+            number(out, u64::from(serial.0));
+        }
+        times.write_key(out, last);
+        // The text of its limits, which a row shows: so that a summary decodes no
+        // block for it.
+        #[derive(serde::Deserialize)]
+        struct Limits<'a> {
+            #[serde(borrow)]
+            limit_lower: Cow<'a, str>,
+            #[serde(borrow)]
+            limit_upper: Cow<'a, str>,
+        }
+        let json = records[last_index].2.concat();
+        let limits: Limits = serde_json::from_slice(&json)
+            .expect("a metric record's JSON, rendered at load, has both limits");
+        for text in [limits.limit_lower, limits.limit_upper] {
+            number(out, text.len() as u64);
+            out.extend_from_slice(text.as_bytes());
+        }
+    }
+}
+
+/// The keys of the first and last record of a block of `period_start`'s period,
+/// from its unit or metric digest, which is read no further.
+pub(crate) fn bounds(period_start: Timestamp, bytes: &[u8]) -> (RecordKey, RecordKey) {
+    let mut reader = Reader { bytes, at: 0 };
+    let times = Times {
+        start: period_start,
+        unit: unit_of(reader.take() == 0),
+    };
+    (times.read_key(&mut reader), times.read_key(&mut reader))
+}
+
+impl MetricDigest {
+    /// Reads a metric digest written by [`write_metric_digest`] for a block of
+    /// `period_start`'s period into this one, whose buffers it reuses.
+    pub(crate) fn read(&mut self, period_start: Timestamp, bytes: &[u8]) {
+        let mut reader = Reader { bytes, at: 0 };
+        let times = Times {
+            start: period_start,
+            unit: unit_of(reader.take() == 0),
+        };
+        self.first = times.read_key(&mut reader);
+        self.last = times.read_key(&mut reader);
+        self.groups.clear();
+        self.failing.clear();
+        for _ in 0..reader.number() {
+            let [name, slot, unit] = [(); 3].map(|()| reader.symbol());
+            let mut running = Running {
+                count: reader.number(),
+                numeric: reader.number(),
+                ..Running::default()
+            };
+            if running.numeric > 0 {
+                running.min = reader.float();
+                running.max = reader.float();
+                running.mean = reader.float();
+                running.squares = reader.float();
+            }
+            running.out_of_limits = reader.number();
+            let start = self.failing.len();
+            for _ in 0..reader.number() {
+                self.failing.push(reader.symbol());
+            }
+            let last = times.read_key(&mut reader);
+            let limits = [(); 2].map(|()| {
+                let length = reader.number() as usize;
+                reader.at += length;
+                reader.at - length..reader.at
+            });
+            self.groups.push(MetricGroup {
+                name,
+                slot,
+                unit,
+                running,
+                failing: start..self.failing.len(),
+                last,
+                limits,
+            });
+        }
+    }
+}
+
+/// Instants as offsets from a period's start, in whole milliseconds where all of
+/// a block's are, else nanoseconds.
+#[derive(Clone, Copy)]
+struct Times {
+    start: Timestamp,
+    unit: u64,
+}
+
+impl Times {
+    fn write_instant(self, out: &mut Vec<u8>, instant: Timestamp) {
+        number(out, instant.nanos_since(self.start) as u64 / self.unit);
+    }
+
+    fn write_key(self, out: &mut Vec<u8>, key: RecordKey) {
+        self.write_instant(out, key.instant);
+        number(out, key.load_order >> 32);
+        number(out, key.load_order & 0xffff_ffff);
+    }
+
+    fn read_instant(self, reader: &mut Reader<'_>) -> Timestamp {
+        let nanos = reader.number() * self.unit;
+        Timestamp {
+            seconds: self.start.seconds + (nanos / 1_000_000_000) as i64,
+            nanos: (nanos % 1_000_000_000) as u32,
+        }
+    }
+
+    fn read_key(self, reader: &mut Reader<'_>) -> RecordKey {
+        let instant = self.read_instant(reader);
+        let file = reader.number();
+        let line = reader.number();
+        RecordKey {
+            instant,
+            load_order: (file << 32) | line,
+        }
+    }
+}
+
+fn number(out: &mut Vec<u8>, value: u64) {
+    let mut encoded = [0; 10];
+    let length = value.encode_var(&mut encoded);
+    out.extend_from_slice(&encoded[..length]);
+}
+
+/// Reads a digest from the front.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn take(&mut self) -> u8 {
+        let byte = self.bytes[self.at];
+        self.at += 1;
+        byte
+    }
+
+    /// A varint, read here rather than by `integer_encoding`, whose general
+    /// reader was a tenth of a week's summary.
+    #[inline]
+    fn number(&mut self) -> u64 {
+        let mut value = 0;
+        let mut shift = 0;
+        loop {
+            let byte = self.bytes[self.at];
+            self.at += 1;
+            value |= u64::from(byte & 0x7f) << shift;
+            if byte < 0x80 {
+                return value;
+            }
+            shift += 7;
+        }
+    }
+
+    fn float(&mut self) -> f64 {
+        let bytes: [u8; 8] = (self.bytes[self.at..self.at + 8])
+            .try_into()
+            .expect("eight bytes");
+        self.at += 8;
+        f64::from_bits(u64::from_le_bytes(bytes))
+    }
+
+    fn symbol(&mut self) -> Symbol {
+        Symbol(self.number() as u32)
+    }
+}
