@@ -13,7 +13,9 @@
 # QUERY is a load-test query whose paths `bash benches/load.sh` left in
 # target/load (H2, the week's unit summary, say), or M7: every station's metric
 # summary over the week, by day, whose paths this script draws. FLAGS is one word
-# list, quoted ("--hot all").
+# list, quoted ("--hot all"). HISTORY_CONNECTIONS sets wrk's connections (32): a
+# query of a few hundred milliseconds wants fewer, or a run of a few seconds ends
+# with most of its requests still queued.
 set -euo pipefail
 query=$1 seconds=$2 rounds=$3
 shift 3
@@ -54,7 +56,7 @@ ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 run() {
   local port=$1 pid=$2 before output after requests rate
   before=$(ticks "$pid")
-  output=$(wrk --threads 2 --connections 32 --duration "${seconds}s" --timeout 30s \
+  output=$(wrk --threads 2 --connections "${HISTORY_CONNECTIONS:-32}" --duration "${seconds}s" --timeout 30s \
     --script benches/load/paths.lua "http://127.0.0.1:$port" -- \
     "$load/paths-$query.txt" stq-load-benchmark)
   after=$(ticks "$pid")

@@ -30,6 +30,12 @@
 //! empty one and leaves out what the records with it would not have made (their
 //! attempts, cycle times and waiting inputs), keeping their counts.
 //!
+//! A metric digest holds the first and last metric record's key and, per fine
+//! group (name, slot and unit), the running statistics of its values ([`Running`],
+//! the arithmetic a summary reading records uses too), the serials of its
+//! out-of-limit records, and its last record's key and the text of its limits,
+//! which a row shows.
+//!
 //! The digest is numbers written as varints, not compressed: reading one is a
 //! pass over a few hundred bytes.
 

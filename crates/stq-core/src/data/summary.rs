@@ -16,6 +16,13 @@
 //! shard and are read in one pass, in the contract's order, so the pairing is done
 //! there, station by station ([`Pairing`]): none spans two stations, so none spans
 //! two shards, and a partial carries only the cycle times, never the inputs.
+//!
+//! A sealed block that the window and one bucket hold whole is read from its
+//! digest (`data::digest`) instead of its records, with the same answer
+//! to the byte: a unit digest's attempts, cycle times and waiting inputs are joined
+//! as its records would have been, and a station's metric records join their rows
+//! a period (a block's span) at a time, by fine group in one order, as a metric
+//! digest's statistics do (`Segments`).
 
 use std::borrow::Cow;
 use std::cmp::Ordering;
