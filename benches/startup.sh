@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Start-up loads of two stq binaries, interleaved (A B B A per round): the rate from
-# stq's own `loaded in` line and the process's CPU time (user + system) when it
-# appeared. BENCHMARKS.md, issue 12.
+# stq's own `loaded in` line, the process's CPU time (user + system) when it
+# appeared, and its peak and current RSS then. BENCHMARKS.md, issues 12 and 22.
 #
 # usage: bash benches/startup.sh SNAPSHOT_DIRECTORY ROUNDS cold|warm BINARY_A BINARY_B
 #
@@ -30,7 +30,10 @@ one() {
   ticks=$(awk '{print $14 + $15}' "/proc/$pid/stat")
   local loaded
   loaded=$(grep -o "loaded in [0-9]* ms ([0-9.]* MB at [0-9]* MB/s)" "$log" | head -1)
-  echo "$label: $loaded, CPU $((ticks * 1000 / $(getconf CLK_TCK))) ms"
+  local peak rss
+  peak=$(awk '/^VmHWM/ {print int($2 / 1024)}' "/proc/$pid/status")
+  rss=$(awk '/^VmRSS/ {print int($2 / 1024)}' "/proc/$pid/status")
+  echo "$label: $loaded, CPU $((ticks * 1000 / $(getconf CLK_TCK))) ms, peak RSS $peak MiB, RSS $rss MiB"
   kill "$pid"
   wait "$pid" 2> /dev/null || true
 }

@@ -13,6 +13,8 @@ use crate::data::key::{load_order, RecordKey};
 use crate::data::sealed::{period_of, period_start, Sealed, Unsealed, SEALED};
 use crate::data::station::{MetricEntry, StationData, UnitEntry};
 use crate::data::stored::{self, Piece, PieceTable, Pieces, RecordJson, StoredRecord};
+use crate::data::tier::Tier as _;
+use crate::domain::time::Timestamp;
 
 /// How many of a station's latest units, and of its latest metrics, an extension
 /// looks at for pieces that appended records can share.
@@ -28,7 +30,26 @@ pub(crate) struct StationBuilder {
     /// The station's sealed records so far, which the built station keeps and
     /// seals more into.
     pub(crate) sealed: Arc<Sealed>,
+    /// How many records it holds when [`Self::seal_while_reading`] looks again.
+    next_seal: usize,
 }
+
+/// How much longer than the hot window a full load keeps a station's records
+/// unsealed while its files are read: the parsing threads hand a station's records
+/// over out of order by up to a block of a file, and a record in a period sealed
+/// already has that period's block sealed again. In tests, an hour (a period), so
+/// that records come late to sealed blocks.
+#[cfg(not(test))]
+const READING_MARGIN: Duration = Duration::from_secs(24 * 3600);
+#[cfg(test)]
+const READING_MARGIN: Duration = Duration::from_secs(3600);
+
+/// The fewest records a station holds before a read seals any of them: sealing a
+/// few records at a time would compress them worse. In tests, any.
+#[cfg(not(test))]
+const READING_SEAL_RECORDS: usize = 8192;
+#[cfg(test)]
+const READING_SEAL_RECORDS: usize = 1;
 
 impl StationBuilder {
     /// Takes over the records of a batch of the same station, in its order after
@@ -73,6 +94,50 @@ impl StationBuilder {
         self.units.len() + self.metrics.len()
     }
 
+    /// Its records, sealed ones too.
+    fn all_records(&self) -> usize {
+        self.record_count() + self.sealed_records()
+    }
+
+    /// Its records sealed so far.
+    pub(crate) fn sealed_records(&self) -> usize {
+        self.sealed.unit_count() + self.sealed.metric_count()
+    }
+
+    /// Seals the records that are sure to be sealed when the load ends: those in
+    /// whole periods older than the hot window and [`READING_MARGIN`], counted back
+    /// from its newest record so far (the newest can only grow). So a full load
+    /// holds a few days of each station as built records, not all of its history,
+    /// which for months of a floor took several times the memory of what it
+    /// builds. Looks again once it holds twice the records it keeps.
+    pub(crate) fn seal_while_reading(&mut self, hot: Duration) {
+        if self.record_count() < self.next_seal {
+            return;
+        }
+        if let Some(first_hot) = self.first_hot(hot + READING_MARGIN) {
+            if self.seals_any(first_hot) {
+                *self = std::mem::take(self).sealing(first_hot);
+            }
+        }
+        self.next_seal = (2 * self.record_count()).max(READING_SEAL_RECORDS);
+    }
+
+    /// The first instant that stays hot: the start of the period that holds the
+    /// instant `hot` before its newest record.
+    fn first_hot(&self, hot: Duration) -> Option<Timestamp> {
+        let newest = (self.units.iter().map(|(key, _)| key.instant))
+            .chain(self.metrics.iter().map(|(key, _)| key.instant))
+            .max()?;
+        let seconds = i64::try_from(hot.as_secs()).unwrap_or(i64::MAX);
+        Some(period_start(period_of(newest.add_seconds(-seconds))))
+    }
+
+    /// Whether it holds a record from before `first_hot`.
+    fn seals_any(&self, first_hot: Timestamp) -> bool {
+        (self.units.iter()).any(|(key, _)| key.instant < first_hot)
+            || (self.metrics.iter()).any(|(key, _)| key.instant < first_hot)
+    }
+
     /// Whether its arena and its pieces can be addressed as its entries and piece
     /// table address them: the arena with 31 bits (the last tells sealed records'
     /// locators apart), the pieces with 32.
@@ -99,31 +164,27 @@ impl StationBuilder {
     /// The station built from this builder's records, which [`Self::fits`]; see
     /// [`Self::into_station`].
     pub(super) fn finish(self, hot: Option<Duration>) -> StationData {
-        let newest = (self.units.iter().map(|(key, _)| key.instant))
-            .chain(self.metrics.iter().map(|(key, _)| key.instant))
-            .max();
-        let first_hot = match (hot, newest) {
-            (Some(hot), Some(newest)) => {
-                let seconds = i64::try_from(hot.as_secs()).unwrap_or(i64::MAX);
-                Some(period_start(period_of(newest.add_seconds(-seconds))))
-            }
-            _ => None,
+        let builder = match hot.and_then(|hot| self.first_hot(hot)) {
+            Some(first_hot) if self.seals_any(first_hot) => self.sealing(first_hot),
+            _ => self,
         };
-        let seals = |key: &RecordKey| first_hot.is_some_and(|first_hot| key.instant < first_hot);
-        let pieces = self.pieces.finish();
-        if !(self.units.iter().any(|(key, _)| seals(key)))
-            && !(self.metrics.iter().any(|(key, _)| seals(key)))
-        {
-            return StationData {
-                hot: Hot::new(
-                    self.arena.into_boxed_slice(),
-                    pieces,
-                    self.units,
-                    self.metrics,
-                ),
-                sealed: self.sealed,
-            };
+        StationData {
+            hot: Hot::new(
+                builder.arena.into_boxed_slice(),
+                builder.pieces.finish(),
+                builder.units,
+                builder.metrics,
+            ),
+            sealed: builder.sealed,
         }
+    }
+
+    /// This builder with its records from before `first_hot` sealed, and the rest
+    /// copied into a new arena and table of pieces, so that the sealed ones' bytes
+    /// go with the old.
+    fn sealing(self, first_hot: Timestamp) -> StationBuilder {
+        let seals = |key: &RecordKey| key.instant < first_hot;
+        let pieces = self.pieces.finish();
         let arena = &self.arena;
         let parts = |bytes: StoredRecord| RecordJson::new(arena, &pieces, bytes).parts().all();
         let mut hot = StationBuilder::default();
@@ -156,15 +217,8 @@ impl StationBuilder {
                 }
             }
         }
-        StationData {
-            hot: Hot::new(
-                hot.arena.into_boxed_slice(),
-                hot.pieces.finish(),
-                hot.units,
-                hot.metrics,
-            ),
-            sealed: Arc::new(self.sealed.with(sealed_units, sealed_metrics)),
-        }
+        hot.sealed = Arc::new(self.sealed.with(sealed_units, sealed_metrics));
+        hot
     }
 
     /// Stores a record given as its JSON's parts, as the sealed tier gives it.
@@ -199,6 +253,7 @@ impl StationBuilder {
             units: Vec::new(),
             metrics: Vec::new(),
             sealed: Arc::clone(&station.sealed),
+            next_seal: 0,
         }
     }
 
@@ -309,14 +364,14 @@ impl StationBuilder {
 /// given in rank order; the result is each one's shard, by rank.
 pub(super) fn place(stations: &[(Box<str>, StationBuilder)], shard_count: usize) -> Vec<usize> {
     let mut by_size: Vec<usize> = (0..stations.len()).collect();
-    by_size.sort_by_key(|&rank| std::cmp::Reverse(stations[rank].1.record_count()));
+    by_size.sort_by_key(|&rank| std::cmp::Reverse(stations[rank].1.all_records()));
     let mut load = vec![0usize; shard_count];
     let mut shard_of = vec![0; stations.len()];
     for rank in by_size {
         let shard = (0..shard_count)
             .min_by_key(|&shard| (load[shard], shard))
             .expect("there is at least one shard");
-        load[shard] += stations[rank].1.record_count();
+        load[shard] += stations[rank].1.all_records();
         shard_of[rank] = shard;
     }
     shard_of

@@ -29,6 +29,7 @@ pub(super) fn load_with(
     files::spread_ordinals(&mut files);
     let state = LoadState {
         split,
+        seal_while_reading: options.hot,
         ..LoadState::default()
     };
     let mut state = read::read_all_into(state, &files, options.threads, true)?;

@@ -68,6 +68,10 @@ pub(crate) struct LoadState {
     pub(crate) reads: Vec<FileRead>,
     pub(crate) bytes: AtomicU64,
     pub(crate) split: Split,
+    /// The hot window, when a station's old records are sealed as its files are
+    /// read ([`StationBuilder::seal_while_reading`]): in a full load only, whose
+    /// builders hold nothing but what they are handed.
+    pub(crate) seal_while_reading: Option<std::time::Duration>,
 }
 
 #[derive(Default)]
@@ -656,6 +660,9 @@ impl Staged {
                             .push((record.key, MetricEntry { bytes, ..entry }));
                     }
                 }
+            }
+            if let Some(hot) = state.seal_while_reading {
+                builder.seal_while_reading(hot);
             }
             at += count;
         }
