@@ -34,10 +34,12 @@
 //! group (name, slot and unit), the running statistics of its values ([`Running`],
 //! the arithmetic a summary reading records uses too), the serials of its
 //! out-of-limit records, and its last record's key and the text of its limits,
-//! which a row shows.
+//! which a row shows (each distinct text once a block: a name's limits are the
+//! same in every slot).
 //!
 //! The digest is numbers written as varints, not compressed: reading one is a
-//! pass over a few hundred bytes.
+//! pass over a few hundred bytes. Keys' file ordinals are written as differences
+//! from the first key's, which most keys of a block share.
 
 use std::borrow::Cow;
 
@@ -130,14 +132,8 @@ pub(crate) fn write_unit_digest(
         return;
     };
     let whole_millis = (records.iter()).all(|(key, _)| key.instant.nanos % 1_000_000 == 0);
-    let time_unit = unit_of(whole_millis);
-    let times = Times {
-        start: period_start,
-        unit: time_unit,
-    };
-    out.push(u8::from(!whole_millis));
-    times.write_key(out, first.0);
-    times.write_key(out, last.0);
+    let times = Times::write_head(out, period_start, whole_millis, first.0, last.0);
+    let time_unit = times.unit;
 
     let mut types: Vec<Symbol> = Vec::new();
     let mut groups: Vec<(DigestGroup, Vec<(Symbol, u64)>)> = Vec::new();
@@ -281,13 +277,9 @@ impl UnitDigest {
     /// `period_start`'s period into this one, whose buffers it reuses.
     pub(crate) fn read(&mut self, period_start: Timestamp, bytes: &[u8]) {
         let mut reader = Reader { bytes, at: 0 };
-        let unit = unit_of(reader.take() == 0);
-        let times = Times {
-            start: period_start,
-            unit,
-        };
-        self.first = times.read_key(&mut reader);
-        self.last = times.read_key(&mut reader);
+        let times;
+        (times, self.first, self.last) = Times::read_head(&mut reader, period_start);
+        let unit = times.unit;
         self.types.clear();
         for _ in 0..reader.number() {
             self.types.push(reader.symbol());
@@ -432,6 +424,8 @@ pub(crate) struct MetricDigest {
     /// In the order of their name, slot and unit symbols.
     pub(crate) groups: Vec<MetricGroup>,
     pub(crate) failing: Vec<Symbol>,
+    /// Where each distinct text of limits is in the digest: a buffer.
+    limits: Vec<[std::ops::Range<usize>; 2]>,
 }
 
 impl Default for MetricDigest {
@@ -442,6 +436,7 @@ impl Default for MetricDigest {
             last: key,
             groups: Vec::new(),
             failing: Vec::new(),
+            limits: Vec::new(),
         }
     }
 }
@@ -460,13 +455,7 @@ pub(crate) fn write_metric_digest(
         return;
     };
     let whole_millis = (records.iter()).all(|(key, ..)| key.instant.nanos % 1_000_000 == 0);
-    let times = Times {
-        start: period_start,
-        unit: unit_of(whole_millis),
-    };
-    out.push(u8::from(!whole_millis));
-    times.write_key(out, first.0);
-    times.write_key(out, last.0);
+    let times = Times::write_head(out, period_start, whole_millis, first.0, last.0);
     /// A fine group's records so far.
     struct Accumulated {
         running: Running,
@@ -494,19 +483,55 @@ pub(crate) fn write_metric_digest(
     }
     let mut groups: Vec<_> = groups.into_iter().collect();
     groups.sort_unstable_by_key(|(fine, _)| *fine);
+    // The text of each group's limits, which a row shows (so that a summary
+    // decodes no block for it), each text once: a name's limits are the same in
+    // every slot.
+    #[derive(serde::Deserialize)]
+    struct Limits<'a> {
+        #[serde(borrow)]
+        limit_lower: Cow<'a, str>,
+        #[serde(borrow)]
+        limit_upper: Cow<'a, str>,
+    }
+    let mut texts: Vec<[String; 2]> = Vec::new();
+    let mut text_index: HashMap<[String; 2], usize> = HashMap::new();
+    let limits_of: Vec<usize> = (groups.iter())
+        .map(|(_, group)| {
+            let json = records[group.last_index].2.concat();
+            let limits: Limits = serde_json::from_slice(&json)
+                .expect("a metric record's JSON, rendered at load, has both limits");
+            let pair = [
+                limits.limit_lower.into_owned(),
+                limits.limit_upper.into_owned(),
+            ];
+            *text_index.entry(pair.clone()).or_insert_with(|| {
+                texts.push(pair);
+                texts.len() - 1
+            })
+        })
+        .collect();
+    number(out, texts.len() as u64);
+    for text in texts.iter().flatten() {
+        number(out, text.len() as u64);
+        out.extend_from_slice(text.as_bytes());
+    }
     number(out, groups.len() as u64);
-    for ((name, slot, unit), group) in groups {
+    for (((name, slot, unit), group), limits) in groups.into_iter().zip(limits_of) {
         let Accumulated {
             running,
             failing,
             last,
-            last_index,
+            ..
         } = group;
         for symbol in [name, slot, unit] {
             number(out, u64::from(symbol.0));
         }
-        number(out, running.count);
-        number(out, running.numeric);
+        // Mostly every value is a number: one bit says so, for one count.
+        let all_numeric = running.numeric == running.count;
+        number(out, (running.count << 1) | u64::from(all_numeric));
+        if !all_numeric {
+            number(out, running.numeric);
+        }
         if running.numeric > 0 {
             for float in [running.min, running.max, running.mean, running.squares] {
                 out.extend_from_slice(&float.to_bits().to_le_bytes());
@@ -518,34 +543,15 @@ pub(crate) fn write_metric_digest(
             number(out, u64::from(serial.0));
         }
         times.write_key(out, last);
-        // The text of its limits, which a row shows: so that a summary decodes no
-        // block for it.
-        #[derive(serde::Deserialize)]
-        struct Limits<'a> {
-            #[serde(borrow)]
-            limit_lower: Cow<'a, str>,
-            #[serde(borrow)]
-            limit_upper: Cow<'a, str>,
-        }
-        let json = records[last_index].2.concat();
-        let limits: Limits = serde_json::from_slice(&json)
-            .expect("a metric record's JSON, rendered at load, has both limits");
-        for text in [limits.limit_lower, limits.limit_upper] {
-            number(out, text.len() as u64);
-            out.extend_from_slice(text.as_bytes());
-        }
+        number(out, limits as u64);
     }
 }
 
 /// The keys of the first and last record of a block of `period_start`'s period,
 /// from its unit or metric digest, which is read no further.
 pub(crate) fn bounds(period_start: Timestamp, bytes: &[u8]) -> (RecordKey, RecordKey) {
-    let mut reader = Reader { bytes, at: 0 };
-    let times = Times {
-        start: period_start,
-        unit: unit_of(reader.take() == 0),
-    };
-    (times.read_key(&mut reader), times.read_key(&mut reader))
+    let (_, first, last) = Times::read_head(&mut Reader { bytes, at: 0 }, period_start);
+    (first, last)
 }
 
 impl MetricDigest {
@@ -553,19 +559,29 @@ impl MetricDigest {
     /// `period_start`'s period into this one, whose buffers it reuses.
     pub(crate) fn read(&mut self, period_start: Timestamp, bytes: &[u8]) {
         let mut reader = Reader { bytes, at: 0 };
-        let times = Times {
-            start: period_start,
-            unit: unit_of(reader.take() == 0),
-        };
-        self.first = times.read_key(&mut reader);
-        self.last = times.read_key(&mut reader);
+        let times;
+        (times, self.first, self.last) = Times::read_head(&mut reader, period_start);
         self.groups.clear();
         self.failing.clear();
+        self.limits.clear();
+        for _ in 0..reader.number() {
+            let pair = [(); 2].map(|()| {
+                let length = reader.number() as usize;
+                reader.at += length;
+                reader.at - length..reader.at
+            });
+            self.limits.push(pair);
+        }
         for _ in 0..reader.number() {
             let [name, slot, unit] = [(); 3].map(|()| reader.symbol());
+            let counts = reader.number();
+            let count = counts >> 1;
             let mut running = Running {
-                count: reader.number(),
-                numeric: reader.number(),
+                count,
+                numeric: match counts & 1 {
+                    1 => count,
+                    _ => reader.number(),
+                },
                 ..Running::default()
             };
             if running.numeric > 0 {
@@ -580,11 +596,7 @@ impl MetricDigest {
                 self.failing.push(reader.symbol());
             }
             let last = times.read_key(&mut reader);
-            let limits = [(); 2].map(|()| {
-                let length = reader.number() as usize;
-                reader.at += length;
-                reader.at - length..reader.at
-            });
+            let limits = self.limits[reader.number() as usize].clone();
             self.groups.push(MetricGroup {
                 name,
                 slot,
@@ -599,21 +611,60 @@ impl MetricDigest {
 }
 
 /// Instants as offsets from a period's start, in whole milliseconds where all of
-/// a block's are, else nanoseconds.
+/// a block's are, else nanoseconds; and keys' file ordinals as differences from
+/// the block's first key's, which the others mostly share (ordinals are spread
+/// over 32 bits, five bytes as they are).
 #[derive(Clone, Copy)]
 struct Times {
     start: Timestamp,
     unit: u64,
+    file: u64,
 }
 
 impl Times {
+    /// Writes a digest's head: the unit of its times, and the keys of its first
+    /// and last record. The times of the rest of it are as the returned ones.
+    fn write_head(
+        out: &mut Vec<u8>,
+        start: Timestamp,
+        whole_millis: bool,
+        first: RecordKey,
+        last: RecordKey,
+    ) -> Times {
+        out.push(u8::from(!whole_millis));
+        let mut times = Times {
+            start,
+            unit: unit_of(whole_millis),
+            file: 0,
+        };
+        times.write_key(out, first);
+        times.file = first.load_order >> 32;
+        times.write_key(out, last);
+        times
+    }
+
+    /// Reads what [`Times::write_head`] wrote: the times, the first and last key.
+    fn read_head(reader: &mut Reader<'_>, start: Timestamp) -> (Times, RecordKey, RecordKey) {
+        let mut times = Times {
+            start,
+            unit: unit_of(reader.take() == 0),
+            file: 0,
+        };
+        let first = times.read_key(reader);
+        times.file = first.load_order >> 32;
+        let last = times.read_key(reader);
+        (times, first, last)
+    }
+
     fn write_instant(self, out: &mut Vec<u8>, instant: Timestamp) {
         number(out, instant.nanos_since(self.start) as u64 / self.unit);
     }
 
     fn write_key(self, out: &mut Vec<u8>, key: RecordKey) {
         self.write_instant(out, key.instant);
-        number(out, key.load_order >> 32);
+        let file = (key.load_order >> 32) as i64 - self.file as i64;
+        // Zigzag: a later record can come from an earlier file.
+        number(out, ((file << 1) ^ (file >> 63)) as u64);
         number(out, key.load_order & 0xffff_ffff);
     }
 
@@ -627,7 +678,8 @@ impl Times {
 
     fn read_key(self, reader: &mut Reader<'_>) -> RecordKey {
         let instant = self.read_instant(reader);
-        let file = reader.number();
+        let zigzag = reader.number();
+        let file = (self.file as i64 + ((zigzag >> 1) as i64 ^ -((zigzag & 1) as i64))) as u64;
         let line = reader.number();
         RecordKey {
             instant,
