@@ -12,6 +12,8 @@
 #
 # usage: bash benches/ab.sh QUERY SECONDS ROUNDS BINARY_A BINARY_B
 #
+# AB_ARGS adds arguments to both servers' `serve` (for example `--hot all`).
+#
 # QUERY is Q1 to Q6 of the load test; its dataset, tokens and paths are those
 # `bash benches/load.sh` leaves in target/load (run it once first).
 set -euo pipefail
@@ -22,7 +24,7 @@ load=target/load
 
 start() {
   "$1" serve --listen "127.0.0.1:$2" --admin-listen "127.0.0.1:$(($2 + 1))" \
-    --snapshots "$load/snapshot" --tokens "$load/tokens.json" > "$load/ab-$2.log" 2>&1 &
+    --snapshots "$load/snapshot" --tokens "$load/tokens.json" ${AB_ARGS:-} > "$load/ab-$2.log" 2>&1 &
   echo $!
 }
 pid_a=$(start "$binary_a" 47600)

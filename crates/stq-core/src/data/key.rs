@@ -9,7 +9,11 @@
 use crate::domain::time::Timestamp;
 
 /// A record's place in the order within one station: its instant, then load order.
+///
+/// Packed to four-byte alignment: 20 bytes, not 24, and a tree keyed by a symbol
+/// and a key holds 24 bytes a key, not 32 (every hot record is in two such trees).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(C, packed(4))]
 pub struct RecordKey {
     pub instant: Timestamp,
     pub load_order: u64,
@@ -22,9 +26,17 @@ pub fn load_order(file_ordinal: u32, line_number: u32) -> u64 {
 }
 
 /// The last record a page returned; the next page starts strictly after it.
+///
+/// Packed as [`RecordKey`] is: 24 bytes, not 32, in the shard-wide unit tree.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(C, packed(4))]
 pub struct Position {
     pub instant: Timestamp,
     pub station_rank: u32,
     pub load_order: u64,
 }
+
+// What packing is for: a key and a symbol with a key in the trees' nodes.
+const _: () = assert!(size_of::<RecordKey>() == 20);
+const _: () = assert!(size_of::<(crate::data::symbols::Symbol, RecordKey)>() == 24);
+const _: () = assert!(size_of::<Position>() == 24);

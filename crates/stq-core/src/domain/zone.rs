@@ -368,7 +368,7 @@ mod tests {
                 for _ in 0..1000 {
                     let span = zone.bucket_span(bucket, instant);
                     assert!(
-                        span.contains(&instant.seconds),
+                        span.contains(&{ instant.seconds }),
                         "{name} {bucket:?} {instant:?}"
                     );
                     if let Some(previous) = previous.filter(|previous| *previous != span) {
