@@ -627,8 +627,7 @@ impl Sealed {
             0 => &block.bytes[..block.split as usize],
             _ => &block.bytes[block.split as usize..block.unit_digest as usize],
         };
-        decoded.payload =
-            zstd::decode_all(frame).expect("a sealed block decompresses as it was made");
+        decoded.payload = decompress(frame);
         let payload = &decoded.payload;
         let mut reader = Reader {
             bytes: payload,
@@ -897,6 +896,28 @@ thread_local! {
     static DECODED: RefCell<lru::LruCache<DecodedKey, Cached>> = RefCell::new(
         lru::LruCache::new(NonZeroUsize::new(DECODED_BLOCKS).expect("more than none")),
     );
+
+    /// zstd's contexts, one of each a thread, used again for every block: making
+    /// a decompression context for each block decoded was a quarter of the CPU of
+    /// a summary of a hundred stations' history (BENCHMARKS.md).
+    static DECOMPRESSOR: RefCell<zstd::bulk::Decompressor<'static>> = RefCell::new(
+        zstd::bulk::Decompressor::new().expect("zstd makes a decompression context"),
+    );
+    static COMPRESSOR: RefCell<zstd::bulk::Compressor<'static>> = RefCell::new(
+        zstd::bulk::Compressor::new(LEVEL).expect("zstd makes a compression context"),
+    );
+}
+
+/// A block's frame decompressed, with this thread's context. A frame made by
+/// [`frame`] says how long it is decompressed.
+fn decompress(frame: &[u8]) -> Vec<u8> {
+    let length = zstd::zstd_safe::get_frame_content_size(frame)
+        .ok()
+        .flatten()
+        .expect("a sealed block's frame says its length");
+    DECOMPRESSOR
+        .with_borrow_mut(|decompressor| decompressor.decompress(frame, length as usize))
+        .expect("a sealed block decompresses as it was made")
 }
 
 impl Sealed {
@@ -1084,7 +1105,9 @@ fn frame<'a, E: Sealable>(
         payload.extend_from_slice(piece);
     }
     payload.extend_from_slice(&section);
-    zstd::bulk::compress(&payload, LEVEL).expect("zstd compresses a buffer in memory")
+    COMPRESSOR
+        .with_borrow_mut(|compressor| compressor.compress(&payload))
+        .expect("zstd compresses a buffer in memory")
 }
 
 /// Writes one kind's records of a block, in key order, as columns.
