@@ -141,11 +141,12 @@ async fn run(
     let (server, address) = api_server(&args.listen, workers, args.client_timeout, state)?;
     let addresses = [format!("http://{address}")];
     tracing::info!(
-        "stq ready: {} records ({} units, {} metrics), {} stations, {} shards, {} invalid lines skipped, \
-         loaded in {} ms ({:.1} MB at {:.0} MB/s), listening on {}",
+        "stq ready: {} records ({} units, {} metrics; {} sealed), {} stations, {} shards, \
+         {} invalid lines skipped, loaded in {} ms ({:.1} MB at {:.0} MB/s), listening on {}",
         report.records(),
         report.units,
         report.metrics,
+        report.sealed,
         stations,
         shards,
         report.invalid.len(),

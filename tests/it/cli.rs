@@ -752,3 +752,46 @@ fn issue_11_servers_sharing_a_cursor_key_file_accept_each_others_cursors() {
         }
     }
 }
+
+/// The ready line's count of records and of sealed ones, from a server's log.
+fn ready_counts(log: &[String]) -> (u64, u64) {
+    let line = (log.iter())
+        .find(|line| line.contains("stq ready: "))
+        .unwrap_or_else(|| panic!("no ready line in {log:?}"));
+    let number_before = |needle: &str| -> u64 {
+        let end = line
+            .find(needle)
+            .unwrap_or_else(|| panic!("{needle:?} in {line}"));
+        let start = line[..end].rfind([' ', '(']).map_or(0, |at| at + 1);
+        line[start..end].parse().unwrap()
+    };
+    (number_before(" records ("), number_before(" sealed)"))
+}
+
+/// Issue 22: the ready line says how many records are sealed, so that an operator
+/// sees what `--hot` does: none with `--hot all`, all but the newest hours of the
+/// fixture's month with `--hot 1s`. When the suite runs again with `STQ_TEST_HOT`
+/// (`.ci/run`), the shared server is seen to seal too, so that pass reads sealed
+/// blocks and is not the first pass again.
+#[test]
+fn issue_22_the_ready_line_counts_sealed_records() {
+    let fixture = Fixture::main();
+    let counts = |hot: &str| {
+        let server = Server::start(&fixture, &["--hot", hot]);
+        server.wait_for_log("stq ready: ", 1);
+        ready_counts(&server.log())
+    };
+    let (records, sealed) = counts("all");
+    assert!(records > 0);
+    assert_eq!(sealed, 0);
+    let (same_records, sealed) = counts("1s");
+    assert_eq!(same_records, records);
+    assert!(sealed > records / 2, "{sealed} of {records} sealed");
+    assert!(sealed < records, "{sealed} of {records} sealed");
+    if std::env::var_os("STQ_TEST_HOT").is_some() {
+        let shared = server();
+        shared.wait_for_log("stq ready: ", 1);
+        let (_, sealed) = ready_counts(&shared.log());
+        assert!(sealed > 0, "the shared server sealed nothing");
+    }
+}

@@ -8,6 +8,7 @@ use crate::data::key::{load_order, Position};
 use crate::data::load::files::SourceState;
 use crate::data::shard::ShardData;
 use crate::data::symbols::Symbols;
+use crate::data::tier::Tier as _;
 
 /// Where a station lives: its shard and its index within that shard.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -190,6 +191,13 @@ pub struct Generation {
 impl Generation {
     pub fn catalog(&self) -> &Arc<Catalog> {
         &self.catalog
+    }
+
+    /// How many of its records are in sealed blocks.
+    pub fn sealed_records(&self) -> u64 {
+        (self.shards.iter().flat_map(|shard| &shard.stations))
+            .map(|station| (station.sealed.unit_count() + station.sealed.metric_count()) as u64)
+            .sum()
     }
 
     /// Each shard's data, in shard order.

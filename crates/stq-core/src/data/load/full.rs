@@ -53,6 +53,7 @@ pub(super) fn load_with(
     let stations = std::mem::take(&mut state.stations);
     let generation = generation(stations, symbols, summary, sources, options)?;
     report.stations = generation.catalog.stations.len();
+    report.sealed = generation.sealed_records();
     threads::release_freed_memory();
     report.elapsed = started.elapsed();
     Ok((generation, report))
