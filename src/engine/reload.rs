@@ -247,12 +247,13 @@ impl Reloader {
                         }
                         report.log_warnings(&self.snapshots);
                         let line = format!(
-                            "generation {generation}, {} records ({} units, {} metrics), \
-                             {} stations, {} pending lines, {} new invalid lines skipped; read {} \
-                             files ({} bytes) in {} ms",
+                            "generation {generation}, {} records ({} units, {} metrics; {} \
+                             sealed), {} stations, {} pending lines, {} new invalid lines \
+                             skipped; read {} files ({} bytes) in {} ms",
                             report.records(),
                             report.units,
                             report.metrics,
+                            report.sealed,
                             report.stations,
                             report.pending,
                             report.invalid.len(),

@@ -753,11 +753,12 @@ fn issue_11_servers_sharing_a_cursor_key_file_accept_each_others_cursors() {
     }
 }
 
-/// The ready line's count of records and of sealed ones, from a server's log.
-fn ready_counts(log: &[String]) -> (u64, u64) {
-    let line = (log.iter())
-        .find(|line| line.contains("stq ready: "))
-        .unwrap_or_else(|| panic!("no ready line in {log:?}"));
+/// The count of records and of sealed ones on the last line of a server's log that
+/// holds `marker` (`stq ready: `, `reloaded: `).
+fn logged_counts(log: &[String], marker: &str) -> (u64, u64) {
+    let line = (log.iter().rev())
+        .find(|line| line.contains(marker))
+        .unwrap_or_else(|| panic!("no {marker:?} line in {log:?}"));
     let number_before = |needle: &str| -> u64 {
         let end = line
             .find(needle)
@@ -768,11 +769,11 @@ fn ready_counts(log: &[String]) -> (u64, u64) {
     (number_before(" records ("), number_before(" sealed)"))
 }
 
-/// Issue 22: the ready line says how many records are sealed, so that an operator
-/// sees what `--hot` does: none with `--hot all`; with `--hot 1s`, each station's
-/// records before the four-hour period (counted from the epoch) of its newest
-/// record but a second, exactly (the fixture has records near the time it is
-/// written, so the count depends on the hour). When the suite runs again with
+/// Issue 22: the ready line, and a reload's, say how many records are sealed, so
+/// that an operator sees what `--hot` does: none with `--hot all`; with `--hot
+/// 1s`, each station's records before the four-hour period (counted from the
+/// epoch) of its newest record but a second, exactly (the fixture has records near
+/// the time it is written, so the count depends on the hour). When the suite runs again with
 /// `STQ_TEST_HOT` (`.ci/run`), the shared server is seen to seal too, so that pass
 /// reads sealed blocks and is not the first pass again.
 #[test]
@@ -793,7 +794,11 @@ fn issue_22_the_ready_line_counts_sealed_records() {
     let counts = |hot: &str| {
         let server = Server::start(&fixture, &["--hot", hot]);
         server.wait_for_log("stq ready: ", 1);
-        ready_counts(&server.log())
+        let ready = logged_counts(&server.log(), "stq ready: ");
+        server.signal("HUP");
+        server.wait_for_log("reloaded: ", 1);
+        assert_eq!(logged_counts(&server.log(), "reloaded: "), ready);
+        ready
     };
     let records = fixture.records.len() as u64;
     assert_eq!(counts("all"), (records, 0));
@@ -802,7 +807,7 @@ fn issue_22_the_ready_line_counts_sealed_records() {
     if std::env::var_os("STQ_TEST_HOT").is_some() {
         let shared = server();
         shared.wait_for_log("stq ready: ", 1);
-        let (_, sealed) = ready_counts(&shared.log());
+        let (_, sealed) = logged_counts(&shared.log(), "stq ready: ");
         assert!(sealed > 0, "the shared server sealed nothing");
     }
 }

@@ -152,7 +152,7 @@ pub fn reload_looking(
     if rebuilt {
         threads::release_freed_memory();
     }
-    report.totals_of(&generation.catalog);
+    report.totals_of(&generation);
     report.elapsed = started.elapsed();
     tracing::debug!(
         "reload phases: files looked at by {looked:?}, read by {read:?}, stations built by \
@@ -837,12 +837,15 @@ fn by_path(previous: &Catalog) -> HashMap<&str, usize> {
 }
 
 impl LoadReport {
-    /// The totals of the data a reload's generation holds, from its catalog.
-    fn totals_of(&mut self, catalog: &Catalog) {
+    /// The totals of the data a reload's generation holds, from its catalog, and
+    /// how many of its records are sealed.
+    fn totals_of(&mut self, generation: &Generation) {
+        let catalog = &generation.catalog;
         self.units = catalog.summary.units;
         self.metrics = catalog.summary.metrics;
         self.pending = catalog.summary.pending_lines;
         self.stations = catalog.stations.len();
+        self.sealed = generation.sealed_records();
     }
 }
 
@@ -928,7 +931,7 @@ fn renumbered(
     let symbols = Arc::new(std::mem::take(&mut state.symbols).into_symbols());
     let summary = summary_of(&sources);
     let generation = full::generation(stations, symbols, summary, sources, options)?;
-    report.totals_of(&generation.catalog);
+    report.totals_of(&generation);
     report.elapsed = started.elapsed();
     threads::release_freed_memory();
     Ok((generation, report))

@@ -75,7 +75,7 @@ pub struct LoadReport {
     pub pending: u64,
     /// Snapshot bytes read, after decompression.
     pub bytes: u64,
-    /// Of the records loaded, how many are in sealed blocks (older than `--hot`).
+    /// Of the generation's records, how many are in sealed blocks (older than `--hot`).
     pub sealed: u64,
     /// Files a reload under `--on-invalid fail` held back for their invalid lines
     /// (as messages name them): each serves what it served before.
