@@ -7,7 +7,9 @@
 //! as columns (times as deltas, symbols as numbers, a metric's value only where
 //! its text does not say it, limits by their index in the block's own table), its
 //! JSON's three pieces by small indexes (into the station's shared pieces, for a
-//! piece more than one block uses, or the block's own), and its two texts (the
+//! piece more than one of the blocks sealed together uses, or the block's own:
+//! a load seals a few days at a time, and a piece first met again in a later
+//! sealing is kept by each block that uses it), and its two texts (the
 //! time, only where it is not the instant written the usual way, and the value);
 //! and compresses each kind's with zstd, in a frame of its own, so that a read of
 //! units decompresses no metric. A record comes back exactly as written: its JSON
