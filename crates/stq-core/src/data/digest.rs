@@ -12,23 +12,32 @@
 //!   window and a bucket hold the block whole, and the unit types of its records,
 //!   so that a type filter can be proved to keep all of them or none;
 //! - per fine group (slot, unit type and mode: every field a unit row groups by
-//!   but the station, which a block has one of), the output records and their
-//!   counts by `result`;
-//! - per fine group and serial, the first, second and last attempt (key and
-//!   `result`: what passes is the reader's setting), the cycle times whose input
-//!   and output are both in the block, and the instant of the output that uses up
-//!   an input from before the block, when its slot and serial's first record in
-//!   the block is an output;
+//!   but the station, which a block has one of), the output records, their counts
+//!   by `result`, and the cycle times whose input and output are both in the block;
+//! - the tallies of its lone units (below): how many have each first, second and
+//!   last `result`, per fine group, for a reader to count them without joining
+//!   their attempts (what passes is the reader's setting);
+//! - the outputs that use up an input from before the block (the first record of
+//!   their slot and serial in the block), with their instants;
+//! - its units, per fine group and serial: the first, second and last attempt (key
+//!   and `result`), the lone units' after the rest;
 //! - the inputs still waiting for their output at the block's end.
+//!
+//! A lone unit is one whose serial no other fine group of the block has: grouped by
+//! station, and when the station's records that a summary reads hold no other
+//! output of its serial, its attempts are all in the block, and its tally is what
+//! joining them would count. A reader that cannot prove so reads the lone units'
+//! attempts too, which the digest keeps last so that the others need not skip
+//! them.
 //!
 //! With these, a reader pairs and counts a block's units as it would have record by
 //! record, in an order that changes no answer: rows are sorted when finished,
 //! cycle times kept whole and summed exactly, and attempts joined by the two
 //! earliest and the latest whatever their order.
 //!
-//! Empty serials are digested as any other: the reader knows which symbol is the
-//! empty one and leaves out what the records with it would not have made (their
-//! attempts, cycle times and waiting inputs), keeping their counts.
+//! Units without a serial ([`Symbol::EMPTY`]) count in their group's records and
+//! results only: a summary makes no attempts, cycle times or waiting inputs of
+//! them, and the digest keeps none.
 //!
 //! A metric digest holds the first and last metric record's key and, per fine
 //! group (name, slot and unit), the running statistics of its values ([`Running`],
@@ -61,6 +70,8 @@ pub(crate) struct DigestGroup {
     pub(crate) records: u64,
     /// Where its counts by `result` are in [`UnitDigest::results`].
     pub(crate) results: std::ops::Range<usize>,
+    /// Where its cycle times within the block are in [`UnitDigest::cycles`].
+    pub(crate) cycles: std::ops::Range<usize>,
 }
 
 /// One attempt: the output record's key and its `result`.
@@ -75,11 +86,34 @@ pub(crate) struct DigestUnit {
     pub(crate) first: Attempt,
     pub(crate) second: Option<Attempt>,
     pub(crate) last: Attempt,
-    /// The instant of the output that pairs with an input from before the block,
-    /// if there is one waiting: the block's first record of its slot and serial.
-    pub(crate) leading: Option<Timestamp>,
-    /// Where its cycle times within the block are in [`UnitDigest::cycles`].
-    pub(crate) cycles: std::ops::Range<usize>,
+}
+
+/// How many lone units of a fine group had these `result`s: of their first,
+/// second (if tried twice) and last attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Tally {
+    pub(crate) group: usize,
+    pub(crate) first: Symbol,
+    pub(crate) second: Option<Symbol>,
+    pub(crate) last: Symbol,
+    pub(crate) units: u64,
+}
+
+impl Tally {
+    fn of(unit: &DigestUnit) -> Tally {
+        Tally {
+            group: unit.group,
+            first: unit.first.1,
+            second: unit.second.map(|(_, result)| result),
+            last: unit.last.1,
+            units: 1,
+        }
+    }
+
+    fn counts_as(&self, other: &Tally) -> bool {
+        (self.group, self.first, self.second, self.last)
+            == (other.group, other.first, other.second, other.last)
+    }
 }
 
 /// A block's unit digest, read.
@@ -92,11 +126,28 @@ pub(crate) struct UnitDigest {
     pub(crate) types: Vec<Symbol>,
     pub(crate) groups: Vec<DigestGroup>,
     pub(crate) results: Vec<(Symbol, u64)>,
-    pub(crate) units: Vec<DigestUnit>,
     /// Cycle times in nanoseconds.
     pub(crate) cycles: Vec<i64>,
+    /// Its lone units' tallies, less those of the lone units read by
+    /// [`UnitDigest::read_lone`].
+    pub(crate) tallies: Vec<Tally>,
+    /// The outputs that pair with an input from before the block, if one waits:
+    /// fine group, serial, instant.
+    pub(crate) leading: Vec<(usize, Symbol, Timestamp)>,
+    /// Its lone units' fine groups and serials, once read by
+    /// [`UnitDigest::read_lone_outputs`].
+    pub(crate) lone: Vec<(usize, Symbol)>,
+    /// Its units that are not lone, then the lone units read by
+    /// [`UnitDigest::read_lone`].
+    pub(crate) units: Vec<DigestUnit>,
     /// The inputs that wait for an output at the block's end: slot, serial, instant.
     pub(crate) waiting: Vec<(Symbol, Symbol, Timestamp)>,
+    /// Where the lone units' outputs are in the digest, whether they were read,
+    /// where their attempts are, and the digest's times.
+    outputs: usize,
+    outputs_read: bool,
+    attempts: usize,
+    times: Times,
 }
 
 impl Default for UnitDigest {
@@ -114,9 +165,20 @@ impl Default for UnitDigest {
             types: Vec::new(),
             groups: Vec::new(),
             results: Vec::new(),
-            units: Vec::new(),
             cycles: Vec::new(),
+            tallies: Vec::new(),
+            leading: Vec::new(),
+            lone: Vec::new(),
+            units: Vec::new(),
             waiting: Vec::new(),
+            outputs: 0,
+            outputs_read: false,
+            attempts: 0,
+            times: Times {
+                start: key.instant,
+                unit: 1,
+                file: 0,
+            },
         }
     }
 }
@@ -136,10 +198,13 @@ pub(crate) fn write_unit_digest(
     let time_unit = times.unit;
 
     let mut types: Vec<Symbol> = Vec::new();
-    let mut groups: Vec<(DigestGroup, Vec<(Symbol, u64)>)> = Vec::new();
+    // Per fine group: its counts, its counts by `result`, its cycle times.
+    type Accumulated = (DigestGroup, Vec<(Symbol, u64)>, Vec<i64>);
+    let mut groups: Vec<Accumulated> = Vec::new();
     let mut group_index: HashMap<(Symbol, Symbol, Symbol), usize> = HashMap::new();
-    let mut units: Vec<(DigestUnit, Vec<i64>)> = Vec::new();
+    let mut units: Vec<DigestUnit> = Vec::new();
     let mut unit_index: HashMap<(usize, Symbol), usize> = HashMap::new();
+    let mut leading: Vec<(usize, Symbol, Timestamp)> = Vec::new();
     // Per slot and serial: the latest input since the last output, and whether
     // any record of theirs came before, as the summary pairs them.
     let mut open: HashMap<(Symbol, Symbol), Timestamp> = HashMap::new();
@@ -148,10 +213,13 @@ pub(crate) fn write_unit_digest(
         if !types.contains(&entry.unit_type) {
             types.push(entry.unit_type);
         }
+        let has_serial = entry.unit_serial != Symbol::EMPTY;
         let pair = (entry.slot, entry.unit_serial);
         if entry.direction == Direction::Input {
-            open.insert(pair, key.instant);
-            seen.insert(pair);
+            if has_serial {
+                open.insert(pair, key.instant);
+                seen.insert(pair);
+            }
             continue;
         }
         let fine = (entry.slot, entry.unit_type, entry.mode);
@@ -163,12 +231,14 @@ pub(crate) fn write_unit_digest(
                     mode: entry.mode,
                     records: 0,
                     results: 0..0,
+                    cycles: 0..0,
                 },
+                Vec::new(),
                 Vec::new(),
             ));
             groups.len() - 1
         });
-        let (counts, results) = &mut groups[group];
+        let (counts, results, cycles) = &mut groups[group];
         counts.records += 1;
         match results
             .iter_mut()
@@ -177,25 +247,23 @@ pub(crate) fn write_unit_digest(
             Some((_, count)) => *count += 1,
             None => results.push((entry.result, 1)),
         }
+        if !has_serial {
+            continue;
+        }
         let attempt = (key, entry.result);
         let index = *unit_index
             .entry((group, entry.unit_serial))
             .or_insert_with(|| {
-                units.push((
-                    DigestUnit {
-                        group,
-                        serial: entry.unit_serial,
-                        first: attempt,
-                        second: None,
-                        last: attempt,
-                        leading: None,
-                        cycles: 0..0,
-                    },
-                    Vec::new(),
-                ));
+                units.push(DigestUnit {
+                    group,
+                    serial: entry.unit_serial,
+                    first: attempt,
+                    second: None,
+                    last: attempt,
+                });
                 units.len() - 1
             });
-        let (unit, cycles) = &mut units[index];
+        let unit = &mut units[index];
         if unit.first != attempt {
             if unit.second.is_none() {
                 unit.second = Some(attempt);
@@ -204,18 +272,33 @@ pub(crate) fn write_unit_digest(
         }
         match open.remove(&pair) {
             Some(input) => cycles.push(key.instant.nanos_since(input) as i64),
-            None if !seen.contains(&pair) => unit.leading = Some(key.instant),
+            None if !seen.contains(&pair) => leading.push((group, entry.unit_serial, key.instant)),
             None => {}
         }
         seen.insert(pair);
     }
+    let mut groups_of_serial: HashMap<Symbol, u32> = HashMap::new();
+    for unit in &units {
+        *groups_of_serial.entry(unit.serial).or_default() += 1;
+    }
+    let (lone, others): (Vec<DigestUnit>, Vec<DigestUnit>) =
+        (units.into_iter()).partition(|unit| groups_of_serial[&unit.serial] == 1);
+    let mut tallies: Vec<Tally> = Vec::new();
+    for unit in &lone {
+        let tally = Tally::of(unit);
+        match tallies.iter_mut().find(|known| known.counts_as(&tally)) {
+            Some(known) => known.units += 1,
+            None => tallies.push(tally),
+        }
+    }
+    tallies.sort_unstable();
 
     number(out, types.len() as u64);
     for symbol in &types {
         number(out, u64::from(symbol.0));
     }
     number(out, groups.len() as u64);
-    for (group, results) in &groups {
+    for (group, results, cycles) in &groups {
         for symbol in [group.slot, group.unit_type, group.mode] {
             number(out, u64::from(symbol.0));
         }
@@ -225,34 +308,33 @@ pub(crate) fn write_unit_digest(
             number(out, u64::from(result.0));
             number(out, *count);
         }
-    }
-    number(out, units.len() as u64);
-    for (unit, cycles) in &units {
-        number(out, unit.group as u64);
-        number(out, u64::from(unit.serial.0));
-        // How many attempts it names (1 to 3), whether it has a leading output.
-        let named = match (unit.second, unit.second == Some(unit.last)) {
-            (None, _) => 1,
-            (Some(_), true) => 2,
-            (Some(_), false) => 3,
-        };
-        number(out, (named << 1) | u64::from(unit.leading.is_some()));
-        let mut attempts = vec![unit.first];
-        attempts.extend(unit.second);
-        if named == 3 {
-            attempts.push(unit.last);
-        }
-        for (key, result) in attempts {
-            times.write_key(out, key);
-            number(out, u64::from(result.0));
-        }
-        if let Some(leading) = unit.leading {
-            times.write_instant(out, leading);
-        }
         number(out, cycles.len() as u64);
         for &nanos in cycles {
             number(out, nanos as u64 / time_unit);
         }
+    }
+    number(out, tallies.len() as u64);
+    for tally in &tallies {
+        number(out, tally.group as u64);
+        number(out, u64::from(tally.first.0));
+        number(
+            out,
+            tally.second.map_or(0, |second| u64::from(second.0) + 1),
+        );
+        number(out, u64::from(tally.last.0));
+        number(out, tally.units);
+    }
+    number(out, leading.len() as u64);
+    for &(group, serial, instant) in &leading {
+        number(out, group as u64);
+        number(out, u64::from(serial.0));
+        times.write_instant(out, instant);
+    }
+    number(out, others.len() as u64);
+    for unit in &others {
+        number(out, unit.group as u64);
+        number(out, u64::from(unit.serial.0));
+        write_attempts(times, unit, out);
     }
     let mut waiting: Vec<((Symbol, Symbol), Timestamp)> = open.into_iter().collect();
     waiting.sort_unstable();
@@ -261,6 +343,33 @@ pub(crate) fn write_unit_digest(
         number(out, u64::from(slot.0));
         number(out, u64::from(serial.0));
         times.write_instant(out, instant);
+    }
+    number(out, lone.len() as u64);
+    for unit in &lone {
+        number(out, unit.group as u64);
+        number(out, u64::from(unit.serial.0));
+    }
+    for unit in &lone {
+        write_attempts(times, unit, out);
+    }
+}
+
+/// Writes a unit's attempts: how many it names (1 to 3), then each.
+fn write_attempts(times: Times, unit: &DigestUnit, out: &mut Vec<u8>) {
+    let named = match (unit.second, unit.second == Some(unit.last)) {
+        (None, _) => 1,
+        (Some(_), true) => 2,
+        (Some(_), false) => 3,
+    };
+    number(out, named);
+    let mut attempts = vec![unit.first];
+    attempts.extend(unit.second);
+    if named == 3 {
+        attempts.push(unit.last);
+    }
+    for (key, result) in attempts {
+        times.write_key(out, key);
+        number(out, u64::from(result.0));
     }
 }
 
@@ -272,13 +381,33 @@ fn unit_of(whole_millis: bool) -> u64 {
     }
 }
 
+/// Calls `output` with the serial of each unit a unit digest holds, in any order
+/// and maybe more than once, without reading their attempts.
+pub(crate) fn unit_serials(period_start: Timestamp, bytes: &[u8], output: &mut impl FnMut(Symbol)) {
+    if bytes.is_empty() {
+        return;
+    }
+    let mut digest = UnitDigest::default();
+    digest.read(period_start, bytes);
+    digest.read_lone_outputs(bytes);
+    for &(_, serial) in &digest.lone {
+        output(serial);
+    }
+    for unit in &digest.units {
+        output(unit.serial);
+    }
+}
+
 impl UnitDigest {
     /// Reads a unit digest written by [`write_unit_digest`] for a block of
-    /// `period_start`'s period into this one, whose buffers it reuses.
+    /// `period_start`'s period into this one, whose buffers it reuses: all of it
+    /// but the lone units' outputs and attempts, which
+    /// [`UnitDigest::read_lone_outputs`] and [`UnitDigest::read_lone`] read.
     pub(crate) fn read(&mut self, period_start: Timestamp, bytes: &[u8]) {
         let mut reader = Reader { bytes, at: 0 };
         let times;
         (times, self.first, self.last) = Times::read_head(&mut reader, period_start);
+        self.times = times;
         let unit = times.unit;
         self.types.clear();
         for _ in 0..reader.number() {
@@ -286,58 +415,59 @@ impl UnitDigest {
         }
         self.groups.clear();
         self.results.clear();
+        self.cycles.clear();
         for _ in 0..reader.number() {
             let [slot, unit_type, mode] = [(); 3].map(|()| reader.symbol());
             let records = reader.number();
-            let start = self.results.len();
+            let results = self.results.len();
             for _ in 0..reader.number() {
                 let result = reader.symbol();
                 self.results.push((result, reader.number()));
+            }
+            let cycles = self.cycles.len();
+            for _ in 0..reader.number() {
+                self.cycles.push((reader.number() * unit) as i64);
             }
             self.groups.push(DigestGroup {
                 slot,
                 unit_type,
                 mode,
                 records,
-                results: start..self.results.len(),
+                results: results..self.results.len(),
+                cycles: cycles..self.cycles.len(),
             });
         }
-        self.units.clear();
-        self.cycles.clear();
+        self.tallies.clear();
         for _ in 0..reader.number() {
             let group = reader.number() as usize;
-            let serial = reader.symbol();
-            let shape = reader.number();
-            let mut attempt = || {
-                let key = times.read_key(&mut reader);
-                (key, reader.symbol())
-            };
-            let first = attempt();
-            let (second, last) = match shape >> 1 {
-                1 => (None, first),
-                2 => {
-                    let second = attempt();
-                    (Some(second), second)
-                }
-                _ => {
-                    let second = attempt();
-                    (Some(second), attempt())
-                }
-            };
-            let leading = (shape & 1 == 1).then(|| times.read_instant(&mut reader));
-            let start = self.cycles.len();
-            for _ in 0..reader.number() {
-                self.cycles.push((reader.number() * unit) as i64);
-            }
-            self.units.push(DigestUnit {
+            let first = reader.symbol();
+            let second = reader
+                .number()
+                .checked_sub(1)
+                .map(|second| Symbol(second as u32));
+            let last = reader.symbol();
+            let units = reader.number();
+            self.tallies.push(Tally {
                 group,
-                serial,
                 first,
                 second,
                 last,
-                leading,
-                cycles: start..self.cycles.len(),
+                units,
             });
+        }
+        self.leading.clear();
+        for _ in 0..reader.number() {
+            let group = reader.number() as usize;
+            let serial = reader.symbol();
+            self.leading
+                .push((group, serial, times.read_instant(&mut reader)));
+        }
+        self.units.clear();
+        for _ in 0..reader.number() {
+            let group = reader.number() as usize;
+            let serial = reader.symbol();
+            let unit = read_attempts(times, &mut reader, group, serial);
+            self.units.push(unit);
         }
         self.waiting.clear();
         for _ in 0..reader.number() {
@@ -346,6 +476,87 @@ impl UnitDigest {
             self.waiting
                 .push((slot, serial, times.read_instant(&mut reader)));
         }
+        self.outputs = reader.at;
+        self.outputs_read = false;
+        self.lone.clear();
+    }
+
+    /// Reads the lone units' fine groups and serials into [`UnitDigest::lone`], if
+    /// not read yet. `bytes` are the digest [`UnitDigest::read`] read last.
+    pub(crate) fn read_lone_outputs(&mut self, bytes: &[u8]) {
+        if self.outputs_read {
+            return;
+        }
+        let mut reader = Reader {
+            bytes,
+            at: self.outputs,
+        };
+        for _ in 0..reader.number() {
+            let group = reader.number() as usize;
+            self.lone.push((group, reader.symbol()));
+        }
+        self.attempts = reader.at;
+        self.outputs_read = true;
+    }
+
+    /// Reads the attempts of the lone units whose serials `read` is true of into
+    /// [`UnitDigest::units`], and takes them out of the tallies. `bytes` are the
+    /// digest [`UnitDigest::read`] read last.
+    pub(crate) fn read_lone(&mut self, bytes: &[u8], read: impl Fn(Symbol) -> bool) {
+        self.read_lone_outputs(bytes);
+        // Attempts are read in order: none after the last lone unit wanted.
+        let Some(end) = self.lone.iter().rposition(|&(_, serial)| read(serial)) else {
+            return;
+        };
+        let mut reader = Reader {
+            bytes,
+            at: self.attempts,
+        };
+        for (index, &(group, serial)) in self.lone[..=end].iter().enumerate() {
+            let unit = read_attempts(self.times, &mut reader, group, serial);
+            if index < end && !read(serial) {
+                continue;
+            }
+            let tally = Tally::of(&unit);
+            let known = (self.tallies.iter_mut())
+                .find(|known| known.counts_as(&tally))
+                .expect("a lone unit is tallied");
+            known.units -= 1;
+            self.units.push(unit);
+        }
+    }
+}
+
+/// Reads what [`write_attempts`] wrote, as the attempts of `serial` in `group`.
+fn read_attempts(
+    times: Times,
+    reader: &mut Reader<'_>,
+    group: usize,
+    serial: Symbol,
+) -> DigestUnit {
+    let named = reader.number();
+    let mut attempt = || {
+        let key = times.read_key(reader);
+        (key, reader.symbol())
+    };
+    let first = attempt();
+    let (second, last) = match named {
+        1 => (None, first),
+        2 => {
+            let second = attempt();
+            (Some(second), second)
+        }
+        _ => {
+            let second = attempt();
+            (Some(second), attempt())
+        }
+    };
+    DigestUnit {
+        group,
+        serial,
+        first,
+        second,
+        last,
     }
 }
 
@@ -614,7 +825,7 @@ impl MetricDigest {
 /// a block's are, else nanoseconds; and keys' file ordinals as differences from
 /// the block's first key's, which the others mostly share (ordinals are spread
 /// over 32 bits, five bytes as they are).
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Times {
     start: Timestamp,
     unit: u64,
@@ -734,5 +945,125 @@ impl Reader<'_> {
 
     fn symbol(&mut self) -> Symbol {
         Symbol(self.number() as u32)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::stored::StoredRecord;
+
+    fn unit(
+        seconds: i64,
+        direction: Direction,
+        slot: u32,
+        serial: u32,
+        mode: u32,
+        result: u32,
+    ) -> (RecordKey, UnitEntry) {
+        let key = RecordKey {
+            instant: Timestamp { seconds, nanos: 0 },
+            load_order: seconds as u64,
+        };
+        let entry = UnitEntry {
+            bytes: StoredRecord {
+                start: 0,
+                length: 0,
+            },
+            unit_type: Symbol(1),
+            unit_serial: Symbol(serial),
+            direction,
+            slot: Symbol(slot),
+            mode: Symbol(mode),
+            result: Symbol(result),
+        };
+        (key, entry)
+    }
+
+    #[test]
+    fn issue_22_lone_units_are_tallied_and_read_only_when_asked_for() {
+        use Direction::{Input, Output};
+        const PASS: u32 = 20;
+        const FAIL: u32 = 21;
+        let records = [
+            // Serial 10: input, failed, retested and passed, all in mode 2: lone.
+            unit(100, Input, 5, 10, 2, 0),
+            unit(160, Output, 5, 10, 2, FAIL),
+            unit(200, Output, 5, 10, 2, PASS),
+            // Serial 11: passed once, its input from before the block: lone.
+            unit(210, Output, 5, 11, 2, PASS),
+            // Serial 12: in modes 2 and 3, so not lone.
+            unit(220, Output, 5, 12, 2, PASS),
+            unit(230, Output, 5, 12, 3, FAIL),
+            // Serial 13: passed once: lone, and tallied with serial 11.
+            unit(240, Input, 5, 13, 2, 0),
+            unit(250, Output, 5, 13, 2, PASS),
+            // No serial: counted in its group, no unit.
+            unit(260, Output, 5, Symbol::EMPTY.0, 2, PASS),
+            // Serial 14 waits for its output.
+            unit(270, Input, 5, 14, 2, 0),
+        ];
+        let start = Timestamp {
+            seconds: 0,
+            nanos: 0,
+        };
+        let mut bytes = Vec::new();
+        write_unit_digest(start, &records, &mut bytes);
+        let mut digest = UnitDigest::default();
+        digest.read(start, &bytes);
+
+        let records_by_group: Vec<u64> = digest.groups.iter().map(|group| group.records).collect();
+        assert_eq!(records_by_group, [6, 1]);
+        let cycles = &digest.cycles[digest.groups[0].cycles.clone()];
+        assert_eq!(cycles, [60_000_000_000, 10_000_000_000]);
+        let tallied = |digest: &UnitDigest| -> Vec<(Symbol, Option<Symbol>, Symbol, u64)> {
+            (digest.tallies.iter())
+                .map(|tally| (tally.first, tally.second, tally.last, tally.units))
+                .collect()
+        };
+        let (pass, fail) = (Symbol(PASS), Symbol(FAIL));
+        assert_eq!(
+            tallied(&digest),
+            [(pass, None, pass, 2), (fail, Some(pass), pass, 1)]
+        );
+        assert_eq!(digest.leading.len(), 2, "serials 11 and 12 in mode 2");
+        let serials = |digest: &UnitDigest| -> Vec<u32> {
+            digest.units.iter().map(|unit| unit.serial.0).collect()
+        };
+        assert_eq!(serials(&digest), [12, 12]);
+        assert_eq!(
+            digest.waiting,
+            [(Symbol(5), Symbol(14), records[9].0.instant)]
+        );
+        assert!(
+            digest.lone.is_empty(),
+            "lone outputs are read when asked for"
+        );
+
+        // Serial 10's attempts are asked for: its tally is taken out.
+        let mut asked = digest.clone();
+        asked.read_lone(&bytes, |serial| serial == Symbol(10));
+        assert_eq!(asked.lone.len(), 3);
+        assert_eq!(serials(&asked), [12, 12, 10]);
+        let retested = &asked.units[2];
+        assert_eq!(
+            (
+                retested.first.1,
+                retested.second.map(|second| second.1),
+                retested.last.1
+            ),
+            (fail, Some(pass), pass)
+        );
+        assert_eq!(retested.last.0, records[2].0);
+        assert_eq!(
+            tallied(&asked),
+            [(pass, None, pass, 2), (fail, Some(pass), pass, 0)]
+        );
+
+        // All of them: no tally counts a unit.
+        let mut all = digest.clone();
+        all.read_lone(&bytes, |_| true);
+        assert_eq!(serials(&all), [12, 12, 10, 11, 13]);
+        assert!(all.tallies.iter().all(|tally| tally.units == 0));
     }
 }

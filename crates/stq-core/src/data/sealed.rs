@@ -30,7 +30,7 @@ use std::sync::Arc;
 use foldhash::{HashMap, HashMapExt as _};
 use integer_encoding::VarInt as _;
 
-use crate::data::digest::{write_metric_digest, write_unit_digest, MetricRecord};
+use crate::data::digest::{self, write_metric_digest, write_unit_digest, MetricRecord};
 use crate::data::key::RecordKey;
 use crate::data::stored::{Piece, StoredRecord};
 use crate::data::symbols::Symbol;
@@ -291,6 +291,15 @@ struct Block {
     names: Filter,
     /// The lowest and highest ordinal of the files its records came from.
     files: (u32, u32),
+    /// Whether another block of its station has outputs of a serial it has outputs
+    /// of (one in `Sealed::shared_serials`).
+    shares: bool,
+}
+
+impl Block {
+    fn unit_digest(&self) -> &[u8] {
+        &self.bytes[self.unit_digest as usize..self.metric_digest as usize]
+    }
 }
 
 /// A set of symbols as 256 bits, one for each symbol's hash: a symbol whose bit is
@@ -330,6 +339,12 @@ pub(crate) struct Sealed {
     metric_count: usize,
     /// Its first and last record of either kind, so that `/stations` decodes nothing.
     ends: Option<((RecordKey, StoredRecord), (RecordKey, StoredRecord))>,
+    /// The serials of its outputs, each once, in order; and of those in more than
+    /// one of its blocks (a unit retested hours later, say). A summary joins the
+    /// attempts of these across blocks, and of the hot outputs' with serials in
+    /// `serials`; it counts every other unit from its block's digest alone.
+    serials: Box<[Symbol]>,
+    shared_serials: Box<[Symbol]>,
 }
 
 /// A block's records of one kind, decompressed: their keys, entries (whose
@@ -359,6 +374,16 @@ struct Span {
 }
 
 impl Sealed {
+    /// The serials of its outputs, in order.
+    pub(crate) fn serials(&self) -> &[Symbol] {
+        &self.serials
+    }
+
+    /// The serials of outputs in more than one of its blocks, in order.
+    pub(crate) fn shared_serials(&self) -> &[Symbol] {
+        &self.shared_serials
+    }
+
     /// The last period it holds records of.
     pub(crate) fn last_period(&self) -> Option<i64> {
         self.blocks.last_key_value().map(|(period, _)| *period)
@@ -423,6 +448,8 @@ impl Sealed {
             unit_count: self.unit_count + added_units,
             metric_count: self.metric_count + added_metrics,
             ends: None,
+            serials: Box::default(),
+            shared_serials: Box::default(),
         };
         for (period, mut group) in groups {
             group.units.sort_unstable_by_key(|record| record.key);
@@ -567,12 +594,39 @@ impl Sealed {
         shared
     }
 
-    /// Counts its records, finds its first and last, and sets the base period.
+    /// Finds its first and last record and its outputs' serials, and sets the base
+    /// period.
     fn settle(&mut self) {
         self.base = self
             .blocks
             .first_key_value()
             .map_or(0, |(period, _)| *period);
+        // Per serial: the first block with an output of it, and whether another has.
+        let mut blocks_of: HashMap<Symbol, (i64, bool)> = HashMap::default();
+        for (&period, block) in &self.blocks {
+            digest::unit_serials(period_start(period), block.unit_digest(), &mut |serial| {
+                let (first, shared) = blocks_of.entry(serial).or_insert((period, false));
+                *shared |= *first != period;
+            });
+        }
+        let mut serials: Vec<Symbol> = blocks_of.keys().copied().collect();
+        serials.sort_unstable();
+        let shared: Vec<Symbol> = (serials.iter().copied())
+            .filter(|serial| blocks_of[serial].1)
+            .collect();
+        for (&period, block) in &mut self.blocks {
+            block.shares = false;
+            if !shared.iter().any(|&serial| block.serials.may_hold(serial)) {
+                continue;
+            }
+            let mut shares = false;
+            digest::unit_serials(period_start(period), block.unit_digest(), &mut |serial| {
+                shares |= shared.binary_search(&serial).is_ok();
+            });
+            block.shares = shares;
+        }
+        self.serials = serials.into();
+        self.shared_serials = shared.into();
         self.ends = None;
         let (Some((&first_period, first)), Some((&last_period, last))) =
             (self.blocks.first_key_value(), self.blocks.last_key_value())
@@ -815,7 +869,18 @@ impl<'a> UnitBlock<'a> {
 
     /// Its unit digest ([`crate::data::digest`]).
     pub(crate) fn digest(&self) -> &'a [u8] {
-        &self.block.bytes[self.block.unit_digest as usize..self.block.metric_digest as usize]
+        self.block.unit_digest()
+    }
+
+    /// Whether another block of the station has outputs of a serial it has
+    /// outputs of.
+    pub(crate) fn shares_serials(&self) -> bool {
+        self.block.shares
+    }
+
+    /// Whether it may hold records of `serial`: false if it holds none.
+    pub(crate) fn may_hold_serial(&self, serial: Symbol) -> bool {
+        self.block.serials.may_hold(serial)
     }
 
     /// Its unit records, in key order.
@@ -1014,6 +1079,10 @@ impl Tier for Sealed {
         );
         add("sealed block index", tree_bytes(&self.blocks));
         add(
+            "sealed serial index",
+            ((self.serials.len() + self.shared_serials.len()) * size_of::<Symbol>()) as u64,
+        );
+        add(
             "sealed shared pieces",
             (self.shared.bytes.len() + self.shared.pieces.len() * size_of::<Piece>()) as u64,
         );
@@ -1070,6 +1139,7 @@ fn encode(period: i64, group: &Group<'_>, known: &HashMap<&[u8], usize>) -> Bloc
         serials: Filter::of(group.units.iter().map(|record| record.entry.filtered())),
         names: Filter::of(group.metrics.iter().map(|record| record.entry.filtered())),
         files,
+        shares: false,
     }
 }
 

@@ -5,18 +5,19 @@
 //! knows which tier holds a record.
 
 use std::ops::{Bound, Range, RangeBounds};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use itertools::{Either, Itertools as _};
 
 use crate::data::digest::bounds;
 use crate::data::hot::Hot;
 use crate::data::key::RecordKey;
-use crate::data::sealed::{is_sealed, period_of, period_start, MetricBlock, Sealed};
+use crate::data::sealed::{is_sealed, period_of, period_start, MetricBlock, Sealed, UnitBlock};
 use crate::data::stored::{Pieces, RecordJson, StoredRecord};
 use crate::data::symbols::Symbol;
 use crate::data::tier::{key_range, KeyRange, Tier};
 pub use crate::data::tier::{MetricEntry, UnitEntry};
+use crate::domain::record::Direction;
 use crate::domain::time::Timestamp;
 
 /// One station's records of both kinds, in its hot and sealed tiers. Cloning the
@@ -25,6 +26,9 @@ use crate::domain::time::Timestamp;
 pub struct StationData {
     pub(crate) hot: Hot,
     pub(crate) sealed: Arc<Sealed>,
+    /// The serials of hot outputs that the sealed tier has outputs of too, in
+    /// order: found when a summary first asks, which most stations' lives never do.
+    crossing: OnceLock<Box<[Symbol]>>,
 }
 
 impl StationData {
@@ -38,6 +42,16 @@ impl StationData {
         StationData {
             hot: Hot::new(arena, pieces, units, metrics),
             sealed: Arc::default(),
+            crossing: OnceLock::new(),
+        }
+    }
+
+    /// A station of these tiers.
+    pub(crate) fn of_tiers(hot: Hot, sealed: Arc<Sealed>) -> StationData {
+        StationData {
+            hot,
+            sealed,
+            crossing: OnceLock::new(),
         }
     }
 
@@ -53,6 +67,7 @@ impl StationData {
         StationData {
             hot: self.hot.extended(arena, pieces, units, metrics),
             sealed: Arc::clone(&self.sealed),
+            crossing: OnceLock::new(),
         }
     }
 
@@ -124,7 +139,13 @@ impl StationData {
                 let whole = range.start <= first
                     && last < range.end
                     && hot.peek().is_none_or(|(key, _)| *key > last);
-                if whole && reader.block(block.period_start(), block.digest()) {
+                if whole
+                    && reader.block(
+                        block.period_start(),
+                        block.digest(),
+                        &self.elsewhere(&block),
+                    )
+                {
                     continue;
                 }
                 for (key, entry) in block.records().filter(|(key, _)| range.contains(key)) {
@@ -186,6 +207,30 @@ impl StationData {
         }
         for (key, entry) in hot {
             reader.record(key, entry);
+        }
+    }
+
+    /// Which serials a read of the station's units gives outputs of outside
+    /// `block`, of those it has outputs of.
+    fn elsewhere(&self, block: &UnitBlock<'_>) -> Elsewhere<'_> {
+        let crossing = self.crossing.get_or_init(|| {
+            let sealed = self.sealed.serials();
+            let mut crossing: Vec<Symbol> = (self.hot_units())
+                .filter(|(_, entry)| entry.direction == Direction::Output)
+                .map(|(_, entry)| entry.unit_serial)
+                .filter(|serial| sealed.binary_search(serial).is_ok())
+                .collect();
+            crossing.sort_unstable();
+            crossing.dedup();
+            crossing.into()
+        });
+        match block.shares_serials() || crossing.iter().any(|&serial| block.may_hold_serial(serial))
+        {
+            true => Elsewhere::Serials {
+                shared: self.sealed.shared_serials(),
+                hot: crossing,
+            },
+            false => Elsewhere::Nowhere,
         }
     }
 
@@ -292,8 +337,36 @@ pub(crate) trait UnitReader {
 
     /// Offers a sealed block of the period starting at `period_start`, by its unit
     /// digest ([`crate::data::digest`]): true if the reader took its records whole
-    /// from it, false to be given them one by one.
-    fn block(&mut self, period_start: Timestamp, digest: &[u8]) -> bool;
+    /// from it, false to be given them one by one. `elsewhere` tells which serials
+    /// the read gives outputs of outside the block.
+    fn block(&mut self, period_start: Timestamp, digest: &[u8], elsewhere: &Elsewhere<'_>) -> bool;
+}
+
+/// Which serials a read of a station's units ([`StationData::read_units`]) gives
+/// outputs of outside the sealed block it offers, of those the block has outputs
+/// of: a unit whose serial is not among them has all its attempts in the block.
+pub(crate) enum Elsewhere<'a> {
+    /// None of them.
+    Nowhere,
+    /// Maybe any of these: the serials of outputs in more than one sealed block of
+    /// the station, and of hot outputs that sealed blocks have outputs of too.
+    Serials {
+        shared: &'a [Symbol],
+        hot: &'a [Symbol],
+    },
+}
+
+impl Elsewhere<'_> {
+    /// Whether the read may give an output of `serial` outside the block offered,
+    /// if the block has one.
+    pub(crate) fn holds(&self, serial: Symbol) -> bool {
+        match self {
+            Elsewhere::Nowhere => false,
+            Elsewhere::Serials { shared, hot } => {
+                shared.binary_search(&serial).is_ok() || hot.binary_search(&serial).is_ok()
+            }
+        }
+    }
 }
 
 /// What reads a station's metric records for a summary

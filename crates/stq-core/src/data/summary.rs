@@ -41,7 +41,9 @@ use crate::data::key::{Position, RecordKey};
 use crate::data::scan::{Matcher, ShardStation};
 use crate::data::sealed::{period_of, period_start, MetricBlock};
 use crate::data::shard::ShardData;
-use crate::data::station::{MetricEntry, MetricReader, StationData, UnitEntry, UnitReader};
+use crate::data::station::{
+    Elsewhere, MetricEntry, MetricReader, StationData, UnitEntry, UnitReader,
+};
 use crate::data::stored::StoredRecord;
 use crate::data::symbols::{Symbol, Symbols};
 use crate::domain::query::{Bucket, GroupField};
@@ -365,7 +367,6 @@ impl ShardData {
                 pass_results,
             } => {
                 let mut passes = PassCache::new(pass_results, symbols);
-                let no_serial = symbols.lookup("");
                 // Grouped by station, a unit's attempts are all on its station:
                 // count its units once the station is done, so that the map of
                 // units stays small and the router merges counts, not units.
@@ -380,7 +381,7 @@ impl ShardData {
                         station,
                         unit_types,
                         passes: &mut passes,
-                        no_serial,
+                        by_station,
                         digests,
                         digest: &mut digest,
                         rows_of: &mut rows_of,
@@ -508,7 +509,9 @@ struct UnitReading<'a, 'b> {
     station: ShardStation,
     unit_types: &'a Matcher,
     passes: &'a mut PassCache<'b>,
-    no_serial: Option<Symbol>,
+    /// Whether rows are grouped by station, so that a unit whose attempts are all
+    /// in one block of its station can be counted from the block's tallies.
+    by_station: bool,
     digests: Digests,
     /// A digest's buffers, reused from block to block.
     digest: &'a mut UnitDigest,
@@ -522,17 +525,10 @@ impl UnitReader for UnitReading<'_, '_> {
             return;
         }
         let passed = self.passes.passes(entry.result);
-        (self.partial).add(
-            self.grouping,
-            self.station,
-            &key,
-            &entry,
-            passed,
-            self.no_serial,
-        );
+        (self.partial).add(self.grouping, self.station, &key, &entry, passed);
     }
 
-    fn block(&mut self, period_start: Timestamp, digest: &[u8]) -> bool {
+    fn block(&mut self, period_start: Timestamp, digest: &[u8], elsewhere: &Elsewhere<'_>) -> bool {
         if self.digests == Digests::Decode {
             return false;
         }
@@ -554,13 +550,20 @@ impl UnitReader for UnitReading<'_, '_> {
         if buckets.start_of(self.grouping, self.digest.last.instant) != bucket {
             return false;
         }
+        // A lone unit's tally counts it only where its attempts are all in the
+        // block: grouped by station (else a unit joins its attempts on every
+        // station), and no other output of its serial is read.
+        match (self.by_station, elsewhere) {
+            (true, Elsewhere::Nowhere) => {}
+            (true, _) => (self.digest).read_lone(digest, |serial| elsewhere.holds(serial)),
+            (false, _) => self.digest.read_lone(digest, |_| true),
+        }
         self.partial.add_digest(
             self.grouping,
             self.station,
-            self.digest,
+            (self.digest, digest),
             bucket,
             self.passes,
-            self.no_serial,
             self.rows_of,
         );
         true
@@ -729,9 +732,8 @@ impl UnitPartial {
         key: &RecordKey,
         entry: &UnitEntry,
         passed: bool,
-        no_serial: Option<Symbol>,
     ) {
-        let has_serial = Some(entry.unit_serial) != no_serial;
+        let has_serial = entry.unit_serial != Symbol::EMPTY;
         if entry.direction == Direction::Input {
             if has_serial {
                 self.pairing.input(entry, key.instant);
@@ -783,16 +785,15 @@ impl UnitPartial {
 
     /// Adds a sealed block's unit records of the station being read, from its
     /// digest, as [`UnitPartial::add`] would have added them one by one: every
-    /// record of the block passes the filters and falls in `bucket`.
-    #[allow(clippy::too_many_arguments)]
+    /// record of the block passes the filters and falls in `bucket`. The units the
+    /// digest's tallies still count have all their attempts in the block.
     fn add_digest(
         &mut self,
         grouping: &Grouping,
         station: ShardStation,
-        digest: &UnitDigest,
+        (digest, bytes): (&mut UnitDigest, &[u8]),
         bucket: i64,
         passes: &mut PassCache<'_>,
-        no_serial: Option<Symbol>,
         rows_of: &mut Vec<(usize, GroupValues)>,
     ) {
         rows_of.clear();
@@ -815,23 +816,33 @@ impl UnitPartial {
                     None => row.results.push((result, count)),
                 }
             }
-            rows_of.push((row_index, group));
-        }
-        for unit in &digest.units {
-            if Some(unit.serial) == no_serial {
-                continue;
-            }
-            let (row_index, group) = rows_of[unit.group];
-            let row = &mut self.rows[row_index].1;
-            if let Some(instant) = unit.leading {
-                let slot = digest.groups[unit.group].slot;
-                if let Some(input) = self.pairing.open.remove(&(slot, unit.serial)) {
-                    row.cycles.add(instant.nanos_since(input));
-                }
-            }
-            for &nanos in &digest.cycles[unit.cycles.clone()] {
+            for &nanos in &digest.cycles[fine.cycles.clone()] {
                 row.cycles.add(i128::from(nanos));
             }
+            rows_of.push((row_index, group));
+        }
+        for &(fine, serial, instant) in &digest.leading {
+            let slot = digest.groups[fine].slot;
+            if let Some(input) = self.pairing.open.remove(&(slot, serial)) {
+                self.rows[rows_of[fine].0]
+                    .1
+                    .cycles
+                    .add(instant.nanos_since(input));
+            }
+        }
+        for tally in digest.tallies.iter().filter(|tally| tally.units > 0) {
+            let row = &mut self.rows[rows_of[tally.group].0].1;
+            let units = tally.units;
+            let first_passed = passes.passes(tally.first);
+            let second_passed = tally.second.is_some_and(|second| passes.passes(second));
+            row.units += units;
+            row.first_pass += units * u64::from(first_passed);
+            row.second_pass += units * u64::from(first_passed || second_passed);
+            row.final_pass += units * u64::from(passes.passes(tally.last));
+            row.retested += units * u64::from(tally.second.is_some());
+        }
+        for unit in &digest.units {
+            let (row_index, group) = rows_of[unit.group];
             let attempt = |(key, result): (RecordKey, Symbol), passes: &mut PassCache<'_>| {
                 (position(station, &key), passes.passes(result))
             };
@@ -853,15 +864,16 @@ impl UnitPartial {
         // The block's outputs used up or dropped the inputs that waited for them;
         // then its own inputs wait.
         if !self.pairing.open.is_empty() {
-            self.pairing.open.retain(|&(slot, serial), _| {
-                !(digest.units.iter())
-                    .any(|unit| unit.serial == serial && digest.groups[unit.group].slot == slot)
-            });
+            digest.read_lone_outputs(bytes);
+            let outputs = (digest.lone.iter().copied())
+                .chain(digest.units.iter().map(|unit| (unit.group, unit.serial)));
+            let outputs: Vec<(Symbol, Symbol)> = outputs
+                .map(|(fine, serial)| (digest.groups[fine].slot, serial))
+                .collect();
+            self.pairing.open.retain(|pair, _| !outputs.contains(pair));
         }
         for &(slot, serial, instant) in &digest.waiting {
-            if Some(serial) != no_serial {
-                self.pairing.open.insert((slot, serial), instant);
-            }
+            self.pairing.open.insert((slot, serial), instant);
         }
     }
 
@@ -1445,15 +1457,14 @@ impl MetricPartial {
     fn finish(self, grouping: &Grouping, catalog: &Catalog) -> Rows {
         let mut rows: Vec<(RowKey, MetricStatistics)> = self.rows.into_iter().collect();
         rows.sort_unstable_by(|(left, _), (right, _)| row_order(grouping, left, right, catalog));
-        let no_serial = catalog.symbols.lookup("");
         let mut rendered = Rows::with_capacity(rows.len(), METRIC_ROW_BYTES);
         let mut bucket_starts = BucketStarts::default();
         for (key, statistics) in rows {
             let has_numbers = statistics.numeric > 0;
             let stddev = finite(statistics.stddev());
             let mean = finite(has_numbers.then_some(statistics.mean));
-            let failing_units = statistics.failing.len()
-                - no_serial.map_or(0, |empty| usize::from(statistics.failing.contains(&empty)));
+            let failing_units =
+                statistics.failing.len() - usize::from(statistics.failing.contains(&Symbol::EMPTY));
             let (cp, cpk) = capability(
                 numeric(&statistics.limit_lower),
                 numeric(&statistics.limit_upper),
@@ -2541,7 +2552,7 @@ mod tests {
     impl UnitReader for Offered {
         fn record(&mut self, _: RecordKey, _: UnitEntry) {}
 
-        fn block(&mut self, period_start: Timestamp, _: &[u8]) -> bool {
+        fn block(&mut self, period_start: Timestamp, _: &[u8], _: &Elsewhere<'_>) -> bool {
             self.0.push(period_start.seconds - 1_704_067_200);
             false
         }

@@ -8,6 +8,9 @@
 //! into the one below once it is a quarter of that one's size. So the layers stay
 //! few (their sizes shrink geometrically) and a reload copies strings in proportion
 //! to what it added, over time.
+//!
+//! Every table numbers the empty string 0 ([`Symbol::EMPTY`]), so that a sealed
+//! block's digest, written without the table, knows which units have no serial.
 
 use std::mem::size_of;
 use std::sync::Arc;
@@ -18,12 +21,30 @@ use indexmap::IndexSet;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Symbol(pub u32);
 
+impl Symbol {
+    /// The empty string, in every table: an empty serial, for one.
+    pub const EMPTY: Symbol = Symbol(0);
+}
+
 /// The strings of one generation that filters compare against and summaries group
 /// by, each held once. Cheap to clone: the layers are shared.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Symbols {
     /// Oldest first; each numbers its strings from its `first`.
     layers: Vec<Layer>,
+}
+
+impl Default for Symbols {
+    /// A table of the empty string alone, numbered [`Symbol::EMPTY`].
+    fn default() -> Symbols {
+        let texts = std::iter::once(Box::<str>::default()).collect();
+        Symbols {
+            layers: vec![Layer {
+                first: Symbol::EMPTY.0,
+                texts: Arc::new(texts),
+            }],
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default)]
@@ -42,9 +63,6 @@ impl Symbols {
             return symbol;
         }
         let symbol = Symbol(self.len() as u32);
-        if self.layers.is_empty() {
-            self.layers.push(Layer::default());
-        }
         let last = self.layers.last_mut().expect("there is a layer");
         Arc::make_mut(&mut last.texts).insert(text.into());
         symbol
@@ -77,6 +95,7 @@ impl Symbols {
             .map_or(0, |layer| layer.first as usize + layer.texts.len())
     }
 
+    /// Never: a table holds the empty string at least.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -128,7 +147,8 @@ mod tests {
         let mut symbols = Symbols::default();
         let board = symbols.intern("board");
         let serial = symbols.intern("SN-1");
-        assert_eq!((board, serial), (Symbol(0), Symbol(1)));
+        assert_eq!((board, serial), (Symbol(1), Symbol(2)));
+        assert_eq!(symbols.lookup(""), Some(Symbol::EMPTY));
         assert_eq!(symbols.intern("board"), board);
         assert_eq!(symbols.lookup("SN-1"), Some(serial));
         assert_eq!(symbols.lookup("other"), None);
@@ -147,10 +167,10 @@ mod tests {
             let next = table.extended(texts(first..first + 3));
             for number in 0..first + 3 {
                 let symbol = next.lookup(&format!("SN-{number}")).unwrap();
-                assert_eq!(symbol, Symbol(number as u32));
+                assert_eq!(symbol, Symbol(number as u32 + 1));
                 assert_eq!(next.text(symbol), format!("SN-{number}"));
             }
-            assert_eq!(next.len(), first + 3);
+            assert_eq!(next.len(), first + 3 + 1);
             assert!(next.layers.len() <= 4, "{} layers", next.layers.len());
             table = next;
         }

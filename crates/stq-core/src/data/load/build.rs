@@ -168,15 +168,13 @@ impl StationBuilder {
             Some(first_hot) if self.seals_any(first_hot) => self.sealing(first_hot),
             _ => self,
         };
-        StationData {
-            hot: Hot::new(
-                builder.arena.into_boxed_slice(),
-                builder.pieces.finish(),
-                builder.units,
-                builder.metrics,
-            ),
-            sealed: builder.sealed,
-        }
+        let hot = Hot::new(
+            builder.arena.into_boxed_slice(),
+            builder.pieces.finish(),
+            builder.units,
+            builder.metrics,
+        );
+        StationData::of_tiers(hot, builder.sealed)
     }
 
     /// This builder with its records from before `first_hot` sealed, and the rest

@@ -91,9 +91,8 @@ pub(crate) struct FileCounters {
 
 /// A symbol table the workers intern into concurrently; a reload's extends the
 /// previous generation's, whose symbols the shared stations' entries hold.
-#[derive(Default)]
 pub(crate) struct SharedSymbols {
-    previous: Option<Arc<Symbols>>,
+    previous: Arc<Symbols>,
     by_text: DashMap<Box<str>, Symbol, foldhash::fast::RandomState>,
     next: AtomicU32,
 }
@@ -103,17 +102,13 @@ impl SharedSymbols {
     pub(crate) fn extending(previous: Arc<Symbols>) -> SharedSymbols {
         SharedSymbols {
             next: AtomicU32::new(previous.len() as u32),
-            previous: Some(previous),
+            previous,
             by_text: DashMap::default(),
         }
     }
 
     fn intern(&self, text: &str) -> Symbol {
-        if let Some(symbol) = self
-            .previous
-            .as_ref()
-            .and_then(|previous| previous.lookup(text))
-        {
+        if let Some(symbol) = self.previous.lookup(text) {
             return symbol;
         }
         if let Some(symbol) = self.by_text.get(text) {
@@ -133,12 +128,15 @@ impl SharedSymbols {
     }
 
     pub(crate) fn into_symbols(self) -> Symbols {
-        let previous = self.previous.clone();
-        let new = self.into_new();
-        match previous {
-            Some(previous) => previous.extended(new),
-            None => Symbols::default().extended(new),
-        }
+        let previous = Arc::clone(&self.previous);
+        previous.extended(self.into_new())
+    }
+}
+
+impl Default for SharedSymbols {
+    /// A first load's table: the empty string's symbol is the only one known.
+    fn default() -> SharedSymbols {
+        SharedSymbols::extending(Arc::new(Symbols::default()))
     }
 }
 
