@@ -13,7 +13,7 @@ use crate::data::digest::bounds;
 use crate::data::hot::Hot;
 use crate::data::key::RecordKey;
 use crate::data::sealed::{is_sealed, period_of, period_start, MetricBlock, Sealed, UnitBlock};
-use crate::data::stored::{Pieces, RecordJson, StoredRecord};
+use crate::data::stored::{prefetch_value, Pieces, RecordJson, StoredRecord};
 use crate::data::symbols::Symbol;
 use crate::data::tier::{key_range, KeyRange, Tier};
 pub use crate::data::tier::{MetricEntry, UnitEntry};
@@ -131,7 +131,13 @@ impl StationData {
         let keys = key_range(range.clone());
         let mut hot = self.hot.units_in(keys).peekable();
         if self.reads_sealed(&keys) {
-            for block in self.sealed.unit_blocks(keys) {
+            let mut blocks = self.sealed.unit_blocks(keys).peekable();
+            while let Some(block) = blocks.next() {
+                // Each block's digest is its own allocation, away from the last
+                // one's: ask for the next while this one is read.
+                if let Some(next) = blocks.peek().and_then(|next| next.digest().first()) {
+                    prefetch_value(next);
+                }
                 let (first, last) = bounds(block.period_start(), block.digest());
                 while let Some((key, entry)) = hot.next_if(|(key, _)| *key < first) {
                     reader.record(key, entry);

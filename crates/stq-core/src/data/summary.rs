@@ -816,9 +816,7 @@ impl UnitPartial {
                     None => row.results.push((result, count)),
                 }
             }
-            for &nanos in &digest.cycles[fine.cycles.clone()] {
-                row.cycles.add(i128::from(nanos));
-            }
+            row.cycles.add_all(&digest.cycles[fine.cycles.clone()]);
             rows_of.push((row_index, group));
         }
         for &(fine, serial, instant) in &digest.leading {
@@ -886,7 +884,12 @@ impl UnitPartial {
         }
         let rows = &mut self.rows;
         let index = *self.index.entry(key).or_insert_with(|| {
-            rows.push((key, UnitCounts::default()));
+            // A station's rows come one bucket after another, each about as busy
+            // as the last: so many cycle times, without growing the list to them.
+            let cycles = rows.last().map_or(0, |(_, row)| row.cycles.seconds.len());
+            let mut row = UnitCounts::default();
+            row.cycles.seconds.reserve_exact(cycles);
+            rows.push((key, row));
             rows.len() - 1
         });
         self.recent = Some((key, index));
@@ -997,6 +1000,12 @@ impl CycleTimes {
         self.total_nanos += nanos;
     }
 
+    /// Adds cycle times in nanoseconds, as [`CycleTimes::add`] one by one would.
+    fn add_all(&mut self, nanos: &[i64]) {
+        (self.seconds).extend(nanos.iter().map(|&nanos| nanos as f64 / 1e9));
+        self.total_nanos += nanos.iter().map(|&nanos| i128::from(nanos)).sum::<i128>();
+    }
+
     fn absorb(&mut self, other: CycleTimes) {
         self.seconds.extend(other.seconds);
         self.total_nanos += other.total_nanos;
@@ -1011,17 +1020,20 @@ impl CycleTimes {
             return (0, [None; 4]);
         }
         // The values at two ranks and the largest, selected rather than sorted:
-        // sorting every row's cycle times was a tenth of a week's summary.
+        // sorting every row's cycle times was a tenth of a week's summary. A cycle
+        // time is never negative (an output pairs with an input at or before it),
+        // and the bits of floats that are not order as the floats do.
+        debug_assert!(self
+            .seconds
+            .iter()
+            .all(|seconds| seconds.is_sign_positive()));
         let index = |percent: usize| (percent * count).div_ceil(100).max(1) - 1;
         let (p50, p90) = (index(50), index(90));
         let seconds = &mut self.seconds;
-        let (below, &mut at_p90, above) = seconds.select_nth_unstable_by(p90, f64::total_cmp);
-        let max = (above.iter().copied()).fold(at_p90, |max, value| match value.total_cmp(&max) {
-            Ordering::Greater => value,
-            _ => max,
-        });
+        let (below, &mut at_p90, above) = seconds.select_nth_unstable_by_key(p90, |s| s.to_bits());
+        let max = (above.iter().copied()).fold(at_p90, f64::max);
         let at_p50 = match p50 < p90 {
-            true => *below.select_nth_unstable_by(p50, f64::total_cmp).1,
+            true => *below.select_nth_unstable_by_key(p50, |s| s.to_bits()).1,
             false => at_p90,
         };
         let mean = self.total_nanos as f64 / 1e9 / count as f64;
