@@ -382,12 +382,16 @@ fn unit_of(whole_millis: bool) -> u64 {
 }
 
 /// Calls `output` with the serial of each unit a unit digest holds, in any order
-/// and maybe more than once, without reading their attempts.
-pub(crate) fn unit_serials(period_start: Timestamp, bytes: &[u8], output: &mut impl FnMut(Symbol)) {
+/// and maybe more than once, without reading their attempts; `digest` is a buffer.
+pub(crate) fn unit_serials(
+    period_start: Timestamp,
+    bytes: &[u8],
+    digest: &mut UnitDigest,
+    output: &mut impl FnMut(Symbol),
+) {
     if bytes.is_empty() {
         return;
     }
-    let mut digest = UnitDigest::default();
     digest.read(period_start, bytes);
     digest.read_lone_outputs(bytes);
     for &(_, serial) in &digest.lone {

@@ -30,7 +30,7 @@ use std::sync::Arc;
 use foldhash::{HashMap, HashMapExt as _};
 use integer_encoding::VarInt as _;
 
-use crate::data::digest::{self, write_metric_digest, write_unit_digest, MetricRecord};
+use crate::data::digest::{self, write_metric_digest, write_unit_digest, MetricRecord, UnitDigest};
 use crate::data::key::RecordKey;
 use crate::data::stored::{Piece, StoredRecord};
 use crate::data::symbols::Symbol;
@@ -603,8 +603,10 @@ impl Sealed {
             .map_or(0, |(period, _)| *period);
         // Per serial: the first block with an output of it, and whether another has.
         let mut blocks_of: HashMap<Symbol, (i64, bool)> = HashMap::default();
+        let mut buffer = UnitDigest::default();
         for (&period, block) in &self.blocks {
-            digest::unit_serials(period_start(period), block.unit_digest(), &mut |serial| {
+            let bytes = block.unit_digest();
+            digest::unit_serials(period_start(period), bytes, &mut buffer, &mut |serial| {
                 let (first, shared) = blocks_of.entry(serial).or_insert((period, false));
                 *shared |= *first != period;
             });
@@ -620,7 +622,8 @@ impl Sealed {
                 continue;
             }
             let mut shares = false;
-            digest::unit_serials(period_start(period), block.unit_digest(), &mut |serial| {
+            let bytes = block.unit_digest();
+            digest::unit_serials(period_start(period), bytes, &mut buffer, &mut |serial| {
                 shares |= shared.binary_search(&serial).is_ok();
             });
             block.shares = shares;

@@ -122,18 +122,29 @@ impl Symbols {
         if new.is_empty() {
             return symbols;
         }
-        symbols.layers.push(Layer {
-            first: self.len() as u32,
-            texts: Arc::new(new.into_iter().collect()),
-        });
-        while let [.., below, top] = symbols.layers.as_slice() {
-            if top.texts.len() * MERGE_RATIO < below.texts.len() {
+        // The layers the new strings merge into, found first, so that every string
+        // is inserted once: a first load's millions into the empty string's layer
+        // cost a tenth of the load when inserted twice.
+        let mut merged = 0;
+        let mut length = new.len();
+        for below in symbols.layers.iter().rev() {
+            if length * MERGE_RATIO < below.texts.len() {
                 break;
             }
-            let top = symbols.layers.pop().expect("two layers");
-            let below = symbols.layers.last_mut().expect("two layers");
-            Arc::make_mut(&mut below.texts).extend(top.texts.iter().cloned());
+            merged += 1;
+            length += below.texts.len();
         }
+        let kept = symbols.layers.len() - merged;
+        let below = symbols.layers.split_off(kept);
+        let mut texts = IndexSet::with_capacity_and_hasher(length, Default::default());
+        for layer in &below {
+            texts.extend(layer.texts.iter().cloned());
+        }
+        texts.extend(new);
+        symbols.layers.push(Layer {
+            first: below.first().map_or(self.len() as u32, |layer| layer.first),
+            texts: Arc::new(texts),
+        });
         symbols
     }
 }
