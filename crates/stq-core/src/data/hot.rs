@@ -2,19 +2,23 @@
 //! appended since the station was last sealed, in B-tree maps ordered by time, an
 //! entry a record, their stored form ([`crate::data::stored`]) in an arena and a
 //! table of pieces; in two layers, the settled records and those appended since,
-//! read as one.
+//! read as one. A summary reads the settled layer's units a period at a time from
+//! digests made when it first asks ([`LayerDigests`]), as it reads sealed blocks.
 
 use std::collections::{btree_map, BTreeMap};
 use std::ops::Bound::{self, Excluded, Included, Unbounded};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use itertools::{Either, Itertools as _};
 
+use crate::data::digest::write_unit_digest;
 use crate::data::key::RecordKey;
+use crate::data::sealed::{period_of, period_start};
 use crate::data::stored::{Pieces, RecordJson, StoredRecord};
 use crate::data::symbols::Symbol;
 use crate::data::tier::{tree_bytes, KeyRange, MetricEntry, Tier, UnitEntry};
+use crate::domain::record::Direction;
 use crate::domain::time::Timestamp;
 
 /// The trees of one layer of a station.
@@ -77,6 +81,74 @@ pub(crate) struct Layer {
     /// Where its records' starts count from: the station's entries address both
     /// layers as one arena, the recent one after the settled one.
     pub(crate) offset: u32,
+    /// The unit digests of its periods, made when a summary first asks for them
+    /// (of the settled layer only, which every generation that keeps it shares).
+    digests: Arc<OnceLock<LayerDigests>>,
+}
+
+/// A layer's units digested a period at a time ([`crate::data::digest`]), as a
+/// sealed block's are, so that a summary over the hot day need not join its units
+/// one by one.
+#[derive(Debug, Default)]
+pub(crate) struct LayerDigests {
+    /// Each period's unit digest.
+    pub(crate) periods: BTreeMap<i64, Box<[u8]>>,
+    /// The serials of its outputs and the periods they are in, each pair once, in
+    /// order.
+    pub(crate) outputs: Box<[(Symbol, i64)]>,
+    /// The serials of outputs in more than one of its periods, and those periods,
+    /// each in order.
+    pub(crate) shared: Box<[Symbol]>,
+    pub(crate) shared_periods: Box<[i64]>,
+}
+
+impl LayerDigests {
+    fn of(trees: &Trees) -> LayerDigests {
+        let mut digests = LayerDigests::default();
+        let mut outputs: Vec<(Symbol, i64)> = Vec::new();
+        let units: Vec<(RecordKey, UnitEntry)> = trees
+            .units
+            .iter()
+            .map(|(key, entry)| (*key, *entry))
+            .collect();
+        for records in
+            units.chunk_by(|left, right| period_of(left.0.instant) == period_of(right.0.instant))
+        {
+            let period = period_of(records[0].0.instant);
+            let mut bytes = Vec::new();
+            write_unit_digest(period_start(period), records, &mut bytes);
+            digests.periods.insert(period, bytes.into());
+            let outputs_of = records
+                .iter()
+                .filter(|(_, entry)| entry.direction == Direction::Output)
+                .filter(|(_, entry)| entry.unit_serial != Symbol::EMPTY);
+            outputs.extend(outputs_of.map(|(_, entry)| (entry.unit_serial, period)));
+        }
+        outputs.sort_unstable();
+        outputs.dedup();
+        let mut shared = Vec::new();
+        let mut shared_periods = Vec::new();
+        for pairs in outputs.chunk_by(|left, right| left.0 == right.0) {
+            if pairs.len() > 1 {
+                shared.push(pairs[0].0);
+                shared_periods.extend(pairs.iter().map(|(_, period)| *period));
+            }
+        }
+        shared_periods.sort_unstable();
+        shared_periods.dedup();
+        digests.outputs = outputs.into();
+        digests.shared = shared.into();
+        digests.shared_periods = shared_periods.into();
+        digests
+    }
+
+    fn heap_bytes(&self) -> u64 {
+        let digests: usize = self.periods.values().map(|bytes| bytes.len()).sum();
+        let serials = self.outputs.len() * size_of::<(Symbol, i64)>()
+            + self.shared.len() * size_of::<Symbol>()
+            + self.shared_periods.len() * size_of::<i64>();
+        (digests + serials) as u64 + tree_bytes(&self.periods)
+    }
 }
 
 impl Layer {
@@ -122,6 +194,7 @@ impl Hot {
                 pieces,
                 trees: Arc::new(Trees::of(units, metrics)),
                 offset: 0,
+                digests: Arc::default(),
             },
             recent: Layer {
                 offset,
@@ -151,6 +224,7 @@ impl Hot {
                 pieces,
                 trees: Arc::new(trees),
                 offset: self.recent.offset,
+                digests: Arc::default(),
             },
         }
     }
@@ -159,6 +233,27 @@ impl Hot {
     pub(crate) fn folds_with(&self, appended: usize) -> bool {
         (self.recent.trees.record_count() + appended) * RECENT_SHARE
             > self.settled.trees.record_count()
+    }
+
+    /// The settled layer's unit digests, made now if not yet.
+    pub(crate) fn settled_digests(&self) -> &LayerDigests {
+        (self.settled.digests).get_or_init(|| LayerDigests::of(&self.settled.trees))
+    }
+
+    /// The recent layer's units with keys in `range`.
+    pub(crate) fn recent_units_in(
+        &self,
+        range: KeyRange,
+    ) -> impl Iterator<Item = (RecordKey, UnitEntry)> + '_ {
+        let recent = &self.recent.trees.units;
+        let units = match recent.is_empty() {
+            true => None,
+            false => Some(recent.range(range)),
+        };
+        units
+            .into_iter()
+            .flatten()
+            .map(|(key, entry)| (*key, *entry))
     }
 
     /// Both layers, the settled one first.
@@ -268,6 +363,9 @@ impl Tier for Hot {
             add("unit tree by serial", tree_bytes(&trees.units_by_serial));
             add("metric tree by time", tree_bytes(&trees.metrics));
             add("metric tree by name", tree_bytes(&trees.metrics_by_name));
+            if let Some(digests) = layer.digests.get() {
+                add("hot unit digests", digests.heap_bytes());
+            }
         }
     }
 }

@@ -29,7 +29,14 @@ pub struct StationData {
     /// The serials of hot outputs that the sealed tier has outputs of too, in
     /// order: found when a summary first asks, which most stations' lives never do.
     crossing: OnceLock<Box<[Symbol]>>,
+    /// The serials of the settled hot layer's outputs that the sealed tier or the
+    /// recent layer has outputs of too, and the settled layer's periods that have
+    /// them, each in order, found likewise.
+    hot_crossing: OnceLock<Crossing>,
 }
+
+/// Serials, and the periods that have them, each in order.
+type Crossing = (Box<[Symbol]>, Box<[i64]>);
 
 impl StationData {
     /// A station of records in any order, all hot.
@@ -43,6 +50,7 @@ impl StationData {
             hot: Hot::new(arena, pieces, units, metrics),
             sealed: Arc::default(),
             crossing: OnceLock::new(),
+            hot_crossing: OnceLock::new(),
         }
     }
 
@@ -52,6 +60,7 @@ impl StationData {
             hot,
             sealed,
             crossing: OnceLock::new(),
+            hot_crossing: OnceLock::new(),
         }
     }
 
@@ -68,6 +77,7 @@ impl StationData {
             hot: self.hot.extended(arena, pieces, units, metrics),
             sealed: Arc::clone(&self.sealed),
             crossing: OnceLock::new(),
+            hot_crossing: OnceLock::new(),
         }
     }
 
@@ -162,9 +172,80 @@ impl StationData {
                 }
             }
         }
-        for (key, entry) in hot {
-            reader.record(key, entry);
+        // The hot periods after the sealed ones: a digest of the settled layer's
+        // units where the reader takes one whole, else record by record.
+        let sealed_last = self.sealed.last_period();
+        while let Some(&(key, _)) = hot.peek() {
+            let period = period_of(key.instant);
+            if sealed_last.is_none_or(|last| period > last) {
+                if let Some(last) = self.offer_hot_period(period, key, &range, reader) {
+                    hot = self
+                        .hot
+                        .units_in((Bound::Excluded(last), keys.1))
+                        .peekable();
+                    continue;
+                }
+            }
+            while let Some((key, entry)) =
+                hot.next_if(|(next, _)| period_of(next.instant) == period)
+            {
+                reader.record(key, entry);
+            }
         }
+    }
+
+    /// Offers `reader` the settled layer's digest of `period`'s units, if every
+    /// unit record of the period is in `range`, in that layer, and `next` is its
+    /// first: the key of the last record it took, if it took them.
+    fn offer_hot_period(
+        &self,
+        period: i64,
+        next: RecordKey,
+        range: &Range<RecordKey>,
+        reader: &mut impl UnitReader,
+    ) -> Option<RecordKey> {
+        let digests = self.hot.settled_digests();
+        let bytes = digests.periods.get(&period)?;
+        let start = period_start(period);
+        let (first, last) = bounds(start, bytes);
+        let whole = next == first
+            && range.start <= first
+            && last < range.end
+            && (self.hot.recent_units_in(key_range(first..=last)))
+                .next()
+                .is_none();
+        if !whole {
+            return None;
+        }
+        let (crossing, crossing_periods) = self.hot_crossing.get_or_init(|| {
+            let sealed = self.sealed.serials();
+            let mut recent: Vec<Symbol> = (self.hot)
+                .recent_units_in(key_range(..))
+                .filter(|(_, entry)| entry.direction == Direction::Output)
+                .map(|(_, entry)| entry.unit_serial)
+                .collect();
+            recent.sort_unstable();
+            let pairs: Vec<(Symbol, i64)> = (digests.outputs.iter().copied())
+                .filter(|(serial, _)| {
+                    sealed.binary_search(serial).is_ok() || recent.binary_search(serial).is_ok()
+                })
+                .collect();
+            let mut serials: Vec<Symbol> = pairs.iter().map(|(serial, _)| *serial).collect();
+            serials.dedup();
+            let mut periods: Vec<i64> = pairs.iter().map(|(_, period)| *period).collect();
+            periods.sort_unstable();
+            periods.dedup();
+            (serials.into(), periods.into())
+        });
+        let crosses = |periods: &[i64]| periods.binary_search(&period).is_ok();
+        let elsewhere = match crosses(&digests.shared_periods) || crosses(crossing_periods) {
+            true => Elsewhere::Serials {
+                shared: &digests.shared,
+                hot: crossing,
+            },
+            false => Elsewhere::Nowhere,
+        };
+        reader.block(start, bytes, &elsewhere).then_some(last)
     }
 
     /// Gives `reader` the metrics with keys in `range` in time order, a sealed
@@ -349,13 +430,16 @@ pub(crate) trait UnitReader {
 }
 
 /// Which serials a read of a station's units ([`StationData::read_units`]) gives
-/// outputs of outside the sealed block it offers, of those the block has outputs
-/// of: a unit whose serial is not among them has all its attempts in the block.
+/// outputs of outside the digest it offers (a sealed block's, or a settled hot
+/// period's), of those the digest has outputs of: a unit whose serial is not among
+/// them has all its attempts in the digest.
 pub(crate) enum Elsewhere<'a> {
     /// None of them.
     Nowhere,
-    /// Maybe any of these: the serials of outputs in more than one sealed block of
-    /// the station, and of hot outputs that sealed blocks have outputs of too.
+    /// Maybe any of these: for a sealed block, the serials of outputs in more than
+    /// one sealed block of the station, and of hot outputs that sealed blocks have
+    /// too; for a hot period, of outputs in more than one settled period, and of
+    /// settled outputs that the sealed tier or the recent layer has too.
     Serials {
         shared: &'a [Symbol],
         hot: &'a [Symbol],
