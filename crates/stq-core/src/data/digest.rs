@@ -402,6 +402,27 @@ pub(crate) fn unit_serials(
     }
 }
 
+/// Of `outputs` (each a serial and a period it has outputs in), which it sorts
+/// and rids of repeats: the serials in more than one period, and those periods,
+/// each in order. A summary joins these serials' attempts across periods and
+/// counts every other unit from its period's digest (a sealed block's, or the hot
+/// layer's).
+pub(crate) fn shared_serials(outputs: &mut Vec<(Symbol, i64)>) -> (Vec<Symbol>, Vec<i64>) {
+    outputs.sort_unstable();
+    outputs.dedup();
+    let mut shared = Vec::new();
+    let mut periods = Vec::new();
+    for pairs in outputs.chunk_by(|left, right| left.0 == right.0) {
+        if pairs.len() > 1 {
+            shared.push(pairs[0].0);
+            periods.extend(pairs.iter().map(|(_, period)| *period));
+        }
+    }
+    periods.sort_unstable();
+    periods.dedup();
+    (shared, periods)
+}
+
 impl UnitDigest {
     /// Reads a unit digest written by [`write_unit_digest`] for a block of
     /// `period_start`'s period into this one, whose buffers it reuses: all of it

@@ -12,7 +12,7 @@ use std::sync::{Arc, OnceLock};
 use bytes::Bytes;
 use itertools::{Either, Itertools as _};
 
-use crate::data::digest::write_unit_digest;
+use crate::data::digest::{shared_serials, write_unit_digest};
 use crate::data::key::RecordKey;
 use crate::data::sealed::{period_of, period_start};
 use crate::data::stored::{Pieces, RecordJson, StoredRecord};
@@ -124,18 +124,7 @@ impl LayerDigests {
                 .filter(|(_, entry)| entry.unit_serial != Symbol::EMPTY);
             outputs.extend(outputs_of.map(|(_, entry)| (entry.unit_serial, period)));
         }
-        outputs.sort_unstable();
-        outputs.dedup();
-        let mut shared = Vec::new();
-        let mut shared_periods = Vec::new();
-        for pairs in outputs.chunk_by(|left, right| left.0 == right.0) {
-            if pairs.len() > 1 {
-                shared.push(pairs[0].0);
-                shared_periods.extend(pairs.iter().map(|(_, period)| *period));
-            }
-        }
-        shared_periods.sort_unstable();
-        shared_periods.dedup();
+        let (shared, shared_periods) = shared_serials(&mut outputs);
         digests.outputs = outputs.into();
         digests.shared = shared.into();
         digests.shared_periods = shared_periods.into();

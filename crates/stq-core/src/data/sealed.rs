@@ -601,33 +601,21 @@ impl Sealed {
             .blocks
             .first_key_value()
             .map_or(0, |(period, _)| *period);
-        // Per serial: the first block with an output of it, and whether another has.
-        let mut blocks_of: HashMap<Symbol, (i64, bool)> = HashMap::default();
+        // Every block's digest read once: its outputs' serials, with its period.
+        let mut outputs: Vec<(Symbol, i64)> = Vec::new();
         let mut buffer = UnitDigest::default();
         for (&period, block) in &self.blocks {
             let bytes = block.unit_digest();
             digest::unit_serials(period_start(period), bytes, &mut buffer, &mut |serial| {
-                let (first, shared) = blocks_of.entry(serial).or_insert((period, false));
-                *shared |= *first != period;
+                outputs.push((serial, period));
             });
         }
-        let mut serials: Vec<Symbol> = blocks_of.keys().copied().collect();
-        serials.sort_unstable();
-        let shared: Vec<Symbol> = (serials.iter().copied())
-            .filter(|serial| blocks_of[serial].1)
-            .collect();
-        for (&period, block) in &mut self.blocks {
-            block.shares = false;
-            if !shared.iter().any(|&serial| block.serials.may_hold(serial)) {
-                continue;
-            }
-            let mut shares = false;
-            let bytes = block.unit_digest();
-            digest::unit_serials(period_start(period), bytes, &mut buffer, &mut |serial| {
-                shares |= shared.binary_search(&serial).is_ok();
-            });
-            block.shares = shares;
+        let (shared, sharing) = digest::shared_serials(&mut outputs);
+        for (period, block) in &mut self.blocks {
+            block.shares = sharing.binary_search(period).is_ok();
         }
+        let mut serials: Vec<Symbol> = outputs.iter().map(|(serial, _)| *serial).collect();
+        serials.dedup();
         self.serials = serials.into();
         self.shared_serials = shared.into();
         self.ends = None;
