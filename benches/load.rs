@@ -465,8 +465,17 @@ struct MetricLine {
 
 impl Dataset {
     /// Reads every `*.units.jsonl` and `*.metrics.jsonl` file below `directory`.
+    /// `LOAD_SPAN=last-day`: only the data's last 24 hours, which stq keeps hot at
+    /// its default `--hot 24h` (issue 22's Q1 to Q6 "on the hot window"); windows
+    /// of 24 hours are then that day, and Q4's serials those with a record in it.
     fn scan(directory: &Path) -> anyhow::Result<Dataset> {
-        let mut serials: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        let last_day = match std::env::var("LOAD_SPAN") {
+            Ok(span) if span == "last-day" => true,
+            Ok(span) => bail!("LOAD_SPAN is `last-day` or unset, not `{span}`"),
+            Err(_) => false,
+        };
+        // Per station, each serial and the second of its latest record.
+        let mut serials: BTreeMap<String, BTreeMap<String, i64>> = BTreeMap::new();
         let mut metric_names: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         let mut seconds = (i64::MAX, i64::MIN);
         let (mut unit_records, mut metric_records, mut jsonl_bytes) = (0, 0, 0);
@@ -491,7 +500,10 @@ impl Dataset {
                         .timestamp();
                     seconds = (seconds.0.min(second), seconds.1.max(second));
                     let station = serials.entry(unit.station_id).or_default();
-                    station.extend(unit.unit_serial.filter(|serial| !serial.is_empty()));
+                    if let Some(serial) = unit.unit_serial.filter(|serial| !serial.is_empty()) {
+                        let latest = station.entry(serial).or_insert(second);
+                        *latest = (*latest).max(second);
+                    }
                     unit_records += 1;
                 } else {
                     let metric: MetricLine = serde_json::from_str(&line).with_context(context)?;
@@ -508,17 +520,28 @@ impl Dataset {
             "no unit records in {}",
             directory.display()
         );
-        let into_lists = |map: BTreeMap<String, BTreeSet<String>>| -> BTreeMap<_, Vec<_>> {
-            map.into_iter()
-                .map(|(station, set)| (station, set.into_iter().collect()))
-                .collect()
+        let end_second = seconds.1 + 1;
+        let first_second = match last_day {
+            true => (end_second - 86_400).max(seconds.0),
+            false => seconds.0,
         };
+        let serials: BTreeMap<String, Vec<String>> = (serials.into_iter())
+            .map(|(station, latest)| {
+                let serials = (latest.into_iter())
+                    .filter(|(_, second)| *second >= first_second)
+                    .map(|(serial, _)| serial);
+                (station, serials.collect())
+            })
+            .collect();
+        let metric_names = (metric_names.into_iter())
+            .map(|(station, names)| (station, names.into_iter().collect()))
+            .collect();
         Ok(Dataset {
             stations: serials.keys().cloned().collect(),
-            serials: into_lists(serials),
-            metric_names: into_lists(metric_names),
-            first_second: seconds.0,
-            end_second: seconds.1 + 1,
+            serials,
+            metric_names,
+            first_second,
+            end_second,
             unit_records,
             metric_records,
             jsonl_bytes,
