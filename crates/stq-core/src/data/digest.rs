@@ -308,10 +308,10 @@ pub(crate) fn write_unit_digest(
             number(out, u64::from(result.0));
             number(out, *count);
         }
-        number(out, cycles.len() as u64);
-        for &nanos in cycles {
-            number(out, nanos as u64 / time_unit);
-        }
+        let cycles: Vec<u64> = (cycles.iter())
+            .map(|&nanos| nanos as u64 / time_unit)
+            .collect();
+        write_fixed(out, &cycles);
     }
     number(out, tallies.len() as u64);
     for tally in &tallies {
@@ -450,9 +450,7 @@ impl UnitDigest {
                 self.results.push((result, reader.number()));
             }
             let cycles = self.cycles.len();
-            for _ in 0..reader.number() {
-                self.cycles.push((reader.number() * unit) as i64);
-            }
+            reader.fixed(|cycle| self.cycles.push((cycle * unit) as i64));
             self.groups.push(DigestGroup {
                 slot,
                 unit_type,
@@ -924,6 +922,28 @@ impl Times {
     }
 }
 
+/// Writes a list of numbers as their count, then (if any) the least of them and the
+/// width in bytes of their differences from it, then each difference in that many
+/// bytes: the cycle times of a fine group, one a unit, which a summary reads by the
+/// thousand, and which varints spent a quarter of a week's summary on (each byte a
+/// branch); as long as varints where the times are alike.
+fn write_fixed(out: &mut Vec<u8>, values: &[u64]) {
+    number(out, values.len() as u64);
+    let (Some(&least), Some(&most)) = (values.iter().min(), values.iter().max()) else {
+        return;
+    };
+    let width = (most - least)
+        .to_le_bytes()
+        .iter()
+        .rposition(|&byte| byte != 0);
+    let width = width.map_or(0, |last| last + 1);
+    number(out, least);
+    out.push(width as u8);
+    for value in values {
+        out.extend_from_slice(&(value - least).to_le_bytes()[..width]);
+    }
+}
+
 fn number(out: &mut Vec<u8>, value: u64) {
     let mut encoded = [0; 10];
     let length = value.encode_var(&mut encoded);
@@ -957,6 +977,35 @@ impl Reader<'_> {
                 return value;
             }
             shift += 7;
+        }
+    }
+
+    /// Calls `each` with every number of a list [`write_fixed`] wrote, in order.
+    #[inline]
+    fn fixed(&mut self, mut each: impl FnMut(u64)) {
+        let count = self.number() as usize;
+        if count == 0 {
+            return;
+        }
+        let least = self.number();
+        let width = usize::from(self.take());
+        let bytes = &self.bytes[self.at..self.at + count * width];
+        self.at += count * width;
+        // A loop for each common width, with its reads of fixed size.
+        match width {
+            0 => (0..count).for_each(|_| each(least)),
+            1 => (bytes.iter()).for_each(|&byte| each(least + u64::from(byte))),
+            2 => (bytes.chunks_exact(2))
+                .for_each(|two| each(least + u64::from(u16::from_le_bytes([two[0], two[1]])))),
+            3 => (bytes.chunks_exact(3)).for_each(|three| {
+                let value = u32::from_le_bytes([three[0], three[1], three[2], 0]);
+                each(least + u64::from(value));
+            }),
+            _ => (bytes.chunks_exact(width)).for_each(|some| {
+                let mut eight = [0; 8];
+                eight[..width].copy_from_slice(some);
+                each(least + u64::from_le_bytes(eight));
+            }),
         }
     }
 
@@ -1003,6 +1052,32 @@ mod tests {
             result: Symbol(result),
         };
         (key, entry)
+    }
+
+    #[test]
+    fn issue_22_fixed_width_lists_read_back_as_written_at_every_width() {
+        // Widths 0, 0, 0, 1, 2, 3, 4 and 8.
+        let lists: [&[u64]; 9] = [
+            &[],
+            &[7],
+            &[5, 5, 5],
+            &[30_000, 30_255, 30_001],
+            &[1, 65_536, 2],
+            &[9, 1 << 23, 10],
+            &[0, 1 << 24, 1 << 23],
+            &[3, u64::MAX, 0, u64::MAX - 1],
+            &[u64::MAX],
+        ];
+        for list in lists {
+            let mut out = vec![0x55];
+            write_fixed(&mut out, list);
+            out.push(0x66);
+            let mut reader = Reader { bytes: &out, at: 1 };
+            let mut read = Vec::new();
+            reader.fixed(|value| read.push(value));
+            assert_eq!(read, list);
+            assert_eq!(reader.take(), 0x66, "the list ends where it was written to");
+        }
     }
 
     #[test]
