@@ -797,17 +797,31 @@ impl UnitPartial {
         rows_of: &mut Vec<(usize, GroupValues)>,
     ) {
         rows_of.clear();
+        // Grouped by station alone (the default), every fine group of the block is
+        // in one row: found once, not once a group.
+        let by_fine_fields = (grouping.fields.iter()).any(|field| *field != GroupField::StationId);
+        let mut block_row = None;
         for fine in &digest.groups {
-            let group = group_values(grouping, station, |field| match field {
-                GroupField::Slot => fine.slot,
-                GroupField::UnitType => fine.unit_type,
-                _ => fine.mode,
-            });
-            let row_index = self.row(RowKey {
-                group,
-                name: Symbol(0),
-                bucket,
-            });
+            let (row_index, group) = match block_row {
+                Some(row) => row,
+                None => {
+                    let group = group_values(grouping, station, |field| match field {
+                        GroupField::Slot => fine.slot,
+                        GroupField::UnitType => fine.unit_type,
+                        _ => fine.mode,
+                    });
+                    let key = RowKey {
+                        group,
+                        name: Symbol(0),
+                        bucket,
+                    };
+                    let row = (self.row(key), group);
+                    if !by_fine_fields {
+                        block_row = Some(row);
+                    }
+                    row
+                }
+            };
             let row = &mut self.rows[row_index].1;
             row.records += fine.records;
             for &(result, count) in &digest.results[fine.results.clone()] {
