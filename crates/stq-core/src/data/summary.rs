@@ -1043,13 +1043,18 @@ impl CycleTimes {
             .all(|seconds| seconds.is_sign_positive()));
         let index = |percent: usize| (percent * count).div_ceil(100).max(1) - 1;
         let (p50, p90) = (index(50), index(90));
-        let seconds = &mut self.seconds;
-        let (below, &mut at_p90, above) = seconds.select_nth_unstable_by_key(p90, |s| s.to_bits());
-        let max = (above.iter().copied()).fold(at_p90, f64::max);
+        // As integers, in place: compared without a conversion each time.
+        let mut bits: Vec<u64> = std::mem::take(&mut self.seconds)
+            .into_iter()
+            .map(f64::to_bits)
+            .collect();
+        let (below, &mut at_p90, above) = bits.select_nth_unstable(p90);
+        let max = f64::from_bits((above.iter().copied()).fold(at_p90, u64::max));
         let at_p50 = match p50 < p90 {
-            true => *below.select_nth_unstable_by_key(p50, |s| s.to_bits()).1,
+            true => *below.select_nth_unstable(p50).1,
             false => at_p90,
         };
+        let (at_p50, at_p90) = (f64::from_bits(at_p50), f64::from_bits(at_p90));
         let mean = self.total_nanos as f64 / 1e9 / count as f64;
         let figures = [mean, at_p50, at_p90, max];
         (count as u64, figures.map(Some))
