@@ -605,6 +605,20 @@ fn group_values(
     values
 }
 
+/// The group values of a unit record or a fine group of them, by their slot, unit
+/// type and mode.
+fn unit_group_values(
+    grouping: &Grouping,
+    station: ShardStation,
+    [slot, unit_type, mode]: [Symbol; 3],
+) -> GroupValues {
+    group_values(grouping, station, |field| match field {
+        GroupField::Slot => slot,
+        GroupField::UnitType => unit_type,
+        _ => mode,
+    })
+}
+
 /// The zone's bucket boundaries met so far, consecutive: records come a station
 /// at a time in time order, each station over the same window, so after the first
 /// station nearly every record falls between two known boundaries, and placing a
@@ -740,11 +754,7 @@ impl UnitPartial {
             }
             return;
         }
-        let group = group_values(grouping, station, |field| match field {
-            GroupField::Slot => entry.slot,
-            GroupField::UnitType => entry.unit_type,
-            _ => entry.mode,
-        });
+        let group = unit_group_values(grouping, station, [entry.slot, entry.unit_type, entry.mode]);
         let row_key = RowKey {
             group,
             name: Symbol(0),
@@ -805,11 +815,8 @@ impl UnitPartial {
             let (row_index, group) = match block_row {
                 Some(row) => row,
                 None => {
-                    let group = group_values(grouping, station, |field| match field {
-                        GroupField::Slot => fine.slot,
-                        GroupField::UnitType => fine.unit_type,
-                        _ => fine.mode,
-                    });
+                    let fields = [fine.slot, fine.unit_type, fine.mode];
+                    let group = unit_group_values(grouping, station, fields);
                     let key = RowKey {
                         group,
                         name: Symbol(0),
