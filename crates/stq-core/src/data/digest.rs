@@ -932,11 +932,7 @@ fn write_fixed(out: &mut Vec<u8>, values: &[u64]) {
     let (Some(&least), Some(&most)) = (values.iter().min(), values.iter().max()) else {
         return;
     };
-    let width = (most - least)
-        .to_le_bytes()
-        .iter()
-        .rposition(|&byte| byte != 0);
-    let width = width.map_or(0, |last| last + 1);
+    let width = (64 - (most - least).leading_zeros() as usize).div_ceil(8);
     number(out, least);
     out.push(width as u8);
     for value in values {
@@ -1056,7 +1052,7 @@ mod tests {
 
     #[test]
     fn issue_22_fixed_width_lists_read_back_as_written_at_every_width() {
-        // Widths 0, 0, 0, 1, 2, 3, 4 and 8.
+        // Empty, then widths 0, 0, 1, 2, 3, 4, 8 and 0.
         let lists: [&[u64]; 9] = [
             &[],
             &[7],

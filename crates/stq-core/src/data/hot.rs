@@ -3,7 +3,8 @@
 //! entry a record, their stored form ([`crate::data::stored`]) in an arena and a
 //! table of pieces; in two layers, the settled records and those appended since,
 //! read as one. A summary reads the settled layer's units a period at a time from
-//! digests made when it first asks ([`LayerDigests`]), as it reads sealed blocks.
+//! digests made when one that can take a period whole first asks
+//! ([`LayerDigests`]), as it reads sealed blocks.
 
 use std::collections::{btree_map, BTreeMap};
 use std::ops::Bound::{self, Excluded, Included, Unbounded};
@@ -227,6 +228,29 @@ impl Hot {
     /// The settled layer's unit digests, made now if not yet.
     pub(crate) fn settled_digests(&self) -> &LayerDigests {
         (self.settled.digests).get_or_init(|| LayerDigests::of(&self.settled.trees))
+    }
+
+    /// Whether the settled layer's unit digests were made.
+    #[cfg(test)]
+    pub(crate) fn settled_digested(&self) -> bool {
+        self.settled.digests.get().is_some()
+    }
+
+    /// The keys of the settled layer's first and last unit with instants from
+    /// `from` to before `to`, if it has any.
+    pub(crate) fn settled_units_span(
+        &self,
+        from: Timestamp,
+        to: Timestamp,
+    ) -> Option<(RecordKey, RecordKey)> {
+        let key = |instant| RecordKey {
+            instant,
+            load_order: 0,
+        };
+        let mut units = self.settled.trees.units.range(key(from)..key(to));
+        let first = *units.next()?.0;
+        let last = units.next_back().map_or(first, |(key, _)| *key);
+        Some((first, last))
     }
 
     /// The recent layer's units with keys in `range`.

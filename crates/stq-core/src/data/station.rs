@@ -156,6 +156,7 @@ impl StationData {
                     && last < range.end
                     && hot.peek().is_none_or(|(key, _)| *key > last);
                 if whole
+                    && reader.may_take(first.instant, last.instant)
                     && reader.block(
                         block.period_start(),
                         block.digest(),
@@ -204,19 +205,24 @@ impl StationData {
         range: &Range<RecordKey>,
         reader: &mut impl UnitReader,
     ) -> Option<RecordKey> {
-        let digests = self.hot.settled_digests();
-        let bytes = digests.periods.get(&period)?;
         let start = period_start(period);
-        let (first, last) = bounds(start, bytes);
+        // From the settled layer's tree, so that no digest is made that the reader
+        // would refuse (a summary by hours, say).
+        let (first, last) = self
+            .hot
+            .settled_units_span(start, period_start(period + 1))?;
         let whole = next == first
             && range.start <= first
             && last < range.end
             && (self.hot.recent_units_in(key_range(first..=last)))
                 .next()
                 .is_none();
-        if !whole {
+        if !whole || !reader.may_take(first.instant, last.instant) {
             return None;
         }
+        let digests = self.hot.settled_digests();
+        let bytes = digests.periods.get(&period)?;
+        debug_assert_eq!(bounds(start, bytes), (first, last));
         let (crossing, crossing_periods) = self.hot_crossing.get_or_init(|| {
             let sealed = self.sealed.serials();
             let mut recent: Vec<Symbol> = (self.hot)
@@ -421,6 +427,13 @@ impl StationData {
 /// each record in key order, or a sealed block's digest in place of its records.
 pub(crate) trait UnitReader {
     fn record(&mut self, key: RecordKey, entry: UnitEntry);
+
+    /// Whether it may take a digest of units from `first` to `last` whole
+    /// ([`UnitReader::block`]), asked before a digest is read or made: a digest is
+    /// offered only where this said yes.
+    fn may_take(&mut self, _first: Timestamp, _last: Timestamp) -> bool {
+        true
+    }
 
     /// Offers a sealed block of the period starting at `period_start`, by its unit
     /// digest ([`crate::data::digest`]): true if the reader took its records whole

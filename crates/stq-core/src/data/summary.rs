@@ -528,10 +528,14 @@ impl UnitReader for UnitReading<'_, '_> {
         (self.partial).add(self.grouping, self.station, &key, &entry, passed);
     }
 
+    /// Reads digests only when asked to, and only where one bucket holds them.
+    fn may_take(&mut self, first: Timestamp, last: Timestamp) -> bool {
+        let buckets = &mut self.partial.buckets;
+        self.digests != Digests::Decode
+            && buckets.start_of(self.grouping, first) == buckets.start_of(self.grouping, last)
+    }
+
     fn block(&mut self, period_start: Timestamp, digest: &[u8], elsewhere: &Elsewhere<'_>) -> bool {
-        if self.digests == Digests::Decode {
-            return false;
-        }
         self.digest.read(period_start, digest);
         if let Matcher::OneOf(types) = self.unit_types {
             let kept = (self.digest.types.iter())
@@ -545,11 +549,7 @@ impl UnitReader for UnitReading<'_, '_> {
                 return false;
             }
         }
-        let buckets = &mut self.partial.buckets;
-        let bucket = buckets.start_of(self.grouping, self.digest.first.instant);
-        if buckets.start_of(self.grouping, self.digest.last.instant) != bucket {
-            return false;
-        }
+        let bucket = (self.partial.buckets).start_of(self.grouping, self.digest.first.instant);
         // A lone unit's tally counts it only where its attempts are all in the
         // block: grouped by station (else a unit joins its attempts on every
         // station), and no other output of its serial is read.
@@ -2606,6 +2606,24 @@ mod tests {
         }
     }
 
+    /// A reader that takes no digest: counts the records it is given.
+    #[derive(Default)]
+    struct Refusing(usize);
+
+    impl UnitReader for Refusing {
+        fn record(&mut self, _: RecordKey, _: UnitEntry) {
+            self.0 += 1;
+        }
+
+        fn may_take(&mut self, _: Timestamp, _: Timestamp) -> bool {
+            false
+        }
+
+        fn block(&mut self, _: Timestamp, _: &[u8], _: &Elsewhere<'_>) -> bool {
+            panic!("offered a digest after refusing it");
+        }
+    }
+
     const MINUTE: u32 = 60;
 
     /// Issue 22: a reload that appends late units to sealed hours keeps them hot,
@@ -2657,8 +2675,15 @@ mod tests {
         late.assert_kept_hot("S0", 4);
         let (_, station) = late.station("S0");
         assert_eq!(station.sealed.unit_count(), 5, "hours 0 and 1 stay sealed");
+        // A reader that takes no digest (a summary by minutes, say) is given every
+        // record, and no digest of the hot layer is made for it.
+        let mut refusing = Refusing::default();
+        station.read_units(key_range(&seconds_window(0, 3 * 3600)), &mut refusing);
+        assert_eq!(refusing.0, 14, "every unit record");
+        assert!(!station.hot.settled_digested());
         let mut offered = Offered::default();
         station.read_units(key_range(&seconds_window(0, 3 * 3600)), &mut offered);
+        assert!(station.hot.settled_digested());
         // Hour 2 is offered from the settled hot layer's digest: the late records
         // are all in the recent layer, and none in hour 2.
         assert_eq!(
