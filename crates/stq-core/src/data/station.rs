@@ -287,7 +287,7 @@ impl StationData {
                         ))
                         .next()
                         .is_none();
-                if whole && reader.block(&block) {
+                if whole && reader.may_take(first.instant, last.instant) && reader.block(&block) {
                     continue;
                 }
                 for (key, entry) in block.records().filter(|(key, _)| range.contains(key)) {
@@ -477,6 +477,11 @@ impl Elsewhere<'_> {
 /// digest in place of its records.
 pub(crate) trait MetricReader<'a> {
     fn record(&mut self, key: RecordKey, entry: MetricEntry);
+
+    /// As [`UnitReader::may_take`], for a metric digest.
+    fn may_take(&mut self, _first: Timestamp, _last: Timestamp) -> bool {
+        true
+    }
 
     /// Offers a sealed block by its metric digest ([`crate::data::digest`]): true
     /// if the reader took its records whole from it, false to be given them one by

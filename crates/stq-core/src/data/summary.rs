@@ -465,17 +465,17 @@ impl<'data> MetricReader<'data> for MetricReading<'_, 'data> {
         }
     }
 
+    /// Reads digests only when asked to, and only where one bucket holds them.
+    fn may_take(&mut self, first: Timestamp, last: Timestamp) -> bool {
+        let buckets = &mut self.partial.buckets;
+        self.digests != Digests::Decode
+            && buckets.start_of(self.grouping, first) == buckets.start_of(self.grouping, last)
+    }
+
     fn block(&mut self, block: &MetricBlock<'data>) -> bool {
-        if self.digests == Digests::Decode {
-            return false;
-        }
         let bytes = block.digest();
         self.digest.read(period_start(block.period()), bytes);
-        let buckets = &mut self.partial.buckets;
-        let bucket = buckets.start_of(self.grouping, self.digest.first.instant);
-        if buckets.start_of(self.grouping, self.digest.last.instant) != bucket {
-            return false;
-        }
+        let bucket = (self.partial.buckets).start_of(self.grouping, self.digest.first.instant);
         // As `MetricPartial::add` and `flush` would have added its records one by
         // one: every record of the block is in the window and in `bucket`.
         let (grouping, station) = (self.grouping, self.station);
