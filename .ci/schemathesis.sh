@@ -37,6 +37,10 @@ if [[ ! -x $venv/bin/schemathesis ]] ||
     [[ $("$venv/bin/schemathesis" --version 2>/dev/null) != *" $SCHEMATHESIS_VERSION" ]]; then
     echo "installing schemathesis $SCHEMATHESIS_VERSION into $venv"
     rm -rf "$venv"
+    # Debian's python3 leaves `venv` (and its ensurepip) to the python3-venv package.
+    if ! python3 -c 'import ensurepip, venv' 2>/dev/null && command -v apt-get >/dev/null; then
+        apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null
+    fi
     python3 -m venv "$venv"
     "$venv/bin/pip" install --quiet --disable-pip-version-check "schemathesis==$SCHEMATHESIS_VERSION"
 fi

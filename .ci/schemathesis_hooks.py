@@ -6,7 +6,7 @@ rule of CONTRACT.md that spans parameters, and the server rightly answers 400:
 
 - section 5: `from >= to` is `invalid_window`;
 - section 6: a `cursor` is only valid as the server issued it (`meta.next_cursor`
-  of an earlier page, with the same filters, token and generation); any other
+  of an earlier page, with the same filters and token); any other
   string is `invalid_cursor`, and a cursor without `limit` is `invalid_parameter`.
 
 This hook makes positive cases obey those two rules; it leaves negative cases

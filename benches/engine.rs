@@ -36,6 +36,7 @@ fn all_units() -> RecordFilter {
     RecordFilter::Units {
         unit_types: Matcher::Any,
         unit_serial: Matcher::Any,
+        results: Matcher::Any,
         directions: Directions::BOTH,
     }
 }
@@ -60,6 +61,7 @@ fn scan(criterion: &mut Criterion) {
                 .filter_map(|name| generation.catalog().symbols().lookup(name))
                 .collect(),
         ),
+        unit_serial: Matcher::Any,
     };
     let cases = [
         (

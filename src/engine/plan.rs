@@ -166,10 +166,12 @@ fn records(
         Kind::Units => RecordFilter::Units {
             unit_types: matcher(catalog, &params.unit_types),
             unit_serial: serial_matcher(catalog, params),
+            results: results_matcher(catalog, &params.results),
             directions: params.directions,
         },
         Kind::Metrics => RecordFilter::Metrics {
             names: matcher(catalog, &params.names),
+            unit_serial: serial_matcher(catalog, params),
         },
     };
     Ok(RecordQuestion {
@@ -238,6 +240,19 @@ fn serial_matcher(catalog: &Catalog, params: &QueryParams) -> Matcher {
     })
 }
 
+/// `result`'s values as symbols: every spelling of each, since they match ignoring
+/// ASCII case (docs/api.md section 4); any value when none is given.
+fn results_matcher(catalog: &Catalog, texts: &[String]) -> Matcher {
+    if texts.is_empty() {
+        return Matcher::Any;
+    }
+    let mut symbols: Vec<_> = (texts.iter())
+        .flat_map(|text| catalog.symbols().lookup_ignoring_ascii_case(text))
+        .collect();
+    symbols.sort_unstable();
+    Matcher::OneOf(symbols)
+}
+
 /// The page a record query's merged records make: all of them, or `limit` of
 /// them and the cursor of the rest; or `result_too_large` for an unpaged query
 /// over the limit.
@@ -292,6 +307,10 @@ fn cursor_scope(kind: Kind, params: &QueryParams, principal: &Principal) -> Vec<
         unit_serial: &'a Option<String>,
         directions: Directions,
         names: &'a [String],
+        // Left out when empty, so that cursors made before `result` existed
+        // still fit the same query.
+        #[serde(skip_serializing_if = "<[String]>::is_empty")]
+        results: &'a [String],
     }
     serde_json::to_vec(&ScopeOf {
         endpoint: kind.path(),
@@ -305,6 +324,7 @@ fn cursor_scope(kind: Kind, params: &QueryParams, principal: &Principal) -> Vec<
             Directions::NONE
         },
         names: &params.names,
+        results: &params.results,
     })
     .expect("serializing plain data cannot fail")
 }

@@ -891,6 +891,7 @@ fn the_documented_parameters_are_the_ones_the_server_accepts() {
                 "to",
                 "type",
                 "serial_number",
+                "result",
                 "direction",
                 "limit",
                 "cursor",
@@ -898,7 +899,15 @@ fn the_documented_parameters_are_the_ones_the_server_accepts() {
         ),
         (
             "/metrics",
-            vec!["station_ids", "from", "to", "names", "limit", "cursor"],
+            vec![
+                "station_ids",
+                "from",
+                "to",
+                "names",
+                "serial_number",
+                "limit",
+                "cursor",
+            ],
         ),
         (
             "/units/summary",
@@ -1014,9 +1023,10 @@ fn the_documented_parameters_are_the_ones_the_server_accepts() {
             check(&response);
             assert_eq!(response.status, 200, "{}", response.context());
             // A list is repeatable exactly when the document says `explode: true`
-            // (`type`, `direction`, `names`); `station_ids` given twice is a 400.
+            // (`type`, `result`, `direction`, `names`); `station_ids` given twice is
+            // a 400.
             if parameter["schema"]["type"] == "array" {
-                let lists = ["type", "direction", "names", "group_by"];
+                let lists = ["type", "result", "direction", "names", "group_by"];
                 assert_eq!(
                     parameter["explode"] == true,
                     lists.contains(&name.as_str()),

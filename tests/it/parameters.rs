@@ -703,6 +703,122 @@ fn serial_number_matches_unit_serial_exactly() {
 }
 
 // ---------------------------------------------------------------------------
+// result on /units, serial_number on /metrics (CONTRACT 4, revision 4)
+// ---------------------------------------------------------------------------
+
+/// Units with results in several spellings, and metrics of two units, in two files
+/// of one station and one of another.
+fn traced() -> &'static Shared {
+    static TRACED: OnceLock<Shared> = OnceLock::new();
+    TRACED.get_or_init(|| {
+        let unit = |station: &str, serial: &str, minute: u32, result: Option<&str>| {
+            let result = result.map_or("null".to_owned(), |result| format!("\"{result}\""));
+            format!(
+                r#"{{"station_id":"{station}","unit_serial":"{serial}","time_created":"2024-03-10T10:{minute:02}:00Z","direction":"output","result":{result}}}"#
+            )
+        };
+        let metric = |station: &str, serial: &str, minute: u32, name: &str| {
+            format!(
+                r#"{{"station_id":"{station}","unit_serial":"{serial}","time_created":"2024-03-10T10:{minute:02}:30Z","name":"{name}","value":1.5}}"#
+            )
+        };
+        let lines = |lines: Vec<String>| lines.join("\n") + "\n";
+        let fixture = Fixture::from_files(&[
+            FileSpec::plain(
+                "a.units.jsonl",
+                lines(vec![
+                    unit("ST-01", "SN-1", 1, Some("pass")),
+                    unit("ST-01", "SN-2", 2, Some("FAIL")),
+                    unit("ST-01", "SN-3", 3, Some("Fail")),
+                    unit("ST-02", "SN-4", 4, Some("abort")),
+                    unit("ST-02", "SN-5", 5, None),
+                    unit("ST-02", "SN-6", 6, Some("failed")),
+                ]),
+            ),
+            FileSpec::plain(
+                "a.metrics.jsonl",
+                lines(vec![
+                    metric("ST-01", "SN-2", 2, "voltage"),
+                    metric("ST-01", "SN-2", 2, "current"),
+                    metric("ST-01", "SN-1", 1, "voltage"),
+                    metric("ST-02", "SN-2", 7, "voltage"),
+                    metric("ST-02", "sn-2", 8, "voltage"),
+                ]),
+            ),
+        ]);
+        let server = Server::start(&fixture, &[]);
+        Shared { fixture, server }
+    })
+}
+
+/// `GET path` on the traced fixture equals the reference answer of `query`.
+#[track_caller]
+fn check_traced(path: &str, query: &Query) -> Vec<Value> {
+    let envelope = traced().server.ok(path);
+    assert_records(&envelope.data, &traced().fixture.expect(query), path);
+    envelope.data
+}
+
+/// Issue 34: a list of the day's failures. `result` matches ignoring ASCII case, in
+/// both list forms, and never matches a longer value or a record without one.
+#[test]
+fn issue_34_result_lists_units_by_result_ignoring_case() {
+    let data = check_traced(
+        &format!("/units?{WINDOW}&result=fail"),
+        &Query::units().results(&["fail"]),
+    );
+    assert_eq!(serials(&data), ["SN-2", "SN-3"]);
+    let data = check_traced(
+        &format!("/units?{WINDOW}&result=ABORT,%20fail&result=FAIL"),
+        &Query::units().results(&["abort", "fail"]),
+    );
+    assert_eq!(serials(&data), ["SN-2", "SN-3", "SN-4"]);
+    let data = check_traced(
+        &format!("/units?{WINDOW}&result=,&station_ids=ST-02"),
+        &Query::units().stations(&["ST-02"]),
+    );
+    assert_eq!(serials(&data), ["SN-4", "SN-5", "SN-6"]);
+    let none = traced()
+        .server
+        .ok(&format!("/units?{WINDOW}&result=unknown"));
+    assert!(none.data.is_empty());
+}
+
+/// Issue 34: a unit traced through its measurements: `/metrics?serial_number=`
+/// matches `unit_serial` exactly, on every station, with `names` too, and pages.
+#[test]
+fn issue_34_serial_number_selects_one_units_measurements() {
+    let data = check_traced(
+        &format!("/metrics?{WINDOW}&serial_number=SN-2"),
+        &Query::metrics().serial("SN-2"),
+    );
+    assert_eq!(data.len(), 3);
+    check_traced(
+        &format!("/metrics?{WINDOW}&serial_number=SN-2&names=voltage"),
+        &Query::metrics().serial("SN-2").names(&["voltage"]),
+    );
+    let first = traced()
+        .server
+        .ok(&format!("/metrics?{WINDOW}&serial_number=SN-2&limit=2"));
+    assert_eq!(first.data.len(), 2);
+    let cursor = first.cursor().expect("a next page");
+    let rest = traced().server.ok(&format!(
+        "/metrics?{WINDOW}&serial_number=SN-2&limit=2&cursor={cursor}"
+    ));
+    let mut walked = first.data.clone();
+    walked.extend(rest.data);
+    assert_records(&walked, &data, "a walk of SN-2's measurements");
+    // A cursor is sealed to its serial number.
+    traced()
+        .server
+        .get(
+            &format!("/metrics?{WINDOW}&serial_number=SN-1&limit=2&cursor={cursor}"),
+            Some(OPS),
+        )
+        .error(400, "invalid_cursor");
+}
+
+// ---------------------------------------------------------------------------
 // direction (CONTRACT 4)
 // ---------------------------------------------------------------------------
 
@@ -840,7 +956,7 @@ fn misspelled_station_id_is_unknown_parameter() {
 
 #[test]
 fn metrics_rejects_the_units_parameters() {
-    for parameter in ["type", "serial_number", "direction"] {
+    for parameter in ["type", "result", "direction"] {
         let details = bad(&format!("/metrics?{parameter}=x"), "unknown_parameter");
         assert_eq!(details, json!({"parameter": parameter}));
     }

@@ -64,6 +64,7 @@ const PARAMETER_NAMES: &[&str] = &[
     "to",
     "type",
     "serial_number",
+    "result",
     "direction",
     "names",
     "limit",

@@ -81,7 +81,7 @@ const DIRECTIONS: &[&str] = &["input", "output"];
 const SLOTS: &[&str] = &["1", "2", ""];
 const TIME_ZONES: &[&str] = &["UTC", "Europe/Berlin"];
 const MODES: &[&str] = &["prod", "debug"];
-const RESULTS: &[&str] = &["pass", "fail"];
+const RESULTS: &[&str] = &["pass", "fail", "Fail", "PASS"];
 const TAGS: &[&str] = &["a", "b", "é"];
 const MEASURE_UNITS: &[&str] = &["V", "°C"];
 const METRIC_TYPES: &[&str] = &["float", "int"];
@@ -479,6 +479,8 @@ struct Query {
     /// Empty: not given, which means `["output"]`.
     directions: Vec<&'static str>,
     names: Vec<&'static str>,
+    /// `/units` only; empty: not given.
+    results: Vec<&'static str>,
 }
 
 impl Query {
@@ -516,6 +518,7 @@ fn model_query(token: &Token, query: &Query, (from, to): (i128, i128)) -> common
         serial: query.serial.map(str::to_owned),
         directions: strings(&query.directions),
         names: strings(&query.names),
+        results: strings(&query.results),
     }
 }
 
@@ -698,8 +701,14 @@ fn uri(query: &Query, extra: &[String], spelling: &mut Spelling) -> String {
             } else {
                 repeatable("direction", &query.directions, spelling, &mut params);
             }
+            repeatable("result", &query.results, spelling, &mut params);
         }
-        Kind::Metrics => repeatable("names", &query.names, spelling, &mut params),
+        Kind::Metrics => {
+            repeatable("names", &query.names, spelling, &mut params);
+            if let Some(serial) = query.serial {
+                params.push(format!("serial_number={}", encode(serial, spelling)));
+            }
+        }
     }
     for index in (1..params.len()).rev() {
         params.swap(index, spelling.pick(index + 1));
@@ -929,17 +938,21 @@ fn units_query(probability: f64, stations: &[&'static str]) -> impl Strategy<Val
         filter_list(&["board", "Board", "psu", "fan"]),
         option::weighted(0.2, select(&["SN1", "SN2", "sn1", "SN9"][..])),
         vec(select(DIRECTIONS), 0..=2),
+        filter_list(&["pass", "FAIL", "Pass", "abort"]),
     )
-        .prop_map(|(stations, (from, to), types, serial, directions)| Query {
-            kind: Kind::Units,
-            stations,
-            from,
-            to,
-            types,
-            serial,
-            directions,
-            names: Vec::new(),
-        })
+        .prop_map(
+            |(stations, (from, to), types, serial, directions, results)| Query {
+                kind: Kind::Units,
+                stations,
+                from,
+                to,
+                types,
+                serial,
+                directions,
+                names: Vec::new(),
+                results,
+            },
+        )
 }
 
 fn metrics_query(probability: f64, stations: &[&'static str]) -> impl Strategy<Value = Query> {
@@ -947,16 +960,18 @@ fn metrics_query(probability: f64, stations: &[&'static str]) -> impl Strategy<V
         station_list(probability, stations),
         window(),
         filter_list(&["temp", "Temp", "volt", "rpm"]),
+        option::weighted(0.2, select(&["SN1", "SN2", "sn1", "SN9"][..])),
     )
-        .prop_map(|(stations, (from, to), names)| Query {
+        .prop_map(|(stations, (from, to), names, serial)| Query {
             kind: Kind::Metrics,
             stations,
             from,
             to,
             types: Vec::new(),
-            serial: None,
+            serial,
             directions: Vec::new(),
             names,
+            results: Vec::new(),
         })
 }
 

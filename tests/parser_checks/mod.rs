@@ -85,12 +85,18 @@ pub fn check_query(kind: Kind, query: &str, limits: Limits, now: Timestamp) -> O
         );
     }
     assert!(!params.directions.is_empty(), "no direction: {query:?}");
+    assert_normalized_list(&params.results, "result", query);
+    assert!(
+        (params.results.iter()).all(|result| !result.bytes().any(|byte| byte.is_ascii_uppercase())),
+        "`result` items are compared in ASCII lower case: {query:?}"
+    );
     match kind {
         Kind::Units => assert!(params.names.is_empty(), "/units took `names`: {query:?}"),
         Kind::Metrics => {
-            // The other endpoint's parameters are unknown here, never silently read.
+            // The other endpoint's parameters are unknown here, never silently read
+            // (`serial_number` is both endpoints').
             assert!(params.unit_types.is_empty(), "{query:?}");
-            assert!(params.unit_serial.is_none(), "{query:?}");
+            assert!(params.results.is_empty(), "{query:?}");
             assert_eq!(params.directions, Directions::OUTPUT, "{query:?}");
         }
     }

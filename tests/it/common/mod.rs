@@ -665,6 +665,11 @@ pub fn reference(records: &[Record], query: &Query) -> Vec<Value> {
                     || query.names.is_empty()
                     || query.names.iter().any(|x| x == record.text("name"))
             })
+            .filter(|record| {
+                query.kind == Kind::Metrics
+                    || query.results.is_empty()
+                    || (query.results.iter()).any(|x| x.eq_ignore_ascii_case(record.text("result")))
+            })
             .collect();
         in_contract_order(hits)
     }
@@ -700,6 +705,8 @@ pub struct Query {
     /// Empty = the default `["output"]`.
     pub directions: Vec<String>,
     pub names: Vec<String>,
+    /// `/units`' `result`: matched ignoring ASCII case.
+    pub results: Vec<String>,
 }
 
 fn strings(values: &[&str]) -> Vec<String> {
@@ -721,6 +728,7 @@ impl Query {
             serial: None,
             directions: vec![],
             names: vec![],
+            results: vec![],
         }
     }
     /// The whole 2024 window.
@@ -755,6 +763,10 @@ impl Query {
     }
     pub fn names(mut self, names: &[&str]) -> Query {
         self.names = strings(names);
+        self
+    }
+    pub fn results(mut self, results: &[&str]) -> Query {
+        self.results = strings(results);
         self
     }
 }

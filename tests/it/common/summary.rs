@@ -85,6 +85,7 @@ impl SummaryQuery {
             serial: self.serial.clone(),
             directions: directions.iter().map(|d| d.to_string()).collect(),
             names: self.names.clone(),
+            results: Vec::new(),
         };
         reference(records, &query)
     }

@@ -10,7 +10,7 @@ use crate::data::key::{Position, RecordKey};
 use crate::data::merge::merge_sorted;
 use crate::data::sealed::{is_sealed, SEALED};
 use crate::data::shard::ShardData;
-use crate::data::station::{StationData, UnitEntry};
+use crate::data::station::{MetricEntry, StationData, UnitEntry};
 use crate::data::stored::{RecordJson, StoredRecord};
 use crate::data::symbols::Symbol;
 use crate::domain::record::{Directions, Kind};
@@ -43,10 +43,13 @@ pub enum RecordFilter {
     Units {
         unit_types: Matcher,
         unit_serial: Matcher,
+        /// Every spelling of the `result` values asked for (docs/api.md section 4).
+        results: Matcher,
         directions: Directions,
     },
     Metrics {
         names: Matcher,
+        unit_serial: Matcher,
     },
 }
 
@@ -63,9 +66,17 @@ impl RecordFilter {
             RecordFilter::Units {
                 unit_types,
                 unit_serial,
+                results,
                 directions,
-            } => unit_types.is_impossible() || unit_serial.is_impossible() || directions.is_empty(),
-            RecordFilter::Metrics { names } => names.is_impossible(),
+            } => {
+                unit_types.is_impossible()
+                    || unit_serial.is_impossible()
+                    || results.is_impossible()
+                    || directions.is_empty()
+            }
+            RecordFilter::Metrics { names, unit_serial } => {
+                names.is_impossible() || unit_serial.is_impossible()
+            }
         }
     }
 
@@ -74,13 +85,24 @@ impl RecordFilter {
             RecordFilter::Units {
                 unit_types,
                 unit_serial,
+                results,
                 directions,
             } => {
                 directions.contains(entry.direction)
                     && unit_types.matches(entry.unit_type)
                     && unit_serial.matches(entry.unit_serial)
+                    && results.matches(entry.result)
             }
             RecordFilter::Metrics { .. } => false,
+        }
+    }
+
+    fn matches_metric(&self, entry: &MetricEntry) -> bool {
+        match self {
+            RecordFilter::Metrics { names, unit_serial } => {
+                names.matches(entry.name) && unit_serial.matches(entry.unit_serial)
+            }
+            RecordFilter::Units { .. } => false,
         }
     }
 }
@@ -173,6 +195,7 @@ impl ShardData {
             }
             RecordFilter::Metrics {
                 names: Matcher::OneOf(names),
+                unit_serial: Matcher::Any,
             } => {
                 // One stream per (station, name): each is an exact range in time order.
                 let streams = request.stations.iter().flat_map(|&station| {
@@ -187,10 +210,13 @@ impl ShardData {
                 });
                 merge_sorted(streams.collect(), request.cap)
             }
+            // A serial number on metrics has no tree of its own: the time range,
+            // filtered (a unit's measurements are a few of a station's records).
             RecordFilter::Metrics { .. } => {
                 self.merge_stations(request, |data, station, lower, upper| {
                     Box::new(
                         data.metrics_in(lower..upper)
+                            .filter(|(_, entry)| filter.matches_metric(entry))
                             .map(move |(key, entry)| station.hit(&key, entry.bytes)),
                     )
                 })
@@ -458,6 +484,7 @@ mod tests {
             filter: RecordFilter::Units {
                 unit_types: Matcher::Any,
                 unit_serial: Matcher::Any,
+                results: Matcher::Any,
                 directions: Directions::BOTH,
             },
             cap,
@@ -533,6 +560,7 @@ mod tests {
         only_input.filter = RecordFilter::Units {
             unit_types: Matcher::Any,
             unit_serial: Matcher::Any,
+            results: Matcher::Any,
             directions: Directions::of(&[Direction::Input]),
         };
         assert_eq!(order(&shard().scan(&only_input).hits), [(20, 0, 3)]);
@@ -541,6 +569,7 @@ mod tests {
         unknown_type.filter = RecordFilter::Units {
             unit_types: Matcher::OneOf(vec![]),
             unit_serial: Matcher::Any,
+            results: Matcher::Any,
             directions: Directions::BOTH,
         };
         assert!(shard().scan(&unknown_type).hits.is_empty());

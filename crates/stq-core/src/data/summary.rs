@@ -2517,6 +2517,7 @@ mod tests {
         RecordFilter::Units {
             unit_types: Matcher::Any,
             unit_serial: Matcher::Any,
+            results: Matcher::Any,
             directions: Directions::BOTH,
         }
     }
@@ -2527,6 +2528,7 @@ mod tests {
         RecordFilter::Units {
             unit_types: Matcher::Any,
             unit_serial: Matcher::OneOf(symbols.lookup("SN4").into_iter().collect()),
+            results: Matcher::Any,
             directions: Directions::BOTH,
         }
     }
@@ -2534,6 +2536,7 @@ mod tests {
     fn all_metrics(_: &Symbols) -> RecordFilter {
         RecordFilter::Metrics {
             names: Matcher::Any,
+            unit_serial: Matcher::Any,
         }
     }
 
@@ -2541,6 +2544,7 @@ mod tests {
     fn one_name(symbols: &Symbols) -> RecordFilter {
         RecordFilter::Metrics {
             names: Matcher::OneOf(symbols.lookup("n1").into_iter().collect()),
+            unit_serial: Matcher::Any,
         }
     }
 

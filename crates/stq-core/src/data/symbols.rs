@@ -77,6 +77,44 @@ impl Symbols {
         })
     }
 
+    /// Every symbol whose text equals `text` ignoring ASCII case (`result=fail`
+    /// finds `FAIL` and `Fail`; docs/api.md section 4), in no particular order.
+    ///
+    /// A filter value has few letters, so each spelling of it is looked up: 2 to the
+    /// number of its ASCII letters. Past [`Symbols::SPELLINGS_LOOKED_UP`] spellings,
+    /// every string of the table is compared instead, once per request.
+    pub fn lookup_ignoring_ascii_case(&self, text: &str) -> Vec<Symbol> {
+        let letters: Vec<usize> = (text.bytes().enumerate())
+            .filter(|(_, byte)| byte.is_ascii_alphabetic())
+            .map(|(index, _)| index)
+            .collect();
+        if letters.len() > Symbols::SPELLINGS_LOOKED_UP.ilog2() as usize {
+            return (self.layers.iter())
+                .flat_map(|layer| {
+                    (layer.texts.iter().enumerate())
+                        .filter(|(_, candidate)| candidate.eq_ignore_ascii_case(text))
+                        .map(|(index, _)| Symbol(layer.first + index as u32))
+                })
+                .collect();
+        }
+        let mut spelling = text.to_ascii_lowercase().into_bytes();
+        (0..1u32 << letters.len())
+            .filter_map(|upper| {
+                for (bit, &index) in letters.iter().enumerate() {
+                    spelling[index] = match upper & (1 << bit) {
+                        0 => spelling[index].to_ascii_lowercase(),
+                        _ => spelling[index].to_ascii_uppercase(),
+                    };
+                }
+                // Only ASCII letters changed case: still the UTF-8 it was.
+                self.lookup(std::str::from_utf8(&spelling).expect("UTF-8"))
+            })
+            .collect()
+    }
+
+    /// How many spellings [`Symbols::lookup_ignoring_ascii_case`] looks up at most.
+    const SPELLINGS_LOOKED_UP: u32 = 1 << 12;
+
     /// The text of a symbol of this table.
     pub fn text(&self, symbol: Symbol) -> &str {
         let layer = self
@@ -152,6 +190,49 @@ impl Symbols {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 34: `result` is matched ignoring ASCII case, by each spelling of a
+    /// short value and by a walk of the table for a long one; both find what a
+    /// comparison of every string finds, and only that.
+    #[test]
+    fn issue_34_lookup_ignoring_ascii_case_finds_every_spelling() {
+        let long = "Aborted-By-The-Operator-Ünïcode";
+        let texts = [
+            "pass",
+            "PASS",
+            "Pass",
+            "fail",
+            "FAIL",
+            "fAiL",
+            "failed",
+            "pa ss",
+            "abort",
+            "é-Fail",
+            "É-FAIL",
+            "é-fail",
+            long,
+            &long.to_ascii_uppercase(),
+            &long.to_ascii_lowercase(),
+        ];
+        let mut symbols = Symbols::default();
+        for text in texts {
+            symbols.intern(text);
+        }
+        let table = symbols.extended(vec!["PaSs".into(), "x".into()]);
+        for query in [
+            "pass", "FAIL", "é-fail", "É-FAIL", long, "ABORT", "missing", "",
+        ] {
+            let mut found = table.lookup_ignoring_ascii_case(query);
+            found.sort_unstable();
+            let expected: Vec<Symbol> = (0..table.len() as u32)
+                .map(Symbol)
+                .filter(|&symbol| table.text(symbol).eq_ignore_ascii_case(query))
+                .collect();
+            assert_eq!(found, expected, "{query}");
+        }
+        assert_eq!(table.lookup_ignoring_ascii_case("pass").len(), 4);
+        assert_eq!(table.lookup_ignoring_ascii_case(long).len(), 3);
+    }
 
     #[test]
     fn symbols_are_dense_and_read_back() {

@@ -92,6 +92,9 @@ pub struct QueryParams {
     pub to: Option<Timestamp>,
     pub unit_types: Vec<String>,
     pub unit_serial: Option<String>,
+    /// `/units`' `result`: values in ASCII lower case, matched ignoring ASCII case
+    /// (docs/api.md section 4).
+    pub results: Vec<String>,
     /// Only meaningful for `/units`.
     pub directions: Directions,
     pub names: Vec<String>,
@@ -184,6 +187,7 @@ const UNITS: EndpointSpec = EndpointSpec {
         Parameter::To,
         Parameter::Type,
         Parameter::SerialNumber,
+        Parameter::Result,
         Parameter::Direction,
         Parameter::Limit,
         Parameter::Cursor,
@@ -201,6 +205,7 @@ const METRICS: EndpointSpec = EndpointSpec {
         Parameter::From,
         Parameter::To,
         Parameter::Names,
+        Parameter::SerialNumber,
         Parameter::Limit,
         Parameter::Cursor,
     ],
@@ -381,6 +386,7 @@ enum Parameter {
     To,
     Type,
     SerialNumber,
+    Result,
     Direction,
     Names,
     Limit,
@@ -408,6 +414,7 @@ impl Parameter {
             Parameter::To => "to",
             Parameter::Type => "type",
             Parameter::SerialNumber => "serial_number",
+            Parameter::Result => "result",
             Parameter::Direction => "direction",
             Parameter::Names => "names",
             Parameter::Limit => "limit",
@@ -421,7 +428,11 @@ impl Parameter {
     fn is_list(self) -> bool {
         matches!(
             self,
-            Parameter::Type | Parameter::Direction | Parameter::Names | Parameter::GroupBy
+            Parameter::Type
+                | Parameter::Result
+                | Parameter::Direction
+                | Parameter::Names
+                | Parameter::GroupBy
         )
     }
 
@@ -503,6 +514,13 @@ pub fn parse(endpoint: Endpoint, query: &str, limits: Limits) -> Result<QueryPar
             }
             Parameter::Type => params.unit_types.extend(list_items(&value)),
             Parameter::Names => params.names.extend(list_items(&value)),
+            // Compared ignoring ASCII case: `FAIL` and `fail` are one filter, so
+            // one cursor scope.
+            Parameter::Result => params.results.extend(
+                list_items(&value)
+                    .iter()
+                    .map(|item| item.to_ascii_lowercase()),
+            ),
             Parameter::Direction => {
                 for item in list_items(&value) {
                     let direction = Direction::parse(&item).ok_or_else(|| {
@@ -574,6 +592,7 @@ pub fn parse(endpoint: Endpoint, query: &str, limits: Limits) -> Result<QueryPar
     }
     sort_and_deduplicate(&mut params.unit_types);
     sort_and_deduplicate(&mut params.names);
+    sort_and_deduplicate(&mut params.results);
     if params.cursor.is_some() && params.limit.is_none() {
         return Err(invalid(Parameter::Cursor, None, "`cursor` needs `limit`"));
     }
@@ -725,6 +744,7 @@ mod tests {
                         "to",
                         "type",
                         "serial_number",
+                        "result",
                         "direction",
                         "limit",
                         "cursor",
@@ -732,7 +752,15 @@ mod tests {
                     &[],
                 ),
                 Endpoint::Metrics => (
-                    &["station_ids", "from", "to", "names", "limit", "cursor"],
+                    &[
+                        "station_ids",
+                        "from",
+                        "to",
+                        "names",
+                        "serial_number",
+                        "limit",
+                        "cursor",
+                    ],
                     &[],
                 ),
                 Endpoint::UnitsSummary => (
@@ -890,6 +918,24 @@ mod tests {
         assert_eq!(code(metrics("group_by=name")), "invalid_parameter");
     }
 
+    /// Issue 34: `/units` takes `result`, a list in both forms, matched ignoring
+    /// ASCII case, so its items are normalized to lower case; `/metrics` takes
+    /// `serial_number`, single-valued as on `/units`.
+    #[test]
+    fn issue_34_result_on_units_and_serial_number_on_metrics() {
+        let params = units("result=FAIL,abort&result=Fail&result=,+").unwrap();
+        assert_eq!(params.results, ["abort", "fail"]);
+        assert_eq!(units("result=").unwrap().results, Vec::<String>::new());
+        let metrics = |query| parse(Endpoint::Metrics, query, LIMITS);
+        let params = metrics("serial_number=SN%2C1").unwrap();
+        assert_eq!(params.unit_serial.as_deref(), Some("SN,1"));
+        assert_eq!(
+            code(metrics("serial_number=a&serial_number=b")),
+            "invalid_parameter"
+        );
+        assert_eq!(code(metrics("serial_number=")), "invalid_parameter");
+    }
+
     #[test]
     fn each_endpoint_takes_only_its_own_parameters() {
         for (endpoint, query) in [
@@ -899,6 +945,8 @@ mod tests {
             (Endpoint::UnitsSummary, "names=x"),
             (Endpoint::MetricsSummary, "type=x"),
             (Endpoint::MetricsSummary, "serial_number=x"),
+            (Endpoint::UnitsSummary, "result=pass"),
+            (Endpoint::Metrics, "result=pass"),
             (Endpoint::Stations, "from=2024-01-01T00:00:00Z"),
             (Endpoint::Stations, "group_by=station_id"),
             (Endpoint::Stations, "limit=1"),
