@@ -475,6 +475,70 @@ fn run_changes_holding(name: &str, changes: &[Change]) -> Result<(), TestCaseErr
     Ok(())
 }
 
+/// Issue 32: a start from the store is a reload from the generation written last.
+/// Each step changes the directory, then either reloads or starts again from the
+/// store (written after every generation, as the service writes it); whichever it
+/// does, it serves what a fresh load of the same files serves.
+fn run_changes_restarting(name: &str, changes: &[(Change, bool)]) -> Result<(), TestCaseError> {
+    use crate::data::store::{Store, StoreSettings, StoreWriter, Written};
+    let mut writer = Writer {
+        directory: TempDirectory::new(name),
+        rests: HashMap::new(),
+        clock: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+    };
+    let store_directory = TempDirectory::new(&format!("{name}-store"));
+    let store = Store::new(&store_directory.0);
+    let settings = StoreSettings {
+        snapshots: writer.directory.0.clone(),
+        shards: 2,
+        hot: HOT,
+    };
+    let (generation, _) = full::load(&options(&writer.directory, OnInvalid::Skip, 1)).unwrap();
+    let (mut catalog, mut shards) = parts(generation);
+    let mut store_writer = StoreWriter::new(store.clone(), settings.clone(), Written::default());
+    store_writer.write(&catalog, &shards).unwrap();
+    for (step, (change, restart)) in changes.iter().enumerate() {
+        writer.apply(change);
+        let number = step as u64 + 2;
+        let skip = options(&writer.directory, OnInvalid::Skip, number);
+        let next = match restart {
+            true => {
+                let mut restored = store.read(&settings).unwrap();
+                let written = std::mem::take(&mut restored.written);
+                let (generation, _, used) = load_from_store(&skip, restored).unwrap();
+                prop_assert!(used);
+                store_writer = StoreWriter::new(store.clone(), settings.clone(), written);
+                generation
+            }
+            false => reload(&catalog, &shards, &skip).unwrap().0,
+        };
+        let (fresh, _) = full::load(&skip).unwrap();
+        prop_assert_eq!(
+            &served(&next),
+            &served(&fresh),
+            "after {:?}, {}",
+            change,
+            if *restart { "restarted" } else { "reloaded" }
+        );
+        (catalog, shards) = parts(next);
+        store_writer.write(&catalog, &shards).unwrap();
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(
+        std::env::var("PROPTEST_CASES").ok().and_then(|cases| cases.parse().ok()).unwrap_or(32)
+    ))]
+
+    #[test]
+    fn issue_32_a_start_from_the_store_serves_what_a_fresh_load_serves(
+        changes in prop::collection::vec((change(), proptest::bool::ANY), 1..12)
+    ) {
+        run_changes_restarting("restarting", &changes)?;
+    }
+}
+
 proptest! {
     // A second or two in debug; `PROPTEST_CASES=2000` soaks it.
     #![proptest_config(ProptestConfig::with_cases(
