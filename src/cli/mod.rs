@@ -221,6 +221,12 @@ pub struct ServeArgs {
     /// closed.
     #[arg(long, env = "STQ_CLIENT_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
     pub client_timeout: Duration,
+
+    /// Directory where stq keeps what it derives from the snapshot files (made if
+    /// missing), so that a restart reads from it what the files still hold
+    /// unchanged instead of parsing it again [default: none: everything in memory].
+    #[arg(long, env = "STQ_STORE")]
+    pub store: Option<PathBuf>,
 }
 
 impl ServeArgs {
