@@ -25,13 +25,16 @@ fn flags(directory: &Path) -> Vec<String> {
         .to_vec()
 }
 
+/// A server on `fixture` with `store`, or without any (also under
+/// `STQ_TEST_STORE`).
 fn start(fixture: &Fixture, store: Option<&Path>) -> Server {
     let mut extra = flags(fixture.directory.path());
     if let Some(store) = store {
         extra.extend(["--store".to_owned(), path_string(store)]);
     }
     let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-    Server::start(fixture, &extra)
+    let args = serve_args(&fixture.snapshots, &fixture.tokens, &extra);
+    Server::spawn(&args, &[("STQ_TEST_NO_STORE", "1")])
 }
 
 /// The requests compared: records in the fixture's window and the default one,

@@ -836,9 +836,15 @@ pub fn clean_environment(command: &mut Command, variables: &[(&str, &str)]) {
     if let Ok(hot) = std::env::var("STQ_TEST_HOT") {
         command.env("STQ_HOT", hot);
     }
-    // Before the test's own variables: a test's `STQ_STORE` or `--store` wins.
-    if let Some(store) = test_store() {
-        command.env("STQ_STORE", store);
+    // Before the test's own variables: a test's `STQ_STORE` or `--store` wins, and
+    // `STQ_TEST_NO_STORE` keeps a server without one (the one a store is held to).
+    if !variables
+        .iter()
+        .any(|(name, _)| *name == "STQ_TEST_NO_STORE")
+    {
+        if let Some(store) = test_store() {
+            command.env("STQ_STORE", store);
+        }
     }
     command.env_remove("RUST_LOG");
     // A test run under systemd must not tell systemd about the servers it starts.
