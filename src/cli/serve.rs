@@ -148,8 +148,8 @@ fn start(
             report,
             Started {
                 written: Written::default(),
-                line: "; store: not used (invalid lines under --on-invalid fail), every record \
-                       parsed"
+                line: "; store: not used (files held back, or invalid lines under --on-invalid \
+                       fail), every record parsed"
                     .into(),
             },
         ));

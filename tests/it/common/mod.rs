@@ -876,7 +876,11 @@ fn test_store() -> Option<PathBuf> {
 /// Under `STQ_TEST_STORE=warm`: fills `store` with a server of `args` and
 /// `variables`, stopped once it has written the store (or ended on its own).
 fn fill_store(args: &[String], variables: &[(&str, &str)], store: &Path) {
-    let mut variables = variables.to_vec();
+    // Only the server under test tells a test's systemd socket about itself.
+    let mut variables: Vec<(&str, &str)> = (variables.iter())
+        .filter(|(name, _)| *name != "NOTIFY_SOCKET")
+        .copied()
+        .collect();
     let store = path_string(store);
     variables.push(("STQ_STORE", &store));
     variables.push(("STQ_TEST_STORE_FILLING", "1"));

@@ -172,17 +172,19 @@ pub fn reload_looking(
 /// serves what [`full::load`] of the same files would. The flag says whether the store
 /// was used: a start under `--on-invalid fail` that would meet invalid lines (in
 /// the store's history or in what changed) loads in full instead, which refuses
-/// to start as a start without a store does.
+/// to start as a start without a store does; so does one whose store holds files
+/// a reload held back (a start does not hold files back).
 pub fn load_from_store(
     options: &LoadOptions,
     restored: Restored,
 ) -> Result<(Generation, LoadReport, bool), LoadError> {
     let started = Instant::now();
     let strict = options.on_invalid == OnInvalid::Fail;
-    let invalid = |sources: &[SourceState]| {
-        (sources.iter()).any(|source| source.invalid > 0 || source.held.is_some())
-    };
-    if strict && invalid(&restored.sources) {
+    // A file held back by a reload is read again at a start, as a start without
+    // the store reads it: skipping its invalid lines, or refusing them.
+    let held = (restored.sources.iter()).any(|source| source.held.is_some());
+    let invalid = (restored.sources.iter()).any(|source| source.invalid > 0);
+    if held || (strict && invalid) {
         let (generation, report) = full::load(options)?;
         return Ok((generation, report, false));
     }

@@ -1064,3 +1064,45 @@ fn issue_21_a_reload_that_numbers_the_files_afresh_still_holds_back_a_broken_fil
         served(&fresh)
     );
 }
+
+/// Issue 32: a store written while a reload held a file back is not what a start
+/// serves (a start reads that file again, skipping or refusing its invalid lines):
+/// it is not used.
+#[test]
+fn issue_32_a_store_with_a_held_file_is_not_used_at_a_start() {
+    use crate::data::store::{Store, StoreSettings, StoreWriter, Written};
+    let mut writer = Writer {
+        directory: TempDirectory::new("store-held"),
+        rests: HashMap::new(),
+        clock: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+    };
+    writer.apply(&Change::Append {
+        file: 0,
+        lines: vec![(0, 0, 0), (1, 1, 1)],
+    });
+    let (generation, _) = full::load(&options(&writer.directory, OnInvalid::Fail, 1)).unwrap();
+    let (catalog, shards) = parts(generation);
+    writer.apply(&Change::AppendInvalid { file: 0 });
+    writer.apply(&Change::Append {
+        file: 0,
+        lines: vec![(2, 2, 2)],
+    });
+    let fail = options(&writer.directory, OnInvalid::Fail, 2);
+    let (reloaded, _) = reload(&catalog, &shards, &fail).unwrap();
+    assert_eq!(held(&reloaded.catalog), vec![FILES[0]]);
+    let (catalog, shards) = parts(reloaded);
+    let store_directory = TempDirectory::new("store-held-store");
+    let store = Store::new(&store_directory.0);
+    let settings = StoreSettings {
+        snapshots: writer.directory.0.clone(),
+        shards: 2,
+        hot: HOT,
+    };
+    StoreWriter::new(store.clone(), settings.clone(), Written::default())
+        .write(&catalog, &shards)
+        .unwrap();
+    let skip = options(&writer.directory, OnInvalid::Skip, 1);
+    let (generation, _, used) = load_from_store(&skip, store.read(&settings).unwrap()).unwrap();
+    assert!(!used);
+    assert_eq!(served(&generation), served(&full::load(&skip).unwrap().0));
+}
