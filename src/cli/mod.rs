@@ -56,6 +56,8 @@ pub struct Cli {
     pub serve: ServeArgs,
 }
 
+// Parsed once at the start: the size of `serve`'s flags costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Load a snapshot and serve it over HTTP (the default).

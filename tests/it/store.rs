@@ -238,6 +238,9 @@ fn issue_32_a_reload_writes_the_store_and_the_next_start_reads_it() {
     assert_same_answers(&warm, &plain, "after a reload");
 }
 
+/// What a test does to a file of the store.
+type Damage = fn(&Path);
+
 #[test]
 fn issue_32_a_damaged_store_is_not_used_and_is_written_again() {
     let fixture = Fixture::main();
@@ -248,7 +251,7 @@ fn issue_32_a_damaged_store_is_not_used_and_is_written_again() {
     drop(cold);
     let files = store_files(&store);
     assert!(files.len() >= 4, "{files:?}");
-    let damages: [(&str, fn(&Path)); 3] = [
+    let damages: [(&str, Damage); 3] = [
         ("a flipped byte", |path| {
             let mut bytes = std::fs::read(path).unwrap();
             let middle = bytes.len() / 2;

@@ -21,10 +21,18 @@ fn lines(station: u32, minute: u32) -> (String, String) {
     );
     let unit = format!(
         r#"{{"station_id":"ST-{station}","time_created":"{time}","direction":"{}","unit_serial":"SN-{}","unit_type":"board","slot":"s{}","result":"{}"}}"#,
-        if minute % 2 == 0 { "input" } else { "output" },
+        if minute.is_multiple_of(2) {
+            "input"
+        } else {
+            "output"
+        },
         minute / 2,
         minute % 3,
-        if minute % 7 == 0 { "fail" } else { "pass" }
+        if minute.is_multiple_of(7) {
+            "fail"
+        } else {
+            "pass"
+        }
     );
     let metric = format!(
         r#"{{"station_id":"ST-{station}","time_created":"{time}","unit_serial":"SN-{}","name":"m{}","value":{}.25,"unit":"V","limit_upper":9}}"#,
