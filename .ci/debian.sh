@@ -167,6 +167,11 @@ for _ in $(seq 100); do grep -q 'READY=1' "$work/notify.log" && break; sleep 0.1
 grep 'READY=1' "$work/notify.log" || fail "stq sent no READY=1 to NOTIFY_SOCKET"
 curl -fsS -H 'Authorization: Bearer stq-demo-ops' "$base/stations" | grep -q '"ST-04"' ||
     fail "/stations with the demo token does not list ST-04"
+# The env file's store: written by the user stq, and /readyz says so.
+for _ in $(seq 300); do [[ -e /var/lib/stq/store/MANIFEST ]] && break; sleep 0.1; done
+[[ $(stat -c %U /var/lib/stq/store/MANIFEST) == stq ]] ||
+    fail "stq wrote no store in /var/lib/stq/store"
+curl -fsS "$base/readyz" | grep -q '"store":"ok"' || fail "/readyz does not say store ok"
 
 echo "== stq token new, seen after SIGHUP"
 token=$(stq token new --name debian-test --stations '*' --tokens /etc/stq/tokens.json)

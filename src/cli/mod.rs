@@ -56,6 +56,8 @@ pub struct Cli {
     pub serve: ServeArgs,
 }
 
+// Parsed once at the start: the size of `serve`'s flags costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Load a snapshot and serve it over HTTP (the default).
@@ -221,6 +223,12 @@ pub struct ServeArgs {
     /// closed.
     #[arg(long, env = "STQ_CLIENT_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
     pub client_timeout: Duration,
+
+    /// Directory where stq keeps what it derives from the snapshot files (made if
+    /// missing), so that a restart reads from it what the files still hold
+    /// unchanged instead of parsing it again [default: none: everything in memory].
+    #[arg(long, env = "STQ_STORE")]
+    pub store: Option<PathBuf>,
 }
 
 impl ServeArgs {

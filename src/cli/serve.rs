@@ -10,11 +10,14 @@ use anyhow::Context as _;
 use stq_core::data::catalog::Generation;
 use stq_core::data::cursor::CursorKey;
 use stq_core::data::load::{self, LoadError, LoadOptions, LoadReport, INVALID_LINES_SHOWN};
+use stq_core::data::store::{Store, StoreError, StoreSettings, StoreWriter, Written};
 use stq_core::domain::auth::Tokens;
 use stq_core::domain::query::Limits;
 
 use super::{cpus, ServeArgs};
-use crate::engine::{reload_on_change, reload_on_hangup, Engine, Reloader};
+use crate::engine::{
+    reload_on_change, reload_on_hangup, Engine, Reloader, StoreHandle, StoreStatus,
+};
 use crate::http::{admin_server, api_server, stop_gracefully_on_signals, Admission, AppState};
 use crate::metrics::Metrics;
 
@@ -43,21 +46,20 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         threads: cpus(),
         hot: args.hot.0,
     };
-    let (generation, report) = match load::load(&options) {
-        Ok(loaded) => loaded,
-        Err(LoadError::Invalid { report }) => {
-            for line in report.invalid.iter().take(INVALID_LINES_SHOWN) {
-                eprintln!("{line}");
-            }
-            anyhow::bail!(
-                "{} invalid line(s) in {}; fix them or start with --on-invalid skip",
-                report.invalid.len(),
-                args.snapshots.display()
-            );
-        }
-        Err(error) => return Err(error.into()),
-    };
+    let status = Arc::new(StoreStatus::default());
+    let (generation, report, started) = start(&args, &options)?;
     report.log_warnings(&args.snapshots);
+    let store = match &args.store {
+        None => None,
+        Some(directory) => {
+            let settings = store_settings(&args, &options);
+            let writer = StoreWriter::new(Store::new(directory), settings, started.written);
+            Some(
+                StoreHandle::spawn(writer, Arc::clone(&status))
+                    .context("cannot start the store's thread")?,
+            )
+        }
+    };
 
     let limits = Limits {
         max_records: args.max_records.get(),
@@ -71,8 +73,119 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         cursor_key,
         shards,
         workers,
+        store,
+        status,
+        started: started.line,
     };
     actix_rt::System::new().block_on(run(args, generation, tokens, settings, report))
+}
+
+/// How the first generation came to be, with a store.
+#[derive(Default)]
+struct Started {
+    /// What the store holds of it, for the writer to keep.
+    written: Written,
+    /// For the ready line: what the store gave and what was parsed.
+    line: String,
+}
+
+/// What the store is written for: another snapshot directory, number of shards or
+/// hot window makes a start ignore it.
+fn store_settings(args: &ServeArgs, options: &LoadOptions) -> StoreSettings {
+    StoreSettings {
+        snapshots: args.snapshots.clone(),
+        shards: options.shards,
+        hot: options.hot,
+    }
+}
+
+/// The first generation: from the store and what changed since it was written
+/// (docs/api.md section 12), or, without a usable store, from every file.
+fn start(
+    args: &ServeArgs,
+    options: &LoadOptions,
+) -> anyhow::Result<(Generation, LoadReport, Started)> {
+    let Some(directory) = &args.store else {
+        let (generation, report) = loaded(args, load::load(options))?;
+        return Ok((generation, report, Started::default()));
+    };
+    let full = |reason: String| -> anyhow::Result<(Generation, LoadReport, Started)> {
+        let (generation, report) = loaded(args, load::load(options))?;
+        let line = format!("; store: {reason}, every record parsed");
+        Ok((
+            generation,
+            report,
+            Started {
+                written: Written::default(),
+                line,
+            },
+        ))
+    };
+    let begun = std::time::Instant::now();
+    let mut restored = match Store::new(directory).read(&store_settings(args, options)) {
+        Ok(restored) => restored,
+        Err(StoreError::Empty) => return full("empty".into()),
+        Err(error) => {
+            tracing::warn!(
+                "the store {} is not used: {error}; reading the snapshot files instead, and the \
+                 store is written again",
+                directory.display()
+            );
+            return full("not used".into());
+        }
+    };
+    let records = restored.records();
+    let written = std::mem::take(&mut restored.written);
+    let (generation, mut report, used) = match load::load_from_store(options, restored) {
+        Err(LoadError::Invalid { report }) => {
+            return Err(refused(args, &report));
+        }
+        result => result?,
+    };
+    if !used {
+        return Ok((
+            generation,
+            report,
+            Started {
+                written: Written::default(),
+                line: "; store: not used (files held back, or invalid lines under --on-invalid \
+                       fail), every record parsed"
+                    .into(),
+            },
+        ));
+    }
+    // The store's read is part of the start.
+    report.elapsed = begun.elapsed();
+    let line = format!(
+        "; store: {records} records restored, {} files ({} bytes) parsed",
+        report.files.len(),
+        report.bytes
+    );
+    Ok((generation, report, Started { written, line }))
+}
+
+/// A load's generation, or why stq does not start.
+fn loaded(
+    args: &ServeArgs,
+    result: Result<(Generation, LoadReport), LoadError>,
+) -> anyhow::Result<(Generation, LoadReport)> {
+    match result {
+        Ok(loaded) => Ok(loaded),
+        Err(LoadError::Invalid { report }) => Err(refused(args, &report)),
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// Why a start under `--on-invalid fail` stops: every invalid line shown.
+fn refused(args: &ServeArgs, report: &LoadReport) -> anyhow::Error {
+    for line in report.invalid.iter().take(INVALID_LINES_SHOWN) {
+        eprintln!("{line}");
+    }
+    anyhow::anyhow!(
+        "{} invalid line(s) in {}; fix them or start with --on-invalid skip",
+        report.invalid.len(),
+        args.snapshots.display()
+    )
 }
 
 /// What the engine and the listener are started with, besides the data.
@@ -81,6 +194,11 @@ struct Settings {
     cursor_key: CursorKey,
     shards: usize,
     workers: usize,
+    /// `--store`: the thread that writes it, and what `/readyz` says of it.
+    store: Option<StoreHandle>,
+    status: Arc<StoreStatus>,
+    /// What the ready line says of the store.
+    started: String,
 }
 
 async fn run(
@@ -95,6 +213,9 @@ async fn run(
         cursor_key,
         shards,
         workers,
+        store,
+        status,
+        started,
     } = settings;
     let shard_records = generation.shard_records();
     let metrics = Arc::new(Metrics::default());
@@ -112,8 +233,12 @@ async fn run(
         AppState::new(engine.clone())
             .with_metrics(Arc::clone(&metrics))
             .with_cors_origins(args.cors_origins.clone())
-            .with_admission(Admission::new(args.request_timeout)),
+            .with_admission(Admission::new(args.request_timeout))
+            .with_store_status(status),
     );
+    if let Some((store, (catalog, shards))) = store.as_ref().zip(engine.serving()) {
+        store.write(catalog, shards);
+    }
     metrics.serving(1, report.elapsed.as_secs_f64(), &shard_records, 0);
     metrics.read(&report);
     let admin = admin_server(&args.admin_listen, Arc::clone(&metrics))?;
@@ -126,6 +251,7 @@ async fn run(
         on_invalid: args.on_invalid.into(),
         threads: cpus(),
         hot: args.hot.0,
+        store,
     }
     .spawn();
     reload_on_hangup(trigger.clone()).context("cannot listen for SIGHUP")?;
@@ -142,7 +268,8 @@ async fn run(
     let addresses = [format!("http://{address}")];
     tracing::info!(
         "stq ready: {} records ({} units, {} metrics; {} sealed), {} stations, {} shards, \
-         {} invalid lines skipped, loaded in {} ms ({:.1} MB at {:.0} MB/s), listening on {}",
+         {} invalid lines skipped, loaded in {} ms ({:.1} MB at {:.0} MB/s){started}, listening \
+         on {}",
         report.records(),
         report.units,
         report.metrics,

@@ -20,6 +20,7 @@ mod reload;
 mod router;
 mod shard;
 mod slots;
+mod store;
 
 use std::sync::Arc;
 
@@ -38,6 +39,7 @@ pub use reload::{reload_on_change, reload_on_hangup, ReloadError, ReloadTrigger,
 pub use router::{Answer, Page, QueryResult, Record, RouterHandle};
 pub(crate) use shard::panic_message;
 pub use slots::{Overloaded, Patience, Slot, SLOT_WAIT};
+pub use store::{StoreHandle, StoreStatus};
 
 use parking_lot::Mutex;
 use shard::{Shard, ShardError, ShardHandle};

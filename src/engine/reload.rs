@@ -28,7 +28,7 @@ use stq_core::data::load::{self, LoadError, LoadOptions, LoadReport, Look, OnInv
 use stq_core::domain::auth::{Tokens, TokensError};
 use tokio::sync::mpsc;
 
-use super::Engine;
+use super::{Engine, StoreHandle};
 use crate::metrics::{Metrics, Outcome};
 
 /// How long the watch gathers events after the first one before it asks for a
@@ -65,6 +65,8 @@ pub struct Reloader {
     pub threads: usize,
     /// `--hot`: see [`LoadOptions::hot`].
     pub hot: Option<Duration>,
+    /// `--store`: where each generation served is written, off the request path.
+    pub store: Option<StoreHandle>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -171,6 +173,9 @@ impl Reloader {
         let number = generation.catalog().generation();
         let held_files = generation.catalog().summary().held_files;
         self.engine.install(generation, Arc::new(tokens)).await;
+        if let Some((store, (catalog, shards))) = self.store.as_ref().zip(self.engine.serving()) {
+            store.write(catalog, shards);
+        }
         self.retire_later(number);
         let metrics = &self.metrics;
         metrics.serving(

@@ -35,7 +35,7 @@ use actix_web::middleware::{Compress, Condition};
 use actix_web::{web, App, HttpRequest, HttpResponse};
 use futures_util::FutureExt as _;
 
-use crate::engine::{Engine, RouterHandle};
+use crate::engine::{Engine, RouterHandle, StoreStatus};
 use crate::metrics::Metrics;
 use answer::answer;
 use error::JSON;
@@ -51,6 +51,8 @@ pub struct AppState {
     cors_origins: Vec<String>,
     /// The queries' deadline.
     admission: Admission,
+    /// What `/readyz` says of the store (`off` without `--store`).
+    store: Arc<StoreStatus>,
 }
 
 impl AppState {
@@ -60,7 +62,12 @@ impl AppState {
             metrics: Arc::default(),
             cors_origins: Vec::new(),
             admission: Admission::default(),
+            store: Arc::default(),
         }
+    }
+
+    pub fn with_store_status(self, store: Arc<StoreStatus>) -> AppState {
+        AppState { store, ..self }
     }
 
     pub fn with_metrics(self, metrics: Arc<Metrics>) -> AppState {
@@ -199,6 +206,7 @@ async fn readiness(state: web::Data<AppState>) -> HttpResponse {
         "skipped_lines": summary.skipped_lines,
         "pending_lines": summary.pending_lines,
         "held_files": summary.held_files,
+        "store": state.store.name(),
     });
     HttpResponse::Ok().content_type(JSON).body(body.to_string())
 }

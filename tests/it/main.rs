@@ -25,6 +25,7 @@
 //! | `openhtf` | section 2.1: OpenHTF test records, from the fixtures OpenHTF wrote |
 //! | `page` | section 11: the overview page, its files, and the page in chromium (skips where chromium cannot be had) |
 //! | `properties`, `parser_properties` | proptest against the reference |
+//! | `store` | section 12: `--store`, cold and warm starts against a start without one, damage, an unwritable store, `kill -9` while it is written |
 //! | `summaries` | section 10: `/units/summary`, `/metrics/summary`, `/stations`, rule by rule |
 //! | `summary_properties` | section 10: proptest of the summaries against a naive reference |
 //! | `faults` | failure isolation (`--features fault-injection` builds only) |
@@ -56,6 +57,7 @@ mod production_build;
 mod properties;
 mod reload;
 mod replicas;
+mod store;
 mod summaries;
 mod summary_properties;
 mod tenant;

@@ -169,6 +169,11 @@ fn probes_answer_without_a_token_in_their_exact_shapes() {
             "skipped_lines": 0,
             "pending_lines": 0,
             "held_files": 0,
+            // Issue 32: `STQ_TEST_STORE` gives every server a store.
+            "store": match std::env::var_os("STQ_TEST_STORE") {
+                Some(_) => "ok",
+                None => "off",
+            },
         }),
         "{}",
         ready.context()

@@ -848,6 +848,16 @@ pub fn clean_environment(command: &mut Command, variables: &[(&str, &str)]) {
     if let Ok(hot) = std::env::var("STQ_TEST_HOT") {
         command.env("STQ_HOT", hot);
     }
+    // Before the test's own variables: a test's `STQ_STORE` or `--store` wins, and
+    // `STQ_TEST_NO_STORE` keeps a server without one (the one a store is held to).
+    if !variables
+        .iter()
+        .any(|(name, _)| *name == "STQ_TEST_NO_STORE")
+    {
+        if let Some(store) = test_store() {
+            command.env("STQ_STORE", store);
+        }
+    }
     command.env_remove("RUST_LOG");
     // A test run under systemd must not tell systemd about the servers it starts.
     command.env_remove("NOTIFY_SOCKET");
@@ -856,6 +866,45 @@ pub fn clean_environment(command: &mut Command, variables: &[(&str, &str)]) {
     // and keeps parallel servers off one fixed admin port once it exists.
     command.env("STQ_ADMIN_LISTEN", "127.0.0.1:0");
     command.envs(variables.iter().copied());
+}
+
+/// `STQ_TEST_STORE` (issue 32): when the suite is run with it, every server gets a
+/// store of its own (`STQ_STORE`, a fresh directory), so that every answer of the
+/// suite is given by a server with a store and must be what a server without one
+/// gives. `STQ_TEST_STORE=cold` (or `1`): the store is empty at the start, and
+/// written while the server serves. `STQ_TEST_STORE=warm`: a server with the same
+/// arguments first fills the store and is stopped once it has written it; the
+/// server under test then starts from that store.
+fn test_store() -> Option<PathBuf> {
+    std::env::var_os("STQ_TEST_STORE")?;
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let number = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let store = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("stq-test-store-{}-{number}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&store);
+    Some(store)
+}
+
+/// Under `STQ_TEST_STORE=warm`: fills `store` with a server of `args` and
+/// `variables`, stopped once it has written the store (or ended on its own).
+fn fill_store(args: &[String], variables: &[(&str, &str)], store: &Path) {
+    // Only the server under test tells a test's systemd socket about itself.
+    let mut variables: Vec<(&str, &str)> = (variables.iter())
+        .filter(|(name, _)| *name != "NOTIFY_SOCKET")
+        .copied()
+        .collect();
+    let store = path_string(store);
+    variables.push(("STQ_STORE", &store));
+    variables.push(("STQ_TEST_STORE_FILLING", "1"));
+    if let Started::Ready(server) = Server::try_spawn(args, &variables) {
+        let deadline = StdInstant::now() + RELOAD_TIMEOUT;
+        while server.log_count("store written") == 0
+            && server.log_count("cannot write the store") == 0
+            && StdInstant::now() < deadline
+        {
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 /// Removes ANSI escape sequences (coloured log output).
@@ -964,6 +1013,20 @@ impl Server {
         let mut command = Command::new("sh");
         command.arg("-c").arg(WRAPPER).arg(stq_binary()).args(args);
         clean_environment(&mut command, variables);
+        let filling = variables
+            .iter()
+            .any(|(name, _)| *name == "STQ_TEST_STORE_FILLING");
+        let own_store = variables.iter().any(|(name, _)| *name == "STQ_STORE")
+            || args.iter().any(|arg| arg.starts_with("--store"));
+        if std::env::var("STQ_TEST_STORE").as_deref() == Ok("warm") && !filling && !own_store {
+            let store = command
+                .get_envs()
+                .find(|(name, _)| name.to_str() == Some("STQ_STORE"))
+                .and_then(|(_, value)| value.map(PathBuf::from));
+            if let Some(store) = store {
+                fill_store(args, variables, &store);
+            }
+        }
         command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

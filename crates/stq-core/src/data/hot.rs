@@ -16,6 +16,7 @@ use itertools::{Either, Itertools as _};
 use crate::data::digest::{shared_serials, write_unit_digest};
 use crate::data::key::RecordKey;
 use crate::data::sealed::{period_of, period_start};
+use crate::data::store::codec;
 use crate::data::stored::{Pieces, RecordJson, StoredRecord};
 use crate::data::symbols::Symbol;
 use crate::data::tier::{tree_bytes, KeyRange, MetricEntry, Tier, UnitEntry};
@@ -381,6 +382,174 @@ impl Tier for Hot {
             }
         }
     }
+}
+
+/// The hot tier in a store file (issue 32): each layer's arena and pieces as they
+/// are, its offset, and its records' keys and entries as columns; the trees are
+/// built again when it is read back (collecting sorted entries), and the digests
+/// made again when a summary first asks.
+impl Hot {
+    /// Appends both layers.
+    pub(crate) fn write_to(&self, out: &mut Vec<u8>) {
+        for layer in self.layers() {
+            codec::bytes(out, &layer.arena);
+            codec::bytes(out, layer.pieces.as_bytes());
+            codec::number(out, u64::from(layer.offset));
+            let trees = &layer.trees;
+            write_keys(out, trees.units.keys());
+            for entry in trees.units.values() {
+                write_stored(out, entry.bytes);
+                for symbol in [
+                    entry.unit_type,
+                    entry.unit_serial,
+                    entry.slot,
+                    entry.mode,
+                    entry.result,
+                ] {
+                    codec::number(out, u64::from(symbol.0));
+                }
+                out.push(entry.direction as u8);
+            }
+            write_keys(out, trees.metrics.keys());
+            for entry in trees.metrics.values() {
+                write_stored(out, entry.bytes);
+                for symbol in [entry.name, entry.slot, entry.unit_serial, entry.unit] {
+                    codec::number(out, u64::from(symbol.0));
+                }
+                for number in [entry.value, entry.limit_lower, entry.limit_upper] {
+                    out.extend_from_slice(&number.to_bits().to_le_bytes());
+                }
+            }
+        }
+    }
+
+    /// A tier as [`Hot::write_to`] wrote it; every record's stored form is checked
+    /// to lie in its layer's arena.
+    pub(crate) fn read_from(decoder: &mut codec::Decoder<'_>) -> Result<Hot, codec::Corrupt> {
+        let mut layers = [Layer::default(), Layer::default()];
+        for layer in &mut layers {
+            let arena = Bytes::copy_from_slice(decoder.bytes()?);
+            let pieces = Pieces::from_bytes(decoder.bytes()?);
+            let offset = decoder.u32()?;
+            let within = |bytes: StoredRecord| {
+                let start = u64::from(bytes.start);
+                match start >= u64::from(offset) && start - u64::from(offset) < arena.len() as u64 {
+                    true => Ok(bytes),
+                    false => Err(codec::Corrupt("a hot record outside its arena")),
+                }
+            };
+            let keys = read_keys(decoder)?;
+            let mut units = Vec::with_capacity(keys.len());
+            for key in keys {
+                let bytes = within(read_stored(decoder)?)?;
+                let [unit_type, unit_serial, slot, mode, result] = [
+                    symbol(decoder)?,
+                    symbol(decoder)?,
+                    symbol(decoder)?,
+                    symbol(decoder)?,
+                    symbol(decoder)?,
+                ];
+                let direction = match decoder.take(1)?[0] {
+                    0 => Direction::Input,
+                    _ => Direction::Output,
+                };
+                let entry = UnitEntry {
+                    bytes,
+                    unit_type,
+                    unit_serial,
+                    direction,
+                    slot,
+                    mode,
+                    result,
+                };
+                units.push((key, entry));
+            }
+            let keys = read_keys(decoder)?;
+            let mut metrics = Vec::with_capacity(keys.len());
+            for key in keys {
+                let bytes = within(read_stored(decoder)?)?;
+                let [name, slot, unit_serial, unit] = [
+                    symbol(decoder)?,
+                    symbol(decoder)?,
+                    symbol(decoder)?,
+                    symbol(decoder)?,
+                ];
+                let [value, limit_lower, limit_upper] = [
+                    f64::from_bits(decoder.u64_le()?),
+                    f64::from_bits(decoder.u64_le()?),
+                    f64::from_bits(decoder.u64_le()?),
+                ];
+                let entry = MetricEntry {
+                    bytes,
+                    name,
+                    slot,
+                    unit_serial,
+                    unit,
+                    value,
+                    limit_lower,
+                    limit_upper,
+                };
+                metrics.push((key, entry));
+            }
+            *layer = Layer {
+                arena,
+                pieces,
+                trees: Arc::new(Trees::of(units, metrics)),
+                offset,
+                digests: Arc::default(),
+            };
+        }
+        let [settled, recent] = layers;
+        Ok(Hot { settled, recent })
+    }
+}
+
+/// Keys in order: their count, then each one's seconds (as a difference from the
+/// one before), nanoseconds and load order.
+fn write_keys<'a>(out: &mut Vec<u8>, keys: impl ExactSizeIterator<Item = &'a RecordKey>) {
+    codec::number(out, keys.len() as u64);
+    let mut seconds = 0i64;
+    for key in keys {
+        let (instant, load_order) = (key.instant, key.load_order);
+        codec::signed(out, instant.seconds.wrapping_sub(seconds));
+        seconds = instant.seconds;
+        codec::number(out, u64::from(instant.nanos));
+        codec::number(out, load_order);
+    }
+}
+
+fn read_keys(decoder: &mut codec::Decoder<'_>) -> Result<Vec<RecordKey>, codec::Corrupt> {
+    let count = decoder.count(3)?;
+    let mut keys = Vec::with_capacity(count);
+    let mut seconds = 0i64;
+    for _ in 0..count {
+        seconds = seconds.wrapping_add(decoder.signed()?);
+        let nanos = decoder.u32()?;
+        if nanos >= 1_000_000_000 {
+            return Err(codec::Corrupt("nanoseconds"));
+        }
+        keys.push(RecordKey {
+            instant: Timestamp { seconds, nanos },
+            load_order: decoder.number()?,
+        });
+    }
+    Ok(keys)
+}
+
+fn symbol(decoder: &mut codec::Decoder<'_>) -> Result<Symbol, codec::Corrupt> {
+    decoder.u32().map(Symbol)
+}
+
+fn write_stored(out: &mut Vec<u8>, bytes: StoredRecord) {
+    codec::number(out, u64::from(bytes.start));
+    codec::number(out, u64::from(bytes.length));
+}
+
+fn read_stored(decoder: &mut codec::Decoder<'_>) -> Result<StoredRecord, codec::Corrupt> {
+    Ok(StoredRecord {
+        start: decoder.u32()?,
+        length: decoder.u32()?,
+    })
 }
 
 /// A range of a tree ordered by a symbol and then by key.

@@ -5,7 +5,8 @@
 //! ([`shard`]), and a catalog that says where each station lives. A query is a
 //! [`scan`] of each shard it touches and a [`merge`] of their sorted hits; a page
 //! ends in a [`cursor`] that says where the next one starts. A [`summary`] is
-//! computed by each shard over its own stations and merged.
+//! computed by each shard over its own stations and merged. The [`store`] keeps a
+//! generation on disk, so that a start rebuilds it instead of parsing it again.
 
 pub mod catalog;
 pub mod cursor;
@@ -19,6 +20,7 @@ pub mod scan;
 pub(crate) mod sealed;
 pub mod shard;
 pub mod station;
+pub mod store;
 pub mod stored;
 pub mod summary;
 pub mod symbols;

@@ -58,6 +58,18 @@ impl Pieces {
     pub fn heap_bytes(&self) -> usize {
         self.bytes.len()
     }
+
+    /// Its pieces' bytes, one after the other, as a store file keeps them.
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// Pieces as [`Pieces::as_bytes`] gave them.
+    pub(crate) fn from_bytes(bytes: &[u8]) -> Pieces {
+        Pieces {
+            bytes: Bytes::copy_from_slice(bytes),
+        }
+    }
 }
 
 fn piece_of(bytes: &[u8], piece: Piece) -> &[u8] {

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 
 use super::format::{self, Format};
 use super::report::LoadError;
+use crate::data::store::codec;
 use crate::domain::record::Kind;
 
 /// How many bytes before the end of what was read must be unchanged for a larger
@@ -238,6 +239,121 @@ pub(crate) struct SourceState {
     /// held it back: the rest of this state is what it served before (nothing, if
     /// it was new). Read again as soon as it differs from this stamp.
     pub(super) held: Option<FileStamp>,
+}
+
+/// What a generation knows of its files, in a store's manifest (issue 32): every
+/// field of a [`SourceState`], so that a start from the store compares each file
+/// with its state exactly as a reload compares it with the last read.
+impl SourceState {
+    pub(crate) fn write_to(&self, out: &mut Vec<u8>) {
+        codec::bytes(out, self.relative.as_bytes());
+        codec::number(out, u64::from(self.ordinal));
+        self.stamp.write_to(out);
+        match self.resume {
+            None => out.push(0),
+            Some(resume) => {
+                out.push(1);
+                codec::number(out, resume.start.offset);
+                codec::number(out, u64::from(resume.start.line));
+                out.extend_from_slice(&resume.tail.to_le_bytes());
+            }
+        }
+        for count in [self.units, self.metrics, self.invalid, self.pending] {
+            codec::number(out, count);
+        }
+        codec::number(out, self.stations.len() as u64);
+        for station in &self.stations {
+            codec::bytes(out, station.as_bytes());
+        }
+        match &self.open_record {
+            None => out.push(0),
+            Some((station, kind)) => {
+                out.push(1 + *kind as u8);
+                codec::bytes(out, station.as_bytes());
+            }
+        }
+        match &self.held {
+            None => out.push(0),
+            Some(stamp) => {
+                out.push(1);
+                stamp.write_to(out);
+            }
+        }
+    }
+
+    pub(crate) fn read_from(
+        decoder: &mut codec::Decoder<'_>,
+    ) -> Result<SourceState, codec::Corrupt> {
+        let relative = decoder.text()?.into();
+        let ordinal = decoder.u32()?;
+        let stamp = FileStamp::read_from(decoder)?;
+        let resume = match decoder.take(1)?[0] {
+            0 => None,
+            _ => Some(Resume {
+                start: Start {
+                    offset: decoder.number()?,
+                    line: decoder.u32()?,
+                },
+                tail: decoder.u64_le()?,
+            }),
+        };
+        let [units, metrics, invalid, pending] = [
+            decoder.number()?,
+            decoder.number()?,
+            decoder.number()?,
+            decoder.number()?,
+        ];
+        let mut stations = Vec::new();
+        for _ in 0..decoder.count(1)? {
+            stations.push(decoder.text()?.into());
+        }
+        let open_record = match decoder.take(1)?[0] {
+            0 => None,
+            code => {
+                let kind = match code {
+                    1 => Kind::Units,
+                    _ => Kind::Metrics,
+                };
+                Some((decoder.text()?.into(), kind))
+            }
+        };
+        let held = match decoder.take(1)?[0] {
+            0 => None,
+            _ => Some(FileStamp::read_from(decoder)?),
+        };
+        Ok(SourceState {
+            relative,
+            ordinal,
+            stamp,
+            resume,
+            units,
+            metrics,
+            invalid,
+            pending,
+            stations: stations.into(),
+            open_record,
+            held,
+        })
+    }
+}
+
+impl FileStamp {
+    fn write_to(&self, out: &mut Vec<u8>) {
+        codec::number(out, self.length);
+        codec::signed(out, self.modified.0);
+        codec::signed(out, self.modified.1);
+        codec::number(out, self.inode);
+        codec::number(out, self.device);
+    }
+
+    fn read_from(decoder: &mut codec::Decoder<'_>) -> Result<FileStamp, codec::Corrupt> {
+        Ok(FileStamp {
+            length: decoder.number()?,
+            modified: (decoder.signed()?, decoder.signed()?),
+            inode: decoder.number()?,
+            device: decoder.number()?,
+        })
+    }
 }
 
 /// Spreads a first load's files evenly over the lower half of the ordinals.

@@ -25,7 +25,7 @@ mod reload;
 mod report;
 
 pub use full::{check, load};
-pub use reload::{reload, reload_looking, Look};
+pub use reload::{load_from_store, reload, reload_looking, Look};
 pub use report::{
     FileReport, InvalidLine, LoadError, LoadOptions, LoadReport, OnInvalid, INVALID_LINES_SHOWN,
 };

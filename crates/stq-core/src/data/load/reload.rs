@@ -55,6 +55,9 @@
 //! The invariant, checked by the property tests in `reload/tests.rs`: what a reload builds serves
 //! exactly what a fresh load of the same files would (held files aside).
 //!
+//! A start from the store (docs/api.md section 12, [`load_from_store`]) is a reload
+//! from the generation the store held, rebuilt without parsing.
+//!
 //! The steps, in [`reload_looking`]: look for changes ([`look`]), read what
 //! changed (the same reading as a full load), hold back files with invalid lines,
 //! settle every file's state and what goes ([`settle`]), build the touched stations
@@ -77,6 +80,7 @@ use crate::data::key::{Position, RecordKey};
 use crate::data::sealed::SEALED;
 use crate::data::shard::{shard_unit, Origin, ShardData, ShardUnit};
 use crate::data::station::{StationData, UnitEntry};
+use crate::data::store::Restored;
 use crate::data::symbols::Symbols;
 use crate::data::threads;
 
@@ -160,6 +164,71 @@ pub fn reload_looking(
         report.elapsed
     );
     Ok((generation, report))
+}
+
+/// A start from a store (docs/api.md section 12): the generation `restored` read
+/// from it, rebuilt as generation 0, then reloaded as [`reload`] would, so that it
+/// reads only the snapshot files that changed since the store was written and
+/// serves what [`full::load`] of the same files would. The flag says whether the store
+/// was used: a start under `--on-invalid fail` that would meet invalid lines (in
+/// the store's history or in what changed) loads in full instead, which refuses
+/// to start as a start without a store does; so does one whose store holds files
+/// a reload held back (a start does not hold files back).
+pub fn load_from_store(
+    options: &LoadOptions,
+    restored: Restored,
+) -> Result<(Generation, LoadReport, bool), LoadError> {
+    let started = Instant::now();
+    let strict = options.on_invalid == OnInvalid::Fail;
+    // A file held back by a reload is read again at a start, as a start without
+    // the store reads it: skipping its invalid lines, or refusing them.
+    let held = (restored.sources.iter()).any(|source| source.held.is_some());
+    let invalid = (restored.sources.iter()).any(|source| source.invalid > 0);
+    if held || (strict && invalid) {
+        let (generation, report) = full::load(options)?;
+        return Ok((generation, report, false));
+    }
+    let shard_count = restored.shard_count.max(1);
+    let mut per_shard: Vec<Vec<Option<Arc<StationData>>>> = vec![Vec::new(); shard_count];
+    let mut ranks_per_shard: Vec<Vec<u32>> = vec![Vec::new(); shard_count];
+    let mut names = Vec::with_capacity(restored.stations.len());
+    let mut placements = Vec::with_capacity(restored.stations.len());
+    for (rank, (name, placement, data)) in restored.stations.into_iter().enumerate() {
+        let (shard, index) = (placement.shard as usize, placement.station_index as usize);
+        if per_shard[shard].len() <= index {
+            per_shard[shard].resize(index + 1, None);
+            ranks_per_shard[shard].resize(index + 1, 0);
+        }
+        per_shard[shard][index] = Some(data);
+        ranks_per_shard[shard][index] = rank as u32;
+        names.push(name);
+        placements.push(placement);
+    }
+    let shards: Vec<Arc<ShardData>> = threads::map(
+        per_shard.into_iter().zip(&ranks_per_shard).collect(),
+        |(stations, ranks)| {
+            let stations = (stations.into_iter())
+                .map(|station| station.expect("the store's places have no gap"))
+                .collect();
+            Arc::new(ShardData::of_shared(0, stations, ranks))
+        },
+    );
+    let catalog = Catalog::new(
+        0,
+        names,
+        placements,
+        Arc::new(restored.symbols),
+        shard_count,
+        LoadSummary::default(),
+        restored.sources,
+    );
+    let (generation, mut report) = reload(&catalog, &shards, options)?;
+    if strict && !report.held.is_empty() {
+        let (generation, report) = full::load(options)?;
+        return Ok((generation, report, false));
+    }
+    report.elapsed = started.elapsed();
+    Ok((generation, report, true))
 }
 
 /// What a reload does with a file of the directory.

@@ -91,7 +91,9 @@ impl LoadReport {
     /// Logs what loaded but deserves a look: an empty directory, each skipped line
     /// as `path:line: reason`, and each file's unknown fields, once.
     pub fn log_warnings(&self, directory: &Path) {
-        if self.files.is_empty() {
+        // A start from the store reads no file when none changed: it serves the
+        // store's records.
+        if self.files.is_empty() && self.records() == 0 {
             tracing::warn!(
                 directory = %directory.display(),
                 "the snapshot directory holds no *.units.jsonl, *.metrics.jsonl or *.openhtf.json files: serving no records"

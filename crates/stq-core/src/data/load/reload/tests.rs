@@ -475,6 +475,70 @@ fn run_changes_holding(name: &str, changes: &[Change]) -> Result<(), TestCaseErr
     Ok(())
 }
 
+/// Issue 32: a start from the store is a reload from the generation written last.
+/// Each step changes the directory, then either reloads or starts again from the
+/// store (written after every generation, as the service writes it); whichever it
+/// does, it serves what a fresh load of the same files serves.
+fn run_changes_restarting(name: &str, changes: &[(Change, bool)]) -> Result<(), TestCaseError> {
+    use crate::data::store::{Store, StoreSettings, StoreWriter, Written};
+    let mut writer = Writer {
+        directory: TempDirectory::new(name),
+        rests: HashMap::new(),
+        clock: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+    };
+    let store_directory = TempDirectory::new(&format!("{name}-store"));
+    let store = Store::new(&store_directory.0);
+    let settings = StoreSettings {
+        snapshots: writer.directory.0.clone(),
+        shards: 2,
+        hot: HOT,
+    };
+    let (generation, _) = full::load(&options(&writer.directory, OnInvalid::Skip, 1)).unwrap();
+    let (mut catalog, mut shards) = parts(generation);
+    let mut store_writer = StoreWriter::new(store.clone(), settings.clone(), Written::default());
+    store_writer.write(&catalog, &shards).unwrap();
+    for (step, (change, restart)) in changes.iter().enumerate() {
+        writer.apply(change);
+        let number = step as u64 + 2;
+        let skip = options(&writer.directory, OnInvalid::Skip, number);
+        let next = match restart {
+            true => {
+                let mut restored = store.read(&settings).unwrap();
+                let written = std::mem::take(&mut restored.written);
+                let (generation, _, used) = load_from_store(&skip, restored).unwrap();
+                prop_assert!(used);
+                store_writer = StoreWriter::new(store.clone(), settings.clone(), written);
+                generation
+            }
+            false => reload(&catalog, &shards, &skip).unwrap().0,
+        };
+        let (fresh, _) = full::load(&skip).unwrap();
+        prop_assert_eq!(
+            &served(&next),
+            &served(&fresh),
+            "after {:?}, {}",
+            change,
+            if *restart { "restarted" } else { "reloaded" }
+        );
+        (catalog, shards) = parts(next);
+        store_writer.write(&catalog, &shards).unwrap();
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(
+        std::env::var("PROPTEST_CASES").ok().and_then(|cases| cases.parse().ok()).unwrap_or(32)
+    ))]
+
+    #[test]
+    fn issue_32_a_start_from_the_store_serves_what_a_fresh_load_serves(
+        changes in prop::collection::vec((change(), proptest::bool::ANY), 1..12)
+    ) {
+        run_changes_restarting("restarting", &changes)?;
+    }
+}
+
 proptest! {
     // A second or two in debug; `PROPTEST_CASES=2000` soaks it.
     #![proptest_config(ProptestConfig::with_cases(
@@ -999,4 +1063,46 @@ fn issue_21_a_reload_that_numbers_the_files_afresh_still_holds_back_a_broken_fil
         served(&parts_to_generation(&catalog, &shards)),
         served(&fresh)
     );
+}
+
+/// Issue 32: a store written while a reload held a file back is not what a start
+/// serves (a start reads that file again, skipping or refusing its invalid lines):
+/// it is not used.
+#[test]
+fn issue_32_a_store_with_a_held_file_is_not_used_at_a_start() {
+    use crate::data::store::{Store, StoreSettings, StoreWriter, Written};
+    let mut writer = Writer {
+        directory: TempDirectory::new("store-held"),
+        rests: HashMap::new(),
+        clock: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+    };
+    writer.apply(&Change::Append {
+        file: 0,
+        lines: vec![(0, 0, 0), (1, 1, 1)],
+    });
+    let (generation, _) = full::load(&options(&writer.directory, OnInvalid::Fail, 1)).unwrap();
+    let (catalog, shards) = parts(generation);
+    writer.apply(&Change::AppendInvalid { file: 0 });
+    writer.apply(&Change::Append {
+        file: 0,
+        lines: vec![(2, 2, 2)],
+    });
+    let fail = options(&writer.directory, OnInvalid::Fail, 2);
+    let (reloaded, _) = reload(&catalog, &shards, &fail).unwrap();
+    assert_eq!(held(&reloaded.catalog), vec![FILES[0]]);
+    let (catalog, shards) = parts(reloaded);
+    let store_directory = TempDirectory::new("store-held-store");
+    let store = Store::new(&store_directory.0);
+    let settings = StoreSettings {
+        snapshots: writer.directory.0.clone(),
+        shards: 2,
+        hot: HOT,
+    };
+    StoreWriter::new(store.clone(), settings.clone(), Written::default())
+        .write(&catalog, &shards)
+        .unwrap();
+    let skip = options(&writer.directory, OnInvalid::Skip, 1);
+    let (generation, _, used) = load_from_store(&skip, store.read(&settings).unwrap()).unwrap();
+    assert!(!used);
+    assert_eq!(served(&generation), served(&full::load(&skip).unwrap().0));
 }

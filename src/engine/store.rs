@@ -1,0 +1,123 @@
+//! Writing the store (docs/api.md section 12) off the request path: once a
+//! generation is served, it is handed to a thread of its own that writes what
+//! changed since the generation it wrote last ([`StoreWriter`]). Neither readiness
+//! nor a reload waits for it. Generations handed over while it writes replace each
+//! other: the next write is of the newest, so a floor reloading several times a
+//! second costs one write at a time, never a queue.
+//!
+//! A write that fails (a full or read-only disk) leaves the store as the last
+//! whole write left it and stq serving from memory: the status turns `degraded`
+//! (`/readyz` `store`) and the cause is logged once, until a write succeeds again.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex};
+use stq_core::data::catalog::Catalog;
+use stq_core::data::shard::ShardData;
+use stq_core::data::store::StoreWriter;
+
+/// What `/readyz` says of the store.
+#[derive(Debug, Default)]
+pub struct StoreStatus(AtomicU8);
+
+const OFF: u8 = 0;
+const OK: u8 = 1;
+const DEGRADED: u8 = 2;
+
+impl StoreStatus {
+    /// `off` (no `--store`), `ok` (the last write, or the start's read, worked) or
+    /// `degraded` (the last write failed).
+    pub fn name(&self) -> &'static str {
+        match self.0.load(Ordering::Relaxed) {
+            OFF => "off",
+            OK => "ok",
+            _ => "degraded",
+        }
+    }
+
+    fn set(&self, state: u8) -> u8 {
+        self.0.swap(state, Ordering::Relaxed)
+    }
+}
+
+/// A generation to write: its catalog and shards.
+type Job = (Arc<Catalog>, Vec<Arc<ShardData>>);
+
+/// Hands generations to the store's writing thread; cheap to clone.
+#[derive(Clone)]
+pub struct StoreHandle {
+    next: Arc<(Mutex<Option<Job>>, Condvar)>,
+}
+
+impl StoreHandle {
+    /// Starts the writing thread of `writer`, which reports to `status`.
+    pub fn spawn(writer: StoreWriter, status: Arc<StoreStatus>) -> std::io::Result<StoreHandle> {
+        let next: Arc<(Mutex<Option<Job>>, Condvar)> = Arc::default();
+        status.set(OK);
+        let waiting = Arc::clone(&next);
+        std::thread::Builder::new()
+            .name("stq-store".into())
+            .spawn(move || write_forever(writer, &waiting, &status))?;
+        Ok(StoreHandle { next })
+    }
+
+    /// Asks for the generation of `catalog` and `shards` to be written, in place of
+    /// any not yet begun.
+    pub fn write(&self, catalog: Arc<Catalog>, shards: Vec<Arc<ShardData>>) {
+        let (slot, wake) = &*self.next;
+        *slot.lock() = Some((catalog, shards));
+        wake.notify_one();
+    }
+}
+
+fn write_forever(
+    mut writer: StoreWriter,
+    next: &(Mutex<Option<Job>>, Condvar),
+    status: &StoreStatus,
+) {
+    let (slot, wake) = next;
+    let mut first = true;
+    loop {
+        let (catalog, shards) = {
+            let mut slot = slot.lock();
+            loop {
+                if let Some(job) = slot.take() {
+                    break job;
+                }
+                wake.wait(&mut slot);
+            }
+        };
+        let generation = catalog.generation();
+        match writer.write(&catalog, &shards) {
+            Ok(report) => {
+                let was = status.set(OK);
+                let line = format!(
+                    "store written: generation {generation}, {} files ({} bytes) written, {} \
+                     deleted, in {} ms",
+                    report.files_written,
+                    report.bytes_written,
+                    report.files_deleted,
+                    report.elapsed.as_millis()
+                );
+                if first || was == DEGRADED {
+                    tracing::info!("{line}");
+                } else {
+                    tracing::debug!("{line}");
+                }
+                first = false;
+            }
+            Err(error) => {
+                if status.set(DEGRADED) != DEGRADED {
+                    tracing::warn!(
+                        "cannot write the store {}: {error}; serving from memory, the store keeps \
+                         what it held (store: degraded)",
+                        writer.directory().display()
+                    );
+                }
+            }
+        }
+        // The generation is not kept beyond its write.
+        drop((catalog, shards));
+    }
+}

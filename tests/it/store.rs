@@ -1,0 +1,398 @@
+//! docs/api.md section 12 (issue 32): the store. A server with `--store`, started
+//! on an empty store (cold) and again on the one it wrote (warm), answers every
+//! request exactly as a server without a store on the same files: bodies, ETags,
+//! cursors (pages walked); after lines are appended and a file replaced between
+//! starts too. A damaged store is not used; one that cannot be written leaves the
+//! server serving from memory with `/readyz` `store` `degraded`; a `kill -9` while
+//! the store is written leaves one the next start uses or repairs.
+
+use std::path::{Path, PathBuf};
+
+use rand::Rng as _;
+use serde_json::Value;
+
+use crate::common::*;
+
+/// The flags of every server here: one cursor key (so that two servers' cursors
+/// are the same bytes) and an hour's hot window (so that both tiers hold records).
+fn flags(directory: &Path) -> Vec<String> {
+    let key = directory.join("cursor.key");
+    if !key.exists() {
+        std::fs::write(&key, [7u8; 32]).unwrap();
+    }
+    ["--cursor-key-file", &path_string(&key), "--hot", "1h"]
+        .map(str::to_owned)
+        .to_vec()
+}
+
+/// A server on `fixture` with `store`, or without any (also under
+/// `STQ_TEST_STORE`).
+fn start(fixture: &Fixture, store: Option<&Path>) -> Server {
+    let mut extra = flags(fixture.directory.path());
+    if let Some(store) = store {
+        extra.extend(["--store".to_owned(), path_string(store)]);
+    }
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let args = serve_args(&fixture.snapshots, &fixture.tokens, &extra);
+    Server::spawn(&args, &[("STQ_TEST_NO_STORE", "1")])
+}
+
+/// The requests compared: records in the fixture's window and the default one,
+/// pages of them walked, summaries, stations.
+fn queries() -> Vec<String> {
+    [
+        units_all(),
+        metrics_all(),
+        "/units?direction=input,output".into(),
+        "/metrics".into(),
+        format!("{}&limit=3", units_all()),
+        format!("{}&limit=2", metrics_all()),
+        format!("/units?{WINDOW}&serial_number=SN-001&direction=input,output"),
+        format!("/metrics?{WINDOW}&names=voltage&limit=2"),
+        format!("/units/summary?{WINDOW}&group_by=station_id"),
+        format!("/units/summary?{WINDOW}&bucket=1h"),
+        format!("/metrics/summary?{WINDOW}"),
+        format!("/metrics/summary?{WINDOW}&group_by=station_id&bucket=1h"),
+        "/stations".into(),
+    ]
+    .into()
+}
+
+/// Every answer of `server` to [`queries`], pages followed: each status, ETag and
+/// body without what differs per request (its id, time and duration); and what
+/// `/readyz` counts.
+fn answers(server: &Server) -> Vec<String> {
+    let mut all = Vec::new();
+    for query in queries() {
+        let mut next = Some(query.clone());
+        while let Some(path) = next.take() {
+            let response = server.get(&path, Some(OPS));
+            let etag = response.header("etag").unwrap_or("").to_owned();
+            let mut body: Value = serde_json::from_str(&response.body).unwrap();
+            let cursor = body["meta"]["next_cursor"].as_str().map(str::to_owned);
+            if let Some(meta) = body.get_mut("meta").and_then(Value::as_object_mut) {
+                for varies in ["timestamp", "request_id", "query_duration_ms"] {
+                    meta.remove(varies);
+                }
+            }
+            all.push(format!("{path} {} {etag} {body}", response.status));
+            if let Some(cursor) = cursor {
+                next = Some(format!("{query}&cursor={cursor}"));
+            }
+        }
+    }
+    let mut readiness = server.readiness();
+    // The generation too: a reload moves it on.
+    for varies in ["loaded_at", "store", "generation"] {
+        readiness.as_object_mut().unwrap().remove(varies);
+    }
+    all.push(readiness.to_string());
+    all
+}
+
+#[track_caller]
+fn assert_same_answers(got: &Server, want: &Server, context: &str) {
+    let (got, want) = (answers(got), answers(want));
+    assert_eq!(got.len(), want.len(), "{context}");
+    for (got, want) in got.iter().zip(&want) {
+        assert_eq!(got, want, "{context}");
+    }
+}
+
+/// Waits until `server` has written its store `writes` times in all.
+#[track_caller]
+fn wait_for_writes(server: &Server, writes: usize) {
+    server.wait_for_log("store written", writes);
+}
+
+/// The store's files, the manifest last (temporary files aside).
+fn store_files(store: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(store)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        // Not the manifest, nor what a server killed while it wrote left behind.
+        .filter(|path| path.extension().is_some_and(|extension| extension == "stq"))
+        .collect();
+    files.sort();
+    files.push(store.join("MANIFEST"));
+    files
+}
+
+fn ready_line(server: &Server) -> String {
+    server
+        .log()
+        .into_iter()
+        .find(|line| line.contains("stq ready"))
+        .unwrap()
+}
+
+/// Debug logging: each write of the store is logged (the first at info).
+const WRITES_LOGGED: [(&str, &str); 1] = [("RUST_LOG", "info,stq=debug")];
+
+fn start_logging(fixture: &Fixture, store: &Path) -> Server {
+    let mut extra = flags(fixture.directory.path());
+    extra.extend(["--store".to_owned(), path_string(store)]);
+    let args = serve_args(
+        &fixture.snapshots,
+        &fixture.tokens,
+        &extra.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    Server::spawn(&args, &WRITES_LOGGED)
+}
+
+/// A unit line of `station` at `time`, with the pieces of the fixture's.
+fn unit_line(station: &str, serial: &str, time: &str) -> String {
+    format!(
+        r#"{{"station_id":"{station}","unit_serial":"{serial}","time_created":"{time}","unit_type":"PCB","direction":"output","result":"pass"}}"#
+    )
+}
+
+fn append(path: &Path, text: &str) {
+    use std::io::Write as _;
+    let mut file = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+    file.write_all(text.as_bytes()).unwrap();
+}
+
+#[test]
+fn issue_32_cold_and_warm_starts_answer_as_a_start_without_a_store() {
+    let fixture = Fixture::main();
+    let store = fixture.directory.path().join("store");
+    let plain = start(&fixture, None);
+    assert_eq!(plain.readiness()["store"], "off");
+
+    let cold = start(&fixture, Some(&store));
+    assert!(
+        ready_line(&cold).contains("store: empty"),
+        "{}",
+        ready_line(&cold)
+    );
+    wait_for_writes(&cold, 1);
+    assert_eq!(cold.readiness()["store"], "ok");
+    assert_same_answers(&cold, &plain, "cold");
+    drop(cold);
+
+    let warm = start(&fixture, Some(&store));
+    let line = ready_line(&warm);
+    assert!(
+        line.contains("records restored, 0 files (0 bytes) parsed"),
+        "{line}"
+    );
+    assert_eq!(warm.readiness()["store"], "ok");
+    assert_same_answers(&warm, &plain, "warm");
+    wait_for_writes(&warm, 1);
+    drop((warm, plain));
+
+    // Lines appended (to the file whose last line has no line end, too) and a file
+    // replaced between starts.
+    append(
+        &fixture.snapshots.join("z.units.jsonl"),
+        &format!(
+            "\n{}\n",
+            unit_line("ST-01", "SN-900", "2024-03-10T10:30:00Z")
+        ),
+    );
+    append(
+        &fixture.snapshots.join("a.units.jsonl"),
+        &(unit_line("ST-09", "SN-901", "2024-03-11T08:00:00Z") + "\n"),
+    );
+    let staging = fixture.directory.path().join("staging");
+    std::fs::write(
+        &staging,
+        r#"{"station_id":"ST-02","time_created":"2024-03-10T10:30:00Z","name":"current","value":"0.75","unit":"A"}"#
+            .to_owned()
+            + "\n",
+    )
+    .unwrap();
+    std::fs::rename(&staging, fixture.snapshots.join("b.metrics.jsonl")).unwrap();
+    let plain = start(&fixture, None);
+    let warm = start(&fixture, Some(&store));
+    let line = ready_line(&warm);
+    assert!(line.contains("records restored, 3 files"), "{line}");
+    assert_same_answers(&warm, &plain, "warm after changes");
+    // The store now holds the changed files' records too.
+    wait_for_writes(&warm, 1);
+    drop(warm);
+    let warm = start(&fixture, Some(&store));
+    assert!(ready_line(&warm).contains("0 files (0 bytes) parsed"));
+    assert_same_answers(&warm, &plain, "warm again");
+}
+
+#[test]
+fn issue_32_a_reload_writes_the_store_and_the_next_start_reads_it() {
+    let fixture = Fixture::main();
+    let store = fixture.directory.path().join("store");
+    let server = start_logging(&fixture, &store);
+    wait_for_writes(&server, 1);
+    append(
+        &fixture.snapshots.join("a.units.jsonl"),
+        &(unit_line("ST-01", "SN-902", "2024-03-10T10:15:00Z") + "\n"),
+    );
+    let generation = server.generation();
+    server.signal("HUP");
+    server.wait_for_generation_after(generation);
+    wait_for_writes(&server, 2);
+    drop(server);
+    let warm = start(&fixture, Some(&store));
+    assert!(ready_line(&warm).contains("0 files (0 bytes) parsed"));
+    let plain = start(&fixture, None);
+    assert_same_answers(&warm, &plain, "after a reload");
+}
+
+/// What a test does to a file of the store.
+type Damage = fn(&Path);
+
+#[test]
+fn issue_32_a_damaged_store_is_not_used_and_is_written_again() {
+    let fixture = Fixture::main();
+    let store = fixture.directory.path().join("store");
+    let plain = start(&fixture, None);
+    let cold = start(&fixture, Some(&store));
+    wait_for_writes(&cold, 1);
+    drop(cold);
+    let files = store_files(&store);
+    assert!(files.len() >= 4, "{files:?}");
+    let damages: [(&str, Damage); 3] = [
+        ("a flipped byte", |path| {
+            let mut bytes = std::fs::read(path).unwrap();
+            let middle = bytes.len() / 2;
+            bytes[middle] ^= 0x01;
+            std::fs::write(path, bytes).unwrap();
+        }),
+        ("a truncated file", |path| {
+            let bytes = std::fs::read(path).unwrap();
+            std::fs::write(path, &bytes[..bytes.len() / 2]).unwrap();
+        }),
+        ("a deleted file", |path| std::fs::remove_file(path).unwrap()),
+    ];
+    let mut rng = rand::thread_rng();
+    for (damage, apply) in damages {
+        // A file of each kind, and the manifest, each picked from the store as it
+        // is then (every start that does not use the store writes it anew).
+        for kind in ["hot-", "sealed-", "symbols-", "MANIFEST"] {
+            let files = store_files(&store);
+            let of_kind: Vec<&PathBuf> = (files.iter())
+                .filter(|file| {
+                    let name = file.file_name().unwrap().to_string_lossy();
+                    name.starts_with(kind) && (kind != "MANIFEST" || name == "MANIFEST")
+                })
+                .collect();
+            assert!(!of_kind.is_empty(), "no {kind} file: {files:?}");
+            let victim = of_kind[rng.gen_range(0..of_kind.len())];
+            let context = format!("{damage} in {}", victim.display());
+            apply(victim);
+            let server = start(&fixture, Some(&store));
+            assert!(
+                server.log_count("is not used") == 1
+                    || (victim.ends_with("MANIFEST") && damage == "a deleted file"),
+                "{context}: {:?}",
+                server.log()
+            );
+            assert!(
+                ready_line(&server).contains("every record parsed"),
+                "{context}"
+            );
+            assert_same_answers(&server, &plain, &context);
+            // Written again whole: the next start uses it.
+            wait_for_writes(&server, 1);
+            drop(server);
+            let server = start(&fixture, Some(&store));
+            assert!(
+                ready_line(&server).contains("records restored"),
+                "{context}: {}",
+                ready_line(&server)
+            );
+            assert_same_answers(&server, &plain, &context);
+        }
+    }
+}
+
+#[test]
+fn issue_32_a_store_that_cannot_be_written_leaves_the_server_serving_from_memory() {
+    let fixture = Fixture::main();
+    let plain = start(&fixture, None);
+    // A path below a file can be neither made nor written, whoever runs the test.
+    let blocker = fixture.directory.path().join("a-file");
+    std::fs::write(&blocker, "not a directory").unwrap();
+    let store = blocker.join("store");
+    let server = start(&fixture, Some(&store));
+    server.wait_for_log("cannot write the store", 1);
+    assert_eq!(server.readiness()["store"], "degraded");
+    assert_same_answers(&server, &plain, "unwritable store");
+    // A reload still works, and the store stays degraded.
+    let generation = server.generation();
+    server.signal("HUP");
+    server.wait_for_generation_after(generation);
+    assert_eq!(server.readiness()["store"], "degraded");
+    assert_eq!(server.log_count("cannot write the store"), 1, "logged once");
+    assert_same_answers(&server, &plain, "unwritable store, reloaded");
+
+    // A read-only directory, where permissions bind (not as root).
+    let read_only = fixture.directory.path().join("read-only");
+    std::fs::create_dir(&read_only).unwrap();
+    let mut permissions = std::fs::metadata(&read_only).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o555);
+    std::fs::set_permissions(&read_only, permissions).unwrap();
+    if std::fs::write(read_only.join("probe"), "").is_err() {
+        let server = start(&fixture, Some(&read_only));
+        server.wait_for_log("cannot write the store", 1);
+        assert_eq!(server.readiness()["store"], "degraded");
+        assert_same_answers(&server, &plain, "read-only store");
+    }
+}
+
+/// Issue 32: `kill -9` at random moments of a server's life with a store (while
+/// it loads, writes the store, reloads appended lines and writes again): every
+/// next start answers as a start without a store on the same files.
+#[test]
+fn issue_32_a_kill_9_at_any_moment_leaves_a_store_the_next_start_uses_or_repairs() {
+    let iterations: usize = std::env::var("STQ_TEST_CRASHES")
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or(12);
+    let fixture = Fixture::main();
+    let store = fixture.directory.path().join("store");
+    let mut rng = rand::thread_rng();
+    let mut serial = 0;
+    let mut restored = 0;
+    for iteration in 0..iterations {
+        let server = start_logging(&fixture, &store);
+        // Some reloads of appended lines, each written to the store in turn.
+        for _ in 0..rng.gen_range(0..4) {
+            serial += 1;
+            let minute = serial % 60;
+            append(
+                &fixture.snapshots.join("a.units.jsonl"),
+                &(unit_line(
+                    ["ST-01", "ST-02", "ST-07"][serial % 3],
+                    &format!("SN-K{serial}"),
+                    &format!("2024-03-1{}T1{}:{minute:02}:00Z", serial % 3, serial % 10),
+                ) + "\n"),
+            );
+            let generation = server.generation();
+            server.signal("HUP");
+            // Now and then, let the reload finish first.
+            if rng.gen_bool(0.5) {
+                server.wait_for_generation_after(generation);
+            }
+        }
+        // A random moment: at once, or a little later, while a write may be under way.
+        if rng.gen_bool(0.7) {
+            std::thread::sleep(std::time::Duration::from_micros(rng.gen_range(0..20_000)));
+        }
+        server.signal("KILL");
+        server.wait_for_exit(RELOAD_TIMEOUT).expect("killed");
+        drop(server);
+        let plain = start(&fixture, None);
+        let next = start(&fixture, Some(&store));
+        if ready_line(&next).contains("records restored") {
+            restored += 1;
+        }
+        assert_same_answers(&next, &plain, &format!("after kill {iteration}"));
+        // Written whole at least once before the next kill, now and then.
+        if rng.gen_bool(0.5) {
+            wait_for_writes(&next, 1);
+        }
+    }
+    // The store was used, not only ignored.
+    assert!(restored > 0, "no start of {iterations} used the store");
+}
