@@ -157,50 +157,112 @@ fn write_header(body: &mut Vec<u8>, columns: &[&str]) {
 
 /// Records' rows, with each shared piece transcribed once.
 ///
-/// A piece is known by where it lies: the pieces of a station are held once for
-/// the answer's whole life, so equal places are equal pieces.
+/// A hot record's piece is known by where it lies: the pieces of a station are
+/// held once for the answer's whole life, so equal places are equal pieces. A
+/// sealed record's JSON comes whole, written out by its scan; it is cut into the
+/// same five parts, and its pieces are known by their text.
 #[derive(Default)]
-struct PieceRows {
+struct PieceRows<'a> {
     /// Transcriptions, one after the other.
     transcribed: Vec<u8>,
-    /// Where each piece's transcription lies in `transcribed`, by the piece's
+    /// Where a hot piece's transcription lies in `transcribed`, by the piece's
     /// address and length.
-    known: foldhash::HashMap<(usize, usize), Range<usize>>,
+    by_place: foldhash::HashMap<(usize, usize), Range<usize>>,
+    /// Where a sealed record's piece's transcription lies, by its text.
+    by_text: foldhash::HashMap<&'a [u8], Range<usize>>,
 }
 
-impl PieceRows {
+impl<'a> PieceRows<'a> {
     /// Writes a record's row: its head piece (the fields before `time_created` and
     /// that field's date), its own time of day, its middle piece, its own value
     /// (metrics), its tail piece.
-    fn write_row(&mut self, body: &mut Vec<u8>, parts: Parts<'_>) {
-        let [head, time, middle, value, tail] = parts.all();
-        if !parts.shares_pieces() {
-            // A sealed record's JSON, written out whole by its scan: no piece
-            // of it recurs.
-            transcribe(head, body);
+    fn write_row(&mut self, body: &mut Vec<u8>, parts: Parts<'a>) {
+        if parts.shares_pieces() {
+            self.write_parts(body, parts.all(), true);
         } else {
-            self.write_piece(body, head);
-            // A time text is RFC 3339 (docs/api.md section 4): nothing to quote.
-            body.extend_from_slice(time);
-            self.write_piece(body, middle);
-            write_json_text(body, value);
-            self.write_piece(body, tail);
+            self.write_whole(body, parts.all()[0]);
         }
+    }
+
+    /// Writes the row of a sealed record, whose JSON its scan wrote out whole.
+    fn write_whole(&mut self, body: &mut Vec<u8>, json: &'a [u8]) {
+        match cut(json) {
+            Some(parts) => self.write_parts(body, parts, false),
+            // Not a record's JSON as `stq_core::domain::record` renders it.
+            None => {
+                transcribe(json, body);
+                body.extend_from_slice(ROW_END);
+            }
+        }
+    }
+
+    /// Writes a row from a record's five parts; `shared`: its pieces are its
+    /// station's, known by their place.
+    fn write_parts(
+        &mut self,
+        body: &mut Vec<u8>,
+        [head, time, middle, value, tail]: [&'a [u8]; 5],
+        shared: bool,
+    ) {
+        self.write_piece(body, head, shared);
+        // A time text is RFC 3339 (docs/api.md section 4): nothing to quote.
+        body.extend_from_slice(time);
+        self.write_piece(body, middle, shared);
+        write_json_text(body, value);
+        self.write_piece(body, tail, shared);
         body.extend_from_slice(ROW_END);
     }
 
-    fn write_piece(&mut self, body: &mut Vec<u8>, piece: &[u8]) {
+    /// Writes a piece's transcription, made the first time the piece is met.
+    fn write_piece(&mut self, body: &mut Vec<u8>, piece: &'a [u8], shared: bool) {
         let transcribed = &mut self.transcribed;
-        let range = self
-            .known
-            .entry((piece.as_ptr() as usize, piece.len()))
-            .or_insert_with(|| {
-                let start = transcribed.len();
-                transcribe(piece, transcribed);
-                start..transcribed.len()
-            });
+        let transcribe_once = || {
+            let start = transcribed.len();
+            transcribe(piece, transcribed);
+            start..transcribed.len()
+        };
+        let range = if shared {
+            self.by_place
+                .entry((piece.as_ptr() as usize, piece.len()))
+                .or_insert_with(transcribe_once)
+        } else {
+            self.by_text.entry(piece).or_insert_with(transcribe_once)
+        };
         body.extend_from_slice(&self.transcribed[range.clone()]);
     }
+}
+
+/// A record's whole JSON cut where `stq_core::data::stored` cuts it: the head
+/// (up to the date of `time_created`), the time of day, the middle (up to just
+/// inside the string of `value`), the value's text and the tail. Inside a JSON
+/// string every quote is escaped, so the first `"time_created":"` and, after
+/// it, `,"value":"` are the keys themselves.
+fn cut(json: &[u8]) -> Option<[&[u8]; 5]> {
+    const TIME_KEY: &[u8] = br#""time_created":""#;
+    const VALUE_KEY: &[u8] = br#","value":""#;
+    /// `YYYY-MM-DDT`, which goes with the head.
+    const DATE_BYTES: usize = 11;
+    let time_start = memchr::memmem::find(json, TIME_KEY)? + TIME_KEY.len();
+    let time_end = time_start + memchr::memchr(b'"', &json[time_start..])?;
+    let own_time = match time_end - time_start > DATE_BYTES {
+        true => time_start + DATE_BYTES,
+        false => time_start,
+    };
+    let value = match memchr::memmem::find(&json[time_end..], VALUE_KEY) {
+        Some(at) => {
+            let start = time_end + at + VALUE_KEY.len();
+            start..string_end(json, start)
+        }
+        // A unit: no value, the middle runs to the end.
+        None => json.len()..json.len(),
+    };
+    Some([
+        &json[..own_time],
+        &json[own_time..time_end],
+        &json[time_end..value.start],
+        &json[value.clone()],
+        &json[value.end..],
+    ])
 }
 
 /// Writes the CSV fields of a JSON object, or of a piece of a record's JSON, to
@@ -385,10 +447,23 @@ mod tests {
     use super::*;
     use stq_core::domain::record::{parse_line, Kind};
 
-    /// A record's row from its JSON whole, as a sealed record's is written.
+    /// A JSON object's fields, transcribed as a whole.
     fn whole_row(json: &[u8]) -> String {
         let mut out = Vec::new();
         transcribe(json, &mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    /// A record's row from its JSON whole, as a sealed record's is written: cut
+    /// into its parts, each piece known by its text.
+    fn sealed_row(json: &[u8]) -> String {
+        let mut out = Vec::new();
+        let mut rows = PieceRows::default();
+        // Twice: the second time from the transcriptions the first one made.
+        for _ in 0..2 {
+            out.clear();
+            rows.write_whole(&mut out, json);
+        }
         String::from_utf8(out).unwrap()
     }
 
@@ -400,11 +475,11 @@ mod tests {
         let own_time = parsed.time.start + 11..parsed.time.end;
         let mut out = Vec::new();
         let mut rows = PieceRows::default();
-        rows.write_piece(&mut out, &json[..own_time.start]);
+        rows.write_piece(&mut out, &json[..own_time.start], true);
         out.extend_from_slice(&json[own_time.clone()]);
-        rows.write_piece(&mut out, &json[own_time.end..parsed.value.start]);
+        rows.write_piece(&mut out, &json[own_time.end..parsed.value.start], true);
         write_json_text(&mut out, &json[parsed.value.clone()]);
-        rows.write_piece(&mut out, &json[parsed.value.end..]);
+        rows.write_piece(&mut out, &json[parsed.value.end..], true);
         (String::from_utf8(out).unwrap(), json)
     }
 
@@ -449,6 +524,7 @@ mod tests {
             let (from_parts, json) = row_from_parts(kind, line);
             assert_eq!(from_parts, expected, "{line}");
             assert_eq!(whole_row(&json), expected, "{line}");
+            assert_eq!(sealed_row(&json), format!("{expected}\r\n"), "{line}");
             // The header names every field of the JSON, in its order.
             let fields = match kind {
                 Kind::Units => UNIT_FIELDS,

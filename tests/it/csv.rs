@@ -558,9 +558,7 @@ fn issue_34_etags_304_head_vary_and_compression_work_as_for_json() {
     assert_eq!(by_accept.body, csv.body);
     // The tag is the answer's: another query with the same answer shares it.
     let respelled = server.get(
-        &as_csv(&format!(
-            "/metrics?limit=7&to=2024-05-04T00:00:00Z&from=2024-05-01T00:00:00%2B00:00"
-        )),
+        &as_csv("/metrics?limit=7&to=2024-05-04T00:00:00Z&from=2024-05-01T00:00:00%2B00:00"),
         Some(OPS),
     );
     assert_eq!(respelled.header("etag"), Some(tag.as_str()));
