@@ -30,8 +30,8 @@ pub(super) const CONTENT_TYPE: &str = "text/csv; charset=utf-8; header=present";
 const ROW_END: &[u8] = b"\r\n";
 
 /// The fields of a record, in SPEC.md's order (2.2, 2.3), which is the order
-/// the record's JSON holds them in.
-const UNIT_FIELDS: &[&str] = &[
+/// the record's JSON holds them in: those both kinds have, then each kind's own.
+const RECORD_FIELDS: &[&str] = &[
     "station_id",
     "slot",
     "unit_serial",
@@ -39,19 +39,11 @@ const UNIT_FIELDS: &[&str] = &[
     "tz",
     "mode",
     "tags",
-    "unit_type",
-    "direction",
-    "result",
-    "metadata",
 ];
+/// A unit record's own fields, after those.
+const UNIT_FIELDS: &[&str] = &["unit_type", "direction", "result", "metadata"];
+/// A metric record's own fields, after those.
 const METRIC_FIELDS: &[&str] = &[
-    "station_id",
-    "slot",
-    "unit_serial",
-    "time_created",
-    "tz",
-    "mode",
-    "tags",
     "name",
     "value",
     "unit",
@@ -112,8 +104,8 @@ pub(super) fn columns(endpoint: Endpoint, params: &QueryParams) -> Vec<&'static 
         names
     };
     match endpoint {
-        Endpoint::Units => UNIT_FIELDS.to_vec(),
-        Endpoint::Metrics => METRIC_FIELDS.to_vec(),
+        Endpoint::Units => [RECORD_FIELDS, UNIT_FIELDS].concat(),
+        Endpoint::Metrics => [RECORD_FIELDS, METRIC_FIELDS].concat(),
         Endpoint::UnitsSummary => [group(), UNIT_SUMMARY_FIELDS.to_vec()].concat(),
         Endpoint::MetricsSummary => [group(), METRIC_SUMMARY_FIELDS.to_vec()].concat(),
         Endpoint::Stations => STATION_FIELDS.to_vec(),
@@ -527,8 +519,8 @@ mod tests {
             assert_eq!(sealed_row(&json), format!("{expected}\r\n"), "{line}");
             // The header names every field of the JSON, in its order.
             let fields = match kind {
-                Kind::Units => UNIT_FIELDS,
-                Kind::Metrics => METRIC_FIELDS,
+                Kind::Units => [RECORD_FIELDS, UNIT_FIELDS].concat(),
+                Kind::Metrics => [RECORD_FIELDS, METRIC_FIELDS].concat(),
             };
             let text = String::from_utf8_lossy(&json);
             let places: Vec<Option<usize>> = fields
