@@ -2,8 +2,8 @@
 //! (`/units/summary`, `/metrics/summary`, `/stations`), in the contract's order
 //! (docs/api.md section 3): query length, token, parameters, then the engine's plan
 //! (window, cursor, stations), the engine (whose scans and merge each take a query
-//! slot, the first wait for one turning a query away), the envelope in a slot of its
-//! own, and `If-None-Match`. The whole body is assembled before the response starts,
+//! slot, the first wait for one turning a query away), the body in the format asked
+//! for (`format`: the envelope or CSV) in a slot of its own, and `If-None-Match`. The whole body is assembled before the response starts,
 //! so an error can never follow a 200; sending it holds no slot (see `admission`).
 
 use std::sync::Arc;
@@ -13,16 +13,16 @@ use actix_web::http::header::{self, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse};
 use chrono::Utc;
 use std::future::Future;
-use std::ops::Range;
 
 use stq_core::domain::auth::Principal;
 use stq_core::domain::query::{self, Endpoint};
 use stq_core::domain::time::Timestamp;
 
 use super::caching::{entity_tag, not_modified, IfNoneMatch};
-use super::envelope::{envelope, rows_envelope, Meta};
-use super::error::{ApiError, JSON};
+use super::envelope::Meta;
+use super::error::ApiError;
 use super::fault;
+use super::format::{self, Presentation, Written};
 use super::request_id::RequestId;
 use super::AppState;
 use crate::engine::{Answer, Fault, Patience, Request, RouterHandle, Slot};
@@ -97,26 +97,37 @@ async fn assembly_slot<'state>(
     Ok(slot)
 }
 
-/// The 200 with `body`, or 304 when `If-None-Match` names its tag. The tag is
-/// the answer's own, so the answer must exist first; a match saves the bytes on
-/// the wire. `*` matches any answer, but only an answer: not a refusal.
+/// The 200 with the `written` answer, or 304 when `If-None-Match` names its tag.
+/// The tag is the answer's own, so the answer must exist first; a match saves
+/// the bytes on the wire. `*` matches any answer, but only an answer: not a
+/// refusal.
 fn respond(
     endpoint: Endpoint,
+    presentation: &Presentation,
     request: &HttpRequest,
-    body: Vec<u8>,
-    data: Range<usize>,
+    written: Written,
     more: bool,
     count: usize,
 ) -> HttpResponse {
-    let etag = entity_tag(endpoint, &body[data], more);
+    let Written {
+        body,
+        hashed,
+        content_type,
+        headers,
+    } = written;
+    let etag = entity_tag(endpoint, presentation.format(), &body[hashed], more);
     let precondition = IfNoneMatch::of(request.headers());
     if precondition == IfNoneMatch::Any || precondition.names(&etag) {
         return not_modified(etag);
     }
-    let mut response = HttpResponse::Ok()
-        .content_type(JSON)
-        .insert_header((header::ETAG, etag))
-        .body(body);
+    let mut response = HttpResponse::Ok();
+    response
+        .content_type(content_type)
+        .insert_header((header::ETAG, etag));
+    for header in headers {
+        response.insert_header(header);
+    }
+    let mut response = response.body(body);
     response.extensions_mut().insert(RecordCount(count));
     response
 }
@@ -136,6 +147,7 @@ async fn answer_in_time(
 
     let (principal, fault) = authenticate(request, state, arrived)?;
     let params = query::parse(endpoint, request.query_string(), *engine.limits())?;
+    let presentation = Presentation::of(request, endpoint, &params);
     let engine_error =
         |error| ApiError::from_engine(error, &request_id, state.admission.request_timeout());
     let paged = params.limit.is_some();
@@ -166,23 +178,26 @@ async fn answer_in_time(
         query_duration_ms: started.elapsed().as_millis() as u64,
         next_cursor: None,
     };
-    let (body, data, more, count) = match &answer {
+    let (more, count) = match &answer {
         Answer::Page(page) => {
             // With `limit`, always there: the cursor, or null on the last page.
             meta.next_cursor = paged.then(|| page.next_cursor());
-            let records = page.records();
-            let (body, data) = envelope(endpoint, records, &meta);
-            (body, data, page.next_cursor().is_some(), records.len())
+            (page.next_cursor().is_some(), page.records().len())
         }
-        Answer::Rows(rows) => {
-            let (body, data) = rows_envelope(endpoint, rows, &meta);
-            (body, data, false, rows.len())
-        }
+        Answer::Rows(rows) => (false, rows.len()),
     };
+    let written = format::write(&presentation, endpoint, request, &answer, &meta);
     drop(slot);
     // Assembly runs on this thread without a pause the timer could act in.
     if Instant::now() > deadline {
         return Err(state.admission.timed_out());
     }
-    Ok(respond(endpoint, request, body, data, more, count))
+    Ok(respond(
+        endpoint,
+        &presentation,
+        request,
+        written,
+        more,
+        count,
+    ))
 }

@@ -48,20 +48,34 @@ pub(super) fn rows_envelope(
     })
 }
 
-/// How many records ahead [`write_records`] asks for a record's station, its
+/// How many records ahead [`each_record`] asks for a record's station, its
 /// stored form, and its pieces.
 const STATION_AHEAD: usize = 12;
 const STORED_AHEAD: usize = 8;
 const PIECES_AHEAD: usize = 4;
 
 /// Writes the records' JSON, comma-separated.
+fn write_records<'a>(body: &mut Vec<u8>, records: impl Iterator<Item = Record<'a>> + Clone) {
+    each_record(records, |index, parts| {
+        if index > 0 {
+            body.push(b',');
+        }
+        parts.write_to(body);
+    });
+}
+
+/// Hands each record's parts, in order, to `write`, with its index.
 ///
 /// A record's bytes lie behind three places (its station, which says where its
 /// station's arena and pieces are; its stored form; its pieces), each a cache
 /// miss that waits on the one before. Asking for each a few records ahead lets
 /// the misses of several records overlap. Each record's station and stored form
-/// are read once: the stages hand on what they read in two small rings.
-fn write_records<'a>(body: &mut Vec<u8>, records: impl Iterator<Item = Record<'a>> + Clone) {
+/// are read once: the stages hand on what they read in two small rings. Every
+/// format of an answer of records goes through here.
+pub(super) fn each_record<'a>(
+    records: impl Iterator<Item = Record<'a>> + Clone,
+    mut write: impl FnMut(usize, Parts<'a>),
+) {
     let mut stations = records.clone().skip(STATION_AHEAD);
     let mut located = records.map(|record| {
         let json = record.json();
@@ -82,18 +96,15 @@ fn write_records<'a>(body: &mut Vec<u8>, records: impl Iterator<Item = Record<'a
         let Some(parts) = ready[index % PIECES_AHEAD].take() else {
             break;
         };
-        // The hints go out before this record is copied, so that their misses
-        // overlap the copy.
+        // The hints go out before this record is written, so that their misses
+        // overlap the writing.
         if let Some(ahead) = stations.next() {
             ahead.prefetch_station();
         }
         stored[index % STORED_AHEAD] = located.next();
         let next = index + PIECES_AHEAD;
         ready[index % PIECES_AHEAD] = stored[next % STORED_AHEAD].take().map(read_parts);
-        if index > 0 {
-            body.push(b',');
-        }
-        parts.write_to(body);
+        write(index, parts);
     }
 }
 

@@ -184,6 +184,7 @@ fn common_headers(headers: &mut HeaderMap, request_id: &str) {
     );
     headers.insert(
         header::VARY,
-        HeaderValue::from_static("Authorization, Accept-Encoding"),
+        // `Accept` chooses between JSON and CSV (section 7).
+        HeaderValue::from_static("Authorization, Accept-Encoding, Accept"),
     );
 }

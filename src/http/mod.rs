@@ -3,9 +3,10 @@
 //!
 //! A request to `/units` or `/metrics` goes: `middleware` (request id, access
 //! line, metrics, CORS, the headers of every response) → `answer` (limits, token,
-//! parameters, plan, the engine, the envelope from `envelope` in a query slot,
-//! `If-None-Match`; `admission` says what holds a slot) → back out through the
-//! middleware. Every error becomes the contract's body in `error` ([`ApiError`]),
+//! parameters, plan, the engine, the body in a query slot, `If-None-Match`;
+//! `admission` says what holds a slot) → back out through the middleware. The
+//! body's format is one seam, `format`: the envelope from `envelope`, or CSV
+//! from `csv`. Every error becomes the contract's body in `error` ([`ApiError`]),
 //! the one place codes are given. `server` assembles the listeners, with client
 //! deadlines from `connection`.
 
@@ -13,9 +14,11 @@ mod admission;
 mod answer;
 mod caching;
 mod connection;
+mod csv;
 mod envelope;
 mod error;
 mod fault;
+mod format;
 mod middleware;
 mod request_id;
 mod server;

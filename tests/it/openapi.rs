@@ -289,6 +289,19 @@ fn problems(doc: &Value, response: &Response) -> Vec<String> {
             }
         }
     }
+    // A CSV answer (issue 34) has its own media type's entry, a string; HEAD's
+    // has no body, like HEAD's JSON.
+    if is_csv(response) && !response.body.is_empty() {
+        match documented.pointer("/content/text~1csv/schema") {
+            Some(schema) => {
+                for error in schema_errors(doc, schema, &json!(response.body)) {
+                    found.push(format!("body: {error} (schema of {location}: {schema})"));
+                }
+            }
+            None => found.push(format!("a CSV body where {location} documents none")),
+        }
+        return found;
+    }
     match documented.pointer("/content/application~1json/schema") {
         Some(schema) => {
             let media = response
@@ -320,8 +333,16 @@ fn problems(doc: &Value, response: &Response) -> Vec<String> {
     found
 }
 
+/// Whether `response` is a CSV answer (issue 34).
+fn is_csv(response: &Response) -> bool {
+    response.header("content-type").is_some_and(|value| {
+        let media = value.split(';').next().unwrap_or("").trim();
+        media.eq_ignore_ascii_case("text/csv")
+    })
+}
+
 /// Asserts that `response` is answered as the document says; returns its JSON
-/// body (`null` when it has none).
+/// body (`null` when it has none, or a CSV one).
 #[track_caller]
 fn check(response: &Response) -> Value {
     let found = problems(document(), response);
@@ -331,7 +352,7 @@ fn check(response: &Response) -> Value {
         response.context(),
         found.join("\n  ")
     );
-    if response.body.is_empty() {
+    if response.body.is_empty() || is_csv(response) {
         Value::Null
     } else {
         response.json()
@@ -895,6 +916,7 @@ fn the_documented_parameters_are_the_ones_the_server_accepts() {
                 "direction",
                 "limit",
                 "cursor",
+                "format",
             ],
         ),
         (
@@ -907,6 +929,7 @@ fn the_documented_parameters_are_the_ones_the_server_accepts() {
                 "serial_number",
                 "limit",
                 "cursor",
+                "format",
             ],
         ),
         (
@@ -920,6 +943,7 @@ fn the_documented_parameters_are_the_ones_the_server_accepts() {
                 "group_by",
                 "bucket",
                 "tz",
+                "format",
             ],
         ),
         (
@@ -932,9 +956,10 @@ fn the_documented_parameters_are_the_ones_the_server_accepts() {
                 "group_by",
                 "bucket",
                 "tz",
+                "format",
             ],
         ),
-        ("/stations", vec!["station_ids"]),
+        ("/stations", vec!["station_ids", "format"]),
     ];
     for (path, expected) in &contract {
         let documented: BTreeSet<String> =
@@ -974,11 +999,10 @@ fn the_documented_parameters_are_the_ones_the_server_accepts() {
         }
     };
     for (path, _) in &contract {
-        // This server's `--max-records` is 5: record queries page, summaries keep to
-        // one station (so few rows), and `/stations` is small anyway.
+        // This server's `--max-records` is 5: record queries page, and summaries
+        // and `/stations` keep to one station (so few rows).
         let narrow = match *path {
             "/units" | "/metrics" => format!("limit={MAX_RECORDS}"),
-            "/stations" => String::new(),
             _ => "station_ids=ST-01".to_owned(),
         };
         let mut all = Vec::new();
@@ -1377,4 +1401,57 @@ fn the_response_check_refuses_what_the_document_does_not_say() {
         !problems(doc, &elsewhere).is_empty(),
         "a 200 from an undocumented path"
     );
+}
+
+/// Issue 34: CSV answers of every endpoint, a paged one with its `Link`, match the
+/// document; a CSV body or a `Link` it does not describe is refused.
+#[test]
+fn issue_34_csv_answers_match_the_document() {
+    let doc = document();
+    let paged = server().get(&format!("{}&limit=2&format=csv", units_all()), Some(OPS));
+    assert!(paged.header("link").is_some(), "{}", paged.context());
+    let answers = [
+        paged.clone(),
+        server().get(&format!("{}&limit=2&format=csv", metrics_all()), Some(OPS)),
+        server().get("/units/summary?station_ids=ST-01&format=csv", Some(OPS)),
+        server().get(
+            "/metrics/summary?station_ids=ST-01&bucket=1h&format=csv",
+            Some(OPS),
+        ),
+        server().get("/stations?station_ids=ST-01,ST-02&format=csv", Some(OPS)),
+        server().request_as(
+            "GET",
+            "/stations?station_ids=ST-01",
+            Some(OPS),
+            &[("Accept", "text/csv")],
+        ),
+        server().request_as(
+            "HEAD",
+            "/stations?station_ids=ST-01&format=csv",
+            Some(OPS),
+            &[],
+        ),
+    ];
+    for answer in &answers {
+        assert_eq!(answer.status, 200, "{}", answer.context());
+        let found = problems(doc, answer);
+        assert!(found.is_empty(), "{}: {found:?}", answer.context());
+    }
+    let bad_link = Response {
+        headers: paged
+            .headers
+            .iter()
+            .map(|(name, value)| match name.as_str() {
+                "link" => (name.clone(), "</units?limit=2>; rel=\"prev\"".to_string()),
+                _ => (name.clone(), value.clone()),
+            })
+            .collect(),
+        ..paged.clone()
+    };
+    assert!(!problems(doc, &bad_link).is_empty(), "another Link");
+    let csv_probe = Response {
+        url: server().url("/healthz"),
+        ..paged
+    };
+    assert!(!problems(doc, &csv_probe).is_empty(), "a CSV /healthz");
 }

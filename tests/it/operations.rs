@@ -1,7 +1,7 @@
 //! CONTRACT section 8, operations: HTTP caching, compression and CORS.
 //!
 //! - Caching: every response carries `Cache-Control: private, no-cache` and
-//!   `Vary: Authorization, Accept-Encoding`; a successful answer carries a weak
+//!   `Vary: Authorization, Accept-Encoding, Accept`; a successful answer carries a weak
 //!   `ETag` that depends on the generation, the normalized query (window resolved)
 //!   and the token's station scope, and nothing else; `If-None-Match` with a
 //!   matching tag is a 304 without a body, but only once every error is ruled out.
@@ -38,7 +38,7 @@ const UNLISTED_ORIGINS: [&str; 4] = [
 ];
 
 const CACHE_CONTROL: &str = "private, no-cache";
-const VARY: &str = "Authorization, Accept-Encoding";
+const VARY: &str = "Authorization, Accept-Encoding, Accept";
 
 /// The ST-01/ST-02 records of the 2024 window of both directions and two unit
 /// types, three to a page: six records match, so page 1 has a next page.

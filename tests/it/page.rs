@@ -1074,3 +1074,75 @@ fn issue_23_a_browser_zone_stq_does_not_know_falls_back_to_utc_and_says_so() {
         "Asia/Kolkata"
     );
 }
+
+// ---------------------------------------------------------------------------
+// Issue 34: "Download CSV" of each table
+// ---------------------------------------------------------------------------
+
+/// Issue 34: each table's "Download CSV" sends the table's own call again with
+/// `format=csv` (the token in the Authorization header) and saves what stq
+/// answers: the file chromium saves is the CSV stq gives that call.
+#[test]
+fn issue_34_download_csv_saves_each_tables_csv() {
+    let Some(browser) = browser() else {
+        return;
+    };
+    let server = sample_server();
+    let tab = open_page(&browser, &server.url("/"));
+    let downloads = temporary_directory();
+    tab.call_method(
+        headless_chrome::protocol::cdp::Browser::SetDownloadBehavior {
+            behavior:
+                headless_chrome::protocol::cdp::Browser::SetDownloadBehaviorBehaviorOption::Allow,
+            browser_context_id: None,
+            download_path: Some(path_string(downloads.path())),
+            events_enabled: None,
+        },
+    )
+    .expect("let chromium save downloads");
+    enter_token(&tab, DEMO_OPS);
+    tab.wait_for_element("#yields[data-state='ready']").unwrap();
+    tab.wait_for_element("#chart[data-state='drawn']").unwrap();
+    // Days, so that the metric's table per day is shown too.
+    choose_and_wait(&tab, "bucket", "1d");
+    tab.wait_for_element("#chart-days[data-state='ready']")
+        .unwrap();
+    for (button, path, file) in [
+        ("#stations-csv", "/stations", "stq-stations.csv"),
+        ("#yields-csv", "/units/summary", "stq-yields.csv"),
+        ("#chart-days-csv", "/metrics/summary", "stq-days.csv"),
+    ] {
+        forget_calls(&tab);
+        tab.find_element(button).unwrap().click().unwrap();
+        tab.wait_for_element(&format!("{button}[data-state='saved']"))
+            .unwrap();
+        let call = last_call(&tab, path);
+        assert_eq!(
+            parameters(&call).get("format").map(String::as_str),
+            Some("csv"),
+            "{call}"
+        );
+        let answer = server.get(&call, Some(DEMO_OPS));
+        assert_eq!(answer.status, 200, "{}", answer.context());
+        assert!(
+            answer.body.lines().count() > 1,
+            "{}: rows under the header",
+            answer.context()
+        );
+        let saved = downloads.path().join(file);
+        // Chromium writes `<file>.crdownload` and renames it when done.
+        let deadline = std::time::Instant::now() + PAGE_TIMEOUT;
+        while !saved.exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{file} was never saved"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(
+            std::fs::read_to_string(&saved).unwrap(),
+            answer.body,
+            "{button}"
+        );
+    }
+}

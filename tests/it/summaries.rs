@@ -2086,7 +2086,7 @@ fn summaries_are_compressed_on_request_and_carry_the_cache_headers() {
     );
     assert_eq!(
         plain.response.header("vary"),
-        Some("Authorization, Accept-Encoding")
+        Some("Authorization, Accept-Encoding, Accept")
     );
     let response = ureq::AgentBuilder::new()
         .build()

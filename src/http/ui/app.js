@@ -49,6 +49,7 @@
     chartStats: element("chart-stats"),
     chartDays: element("chart-days"),
     chart: element("chart"),
+    downloads: [...document.querySelectorAll("button.download")],
   };
 
   // The page loads nothing from elsewhere, and stq's Content-Security-Policy says
@@ -69,6 +70,9 @@
     plot: null,
     // Each load takes a ticket; an answer to an older one arrives too late to show.
     tickets: { overview: 0, yields: 0, names: 0, chart: 0 },
+    // The API call behind each table as shown (by its button's data-table), which
+    // its "Download CSV" sends again asking for CSV.
+    tables: new Map(),
   };
 
   /** An API error: the contract's `error.message`, shown on the page as is. */
@@ -85,30 +89,42 @@
     return sessionStorage.getItem(TOKEN_KEY) || "";
   }
 
-  async function api(path) {
-    let response;
+  /** A call to the API with the token, asking for `accept`. */
+  async function send(path, accept) {
     try {
-      response = await fetch(path, {
-        headers: { Authorization: "Bearer " + token(), Accept: "application/json" },
+      return await fetch(path, {
+        headers: { Authorization: "Bearer " + token(), Accept: accept },
         cache: "no-store",
         credentials: "omit",
       });
     } catch (failure) {
       throw new ApiFailure("stq could not be reached: " + failure.message, null);
     }
-    let body = null;
+  }
+
+  /** The failure of a refused call, from its JSON error body (any format's). */
+  function refusal(response, body) {
+    const error = body && body.error;
+    const message =
+      error && typeof error.message === "string"
+        ? error.message
+        : response.status + " " + response.statusText;
+    return new ApiFailure(message, error ? error.code : null);
+  }
+
+  async function json(response) {
     try {
-      body = await response.json();
+      return await response.json();
     } catch (_) {
-      body = null;
+      return null;
     }
+  }
+
+  async function api(path) {
+    const response = await send(path, "application/json");
+    const body = await json(response);
     if (!response.ok) {
-      const error = body && body.error;
-      const message =
-        error && typeof error.message === "string"
-          ? error.message
-          : response.status + " " + response.statusText;
-      throw new ApiFailure(message, error ? error.code : null);
+      throw refusal(response, body);
     }
     if (!body || !Array.isArray(body.data)) {
       throw new ApiFailure("stq answered " + path + " without a data array", null);
@@ -118,6 +134,43 @@
 
   function query(parameters) {
     return new URLSearchParams(parameters).toString();
+  }
+
+  /** Remembers the call behind a table, for its "Download CSV". */
+  function shown(table, path) {
+    state.tables.set(table, path);
+    for (const button of ui.downloads) {
+      if (button.dataset.table === table) {
+        button.disabled = false;
+      }
+    }
+  }
+
+  /**
+   * Saves a table as CSV: its call again with `format=csv`, the token in the
+   * Authorization header as for every call, and the answer saved as a file.
+   */
+  async function downloadCsv(button) {
+    const path = state.tables.get(button.dataset.table);
+    if (!path) {
+      return;
+    }
+    button.dataset.state = "loading";
+    const response = await send(path + (path.includes("?") ? "&" : "?") + "format=csv", "text/csv");
+    if (!response.ok) {
+      throw refusal(response, await json(response));
+    }
+    const csv = await response.blob();
+    const link = document.createElement("a");
+    link.href = URL.createObjectURL(csv);
+    link.download = "stq-" + button.dataset.table + ".csv";
+    document.body.appendChild(link);
+    link.click();
+    link.remove();
+    // Once the browser has taken the file.
+    setTimeout(() => URL.revokeObjectURL(link.href), 60 * SECOND_MS);
+    button.dataset.bytes = String(csv.size);
+    button.dataset.state = "saved";
   }
 
   function windowParameters() {
@@ -804,9 +857,11 @@
     ui.yields.dataset.state = "loading";
     const bucket = ui.bucket.value;
     const parameters = { group_by: "station_id", ...summaryParameters(bucket) };
-    const body = await api("/units/summary?" + query(parameters));
+    const path = "/units/summary?" + query(parameters);
+    const body = await api(path);
     if (current()) {
       renderYields(body.data, bucket);
+      shown("yields", path);
     }
   }
 
@@ -875,14 +930,16 @@
         group_by: "station_id",
         ...summaryParameters(bucket),
       };
-      return (await api("/metrics/summary?" + query(parameters))).data;
+      const path = "/metrics/summary?" + query(parameters);
+      return { path, rows: (await api(path)).data };
     };
     const [points, daily] = await Promise.all([walk(), days()]);
     if (!current() || points === null) {
       return;
     }
     if (daily !== null) {
-      renderChartDays(daily);
+      renderChartDays(daily.rows);
+      shown("days", daily.path);
     }
     drawPlot(station, name, points.records, points.capped);
   }
@@ -934,6 +991,7 @@
         return;
       }
       state.stations = body.data;
+      shown("stations", "/stations");
     } catch (failure) {
       if (current()) {
         ui.stations.dataset.state = "error";
@@ -1022,6 +1080,13 @@
       refreshWindow();
     }
   });
+
+  for (const button of ui.downloads) {
+    button.addEventListener("click", () => {
+      clearError();
+      run(() => downloadCsv(button), button);
+    });
+  }
 
   ui.chartStation.addEventListener("change", () => refreshChart());
   ui.chartMetric.addEventListener("change", () => {

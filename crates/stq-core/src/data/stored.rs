@@ -348,8 +348,13 @@ pub struct Parts<'a> {
 }
 
 impl<'a> Parts<'a> {
-    /// The five parts in the order they are written.
-    pub(crate) fn all(&self) -> [&'a [u8]; 5] {
+    /// The five parts in the order they are written: the head piece (which
+    /// ends inside `time_created`, after its date), the record's own time of
+    /// day, the middle piece (from the closing quote of `time_created` to just
+    /// after the opening quote of `value`; to the end for a unit), the record's
+    /// own value text (JSON-escaped; empty for a unit) and the tail piece (from
+    /// the closing quote of `value`; empty for a unit).
+    pub fn all(&self) -> [&'a [u8]; 5] {
         [self.head, self.time, self.middle, self.value, self.tail]
     }
 
@@ -358,6 +363,14 @@ impl<'a> Parts<'a> {
         for part in [self.head, self.time, self.middle, self.value, self.tail] {
             out.extend_from_slice(part);
         }
+    }
+
+    /// Whether the head, middle and tail are pieces the record's station shares
+    /// with its other records (a hot record's), rather than the head being the
+    /// record's whole JSON and the rest empty (a sealed record's, written out by
+    /// its scan). A stored record's middle piece always holds its `tz` field.
+    pub fn shares_pieces(&self) -> bool {
+        !self.middle.is_empty()
     }
 
     /// Asks the CPU for the head and middle pieces, for a record written a few

@@ -109,6 +109,30 @@ pub struct QueryParams {
     /// Summaries only: the time zone whose wall clock cuts the buckets (`tz`,
     /// default UTC); without a bucket it changes nothing.
     pub zone: Zone,
+    /// How the answer is written (`format`, every endpoint); `None`: not given, so
+    /// the `Accept` header decides. Presentation only: no filter, no cursor scope.
+    pub format: Option<Format>,
+}
+
+/// How an answer is written (docs/api.md section 7).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Format {
+    /// The envelope of SPEC.md 2.1.
+    #[default]
+    Json,
+    /// RFC 4180 text: a header row, then a row per element of `data`.
+    Csv,
+}
+
+impl Format {
+    /// `json` or `csv`, exactly.
+    pub fn parse(text: &str) -> Option<Format> {
+        match text {
+            "json" => Some(Format::Json),
+            "csv" => Some(Format::Csv),
+            _ => None,
+        }
+    }
 }
 
 /// The endpoints that take a query string (docs/api.md sections 4 and 10). What each
@@ -394,7 +418,11 @@ enum Parameter {
     GroupBy,
     Bucket,
     Tz,
+    Format,
 }
+
+/// The parameters every endpoint takes besides its own.
+const EVERY_ENDPOINT: &[Parameter] = &[Parameter::Format];
 
 impl Parameter {
     /// The parameter `name` names, if `endpoint` takes it.
@@ -403,6 +431,7 @@ impl Parameter {
             .spec()
             .parameters
             .iter()
+            .chain(EVERY_ENDPOINT)
             .copied()
             .find(|parameter| parameter.name() == name)
     }
@@ -422,6 +451,7 @@ impl Parameter {
             Parameter::GroupBy => "group_by",
             Parameter::Bucket => "bucket",
             Parameter::Tz => "tz",
+            Parameter::Format => "format",
         }
     }
 
@@ -580,6 +610,12 @@ pub fn parse(endpoint: Endpoint, query: &str, limits: Limits) -> Result<QueryPar
                         "must be an IANA time zone name, such as `UTC` or `Europe/Berlin`",
                     )
                 })?;
+            }
+            Parameter::Format => {
+                params.format =
+                    Some(Format::parse(&value).ok_or_else(|| {
+                        invalid(parameter, Some(&value), "must be `json` or `csv`")
+                    })?);
             }
         }
     }
@@ -851,6 +887,28 @@ mod tests {
         assert_eq!(Endpoint::at("/units/"), None);
         assert_eq!(Kind::Units.path(), "/units");
         assert_eq!(Kind::Metrics.path(), "/metrics");
+    }
+
+    /// Issue 34: every endpoint takes `format`, once, as `json` or `csv`; not
+    /// given, it is `None` (the `Accept` header decides).
+    #[test]
+    fn issue_34_every_endpoint_takes_format_json_or_csv_once() {
+        for endpoint in Endpoint::ALL {
+            let format = |query: &str| parse(endpoint, query, LIMITS).map(|params| params.format);
+            assert_eq!(format(""), Ok(None));
+            assert_eq!(format("format=json"), Ok(Some(Format::Json)));
+            assert_eq!(format("format=csv"), Ok(Some(Format::Csv)));
+            for refused in [
+                "format=",
+                "format=CSV",
+                "format=xml",
+                "format=csv,json",
+                "format=csv&format=csv",
+                "format=json&format=csv",
+            ] {
+                assert_eq!(code(format(refused)), "invalid_parameter", "{refused}");
+            }
+        }
     }
 
     /// The contract's name of the refusal, as the HTTP layer will map it.
