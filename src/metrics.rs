@@ -13,7 +13,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric, NoLabelSet};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::exponential_buckets;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
@@ -87,6 +87,7 @@ impl Default for Metrics {
         let mut registry = Registry::with_prefix("stq");
         let requests = Arc::new(RequestMetrics::default());
         registry.register_collector(Box::new(RequestCollector(Arc::clone(&requests))));
+        registry.register_collector(Box::new(CacheCollector));
         let shard_records = Family::<ShardLabels, Gauge>::default();
         registry.register(
             "shard_records",
@@ -402,6 +403,58 @@ impl Collector for RequestCollector {
                 ConstCounter::new(*count)
                     .encode(family.encode_family(&EndpointLabels { endpoint })?)?;
             }
+        }
+        Ok(())
+    }
+}
+
+/// Encodes what the process's cache of decoded sealed blocks holds and has done
+/// (`--cache-size`, issue 32), read from the cache at each scrape.
+#[derive(Debug)]
+struct CacheCollector;
+
+impl Collector for CacheCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let stats = stq_core::data::cache::stats();
+        let gauges = [
+            (
+                "cache_bytes",
+                "Bytes of sealed history held decoded in the cache.",
+                stats.bytes,
+            ),
+            (
+                "cache_capacity_bytes",
+                "Bytes the cache of decoded sealed history may hold (--cache-size).",
+                stats.capacity,
+            ),
+        ];
+        for (name, help, value) in gauges {
+            ConstGauge::new(value as i64).encode(encoder.encode_descriptor(
+                name,
+                help,
+                None,
+                MetricType::Gauge,
+            )?)?;
+        }
+        let counters = [
+            (
+                "cache_hits",
+                "Reads of a sealed block that found it decoded in the cache.",
+                stats.hits,
+            ),
+            (
+                "cache_misses",
+                "Reads of a sealed block that decoded it (then kept it in the cache if it fit).",
+                stats.misses,
+            ),
+        ];
+        for (name, help, value) in counters {
+            ConstCounter::new(value).encode(encoder.encode_descriptor(
+                name,
+                help,
+                None,
+                MetricType::Counter,
+            )?)?;
         }
         Ok(())
     }

@@ -209,6 +209,12 @@ pub struct ServeArgs {
     #[arg(long, env = "STQ_HOT", default_value = "24h", value_parser = parse_hot)]
     pub hot: HotWindow,
 
+    /// Memory for sealed history held decoded, shared by the HTTP workers, e.g.
+    /// `512MiB` or `2GiB`: a query that reads the same hours again finds them
+    /// decoded; beyond it, the least recently used leave.
+    #[arg(long, env = "STQ_CACHE_SIZE", default_value = "1GiB", value_parser = parse_size)]
+    pub cache_size: u64,
+
     /// Longest time a query may take before it is answered 503 `timeout`.
     #[arg(long, env = "STQ_REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub request_timeout: Duration,
@@ -306,6 +312,13 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
             "{error}; write e.g. `10s`, `250ms`, `12h` or `31d`"
         )),
     }
+}
+
+/// A number of bytes, as `bytesize` reads it: `512MiB`, `2GiB`, `1.5 GB`, `65536`.
+fn parse_size(text: &str) -> Result<u64, String> {
+    text.parse::<bytesize::ByteSize>()
+        .map(|size| size.as_u64())
+        .map_err(|error| format!("{error}; write e.g. `512MiB` or `2GiB`"))
 }
 
 /// `--hot`: a duration, or `None` for `all` (every record hot).
@@ -578,6 +591,32 @@ mod tests {
                 Cli::try_parse_from(std::iter::once("stq").chain(bad.iter().copied())).is_err(),
                 "{bad:?}"
             );
+        }
+    }
+
+    /// Issue 32: `--cache-size` reads binary and decimal units, and refuses what
+    /// is not a size.
+    #[test]
+    fn issue_32_cache_sizes_read_as_the_flag_documents_them() {
+        let serve = |flags: &[&str]| {
+            Cli::try_parse_from(std::iter::once("stq").chain(flags.iter().copied()))
+                .map(|cli| cli.serve)
+        };
+        assert_eq!(serve(&[]).unwrap().cache_size, 1 << 30);
+        for (text, bytes) in [
+            ("512MiB", 512 << 20),
+            ("2GiB", 2 << 30),
+            ("1 GB", 1_000_000_000),
+            ("65536", 65_536),
+        ] {
+            assert_eq!(
+                serve(&["--cache-size", text]).unwrap().cache_size,
+                bytes,
+                "{text}"
+            );
+        }
+        for bad in ["lots", "-1GiB", "1 parsec", ""] {
+            assert!(serve(&["--cache-size", bad]).is_err(), "{bad}");
         }
     }
 }

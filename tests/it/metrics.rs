@@ -126,3 +126,44 @@ fn no_station_id_path_or_token_reaches_the_metrics() {
         assert!(!metrics.text.contains(leak), "{leak:?} in the metrics");
     }
 }
+
+/// Issue 32: the cache of decoded sealed blocks reports its capacity
+/// (`--cache-size`), its bytes, its hits and misses: a first read of sealed history
+/// decodes (misses) and keeps what it decoded (bytes), the same read again finds it
+/// decoded (hits, no more misses), with the same answer. With `--cache-size 0`
+/// nothing is kept: every read misses, and the answers are the same.
+#[test]
+fn issue_32_the_cache_reports_its_bytes_hits_and_misses() {
+    let fixture = Fixture::main();
+    let cached = Server::start(&fixture, &["--hot", "1s", "--cache-size", "64MiB"]);
+    let before = scrape(&cached);
+    assert_eq!(before.value("stq_cache_capacity_bytes"), (64 << 20) as f64);
+    assert_eq!(before.value("stq_cache_bytes"), 0.0);
+    assert_eq!(before.value("stq_cache_hits_total"), 0.0);
+    assert_eq!(before.value("stq_cache_misses_total"), 0.0);
+
+    let first = cached.ok(&units_all()).data;
+    let once = scrape(&cached);
+    let misses = once.value("stq_cache_misses_total");
+    assert!(misses > 0.0, "the fixture's 2024 window holds sealed units");
+    let bytes = once.value("stq_cache_bytes");
+    assert!(bytes > 0.0 && bytes <= (64 << 20) as f64, "{bytes}");
+
+    let second = cached.ok(&units_all()).data;
+    assert_eq!(first, second);
+    let twice = scrape(&cached);
+    assert_eq!(twice.value("stq_cache_misses_total"), misses);
+    assert!(twice.value("stq_cache_hits_total") >= misses);
+    assert_eq!(twice.value("stq_cache_bytes"), bytes);
+
+    let uncached = Server::start(&fixture, &["--hot", "1s", "--cache-size", "0"]);
+    assert_eq!(uncached.ok(&units_all()).data, first);
+    let once = scrape(&uncached).value("stq_cache_misses_total");
+    assert!(once >= misses, "{once} {misses}");
+    assert_eq!(uncached.ok(&units_all()).data, first);
+    let none = scrape(&uncached);
+    assert_eq!(none.value("stq_cache_capacity_bytes"), 0.0);
+    assert_eq!(none.value("stq_cache_bytes"), 0.0);
+    assert_eq!(none.value("stq_cache_hits_total"), 0.0);
+    assert_eq!(none.value("stq_cache_misses_total"), 2.0 * once);
+}

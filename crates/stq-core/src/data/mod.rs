@@ -18,6 +18,7 @@ pub mod memory;
 pub mod merge;
 pub mod scan;
 pub(crate) mod sealed;
+pub use sealed::cache;
 pub mod shard;
 pub mod station;
 pub mod store;

@@ -8,7 +8,7 @@ use std::ops::Bound;
 
 use crate::data::key::{Position, RecordKey};
 use crate::data::merge::merge_sorted;
-use crate::data::sealed::{is_sealed, SEALED};
+use crate::data::sealed::{is_sealed, JsonMemo, SEALED};
 use crate::data::shard::ShardData;
 use crate::data::station::{MetricEntry, StationData, UnitEntry};
 use crate::data::stored::{RecordJson, StoredRecord};
@@ -147,9 +147,14 @@ impl ShardData {
     pub fn scan(&self, request: &ScanRequest) -> ScanAnswer {
         let mut hits = self.scan_hits(request);
         let mut sealed = Vec::new();
+        let mut memo = JsonMemo::default();
         for hit in hits.iter_mut().filter(|hit| is_sealed(hit.bytes)) {
             let start = sealed.len();
-            self.stations[hit.station_index as usize].write_json(hit.bytes, &mut sealed);
+            self.stations[hit.station_index as usize].write_json_with(
+                hit.bytes,
+                &mut sealed,
+                &mut memo,
+            );
             hit.bytes = StoredRecord {
                 start: SEALED | start as u32,
                 length: (sealed.len() - start) as u32,

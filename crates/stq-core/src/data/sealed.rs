@@ -13,8 +13,10 @@
 //! time, only where it is not the instant written the usual way, and the value);
 //! and compresses each kind's with zstd, in a frame of its own, so that a read of
 //! units decompresses no metric. A record comes back exactly as written: its JSON
-//! is its five parts again, copied in order. A thread keeps the blocks it decoded
-//! lately ([`DECODED_BLOCKS`]).
+//! is its five parts again, copied in order. The process keeps the blocks
+//! queries decoded lately in a cache bounded in bytes (`--cache-size`, [`cache`]),
+//! shared by its threads, and a read finds a window's records in a decoded block
+//! by binary searches of its keys, in order, not by reading its four hours.
 //!
 //! A block also keeps what lets a read skip it without decompressing it: how many
 //! records of each kind it holds, which files they came from, and a 256-bit
@@ -22,9 +24,7 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::num::NonZeroUsize;
-use std::ops::{Bound, RangeBounds as _};
-use std::rc::Rc;
+use std::ops::Bound;
 use std::sync::Arc;
 
 use foldhash::{HashMap, HashMapExt as _};
@@ -38,6 +38,9 @@ use crate::data::symbols::Symbol;
 use crate::data::tier::{tree_bytes, KeyRange, MetricEntry, Tier, UnitEntry};
 use crate::domain::record::{numeric, Direction};
 use crate::domain::time::Timestamp;
+use cache::{BlockKey, CachedBlock};
+
+pub mod cache;
 
 /// Marks a [`StoredRecord`] that locates a sealed record: the rest of `start` is
 /// its block's period counted from the tier's first, and `length` its kind (top bit)
@@ -86,7 +89,7 @@ pub(crate) struct Unsealed<'a, E> {
 }
 
 /// The entries a block holds: the columns each kind writes and reads.
-pub(crate) trait Sealable: Copy + std::fmt::Debug + 'static {
+pub(crate) trait Sealable: Copy + Send + Sync + std::fmt::Debug + 'static {
     /// The kind's bit in a locator's `length`.
     const KIND: u32;
     fn with_bytes(self, bytes: StoredRecord) -> Self;
@@ -837,11 +840,13 @@ impl Sealed {
         self.blocks_in(range)
             .filter(move |(_, block)| keep(block))
             .flat_map(move |(period, block)| {
-                let decoded: Rc<Decoded<E>> = self.decoded(period, block);
-                (0..decoded.keys.len())
+                let decoded: Arc<Decoded<E>> = self.decoded(period, block);
+                // Its keys are in order: a window's records are found by two
+                // binary searches, not by reading the block's four hours.
+                decoded
+                    .indexes_in(range)
                     .map(move |index| (decoded.keys[index], decoded.entries[index]))
             })
-            .filter(move |(key, _)| (range.0, range.1).contains(key))
     }
 }
 
@@ -877,7 +882,7 @@ impl<'a> UnitBlock<'a> {
 
     /// Its unit records, in key order.
     pub(crate) fn records(&self) -> impl Iterator<Item = (RecordKey, UnitEntry)> + 'a {
-        let decoded: Rc<Decoded<UnitEntry>> = self.sealed.decoded(self.period, self.block);
+        let decoded: Arc<Decoded<UnitEntry>> = self.sealed.decoded(self.period, self.block);
         (0..decoded.keys.len()).map(move |index| (decoded.keys[index], decoded.entries[index]))
     }
 }
@@ -903,7 +908,7 @@ impl<'a> MetricBlock<'a> {
 
     /// Its metric records, in key order.
     pub(crate) fn records(&self) -> impl Iterator<Item = (RecordKey, MetricEntry)> + 'a {
-        let decoded: Rc<Decoded<MetricEntry>> = self.sealed.decoded(self.period, self.block);
+        let decoded: Arc<Decoded<MetricEntry>> = self.sealed.decoded(self.period, self.block);
         (0..decoded.keys.len()).map(move |index| (decoded.keys[index], decoded.entries[index]))
     }
 }
@@ -934,28 +939,7 @@ impl Sealed {
     }
 }
 
-/// Blocks a thread decompressed lately, at most this many: dashboards ask for the
-/// same hours again and again, and a scan reads a block's entries and then its
-/// records' JSON. A block of four hours of the generated floor decodes to about
-/// 45 KB, so this is about 11 MB a thread.
-const DECODED_BLOCKS: usize = 256;
-
-/// A block decoded on this thread: by where its compressed bytes are, its kind,
-/// and the base of its tier's locators (which its entries' locators count from).
-type DecodedKey = (usize, u32, i64);
-
-/// A cached decoded block, and the block's bytes, held so that no other block
-/// takes their address while the entry lives.
-struct Cached {
-    _bytes: Arc<[u8]>,
-    decoded: Rc<dyn std::any::Any>,
-}
-
 thread_local! {
-    static DECODED: RefCell<lru::LruCache<DecodedKey, Cached>> = RefCell::new(
-        lru::LruCache::new(NonZeroUsize::new(DECODED_BLOCKS).expect("more than none")),
-    );
-
     /// zstd's contexts, one of each a thread, used again for every block: making
     /// a decompression context for each block decoded was a quarter of the CPU of
     /// a summary of a hundred stations' history (BENCHMARKS.md).
@@ -980,32 +964,119 @@ fn decompress(frame: &[u8]) -> Vec<u8> {
 }
 
 impl Sealed {
-    /// `block` (of `period`) decoded with its JSON's parts: from this thread's
-    /// cache, else decompressed now and kept there.
-    fn decoded<E: Sealable>(&self, period: i64, block: &Block) -> Rc<Decoded<E>> {
-        let key = (block.bytes.as_ptr() as usize, E::KIND, self.base);
-        let cached = DECODED.with_borrow_mut(|cache| {
-            let entry = cache.get(&key)?;
-            Rc::clone(&entry.decoded).downcast::<Decoded<E>>().ok()
-        });
+    /// `block` (of `period`) decoded with its JSON's parts: from the process's
+    /// cache ([`cache`]), else decompressed now and kept there.
+    fn decoded<E: Sealable>(&self, period: i64, block: &Block) -> Arc<Decoded<E>> {
+        let key = self.cache_key::<E>(block);
+        let cached = cache::with_blocks(|blocks| blocks.get(&key))
+            .and_then(|cached| Arc::clone(&cached.decoded).downcast::<Decoded<E>>().ok());
         if let Some(decoded) = cached {
             return decoded;
         }
-        let decoded = Rc::new(self.decode::<E>(period, block, true));
-        DECODED.with_borrow_mut(|cache| {
-            cache.put(
-                key,
-                Cached {
-                    _bytes: Arc::clone(&block.bytes),
-                    decoded: Rc::clone(&decoded) as Rc<dyn std::any::Any>,
-                },
-            )
-        });
+        let decoded = Arc::new(self.decode::<E>(period, block, true));
+        let weight = decoded.heap_bytes() + cache::ENTRY_BYTES;
+        let cached = CachedBlock {
+            _bytes: Arc::clone(&block.bytes),
+            decoded: Arc::clone(&decoded) as Arc<dyn std::any::Any + Send + Sync>,
+        };
+        cache::with_blocks(|blocks| blocks.insert(key, cached, weight));
+        decoded
+    }
+
+    /// What names `block`'s records of kind `E` decoded, in the cache and in a
+    /// [`JsonMemo`].
+    fn cache_key<E: Sealable>(&self, block: &Block) -> BlockKey {
+        (block.bytes.as_ptr() as usize, E::KIND, self.base)
+    }
+
+    /// Appends the JSON of the sealed record `record` locates, reading its block
+    /// decoded from `memo` when an earlier record of the same scan read it.
+    pub(crate) fn write_json_with(
+        &self,
+        record: StoredRecord,
+        out: &mut Vec<u8>,
+        memo: &mut JsonMemo,
+    ) {
+        let (period, block) = self.block_of(record);
+        let index = (record.length & !SEALED) as usize;
+        match record.length >> 31 {
+            0 => memo
+                .decoded::<UnitEntry>(self, period, block)
+                .write(self, index, out),
+            _ => memo
+                .decoded::<MetricEntry>(self, period, block)
+                .write(self, index, out),
+        }
+    }
+}
+
+/// The blocks one scan has written sealed records' JSON from, decoded: a scan's
+/// hits interleave stations, so that each record would otherwise be a lookup in
+/// the shared cache, its lock taken. It lives as long as the scan, while the
+/// generation it reads is borrowed, so no block's address is taken by another.
+#[derive(Default)]
+pub(crate) struct JsonMemo {
+    blocks: HashMap<BlockKey, Arc<dyn std::any::Any + Send + Sync>>,
+}
+
+impl std::fmt::Debug for JsonMemo {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("JsonMemo")
+            .field("blocks", &self.blocks.len())
+            .finish()
+    }
+}
+
+impl JsonMemo {
+    fn decoded<E: Sealable>(
+        &mut self,
+        sealed: &Sealed,
+        period: i64,
+        block: &Block,
+    ) -> Arc<Decoded<E>> {
+        let key = sealed.cache_key::<E>(block);
+        if let Some(decoded) = self.blocks.get(&key) {
+            if let Ok(decoded) = Arc::clone(decoded).downcast::<Decoded<E>>() {
+                return decoded;
+            }
+        }
+        let decoded = sealed.decoded::<E>(period, block);
+        self.blocks.insert(
+            key,
+            Arc::clone(&decoded) as Arc<dyn std::any::Any + Send + Sync>,
+        );
         decoded
     }
 }
 
 impl<E> Decoded<E> {
+    /// Its bytes on the heap: its vectors' capacities and itself, what the cache
+    /// weighs it by.
+    fn heap_bytes(&self) -> u64 {
+        (size_of::<Self>()
+            + self.keys.capacity() * size_of::<RecordKey>()
+            + self.entries.capacity() * size_of::<E>()
+            + self.spans.capacity() * size_of::<[Span; 5]>()
+            + self.payload.capacity()
+            + self.times.capacity()) as u64
+    }
+
+    /// The indexes of its records with keys in `range`: its keys are in order.
+    fn indexes_in(&self, (start, end): KeyRange) -> std::ops::Range<usize> {
+        let first = match start {
+            Bound::Included(key) => self.keys.partition_point(|probe| *probe < key),
+            Bound::Excluded(key) => self.keys.partition_point(|probe| *probe <= key),
+            Bound::Unbounded => 0,
+        };
+        let end = match end {
+            Bound::Included(key) => self.keys.partition_point(|probe| *probe <= key),
+            Bound::Excluded(key) => self.keys.partition_point(|probe| *probe < key),
+            Bound::Unbounded => self.keys.len(),
+        };
+        first..end.max(first)
+    }
+
     fn write(&self, sealed: &Sealed, index: usize, out: &mut Vec<u8>) {
         for span in self.spans[index] {
             out.extend_from_slice(sealed.span(self, span));
@@ -1476,9 +1547,11 @@ impl Sealed {
 #[cfg(test)]
 mod tests {
     use std::ops::Bound::{Excluded, Included, Unbounded};
+    use std::ops::RangeBounds as _;
     use std::time::Duration;
 
     use proptest::prelude::*;
+    use proptest::test_runner::TestCaseError;
 
     use super::*;
     use crate::data::catalog::Generation;
@@ -1603,6 +1676,48 @@ mod tests {
         read
     }
 
+    /// Records as [`lines`] writes them, and windows of seconds (from, to, shape)
+    /// to read them in.
+    type Windows<'a> = &'a [(i64, i64, u8)];
+
+    /// Loads `records` all hot and sealed, and asserts that they read the same in
+    /// `windows` and whole.
+    fn reads_the_same(records: Records<'_>, windows: Windows<'_>) -> Result<(), TestCaseError> {
+        let hot = loaded(records, None);
+        let sealed = loaded(records, Some(Duration::from_secs(1)));
+        let (hot, sealed) = (station(&hot), station(&sealed));
+        let newest = records.iter().map(|record| record.0).max().unwrap();
+        prop_assert_eq!(
+            sealed.sealed.last_period().is_none(),
+            records
+                .iter()
+                .all(|record| record.0 / 3600 == newest / 3600)
+        );
+        prop_assert_eq!(hot.unit_count(), sealed.unit_count());
+        prop_assert_eq!(hot.metric_count(), sealed.metric_count());
+        let ends = |station: &StationData| {
+            let (first, last) = station.first_and_last().unwrap();
+            (
+                first.0,
+                json(station, first.1),
+                last.0,
+                json(station, last.1),
+            )
+        };
+        prop_assert_eq!(ends(hot), ends(sealed));
+        let everything = (Unbounded, Unbounded);
+        prop_assert_eq!(reads(hot, everything), reads(sealed, everything));
+        for &(from, to, shape) in windows {
+            let range = match shape {
+                0 => (Included(key(from.min(to))), Excluded(key(from.max(to)))),
+                1 => (Excluded(key(from)), Unbounded),
+                _ => (Unbounded, Included(key(to))),
+            };
+            prop_assert_eq!(reads(hot, range), reads(sealed, range), "{:?}", range);
+        }
+        Ok(())
+    }
+
     proptest! {
         /// Issue 22: a station reads the same, record for record and byte for
         /// byte, whichever tier holds its records.
@@ -1611,31 +1726,91 @@ mod tests {
             records in proptest::collection::vec((0i64..5 * 3600, 0u8..6, 0u8..12), 1..60),
             ranges in proptest::collection::vec((0i64..5 * 3600, 0i64..5 * 3600, 0u8..3), 1..6),
         ) {
-            let hot = loaded(&records, None);
-            let sealed = loaded(&records, Some(Duration::from_secs(1)));
-            let (hot, sealed) = (station(&hot), station(&sealed));
-            let newest = records.iter().map(|record| record.0).max().unwrap();
-            prop_assert_eq!(
-                sealed.sealed.last_period().is_none(),
-                records.iter().all(|record| record.0 / 3600 == newest / 3600)
-            );
-            prop_assert_eq!(hot.unit_count(), sealed.unit_count());
-            prop_assert_eq!(hot.metric_count(), sealed.metric_count());
-            let ends = |station: &StationData| {
-                let (first, last) = station.first_and_last().unwrap();
-                (first.0, json(station, first.1), last.0, json(station, last.1))
-            };
-            prop_assert_eq!(ends(hot), ends(sealed));
-            let everything = (Unbounded, Unbounded);
-            prop_assert_eq!(reads(hot, everything), reads(sealed, everything));
-            for (from, to, shape) in ranges {
-                let range = match shape {
-                    0 => (Included(key(from.min(to))), Excluded(key(from.max(to)))),
-                    1 => (Excluded(key(from)), Unbounded),
-                    _ => (Unbounded, Included(key(to))),
+            reads_the_same(&records, &ranges)?;
+        }
+
+        /// Issue 32: with a cache of decoded blocks of a few KiB, which keeps a
+        /// block or two and evicts on almost every read, a station still reads
+        /// the same whichever tier holds its records; and the cache stays in its
+        /// bound.
+        #[test]
+        fn issue_32_a_station_reads_the_same_with_a_tiny_cache(
+            records in proptest::collection::vec((0i64..5 * 3600, 0u8..6, 0u8..12), 1..60),
+            ranges in proptest::collection::vec((0i64..5 * 3600, 0i64..5 * 3600, 0u8..3), 1..6),
+            capacity in 0u64..16 << 10,
+        ) {
+            cache::set_capacity(capacity);
+            let result = reads_the_same(&records, &ranges);
+            let stats = cache::stats();
+            cache::set_capacity(cache::DEFAULT_CAPACITY);
+            result?;
+            prop_assert!(stats.bytes <= stats.capacity, "{:?}", stats);
+        }
+
+        /// Issue 32: the time index of a decoded block (two binary searches of its
+        /// keys) gives the records a read of the whole block filtered by the window
+        /// gives, for any window.
+        #[test]
+        fn issue_32_the_time_index_gives_what_a_full_read_filters(
+            records in proptest::collection::vec((0i64..2 * 3600, 0u8..6, 0u8..12), 1..80),
+            windows in proptest::collection::vec(
+                ((0usize..1000, 0i64..2 * 3600, 0u8..3), (0usize..1000, 0i64..2 * 3600, 0u8..3)),
+                1..8,
+            ),
+        ) {
+            let generation = loaded(&records, Some(Duration::from_secs(1)));
+            let sealed = &station(&generation).sealed;
+            // A record's own key (two times in three), so that a bound can be one
+            // the block holds, or an instant's.
+            let bound = |keys: &[RecordKey], (pick, second, shape): (usize, i64, u8)| {
+                let key = match pick % 3 {
+                    0 => key(second),
+                    _ => keys[pick % keys.len()],
                 };
-                prop_assert_eq!(reads(hot, range), reads(sealed, range), "{:?}", range);
+                match shape {
+                    0 => Included(key),
+                    1 => Excluded(key),
+                    _ => Unbounded,
+                }
+            };
+            for (period, block) in &sealed.blocks {
+                let units: Decoded<UnitEntry> = sealed.decode(*period, block, false);
+                let metrics: Decoded<MetricEntry> = sealed.decode(*period, block, false);
+                for &(start, end) in &windows {
+                    for keys in [&units.keys, &metrics.keys] {
+                        if keys.is_empty() {
+                            continue;
+                        }
+                        let range = (bound(keys, start), bound(keys, end));
+                        let decoded = Decoded::<()> {
+                            keys: keys.clone(),
+                            entries: Vec::new(),
+                            spans: Vec::new(),
+                            payload: Vec::new(),
+                            times: Vec::new(),
+                        };
+                        let indexed: Vec<RecordKey> =
+                            decoded.indexes_in(range).map(|index| keys[index]).collect();
+                        let filtered: Vec<RecordKey> =
+                            keys.iter().copied().filter(|key| range.contains(key)).collect();
+                        prop_assert_eq!(indexed, filtered, "{:?}", range);
+                    }
+                }
             }
+        }
+    }
+
+    /// Issue 32: the cache never answers for a block of a generation that is gone
+    /// with a block of another that took its place in memory: each entry holds its
+    /// block's bytes, whose address is its key.
+    #[test]
+    fn issue_32_the_cache_never_answers_with_a_dropped_generations_block() {
+        for round in 0..20u8 {
+            let records: Vec<(i64, u8, u8)> = (0..40)
+                .map(|index| (index * 300, (index as u8 + round) % 6, round % 12))
+                .collect();
+            let windows = [(0, 12_000, 0)];
+            reads_the_same(&records, &windows).unwrap();
         }
     }
 

@@ -12,7 +12,9 @@ use itertools::{Either, Itertools as _};
 use crate::data::digest::bounds;
 use crate::data::hot::Hot;
 use crate::data::key::RecordKey;
-use crate::data::sealed::{is_sealed, period_of, period_start, MetricBlock, Sealed, UnitBlock};
+use crate::data::sealed::{
+    is_sealed, period_of, period_start, JsonMemo, MetricBlock, Sealed, UnitBlock,
+};
 use crate::data::stored::{prefetch_value, Pieces, RecordJson, StoredRecord};
 use crate::data::symbols::Symbol;
 use crate::data::tier::{key_range, KeyRange, Tier};
@@ -101,6 +103,20 @@ impl StationData {
     pub fn write_json(&self, record: StoredRecord, out: &mut Vec<u8>) {
         match is_sealed(record) {
             true => self.sealed.write_json(record, out),
+            false => self.hot.json(record).write_to(out),
+        }
+    }
+
+    /// As [`StationData::write_json`], reading a sealed record's block from `memo`
+    /// when an earlier record written with it read the block.
+    pub(crate) fn write_json_with(
+        &self,
+        record: StoredRecord,
+        out: &mut Vec<u8>,
+        memo: &mut JsonMemo,
+    ) {
+        match is_sealed(record) {
+            true => self.sealed.write_json_with(record, out, memo),
             false => self.hot.json(record).write_to(out),
         }
     }
