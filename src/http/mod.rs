@@ -7,8 +7,9 @@
 //! `If-None-Match`; `admission` says what holds a slot) → back out through the
 //! middleware. Every error becomes the contract's body in `error` ([`ApiError`]),
 //! the one place codes are given. `server` assembles the listeners, with client
-//! deadlines from `connection`.
+//! deadlines from `connection`; `admin` answers the admin listener's `/files`.
 
+mod admin;
 mod admission;
 mod answer;
 mod caching;
