@@ -3,8 +3,8 @@
 //! the side with the same validation as at start-up, installed into every shard,
 //! and only then swapped in with the tokens read alongside it. A reload that cannot
 //! read the tokens or the directory keeps generation N serving; one that meets
-//! invalid lines under `--on-invalid fail` holds back only the files that hold
-//! them (they serve what they served) and logs every `path:line: reason`.
+//! invalid lines under `--on-invalid fail` (or `hold`) holds back only the files
+//! that hold them (they serve what they served) and logs every `path:line: reason`.
 //!
 //! A reload reads only what changed since the generation it follows
 //! ([`stq_core::data::load::reload`]): unchanged files are not opened, grown ones are
