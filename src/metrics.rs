@@ -233,9 +233,11 @@ pub struct Gauges {
     generation: u64,
     shard_records: Vec<usize>,
     held_files: u64,
-    /// Each station with records and the instant of its newest, in Unix seconds.
-    newest: Vec<(Box<str>, f64)>,
+    newest: Vec<StationNewest>,
 }
+
+/// A station with records and the instant of its newest, in Unix seconds.
+type StationNewest = (Box<str>, f64);
 
 impl Gauges {
     pub fn of(generation: &Generation) -> Gauges {
@@ -265,7 +267,7 @@ impl Gauges {
 /// whole list is replaced at each reload: a station whose records all left has no
 /// series. Clones share the list.
 #[derive(Clone, Debug, Default)]
-struct Freshness(Arc<Mutex<Arc<[(Box<str>, f64)]>>>);
+struct Freshness(Arc<Mutex<Arc<[StationNewest]>>>);
 
 impl Collector for Freshness {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {

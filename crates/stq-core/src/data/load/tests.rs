@@ -651,7 +651,7 @@ fn issue_34_hold_starts_without_the_files_with_invalid_lines() {
         hot: Some(Duration::from_secs(3600)),
     };
     let (generation, report) = load_with(&options, SMALL).unwrap();
-    assert_eq!(report.held, [broken.display.clone()]);
+    assert_eq!(report.held, std::slice::from_ref(&broken.display));
     assert_eq!(report.invalid.len(), 1, "{:?}", report.invalid);
     assert!(report.sealed > 0, "records were sealed");
     let summary = generation.catalog().summary();
