@@ -5,6 +5,8 @@ and a dashboard polls beside them (issue 21, BENCHMARKS.md).
 usage: python3 benches/live_floor.py STQ_BINARY SNAPSHOT_DIRECTORY LABEL
 knobs: RATES=120,1200 (lines/s)  SECONDS=60 (per rate)  IDLE_SECONDS=60
        POLL_HZ=20 (dashboard)  STATIONS=200 (written to)  GIVE_UP_SECONDS=120
+       WATCH_POLL= (e.g. 1s: `--watch-poll 1s`, a look at every file every second
+       instead of inotify, as on a network share; none by default)
 
 The snapshot is `stq gen --stations N --days D --end 2026-11-24T00:00:00Z`; the
 writers append to the files of its last day, 2026-11-23.
@@ -66,6 +68,7 @@ POLLER_ALONE_SECONDS = 10
 POLL_HZ = float(os.environ.get("POLL_HZ", "20"))
 STATIONS = int(os.environ.get("STATIONS", "200"))
 GIVE_UP_SECONDS = float(os.environ.get("GIVE_UP_SECONDS", "120"))
+WATCH_POLL = os.environ.get("WATCH_POLL", "")
 CHECK_INTERVAL = 0.05
 PAGE = 10000
 RETIRE_SECONDS = 12
@@ -177,10 +180,12 @@ def start_server(directory):
     global server
     port, admin = free_port(), free_port()
     log = open(f"/tmp/bench/{label}-stq.log", "w")
-    server = subprocess.Popen([binary, "serve", "--watch", "--snapshots", directory,
+    poll = ["--watch-poll", WATCH_POLL] if WATCH_POLL else []
+    environment = {name: value for name, value in os.environ.items() if name != "STQ_WATCH_POLL"}
+    server = subprocess.Popen([binary, "serve", "--watch", *poll, "--snapshots", directory,
         "--tokens", TOKENS, "--listen", f"127.0.0.1:{port}", "--admin-listen",
         f"127.0.0.1:{admin}"], stdout=subprocess.DEVNULL, stderr=log,
-        env=dict(os.environ, RUST_LOG=os.environ.get("RUST_LOG", "info")))
+        env=dict(environment, RUST_LOG=os.environ.get("RUST_LOG", "info")))
     started = time.monotonic()
     while time.monotonic() - started < 900:
         if server.poll() is not None:
@@ -343,7 +348,7 @@ def main():
     small_query = f"/units?station_ids={stations[0]}&{SMALL_QUERY_WINDOW}"
     if not json.loads(Client(port).get(small_query))["data"]:
         fail(f"the small query {small_query} found nothing")
-    results = {"label": label, "stations_written": len(stations), "startup_s": round(startup, 1),
+    results = {"label": label, "watch_poll": WATCH_POLL or None, "stations_written": len(stations), "startup_s": round(startup, 1),
                "load_average_start": [round(load, 2) for load in os.getloadavg()], "small_query": small_query}
 
     context = multiprocessing.get_context("fork")
@@ -447,7 +452,8 @@ def print_table(results):
             ("RSS peak (MiB)", lambda f: str(f["rss_peak_mib"])),
             ("RSS growth (12 s on) / bytes appended", lambda f: str(f["rss_growth_over_bytes"])),
             ("generations", lambda f: str(f["generations"]))]
-    print(f"\n{results['label']}: {results['stations_written']} stations written, "
+    watch = f"a look every {results['watch_poll']}" if results["watch_poll"] else "inotify"
+    print(f"\n{results['label']} (--watch by {watch}): {results['stations_written']} stations written, "
           f"load average {results['load_average_start']} at the start, {results['load_average_end']} at the end")
     print(f"idle: stq CPU {results['idle_cpu_cores_poller_only']} cores with the poller alone, "
           f"{results['idle_cpu_cores']} with the checker too; small query p50 / p99 "

@@ -3,7 +3,9 @@
 //! listener. Every name starts with `stq_`.
 //!
 //! Labels take values from small fixed sets (endpoints, status codes, shard
-//! numbers), never from what a client sends, so no request can grow the registry.
+//! numbers) or from the data served (a station id per station with records, for
+//! its freshness gauge), never from what a client sends, so no request can grow the
+//! registry.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, LazyLock};
@@ -17,6 +19,7 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::exponential_buckets;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
+use stq_core::data::catalog::Generation;
 use stq_core::data::load::LoadReport;
 use stq_core::domain::query::Endpoint;
 
@@ -80,6 +83,8 @@ pub struct Metrics {
     pub shard_restarts: Counter,
     pub files_read: Counter,
     pub bytes_read: Counter,
+    /// Each station's newest record, of the generation served.
+    freshness: Freshness,
 }
 
 impl Default for Metrics {
@@ -148,7 +153,10 @@ impl Default for Metrics {
             "Snapshot bytes read (after decompression) by the first load and every reload",
             bytes_read.clone(),
         );
+        let freshness = Freshness::default();
+        registry.register_collector(Box::new(freshness.clone()));
         Metrics {
+            freshness,
             registry,
             files_read,
             bytes_read,
@@ -174,18 +182,19 @@ impl Metrics {
         text
     }
 
-    /// Records what the generation now served holds, how long its load took, and
-    /// how many files it holds back.
-    pub fn serving(
-        &self,
-        generation: u64,
-        load_seconds: f64,
-        shard_records: &[usize],
-        held_files: u64,
-    ) {
+    /// Records what the generation now served holds (`gauges`) and how long its
+    /// load took.
+    pub fn serving(&self, gauges: Gauges, load_seconds: f64) {
+        let Gauges {
+            generation,
+            shard_records,
+            held_files,
+            newest,
+        } = gauges;
         self.generation.set(generation as i64);
         self.held_files.set(held_files as i64);
         self.load_duration.set(load_seconds);
+        *self.freshness.0.lock() = newest.into();
         for (shard, &records) in shard_records.iter().enumerate() {
             self.shard_records
                 .get_or_create(&ShardLabels {
@@ -215,6 +224,69 @@ impl Metrics {
     pub fn read(&self, report: &LoadReport) {
         self.files_read.inc_by(report.files.len() as u64);
         self.bytes_read.inc_by(report.bytes);
+    }
+}
+
+/// What the gauges say of a generation: taken from it before the engine takes it
+/// over, and set ([`Metrics::serving`]) once it is served.
+#[derive(Debug)]
+pub struct Gauges {
+    generation: u64,
+    shard_records: Vec<usize>,
+    held_files: u64,
+    newest: Vec<StationNewest>,
+}
+
+/// A station with records and the instant of its newest, in Unix seconds.
+type StationNewest = (Box<str>, f64);
+
+impl Gauges {
+    pub fn of(generation: &Generation) -> Gauges {
+        let catalog = generation.catalog();
+        let newest = (generation.newest_records().into_iter())
+            .map(|(station, instant)| {
+                let seconds = instant.seconds as f64 + f64::from(instant.nanos) / 1e9;
+                (station.into(), seconds)
+            })
+            .collect();
+        Gauges {
+            generation: catalog.generation(),
+            shard_records: generation.shard_records(),
+            held_files: catalog.summary().held_files,
+            newest,
+        }
+    }
+
+    /// Files held for invalid lines.
+    pub fn held_files(&self) -> u64 {
+        self.held_files
+    }
+}
+
+/// `station_last_record_timestamp_seconds`: per station with records, the instant
+/// of its newest record, so that an alert finds a station that fell silent. The
+/// whole list is replaced at each reload: a station whose records all left has no
+/// series. Clones share the list.
+#[derive(Clone, Debug, Default)]
+struct Freshness(Arc<Mutex<Arc<[StationNewest]>>>);
+
+impl Collector for Freshness {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let newest = Arc::clone(&self.0.lock());
+        if newest.is_empty() {
+            return Ok(());
+        }
+        let mut family = encoder.encode_descriptor(
+            "station_last_record_timestamp_seconds",
+            "The instant of each station's newest record served, in Unix seconds.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (station, seconds) in newest.iter() {
+            ConstGauge::new(*seconds)
+                .encode(family.encode_family(&[("station_id", &**station)])?)?;
+        }
+        Ok(())
     }
 }
 

@@ -29,6 +29,9 @@ pub enum OnInvalidLines {
     Fail,
     /// Skip each invalid line, and report it.
     Skip,
+    /// Hold each file with invalid lines (serve none of its records, log every
+    /// line) and start with the others; at a reload, as `fail` does.
+    Hold,
 }
 
 impl From<OnInvalidLines> for OnInvalid {
@@ -36,6 +39,7 @@ impl From<OnInvalidLines> for OnInvalid {
         match choice {
             OnInvalidLines::Fail => OnInvalid::Fail,
             OnInvalidLines::Skip => OnInvalid::Skip,
+            OnInvalidLines::Hold => OnInvalid::Hold,
         }
     }
 }
@@ -148,7 +152,8 @@ pub struct ServeArgs {
     #[arg(long, env = "STQ_MAX_STATIONS", default_value_t = NonZeroUsize::new(1000).unwrap())]
     pub max_stations: NonZeroUsize,
 
-    /// What an invalid snapshot line does: stop the start, or be skipped and counted.
+    /// What an invalid snapshot line does: stop the start, be skipped and counted, or
+    /// hold its file while the others are served.
     #[arg(long, env = "STQ_ON_INVALID", value_enum, default_value_t = OnInvalidLines::Fail)]
     pub on_invalid: OnInvalidLines,
 
@@ -181,6 +186,13 @@ pub struct ServeArgs {
     /// always reloads).
     #[arg(long, env = "STQ_WATCH")]
     pub watch: bool,
+
+    /// With --watch, look at every snapshot file's size, modification time and
+    /// inode this often (e.g. `1s`) instead of relying on the system's change
+    /// notification, which misses what other hosts write to a network file system
+    /// [default: none; `1s` on NFS, CIFS/SMB and FUSE].
+    #[arg(long, env = "STQ_WATCH_POLL", value_parser = parse_duration, requires = "watch")]
+    pub watch_poll: Option<Duration>,
 
     /// An origin that browsers may call stq from, e.g. `https://grafana.example.com`
     /// (repeatable; `*` for any). None by default.
@@ -481,6 +493,8 @@ mod tests {
         );
         assert!(Cli::try_parse_from(["stq", "serve", "--max-records", "0"]).is_err());
         assert!(Cli::try_parse_from(["stq", "serve", "--on-invalid", "maybe"]).is_err());
+        let cli = Cli::try_parse_from(["stq", "--on-invalid", "hold"]).unwrap();
+        assert_eq!(OnInvalid::from(cli.serve.on_invalid), OnInvalid::Hold);
         let cli = Cli::try_parse_from([
             "stq",
             "--cors-origin",
@@ -502,6 +516,51 @@ mod tests {
             assert!(
                 Cli::try_parse_from(["stq", "--cors-origin", bad]).is_err(),
                 "{bad}"
+            );
+        }
+    }
+
+    /// Issue 34: `stq serve --help` (and so the man page) offers `hold` and says
+    /// what it does.
+    #[test]
+    fn issue_34_the_help_offers_hold() {
+        let help = Cli::command()
+            .find_subcommand_mut("serve")
+            .unwrap()
+            .render_long_help()
+            .to_string();
+        let at = help.find("--on-invalid").unwrap();
+        let flag = &help[at..help[at..]
+            .find("\n      --")
+            .map_or(help.len(), |end| at + end)];
+        let words = flag.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            words.contains("hold: Hold each file with invalid lines")
+                && words.contains("start with the others"),
+            "{flag}"
+        );
+    }
+
+    /// Issue 34: `--watch-poll` takes a duration, and only with `--watch`.
+    #[test]
+    fn issue_34_watch_poll_is_a_duration_for_the_watch() {
+        let cli = Cli::try_parse_from(["stq", "--watch", "--watch-poll", "1s"]).unwrap();
+        assert_eq!(cli.serve.watch_poll, Some(Duration::from_secs(1)));
+        assert_eq!(
+            Cli::try_parse_from(["stq", "--watch"])
+                .unwrap()
+                .serve
+                .watch_poll,
+            None
+        );
+        for bad in [
+            &["--watch-poll", "1s"][..],
+            &["--watch", "--watch-poll", "0s"],
+            &["--watch", "--watch-poll", "1"],
+        ] {
+            assert!(
+                Cli::try_parse_from(std::iter::once("stq").chain(bad.iter().copied())).is_err(),
+                "{bad:?}"
             );
         }
     }

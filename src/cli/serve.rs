@@ -19,7 +19,7 @@ use crate::engine::{
     reload_on_change, reload_on_hangup, Engine, Reloader, StoreHandle, StoreStatus,
 };
 use crate::http::{admin_server, api_server, stop_gracefully_on_signals, Admission, AppState};
-use crate::metrics::Metrics;
+use crate::metrics::{Gauges, Metrics};
 
 /// Loads everything, then serves until the process is stopped.
 pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
@@ -48,7 +48,21 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         hot: args.hot.0,
     };
     let status = Arc::new(StoreStatus::default());
-    let (generation, report, started) = start(&args, &options)?;
+    let (generation, mut report, started) = start(&args, &options)?;
+    // Under `hold`, every invalid line is logged as what holds its file.
+    let held_lines = report.take_held_lines();
+    for line in &held_lines {
+        tracing::error!("held: {line}");
+    }
+    if !report.held.is_empty() {
+        tracing::warn!(
+            "holding {} file(s) with {} invalid line(s), serving none of their records until \
+             they read cleanly: {}",
+            report.held.len(),
+            held_lines.len(),
+            report.held.join(", ")
+        );
+    }
     report.log_warnings(&args.snapshots);
     let store = match &args.store {
         None => None,
@@ -183,7 +197,8 @@ fn refused(args: &ServeArgs, report: &LoadReport) -> anyhow::Error {
         eprintln!("{line}");
     }
     anyhow::anyhow!(
-        "{} invalid line(s) in {}; fix them or start with --on-invalid skip",
+        "{} invalid line(s) in {}; fix them, or start with --on-invalid hold (serve the \
+         other files) or skip",
         report.invalid.len(),
         args.snapshots.display()
     )
@@ -218,7 +233,7 @@ async fn run(
         status,
         started,
     } = settings;
-    let shard_records = generation.shard_records();
+    let gauges = Gauges::of(&generation);
     let metrics = Arc::new(Metrics::default());
     let engine = Engine::start(
         generation,
@@ -240,9 +255,9 @@ async fn run(
     if let Some((store, (catalog, shards))) = store.as_ref().zip(engine.serving()) {
         store.write(catalog, shards);
     }
-    metrics.serving(1, report.elapsed.as_secs_f64(), &shard_records, 0);
+    metrics.serving(gauges, report.elapsed.as_secs_f64());
     metrics.read(&report);
-    let admin = admin_server(&args.admin_listen, Arc::clone(&metrics))?;
+    let admin = admin_server(&args.admin_listen, Arc::clone(&metrics), engine.clone())?;
     let trigger = Reloader {
         engine: engine.clone(),
         metrics: Arc::clone(&metrics),
@@ -259,8 +274,14 @@ async fn run(
     // The watch lasts as long as this value: until the server stops.
     let _watcher = if args.watch {
         Some(
-            reload_on_change(trigger, &args.snapshots, &args.tokens)
-                .context("cannot watch the snapshot directory and the tokens file")?,
+            reload_on_change(
+                trigger,
+                &args.snapshots,
+                &args.tokens,
+                args.watch_poll,
+                &engine.catalog(),
+            )
+            .context("cannot watch the snapshot directory and the tokens file")?,
         )
     } else {
         None
@@ -269,8 +290,8 @@ async fn run(
     let addresses = [format!("http://{address}")];
     tracing::info!(
         "stq ready: {} records ({} units, {} metrics; {} sealed), {} stations, {} shards, \
-         {} invalid lines skipped, loaded in {} ms ({:.1} MB at {:.0} MB/s){started}, listening \
-         on {}",
+         {} invalid lines skipped, {} files held, loaded in {} ms ({:.1} MB at {:.0} MB/s)\
+         {started}, listening on {}",
         report.records(),
         report.units,
         report.metrics,
@@ -278,6 +299,7 @@ async fn run(
         stations,
         shards,
         report.invalid.len(),
+        report.held.len(),
         report.elapsed.as_millis(),
         report.bytes as f64 / 1e6,
         report.bytes as f64 / 1e6 / report.elapsed.as_secs_f64().max(1e-9),

@@ -5,7 +5,8 @@
 //! out to its own worker's actors of the shards that hold its stations and merges
 //! their answers ([`router`]), so a query stays on the thread it arrived on. A request is first
 //! planned against the current catalog ([`plan`]); a reload builds the next
-//! generation beside the current one and swaps it in ([`reload`]).
+//! generation beside the current one and swaps it in ([`reload`]), on SIGHUP or
+//! when the watch sees a change ([`watch`]).
 //!
 //! [`Engine`] is the one handle the HTTP layer holds: the current generation (its
 //! catalog and the tokens read with it), the settings queries are planned with, and
@@ -21,6 +22,7 @@ mod router;
 mod shard;
 mod slots;
 mod store;
+mod watch;
 
 use std::sync::Arc;
 
@@ -35,11 +37,12 @@ use stq_core::domain::query::{Limits, QueryError};
 
 pub use fault::{Fault, ShardFault};
 pub use plan::{Plan, Request};
-pub use reload::{reload_on_change, reload_on_hangup, ReloadError, ReloadTrigger, Reloader};
+pub use reload::{reload_on_hangup, ReloadError, ReloadTrigger, Reloader};
 pub use router::{Answer, Page, QueryResult, Record, RouterHandle};
 pub(crate) use shard::panic_message;
 pub use slots::{Overloaded, Patience, Slot, SLOT_WAIT};
 pub use store::{StoreHandle, StoreStatus};
+pub use watch::{reload_on_change, Watch};
 
 use parking_lot::Mutex;
 use shard::{Shard, ShardError, ShardHandle};

@@ -3,8 +3,8 @@
 //! the side with the same validation as at start-up, installed into every shard,
 //! and only then swapped in with the tokens read alongside it. A reload that cannot
 //! read the tokens or the directory keeps generation N serving; one that meets
-//! invalid lines under `--on-invalid fail` holds back only the files that hold
-//! them (they serve what they served) and logs every `path:line: reason`.
+//! invalid lines under `--on-invalid fail` (or `hold`) holds back only the files
+//! that hold them (they serve what they served) and logs every `path:line: reason`.
 //!
 //! A reload reads only what changed since the generation it follows
 //! ([`stq_core::data::load::reload`]): unchanged files are not opened, grown ones are
@@ -14,30 +14,20 @@
 //! Reloads run one at a time on one task. Asking for a reload while one is running
 //! queues exactly one more, which starts as soon as the running one ends: changes
 //! that arrive during a reload are batched into the next one, never postponed.
-//! The watch does the same with the events of a change: it waits [`BATCH`] after
-//! the first one, never for a pause, because a test floor's writers never pause.
+//! The watch ([`super::watch`]) asks for reloads through a [`ReloadTrigger`] too.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use notify::{RecursiveMode, Watcher as _};
 use parking_lot::Mutex;
 use stq_core::data::load::{self, LoadError, LoadOptions, LoadReport, Look, OnInvalid};
 use stq_core::domain::auth::{Tokens, TokensError};
 use tokio::sync::mpsc;
 
 use super::{Engine, StoreHandle};
-use crate::metrics::{Metrics, Outcome};
-
-/// How long the watch gathers events after the first one before it asks for a
-/// reload: a write fires several events, and an append and the line end after it
-/// are best read together. Not a wait for quiet: more events during it do not
-/// extend it. A reload that reads a file half-way through a copy is safe: a line
-/// without its end is pending, and a half-written gzip or OpenHTF file is held
-/// back (or, under `skip`, skipped) until the next change reads it whole.
-const BATCH: Duration = Duration::from_millis(100);
+use crate::metrics::{Gauges, Metrics, Outcome};
 
 /// How long after a request's time limit the generation it may have used is kept.
 const RETIRE_MARGIN: Duration = Duration::from_secs(1);
@@ -114,7 +104,7 @@ impl ReloadTrigger {
     /// Asks for a reload that looks at `paths` (relative to the snapshot directory),
     /// or at every file when `everything` (the watch lost track), logged only if it
     /// holds a file back or fails.
-    fn request_quietly(&self, everything: bool, paths: BTreeSet<String>) {
+    pub(super) fn request_quietly(&self, everything: bool, paths: BTreeSet<String>) {
         {
             let mut pending = self.pending.lock();
             pending.everything |= everything;
@@ -169,21 +159,16 @@ impl Reloader {
         let (tokens, (generation, report)) = receiver
             .await
             .map_err(|error| ReloadError::Loader(error.to_string()))??;
-        let shard_records = generation.shard_records();
+        let gauges = Gauges::of(&generation);
         let number = generation.catalog().generation();
-        let held_files = generation.catalog().summary().held_files;
+        let held_files = gauges.held_files();
         self.engine.install(generation, Arc::new(tokens)).await;
         if let Some((store, (catalog, shards))) = self.store.as_ref().zip(self.engine.serving()) {
             store.write(catalog, shards);
         }
         self.retire_later(number);
         let metrics = &self.metrics;
-        metrics.serving(
-            number,
-            report.elapsed.as_secs_f64(),
-            &shard_records,
-            held_files,
-        );
+        metrics.serving(gauges, report.elapsed.as_secs_f64());
         metrics.read(&report);
         Ok((number, report, held_files))
     }
@@ -242,11 +227,7 @@ impl Reloader {
                 });
                 match result {
                     Ok((generation, mut report, held_files)) => {
-                        // Under `fail` every invalid line is in a held file.
-                        let held_lines = match report.held.is_empty() {
-                            true => Vec::new(),
-                            false => std::mem::take(&mut report.invalid),
-                        };
+                        let held_lines = report.take_held_lines();
                         for line in &held_lines {
                             tracing::error!("reload: {line}");
                         }
@@ -311,83 +292,4 @@ pub fn reload_on_hangup(trigger: ReloadTrigger) -> std::io::Result<()> {
         }
     });
     Ok(())
-}
-
-/// Reloads when anything changes under `snapshots` or the tokens file changes;
-/// the watch lasts as long as the returned watcher lives.
-pub fn reload_on_change(
-    trigger: ReloadTrigger,
-    snapshots: &Path,
-    tokens: &Path,
-) -> notify::Result<notify::RecommendedWatcher> {
-    let snapshots = snapshots.canonicalize()?;
-    let tokens = tokens.canonicalize()?;
-    let (events, changes) = std::sync::mpsc::channel::<Seen>();
-    let (within, tokens_file) = (snapshots.clone(), tokens.clone());
-    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        let event = match event {
-            Ok(event) if event.kind.is_access() => return,
-            Ok(event) if !event.need_rescan() => event,
-            // Events were lost: only a look at every file knows what changed.
-            _ => {
-                let _ = events.send(Seen::Everything);
-                return;
-            }
-        };
-        for path in &event.paths {
-            if let Ok(relative) = path.strip_prefix(&within) {
-                let relative: Vec<_> = relative
-                    .components()
-                    .map(|component| component.as_os_str().to_string_lossy())
-                    .collect();
-                let _ = events.send(Seen::Snapshot(relative.join("/")));
-            } else if *path == tokens_file {
-                let _ = events.send(Seen::Tokens);
-            }
-        }
-    })?;
-    watcher.watch(&snapshots, RecursiveMode::Recursive)?;
-    // Editors replace a file by renaming another over it: watch its directory.
-    if let Some(directory) = tokens
-        .parent()
-        .filter(|directory| !directory.starts_with(&snapshots))
-    {
-        watcher.watch(directory, RecursiveMode::NonRecursive)?;
-    }
-    std::thread::Builder::new()
-        .name("stq-watch".into())
-        .spawn(move || {
-            while let Ok(first) = changes.recv() {
-                let mut everything = false;
-                let mut paths = BTreeSet::new();
-                let mut note = |seen: Seen| match seen {
-                    Seen::Everything => everything = true,
-                    Seen::Snapshot(path) => {
-                        paths.insert(path);
-                    }
-                    Seen::Tokens => {}
-                };
-                note(first);
-                let deadline = Instant::now() + BATCH;
-                while let Some(left) = deadline.checked_duration_since(Instant::now()) {
-                    match changes.recv_timeout(left) {
-                        Ok(seen) => note(seen),
-                        Err(_) => break,
-                    }
-                }
-                tracing::debug!("files changed: reloading the snapshot and the tokens");
-                trigger.request_quietly(everything, paths);
-            }
-        })?;
-    Ok(watcher)
-}
-
-/// A change the watch saw.
-enum Seen {
-    /// At this path under the snapshot directory, relative to it and `/`-separated.
-    Snapshot(String),
-    /// To the tokens file, which every reload reads anyway.
-    Tokens,
-    /// Somewhere: events were lost.
-    Everything,
 }

@@ -8,8 +8,9 @@
 //! body's format is one seam, `format`: the envelope from `envelope`, or CSV
 //! from `csv`. Every error becomes the contract's body in `error` ([`ApiError`]),
 //! the one place codes are given. `server` assembles the listeners, with client
-//! deadlines from `connection`.
+//! deadlines from `connection`; `admin` answers the admin listener's `/files`.
 
+mod admin;
 mod admission;
 mod answer;
 mod caching;

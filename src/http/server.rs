@@ -1,6 +1,7 @@
 //! The listeners: the API's, assembled from actix-server and actix-http around the
 //! client deadlines of [`connection`](super::connection), and the admin listener
-//! that serves the metrics; and the graceful stop on SIGTERM and SIGINT.
+//! that serves the metrics and the files' states ([`admin`](super::admin)); and the
+//! graceful stop on SIGTERM and SIGINT.
 
 use std::net::{SocketAddr, ToSocketAddrs as _};
 use std::sync::Arc;
@@ -15,7 +16,8 @@ use anyhow::Context as _;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use super::connection::Deadlined;
-use super::{app, AppState};
+use super::{admin, app, AppState};
+use crate::engine::Engine;
 use crate::metrics::Metrics;
 
 /// The API listener on `address`, with `workers` HTTP workers, each with a router
@@ -77,25 +79,35 @@ fn listen(address: &str) -> anyhow::Result<std::net::TcpListener> {
     Ok(socket.into())
 }
 
-/// The admin listener: Prometheus metrics at `GET /metrics`, on its own address so
-/// that it can stay off the network the API faces.
+/// The admin listener: Prometheus metrics at `GET /metrics` and the snapshot
+/// files' states at `GET /files`, on its own address so that it can stay off the
+/// network the API faces.
 pub fn admin_server(
     address: &str,
     metrics: Arc<Metrics>,
+    engine: Engine,
 ) -> anyhow::Result<actix_web::dev::Server> {
     let server = HttpServer::new(move || {
         let metrics = Arc::clone(&metrics);
-        actix_web::App::new().route(
-            "/metrics",
-            web::get().to(move || {
-                let text = metrics.render();
-                async move {
-                    actix_web::HttpResponse::Ok()
-                        .content_type("application/openmetrics-text; version=1.0.0; charset=utf-8")
-                        .body(text)
-                }
-            }),
-        )
+        let engine = engine.clone();
+        actix_web::App::new()
+            .route(
+                "/metrics",
+                web::get().to(move || {
+                    let text = metrics.render();
+                    async move {
+                        actix_web::HttpResponse::Ok()
+                            .content_type(
+                                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                            )
+                            .body(text)
+                    }
+                }),
+            )
+            .route(
+                "/files",
+                web::get().to(move || admin::files(engine.clone())),
+            )
     })
     .workers(1)
     .disable_signals()
@@ -103,6 +115,7 @@ pub fn admin_server(
     .with_context(|| format!("cannot listen on {address} for the admin listener"))?;
     for bound in server.addrs() {
         tracing::info!("metrics at http://{bound}/metrics");
+        tracing::info!("snapshot files' states at http://{bound}/files");
     }
     Ok(server.run())
 }

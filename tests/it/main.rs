@@ -18,6 +18,7 @@
 //! | `tokens` | sections 1 and 3: `stq token new \| list \| revoke`, expiring tokens |
 //! | `operations` | section 8: health, readiness, caching, compression, CORS |
 //! | `metrics` | section 8: the admin listener's Prometheus metrics |
+//! | `files` | section 8: the admin listener's `/files` |
 //! | `reload` | section 8: SIGHUP and `--watch` |
 //! | `replicas` | two replicas behind Debian's nginx: one walk, 304s from both (skips where nginx cannot be had) |
 //! | `limits` | section 9: query length, window, timeouts, client deadlines, the cap |
@@ -42,6 +43,7 @@ mod csv;
 mod docs;
 #[cfg(feature = "fault-injection")]
 mod faults;
+mod files;
 mod grafana;
 mod hostile_queries;
 mod hostile_snapshots;

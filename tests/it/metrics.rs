@@ -115,15 +115,158 @@ fn counters_move_with_the_requests_served() {
     assert!(moved(r#"stq_request_duration_seconds_sum{endpoint="/units"}"#) > 0.0);
 }
 
+/// No path or token a client sends reaches the metrics, nor a station id but in
+/// the freshness gauge, whose series are the stations with records (issue 34).
 #[test]
 fn no_station_id_path_or_token_reaches_the_metrics() {
     let fixture = Fixture::main();
     let server = Server::start(&fixture, &[]);
     server.ok(&format!("{}&station_ids=ST-01", units_all()));
     assert_eq!(server.get("/units/ST-01/secret", Some(OPS)).status, 404);
+    server.get("/units?station_ids=ST-99", Some(OPS));
     let metrics = scrape(&server);
-    for leak in ["ST-0", "secret", OPS] {
+    for leak in ["secret", OPS, "ST-99"] {
         assert!(!metrics.text.contains(leak), "{leak:?} in the metrics");
+    }
+    for line in metrics.text.lines().filter(|line| line.contains("ST-0")) {
+        assert!(
+            line.starts_with("stq_station_last_record_timestamp_seconds{station_id=\"ST-0"),
+            "{line}"
+        );
+    }
+}
+
+/// The instant of `station`'s newest record, as the gauge gives it.
+fn last_record(metrics: &Exposition, station: &str) -> Option<f64> {
+    let series = format!("stq_station_last_record_timestamp_seconds{{station_id=\"{station}\"}}");
+    metrics.samples.get(&series).copied()
+}
+
+/// Issue 34 (CONTRACT revision 4, section 8): per station with records, the
+/// instant of its newest record in Unix seconds (fractions too), and the held files;
+/// both follow reloads, and a station whose records all left has no series.
+#[test]
+fn issue_34_station_freshness_gauges_follow_reloads() {
+    let unit = |station: &str, time: &str| {
+        format!(r#"{{"station_id":"{station}","time_created":"{time}","direction":"output"}}"#)
+            + "\n"
+    };
+    let (directory, snapshots, tokens) = write_snapshot(&[
+        FileSpec::plain(
+            "a.units.jsonl",
+            unit("ST-01", "2024-03-10T10:00:00Z")
+                + &unit("ST-01", "2024-03-10T12:30:00.250+02:00")
+                + &unit("ST-01", "2024-03-10T09:00:00Z"),
+        ),
+        FileSpec::plain("b.units.jsonl", unit(r#"ST-\"q"#, "2024-03-10T11:00:00Z")),
+    ]);
+    let fixture = Fixture {
+        directory,
+        snapshots,
+        tokens,
+        records: Vec::new(),
+        now: now_seconds(),
+    };
+    let server = Server::start(&fixture, &["--watch"]);
+    let seconds = |written: &str| (instant(written) / SECOND) as f64;
+    let metrics = scrape(&server);
+    assert_eq!(
+        last_record(&metrics, "ST-01"),
+        Some(seconds("2024-03-10T10:30:00Z") + 0.25),
+        "{}",
+        metrics.text
+    );
+    // Label values are escaped: the station id is `ST-"q`.
+    assert_eq!(
+        last_record(&metrics, r#"ST-\"q"#),
+        Some(seconds("2024-03-10T11:00:00Z")),
+        "{}",
+        metrics.text
+    );
+    assert_eq!(metrics.value("stq_held_files"), 0.0);
+    assert!(metrics
+        .text
+        .contains("\n# TYPE stq_station_last_record_timestamp_seconds gauge\n"));
+
+    // The second station's file goes; the first station writes a newer record and
+    // a broken file is held back.
+    std::fs::remove_file(fixture.snapshots.join("b.units.jsonl")).unwrap();
+    std::fs::write(fixture.snapshots.join("c.units.jsonl"), "{not json\n").unwrap();
+    let mut first = std::fs::OpenOptions::new()
+        .append(true)
+        .open(fixture.snapshots.join("a.units.jsonl"))
+        .unwrap();
+    std::io::Write::write_all(&mut first, unit("ST-01", "2024-03-11T00:00:00Z").as_bytes())
+        .unwrap();
+    let deadline = std::time::Instant::now() + RELOAD_TIMEOUT;
+    let metrics = loop {
+        let metrics = scrape(&server);
+        if metrics.value("stq_held_files") == 1.0
+            && last_record(&metrics, "ST-01") == Some(seconds("2024-03-11T00:00:00Z"))
+        {
+            break metrics;
+        }
+        assert!(std::time::Instant::now() < deadline, "{}", metrics.text);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(!metrics.text.contains(r#"ST-\"q"#), "{}", metrics.text);
+    let series: Vec<&String> = (metrics.samples.keys())
+        .filter(|series| series.starts_with("stq_station_last_record_timestamp_seconds"))
+        .collect();
+    assert_eq!(series.len(), 1, "{series:?}");
+}
+
+/// Issue 34 (CONTRACT revision 4, section 8): docs/prometheus/stq-alerts.yml, the
+/// alert rules for a silent station and for held files, passes Debian's promtool
+/// (`check rules`, and `test rules` with docs/prometheus/stq-alerts.test.yml, which
+/// says when each fires), and every metric it reads is one stq exports.
+#[test]
+fn issue_34_the_alert_rules_pass_promtool_and_read_exported_metrics() {
+    let rules_directory = format!("{}/docs/prometheus", env!("CARGO_MANIFEST_DIR"));
+    let rules = std::fs::read_to_string(format!("{rules_directory}/stq-alerts.yml")).unwrap();
+    let fixture = Fixture::main();
+    let server = Server::start(&fixture, &[]);
+    let exported: std::collections::BTreeSet<String> = (scrape(&server).text.lines())
+        .filter_map(|line| Some(line.strip_prefix("# TYPE ")?.split(' ').next()?.to_owned()))
+        .collect();
+    let mut read = std::collections::BTreeSet::new();
+    for (at, _) in rules.match_indices("stq_") {
+        let name: String = rules[at..]
+            .chars()
+            .take_while(|character| character.is_ascii_alphanumeric() || *character == '_')
+            .collect();
+        read.insert(name);
+    }
+    assert!(
+        read.contains("stq_station_last_record_timestamp_seconds")
+            && read.contains("stq_held_files"),
+        "{read:?}"
+    );
+    for name in &read {
+        assert!(
+            exported.contains(name),
+            "{name} is not exported: {exported:?}"
+        );
+    }
+
+    let Some(promtool) = debian_binary("/usr/bin/promtool", "prometheus") else {
+        return;
+    };
+    for arguments in [
+        ["check", "rules", "stq-alerts.yml"],
+        ["test", "rules", "stq-alerts.test.yml"],
+    ] {
+        let output = std::process::Command::new(&promtool)
+            .args(arguments)
+            .current_dir(&rules_directory)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "promtool {arguments:?}:\n{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
     }
 }
 

@@ -476,6 +476,112 @@ fn issue_21_held_files_in_every_form() {
     );
 }
 
+/// Issue 34 (CONTRACT revision 4, sections 2 and 8): under `--on-invalid hold`, a
+/// file with an invalid line at start-up is held: stq starts with every other file,
+/// serves none of the held file's records, logs the line as `path:line: reason`,
+/// and counts the file in `/readyz`, the admin metrics and `/files`. Written right,
+/// it is released at the next reload; broken again at a reload, it is held back as
+/// under `fail`, serving what it served.
+#[test]
+fn issue_34_on_invalid_hold_starts_with_every_healthy_file() {
+    let mut files = small_files();
+    let broken_text = lines(&[
+        unit_line("ST-05", "SN-H1", 20),
+        r#"{"station_id":"ST-05","unit_serial":"SN-BAD","time_created":"after the power cut","direction":"output"}"#.to_owned(),
+        unit_line("ST-05", "SN-H2", 40),
+    ]);
+    let fixture = unchecked_fixture(&[
+        FileSpec::plain("first.units.jsonl", files[0].text.clone()),
+        FileSpec::plain("line-5.units.jsonl", broken_text),
+    ]);
+    let broken_path = fixture.snapshots.join("line-5.units.jsonl");
+    let server = Server::start(&fixture, &["--on-invalid", "hold"]);
+    let ready = server.readiness();
+    assert_eq!(
+        (
+            &ready["held_files"],
+            &ready["units"],
+            &ready["skipped_lines"],
+            &ready["stations"]
+        ),
+        (&1.into(), &4.into(), &0.into(), &2.into()),
+        "{ready}"
+    );
+    assert_records(
+        &server.ok(&all_units()).data,
+        &reference(&files, &Query::units()),
+        "every record of the healthy file, none of the held one",
+    );
+    let location = format!("{}:2: ", path_string(&broken_path));
+    server.wait_for_log("holding 1 file(s)", 1);
+    assert!(
+        server.log().iter().any(|line| line
+            .split_once(&location)
+            .is_some_and(|(_, reason)| !reason.trim().is_empty())),
+        "no `{location}<reason>` line on stderr:\n{}",
+        server.log().join("\n")
+    );
+    assert!(scrape_admin(&server).contains("\nstq_held_files 1\n"));
+    let listed = server.admin_files();
+    let held = &listed["files"][1];
+    assert_eq!(
+        (&held["path"], &held["state"], &held["records"]),
+        (&"line-5.units.jsonl".into(), &"held".into(), &0.into()),
+        "{listed}"
+    );
+    let errors = held["errors"].as_array().unwrap();
+    assert!(
+        errors.len() == 1 && errors[0].as_str().unwrap().starts_with(&location),
+        "{listed}"
+    );
+    assert_eq!(listed["files"][0]["state"], "loaded", "{listed}");
+
+    // Written right: released.
+    let fixed = FileSpec::plain(
+        "line-5.units.jsonl",
+        lines(&[
+            unit_line("ST-05", "SN-H1", 20),
+            unit_line("ST-05", "SN-H2", 40),
+        ]),
+    );
+    write_by_rename(&fixture, &broken_path, &fixed.text);
+    files.push(fixed);
+    server.signal("HUP");
+    let after = server.wait_for_generation_after(1);
+    assert_eq!(
+        (&after["held_files"], &after["units"]),
+        (&0.into(), &6.into()),
+        "{after}"
+    );
+    assert_records(
+        &server.ok(&all_units()).data,
+        &reference(&files, &Query::units()),
+        "after the fix",
+    );
+    assert_eq!(server.admin_files()["files"][1]["state"], "loaded");
+
+    // Broken again at a reload: held back, serving what it served.
+    append(&broken_path, "{not json\n");
+    server.signal("HUP");
+    let after = server.wait_for_generation_after(2);
+    assert_eq!(
+        (&after["held_files"], &after["units"]),
+        (&1.into(), &6.into()),
+        "{after}"
+    );
+    assert_records(
+        &server.ok(&all_units()).data,
+        &reference(&files, &Query::units()),
+        "held back at a reload",
+    );
+    let held = &server.admin_files()["files"][1];
+    assert_eq!(
+        (&held["state"], &held["records"]),
+        (&"held".into(), &2.into()),
+        "{held}"
+    );
+}
+
 /// The admin listener's exposition.
 fn scrape_admin(server: &Server) -> String {
     let agent = ureq::AgentBuilder::new().build();
@@ -754,12 +860,37 @@ fn issue_11_a_cursor_continues_after_its_record_across_a_reload() {
 // 7. --watch
 // ---------------------------------------------------------------------------
 
+/// The ways `--watch` sees changes: the system's notification, and (issue 34,
+/// CONTRACT revision 4, section 8) a look at every file every second, forced on a
+/// local directory as a network file system would choose it.
+const WATCHES: [&[&str]; 2] = [&["--watch"], &["--watch", "--watch-poll", "1s"]];
+
+/// A server started on `fixture` with the watch of `watch` (one of [`WATCHES`]),
+/// which says in its log that it polls when it does.
+fn start_watching(fixture: &Fixture, watch: &[&str]) -> Server {
+    let server = Server::start(fixture, watch);
+    if watch.contains(&"--watch-poll") {
+        server.wait_for_log("by a look at every file every 1s", 1);
+    }
+    server
+}
+
 #[test]
 fn watch_reloads_changed_files_without_a_signal() {
+    watch_reloads_changed_files(WATCHES[0]);
+}
+
+/// Issue 34: as [`watch_reloads_changed_files_without_a_signal`], polling.
+#[test]
+fn issue_34_watch_poll_reloads_changed_files_without_a_signal() {
+    watch_reloads_changed_files(WATCHES[1]);
+}
+
+fn watch_reloads_changed_files(watch: &[&str]) {
     const NEW: &str = "tok-watch-0001";
     let mut files = small_files();
     let fixture = Fixture::from_files(&files);
-    let server = Server::start(&fixture, &["--watch"]);
+    let server = start_watching(&fixture, watch);
     assert_eq!(server.generation(), 1);
 
     let added = FileSpec::plain(
@@ -816,13 +947,23 @@ fn watch_reloads_changed_files_without_a_signal() {
 /// writers stopped.)
 #[test]
 fn issue_21_watch_serves_lines_while_writers_never_pause() {
+    watch_serves_lines_while_writers_never_pause(WATCHES[0]);
+}
+
+/// Issue 34 (CONTRACT revision 4, section 8): with a poll of 1 s, the same.
+#[test]
+fn issue_34_watch_poll_serves_lines_while_writers_never_pause() {
+    watch_serves_lines_while_writers_never_pause(WATCHES[1]);
+}
+
+fn watch_serves_lines_while_writers_never_pause(watch: &[&str]) {
     let mut files = small_files();
     files.push(FileSpec::plain(
         "second.units.jsonl",
         lines(&[unit_line("ST-02", "SN-B0", 30)]),
     ));
     let fixture = Fixture::from_files(&files);
-    let server = Server::start(&fixture, &["--watch"]);
+    let server = start_watching(&fixture, watch);
     let stop = std::sync::Arc::new(AtomicBool::new(false));
     let written = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let writers: Vec<_> = [
@@ -1147,6 +1288,16 @@ fn read_counters(server: &Server) -> (f64, f64, f64) {
 /// from where its last read ended, and not the file nobody touched.
 #[test]
 fn issue_12_watch_serves_an_appended_line_reading_only_the_change() {
+    watch_serves_an_appended_line_reading_only_the_change(WATCHES[0]);
+}
+
+/// Issue 34: polling, the same; the looks between changes read nothing.
+#[test]
+fn issue_34_watch_poll_serves_an_appended_line_reading_only_the_change() {
+    watch_serves_an_appended_line_reading_only_the_change(WATCHES[1]);
+}
+
+fn watch_serves_an_appended_line_reading_only_the_change(watch: &[&str]) {
     let untouched = FileSpec::plain(
         "other.units.jsonl",
         lines(&[unit_line("ST-03", "SN-O1", 30)]),
@@ -1154,7 +1305,7 @@ fn issue_12_watch_serves_an_appended_line_reading_only_the_change() {
     let mut files = small_files();
     files.push(untouched);
     let fixture = Fixture::from_files(&files);
-    let server = Server::start(&fixture, &["--watch"]);
+    let server = start_watching(&fixture, watch);
     let (files_read, bytes_read, reloads) = read_counters(&server);
     let whole = files.iter().map(|file| file.text.len()).sum::<usize>() as f64;
     assert_eq!((files_read, bytes_read, reloads), (2.0, whole, 0.0));

@@ -1158,6 +1158,16 @@ impl Server {
         }
     }
 
+    /// The admin listener's `/files` (issue 34), answered 200 as JSON.
+    pub fn admin_files(&self) -> Value {
+        let url = self.metrics_url().replace("/metrics", "/files");
+        let agent = ureq::AgentBuilder::new().build();
+        let response = call(&agent, "GET", &url, &[]);
+        assert_eq!(response.status, 200, "{}", response.body);
+        assert_eq!(response.header("content-type"), Some("application/json"));
+        serde_json::from_str(&response.body).unwrap()
+    }
+
     /// Sends `kill -NAME` to the server itself.
     pub fn signal(&self, name: &str) {
         let status = Command::new("kill")

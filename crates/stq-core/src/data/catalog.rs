@@ -5,10 +5,11 @@ use std::sync::Arc;
 
 use crate::data::cursor::RecordIdentity;
 use crate::data::key::{load_order, Position};
-use crate::data::load::files::SourceState;
+use crate::data::load::files::{FileStatus, SourceState, Stamps};
 use crate::data::shard::ShardData;
 use crate::data::symbols::Symbols;
 use crate::data::tier::Tier as _;
+use crate::domain::time::Timestamp;
 
 /// Where a station lives: its shard and its index within that shard.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,8 +49,9 @@ pub struct LoadSummary {
     pub skipped_lines: u64,
     /// Last lines without a line end that do not parse yet (docs/api.md section 8).
     pub pending_lines: u64,
-    /// Files a reload under `--on-invalid fail` met invalid lines in, and which
-    /// serve what they served before (docs/api.md section 8).
+    /// Files held for invalid lines, which serve what they served before (nothing
+    /// if they never read cleanly): by a reload under `--on-invalid fail` or
+    /// `hold`, or a start-up under `hold` (docs/api.md sections 2 and 8).
     pub held_files: u64,
 }
 
@@ -112,6 +114,18 @@ impl Catalog {
 
     pub fn summary(&self) -> &LoadSummary {
         &self.summary
+    }
+
+    /// Every snapshot file's stamp as this generation's loads read it: the first
+    /// look `--watch-poll` compares with.
+    pub fn stamps(&self) -> Stamps {
+        Stamps::of_sources(&self.sources)
+    }
+
+    /// Every snapshot file in path order, as the admin listener's `/files` reports
+    /// it: what this generation serves of it and what its last read found.
+    pub fn file_statuses(&self) -> impl Iterator<Item = FileStatus<'_>> {
+        self.sources.iter().map(SourceState::status)
     }
 
     /// The identity of the record at `position`, as a cursor names it.
@@ -208,6 +222,19 @@ impl Generation {
     /// The catalog, and the shards for the engine to hand out.
     pub fn into_parts(self) -> (Arc<Catalog>, Vec<ShardData>) {
         (self.catalog, self.shards)
+    }
+
+    /// Every station's id and the instant of its newest record, in rank order
+    /// (the admin listener's freshness gauges).
+    pub fn newest_records(&self) -> Vec<(&str, Timestamp)> {
+        (self.catalog.stations.iter().zip(&self.catalog.placements))
+            .filter_map(|(name, placement)| {
+                let station = &self.shards[placement.shard as usize].stations
+                    [placement.station_index as usize];
+                let (_, (last, _)) = station.first_and_last()?;
+                Some((&**name, last.instant))
+            })
+            .collect()
     }
 
     /// How many records each shard holds.

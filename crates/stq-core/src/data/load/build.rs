@@ -4,6 +4,7 @@
 //! [`StationBuilder::extending`] keeps its stored records where they are,
 //! [`StationBuilder::surviving`] copies the ones that stay.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -217,6 +218,39 @@ impl StationBuilder {
         }
         hot.sealed = Arc::new(self.sealed.with(sealed_units, sealed_metrics));
         hot
+    }
+
+    /// This builder without the records of the files whose ordinals `held` holds
+    /// (`--on-invalid hold` at start-up), or `None` when none is left: the sealed
+    /// tier without them, and the other hot records copied into a new arena, so
+    /// that the held ones' bytes go with the old one.
+    pub(crate) fn without_files(self, held: &HashSet<u32>) -> Option<StationBuilder> {
+        let of_held = |load_order: u64| held.contains(&((load_order >> 32) as u32));
+        let touched =
+            |lowest: u32, highest: u32| (held.iter()).any(|file| (lowest..=highest).contains(file));
+        let sealed = match self.sealed.without(&of_held, &touched) {
+            Some(kept) => Arc::new(kept),
+            None => Arc::clone(&self.sealed),
+        };
+        let pieces = self.pieces.finish();
+        let mut kept = StationBuilder {
+            sealed,
+            ..StationBuilder::default()
+        };
+        let mut known = foldhash::HashMap::default();
+        for (key, entry) in &self.units {
+            if !of_held(key.load_order) {
+                let bytes = kept.copy(&self.arena, &pieces, entry.bytes, &mut known);
+                kept.units.push((*key, UnitEntry { bytes, ..*entry }));
+            }
+        }
+        for (key, entry) in &self.metrics {
+            if !of_held(key.load_order) {
+                let bytes = kept.copy(&self.arena, &pieces, entry.bytes, &mut known);
+                kept.metrics.push((*key, MetricEntry { bytes, ..*entry }));
+            }
+        }
+        (kept.all_records() > 0).then_some(kept)
     }
 
     /// Stores a record given as its JSON's parts, as the sealed tier gives it.

@@ -2,7 +2,9 @@
 //! ([`discover`]), each one's stamp (size, modification time, inode, device) and
 //! where its whole lines end, the ordinals that number its lines, and
 //! [`SourceState`], which the catalog keeps so that the next reload reads only what
-//! changed (docs/api.md section 8).
+//! changed and the admin listener's `/files` says what each file's last read found
+//! ([`FileStatus`]) (docs/api.md section 8). [`Stamps`] is one look at every file's
+//! stamp, which `--watch-poll` compares from one look to the next.
 //!
 //! A file is unchanged when its stamp is; it grew in place when it is the same file,
 //! larger, and the last 4 KiB read are unchanged: then a reload resumes it at its
@@ -10,14 +12,15 @@
 //! the `u32` range with gaps, so that a reload can number a new file's lines
 //! between its neighbours' without renumbering any other file.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, Metadata};
 use std::hash::Hasher as _;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::format::{self, Format};
-use super::report::LoadError;
+use super::report::{InvalidLine, LoadError, INVALID_LINES_SHOWN};
 use crate::data::store::codec;
 use crate::domain::record::Kind;
 
@@ -126,7 +129,7 @@ impl SnapshotFile {
 
 /// A file as its metadata says: what tells an unchanged file from a changed one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct FileStamp {
+pub struct FileStamp {
     pub(crate) length: u64,
     modified: (i64, i64),
     inode: u64,
@@ -134,7 +137,7 @@ pub(crate) struct FileStamp {
 }
 
 impl FileStamp {
-    pub(crate) fn of(metadata: &Metadata) -> FileStamp {
+    pub fn of(metadata: &Metadata) -> FileStamp {
         #[cfg(unix)]
         {
             use std::os::unix::fs::MetadataExt as _;
@@ -219,11 +222,14 @@ fn read_exact_at(mut file: &File, bytes: &mut [u8], offset: u64) -> io::Result<(
 }
 
 /// What a generation knows of one snapshot file: enough for the next reload to
-/// skip it, resume it or drop its records.
+/// skip it, resume it or drop its records, and for `/files` to say what its last
+/// read found.
 #[derive(Clone, Debug)]
 pub(crate) struct SourceState {
     pub(crate) relative: Box<str>,
     pub(crate) ordinal: u32,
+    /// Its format's name: `units`, `metrics` or `openhtf`.
+    pub(super) format: &'static str,
     pub(super) stamp: FileStamp,
     pub(super) resume: Option<Resume>,
     pub(super) units: u64,
@@ -235,10 +241,14 @@ pub(crate) struct SourceState {
     /// The station and kind of the record its last line without a line end made,
     /// if any.
     pub(super) open_record: Option<(Box<str>, Kind)>,
-    /// The file as it was when a reload under `fail` met invalid lines in it and
-    /// held it back: the rest of this state is what it served before (nothing, if
-    /// it was new). Read again as soon as it differs from this stamp.
+    /// The file as it was when a load met invalid lines in it and held it (a
+    /// reload under `fail` or `hold`, a start-up under `hold`): the rest of this
+    /// state is what it served before (nothing, if it was new). Read again as soon
+    /// as it differs from this stamp.
     pub(super) held: Option<FileStamp>,
+    /// The first [`INVALID_LINES_SHOWN`] invalid lines its last read met (a grown
+    /// file's, those of its reads since it was last read whole), in line order.
+    pub(super) errors: Arc<[InvalidLine]>,
 }
 
 /// What a generation knows of its files, in a store's manifest (issue 32): every
@@ -248,6 +258,7 @@ impl SourceState {
     pub(crate) fn write_to(&self, out: &mut Vec<u8>) {
         codec::bytes(out, self.relative.as_bytes());
         codec::number(out, u64::from(self.ordinal));
+        codec::bytes(out, self.format.as_bytes());
         self.stamp.write_to(out);
         match self.resume {
             None => out.push(0),
@@ -279,6 +290,14 @@ impl SourceState {
                 stamp.write_to(out);
             }
         }
+        // The admin `/files` shows them after a start from the store as after the
+        // read that met them.
+        codec::number(out, self.errors.len() as u64);
+        for error in self.errors.iter() {
+            codec::bytes(out, error.path.as_bytes());
+            codec::number(out, u64::from(error.line));
+            codec::bytes(out, error.reason.as_bytes());
+        }
     }
 
     pub(crate) fn read_from(
@@ -286,6 +305,8 @@ impl SourceState {
     ) -> Result<SourceState, codec::Corrupt> {
         let relative = decoder.text()?.into();
         let ordinal = decoder.u32()?;
+        let format = (format::named(decoder.text()?))
+            .ok_or(codec::Corrupt("a file of no snapshot format"))?;
         let stamp = FileStamp::read_from(decoder)?;
         let resume = match decoder.take(1)?[0] {
             0 => None,
@@ -321,9 +342,18 @@ impl SourceState {
             0 => None,
             _ => Some(FileStamp::read_from(decoder)?),
         };
+        let mut errors = Vec::new();
+        for _ in 0..decoder.count(3)? {
+            errors.push(InvalidLine {
+                path: decoder.text()?.to_owned(),
+                line: decoder.u32()?,
+                reason: decoder.text()?.to_owned(),
+            });
+        }
         Ok(SourceState {
             relative,
             ordinal,
+            format,
             stamp,
             resume,
             units,
@@ -333,6 +363,7 @@ impl SourceState {
             stations: stations.into(),
             open_record,
             held,
+            errors: errors.into(),
         })
     }
 }
@@ -377,6 +408,7 @@ impl SourceState {
         match before {
             Some(before) => SourceState {
                 held,
+                errors: read.errors,
                 ..before.clone()
             },
             None => SourceState {
@@ -410,12 +442,96 @@ impl SourceState {
             .chain(read.stations.iter())
             .cloned()
             .collect();
+        let errors = (self.errors.iter().chain(read.errors.iter()))
+            .take(INVALID_LINES_SHOWN)
+            .cloned()
+            .collect();
         SourceState {
             units: units + read.units,
             metrics: metrics + read.metrics,
             invalid: self.invalid + read.invalid,
             stations: stations.into_iter().collect(),
+            errors,
             ..read
         }
+    }
+
+    /// What `/files` says of it.
+    pub(crate) fn status(&self) -> FileStatus<'_> {
+        FileStatus {
+            path: &self.relative,
+            kind: self.format,
+            held: self.held.is_some(),
+            // A held file's last read reached its held stamp's length.
+            bytes: self.held.unwrap_or(self.stamp).length,
+            records: self.units + self.metrics,
+            skipped_lines: self.invalid,
+            pending_lines: self.pending,
+            errors: &self.errors,
+        }
+    }
+}
+
+/// One snapshot file of a generation as the admin listener's `/files` reports it
+/// (docs/api.md section 8).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileStatus<'a> {
+    /// Relative to the snapshot directory, `/`-separated.
+    pub path: &'a str,
+    /// Its format's name: `units`, `metrics` or `openhtf`.
+    pub kind: &'static str,
+    /// Held for invalid lines: it serves what it served before they came (nothing,
+    /// if it never read cleanly).
+    pub held: bool,
+    /// How far its reads have read it (a held file's, its last read).
+    pub bytes: u64,
+    /// The records served from it.
+    pub records: u64,
+    pub skipped_lines: u64,
+    pub pending_lines: u64,
+    /// The first invalid lines (at most [`INVALID_LINES_SHOWN`]) of its last read.
+    pub errors: &'a [InvalidLine],
+}
+
+/// Every snapshot file under a directory and its stamp, as one look saw them:
+/// `--watch-poll` compares each look with the one before to tell which files
+/// changed (docs/api.md section 8), as a reload compares a file with its last read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stamps(BTreeMap<String, FileStamp>);
+
+impl Stamps {
+    /// A look at every snapshot file below `directory`. A file gone between being
+    /// found and being looked at is left out, as a look a moment later would.
+    pub fn of(directory: &Path) -> Result<Stamps, LoadError> {
+        let stamps = (discover(directory)?.into_iter())
+            .filter_map(|file| {
+                let metadata = std::fs::metadata(&file.path).ok()?;
+                Some((file.relative, FileStamp::of(&metadata)))
+            })
+            .collect();
+        Ok(Stamps(stamps))
+    }
+
+    /// Every file as a generation's load read it (a held file as last read).
+    pub(crate) fn of_sources(sources: &[SourceState]) -> Stamps {
+        let stamps = (sources.iter())
+            .map(|source| {
+                (
+                    source.relative.to_string(),
+                    source.held.unwrap_or(source.stamp),
+                )
+            })
+            .collect();
+        Stamps(stamps)
+    }
+
+    /// The paths (relative, `/`-separated) of the files added, changed or gone
+    /// since `before`, in path order.
+    pub fn changed_since(&self, before: &Stamps) -> BTreeSet<String> {
+        let added_or_changed = (self.0.iter())
+            .filter(|(path, stamp)| before.0.get(*path) != Some(stamp))
+            .map(|(path, _)| path);
+        let gone = (before.0.keys()).filter(|path| !self.0.contains_key(*path));
+        added_or_changed.chain(gone).cloned().collect()
     }
 }

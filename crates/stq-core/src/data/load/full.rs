@@ -1,12 +1,17 @@
 //! A full load: every file read from its start into a new generation, and `stq
-//! check`, which reads every file and builds nothing.
+//! check`, which reads every file and builds nothing. At start-up under
+//! `--on-invalid hold`, a file with an invalid line is held: its records leave the
+//! stations they went to, and its state remembers it as read, to be read again
+//! once it changes (docs/api.md section 2).
 
+use std::collections::{BTreeSet, HashSet};
 use std::path::Path;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
 use super::build::{self, StationBuilder};
-use super::files::{self, SourceState};
+use super::files::{self, SnapshotFile, SourceState};
 use super::read::{self, LoadState, Split};
 use super::report::{LoadError, LoadOptions, LoadReport, OnInvalid};
 use crate::data::catalog::{Catalog, Generation, LoadSummary, Placement};
@@ -40,16 +45,23 @@ pub(super) fn load_with(
             report: Box::new(report),
         });
     }
-    let symbols = Arc::new(std::mem::take(&mut state.symbols).into_symbols());
-    let summary = LoadSummary {
-        loaded_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-        units: report.units,
-        metrics: report.metrics,
-        skipped_lines: report.invalid.len() as u64,
-        pending_lines: report.pending,
-        held_files: 0,
+    let held = match options.on_invalid {
+        OnInvalid::Hold => hold(&mut state, &files, &mut report),
+        OnInvalid::Fail | OnInvalid::Skip => HashSet::new(),
     };
-    let sources = state.sources(&files);
+    let symbols = Arc::new(std::mem::take(&mut state.symbols).into_symbols());
+    let sources: Vec<SourceState> = (0..files.len())
+        .map(|index| {
+            let source = state.source(&files, index);
+            match held.contains(&files[index].ordinal) {
+                true => SourceState::held_back(None, source, state.reads[index].stamp),
+                false => source,
+            }
+        })
+        .collect();
+    let summary = summary_of(&sources);
+    // What is served: without the held files' records.
+    (report.units, report.metrics) = (summary.units, summary.metrics);
     let stations = std::mem::take(&mut state.stations);
     let generation = generation(stations, symbols, summary, sources, options)?;
     report.stations = generation.catalog.stations.len();
@@ -57,6 +69,45 @@ pub(super) fn load_with(
     threads::release_freed_memory();
     report.elapsed = started.elapsed();
     Ok((generation, report))
+}
+
+/// Holds every file read with an invalid line (`--on-invalid hold` at start-up):
+/// its records leave the stations they went to, and the report names it. Returns
+/// the held files' ordinals.
+fn hold(state: &mut LoadState, files: &[SnapshotFile], report: &mut LoadReport) -> HashSet<u32> {
+    let mut held = HashSet::new();
+    let mut touched: BTreeSet<Box<str>> = BTreeSet::new();
+    for (file, counters) in files.iter().zip(&state.files) {
+        if counters.invalid.load(Ordering::Relaxed) > 0 {
+            held.insert(file.ordinal);
+            report.held.push(file.display.clone());
+            touched.extend(counters.stations.lock().iter().cloned());
+        }
+    }
+    for station in touched {
+        let Some((name, builder)) = state.stations.remove(&station) else {
+            continue;
+        };
+        if let Some(kept) = builder.without_files(&held) {
+            state.stations.insert(name, kept);
+        }
+    }
+    held
+}
+
+/// The totals `/readyz` reports, from every file's state.
+pub(super) fn summary_of(sources: &[SourceState]) -> LoadSummary {
+    LoadSummary {
+        loaded_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        units: sources.iter().map(|source| source.units).sum(),
+        metrics: sources.iter().map(|source| source.metrics).sum(),
+        skipped_lines: sources.iter().map(|source| source.invalid).sum(),
+        pending_lines: sources.iter().map(|source| source.pending).sum(),
+        held_files: sources
+            .iter()
+            .filter(|source| source.held.is_some())
+            .count() as u64,
+    }
 }
 
 /// Validates every line without building an index (`stq check`).

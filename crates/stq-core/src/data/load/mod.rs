@@ -24,6 +24,7 @@ mod read;
 mod reload;
 mod report;
 
+pub use files::{FileStamp, FileStatus, Stamps};
 pub use full::{check, load};
 pub use reload::{load_from_store, reload, reload_looking, Look};
 pub use report::{

@@ -21,7 +21,7 @@ use parking_lot::Mutex;
 use super::build::StationBuilder;
 use super::files::{self, FileRead, FileStamp, Resume, SnapshotFile, SourceState, Start};
 use super::format::{Block, Cut, Records};
-use super::report::{FileReport, InvalidLine, LoadError, LoadReport};
+use super::report::{FileReport, InvalidLine, LoadError, LoadReport, INVALID_LINES_SHOWN};
 use crate::data::key::{load_order, RecordKey};
 use crate::data::station::{MetricEntry, UnitEntry};
 use crate::data::stored::{self, StoredRecord};
@@ -87,6 +87,9 @@ pub(crate) struct FileCounters {
     /// The station and kind of a record loaded from a last line without a line
     /// end, which a reload drops and reads again once the file grows.
     pub(crate) open_record: Mutex<Option<(Box<str>, Kind)>>,
+    /// Its first [`INVALID_LINES_SHOWN`] invalid lines, in line order: what
+    /// `/files` shows of this read.
+    pub(crate) errors: Mutex<Vec<InvalidLine>>,
 }
 
 /// A symbol table the workers intern into concurrently; a reload's extends the
@@ -742,6 +745,13 @@ impl BlockRecords<'_> {
             counters
                 .invalid
                 .fetch_add(self.invalid.len() as u64, Ordering::Relaxed);
+            // Blocks end in any order, but a block's lines ascend: the file's first
+            // lines are among each block's first.
+            let mut errors = counters.errors.lock();
+            errors.extend(self.invalid.iter().take(INVALID_LINES_SHOWN).cloned());
+            errors.sort_by_key(|line| line.line);
+            errors.truncate(INVALID_LINES_SHOWN);
+            drop(errors);
             self.state.invalid.lock().extend(self.invalid);
         }
         if !self.worker.unknown.is_empty() {
@@ -885,13 +895,6 @@ fn stage(
 }
 
 impl LoadState {
-    /// The state of every file this read read, as this read alone found it.
-    pub(crate) fn sources(&self, files: &[SnapshotFile]) -> Vec<SourceState> {
-        (0..files.len())
-            .map(|index| self.source(files, index))
-            .collect()
-    }
-
     /// The state of file `index` of this read, as this read alone found it.
     pub(crate) fn source(&self, files: &[SnapshotFile], index: usize) -> SourceState {
         let file = &files[index];
@@ -900,6 +903,7 @@ impl LoadState {
         SourceState {
             relative: file.relative.clone().into_boxed_str(),
             ordinal: file.ordinal,
+            format: file.format.name(),
             stamp: read.stamp,
             resume: read.resume,
             units: counters.units.load(Ordering::Relaxed),
@@ -911,6 +915,7 @@ impl LoadState {
                 .collect(),
             open_record: counters.open_record.lock().take(),
             held: None,
+            errors: std::mem::take(&mut *counters.errors.lock()).into(),
         }
     }
 }

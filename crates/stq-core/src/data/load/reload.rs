@@ -45,8 +45,9 @@
 //! record uses any longer is harmless: a filter on it matches nothing, as an
 //! unknown value would).
 //!
-//! Held files (docs/api.md section 8): under `--on-invalid fail`, a file this
-//! reload read and met an invalid line in is held back on its own. Its state and
+//! Held files (docs/api.md section 8): under `--on-invalid fail` (and `hold`,
+//! which acts alike at a reload), a file this reload read and met an invalid line
+//! in is held back on its own. Its state and
 //! records stay those of the previous generation (none, if it is new), the records
 //! read from it are left out, and its state remembers the file as it was then: it
 //! is read again once it differs from that, and released once it reads cleanly.
@@ -75,7 +76,7 @@ use super::format;
 use super::full;
 use super::read::{self, LoadState, SharedSymbols};
 use super::report::{LoadError, LoadOptions, LoadReport, OnInvalid};
-use crate::data::catalog::{Catalog, Generation, LoadSummary, Placement};
+use crate::data::catalog::{Catalog, Generation, Placement};
 use crate::data::key::{Position, RecordKey};
 use crate::data::sealed::SEALED;
 use crate::data::shard::{shard_unit, Origin, ShardData, ShardUnit};
@@ -136,10 +137,10 @@ pub fn reload_looking(
     let mut report = state.report(&jobs);
     let read = started.elapsed();
 
-    // Under `fail`, a file with an invalid line is held back on its own: every other
-    // file advances.
+    // Under `fail` or `hold`, a file with an invalid line is held back on its own:
+    // every other file advances.
     let held = match options.on_invalid {
-        OnInvalid::Fail => hold_back(&mut plans, &jobs, &state, &mut report),
+        OnInvalid::Fail | OnInvalid::Hold => hold_back(&mut plans, &jobs, &state, &mut report),
         OnInvalid::Skip => HashSet::new(),
     };
     let (sources, mut changes) = settle(previous, &plans, &jobs, &state);
@@ -219,11 +220,14 @@ pub fn load_from_store(
         placements,
         Arc::new(restored.symbols),
         shard_count,
-        LoadSummary::default(),
+        full::summary_of(&restored.sources),
         restored.sources,
     );
     let (generation, mut report) = reload(&catalog, &shards, options)?;
-    if strict && !report.held.is_empty() {
+    // A reload holds a broken file back with what it served before; a start serves
+    // none of it (`hold`) or does not start (`fail`): the files are read as a start
+    // reads them.
+    if !report.held.is_empty() {
         let (generation, report) = full::load(options)?;
         return Ok((generation, report, false));
     }
@@ -453,7 +457,7 @@ fn spread(run: &[usize], jobs: &mut [SnapshotFile], lower: u64, upper: u64, most
     true
 }
 
-/// Holds back every file read with an invalid line (under `fail`), naming it in
+/// Holds back every file read with an invalid line (under `fail` or `hold`), naming it in
 /// the report; returns their ordinals.
 fn hold_back(
     plans: &mut [Plan],
@@ -881,7 +885,7 @@ fn assemble(
             }
         });
 
-    let summary = summary_of(&sources);
+    let summary = full::summary_of(&sources);
     let (names, placements) = names.into_iter().unzip();
     let catalog = Catalog::new(
         generation,
@@ -915,21 +919,6 @@ impl LoadReport {
         self.pending = catalog.summary.pending_lines;
         self.stations = catalog.stations.len();
         self.sealed = generation.sealed_records();
-    }
-}
-
-/// The totals `/readyz` reports, from every file's state.
-fn summary_of(sources: &[SourceState]) -> LoadSummary {
-    LoadSummary {
-        loaded_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-        units: sources.iter().map(|source| source.units).sum(),
-        metrics: sources.iter().map(|source| source.metrics).sum(),
-        skipped_lines: sources.iter().map(|source| source.invalid).sum(),
-        pending_lines: sources.iter().map(|source| source.pending).sum(),
-        held_files: sources
-            .iter()
-            .filter(|source| source.held.is_some())
-            .count() as u64,
     }
 }
 
@@ -998,7 +987,7 @@ fn renumbered(
         }
     }
     let symbols = Arc::new(std::mem::take(&mut state.symbols).into_symbols());
-    let summary = summary_of(&sources);
+    let summary = full::summary_of(&sources);
     let generation = full::generation(stations, symbols, summary, sources, options)?;
     report.totals_of(&generation);
     report.elapsed = started.elapsed();

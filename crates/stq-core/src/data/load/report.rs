@@ -11,11 +11,17 @@ use crate::domain::record::Kind;
 
 pub const INVALID_LINES_SHOWN: usize = 20;
 
-/// What to do with an invalid line.
+/// What to do with an invalid line (docs/api.md section 2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OnInvalid {
+    /// A start-up refuses the snapshot; a reload holds back the files that hold
+    /// invalid lines, each serving what it served before.
     Fail,
+    /// The line is skipped and counted.
     Skip,
+    /// A start-up holds the files that hold invalid lines (none of their records
+    /// are served) and starts with the others; a reload does as under `Fail`.
+    Hold,
 }
 
 #[derive(Clone, Debug)]
@@ -77,8 +83,9 @@ pub struct LoadReport {
     pub bytes: u64,
     /// Of the generation's records, how many are in sealed blocks (older than `--hot`).
     pub sealed: u64,
-    /// Files a reload under `--on-invalid fail` held back for their invalid lines
-    /// (as messages name them): each serves what it served before.
+    /// Files held for their invalid lines (as messages name them): at a reload
+    /// under `fail` or `hold`, each serves what it served before; at a start-up
+    /// under `hold`, nothing.
     pub held: Vec<String>,
     pub elapsed: Duration,
 }
@@ -86,6 +93,16 @@ pub struct LoadReport {
 impl LoadReport {
     pub fn records(&self) -> u64 {
         self.units + self.metrics
+    }
+
+    /// Takes out the invalid lines of the held files, to be logged as what holds
+    /// them: where a file is held (under `fail` or `hold`) every invalid line is
+    /// in a held file; under `skip` none is, and the skipped lines stay.
+    pub fn take_held_lines(&mut self) -> Vec<InvalidLine> {
+        match self.held.is_empty() {
+            true => Vec::new(),
+            false => std::mem::take(&mut self.invalid),
+        }
     }
 
     /// Logs what loaded but deserves a look: an empty directory, each skipped line

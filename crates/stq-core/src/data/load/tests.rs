@@ -596,3 +596,176 @@ fn issue_22_a_load_seals_while_reading_and_builds_the_same() {
         assert_eq!(all_hot.1, sealed.1, "{split:?}");
     }
 }
+
+/// Every record of a generation as (its file's relative path, line, response JSON),
+/// in load order: comparable between loads that number their files otherwise.
+fn records_by_path(generation: &Generation) -> Vec<(String, u32, Value)> {
+    let files = &generation.catalog().files;
+    (records(generation).into_iter())
+        .map(|(file, line, json)| (files[file as usize].to_string(), line, json))
+        .collect()
+}
+
+/// Issue 34 (CONTRACT revision 4, section 2): at start-up under `hold`, a file with
+/// an invalid line is held: none of its records are served, also those sealed
+/// while the files were read, and the others are served exactly as a load without
+/// it serves them. `/readyz` counts it, `/files` says why, and `stq check` is as
+/// before.
+#[test]
+fn issue_34_hold_starts_without_the_files_with_invalid_lines() {
+    let directory = tempfile::tempdir().unwrap();
+    stq_gen::generate(&stq_gen::GenOptions {
+        out: directory.path().to_path_buf(),
+        stations: 3,
+        days: 3,
+        units_per_hour: 2,
+        seed: 34,
+        end: "2026-11-20T00:00:00Z".parse().unwrap(),
+    })
+    .unwrap();
+    let files = discover(directory.path()).unwrap();
+    // A station's first day of metrics, sealed while reading (a day older than the
+    // newest record and the hot window), with a broken line amid valid ones.
+    let broken = files
+        .iter()
+        .find(|file| file.relative.ends_with(".metrics.jsonl"))
+        .unwrap()
+        .clone();
+    let text = std::fs::read_to_string(&broken.path).unwrap();
+    let valid_lines = text.lines().count();
+    let (head, tail) = text.split_at(text.len() / 2);
+    let cut = head.rfind('\n').unwrap() + 1;
+    let broken_line = text[..cut].lines().count() as u32 + 1;
+    let mut written = text[..cut].to_owned();
+    written.push_str("{\"station_id\":\"ST-X\",\"time_created\":\"soon\"}\n");
+    written.push_str(&text[cut..]);
+    assert_eq!(head.len() + tail.len(), text.len());
+    std::fs::write(&broken.path, &written).unwrap();
+
+    let options = LoadOptions {
+        directory: directory.path().to_path_buf(),
+        shards: 2,
+        on_invalid: OnInvalid::Hold,
+        generation: 1,
+        threads: 2,
+        hot: Some(Duration::from_secs(3600)),
+    };
+    let (generation, report) = load_with(&options, SMALL).unwrap();
+    assert_eq!(report.held, std::slice::from_ref(&broken.display));
+    assert_eq!(report.invalid.len(), 1, "{:?}", report.invalid);
+    assert!(report.sealed > 0, "records were sealed");
+    let summary = generation.catalog().summary();
+    assert_eq!((summary.held_files, summary.skipped_lines), (1, 0));
+
+    // The same files but the broken one, loaded whole.
+    let without = tempfile::tempdir().unwrap();
+    for file in files.iter().filter(|file| file.relative != broken.relative) {
+        let to = without.path().join(&file.relative);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(&file.path, to).unwrap();
+    }
+    let (clean, _) = load(&LoadOptions {
+        directory: without.path().to_path_buf(),
+        on_invalid: OnInvalid::Fail,
+        ..options.clone()
+    })
+    .unwrap();
+    let served = records_by_path(&generation);
+    assert!(served.iter().all(|(path, _, _)| *path != broken.relative));
+    assert!(served == records_by_path(&clean), "the records differ");
+    let clean_summary = clean.catalog().summary();
+    assert_eq!(
+        (
+            summary.units,
+            summary.metrics,
+            generation.catalog().stations().len()
+        ),
+        (
+            clean_summary.units,
+            clean_summary.metrics,
+            clean.catalog().stations().len()
+        )
+    );
+    assert_eq!(
+        (report.units, report.metrics),
+        (summary.units, summary.metrics)
+    );
+
+    let statuses: Vec<FileStatus> = generation.catalog().file_statuses().collect();
+    assert_eq!(statuses.len(), files.len());
+    for status in &statuses {
+        let held = status.path == broken.relative;
+        assert_eq!(status.held, held, "{status:?}");
+        assert_eq!(
+            status.kind,
+            if status.path.ends_with(".units.jsonl") {
+                "units"
+            } else {
+                "metrics"
+            }
+        );
+        assert_eq!(status.skipped_lines, 0);
+        if held {
+            assert_eq!(status.records, 0);
+            assert_eq!(status.bytes, written.len() as u64);
+            assert_eq!(
+                status
+                    .errors
+                    .iter()
+                    .map(|line| (line.path.as_str(), line.line))
+                    .collect::<Vec<_>>(),
+                [(broken.display.as_str(), broken_line)]
+            );
+        } else {
+            assert!(status.records > 0 && status.errors.is_empty(), "{status:?}");
+            let length = std::fs::metadata(directory.path().join(status.path))
+                .unwrap()
+                .len();
+            assert_eq!(status.bytes, length);
+        }
+    }
+    assert_eq!(
+        statuses.iter().map(|status| status.records).sum::<u64>(),
+        summary.units + summary.metrics
+    );
+    assert_eq!(valid_lines + 1, written.lines().count());
+
+    // `stq check` reports the line as ever.
+    let checked = check(directory.path(), 2).unwrap();
+    assert_eq!(checked.invalid, report.invalid);
+    assert!(checked.held.is_empty());
+}
+
+/// Issue 34 (CONTRACT revision 4, section 8): `/files` shows at most the first
+/// twenty invalid lines of a file, in line order, however its blocks were read.
+#[test]
+fn issue_34_a_file_shows_its_first_twenty_invalid_lines() {
+    let directory = TempDirectory::new("errors");
+    let mut text = String::new();
+    for line in 1..=60 {
+        match line % 2 {
+            0 => text.push_str("{broken\n"),
+            _ => text.push_str(&format!(
+                "{{\"station_id\":\"ST-1\",\"time_created\":\"2026-11-17T00:00:{:02}Z\",\"direction\":\"input\"}}\n",
+                line % 60
+            )),
+        }
+    }
+    directory.write("a.units.jsonl", text.as_bytes());
+    let options = options(&directory, OnInvalid::Skip);
+    let (generation, _) = load_with(&options, SMALL).unwrap();
+    let status = generation.catalog().file_statuses().next().unwrap();
+    assert_eq!(
+        (status.held, status.records, status.skipped_lines),
+        (false, 30, 30)
+    );
+    let lines: Vec<u32> = status.errors.iter().map(|line| line.line).collect();
+    assert_eq!(
+        lines,
+        (1..=20).map(|number| number * 2).collect::<Vec<u32>>()
+    );
+    assert!(status
+        .errors
+        .iter()
+        .all(|line| line.path == directory.display("a.units.jsonl")));
+}

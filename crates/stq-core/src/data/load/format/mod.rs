@@ -46,6 +46,14 @@ pub(crate) enum Cut {
     Whole,
 }
 
+/// The name of the format named `name` (`units`, `metrics`, `openhtf`), as a
+/// store's manifest writes it.
+pub(crate) fn named(name: &str) -> Option<&'static str> {
+    (FORMATS.iter())
+        .map(|format| format.name())
+        .find(|known| *known == name)
+}
+
 /// The format of a snapshot file and whether it is gzipped, from its name; `None`
 /// for files to ignore.
 pub(crate) fn of_file_name(name: &str) -> Option<(&'static dyn Format, bool)> {

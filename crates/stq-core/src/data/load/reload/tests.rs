@@ -426,23 +426,28 @@ fn held(catalog: &Catalog) -> Vec<&str> {
         .collect()
 }
 
-/// Under `fail`, each reload serves what a fresh load serves of a copy of the
-/// directory that keeps each file as it was last read cleanly (absent if it never
-/// was): a held file serves what it served, every other file advances.
-fn run_changes_holding(name: &str, changes: &[Change]) -> Result<(), TestCaseError> {
+/// Under `fail` (and `hold`, which acts alike at a reload), each reload serves what
+/// a fresh load serves of a copy of the directory that keeps each file as it was
+/// last read cleanly (absent if it never was): a held file serves what it served,
+/// every other file advances.
+fn run_changes_holding(
+    name: &str,
+    changes: &[Change],
+    on_invalid: OnInvalid,
+) -> Result<(), TestCaseError> {
     let mut writer = Writer {
         directory: TempDirectory::new(name),
         rests: HashMap::new(),
         clock: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
     };
     let accepted = TempDirectory::new(&format!("{name}-accepted"));
-    let (generation, _) = full::load(&options(&writer.directory, OnInvalid::Fail, 1)).unwrap();
+    let (generation, _) = full::load(&options(&writer.directory, on_invalid, 1)).unwrap();
     let (mut catalog, mut shards) = parts(generation);
     for (step, change) in changes.iter().enumerate() {
         writer.apply(change);
         let number = step as u64 + 2;
-        let fail = options(&writer.directory, OnInvalid::Fail, number);
-        let (reloaded, report) = reload(&catalog, &shards, &fail).unwrap();
+        let holding = options(&writer.directory, on_invalid, number);
+        let (reloaded, report) = reload(&catalog, &shards, &holding).unwrap();
         let held_now = held(&reloaded.catalog);
         for file in FILES {
             if held_now.contains(&file) {
@@ -566,7 +571,15 @@ proptest! {
     fn issue_21_under_fail_a_reload_holds_back_only_files_with_invalid_lines(
         changes in prop::collection::vec(change(), 1..14)
     ) {
-        run_changes_holding("holding", &changes)?;
+        run_changes_holding("holding", &changes, OnInvalid::Fail)?;
+    }
+
+    /// Issue 34: at a reload, `hold` acts as `fail` does.
+    #[test]
+    fn issue_34_under_hold_a_reload_holds_back_only_files_with_invalid_lines(
+        changes in prop::collection::vec(change(), 1..14)
+    ) {
+        run_changes_holding("holding-hold", &changes, OnInvalid::Hold)?;
     }
 }
 
@@ -747,6 +760,99 @@ fn issue_21_a_held_file_serves_what_it_served_until_it_reads_cleanly() {
     assert!(report.held.is_empty());
     assert_eq!(released.catalog.summary.held_files, 0);
     let fresh = full::load(&options(&writer.directory, OnInvalid::Fail, 3))
+        .unwrap()
+        .0;
+    assert_eq!(served(&released), served(&fresh));
+}
+
+/// Issue 34 (CONTRACT revision 4, sections 2 and 8): a file held at start-up under
+/// `hold` serves nothing, is not read again while unchanged, is read again (and
+/// still held) when it changes with its invalid line still in it, and is released
+/// once it reads cleanly; `/files` says each time what its last read found.
+#[test]
+fn issue_34_a_file_held_at_start_up_is_released_once_it_reads_cleanly() {
+    let mut writer = Writer {
+        directory: TempDirectory::new("held-at-start"),
+        rests: HashMap::new(),
+        clock: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+    };
+    writer.apply(&Change::Append {
+        file: 0,
+        lines: vec![(0, 0, 0)],
+    });
+    writer.apply(&Change::Append {
+        file: 2,
+        lines: vec![(1, 0, 0)],
+    });
+    writer.apply(&Change::AppendInvalid { file: 2 });
+    writer.apply(&Change::Append {
+        file: 2,
+        lines: vec![(1, 1, 1)],
+    });
+    let directory = writer.directory.0.clone();
+    let hold = |generation| LoadOptions {
+        directory: directory.clone(),
+        shards: 2,
+        on_invalid: OnInvalid::Hold,
+        generation,
+        threads: 2,
+        hot: HOT,
+    };
+    let status = |catalog: &Catalog, file: &str| {
+        let status = (catalog.file_statuses())
+            .find(|status| status.path == file)
+            .unwrap();
+        let errors: Vec<u32> = status.errors.iter().map(|line| line.line).collect();
+        (status.held, status.records, errors)
+    };
+    let (generation, report) = full::load(&hold(1)).unwrap();
+    assert_eq!(report.held.len(), 1);
+    assert_eq!(held(&generation.catalog), [FILES[2]]);
+    let summary = &generation.catalog.summary;
+    assert_eq!(
+        (summary.units, summary.skipped_lines, summary.held_files),
+        (1, 0, 1)
+    );
+    assert_eq!(status(&generation.catalog, FILES[2]), (true, 0, vec![2]));
+    assert_eq!(status(&generation.catalog, FILES[0]), (false, 1, vec![]));
+    let started = served(&generation);
+    let (catalog, shards) = parts(generation);
+
+    // Unchanged: not read again, still held.
+    let (again, report) = reload(&catalog, &shards, &hold(2)).unwrap();
+    assert_eq!((report.files.len(), report.bytes), (0, 0));
+    assert_eq!(again.catalog.summary.held_files, 1);
+    assert_eq!(served(&again), started);
+    let (catalog, shards) = parts(again);
+
+    // A line more in each: the held file is read again and still held, with the
+    // same invalid line; the other advances.
+    writer.apply(&Change::Append {
+        file: 2,
+        lines: vec![(1, 2, 2)],
+    });
+    writer.apply(&Change::Append {
+        file: 0,
+        lines: vec![(0, 1, 1)],
+    });
+    let (grown, report) = reload(&catalog, &shards, &hold(3)).unwrap();
+    assert_eq!(report.held.len(), 1);
+    assert_eq!(report.files.len(), 2);
+    assert_eq!(status(&grown.catalog, FILES[2]), (true, 0, vec![2]));
+    assert_eq!(status(&grown.catalog, FILES[0]), (false, 2, vec![]));
+    assert_eq!(grown.catalog.summary.units, 2);
+    let (catalog, shards) = parts(grown);
+
+    // Written right: released, and served as a fresh load serves it.
+    writer.apply(&Change::Replace {
+        file: 2,
+        lines: vec![(1, 0, 0), (1, 1, 1)],
+    });
+    let (released, report) = reload(&catalog, &shards, &hold(4)).unwrap();
+    assert!(report.held.is_empty());
+    assert_eq!(released.catalog.summary.held_files, 0);
+    assert_eq!(status(&released.catalog, FILES[2]), (false, 2, vec![]));
+    let fresh = full::load(&options(&writer.directory, OnInvalid::Fail, 4))
         .unwrap()
         .0;
     assert_eq!(served(&released), served(&fresh));
