@@ -445,6 +445,7 @@ fn issue_34_accept_chooses_csv_only_when_it_prefers_text_csv() {
         ("text/csv;q=0", false),
         ("text/csv;q=0.5, application/*", false),
         ("text/csv;q=0.5, application/json;q=0.5", false),
+        ("text/csv;q=0.8, application/json;q=0.5, */*", false),
         ("", false),
     ];
     for (accept, csv) in cases {
