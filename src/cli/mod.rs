@@ -25,7 +25,8 @@ pub const DEFAULT_TOKENS_FILE: &str = "snapshots/tokens.json";
 /// spelled for the command line).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum OnInvalidLines {
-    /// Refuse the whole snapshot.
+    /// Do not start while any line is invalid; at a reload, hold back each file
+    /// with invalid lines (it serves what it served) and advance the others.
     Fail,
     /// Skip each invalid line, and report it.
     Skip,
