@@ -8,7 +8,7 @@
 //! whose attempts lie on two shards (grouped by `slot`, say) keeps the two earliest
 //! attempts and the latest one, cycle times and failing serials are joined (so
 //! percentiles and distinct counts are exact), and statistics combine by Chan's
-//! formulas. [`Partial::finish`] turns the merged partial into rows in the
+//! formulas. [`PartialSummary::finish`] turns the merged partial into rows in the
 //! contract's order, rendered as JSON. No raw record leaves its shard.
 //!
 //! A module per question, each with its question, its partial and how a shard
