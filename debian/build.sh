@@ -2,8 +2,8 @@
 # Builds stq's Debian package: target/debian/stq_<version>-1_<arch>.deb.
 #
 # cargo-deb (pinned below) comes from crates.io, installed here when missing. The
-# man pages and completions are written by stq-pkg from stq's own command line,
-# into target/deb-assets/, which [package.metadata.deb] in Cargo.toml packages.
+# man pages and completions are written by `cargo xtask deb-assets` (xtask/) from
+# stq's own command line, into target/deb-assets/, which [package.metadata.deb] in Cargo.toml packages.
 # The release build takes minutes (9 on two cores with another build beside it);
 # the rest, seconds.
 set -euo pipefail
@@ -16,12 +16,13 @@ if [[ $(cargo deb --version 2>/dev/null) != *" $CARGO_DEB_VERSION"* ]]; then
 fi
 
 # One cargo run for both, so that they share one build of stq's library.
-cargo build --release --locked -p stq -p stq-pkg
+cargo build --release --locked -p stq -p xtask
 target_dir=${CARGO_TARGET_DIR:-target}
 
 assets=target/deb-assets
 rm -rf "$assets"
-"$target_dir/release/stq-pkg" "$assets"
+# `cargo xtask deb-assets`, the release build just made.
+"$target_dir/release/xtask" deb-assets "$assets"
 # -n: no name or time stamp inside, so the same sources make the same files.
 gzip -9n "$assets"/man/*.1
 gzip -9n <CHANGELOG.md >"$assets/changelog.gz"

@@ -2,8 +2,8 @@
 //! sections 3 to 6 and 10): which stations (by rank) the token may and does ask
 //! for, and the question: for records, the window and where a cursor resumes it,
 //! filters as symbols, and the cap; for a summary, the window, filters and
-//! grouping. And, once the shards have answered, a record query's page: the
-//! records it keeps and the cursor of the next one.
+//! grouping. (The router cuts a record query's page once the shards have
+//! answered.)
 
 use std::sync::Arc;
 
@@ -12,13 +12,12 @@ use stq_core::data::catalog::Catalog;
 use stq_core::data::cursor::{Cursor, CursorError, CursorKey};
 use stq_core::data::key::Position;
 use stq_core::data::scan::{Matcher, RecordFilter};
-use stq_core::data::summary::{self, Grouping};
+use stq_core::data::summary::{self, Grouping, MetricQuestion, UnitQuestion};
 use stq_core::domain::auth::{Principal, Scope};
 use stq_core::domain::query::{Endpoint, Limits, QueryParams};
 use stq_core::domain::record::{Directions, Kind};
 use stq_core::domain::time::{Timestamp, Window};
 
-use super::router::{Page, QueryResult};
 use super::EngineError;
 
 /// What a client asked: the endpoint, its validated parameters, who asked, and
@@ -61,7 +60,7 @@ pub(crate) struct RecordQuestion {
     /// One more than a page or `max_records`, so that "more follow" is seen.
     pub(crate) cap: usize,
     /// What a paged query's cursors are sealed to; `None` without `limit`.
-    scope: Option<Vec<u8>>,
+    pub(crate) scope: Option<Vec<u8>>,
 }
 
 /// Plans `request` on `catalog`, checking in the contract's order: the window or
@@ -89,18 +88,18 @@ pub(crate) fn plan(
         Endpoint::Metrics => {
             Question::Records(records(Kind::Metrics, request, &catalog, settings)?)
         }
-        Endpoint::UnitsSummary => Question::Summary(summary::Question::Units {
+        Endpoint::UnitsSummary => Question::Summary(summary::Question::Units(UnitQuestion {
             window: params.window(*arrived, limits.max_window)?,
             unit_types: matcher(&catalog, &params.unit_types),
             unit_serial: serial_matcher(&catalog, params),
             grouping: grouping(),
             pass_results: settings.pass_results.to_vec(),
-        }),
-        Endpoint::MetricsSummary => Question::Summary(summary::Question::Metrics {
+        })),
+        Endpoint::MetricsSummary => Question::Summary(summary::Question::Metrics(MetricQuestion {
             window: params.window(*arrived, limits.max_window)?,
             names: matcher(&catalog, &params.names),
             grouping: grouping(),
-        }),
+        })),
         Endpoint::Stations => Question::Summary(summary::Question::Stations),
     };
     let stations = stations(params, &request.principal, &catalog)?;
@@ -251,48 +250,6 @@ fn results_matcher(catalog: &Catalog, texts: &[String]) -> Matcher {
         .collect();
     symbols.sort_unstable();
     Matcher::OneOf(symbols)
-}
-
-/// The page a record query's merged records make: all of them, or `limit` of
-/// them and the cursor of the rest; or `result_too_large` for an unpaged query
-/// over the limit.
-pub(crate) fn paginate(
-    request: &Request,
-    catalog: &Catalog,
-    question: &RecordQuestion,
-    mut records: QueryResult,
-    limits: &Limits,
-    cursor_key: &CursorKey,
-) -> Result<Page, EngineError> {
-    let next_cursor = match request.params.limit {
-        None if records.len() > limits.max_records => {
-            return Err(EngineError::ResultTooLarge {
-                max_records: limits.max_records,
-            })
-        }
-        None => None,
-        Some(limit) if records.len() > limit => {
-            records.truncate(limit);
-            let after = records
-                .last_position()
-                .expect("a full page has a last record");
-            let cursor = Cursor {
-                kind: question.kind,
-                window: question.window,
-                after: catalog.identity_of(after),
-            };
-            let scope = question
-                .scope
-                .as_deref()
-                .expect("paged queries have a cursor scope");
-            Some(cursor.encode(cursor_key, scope))
-        }
-        Some(_) => None,
-    };
-    Ok(Page {
-        records,
-        next_cursor,
-    })
 }
 
 /// What a cursor is sealed to besides its own payload: the endpoint, the token and

@@ -20,17 +20,18 @@ use std::time::Instant;
 
 use actix::prelude::*;
 use futures_util::future::join_all;
+use stq_core::data::catalog::Catalog;
+use stq_core::data::cursor::{Cursor, CursorKey};
 use stq_core::data::key::Position;
 use stq_core::data::merge::merge_sorted;
 use stq_core::data::scan::{Hit, ScanRequest, ShardStation};
 use stq_core::data::shard::ShardData;
 use stq_core::data::stored::RecordJson;
-use stq_core::data::summary::{
-    Grouping, Partial, Question as SummaryQuestion, Rows, SummaryRequest,
-};
+use stq_core::data::summary::{PartialSummary, Question as SummaryQuestion, Rows, SummaryRequest};
+use stq_core::domain::query::Limits;
 
 use super::fault::ShardFault;
-use super::plan::{self, Plan, Question, Request};
+use super::plan::{Plan, Question, RecordQuestion, Request};
 use super::shard::{ShardAnswer, ShardError, ShardHandle, ShardQuestion};
 use super::slots::Patience;
 use super::{Engine, EngineError};
@@ -228,7 +229,7 @@ async fn execute(
         Question::Records(question) => {
             let records = merge_records(answers, question.cap)?;
             let limits = engine.limits();
-            let page = plan::paginate(
+            let page = paginate(
                 &request,
                 &plan.catalog,
                 question,
@@ -239,19 +240,28 @@ async fn execute(
             Ok(Answer::Page(page))
         }
         Question::Summary(question) => {
-            let rows = merge_partials(answers, grouping(question), &plan, engine)?;
+            let rows = match question {
+                SummaryQuestion::Units(_) => {
+                    merge_partials(answers, &plan, engine, |answer| match answer {
+                        ShardAnswer::Units(partial) => Some(partial),
+                        _ => None,
+                    })
+                }
+                SummaryQuestion::Metrics(_) => {
+                    merge_partials(answers, &plan, engine, |answer| match answer {
+                        ShardAnswer::Metrics(partial) => Some(partial),
+                        _ => None,
+                    })
+                }
+                SummaryQuestion::Stations => {
+                    merge_partials(answers, &plan, engine, |answer| match answer {
+                        ShardAnswer::Stations(partial) => Some(partial),
+                        _ => None,
+                    })
+                }
+            }?;
             Ok(Answer::Rows(rows))
         }
-    }
-}
-
-/// How a summary's rows are grouped; `None` for `/stations`.
-fn grouping(question: &SummaryQuestion) -> Option<&Grouping> {
-    match question {
-        SummaryQuestion::Units { grouping, .. } | SummaryQuestion::Metrics { grouping, .. } => {
-            Some(grouping)
-        }
-        SummaryQuestion::Stations => None,
     }
 }
 
@@ -297,17 +307,18 @@ fn merge_records(answers: Vec<ShardAnswer>, cap: usize) -> Result<QueryResult, E
     })
 }
 
-/// The shards' partial summaries merged and rendered as rows; more rows than
-/// `--max-records` is `result_too_large`.
-fn merge_partials(
+/// The shards' partial summaries, which `partial` takes from their answers,
+/// merged and rendered as rows; more rows than `--max-records` is
+/// `result_too_large`.
+fn merge_partials<P: PartialSummary>(
     answers: Vec<ShardAnswer>,
-    grouping: Option<&Grouping>,
     plan: &Plan,
     engine: &Engine,
+    partial: impl Fn(ShardAnswer) -> Option<P>,
 ) -> Result<Rows, EngineError> {
-    let mut merged: Option<Partial> = None;
+    let mut merged: Option<P> = None;
     for answer in answers {
-        let ShardAnswer::Summary(partial) = answer else {
+        let Some(partial) = partial(answer) else {
             return Err(other_answer());
         };
         match &mut merged {
@@ -322,7 +333,49 @@ fn merge_partials(
     if merged.row_count() > max_records {
         return Err(EngineError::TooManyRows { max_records });
     }
-    Ok(merged.finish(grouping, &plan.catalog))
+    Ok(merged.finish(&plan.catalog))
+}
+
+/// The page a record query's merged records make: all of them, or `limit` of
+/// them and the cursor of the rest; or `result_too_large` for an unpaged query
+/// over the limit.
+pub(crate) fn paginate(
+    request: &Request,
+    catalog: &Catalog,
+    question: &RecordQuestion,
+    mut records: QueryResult,
+    limits: &Limits,
+    cursor_key: &CursorKey,
+) -> Result<Page, EngineError> {
+    let next_cursor = match request.params.limit {
+        None if records.len() > limits.max_records => {
+            return Err(EngineError::ResultTooLarge {
+                max_records: limits.max_records,
+            })
+        }
+        None => None,
+        Some(limit) if records.len() > limit => {
+            records.truncate(limit);
+            let after = records
+                .last_position()
+                .expect("a full page has a last record");
+            let cursor = Cursor {
+                kind: question.kind,
+                window: question.window,
+                after: catalog.identity_of(after),
+            };
+            let scope = question
+                .scope
+                .as_deref()
+                .expect("paged queries have a cursor scope");
+            Some(cursor.encode(cursor_key, scope))
+        }
+        Some(_) => None,
+    };
+    Ok(Page {
+        records,
+        next_cursor,
+    })
 }
 
 /// A shard answered another kind of question than it was asked: a bug, reported
@@ -334,7 +387,7 @@ fn other_answer() -> EngineError {
 /// A plan's stations grouped by the shard that holds them; shards without any are
 /// left out.
 fn stations_by_shard(
-    catalog: &stq_core::data::catalog::Catalog,
+    catalog: &Catalog,
     stations: &[u32],
 ) -> impl Iterator<Item = (usize, Vec<ShardStation>)> {
     let mut per_shard: Vec<Vec<ShardStation>> = vec![Vec::new(); catalog.shard_count()];

@@ -30,7 +30,9 @@ use prometheus_client::metrics::counter::Counter;
 use stq_core::data::catalog::Catalog;
 use stq_core::data::scan::{ScanAnswer, ScanRequest};
 use stq_core::data::shard::ShardData;
-use stq_core::data::summary::{Partial, SummaryRequest};
+use stq_core::data::summary::{
+    MetricPartial, Partial, StationsPartial, SummaryRequest, UnitPartial,
+};
 
 use super::fault::ShardFault;
 use super::slots::{Overloaded, Patience, Slots};
@@ -63,7 +65,8 @@ pub(super) enum ShardQuestion {
     Summary(SummaryRequest),
 }
 
-/// A shard's answer to its [`ShardQuestion`], of the same variant.
+/// A shard's answer to its [`ShardQuestion`]: one variant per question, so that
+/// the router merges only partials of one kind.
 pub(super) enum ShardAnswer {
     /// The hits and the shard data they point into, so that the bytes can be
     /// copied straight into a response without another message; the JSON of the
@@ -72,7 +75,22 @@ pub(super) enum ShardAnswer {
         data: Arc<ShardData>,
         answer: ScanAnswer,
     },
-    Summary(Partial),
+    /// `/units/summary`.
+    Units(UnitPartial),
+    /// `/metrics/summary`.
+    Metrics(MetricPartial),
+    /// `/stations`.
+    Stations(StationsPartial),
+}
+
+impl From<Partial> for ShardAnswer {
+    fn from(partial: Partial) -> ShardAnswer {
+        match partial {
+            Partial::Units(partial) => ShardAnswer::Units(partial),
+            Partial::Metrics(partial) => ShardAnswer::Metrics(partial),
+            Partial::Stations(partial) => ShardAnswer::Stations(partial),
+        }
+    }
 }
 
 /// Make `data` the current generation; the current one becomes the previous one, so
@@ -148,9 +166,7 @@ impl Handler<Query> for ShardActor {
                 answer: data.scan(&request),
                 data,
             },
-            ShardQuestion::Summary(request) => {
-                ShardAnswer::Summary(data.summarize(&request, catalog.symbols()))
-            }
+            ShardQuestion::Summary(request) => data.summarize(&request, catalog.symbols()).into(),
         })
     }
 }

@@ -14,14 +14,14 @@ use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 use serde_json::{json, Value};
 use stq_core::domain::auth::Unauthorized;
-use stq_core::domain::query::QueryError;
+use stq_core::domain::query::{Endpoint, QueryError};
 use stq_core::domain::time::duration_text;
 
 use crate::engine::{EngineError, Overloaded};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
-    #[error("no such path; the endpoints are /units, /metrics, /units/summary, /metrics/summary and /stations")]
+    #[error("no such path; the endpoints are {}", endpoint_paths())]
     NotFound,
 
     #[error("method not allowed; use GET or HEAD")]
@@ -237,6 +237,20 @@ impl From<Overloaded> for ApiError {
     }
 }
 
+/// Every endpoint's path, in the order they are listed to people: `/units, ...
+/// and /stations`.
+fn endpoint_paths() -> String {
+    let paths: Vec<&str> = Endpoint::ALL
+        .iter()
+        .map(|endpoint| endpoint.path())
+        .collect();
+    match paths.split_last() {
+        Some((last, [])) => (*last).to_owned(),
+        Some((last, others)) => format!("{} and {last}", others.join(", ")),
+        None => String::new(),
+    }
+}
+
 /// `application/json`, without parameters, as the contract writes it.
 pub(crate) const JSON: &str = "application/json";
 
@@ -280,6 +294,17 @@ mod tests {
         assert_eq!(
             body_of(&errors[3])["error"]["details"],
             json!({"request_id": "r"})
+        );
+    }
+
+    /// Issue 33: the list is made from the endpoint table, so that a new endpoint
+    /// joins it; this is the text docs/api.md shows.
+    #[test]
+    fn issue_33_not_found_names_every_endpoint() {
+        assert_eq!(
+            ApiError::NotFound.to_string(),
+            "no such path; the endpoints are /units, /metrics, /units/summary, \
+             /metrics/summary and /stations"
         );
     }
 

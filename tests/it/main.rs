@@ -23,6 +23,7 @@
 //! | `replicas` | two replicas behind Debian's nginx: one walk, 304s from both (skips where nginx cannot be had) |
 //! | `limits` | section 9: query length, window, timeouts, client deadlines, the cap |
 //! | `hostile_queries`, `hostile_snapshots` | hostile input of both kinds |
+//! | `imports` | the code's shape: no module of any crate uses one that uses it back (read with syn) |
 //! | `openapi` | the OpenAPI document, checked against real answers |
 //! | `openhtf` | section 2.1: OpenHTF test records, from the fixtures OpenHTF wrote |
 //! | `page` | section 11: the overview page, its files, and the page in chromium (skips where chromium cannot be had) |
@@ -47,6 +48,7 @@ mod files;
 mod grafana;
 mod hostile_queries;
 mod hostile_snapshots;
+mod imports;
 mod limits;
 mod metrics;
 mod openapi;

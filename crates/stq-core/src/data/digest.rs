@@ -631,6 +631,28 @@ impl Running {
         self.out_of_limits += u64::from(out);
         out
     }
+
+    /// Joins another's statistics: its mean and squared deviations by Chan et
+    /// al.'s formulas, taken as they are by statistics of no number yet.
+    pub(crate) fn join(&mut self, other: &Running) {
+        self.count += other.count;
+        self.out_of_limits += other.out_of_limits;
+        self.min = self.min.min(other.min);
+        self.max = self.max.max(other.max);
+        if other.numeric == 0 {
+            return;
+        }
+        if self.numeric == 0 {
+            (self.numeric, self.mean, self.squares) = (other.numeric, other.mean, other.squares);
+            return;
+        }
+        let (left, right) = (self.numeric as f64, other.numeric as f64);
+        let total = left + right;
+        let delta = other.mean - self.mean;
+        self.mean += delta * right / total;
+        self.squares += other.squares + delta * delta * left * right / total;
+        self.numeric += other.numeric;
+    }
 }
 
 /// A fine group's metric records in a block (name, slot and unit: every field a

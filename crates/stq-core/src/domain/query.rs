@@ -203,7 +203,7 @@ pub struct EndpointSpec {
 }
 
 const UNITS: EndpointSpec = EndpointSpec {
-    path: "/units",
+    path: Kind::Units.path(),
     kind: Some(Kind::Units),
     parameters: &[
         Parameter::StationIds,
@@ -222,7 +222,7 @@ const UNITS: EndpointSpec = EndpointSpec {
 };
 
 const METRICS: EndpointSpec = EndpointSpec {
-    path: "/metrics",
+    path: Kind::Metrics.path(),
     kind: Some(Kind::Metrics),
     parameters: &[
         Parameter::StationIds,
@@ -393,12 +393,6 @@ impl Bucket {
 
     pub fn seconds(self) -> i64 {
         self.seconds
-    }
-
-    /// The start of the bucket `instant` falls in, in seconds since the epoch:
-    /// buckets are aligned to the Unix epoch.
-    pub fn start_of(self, instant: Timestamp) -> i64 {
-        instant.seconds.div_euclid(self.seconds) * self.seconds
     }
 }
 
@@ -1057,15 +1051,6 @@ mod tests {
         for text in ["é", "1é", "1hé", "€", "1m€"] {
             assert_eq!(Bucket::parse(text), None, "{text}");
         }
-    }
-
-    #[test]
-    fn buckets_are_aligned_to_the_epoch() {
-        let hour = Bucket::parse("1h").unwrap();
-        let at = |seconds| Timestamp { seconds, nanos: 5 };
-        assert_eq!(hour.start_of(at(7200)), 7200);
-        assert_eq!(hour.start_of(at(7199)), 3600);
-        assert_eq!(hour.start_of(at(-1)), -3600);
     }
 
     #[test]

@@ -35,9 +35,13 @@ impl Kind {
         }
     }
 
-    /// The path of the endpoint that returns records of this kind.
-    pub fn path(self) -> &'static str {
-        crate::domain::query::Endpoint::records(self).path()
+    /// The path of the endpoint that returns records of this kind (the endpoint
+    /// table, `domain::query`, takes it from here).
+    pub const fn path(self) -> &'static str {
+        match self {
+            Kind::Units => "/units",
+            Kind::Metrics => "/metrics",
+        }
     }
 }
 

@@ -113,7 +113,8 @@ impl LoadReport {
         if self.files.is_empty() && self.records() == 0 {
             tracing::warn!(
                 directory = %directory.display(),
-                "the snapshot directory holds no *.units.jsonl, *.metrics.jsonl or *.openhtf.json files: serving no records"
+                "the snapshot directory holds no {} files: serving no records",
+                super::format::file_patterns()
             );
         }
         for line in &self.invalid {

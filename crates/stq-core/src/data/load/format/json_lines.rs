@@ -22,10 +22,10 @@ impl Format for JsonLines {
         }
     }
 
-    fn claims(&self, stem: &str) -> bool {
+    fn suffix(&self) -> &'static str {
         match self.0 {
-            Kind::Units => stem.ends_with(".units.jsonl"),
-            Kind::Metrics => stem.ends_with(".metrics.jsonl"),
+            Kind::Units => ".units.jsonl",
+            Kind::Metrics => ".metrics.jsonl",
         }
     }
 

@@ -21,9 +21,14 @@ pub(crate) trait Format: fmt::Debug + Sync {
     /// Its name in messages and tests: `units`, `metrics`, `openhtf`.
     fn name(&self) -> &'static str;
 
+    /// How the names of its files end, before a `.gz` suffix: `.units.jsonl`.
+    fn suffix(&self) -> &'static str;
+
     /// Whether a file whose name, without a `.gz` suffix, is `stem` is of this
     /// format.
-    fn claims(&self, stem: &str) -> bool;
+    fn claims(&self, stem: &str) -> bool {
+        stem.ends_with(self.suffix())
+    }
 
     /// The kind of every record of its files, or `None` when they hold both.
     fn kind(&self) -> Option<Kind>;
@@ -65,6 +70,19 @@ pub(crate) fn of_file_name(name: &str) -> Option<(&'static dyn Format, bool)> {
         .iter()
         .find(|format| format.claims(stem))
         .map(|format| (*format, gzipped))
+}
+
+/// The file names of every format, for people: `*.units.jsonl, ... or
+/// *.openhtf.json`.
+pub(crate) fn file_patterns() -> String {
+    let patterns: Vec<String> = (FORMATS.iter())
+        .map(|format| format!("*{}", format.suffix()))
+        .collect();
+    match patterns.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, others)) => format!("{} or {last}", others.join(", ")),
+        None => String::new(),
+    }
 }
 
 /// A run of a file's bytes handed to a parsing thread: whole lines (the last one
@@ -121,5 +139,14 @@ mod tests {
             let found = of_file_name(name).map(|(format, gzip)| (format.name(), gzip));
             assert_eq!(found, wanted, "{name}");
         }
+    }
+
+    /// Issue 33: the "no files" warning lists the formats from [`FORMATS`].
+    #[test]
+    fn issue_33_file_patterns_name_every_format() {
+        assert_eq!(
+            file_patterns(),
+            "*.units.jsonl, *.metrics.jsonl or *.openhtf.json"
+        );
     }
 }

@@ -18,8 +18,8 @@ impl Format for OpenHtf {
         "openhtf"
     }
 
-    fn claims(&self, stem: &str) -> bool {
-        stem.ends_with(".openhtf.json")
+    fn suffix(&self) -> &'static str {
+        ".openhtf.json"
     }
 
     fn kind(&self) -> Option<Kind> {

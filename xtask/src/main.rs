@@ -1,5 +1,10 @@
-//! `stq-pkg OUT`: writes what the Debian package installs beside the binary, made
-//! from stq's own command line so that it always says what the binary does:
+//! stq's repository tasks, in the cargo xtask manner: `cargo xtask TASK` (the alias
+//! is in `.cargo/config.toml`). It sits at the top of the workspace, above the
+//! service crate it reads, so that no crate under `crates/` points up.
+//!
+//! `cargo xtask deb-assets OUT` writes what the Debian package installs beside the
+//! binary, made from stq's own command line so that it always says what the
+//! binary does:
 //!
 //! - `OUT/man/`: a man page for `stq` and one for each subcommand (`stq-serve.1`, ...);
 //! - `OUT/completions/`: `stq.bash`, `_stq` (zsh) and `stq.fish`.
@@ -13,15 +18,24 @@ use std::process::ExitCode;
 use clap::CommandFactory as _;
 use clap_complete::Shell;
 
+const USAGE: &str = "usage: cargo xtask deb-assets OUT_DIRECTORY";
+
 fn main() -> ExitCode {
-    let Some(out) = std::env::args_os().nth(1).map(PathBuf::from) else {
-        eprintln!("usage: stq-pkg OUT_DIRECTORY");
+    let mut arguments = std::env::args_os().skip(1);
+    let (Some(task), Some(out), None) = (arguments.next(), arguments.next(), arguments.next())
+    else {
+        eprintln!("{USAGE}");
         return ExitCode::from(2);
     };
+    if task != "deb-assets" {
+        eprintln!("xtask: no task {}; {USAGE}", task.to_string_lossy());
+        return ExitCode::from(2);
+    }
+    let out = PathBuf::from(out);
     match write(&out) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("stq-pkg: cannot write to {}: {error}", out.display());
+            eprintln!("xtask: cannot write to {}: {error}", out.display());
             ExitCode::FAILURE
         }
     }
@@ -62,7 +76,7 @@ mod tests {
     /// The package's `/etc/stq/stq.env` names every variable of `stq serve`.
     #[test]
     fn the_environment_file_names_every_serve_variable() {
-        let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../../debian/stq.env");
+        let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../debian/stq.env");
         let text = std::fs::read_to_string(file).unwrap();
         let command = stq::cli::Cli::command();
         let serve = command.find_subcommand("serve").unwrap();
@@ -86,7 +100,7 @@ mod tests {
 
     #[test]
     fn it_writes_man_pages_and_completions() {
-        let out = std::env::temp_dir().join(format!("stq-pkg-test-{}", std::process::id()));
+        let out = std::env::temp_dir().join(format!("stq-xtask-test-{}", std::process::id()));
         write(&out).unwrap();
         for file in [
             "man/stq.1",

@@ -1,0 +1,334 @@
+//! Summaries (docs/api.md section 10): what a dashboard shows, computed where the
+//! records live.
+//!
+//! Each shard summarises its own stations into a [`Partial`]: counts per group and
+//! bucket, per unit its first, second and last attempt, and each row's cycle times
+//! (units); or running statistics, the serials of failing units and the last
+//! record's limits (metrics). Partials of several shards merge exactly: a unit
+//! whose attempts lie on two shards (grouped by `slot`, say) keeps the two earliest
+//! attempts and the latest one, cycle times and failing serials are joined (so
+//! percentiles and distinct counts are exact), and statistics combine by Chan's
+//! formulas. [`PartialSummary::finish`] turns the merged partial into rows in the
+//! contract's order, rendered as JSON. No raw record leaves its shard.
+//!
+//! A module per question, each with its question, its partial and how a shard
+//! reads records into it: [`units`] (a cycle time pairs an output record with an
+//! input record of one station, so the pairing is done on the station's shard),
+//! [`metrics`] and [`stations`]; [`buckets`] places instants in buckets, in UTC
+//! or a zone. This module holds what they share: the question and partial enums
+//! (a line each per question), the [`PartialSummary`] seam the router merges
+//! through, rows' order, and [`Rows`], the rendered JSON.
+//!
+//! A sealed block that the window and one bucket hold whole is read from its
+//! digest (`data::digest`) instead of its records, with the same answer to the
+//! byte (see [`units`] and [`metrics`]).
+//!
+//! A new summary is a module here (its question, partial, a reading of records and
+//! `PartialSummary`), its variant in [`Question`] and [`Partial`], its endpoint in
+//! `domain::query`'s table, and its plan in the engine.
+
+use std::cmp::Ordering;
+use std::ops::Range;
+
+use crate::data::catalog::Catalog;
+use crate::data::key::{Position, RecordKey};
+use crate::data::scan::ShardStation;
+use crate::data::shard::ShardData;
+use crate::data::symbols::{Symbol, Symbols};
+use crate::domain::query::{Bucket, GroupField};
+use crate::domain::time::Window;
+use crate::domain::zone::Zone;
+
+use buckets::BucketStarts;
+pub use metrics::{MetricPartial, MetricQuestion};
+pub use stations::StationsPartial;
+pub use units::{UnitPartial, UnitQuestion};
+
+mod buckets;
+mod metrics;
+mod stations;
+#[cfg(test)]
+mod tests;
+mod units;
+
+/// What one shard is asked to summarise.
+#[derive(Clone, Debug)]
+pub struct SummaryRequest {
+    /// The shard's stations the query reads.
+    pub stations: Vec<ShardStation>,
+    pub question: Question,
+}
+
+/// The three summaries, each answered by its own module.
+#[derive(Clone, Debug)]
+pub enum Question {
+    /// `/units/summary`.
+    Units(UnitQuestion),
+    /// `/metrics/summary`.
+    Metrics(MetricQuestion),
+    /// `/stations`: every record of each station, no window.
+    Stations,
+}
+
+/// How rows are grouped: by these fields, in this order, and into these buckets,
+/// cut at the wall clock of `zone`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Grouping {
+    pub fields: Vec<GroupField>,
+    pub bucket: Option<Bucket>,
+    pub zone: Zone,
+}
+
+/// The values of a row's group fields, in `group_by` order: a station's rank, or
+/// a symbol. At most four fields exist, so a fixed array needs no allocation.
+type GroupValues = [u32; 4];
+
+/// A row's identity: its group, its metric name (metrics only) and its bucket's
+/// first instant in seconds since the epoch (0 without buckets).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct RowKey {
+    group: GroupValues,
+    name: Symbol,
+    bucket: i64,
+}
+
+/// One shard's summary, one variant per question: the router merges the
+/// shards' partials of its question ([`PartialSummary::merge`]) and finishes
+/// them.
+#[derive(Debug)]
+pub enum Partial {
+    Units(UnitPartial),
+    Metrics(MetricPartial),
+    Stations(StationsPartial),
+}
+
+/// What the router does with the shards' partials of one question: merges them,
+/// counts the rows they make, and renders those. A partial carries what its
+/// question asked (its grouping), so that it finishes alone.
+pub trait PartialSummary: Sized {
+    /// Folds another shard's partial of the same question into this one.
+    fn merge(&mut self, other: Self);
+
+    /// The number of rows [`PartialSummary::finish`] will make.
+    fn row_count(&self) -> usize;
+
+    /// The rows, in the contract's order, as JSON; `catalog` names stations and
+    /// symbols.
+    fn finish(self, catalog: &Catalog) -> Rows;
+}
+
+/// Rows rendered as JSON objects, one after another in `bytes`.
+#[derive(Debug, Default)]
+pub struct Rows {
+    bytes: Vec<u8>,
+    rows: Vec<Range<usize>>,
+}
+
+impl Rows {
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// Each row's JSON, in order.
+    pub fn rows(&self) -> impl Iterator<Item = &[u8]> + Clone + '_ {
+        self.rows.iter().map(|range| &self.bytes[range.clone()])
+    }
+
+    /// Room for `rows` rows of about `row_bytes` bytes each: growing the bytes
+    /// by doubling copied them over and over (a tenth of a large summary's time).
+    fn with_capacity(rows: usize, row_bytes: usize) -> Rows {
+        Rows {
+            bytes: Vec::with_capacity(rows * row_bytes),
+            rows: Vec::with_capacity(rows),
+        }
+    }
+
+    /// Adds the row `write` writes, field by field.
+    fn push(&mut self, write: impl FnOnce(&mut RowWriter)) {
+        let start = self.bytes.len();
+        let mut row = RowWriter {
+            bytes: &mut self.bytes,
+            fields: 0,
+        };
+        write(&mut row);
+        row.end();
+        self.rows.push(start..self.bytes.len());
+    }
+}
+
+/// Writes one row's JSON object straight into the rows' bytes. Its keys are the
+/// contract's fixed names, ASCII that needs no escaping, so they are copied as
+/// they are; only the values go through serde_json (texts need escaping, numbers
+/// its formatting). Through serde_json's map, escaping the keys was a sixth of
+/// writing a row.
+struct RowWriter<'a> {
+    bytes: &'a mut Vec<u8>,
+    fields: usize,
+}
+
+impl RowWriter<'_> {
+    fn field<T: serde::Serialize + ?Sized>(&mut self, key: &str, value: &T) {
+        debug_assert!(key
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || byte == b'_'));
+        self.bytes.push(if self.fields == 0 { b'{' } else { b',' });
+        self.fields += 1;
+        self.bytes.push(b'"');
+        self.bytes.extend_from_slice(key.as_bytes());
+        self.bytes.extend_from_slice(b"\":");
+        serde_json::to_writer(&mut *self.bytes, value).expect(WRITING);
+    }
+
+    fn end(self) {
+        if self.fields == 0 {
+            self.bytes.push(b'{');
+        }
+        self.bytes.push(b'}');
+    }
+}
+
+impl ShardData {
+    /// This shard's part of a summary. `symbols` is the generation's table, which
+    /// the `result` values are read from to decide what passes.
+    pub fn summarize(&self, request: &SummaryRequest, symbols: &Symbols) -> Partial {
+        self.summarize_reading(request, symbols, Digests::Read)
+    }
+
+    /// [`ShardData::summarize`], reading sealed blocks' digests where they will do
+    /// or, for tests, decoding every block.
+    fn summarize_reading(
+        &self,
+        request: &SummaryRequest,
+        symbols: &Symbols,
+        digests: Digests,
+    ) -> Partial {
+        let stations = request.stations.iter().filter_map(|&station| {
+            let data = self.stations.get(station.station_index as usize)?;
+            Some((station, &**data))
+        });
+        match &request.question {
+            Question::Units(question) => {
+                Partial::Units(question.summarize(stations, symbols, digests))
+            }
+            Question::Metrics(question) => Partial::Metrics(question.summarize(stations, digests)),
+            Question::Stations => Partial::Stations(StationsPartial::summarize(stations)),
+        }
+    }
+}
+
+/// Whether a summary reads sealed blocks' digests where they will do, or decodes
+/// every block (so that tests can hold the two to the same answer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Digests {
+    Read,
+    #[cfg_attr(not(test), allow(dead_code))]
+    Decode,
+}
+
+/// The keys of a station's records whose instants are in `window`.
+fn key_range(window: &Window) -> Range<RecordKey> {
+    RecordKey {
+        instant: window.from,
+        load_order: 0,
+    }..RecordKey {
+        instant: window.to,
+        load_order: 0,
+    }
+}
+
+fn position(station: ShardStation, key: &RecordKey) -> Position {
+    Position {
+        instant: key.instant,
+        station_rank: station.rank,
+        load_order: key.load_order,
+    }
+}
+
+/// The group values of a record; `field_of` gives a symbol-valued field.
+fn group_values(
+    grouping: &Grouping,
+    station: ShardStation,
+    field_of: impl Fn(GroupField) -> Symbol,
+) -> GroupValues {
+    let mut values = [0; 4];
+    for (value, &field) in values.iter_mut().zip(&grouping.fields) {
+        *value = match field {
+            GroupField::StationId => station.rank,
+            field => field_of(field).0,
+        };
+    }
+    values
+}
+
+const WRITING: &str = "writing JSON to a Vec cannot fail";
+
+/// The text of a group value.
+fn group_text(field: GroupField, value: u32, catalog: &Catalog) -> &str {
+    match field {
+        GroupField::StationId => &catalog.stations[value as usize],
+        _ => catalog.symbols.text(Symbol(value)),
+    }
+}
+
+/// The contract's row order: by the group fields' text in byte order, in
+/// `group_by` order, then by name (metrics), then by bucket.
+fn row_order(grouping: &Grouping, left: &RowKey, right: &RowKey, catalog: &Catalog) -> Ordering {
+    let groups = grouping
+        .fields
+        .iter()
+        .zip(left.group.iter().zip(&right.group));
+    for (&field, (&left, &right)) in groups {
+        let order = match field {
+            // Ranks follow the byte order of station ids.
+            GroupField::StationId => left.cmp(&right),
+            _ if left == right => Ordering::Equal,
+            _ => group_text(field, left, catalog).cmp(group_text(field, right, catalog)),
+        };
+        if order != Ordering::Equal {
+            return order;
+        }
+    }
+    let names = if left.name == right.name {
+        Ordering::Equal
+    } else {
+        catalog
+            .symbols
+            .text(left.name)
+            .cmp(catalog.symbols.text(right.name))
+    };
+    names.then(left.bucket.cmp(&right.bucket))
+}
+
+/// Writes the group fields and `bucket_start` that start every summary row.
+fn write_group(
+    row: &mut RowWriter,
+    grouping: &Grouping,
+    key: &RowKey,
+    with_name: bool,
+    catalog: &Catalog,
+    bucket_starts: &mut BucketStarts,
+) {
+    for (&field, &value) in grouping.fields.iter().zip(&key.group) {
+        row.field(field.name(), group_text(field, value, catalog));
+    }
+    if with_name {
+        row.field("name", catalog.symbols.text(key.name));
+    }
+    if grouping.bucket.is_some() {
+        row.field("bucket_start", bucket_starts.text(key.bucket));
+    }
+}
+
+/// A ratio as a JSON number, or `null` without a denominator.
+fn ratio(part: u64, whole: u64) -> Option<f64> {
+    (whole > 0).then(|| part as f64 / whole as f64)
+}
+
+/// A statistic as a JSON number; `null` when it does not exist or overflowed.
+fn finite(value: Option<f64>) -> Option<f64> {
+    value.filter(|value| value.is_finite())
+}
