@@ -71,10 +71,13 @@ for path in ./usr/bin/stq ./usr/lib/systemd/system/stq.service ./etc/stq/stq.env
     ./usr/share/man/man1/stq-token-new.1.gz \
     ./usr/share/bash-completion/completions/stq ./usr/share/zsh/vendor-completions/_stq \
     ./usr/share/fish/vendor_completions.d/stq.fish ./usr/share/doc/stq/copyright \
-    ./usr/share/doc/stq/changelog.gz ./usr/share/doc/stq/changelog.Debian.gz; do
+    ./usr/share/doc/stq/changelog.gz ./usr/share/doc/stq/changelog.Debian.gz \
+    ./usr/share/doc/stq/SECURITY.md ./usr/share/doc/stq/docs/api.md; do
     grep -qx -- "$path" <<<"$contents" || fail "$path is not in the package"
 done
 echo "the package holds every path it should"
+dpkg-deb --fsys-tarfile "$deb" | tar -xO ./usr/share/doc/stq/copyright | grep -q 'uPlot' ||
+    fail "the copyright file lacks uPlot's notice"
 
 echo "== lintian (E: tags fail; debian/README.md lists what it reports)"
 lintian_status=0

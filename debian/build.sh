@@ -26,6 +26,13 @@ rm -rf "$assets"
 # -n: no name or time stamp inside, so the same sources make the same files.
 gzip -9n "$assets"/man/*.1
 gzip -9n <CHANGELOG.md >"$assets/changelog.gz"
+# The copyright file: stq's licence, then the notice of uPlot, which the binary
+# carries for the overview page (src/http/ui/vendor/).
+{
+    cat LICENSE
+    printf '\n---\n\nThe overview page bundles uPlot (src/http/ui/vendor/README.md names its\nversion), under this licence:\n\n'
+    cat src/http/ui/vendor/LICENSE
+} >"$assets/copyright"
 
 # --strip: [profile.release] keeps line tables for profiling; the package does not.
 cargo deb --no-build --strip --locked "$@"
