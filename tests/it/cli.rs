@@ -210,7 +210,7 @@ fn serve_on_invalid_skip_serves_the_valid_records_and_logs_the_skipped_lines() {
     let (_directory, snapshots, tokens) = write_snapshot(&files);
     let server = Server::spawn(
         &serve_args(&snapshots, &tokens, &["--on-invalid", "skip"]),
-        &[],
+        &[("STQ_TEST_COLD", "1")],
     );
     let envelope = server.ok(&format!("/units?{WINDOW}"));
     assert_eq!(serials(&envelope.data), ["V1", "V2", "V3"]);

@@ -668,7 +668,7 @@ fn a_start_with_on_invalid_skip_counts_the_bad_lines_and_serves_the_good_ones() 
     let (_directory, snapshots, tokens, paths) = snapshot_of(&cases);
     let server = Server::spawn(
         &serve_args(&snapshots, &tokens, &["--on-invalid", "skip"]),
-        &[],
+        &[("STQ_TEST_COLD", "1")],
     );
 
     let count = |kind: Kind| -> usize {

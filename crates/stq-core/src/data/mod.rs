@@ -1,8 +1,9 @@
 //! The data layer: records held in memory and read back in the contract's order.
 //!
 //! A snapshot is loaded ([`load`]) into an immutable [`catalog::Generation`]:
-//! per-station B-tree maps ordered by time ([`station`]) grouped into shards
-//! ([`shard`]), and a catalog that says where each station lives. A query is a
+//! each station's records in time order ([`station`]: the recent ones in B-tree
+//! maps, older ones in compressed blocks) grouped into shards ([`shard`]), and a
+//! catalog that says where each station lives. A query is a
 //! [`scan`] of each shard it touches and a [`merge`] of their sorted hits; a page
 //! ends in a [`cursor`] that says where the next one starts. A [`summary`] is
 //! computed by each shard over its own stations and merged. The [`store`] keeps a
