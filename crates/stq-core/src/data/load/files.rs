@@ -14,7 +14,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, Metadata};
-use std::hash::Hasher as _;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -190,14 +189,15 @@ pub(crate) struct Resume {
     pub(crate) tail: u64,
 }
 
-/// A digest of the [`TAIL_BYTES`] of `file` before `end`.
+/// A digest of the [`TAIL_BYTES`] of `file` before `end`: XXH3, whose output is fixed
+/// by its specification, so that a store's manifest written by one build of stq still
+/// matches the files for the next (std's `DefaultHasher` may change between Rust
+/// releases, and every grown file would then be read whole again).
 pub(crate) fn tail_digest(file: &File, end: u64) -> io::Result<u64> {
     let length = end.min(TAIL_BYTES);
     let mut bytes = vec![0; length as usize];
     read_exact_at(file, &mut bytes, end - length)?;
-    let mut hasher = std::hash::DefaultHasher::new();
-    hasher.write(&bytes);
-    Ok(hasher.finish())
+    Ok(xxhash_rust::xxh3::xxh3_64(&bytes))
 }
 
 /// Whether `file`, now `now`, is the file that was `before` grown in place: the
@@ -533,5 +533,30 @@ impl Stamps {
             .map(|(path, _)| path);
         let gone = (before.0.keys()).filter(|path| !self.0.contains_key(*path));
         added_or_changed.chain(gone).cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write as _;
+
+    use super::*;
+
+    /// Issue 32: a file's tail digest is in a store's manifest, so it must be the same
+    /// from every build: XXH3's output for these bytes, as its specification fixes it
+    /// (the empty input's is the reference implementation's test vector).
+    #[test]
+    fn issue_32_tail_digests_are_fixed_by_their_specification() {
+        let mut file = tempfile::tempfile().unwrap();
+        assert_eq!(tail_digest(&file, 0).unwrap(), 0x2D06_8005_38D3_94C2);
+        let mut text = b"0123456789".repeat(1000);
+        text.extend_from_slice(b"the last line\n");
+        file.write_all(&text).unwrap();
+        let end = text.len() as u64;
+        let tail = &text[text.len() - TAIL_BYTES as usize..];
+        assert_eq!(
+            tail_digest(&file, end).unwrap(),
+            xxhash_rust::xxh3::xxh3_64(tail)
+        );
     }
 }
