@@ -17,6 +17,8 @@
 # beside it, about 5 alone), cargo-deb's install (about 3 minutes, once), apt-get
 # (lintian and its Perl: about a minute), the checks (35 s).
 set -euo pipefail
+# Under pipefail a pipe into `grep -q` or `head` fails whenever its writer is still
+# writing when the reader leaves (SIGPIPE): outputs are read whole into variables first.
 cd "$(dirname "$0")/.."
 
 missing=()
@@ -64,7 +66,8 @@ info=$(dpkg-deb --info "$deb")
 echo "$info"
 grep -q '^ Package: stq$' <<<"$info" || fail "not the package stq"
 grep -q '^ Depends:.*adduser' <<<"$info" || fail "no Depends on adduser"
-dpkg-deb --info "$deb" conffiles | grep -qx /etc/stq/stq.env || fail "/etc/stq/stq.env is no conffile"
+conffiles=$(dpkg-deb --info "$deb" conffiles)
+grep -qx /etc/stq/stq.env <<<"$conffiles" || fail "/etc/stq/stq.env is no conffile"
 contents=$(dpkg-deb --contents "$deb" | awk '{print $NF}')
 for path in ./usr/bin/stq ./usr/lib/systemd/system/stq.service ./etc/stq/stq.env \
     ./usr/share/man/man1/stq.1.gz ./usr/share/man/man1/stq-serve.1.gz \
@@ -76,8 +79,10 @@ for path in ./usr/bin/stq ./usr/lib/systemd/system/stq.service ./etc/stq/stq.env
     grep -qx -- "$path" <<<"$contents" || fail "$path is not in the package"
 done
 echo "the package holds every path it should"
-dpkg-deb --fsys-tarfile "$deb" | tar -xO ./usr/share/doc/stq/copyright | grep -q 'uPlot' ||
-    fail "the copyright file lacks uPlot's notice"
+# Read whole before grep: `grep -q` leaves at its first match, and under pipefail the
+# writer's SIGPIPE would fail the check (it did, in CI) although the notice is there.
+copyright=$(dpkg-deb --fsys-tarfile "$deb" | tar -xO ./usr/share/doc/stq/copyright)
+grep -q 'uPlot' <<<"$copyright" || fail "the copyright file lacks uPlot's notice"
 
 echo "== lintian (E: tags fail; debian/README.md lists what it reports)"
 lintian_status=0
@@ -168,13 +173,15 @@ curl -fsS "$base/readyz"
 echo
 for _ in $(seq 100); do grep -q 'READY=1' "$work/notify.log" && break; sleep 0.1; done
 grep 'READY=1' "$work/notify.log" || fail "stq sent no READY=1 to NOTIFY_SOCKET"
-curl -fsS -H 'Authorization: Bearer stq-demo-ops' "$base/stations" | grep -q '"ST-04"' ||
+stations=$(curl -fsS -H 'Authorization: Bearer stq-demo-ops' "$base/stations")
+grep -q '"ST-04"' <<<"$stations" ||
     fail "/stations with the demo token does not list ST-04"
 # The env file's store: written by the user stq, and /readyz says so.
 for _ in $(seq 300); do [[ -e /var/lib/stq/store/MANIFEST ]] && break; sleep 0.1; done
 [[ $(stat -c %U /var/lib/stq/store/MANIFEST) == stq ]] ||
     fail "stq wrote no store in /var/lib/stq/store"
-curl -fsS "$base/readyz" | grep -q '"store":"ok"' || fail "/readyz does not say store ok"
+readyz=$(curl -fsS "$base/readyz")
+grep -q '"store":"ok"' <<<"$readyz" || fail "/readyz does not say store ok"
 
 echo "== stq token new, seen after SIGHUP"
 token=$(stq token new --name debian-test --stations '*' --tokens /etc/stq/tokens.json)
@@ -190,8 +197,10 @@ echo "the new token works"
 
 echo "== man stq"
 if [[ -f /usr/share/man/man1/stq.1.gz ]]; then
-    man -P cat stq | head -n 12
-    man -P cat stq-serve | grep -q STQ_SNAPSHOTS || fail "man stq-serve does not name STQ_SNAPSHOTS"
+    page=$(man -P cat stq)
+    head -n 12 <<<"$page"
+    page=$(man -P cat stq-serve)
+    grep -q STQ_SNAPSHOTS <<<"$page" || fail "man stq-serve does not name STQ_SNAPSHOTS"
 else
     # A dpkg path-exclude (as in slim Docker images) dropped the man pages.
     fail "/usr/share/man/man1/stq.1.gz was not installed (a path-exclude in /etc/dpkg/dpkg.cfg.d?)"
