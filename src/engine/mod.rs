@@ -55,6 +55,28 @@ pub enum EngineError {
     #[error(transparent)]
     Query(#[from] QueryError),
 
+    /// The query is one the engine will not answer as asked; the client can change it.
+    #[error(transparent)]
+    Refused(#[from] EngineRefusal),
+
+    /// The request's deadline passed before the shards reached it.
+    #[error("the query's deadline passed before the shards answered")]
+    TimedOut,
+
+    #[error(transparent)]
+    Overloaded(#[from] Overloaded),
+
+    /// A shard panicked or died, or the query raced more reloads than it retries.
+    /// The cause is for the log, not for the client.
+    #[error("the query failed in the engine: {0}")]
+    Failed(String),
+}
+
+/// A query the engine refuses as asked, and that the client can change: the HTTP
+/// layer gives each its code (`src/http/error.rs`). Kept apart from the engine's
+/// failures so that that mapping is total, without an arm that cannot happen.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineRefusal {
     #[error(transparent)]
     Cursor(#[from] CursorError),
 
@@ -74,18 +96,12 @@ pub enum EngineError {
         "more than {max_records} summary rows; narrow the window or the stations, or use longer buckets or fewer group fields"
     )]
     TooManyRows { max_records: usize },
+}
 
-    /// The request's deadline passed before the shards reached it.
-    #[error("the query's deadline passed before the shards answered")]
-    TimedOut,
-
-    #[error(transparent)]
-    Overloaded(#[from] Overloaded),
-
-    /// A shard panicked or died, or the query raced more reloads than it retries.
-    /// The cause is for the log, not for the client.
-    #[error("the query failed in the engine: {0}")]
-    Failed(String),
+impl From<CursorError> for EngineError {
+    fn from(error: CursorError) -> EngineError {
+        EngineError::Refused(error.into())
+    }
 }
 
 impl From<ShardError> for EngineError {

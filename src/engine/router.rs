@@ -34,7 +34,7 @@ use super::fault::ShardFault;
 use super::plan::{Plan, Question, RecordQuestion, Request};
 use super::shard::{ShardAnswer, ShardError, ShardHandle, ShardQuestion};
 use super::slots::Patience;
-use super::{Engine, EngineError};
+use super::{Engine, EngineError, EngineRefusal};
 
 // --- Messages --------------------------------------------------------------------
 
@@ -331,7 +331,7 @@ fn merge_partials<P: PartialSummary>(
     };
     let max_records = engine.limits().max_records;
     if merged.row_count() > max_records {
-        return Err(EngineError::TooManyRows { max_records });
+        return Err(EngineRefusal::TooManyRows { max_records }.into());
     }
     Ok(merged.finish(&plan.catalog))
 }
@@ -349,9 +349,9 @@ pub(crate) fn paginate(
 ) -> Result<Page, EngineError> {
     let next_cursor = match request.params.limit {
         None if records.len() > limits.max_records => {
-            return Err(EngineError::ResultTooLarge {
+            return Err(EngineError::Refused(EngineRefusal::ResultTooLarge {
                 max_records: limits.max_records,
-            })
+            }))
         }
         None => None,
         Some(limit) if records.len() > limit => {

@@ -1,8 +1,8 @@
 //! The one place where errors become the contract's answers (docs/api.md section 7).
 //!
 //! Every layer has its own errors: the query parser's [`QueryError`], the token
-//! check's [`Unauthorized`], the engine's [`EngineError`] (which carries the
-//! cursor's). [`ApiError`] wraps each of them beside the HTTP layer's own, and
+//! check's [`Unauthorized`], the engine's [`EngineError`] (whose refusals, the
+//! cursor's among them, are an [`EngineRefusal`]). [`ApiError`] wraps each of them beside the HTTP layer's own, and
 //! only here are they given a code, a status, details and headers, so every body
 //! has the shape `{"error": {"code", "message", "details"}}`. Internal causes are
 //! logged with their request id and never shown to the client.
@@ -17,7 +17,7 @@ use stq_core::domain::auth::Unauthorized;
 use stq_core::domain::query::{Endpoint, QueryError};
 use stq_core::domain::time::duration_text;
 
-use crate::engine::{EngineError, Overloaded};
+use crate::engine::{EngineError, EngineRefusal, Overloaded};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -38,7 +38,7 @@ pub enum ApiError {
     /// timeouts `Timeout`, its refusals for want of a slot `Overloaded`, its failures
     /// `Internal`.)
     #[error(transparent)]
-    Engine(EngineError),
+    Engine(EngineRefusal),
 
     #[error("no acceptable content coding; accept gzip, br or identity")]
     NotAcceptable,
@@ -79,10 +79,7 @@ impl ApiError {
                     request_id: request_id.to_owned(),
                 }
             }
-            refusal @ (EngineError::Cursor(_)
-            | EngineError::Forbidden { .. }
-            | EngineError::ResultTooLarge { .. }
-            | EngineError::TooManyRows { .. }) => ApiError::Engine(refusal),
+            EngineError::Refused(refusal) => ApiError::Engine(refusal),
         }
     }
 
@@ -99,17 +96,12 @@ impl ApiError {
                 QueryError::UriTooLong { .. } => "uri_too_long",
                 QueryError::WindowTooLarge { .. } => "window_too_large",
             },
-            ApiError::Engine(error) => match error {
-                EngineError::Cursor(_) => "invalid_cursor",
-                EngineError::Forbidden { .. } => "forbidden",
-                EngineError::ResultTooLarge { .. } | EngineError::TooManyRows { .. } => {
+            ApiError::Engine(refusal) => match refusal {
+                EngineRefusal::Cursor(_) => "invalid_cursor",
+                EngineRefusal::Forbidden { .. } => "forbidden",
+                EngineRefusal::ResultTooLarge { .. } | EngineRefusal::TooManyRows { .. } => {
                     "result_too_large"
                 }
-                // Never wrapped: `from_engine` gives these their own variants.
-                EngineError::Query(_)
-                | EngineError::TimedOut
-                | EngineError::Overloaded(_)
-                | EngineError::Failed(_) => "internal_error",
             },
             ApiError::NotAcceptable => "not_acceptable",
             ApiError::Timeout { .. } => "timeout",
@@ -149,12 +141,12 @@ impl ApiError {
                 }),
             },
             ApiError::Engine(
-                EngineError::ResultTooLarge { max_records }
-                | EngineError::TooManyRows { max_records },
+                EngineRefusal::ResultTooLarge { max_records }
+                | EngineRefusal::TooManyRows { max_records },
             ) => {
                 json!({ "max_records": max_records })
             }
-            ApiError::Engine(EngineError::Forbidden { stations }) => {
+            ApiError::Engine(EngineRefusal::Forbidden { stations }) => {
                 json!({ "stations": stations })
             }
             ApiError::Internal { request_id } => json!({ "request_id": request_id }),
@@ -177,7 +169,7 @@ impl ResponseError for ApiError {
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::Query(QueryError::UriTooLong { .. }) => StatusCode::URI_TOO_LONG,
-            ApiError::Engine(EngineError::Forbidden { .. }) => StatusCode::FORBIDDEN,
+            ApiError::Engine(EngineRefusal::Forbidden { .. }) => StatusCode::FORBIDDEN,
             ApiError::Query(_) | ApiError::Engine(_) | ApiError::InvalidRequest { .. } => {
                 StatusCode::BAD_REQUEST
             }
@@ -271,7 +263,7 @@ mod tests {
             ApiError::Query(QueryError::UnknownParameter {
                 parameter: "x".into(),
             }),
-            ApiError::Engine(EngineError::Forbidden {
+            ApiError::Engine(EngineRefusal::Forbidden {
                 stations: vec!["A".into()],
             }),
             ApiError::Internal {
