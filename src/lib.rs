@@ -3,13 +3,14 @@
 //! on top of `stq-core`'s pure layers.
 //!
 //! Layers point one way: [`cli`] → [`http`] → [`engine`] → `stq_core::data` →
-//! `stq_core::domain`. [`metrics`] is a leaf both the HTTP layer and the engine
+//! `stq_core::domain`; [`cli`] → [`export`] → `stq_core::data`. [`metrics`] is a leaf both the HTTP layer and the engine
 //! feed; [`systemd`] a leaf that tells systemd the service's state.
 
 #![warn(unreachable_pub)]
 
 pub mod cli;
 pub mod engine;
+pub mod export;
 pub mod http;
 pub mod metrics;
 pub mod systemd;

@@ -49,6 +49,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => stq::cli::serve(args).map(|()| ExitCode::SUCCESS),
         Command::Check(args) => check(&args.snapshots),
         Command::Gen(args) => generate(args).map(|()| ExitCode::SUCCESS),
+        Command::Export(args) => stq::cli::export(args).map(|()| ExitCode::SUCCESS),
         Command::HashToken => hash_token().map(|()| ExitCode::SUCCESS),
         Command::Token(command) => stq::cli::token(command).map(|()| ExitCode::SUCCESS),
     };

@@ -10,6 +10,7 @@
 //! | `cli` | section 1: subcommands, flags, environment, `stq check`, `stq gen` |
 //! | `contract` | sections 2, 6, 7: records, order, the envelope, errors |
 //! | `csv` | section 7: CSV answers of every endpoint, read back by Python's `csv` module; `format`, `Accept`, pages by `Link`, caching |
+//! | `export` | section 13: `stq export --parquet`, its files read back with the `parquet` crate and compared with the API's records |
 //! | `docs` | README and docs/api.md against the binary's flags, the error codes, the repository's files |
 //! | `grafana` | docs/grafana/: every query of the Grafana dashboard and its data source, sent as Infinity would to stq on the sample snapshot |
 //! | `parameters` | sections 4 and 5: every parameter and the window |
@@ -42,6 +43,7 @@ mod cli;
 mod contract;
 mod csv;
 mod docs;
+mod export;
 #[cfg(feature = "fault-injection")]
 mod faults;
 mod files;

@@ -1,0 +1,377 @@
+//! Export for other engines (docs/api.md section 13): a loaded generation's records
+//! written as Apache Parquet, Hive-partitioned by the UTC day of each record's
+//! instant, `units/day=YYYY-MM-DD/part-N.parquet` and `metrics/...` under a
+//! directory, for DuckDB, ClickHouse, Spark, Trino, DataFusion and polars.
+//!
+//! A day's file is read from the generation as a query reads it: each station in
+//! byte order, scanned for that day (`ShardData::scan`), its records in the
+//! contract's order, so a file's rows are sorted by `station_id` and then as
+//! `/units` and `/metrics` return them, and hold exactly the JSON those answers
+//! hold ([`parquet`] turns it into columns). Sorted rows give each row group and
+//! page statistics that let a reader skip other stations' rows.
+//!
+//! Days are written by as many threads as the machine has CPUs, each a day at a
+//! time. A part is written whole under a temporary name (a leading `.`, which
+//! Hive-style readers skip) and renamed; after a day's parts are in place, every
+//! other file of that partition is deleted, so a second export of a day replaces
+//! the first and never leaves parts of both.
+
+mod parquet;
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use stq_core::data::catalog::Generation;
+use stq_core::data::scan::{Matcher, RecordFilter, ScanRequest, ShardStation};
+use stq_core::domain::record::{Directions, Kind};
+use stq_core::domain::time::{Timestamp, Window, DAY_SECONDS};
+
+pub use self::parquet::ExportError;
+
+/// What to export: the records of some stations within a window.
+#[derive(Clone, Debug)]
+pub struct ExportOptions {
+    /// The directory the partitions are written under (made if missing).
+    pub destination: PathBuf,
+    /// Records at or after this instant [default: all].
+    pub from: Option<Timestamp>,
+    /// Records before this instant [default: all].
+    pub to: Option<Timestamp>,
+    /// Only these stations [default: every station].
+    pub stations: Option<Vec<String>>,
+    /// Threads writing days at once.
+    pub threads: usize,
+}
+
+/// What an export wrote.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExportReport {
+    pub units: u64,
+    pub metrics: u64,
+    /// Parquet files written.
+    pub files: usize,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Partitions (a day of one kind) written or emptied.
+    pub partitions: usize,
+    pub elapsed: Duration,
+}
+
+/// A day: its number since 1970-01-01 (UTC).
+type Day = i64;
+
+/// Writes the records `options` selects from `generation` under
+/// `options.destination`, replacing the day partitions of the window it covers.
+pub fn export(
+    generation: &Generation,
+    options: &ExportOptions,
+) -> Result<ExportReport, ExportError> {
+    let started = Instant::now();
+    let window = Window {
+        from: options.from.unwrap_or(Timestamp::MIN),
+        to: options.to.unwrap_or(Timestamp::MAX),
+    };
+    let stations = stations(generation, options.stations.as_deref());
+    let mut days = BTreeSet::new();
+    for kind in [Kind::Units, Kind::Metrics] {
+        fs::create_dir_all(partition_root(&options.destination, kind)).map_err(|source| {
+            ExportError::io(partition_root(&options.destination, kind), source)
+        })?;
+        if let Some((first, last)) = span(generation, &stations, kind, window) {
+            days.extend(first..=last);
+        }
+        // A partition an earlier export left within the window is written again,
+        // emptied if no record of that day remains.
+        days.extend(existing_days(&options.destination, kind, window)?);
+    }
+    let days: Vec<Day> = days.into_iter().collect();
+    let next = AtomicUsize::new(0);
+    let report = Mutex::new(ExportReport::default());
+    let failure: Mutex<Option<ExportError>> = Mutex::new(None);
+    std::thread::scope(|scope| {
+        for _ in 0..options.threads.clamp(1, days.len().max(1)) {
+            scope.spawn(|| loop {
+                if failure.lock().expect("never poisoned").is_some() {
+                    return;
+                }
+                let Some(&day) = days.get(next.fetch_add(1, Ordering::Relaxed)) else {
+                    return;
+                };
+                for kind in [Kind::Units, Kind::Metrics] {
+                    let written = export_day(
+                        generation,
+                        &stations,
+                        kind,
+                        day,
+                        window,
+                        &options.destination,
+                    );
+                    match written {
+                        Ok(day_report) => {
+                            let mut report = report.lock().expect("never poisoned");
+                            match kind {
+                                Kind::Units => report.units += day_report.records,
+                                Kind::Metrics => report.metrics += day_report.records,
+                            }
+                            report.files += day_report.files;
+                            report.bytes += day_report.bytes;
+                            report.partitions += 1;
+                        }
+                        Err(error) => {
+                            failure.lock().expect("never poisoned").get_or_insert(error);
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    if let Some(error) = failure.into_inner().expect("never poisoned") {
+        return Err(error);
+    }
+    let mut report = report.into_inner().expect("never poisoned");
+    report.elapsed = started.elapsed();
+    Ok(report)
+}
+
+/// The stations to export, as a scan names them, in byte order: those of
+/// `only` the generation holds, or all.
+fn stations(generation: &Generation, only: Option<&[String]>) -> Vec<ShardStation> {
+    let catalog = generation.catalog();
+    let ranks: Vec<u32> = match only {
+        None => (0..catalog.stations().len() as u32).collect(),
+        Some(names) => {
+            let mut ranks: Vec<u32> = names.iter().filter_map(|name| catalog.rank(name)).collect();
+            ranks.sort_unstable();
+            ranks.dedup();
+            ranks
+        }
+    };
+    (ranks.into_iter())
+        .map(|rank| ShardStation {
+            rank,
+            station_index: catalog.placement(rank).station_index,
+        })
+        .collect()
+}
+
+/// Every record of `kind`: no filter.
+fn every(kind: Kind) -> RecordFilter {
+    match kind {
+        Kind::Units => RecordFilter::Units {
+            unit_types: Matcher::Any,
+            unit_serial: Matcher::Any,
+            results: Matcher::Any,
+            directions: Directions::BOTH,
+        },
+        Kind::Metrics => RecordFilter::Metrics {
+            names: Matcher::Any,
+            unit_serial: Matcher::Any,
+        },
+    }
+}
+
+/// The first and last day that hold a record of `kind` of `stations` in `window`.
+fn span(
+    generation: &Generation,
+    stations: &[ShardStation],
+    kind: Kind,
+    window: Window,
+) -> Option<(Day, Day)> {
+    let mut span: Option<(Day, Day)> = None;
+    for station in stations {
+        let shard =
+            &generation.shards()[generation.catalog().placement(station.rank).shard as usize];
+        let scan = |window: Window| {
+            (shard.scan(&ScanRequest {
+                stations: vec![*station],
+                window,
+                after: None,
+                filter: every(kind),
+                cap: 1,
+            }))
+            .hits
+            .first()
+            .map(|hit| hit.position.instant)
+        };
+        let Some(first) = scan(window) else { continue };
+        // The last: the first record of the latest day that has one, found by
+        // halving the days between the first and the window's end.
+        let mut low = day_of(first);
+        let mut high = day_of(window.to).min(day_of(Timestamp::MAX) - 1);
+        while low < high {
+            let middle = low + (high - low + 1) / 2;
+            let from = start_of(middle).max(window.from);
+            match scan(Window {
+                from,
+                to: window.to,
+            }) {
+                Some(_) => low = middle,
+                None => high = middle - 1,
+            }
+        }
+        let (first, last) = (day_of(first), low);
+        span = Some(match span {
+            None => (first, last),
+            Some((before, after)) => (before.min(first), after.max(last)),
+        });
+    }
+    span
+}
+
+/// What one day of one kind wrote.
+struct DayReport {
+    records: u64,
+    files: usize,
+    bytes: u64,
+}
+
+/// Writes day `day` of `kind`: each station's records of that day within `window`,
+/// in byte order of station and then the contract's order, as its parts; then
+/// deletes every other file of the partition.
+fn export_day(
+    generation: &Generation,
+    stations: &[ShardStation],
+    kind: Kind,
+    day: Day,
+    window: Window,
+    destination: &Path,
+) -> Result<DayReport, ExportError> {
+    let directory = partition_root(destination, kind).join(format!("day={}", day_text(day)));
+    let day_window = Window {
+        from: start_of(day).max(window.from),
+        to: start_of(day + 1).min(window.to),
+    };
+    let mut writer = parquet::DayWriter::new(kind, &directory);
+    let mut json = Vec::new();
+    for station in stations {
+        let placement = generation.catalog().placement(station.rank);
+        let shard = &generation.shards()[placement.shard as usize];
+        let answer = shard.scan(&ScanRequest {
+            stations: vec![*station],
+            window: day_window,
+            after: None,
+            filter: every(kind),
+            cap: usize::MAX,
+        });
+        for hit in &answer.hits {
+            json.clear();
+            shard.json(hit, &answer.sealed).write_to(&mut json);
+            writer.push(&json, hit.position.instant)?;
+        }
+    }
+    let written = writer.finish()?;
+    remove_others(&directory, &written.names)?;
+    Ok(DayReport {
+        records: written.records,
+        files: written.names.len(),
+        bytes: written.bytes,
+    })
+}
+
+/// Deletes the files of partition `directory` not in `keep` (the parts just
+/// written), and the partition itself when nothing is left in it.
+fn remove_others(directory: &Path, keep: &[String]) -> Result<(), ExportError> {
+    let entries = match fs::read_dir(directory) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(source) => return Err(ExportError::io(directory.to_owned(), source)),
+    };
+    for entry in entries {
+        let entry = entry.map_err(|source| ExportError::io(directory.to_owned(), source))?;
+        let name = entry.file_name();
+        if !keep.iter().any(|kept| name == kept.as_str()) {
+            fs::remove_file(entry.path())
+                .map_err(|source| ExportError::io(entry.path(), source))?;
+        }
+    }
+    if keep.is_empty() {
+        fs::remove_dir(directory)
+            .map_err(|source| ExportError::io(directory.to_owned(), source))?;
+    }
+    Ok(())
+}
+
+/// The days of the partitions of `kind` under `destination` within `window`.
+fn existing_days(destination: &Path, kind: Kind, window: Window) -> Result<Vec<Day>, ExportError> {
+    let root = partition_root(destination, kind);
+    let entries = fs::read_dir(&root).map_err(|source| ExportError::io(root.clone(), source))?;
+    let mut days = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|source| ExportError::io(root.clone(), source))?;
+        let name = entry.file_name();
+        let Some(day) = name
+            .to_str()
+            .and_then(|name| name.strip_prefix("day="))
+            .and_then(parse_day)
+        else {
+            continue;
+        };
+        if start_of(day + 1) > window.from && start_of(day) < window.to {
+            days.push(day);
+        }
+    }
+    Ok(days)
+}
+
+fn partition_root(destination: &Path, kind: Kind) -> PathBuf {
+    destination.join(match kind {
+        Kind::Units => "units",
+        Kind::Metrics => "metrics",
+    })
+}
+
+fn day_of(instant: Timestamp) -> Day {
+    instant.seconds.div_euclid(DAY_SECONDS)
+}
+
+fn start_of(day: Day) -> Timestamp {
+    Timestamp {
+        seconds: day.saturating_mul(DAY_SECONDS),
+        nanos: 0,
+    }
+}
+
+/// `YYYY-MM-DD`.
+fn day_text(day: Day) -> String {
+    chrono::DateTime::from_timestamp(day * DAY_SECONDS, 0).map_or_else(
+        || format!("{day}"),
+        |date| date.format("%Y-%m-%d").to_string(),
+    )
+}
+
+fn parse_day(text: &str) -> Option<Day> {
+    let date = chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d").ok()?;
+    Some(
+        date.and_hms_opt(0, 0, 0)?
+            .and_utc()
+            .timestamp()
+            .div_euclid(DAY_SECONDS),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn days_are_utc_dates() {
+        assert_eq!(day_text(0), "1970-01-01");
+        assert_eq!(day_text(20_781), "2026-11-24");
+        assert_eq!(parse_day("2026-11-24"), Some(20_781));
+        assert_eq!(parse_day("1969-12-31"), Some(-1));
+        assert_eq!(parse_day("2026-13-01"), None);
+        assert_eq!(
+            day_of(Timestamp {
+                seconds: -1,
+                nanos: 0
+            }),
+            -1
+        );
+    }
+}

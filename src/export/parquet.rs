@@ -1,0 +1,466 @@
+//! A day's records as Parquet columns (docs/api.md section 13): every field of
+//! SPEC.md 2.2 / 2.3 as a UTF-8 string (`time_created` as written), `tags` a list
+//! of strings, `metadata` compact JSON text (null when absent), then `time`, the
+//! record's instant (TIMESTAMP, nanoseconds, UTC), and on metrics `value_num`,
+//! `limit_lower_num` and `limit_upper_num` (DOUBLE, null where the text is not a
+//! number as `/metrics/summary` reads it: `stq_core::domain::record::numeric`).
+//!
+//! Rows come as the JSON `/units` and `/metrics` return, and are read with serde
+//! into those columns, so a file holds exactly what the API answers. They are
+//! gathered into Arrow arrays a batch at a time and written with zstd in row
+//! groups of [`ROW_GROUP_ROWS`]; a part holds at most [`PART_ROWS`] rows.
+
+use std::borrow::Cow;
+use std::fs::{self, File};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow_array::builder::{
+    Float64Builder, ListBuilder, StringBuilder, TimestampNanosecondBuilder,
+};
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use stq_core::domain::record::{numeric, Kind};
+use stq_core::domain::time::Timestamp;
+
+/// Rows gathered before they are handed to the writer as one batch.
+const BATCH_ROWS: usize = 8_192;
+
+/// Rows of a row group: small enough that its statistics (sorted by station)
+/// let a reader skip most of a day's other stations, large enough that each
+/// column chunk's dictionary and zstd frame pay for themselves.
+const ROW_GROUP_ROWS: usize = 131_072;
+
+/// Rows of a part before the next part of the day begins.
+const PART_ROWS: u64 = 8 * 1_048_576;
+
+/// zstd's level: 3, its own default (levels not compared yet).
+const ZSTD_LEVEL: i32 = 3;
+
+/// Why an export did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error("{path}: {source}")]
+    Io { path: String, source: io::Error },
+    #[error("{path}: {source}")]
+    Parquet {
+        path: String,
+        source: parquet::errors::ParquetError,
+    },
+    /// A record's JSON the export cannot read: never the JSON stq writes.
+    #[error("a record of {station} does not read as {kind}: {source}")]
+    Record {
+        station: String,
+        kind: &'static str,
+        source: serde_json::Error,
+    },
+}
+
+impl ExportError {
+    pub(super) fn io(path: PathBuf, source: io::Error) -> ExportError {
+        ExportError::Io {
+            path: path.display().to_string(),
+            source,
+        }
+    }
+}
+
+/// The fields both kinds of record have, as the API writes them.
+#[derive(Deserialize)]
+struct Common<'a> {
+    #[serde(borrow)]
+    station_id: Cow<'a, str>,
+    #[serde(borrow)]
+    slot: Cow<'a, str>,
+    #[serde(borrow)]
+    unit_serial: Cow<'a, str>,
+    #[serde(borrow)]
+    time_created: Cow<'a, str>,
+    #[serde(borrow)]
+    tz: Cow<'a, str>,
+    #[serde(borrow)]
+    mode: Cow<'a, str>,
+    #[serde(borrow)]
+    tags: Vec<Cow<'a, str>>,
+}
+
+/// A unit record as `/units` returns it.
+#[derive(Deserialize)]
+struct UnitRow<'a> {
+    #[serde(flatten, borrow)]
+    common: Common<'a>,
+    #[serde(borrow)]
+    unit_type: Cow<'a, str>,
+    #[serde(borrow)]
+    direction: Cow<'a, str>,
+    #[serde(borrow)]
+    result: Cow<'a, str>,
+    #[serde(borrow)]
+    metadata: &'a RawValue,
+}
+
+/// A metric record as `/metrics` returns it.
+#[derive(Deserialize)]
+struct MetricRow<'a> {
+    #[serde(flatten, borrow)]
+    common: Common<'a>,
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+    #[serde(borrow)]
+    value: Cow<'a, str>,
+    #[serde(borrow)]
+    unit: Cow<'a, str>,
+    #[serde(borrow, rename = "type")]
+    metric_type: Cow<'a, str>,
+    #[serde(borrow)]
+    limit_upper: Cow<'a, str>,
+    #[serde(borrow)]
+    limit_lower: Cow<'a, str>,
+}
+
+/// The string columns of each kind, in SPEC.md's order (`tags` after `mode`).
+const COMMON_COLUMNS: [&str; 6] = [
+    "station_id",
+    "slot",
+    "unit_serial",
+    "time_created",
+    "tz",
+    "mode",
+];
+const UNIT_COLUMNS: [&str; 3] = ["unit_type", "direction", "result"];
+const METRIC_COLUMNS: [&str; 6] = [
+    "name",
+    "value",
+    "unit",
+    "type",
+    "limit_upper",
+    "limit_lower",
+];
+const NUMBER_COLUMNS: [&str; 3] = ["value_num", "limit_lower_num", "limit_upper_num"];
+
+/// The schema of a kind's files.
+fn schema(kind: Kind) -> SchemaRef {
+    let text = |name: &str| Field::new(name, DataType::Utf8, false);
+    let mut fields: Vec<Field> = COMMON_COLUMNS.iter().map(|name| text(name)).collect();
+    fields.push(Field::new(
+        "tags",
+        DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true))),
+        false,
+    ));
+    match kind {
+        Kind::Units => {
+            fields.extend(UNIT_COLUMNS.iter().map(|name| text(name)));
+            fields.push(Field::new("metadata", DataType::Utf8, true));
+        }
+        Kind::Metrics => fields.extend(METRIC_COLUMNS.iter().map(|name| text(name))),
+    }
+    // Null only for an instant a 64-bit count of nanoseconds cannot hold (before
+    // 1677 or after 2262), which stq's own dates allow.
+    fields.push(Field::new(
+        "time",
+        DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into())),
+        true,
+    ));
+    if kind == Kind::Metrics {
+        fields.extend(
+            NUMBER_COLUMNS
+                .iter()
+                .map(|name| Field::new(*name, DataType::Float64, true)),
+        );
+    }
+    Arc::new(Schema::new(fields))
+}
+
+/// The columns being gathered for the next batch.
+struct Columns {
+    kind: Kind,
+    /// The string columns in schema order, `metadata` apart.
+    texts: Vec<StringBuilder>,
+    tags: ListBuilder<StringBuilder>,
+    metadata: StringBuilder,
+    time: TimestampNanosecondBuilder,
+    numbers: [Float64Builder; 3],
+    rows: usize,
+}
+
+impl Columns {
+    fn new(kind: Kind) -> Columns {
+        let texts = COMMON_COLUMNS.len()
+            + match kind {
+                Kind::Units => UNIT_COLUMNS.len(),
+                Kind::Metrics => METRIC_COLUMNS.len(),
+            };
+        Columns {
+            kind,
+            texts: (0..texts).map(|_| StringBuilder::new()).collect(),
+            tags: ListBuilder::new(StringBuilder::new()),
+            metadata: StringBuilder::new(),
+            time: TimestampNanosecondBuilder::new().with_timezone("UTC"),
+            numbers: std::array::from_fn(|_| Float64Builder::new()),
+            rows: 0,
+        }
+    }
+
+    /// Adds the record whose API JSON is `json` and whose instant is `instant`.
+    fn push(&mut self, json: &[u8], instant: Timestamp) -> Result<(), serde_json::Error> {
+        match self.kind {
+            Kind::Units => {
+                let row: UnitRow = serde_json::from_slice(json)?;
+                self.push_common(&row.common);
+                let at = COMMON_COLUMNS.len();
+                for (offset, text) in [&row.unit_type, &row.direction, &row.result]
+                    .into_iter()
+                    .enumerate()
+                {
+                    self.texts[at + offset].append_value(text);
+                }
+                match row.metadata.get() {
+                    "null" => self.metadata.append_null(),
+                    text => self.metadata.append_value(text),
+                }
+            }
+            Kind::Metrics => {
+                let row: MetricRow = serde_json::from_slice(json)?;
+                self.push_common(&row.common);
+                let at = COMMON_COLUMNS.len();
+                let texts = [
+                    &row.name,
+                    &row.value,
+                    &row.unit,
+                    &row.metric_type,
+                    &row.limit_upper,
+                    &row.limit_lower,
+                ];
+                for (offset, text) in texts.into_iter().enumerate() {
+                    self.texts[at + offset].append_value(text);
+                }
+                for (builder, text) in
+                    self.numbers
+                        .iter_mut()
+                        .zip([&row.value, &row.limit_lower, &row.limit_upper])
+                {
+                    builder.append_option(numeric(text));
+                }
+            }
+        }
+        let nanos = (instant.seconds.checked_mul(1_000_000_000))
+            .and_then(|nanos| nanos.checked_add(i64::from(instant.nanos)));
+        self.time.append_option(nanos);
+        self.rows += 1;
+        Ok(())
+    }
+
+    fn push_common(&mut self, common: &Common) {
+        let texts = [
+            &common.station_id,
+            &common.slot,
+            &common.unit_serial,
+            &common.time_created,
+            &common.tz,
+            &common.mode,
+        ];
+        for (builder, text) in self.texts.iter_mut().zip(texts) {
+            builder.append_value(text);
+        }
+        for tag in &common.tags {
+            self.tags.values().append_value(tag);
+        }
+        self.tags.append(true);
+    }
+
+    /// The rows gathered so far as a batch of `schema`, and empty builders.
+    fn take(&mut self, schema: &SchemaRef) -> RecordBatch {
+        let mut arrays: Vec<ArrayRef> = Vec::new();
+        let (common, own) = self.texts.split_at_mut(COMMON_COLUMNS.len());
+        arrays.extend(
+            common
+                .iter_mut()
+                .map(|builder| Arc::new(builder.finish()) as ArrayRef),
+        );
+        arrays.push(Arc::new(self.tags.finish()));
+        arrays.extend(
+            own.iter_mut()
+                .map(|builder| Arc::new(builder.finish()) as ArrayRef),
+        );
+        if self.kind == Kind::Units {
+            arrays.push(Arc::new(self.metadata.finish()));
+        }
+        arrays.push(Arc::new(self.time.finish()));
+        if self.kind == Kind::Metrics {
+            arrays.extend(
+                self.numbers
+                    .iter_mut()
+                    .map(|builder| Arc::new(builder.finish()) as ArrayRef),
+            );
+        }
+        self.rows = 0;
+        RecordBatch::try_new(Arc::clone(schema), arrays).expect("the columns follow the schema")
+    }
+}
+
+/// The parts of one day of one kind, written in turn.
+pub(super) struct DayWriter<'a> {
+    directory: &'a Path,
+    schema: SchemaRef,
+    columns: Columns,
+    part: Option<Part>,
+    written: Written,
+}
+
+/// A part being written: its writer, over a file under a temporary name.
+struct Part {
+    writer: ArrowWriter<File>,
+    temporary: PathBuf,
+    name: String,
+    rows: u64,
+}
+
+/// What a day's writer left: its parts' names, records and bytes.
+#[derive(Debug, Default)]
+pub(super) struct Written {
+    pub(super) names: Vec<String>,
+    pub(super) records: u64,
+    pub(super) bytes: u64,
+}
+
+impl<'a> DayWriter<'a> {
+    pub(super) fn new(kind: Kind, directory: &'a Path) -> DayWriter<'a> {
+        DayWriter {
+            directory,
+            schema: schema(kind),
+            columns: Columns::new(kind),
+            part: None,
+            written: Written::default(),
+        }
+    }
+
+    /// Adds the record whose API JSON is `json`.
+    pub(super) fn push(&mut self, json: &[u8], instant: Timestamp) -> Result<(), ExportError> {
+        if let Err(source) = self.columns.push(json, instant) {
+            return Err(ExportError::Record {
+                station: station_of(json),
+                kind: self.columns.kind.noun(),
+                source,
+            });
+        }
+        if self.columns.rows >= BATCH_ROWS {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Hands the gathered rows to the part being written, beginning one if none is.
+    fn flush(&mut self) -> Result<(), ExportError> {
+        if self.columns.rows == 0 {
+            return Ok(());
+        }
+        let batch = self.columns.take(&self.schema);
+        let part = match &mut self.part {
+            Some(part) => part,
+            None => self.part.insert(self.begin_part()?),
+        };
+        part.writer
+            .write(&batch)
+            .map_err(|source| ExportError::Parquet {
+                path: part.temporary.display().to_string(),
+                source,
+            })?;
+        part.rows += batch.num_rows() as u64;
+        if part.rows >= PART_ROWS {
+            self.end_part()?;
+        }
+        Ok(())
+    }
+
+    fn begin_part(&self) -> Result<Part, ExportError> {
+        fs::create_dir_all(self.directory)
+            .map_err(|source| ExportError::io(self.directory.to_owned(), source))?;
+        let name = format!("part-{}.parquet", self.written.names.len());
+        let temporary = self
+            .directory
+            .join(format!(".{name}.{}.tmp", std::process::id()));
+        let file = File::create(&temporary)
+            .map_err(|source| ExportError::io(temporary.clone(), source))?;
+        let properties = WriterProperties::builder()
+            .set_compression(Compression::ZSTD(
+                ZstdLevel::try_new(ZSTD_LEVEL).expect("a level zstd has"),
+            ))
+            .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
+            .build();
+        let writer = ArrowWriter::try_new(file, Arc::clone(&self.schema), Some(properties))
+            .map_err(|source| ExportError::Parquet {
+                path: temporary.display().to_string(),
+                source,
+            })?;
+        Ok(Part {
+            writer,
+            temporary,
+            name,
+            rows: 0,
+        })
+    }
+
+    /// Closes the part being written, makes it durable and gives it its name.
+    fn end_part(&mut self) -> Result<(), ExportError> {
+        let Some(part) = self.part.take() else {
+            return Ok(());
+        };
+        let failed = |source| ExportError::Parquet {
+            path: part.temporary.display().to_string(),
+            source,
+        };
+        let file = part.writer.into_inner().map_err(failed)?;
+        file.sync_all()
+            .map_err(|source| ExportError::io(part.temporary.clone(), source))?;
+        let bytes = file
+            .metadata()
+            .map_err(|source| ExportError::io(part.temporary.clone(), source))?
+            .len();
+        let path = self.directory.join(&part.name);
+        fs::rename(&part.temporary, &path).map_err(|source| ExportError::io(path, source))?;
+        self.written.names.push(part.name);
+        self.written.records += part.rows;
+        self.written.bytes += bytes;
+        Ok(())
+    }
+
+    /// Writes what is left, closes the last part, and says what the day holds.
+    pub(super) fn finish(mut self) -> Result<Written, ExportError> {
+        self.flush()?;
+        self.end_part()?;
+        if !self.written.names.is_empty() {
+            File::open(self.directory)
+                .and_then(|directory| directory.sync_all())
+                .map_err(|source| ExportError::io(self.directory.to_owned(), source))?;
+        }
+        Ok(std::mem::take(&mut self.written))
+    }
+}
+
+impl Drop for DayWriter<'_> {
+    /// A part left unfinished by an error goes: no temporary file stays behind.
+    fn drop(&mut self) {
+        if let Some(part) = &self.part {
+            let _ = fs::remove_file(&part.temporary);
+        }
+    }
+}
+
+/// The `station_id` of a record's JSON, for a message.
+fn station_of(json: &[u8]) -> String {
+    #[derive(Deserialize)]
+    struct Station<'a> {
+        #[serde(borrow)]
+        station_id: Cow<'a, str>,
+    }
+    serde_json::from_slice::<Station>(json).map_or_else(
+        |_| "a station".to_owned(),
+        |station| station.station_id.into_owned(),
+    )
+}
