@@ -268,7 +268,7 @@ fn issue_32_a_damaged_store_is_not_used_and_is_written_again() {
     for (damage, apply) in damages {
         // A file of each kind, and the manifest, each picked from the store as it
         // is then (every start that does not use the store writes it anew).
-        for kind in ["hot-", "sealed-", "symbols-", "MANIFEST"] {
+        for kind in ["settled-", "recent-", "sealed-", "symbols-", "MANIFEST"] {
             let files = store_files(&store);
             let of_kind: Vec<&PathBuf> = (files.iter())
                 .filter(|file| {
