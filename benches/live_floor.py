@@ -7,6 +7,8 @@ knobs: RATES=120,1200 (lines/s)  SECONDS=60 (per rate)  IDLE_SECONDS=60
        POLL_HZ=20 (dashboard)  STATIONS=200 (written to)  GIVE_UP_SECONDS=120
        WATCH_POLL= (e.g. 1s: `--watch-poll 1s`, a look at every file every second
        instead of inotify, as on a network share; none by default)
+       STQ_STORE=DIR (stq's own variable, passed on like the rest of the
+       environment: `--store DIR`; the store is written for the working copy's path)
 
 The snapshot is `stq gen --stations N --days D --end 2026-11-24T00:00:00Z`; the
 writers append to the files of its last day, 2026-11-23.

@@ -1,9 +1,20 @@
 //! Writing the store (docs/api.md section 12) off the request path: once a
 //! generation is served, it is handed to a thread of its own that writes what
 //! changed since the generation it wrote last ([`StoreWriter`]). Neither readiness
-//! nor a reload waits for it. Generations handed over while it writes replace each
-//! other: the next write is of the newest, so a floor reloading several times a
-//! second costs one write at a time, never a queue.
+//! nor a reload waits for it. Generations handed over while it writes, or while it
+//! waits, replace each other: the next write is of the newest, so a floor reloading
+//! several times a second costs one write at a time, never a queue.
+//!
+//! The writes are paced: one begins at least [`WRITE_INTERVAL`] after the one
+//! before ended, so that the thread writes at most a fraction of the time however
+//! long a write takes. The start's write is not delayed (nor the first after a quiet
+//! spell longer than that). Correctness does not hang on it: a start is a reload
+//! from the last generation written, so what a crash, or a stop, loses of the
+//! generations not yet written is read again from the snapshot files (what grew
+//! since, from where the store's history of each file ends). There is no write at a
+//! stop: SIGTERM ends the process once the requests in flight are answered, and a
+//! write under way then is left as a killed one is (the store keeps the last
+//! manifest written whole).
 //!
 //! A write that fails (a full or read-only disk) leaves the store as the last
 //! whole write left it and stq serving from memory: the status turns `degraded`
@@ -11,11 +22,22 @@
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 use stq_core::data::catalog::Catalog;
 use stq_core::data::shard::ShardData;
 use stq_core::data::store::StoreWriter;
+
+/// The least time from the end of one write of the store (done or failed) to the
+/// start of the next. On a live floor, generations come several times a second; each write
+/// costs CPU (compressing and hashing every touched station's recent layer, a
+/// symbol run and the manifest, each fsynced), so writing every generation cost
+/// several times the CPU of the reloads themselves (issue 32). A start catches up
+/// on what the store lacks by reading the files' grown tails, which at any floor's
+/// rate is a few seconds of lines: cheap to read again, so little is gained by
+/// writing more often.
+pub const WRITE_INTERVAL: Duration = Duration::from_secs(5);
 
 /// What `/readyz` says of the store.
 #[derive(Debug, Default)]
@@ -78,15 +100,20 @@ fn write_forever(
 ) {
     let (slot, wake) = next;
     let mut first = true;
+    let mut last_ended: Option<Instant> = None;
     loop {
-        let (catalog, shards) = {
+        {
             let mut slot = slot.lock();
-            loop {
-                if let Some(job) = slot.take() {
-                    break job;
-                }
+            while slot.is_none() {
                 wake.wait(&mut slot);
             }
+        }
+        // The generation handed over last while it waits is the one written.
+        if let Some(ended) = last_ended {
+            std::thread::sleep(WRITE_INTERVAL.saturating_sub(ended.elapsed()));
+        }
+        let Some((catalog, shards)) = slot.lock().take() else {
+            continue;
         };
         let generation = catalog.generation();
         match writer.write(&catalog, &shards) {
@@ -119,5 +146,6 @@ fn write_forever(
         }
         // The generation is not kept beyond its write.
         drop((catalog, shards));
+        last_ended = Some(Instant::now());
     }
 }

@@ -99,10 +99,12 @@ fn assert_same_answers(got: &Server, want: &Server, context: &str) {
     }
 }
 
-/// Waits until `server` has written its store `writes` times in all.
+/// Waits until `server` has written its store `writes` times in all: each write
+/// after the first waits its turn (`WRITE_INTERVAL` after the one before).
 #[track_caller]
 fn wait_for_writes(server: &Server, writes: usize) {
-    server.wait_for_log("store written", writes);
+    let paced = stq::engine::WRITE_INTERVAL * (writes.saturating_sub(1) as u32);
+    server.wait_for_log_within("store written", writes, RELOAD_TIMEOUT + paced);
 }
 
 /// The store's files, the manifest last (temporary files aside).
@@ -268,7 +270,7 @@ fn issue_32_a_damaged_store_is_not_used_and_is_written_again() {
     for (damage, apply) in damages {
         // A file of each kind, and the manifest, each picked from the store as it
         // is then (every start that does not use the store writes it anew).
-        for kind in ["hot-", "sealed-", "symbols-", "MANIFEST"] {
+        for kind in ["settled-", "recent-", "sealed-", "symbols-", "MANIFEST"] {
             let files = store_files(&store);
             let of_kind: Vec<&PathBuf> = (files.iter())
                 .filter(|file| {

@@ -1129,11 +1129,17 @@ impl Server {
     /// Waits until `needle` has appeared on `occurrences` stderr lines.
     #[track_caller]
     pub fn wait_for_log(&self, needle: &str, occurrences: usize) {
-        let deadline = StdInstant::now() + RELOAD_TIMEOUT;
+        self.wait_for_log_within(needle, occurrences, RELOAD_TIMEOUT);
+    }
+
+    /// [`Server::wait_for_log`], giving up after `patience` instead.
+    #[track_caller]
+    pub fn wait_for_log_within(&self, needle: &str, occurrences: usize, patience: Duration) {
+        let deadline = StdInstant::now() + patience;
         while self.log_count(needle) < occurrences {
             assert!(
                 StdInstant::now() < deadline,
-                "{needle:?} not logged {occurrences} time(s) within {RELOAD_TIMEOUT:?}; stderr:\n{}",
+                "{needle:?} not logged {occurrences} time(s) within {patience:?}; stderr:\n{}",
                 self.log().join("\n")
             );
             thread::sleep(Duration::from_millis(25));

@@ -75,6 +75,11 @@ impl Trees {
 
 /// A layer of a station: records' stored form in an arena and a table of pieces,
 /// and their trees. Cloning one shares all of it.
+///
+/// Its trees' `Arc` is its identity: a layer is only ever shared whole (cloned) or
+/// made anew with trees of its own, never made around another's trees, so two
+/// layers with the same trees are the same layer. The store keeps a layer's file
+/// while the generations it writes share that layer ([`crate::data::store`]).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Layer {
     pub(crate) arena: Bytes,
@@ -384,123 +389,129 @@ impl Tier for Hot {
     }
 }
 
-/// The hot tier in a store file (issue 32): each layer's arena and pieces as they
-/// are, its offset, and its records' keys and entries as columns; the trees are
-/// built again when it is read back (collecting sorted entries), and the digests
-/// made again when a summary first asks.
-impl Hot {
-    /// Appends both layers.
+/// The hot tier in a store (issue 32): each layer in a file of its own, so that an
+/// append, which makes a new recent layer and shares the settled one, writes only
+/// the small recent one. A layer is its arena and pieces as they are, its offset,
+/// and its records' keys and entries as columns; the trees are built again when it
+/// is read back (collecting sorted entries), and the digests made again when a
+/// summary first asks.
+impl Layer {
+    /// Appends this layer.
     pub(crate) fn write_to(&self, out: &mut Vec<u8>) {
-        for layer in self.layers() {
-            codec::bytes(out, &layer.arena);
-            codec::bytes(out, layer.pieces.as_bytes());
-            codec::number(out, u64::from(layer.offset));
-            let trees = &layer.trees;
-            write_keys(out, trees.units.keys());
-            for entry in trees.units.values() {
-                write_stored(out, entry.bytes);
-                for symbol in [
-                    entry.unit_type,
-                    entry.unit_serial,
-                    entry.slot,
-                    entry.mode,
-                    entry.result,
-                ] {
-                    codec::number(out, u64::from(symbol.0));
-                }
-                out.push(entry.direction as u8);
+        codec::bytes(out, &self.arena);
+        codec::bytes(out, self.pieces.as_bytes());
+        codec::number(out, u64::from(self.offset));
+        let trees = &self.trees;
+        write_keys(out, trees.units.keys());
+        for entry in trees.units.values() {
+            write_stored(out, entry.bytes);
+            for symbol in [
+                entry.unit_type,
+                entry.unit_serial,
+                entry.slot,
+                entry.mode,
+                entry.result,
+            ] {
+                codec::number(out, u64::from(symbol.0));
             }
-            write_keys(out, trees.metrics.keys());
-            for entry in trees.metrics.values() {
-                write_stored(out, entry.bytes);
-                for symbol in [entry.name, entry.slot, entry.unit_serial, entry.unit] {
-                    codec::number(out, u64::from(symbol.0));
-                }
-                for number in [entry.value, entry.limit_lower, entry.limit_upper] {
-                    out.extend_from_slice(&number.to_bits().to_le_bytes());
-                }
+            out.push(entry.direction as u8);
+        }
+        write_keys(out, trees.metrics.keys());
+        for entry in trees.metrics.values() {
+            write_stored(out, entry.bytes);
+            for symbol in [entry.name, entry.slot, entry.unit_serial, entry.unit] {
+                codec::number(out, u64::from(symbol.0));
+            }
+            for number in [entry.value, entry.limit_lower, entry.limit_upper] {
+                out.extend_from_slice(&number.to_bits().to_le_bytes());
             }
         }
     }
 
-    /// A tier as [`Hot::write_to`] wrote it; every record's stored form is checked
-    /// to lie in its layer's arena.
-    pub(crate) fn read_from(decoder: &mut codec::Decoder<'_>) -> Result<Hot, codec::Corrupt> {
-        let mut layers = [Layer::default(), Layer::default()];
-        for layer in &mut layers {
-            let arena = Bytes::copy_from_slice(decoder.bytes()?);
-            let pieces = Pieces::from_bytes(decoder.bytes()?);
-            let offset = decoder.u32()?;
-            let within = |bytes: StoredRecord| {
-                let start = u64::from(bytes.start);
-                match start >= u64::from(offset) && start - u64::from(offset) < arena.len() as u64 {
-                    true => Ok(bytes),
-                    false => Err(codec::Corrupt("a hot record outside its arena")),
-                }
-            };
-            let keys = read_keys(decoder)?;
-            let mut units = Vec::with_capacity(keys.len());
-            for key in keys {
-                let bytes = within(read_stored(decoder)?)?;
-                let [unit_type, unit_serial, slot, mode, result] = [
-                    symbol(decoder)?,
-                    symbol(decoder)?,
-                    symbol(decoder)?,
-                    symbol(decoder)?,
-                    symbol(decoder)?,
-                ];
-                let direction = match decoder.take(1)?[0] {
-                    0 => Direction::Input,
-                    _ => Direction::Output,
-                };
-                let entry = UnitEntry {
-                    bytes,
-                    unit_type,
-                    unit_serial,
-                    direction,
-                    slot,
-                    mode,
-                    result,
-                };
-                units.push((key, entry));
+    /// A layer as [`Layer::write_to`] wrote it; every record's stored form is
+    /// checked to lie in its arena.
+    pub(crate) fn read_from(decoder: &mut codec::Decoder<'_>) -> Result<Layer, codec::Corrupt> {
+        let arena = Bytes::copy_from_slice(decoder.bytes()?);
+        let pieces = Pieces::from_bytes(decoder.bytes()?);
+        let offset = decoder.u32()?;
+        let within = |bytes: StoredRecord| {
+            let start = u64::from(bytes.start);
+            match start >= u64::from(offset) && start - u64::from(offset) < arena.len() as u64 {
+                true => Ok(bytes),
+                false => Err(codec::Corrupt("a hot record outside its arena")),
             }
-            let keys = read_keys(decoder)?;
-            let mut metrics = Vec::with_capacity(keys.len());
-            for key in keys {
-                let bytes = within(read_stored(decoder)?)?;
-                let [name, slot, unit_serial, unit] = [
-                    symbol(decoder)?,
-                    symbol(decoder)?,
-                    symbol(decoder)?,
-                    symbol(decoder)?,
-                ];
-                let [value, limit_lower, limit_upper] = [
-                    f64::from_bits(decoder.u64_le()?),
-                    f64::from_bits(decoder.u64_le()?),
-                    f64::from_bits(decoder.u64_le()?),
-                ];
-                let entry = MetricEntry {
-                    bytes,
-                    name,
-                    slot,
-                    unit_serial,
-                    unit,
-                    value,
-                    limit_lower,
-                    limit_upper,
-                };
-                metrics.push((key, entry));
-            }
-            *layer = Layer {
-                arena,
-                pieces,
-                trees: Arc::new(Trees::of(units, metrics)),
-                offset,
-                digests: Arc::default(),
+        };
+        let keys = read_keys(decoder)?;
+        let mut units = Vec::with_capacity(keys.len());
+        for key in keys {
+            let bytes = within(read_stored(decoder)?)?;
+            let [unit_type, unit_serial, slot, mode, result] = [
+                symbol(decoder)?,
+                symbol(decoder)?,
+                symbol(decoder)?,
+                symbol(decoder)?,
+                symbol(decoder)?,
+            ];
+            let direction = match decoder.take(1)?[0] {
+                0 => Direction::Input,
+                _ => Direction::Output,
             };
+            let entry = UnitEntry {
+                bytes,
+                unit_type,
+                unit_serial,
+                direction,
+                slot,
+                mode,
+                result,
+            };
+            units.push((key, entry));
         }
-        let [settled, recent] = layers;
-        Ok(Hot { settled, recent })
+        let keys = read_keys(decoder)?;
+        let mut metrics = Vec::with_capacity(keys.len());
+        for key in keys {
+            let bytes = within(read_stored(decoder)?)?;
+            let [name, slot, unit_serial, unit] = [
+                symbol(decoder)?,
+                symbol(decoder)?,
+                symbol(decoder)?,
+                symbol(decoder)?,
+            ];
+            let [value, limit_lower, limit_upper] = [
+                f64::from_bits(decoder.u64_le()?),
+                f64::from_bits(decoder.u64_le()?),
+                f64::from_bits(decoder.u64_le()?),
+            ];
+            let entry = MetricEntry {
+                bytes,
+                name,
+                slot,
+                unit_serial,
+                unit,
+                value,
+                limit_lower,
+                limit_upper,
+            };
+            metrics.push((key, entry));
+        }
+        Ok(Layer {
+            arena,
+            pieces,
+            trees: Arc::new(Trees::of(units, metrics)),
+            offset,
+            digests: Arc::default(),
+        })
+    }
+}
+
+impl Hot {
+    /// A tier of the layers [`Layer::read_from`] read, if they fit together as every
+    /// tier's do: the settled layer's arena first, the recent one's right after it.
+    pub(crate) fn of_layers(settled: Layer, recent: Layer) -> Result<Hot, codec::Corrupt> {
+        match settled.offset == 0 && recent.offset as usize == settled.arena.len() {
+            true => Ok(Hot { settled, recent }),
+            false => Err(codec::Corrupt("a hot tier's layers do not fit together")),
+        }
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::data::catalog::Generation;
-use crate::data::load::{load, load_from_store, LoadOptions, OnInvalid};
+use crate::data::load::{load, load_from_store, reload, LoadOptions, OnInvalid};
 use crate::data::tier::Tier as _;
 
 /// A unit line and a metric line of `station` at `minute` past 2026-11-24T00:00Z.
@@ -112,12 +112,13 @@ fn everything(catalog: &Catalog, shards: &[Arc<ShardData>]) -> Vec<String> {
 }
 
 /// A directory with a snapshot of `stations` x `minutes`, its load, and a store
-/// written from it.
+/// written from it by `writer`.
 struct Fixture {
     snapshots: tempfile::TempDir,
     store: tempfile::TempDir,
     catalog: Arc<Catalog>,
     shards: Vec<Arc<ShardData>>,
+    writer: StoreWriter,
 }
 
 fn fixture(stations: u32, minutes: u32) -> Fixture {
@@ -136,12 +137,56 @@ fn fixture(stations: u32, minutes: u32) -> Fixture {
         store,
         catalog,
         shards,
+        writer,
     }
 }
 
 impl Fixture {
     fn read(&self) -> Result<Restored, StoreError> {
         Store::new(self.store.path()).read(&settings(self.snapshots.path()))
+    }
+
+    /// What the store's manifest says.
+    fn manifest(&self) -> Manifest {
+        let bytes = fs::read(self.store.path().join(MANIFEST)).unwrap();
+        Manifest::read(checked_manifest(&bytes).unwrap()).unwrap()
+    }
+
+    /// Appends `station`'s unit and metric lines of `minutes` to its files.
+    fn append(&self, station: u32, minutes: std::ops::Range<u32>) {
+        use std::io::Write as _;
+        let (units, metrics): (Vec<String>, Vec<String>) =
+            minutes.map(|minute| lines(station, minute)).unzip();
+        for (kind, lines) in [("units", units), ("metrics", metrics)] {
+            let path = (self.snapshots.path()).join(format!("st{station}.{kind}.jsonl"));
+            let mut file = fs::OpenOptions::new().append(true).open(path).unwrap();
+            file.write_all((lines.join("\n") + "\n").as_bytes())
+                .unwrap();
+        }
+    }
+
+    /// Reloads what changed since the generation it holds, as generation
+    /// `generation`, and writes the store; what the write did.
+    fn reload_and_write(&mut self, generation: u64) -> WriteReport {
+        let options = options(self.snapshots.path(), generation);
+        let (next, _) = reload(&self.catalog, &self.shards, &options).unwrap();
+        (self.catalog, self.shards) = parts(next);
+        self.writer.write(&self.catalog, &self.shards).unwrap()
+    }
+
+    /// A start from the store against a load without one, of the files as they are
+    /// now: the records of each, and the files the start read.
+    fn restart(&self, generation: u64) -> (Vec<String>, Vec<String>, usize) {
+        let options = options(self.snapshots.path(), generation);
+        let (generation, report, used) = load_from_store(&options, self.read().unwrap()).unwrap();
+        assert!(used);
+        let (catalog, shards) = parts(generation);
+        let (fresh_catalog, fresh_shards) = parts(load(&options).unwrap().0);
+        (
+            everything(&catalog, &shards),
+            everything(&fresh_catalog, &fresh_shards),
+            report.files.len(),
+        )
     }
 
     /// The store's files but the manifest, by name.
@@ -294,4 +339,121 @@ fn issue_32_measure() {
          {warm:?}",
         report.elapsed, report.files_written, report.bytes_written
     );
+}
+
+/// The files a manifest names for `station`: settled, recent, sealed.
+fn station_files(manifest: &Manifest, station: &str) -> [Option<String>; 3] {
+    let station = (manifest.stations.iter())
+        .find(|named| &*named.name == station)
+        .unwrap();
+    [
+        Some(station.settled.name.clone()),
+        Some(station.recent.name.clone()),
+        station.sealed.as_ref().map(|file| file.name.clone()),
+    ]
+}
+
+#[test]
+fn issue_32_an_append_to_a_station_writes_only_its_recent_layer() {
+    let mut fixture = fixture(3, 200);
+    let before = fixture.manifest();
+    // Within the station's last period, and far fewer than it holds: extended.
+    fixture.append(1, 200..203);
+    let report = fixture.reload_and_write(2);
+    let after = fixture.manifest();
+    let [settled, recent, sealed] = station_files(&after, "ST-1");
+    let [settled_before, recent_before, sealed_before] = station_files(&before, "ST-1");
+    assert_eq!((&settled, &sealed), (&settled_before, &sealed_before));
+    assert_ne!(recent, recent_before);
+    assert!(
+        recent.as_ref().unwrap().starts_with("recent-"),
+        "{recent:?}"
+    );
+    for other in ["ST-0", "ST-2"] {
+        assert_eq!(station_files(&after, other), station_files(&before, other));
+    }
+    // The new serials need a symbol run; nothing else is written.
+    let new_runs = (after.symbols.iter())
+        .filter(|run| !before.symbols.contains(run))
+        .count();
+    assert_eq!(new_runs, 1);
+    assert_eq!(report.files_written, 1 + new_runs, "{report:?}");
+    // The layer it replaces is deleted (unless another station's is the same file,
+    // as empty recent layers of equal offsets are).
+    let named: HashSet<String> = (after.symbols.iter().map(|(_, file)| file))
+        .chain(after.stations.iter().flat_map(ManifestStation::files))
+        .map(|file| file.name.clone())
+        .collect();
+    let held: HashSet<String> = (fixture.files().iter())
+        .map(|path| path.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(held, named);
+    let recent_size = after.stations[1].recent.length;
+    assert!(
+        report.bytes_written < after.stations[1].settled.length + recent_size,
+        "less than the whole hot tier: {report:?}"
+    );
+}
+
+#[test]
+fn issue_32_a_restart_from_the_store_after_appends_serves_what_a_load_serves() {
+    let mut fixture = fixture(3, 200);
+    // Appends to one station, then to two, then so many to one that it is built
+    // again (its settled layer written anew, and what left the hot window sealed).
+    fixture.append(1, 200..203);
+    fixture.reload_and_write(2);
+    fixture.append(0, 200..202);
+    fixture.append(2, 200..204);
+    fixture.reload_and_write(3);
+    let settled_before = station_files(&fixture.manifest(), "ST-0")[0].clone();
+    fixture.append(0, 202..700);
+    fixture.reload_and_write(4);
+    assert_ne!(
+        station_files(&fixture.manifest(), "ST-0")[0],
+        settled_before,
+        "built again"
+    );
+    fixture.append(1, 203..205);
+    fixture.reload_and_write(5);
+    let (restarted, loaded, files_read) = fixture.restart(6);
+    assert_eq!(restarted, loaded);
+    assert_eq!(files_read, 0, "the store holds it all");
+    // Appends the store has not had yet (a write waiting its turn, or a crash)
+    // are read from the files at the start.
+    fixture.append(2, 204..210);
+    let (restarted, loaded, files_read) = fixture.restart(7);
+    assert_eq!(restarted, loaded);
+    assert!(files_read > 0);
+}
+
+#[test]
+fn issue_32_a_damaged_or_mismatched_layer_file_is_refused() {
+    let mut fixture = fixture(3, 200);
+    fixture.append(1, 200..203);
+    fixture.append(0, 200..700);
+    fixture.reload_and_write(2);
+    let manifest = fixture.manifest();
+    let [_, recent, _] = station_files(&manifest, "ST-1");
+    let path = fixture.store.path().join(recent.unwrap());
+    let bytes = fs::read(&path).unwrap();
+    let mut flipped = bytes.clone();
+    let last = flipped.len() - 1;
+    flipped[last] ^= 1;
+    fs::write(&path, &flipped).unwrap();
+    assert!(matches!(fixture.read(), Err(StoreError::Damaged { .. })));
+    fs::write(&path, &bytes).unwrap();
+    fixture.read().unwrap();
+    // Whole files, each matching its name, but of two stations (ST-0 and ST-1, of
+    // settled layers of other lengths): their layers do not fit together.
+    let mut swapped = fixture.manifest();
+    let recent = swapped.stations[0].recent.clone();
+    swapped.stations[0].recent = swapped.stations[1].recent.clone();
+    swapped.stations[1].recent = recent;
+    let mut bytes = Vec::new();
+    swapped.write(&mut bytes);
+    fs::write(fixture.store.path().join(MANIFEST), bytes).unwrap();
+    match fixture.read() {
+        Err(StoreError::Damaged { reason, .. }) => assert!(reason.contains("layers"), "{reason}"),
+        other => panic!("{:?}", other.map(|restored| restored.records())),
+    }
 }
