@@ -542,6 +542,22 @@ pub fn parse(endpoint: Endpoint, query: &str, limits: Limits) -> Result<QueryPar
         if value.is_empty() && !matches!(parameter, Parameter::StationIds) && !parameter.is_list() {
             return Err(invalid(parameter, Some(&value), "must not be empty"));
         }
+        params.take(endpoint, parameter, value, &limits)?;
+    }
+    params.complete(endpoint)?;
+    Ok(params)
+}
+
+impl QueryParams {
+    /// Takes one parameter's decoded value: a list's items are added to those
+    /// given before.
+    fn take(
+        &mut self,
+        endpoint: Endpoint,
+        parameter: Parameter,
+        value: Cow<'_, str>,
+        limits: &Limits,
+    ) -> Result<(), QueryError> {
         match parameter {
             Parameter::StationIds => {
                 let stations = list_items(&value);
@@ -552,7 +568,7 @@ pub fn parse(endpoint: Endpoint, query: &str, limits: Limits) -> Result<QueryPar
                             max: limits.max_stations,
                         });
                     }
-                    params.station_ids = Some(stations);
+                    self.station_ids = Some(stations);
                 }
             }
             Parameter::From | Parameter::To => {
@@ -564,16 +580,16 @@ pub fn parse(endpoint: Endpoint, query: &str, limits: Limits) -> Result<QueryPar
                     )
                 })?;
                 if parameter == Parameter::From {
-                    params.from = Some(instant);
+                    self.from = Some(instant);
                 } else {
-                    params.to = Some(instant);
+                    self.to = Some(instant);
                 }
             }
-            Parameter::Type => params.unit_types.extend(list_items(&value)),
-            Parameter::Names => params.names.extend(list_items(&value)),
+            Parameter::Type => self.unit_types.extend(list_items(&value)),
+            Parameter::Names => self.names.extend(list_items(&value)),
             // Compared ignoring ASCII case: `FAIL` and `fail` are one filter, so
             // one cursor scope.
-            Parameter::Result => params.results.extend(
+            Parameter::Result => self.results.extend(
                 list_items(&value)
                     .iter()
                     .map(|item| item.to_ascii_lowercase()),
@@ -583,42 +599,13 @@ pub fn parse(endpoint: Endpoint, query: &str, limits: Limits) -> Result<QueryPar
                     let direction = Direction::parse(&item).ok_or_else(|| {
                         invalid(parameter, Some(&item), "must be `input` or `output`")
                     })?;
-                    params.directions.insert(direction);
+                    self.directions.insert(direction);
                 }
             }
-            Parameter::SerialNumber => params.unit_serial = Some(value.into_owned()),
-            Parameter::Limit => {
-                let limit = value
-                    .bytes()
-                    .all(|byte| byte.is_ascii_digit())
-                    .then(|| value.parse::<usize>().ok())
-                    .flatten()
-                    .filter(|limit| (1..=limits.max_records).contains(limit))
-                    .ok_or_else(|| {
-                        invalid(
-                            parameter,
-                            Some(&value),
-                            &format!("must be a whole number from 1 to {}", limits.max_records),
-                        )
-                    })?;
-                params.limit = Some(limit);
-            }
-            Parameter::Cursor => params.cursor = Some(value.into_owned()),
-            Parameter::GroupBy => {
-                // Order matters (it is the rows' sort order): first occurrences kept.
-                for item in value
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|item| !item.is_empty())
-                {
-                    let field = GroupField::parse(endpoint, item).ok_or_else(|| {
-                        invalid(parameter, Some(item), &group_by_reason(endpoint))
-                    })?;
-                    if !params.group_by.contains(&field) {
-                        params.group_by.push(field);
-                    }
-                }
-            }
+            Parameter::SerialNumber => self.unit_serial = Some(value.into_owned()),
+            Parameter::Limit => self.limit = Some(limit(&value, limits)?),
+            Parameter::Cursor => self.cursor = Some(value.into_owned()),
+            Parameter::GroupBy => self.take_group_fields(endpoint, &value)?,
             Parameter::Bucket => {
                 let bucket = Bucket::parse(&value).ok_or_else(|| {
                     invalid(
@@ -627,10 +614,10 @@ pub fn parse(endpoint: Endpoint, query: &str, limits: Limits) -> Result<QueryPar
                         "must be a duration from `1m` to `31d`: digits without a leading zero, then `m`, `h` or `d`",
                     )
                 })?;
-                params.bucket = Some(bucket);
+                self.bucket = Some(bucket);
             }
             Parameter::Tz => {
-                params.zone = Zone::parse(&value).ok_or_else(|| {
+                self.zone = Zone::parse(&value).ok_or_else(|| {
                     invalid(
                         parameter,
                         Some(&value),
@@ -639,27 +626,68 @@ pub fn parse(endpoint: Endpoint, query: &str, limits: Limits) -> Result<QueryPar
                 })?;
             }
             Parameter::Format => {
-                params.format =
+                self.format =
                     Some(Format::parse(&value).ok_or_else(|| {
                         invalid(parameter, Some(&value), "must be `json` or `csv`")
                     })?);
             }
         }
-    }
-    if endpoint.groups() && params.group_by.is_empty() {
-        params.group_by.push(GroupField::StationId);
+        Ok(())
     }
 
-    if params.directions.is_empty() {
-        params.directions = Directions::OUTPUT;
+    /// Takes `group_by`'s fields. Their order matters (it is the rows' sort
+    /// order): the first occurrence of each is kept.
+    fn take_group_fields(&mut self, endpoint: Endpoint, value: &str) -> Result<(), QueryError> {
+        for item in value
+            .split(',')
+            .map(str::trim)
+            .filter(|item| !item.is_empty())
+        {
+            let field = GroupField::parse(endpoint, item).ok_or_else(|| {
+                invalid(Parameter::GroupBy, Some(item), &group_by_reason(endpoint))
+            })?;
+            if !self.group_by.contains(&field) {
+                self.group_by.push(field);
+            }
+        }
+        Ok(())
     }
-    sort_and_deduplicate(&mut params.unit_types);
-    sort_and_deduplicate(&mut params.names);
-    sort_and_deduplicate(&mut params.results);
-    if params.cursor.is_some() && params.limit.is_none() {
-        return Err(invalid(Parameter::Cursor, None, "`cursor` needs `limit`"));
+
+    /// Once every parameter is taken: the defaults of what was not given, lists
+    /// sorted without repeats, and the check that needs them all.
+    fn complete(&mut self, endpoint: Endpoint) -> Result<(), QueryError> {
+        if endpoint.groups() && self.group_by.is_empty() {
+            self.group_by.push(GroupField::StationId);
+        }
+
+        if self.directions.is_empty() {
+            self.directions = Directions::OUTPUT;
+        }
+        sort_and_deduplicate(&mut self.unit_types);
+        sort_and_deduplicate(&mut self.names);
+        sort_and_deduplicate(&mut self.results);
+        if self.cursor.is_some() && self.limit.is_none() {
+            return Err(invalid(Parameter::Cursor, None, "`cursor` needs `limit`"));
+        }
+        Ok(())
     }
-    Ok(params)
+}
+
+/// `limit`: a whole number from 1 to `--max-records`, in plain digits.
+fn limit(value: &str, limits: &Limits) -> Result<usize, QueryError> {
+    value
+        .bytes()
+        .all(|byte| byte.is_ascii_digit())
+        .then(|| value.parse::<usize>().ok())
+        .flatten()
+        .filter(|limit| (1..=limits.max_records).contains(limit))
+        .ok_or_else(|| {
+            invalid(
+                Parameter::Limit,
+                Some(value),
+                &format!("must be a whole number from 1 to {}", limits.max_records),
+            )
+        })
 }
 
 impl QueryParams {

@@ -44,7 +44,7 @@ impl Sealed {
             _ => block.metrics,
         } as usize;
         let mut decoded = Decoded {
-            keys: Vec::with_capacity(count),
+            keys: Vec::new(),
             entries: Vec::new(),
             spans: Vec::new(),
             payload: Vec::new(),
@@ -62,47 +62,31 @@ impl Sealed {
         let mut reader = Reader::new(payload);
         let locals: Vec<Span> = read_locals(&mut reader);
         reader.number(); // the count, which the block says too
-        let nanos_unit = match reader.take(1)[0] {
-            0 => 1_000_000,
-            _ => 1,
-        };
-        let start = period_start(period);
-        let mut offset: u64 = 0;
-        let mut instants = Vec::with_capacity(count);
-        for _ in 0..count {
-            offset += reader.number();
-            instants.push(add_nanos(start, offset * nanos_unit));
-        }
-        let (mut file, mut line) = (0i64, 0i64);
-        let mut files = Vec::with_capacity(count);
-        for _ in 0..count {
-            file += reader.signed();
-            files.push(file);
-        }
-        for (index, instant) in instants.iter().enumerate() {
-            line += reader.signed();
-            decoded.keys.push(RecordKey {
-                instant: *instant,
-                load_order: ((files[index] as u64) << 32) | (line as u64 & 0xffff_ffff),
-            });
-        }
-        let mut times: Vec<(u64, usize)> = Vec::with_capacity(count);
-        for _ in 0..count {
-            let code = reader.number();
-            let length = match code {
-                0 => reader.number() as usize,
-                _ => 0,
-            };
-            times.push((code, length));
-        }
-        let time_texts: Vec<Span> = (times.iter())
-            .map(|&(_, length)| reader.span(length))
-            .collect();
-        let value_lengths: Vec<usize> = (0..count).map(|_| reader.number() as usize).collect();
-        let values: Vec<Span> = value_lengths
+        decoded.keys = read_keys(&mut reader, count, period_start(period));
+        let times = read_times(&mut reader, count);
+        let values = read_values(&mut reader, count);
+        let pieces = self.read_pieces(&mut reader, count, &locals);
+        let value_texts: Vec<&[u8]> = values
             .iter()
-            .map(|&length| reader.span(length))
+            .map(|span| &payload[span.start as usize..(span.start + span.length) as usize])
             .collect();
+        let entries = E::read(&mut reader, count, &value_texts);
+        decoded.entries = self.located(entries, period);
+        if json {
+            (decoded.spans, decoded.times) = json_spans(&decoded.keys, &times, &values, &pieces);
+        }
+        decoded
+    }
+
+    /// Each record's three pieces (head, middle and tail), a column each: a
+    /// reference to one of the tier's shared pieces (even) or of the block's own
+    /// `locals` (odd).
+    fn read_pieces(
+        &self,
+        reader: &mut Reader<'_>,
+        count: usize,
+        locals: &[Span],
+    ) -> [Vec<Span>; 3] {
         let mut pieces = [(); 3].map(|()| Vec::with_capacity(count));
         for column in &mut pieces {
             for _ in 0..count {
@@ -120,50 +104,113 @@ impl Sealed {
                 });
             }
         }
-        let value_texts: Vec<&[u8]> = values
-            .iter()
-            .map(|span| &payload[span.start as usize..(span.start + span.length) as usize])
-            .collect();
-        let entries = E::read(&mut reader, count, &value_texts);
+        pieces
+    }
+
+    /// `entries` (of the block of `period`, in order), each with the locator of
+    /// its record: its block, counted from the tier's first, and its kind and
+    /// index in the block.
+    fn located<E: Sealable>(&self, entries: Vec<E>, period: i64) -> Vec<E> {
         let kind = E::KIND << 31;
         let block_number = SEALED | (period - self.base) as u32;
-        decoded.entries = (entries.into_iter().enumerate())
+        (entries.into_iter().enumerate())
             .map(|(index, entry)| {
                 entry.with_bytes(StoredRecord {
                     start: block_number,
                     length: kind | index as u32,
                 })
             })
-            .collect();
-        if json {
-            let mut generated = Vec::new();
-            decoded.spans = (0..count)
-                .map(|index| {
-                    let time = match times[index].0 {
-                        0 => time_texts[index],
-                        code => {
-                            let start = generated.len() as u32;
-                            write_coded_time(&mut generated, decoded.keys[index].instant, code);
-                            Span {
-                                source: Source::Times,
-                                start,
-                                length: generated.len() as u32 - start,
-                            }
-                        }
-                    };
-                    [
-                        pieces[0][index],
-                        time,
-                        pieces[1][index],
-                        values[index],
-                        pieces[2][index],
-                    ]
-                })
-                .collect();
-            decoded.times = generated;
-        }
-        decoded
+            .collect()
     }
+}
+
+/// Each record's key: its instant (from the period's `start`, in milliseconds or
+/// nanoseconds as the block says), then its file and its line, each a column of
+/// differences.
+fn read_keys(reader: &mut Reader<'_>, count: usize, start: Timestamp) -> Vec<RecordKey> {
+    let nanos_unit = match reader.take(1)[0] {
+        0 => 1_000_000,
+        _ => 1,
+    };
+    let mut offset: u64 = 0;
+    let mut instants = Vec::with_capacity(count);
+    for _ in 0..count {
+        offset += reader.number();
+        instants.push(add_nanos(start, offset * nanos_unit));
+    }
+    let (mut file, mut line) = (0i64, 0i64);
+    let mut files = Vec::with_capacity(count);
+    for _ in 0..count {
+        file += reader.signed();
+        files.push(file);
+    }
+    let mut keys = Vec::with_capacity(count);
+    for (index, instant) in instants.iter().enumerate() {
+        line += reader.signed();
+        keys.push(RecordKey {
+            instant: *instant,
+            load_order: ((files[index] as u64) << 32) | (line as u64 & 0xffff_ffff),
+        });
+    }
+    keys
+}
+
+/// Each record's time: its code ([`super::times`]; 0 when its text is kept) and
+/// where its kept text is (nothing, when it has a code).
+fn read_times(reader: &mut Reader<'_>, count: usize) -> Vec<(u64, Span)> {
+    let mut times: Vec<(u64, usize)> = Vec::with_capacity(count);
+    for _ in 0..count {
+        let code = reader.number();
+        let length = match code {
+            0 => reader.number() as usize,
+            _ => 0,
+        };
+        times.push((code, length));
+    }
+    (times.into_iter())
+        .map(|(code, length)| (code, reader.span(length)))
+        .collect()
+}
+
+/// Where each record's value text is: their lengths, then the texts.
+fn read_values(reader: &mut Reader<'_>, count: usize) -> Vec<Span> {
+    let lengths: Vec<usize> = (0..count).map(|_| reader.number() as usize).collect();
+    lengths.iter().map(|&length| reader.span(length)).collect()
+}
+
+/// Where each record's five JSON parts are, and the time texts made again from
+/// their codes, which the parts of the coded times point into.
+fn json_spans(
+    keys: &[RecordKey],
+    times: &[(u64, Span)],
+    values: &[Span],
+    pieces: &[Vec<Span>; 3],
+) -> (Vec<[Span; 5]>, Vec<u8>) {
+    let mut generated = Vec::new();
+    let spans = (0..keys.len())
+        .map(|index| {
+            let time = match times[index] {
+                (0, text) => text,
+                (code, _) => {
+                    let start = generated.len() as u32;
+                    write_coded_time(&mut generated, keys[index].instant, code);
+                    Span {
+                        source: Source::Times,
+                        start,
+                        length: generated.len() as u32 - start,
+                    }
+                }
+            };
+            [
+                pieces[0][index],
+                time,
+                pieces[1][index],
+                values[index],
+                pieces[2][index],
+            ]
+        })
+        .collect();
+    (spans, generated)
 }
 
 impl<E> Decoded<E> {
