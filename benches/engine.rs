@@ -43,22 +43,19 @@ fn all_units() -> RecordFilter {
 
 fn scan(criterion: &mut Criterion) {
     let (_, generation) = dataset();
-    let shard = &generation.shards()[0];
-    let stations: Vec<ShardStation> = generation
-        .catalog()
-        .placements()
-        .iter()
-        .enumerate()
-        .map(|(rank, placement)| ShardStation {
-            rank: rank as u32,
-            station_index: placement.station_index,
+    let (catalog, shards) = generation.into_parts();
+    let shard = &shards[0];
+    let stations: Vec<ShardStation> = (0..catalog.stations().len() as u32)
+        .map(|rank| ShardStation {
+            rank,
+            station_index: catalog.placement(rank).station_index,
         })
         .collect();
     let names = RecordFilter::Metrics {
         names: Matcher::OneOf(
             ["voltage_3v3", "temperature"]
                 .iter()
-                .filter_map(|name| generation.catalog().symbols().lookup(name))
+                .filter_map(|name| catalog.symbols().lookup(name))
                 .collect(),
         ),
         unit_serial: Matcher::Any,

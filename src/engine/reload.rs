@@ -7,7 +7,7 @@
 //! that hold them (they serve what they served) and logs every `path:line: reason`.
 //!
 //! A reload reads only what changed since the generation it follows
-//! ([`stq_core::data::load::reload`]): unchanged files are not opened, grown ones are
+//! ([`stq_core::data::load::reload_looking`]): unchanged files are not opened, grown ones are
 //! read from their last whole line, and stations the change does not touch are
 //! shared with that generation.
 //!

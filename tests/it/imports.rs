@@ -74,7 +74,7 @@ fn crate_roots() -> Vec<(String, PathBuf)> {
     roots
 }
 
-fn is_test_only(attributes: &[syn::Attribute]) -> bool {
+pub(crate) fn is_test_only(attributes: &[syn::Attribute]) -> bool {
     attributes.iter().any(|attribute| {
         attribute.path().is_ident("cfg")
             && attribute
@@ -100,16 +100,16 @@ fn path_attribute(attributes: &[syn::Attribute]) -> Option<String> {
 }
 
 /// One module's items, where its children's files are, and its path.
-struct Found {
+pub(crate) struct Found {
     module: Module,
-    items: Vec<syn::Item>,
+    pub(crate) items: Vec<syn::Item>,
     /// The directory a non-inline child `mod name;` is looked for in.
     children: PathBuf,
-    file: PathBuf,
+    pub(crate) file: PathBuf,
 }
 
 /// Every module of the crate at `root`, tests aside, with its items.
-fn modules(root: &Path) -> Vec<Found> {
+pub(crate) fn modules(root: &Path) -> Vec<Found> {
     let parse = |file: &Path| -> Vec<syn::Item> {
         let text =
             std::fs::read_to_string(file).unwrap_or_else(|error| panic!("{file:?}: {error}"));

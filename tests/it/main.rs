@@ -25,6 +25,7 @@
 //! | `limits` | section 9: query length, window, timeouts, client deadlines, the cap |
 //! | `hostile_queries`, `hostile_snapshots` | hostile input of both kinds |
 //! | `imports` | the code's shape: no module of any crate uses one that uses it back (read with syn) |
+//! | `shape` | the code's size: stq-core's `pub` items, the longest file and the longest function (read with syn) |
 //! | `openapi` | the OpenAPI document, checked against real answers |
 //! | `openhtf` | section 2.1: OpenHTF test records, from the fixtures OpenHTF wrote |
 //! | `page` | section 11: the overview page, its files, and the page in chromium (skips where chromium cannot be had) |
@@ -65,6 +66,7 @@ mod production_build;
 mod properties;
 mod reload;
 mod replicas;
+mod shape;
 mod store;
 mod summaries;
 mod summary_properties;

@@ -14,7 +14,9 @@ use crate::domain::time::Timestamp;
 /// Where a station lives: its shard and its index within that shard.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Placement {
+    /// The shard that holds the station.
     pub shard: u32,
+    /// The station's index among its shard's stations.
     pub station_index: u32,
 }
 
@@ -44,8 +46,11 @@ pub struct Catalog {
 pub struct LoadSummary {
     /// RFC 3339, UTC.
     pub loaded_at: String,
+    /// Unit records loaded.
     pub units: u64,
+    /// Metric records loaded.
     pub metrics: u64,
+    /// Invalid lines skipped (`--on-invalid skip`).
     pub skipped_lines: u64,
     /// Last lines without a line end that do not parse yet (docs/api.md section 8).
     pub pending_lines: u64,
@@ -98,20 +103,17 @@ impl Catalog {
         self.placements[rank as usize]
     }
 
-    /// Every placement, by rank.
-    pub fn placements(&self) -> &[Placement] {
-        &self.placements
-    }
-
     /// The interned filter values (types, serials, names) of this generation.
     pub fn symbols(&self) -> &Symbols {
         &self.symbols
     }
 
+    /// How many shards the stations are spread over.
     pub fn shard_count(&self) -> usize {
         self.shard_count
     }
 
+    /// What the load that made this generation found, for `/readyz`.
     pub fn summary(&self) -> &LoadSummary {
         &self.summary
     }
@@ -187,6 +189,8 @@ impl Catalog {
         &self.files[index]
     }
 
+    /// The rank of the station with this id (its index in byte order), if the
+    /// generation has it.
     pub fn rank(&self, station: &str) -> Option<u32> {
         self.stations
             .binary_search_by(|probe| probe.as_bytes().cmp(station.as_bytes()))
@@ -203,19 +207,21 @@ pub struct Generation {
 }
 
 impl Generation {
+    /// Its catalog: the stations and where each lives.
     pub fn catalog(&self) -> &Arc<Catalog> {
         &self.catalog
     }
 
     /// How many of its records are in sealed blocks.
-    pub fn sealed_records(&self) -> u64 {
+    pub(crate) fn sealed_records(&self) -> u64 {
         (self.shards.iter().flat_map(|shard| &shard.stations))
             .map(|station| (station.sealed.unit_count() + station.sealed.metric_count()) as u64)
             .sum()
     }
 
     /// Each shard's data, in shard order.
-    pub fn shards(&self) -> &[ShardData] {
+    #[cfg(test)]
+    pub(crate) fn shards(&self) -> &[ShardData] {
         &self.shards
     }
 

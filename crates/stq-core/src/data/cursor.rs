@@ -25,6 +25,7 @@ use crate::domain::time::{Timestamp, Window};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("invalid cursor: {reason}")]
 pub struct CursorError {
+    /// What is wrong with it, as the error message says.
     pub reason: &'static str,
 }
 
@@ -41,16 +42,18 @@ const FIXED_LEN: usize = 1 + 1 + 3 * 12 + 4 + 2 + 2;
 pub struct CursorKey(Box<[u8]>);
 
 /// The shortest secret a cursor key file may hold.
-pub const MINIMUM_KEY_BYTES: usize = 32;
+pub(crate) const MINIMUM_KEY_BYTES: usize = 32;
 
 /// Why a secret cannot be a cursor key.
 #[derive(Debug, thiserror::Error)]
 #[error("a cursor key needs at least {MINIMUM_KEY_BYTES} bytes; this one has {length}")]
 pub struct ShortKey {
-    pub length: usize,
+    pub(crate) length: usize,
 }
 
 impl CursorKey {
+    /// A key drawn from the thread's random generator, for a process whose cursors
+    /// need not survive it.
     pub fn random() -> CursorKey {
         CursorKey(Box::new(rand::random::<[u8; 32]>()))
     }
@@ -66,7 +69,7 @@ impl CursorKey {
     }
 
     #[cfg(test)]
-    pub fn fixed(byte: u8) -> CursorKey {
+    pub(crate) fn fixed(byte: u8) -> CursorKey {
         CursorKey(Box::new([byte; 32]))
     }
 }
@@ -75,18 +78,21 @@ impl CursorKey {
 /// same file: what a cursor names as the last record it returned.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecordIdentity {
-    pub instant: Timestamp,
-    pub station_id: String,
+    pub(crate) instant: Timestamp,
+    pub(crate) station_id: String,
     /// Relative to the snapshot directory, `/`-separated.
-    pub path: String,
-    pub line: u32,
+    pub(crate) path: String,
+    pub(crate) line: u32,
 }
 
 /// What a cursor says, once its tag has been checked.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cursor {
+    /// The kind of records it pages through.
     pub kind: Kind,
+    /// The window of the query it continues.
     pub window: Window,
+    /// The last record the previous page returned.
     pub after: RecordIdentity,
 }
 

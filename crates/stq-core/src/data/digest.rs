@@ -52,7 +52,7 @@
 
 use std::borrow::Cow;
 
-use foldhash::{HashMap, HashMapExt as _, HashSet, HashSetExt as _};
+use foldhash::{HashMap, HashMapExt as _, HashSet};
 use integer_encoding::VarInt as _;
 
 use crate::data::key::RecordKey;
@@ -195,35 +195,68 @@ pub(crate) fn write_unit_digest(
     };
     let whole_millis = (records.iter()).all(|(key, _)| key.instant.nanos % 1_000_000 == 0);
     let times = Times::write_head(out, period_start, whole_millis, first.0, last.0);
-    let time_unit = times.unit;
-
-    let mut types: Vec<Symbol> = Vec::new();
-    // Per fine group: its counts, its counts by `result`, its cycle times.
-    type Accumulated = (DigestGroup, Vec<(Symbol, u64)>, Vec<i64>);
-    let mut groups: Vec<Accumulated> = Vec::new();
-    let mut group_index: HashMap<(Symbol, Symbol, Symbol), usize> = HashMap::new();
-    let mut units: Vec<DigestUnit> = Vec::new();
-    let mut unit_index: HashMap<(usize, Symbol), usize> = HashMap::new();
-    let mut leading: Vec<(usize, Symbol, Timestamp)> = Vec::new();
-    // Per slot and serial: the latest input since the last output, and whether
-    // any record of theirs came before, as the summary pairs them.
-    let mut open: HashMap<(Symbol, Symbol), Timestamp> = HashMap::new();
-    let mut seen: HashSet<(Symbol, Symbol)> = HashSet::new();
+    let mut gathered = UnitGathering::default();
     for &(key, entry) in records {
-        if !types.contains(&entry.unit_type) {
-            types.push(entry.unit_type);
+        gathered.add(key, entry);
+    }
+    gathered.write(times, out);
+}
+
+/// A fine group as a block's records fill it: its counts, its counts by `result`
+/// and its cycle times.
+type FineGroup = (DigestGroup, Vec<(Symbol, u64)>, Vec<i64>);
+
+/// What a block's unit records make of its unit digest, taken in key order.
+#[derive(Default)]
+struct UnitGathering {
+    /// The distinct unit types of its records, inputs too.
+    types: Vec<Symbol>,
+    groups: Vec<FineGroup>,
+    group_index: HashMap<(Symbol, Symbol, Symbol), usize>,
+    units: Vec<DigestUnit>,
+    unit_index: HashMap<(usize, Symbol), usize>,
+    leading: Vec<(usize, Symbol, Timestamp)>,
+    /// Per slot and serial: the latest input since the last output, and whether
+    /// any record of theirs came before, as the summary pairs them.
+    open: HashMap<(Symbol, Symbol), Timestamp>,
+    seen: HashSet<(Symbol, Symbol)>,
+}
+
+impl UnitGathering {
+    /// Takes the block's next unit record.
+    fn add(&mut self, key: RecordKey, entry: UnitEntry) {
+        if !self.types.contains(&entry.unit_type) {
+            self.types.push(entry.unit_type);
         }
         let has_serial = entry.unit_serial != Symbol::EMPTY;
         let pair = (entry.slot, entry.unit_serial);
         if entry.direction == Direction::Input {
             if has_serial {
-                open.insert(pair, key.instant);
-                seen.insert(pair);
+                self.open.insert(pair, key.instant);
+                self.seen.insert(pair);
             }
-            continue;
+            return;
         }
+        let group = self.count_output(&entry);
+        if !has_serial {
+            return;
+        }
+        self.attempt(group, key, &entry);
+        match self.open.remove(&pair) {
+            Some(input) => (self.groups[group].2).push(key.instant.nanos_since(input) as i64),
+            None if !self.seen.contains(&pair) => {
+                self.leading.push((group, entry.unit_serial, key.instant));
+            }
+            None => {}
+        }
+        self.seen.insert(pair);
+    }
+
+    /// Counts an output in its fine group, by its `result` too; returns the group.
+    fn count_output(&mut self, entry: &UnitEntry) -> usize {
         let fine = (entry.slot, entry.unit_type, entry.mode);
-        let group = *group_index.entry(fine).or_insert_with(|| {
+        let groups = &mut self.groups;
+        let group = *self.group_index.entry(fine).or_insert_with(|| {
             groups.push((
                 DigestGroup {
                     slot: entry.slot,
@@ -238,7 +271,7 @@ pub(crate) fn write_unit_digest(
             ));
             groups.len() - 1
         });
-        let (counts, results, cycles) = &mut groups[group];
+        let (counts, results, _) = &mut self.groups[group];
         counts.records += 1;
         match results
             .iter_mut()
@@ -247,11 +280,16 @@ pub(crate) fn write_unit_digest(
             Some((_, count)) => *count += 1,
             None => results.push((entry.result, 1)),
         }
-        if !has_serial {
-            continue;
-        }
+        group
+    }
+
+    /// Notes an output with a serial as an attempt of its unit (its fine group and
+    /// serial): the unit's first, second or, so far, last.
+    fn attempt(&mut self, group: usize, key: RecordKey, entry: &UnitEntry) {
         let attempt = (key, entry.result);
-        let index = *unit_index
+        let units = &mut self.units;
+        let index = *self
+            .unit_index
             .entry((group, entry.unit_serial))
             .or_insert_with(|| {
                 units.push(DigestUnit {
@@ -263,20 +301,69 @@ pub(crate) fn write_unit_digest(
                 });
                 units.len() - 1
             });
-        let unit = &mut units[index];
+        let unit = &mut self.units[index];
         if unit.first != attempt {
             if unit.second.is_none() {
                 unit.second = Some(attempt);
             }
             unit.last = attempt;
         }
-        match open.remove(&pair) {
-            Some(input) => cycles.push(key.instant.nanos_since(input) as i64),
-            None if !seen.contains(&pair) => leading.push((group, entry.unit_serial, key.instant)),
-            None => {}
-        }
-        seen.insert(pair);
     }
+
+    /// Writes the digest after its head ([`Times::write_head`]), in the order the
+    /// module's documentation gives.
+    fn write(self, times: Times, out: &mut Vec<u8>) {
+        let (lone, others, tallies) = lone_units(self.units);
+        number(out, self.types.len() as u64);
+        for symbol in &self.types {
+            number(out, u64::from(symbol.0));
+        }
+        write_groups(&self.groups, times.unit, out);
+        number(out, tallies.len() as u64);
+        for tally in &tallies {
+            number(out, tally.group as u64);
+            number(out, u64::from(tally.first.0));
+            number(
+                out,
+                tally.second.map_or(0, |second| u64::from(second.0) + 1),
+            );
+            number(out, u64::from(tally.last.0));
+            number(out, tally.units);
+        }
+        number(out, self.leading.len() as u64);
+        for &(group, serial, instant) in &self.leading {
+            number(out, group as u64);
+            number(out, u64::from(serial.0));
+            times.write_instant(out, instant);
+        }
+        number(out, others.len() as u64);
+        for unit in &others {
+            number(out, unit.group as u64);
+            number(out, u64::from(unit.serial.0));
+            write_attempts(times, unit, out);
+        }
+        let mut waiting: Vec<((Symbol, Symbol), Timestamp)> = self.open.into_iter().collect();
+        waiting.sort_unstable();
+        number(out, waiting.len() as u64);
+        for ((slot, serial), instant) in waiting {
+            number(out, u64::from(slot.0));
+            number(out, u64::from(serial.0));
+            times.write_instant(out, instant);
+        }
+        number(out, lone.len() as u64);
+        for unit in &lone {
+            number(out, unit.group as u64);
+            number(out, u64::from(unit.serial.0));
+        }
+        for unit in &lone {
+            write_attempts(times, unit, out);
+        }
+    }
+}
+
+/// The lone units (whose serial no other fine group has) apart from the others,
+/// and the lone units' tallies, in order.
+fn lone_units(units: Vec<DigestUnit>) -> (Vec<DigestUnit>, Vec<DigestUnit>, Vec<Tally>) {
     let mut groups_of_serial: HashMap<Symbol, u32> = HashMap::new();
     for unit in &units {
         *groups_of_serial.entry(unit.serial).or_default() += 1;
@@ -292,13 +379,14 @@ pub(crate) fn write_unit_digest(
         }
     }
     tallies.sort_unstable();
+    (lone, others, tallies)
+}
 
-    number(out, types.len() as u64);
-    for symbol in &types {
-        number(out, u64::from(symbol.0));
-    }
+/// Writes each fine group: its slot, unit type and mode, its records, its counts
+/// by `result`, and its cycle times in the digest's unit of time.
+fn write_groups(groups: &[FineGroup], time_unit: u64, out: &mut Vec<u8>) {
     number(out, groups.len() as u64);
-    for (group, results, cycles) in &groups {
+    for (group, results, cycles) in groups {
         for symbol in [group.slot, group.unit_type, group.mode] {
             number(out, u64::from(symbol.0));
         }
@@ -312,45 +400,6 @@ pub(crate) fn write_unit_digest(
             .map(|&nanos| nanos as u64 / time_unit)
             .collect();
         write_fixed(out, &cycles);
-    }
-    number(out, tallies.len() as u64);
-    for tally in &tallies {
-        number(out, tally.group as u64);
-        number(out, u64::from(tally.first.0));
-        number(
-            out,
-            tally.second.map_or(0, |second| u64::from(second.0) + 1),
-        );
-        number(out, u64::from(tally.last.0));
-        number(out, tally.units);
-    }
-    number(out, leading.len() as u64);
-    for &(group, serial, instant) in &leading {
-        number(out, group as u64);
-        number(out, u64::from(serial.0));
-        times.write_instant(out, instant);
-    }
-    number(out, others.len() as u64);
-    for unit in &others {
-        number(out, unit.group as u64);
-        number(out, u64::from(unit.serial.0));
-        write_attempts(times, unit, out);
-    }
-    let mut waiting: Vec<((Symbol, Symbol), Timestamp)> = open.into_iter().collect();
-    waiting.sort_unstable();
-    number(out, waiting.len() as u64);
-    for ((slot, serial), instant) in waiting {
-        number(out, u64::from(slot.0));
-        number(out, u64::from(serial.0));
-        times.write_instant(out, instant);
-    }
-    number(out, lone.len() as u64);
-    for unit in &lone {
-        number(out, unit.group as u64);
-        number(out, u64::from(unit.serial.0));
-    }
-    for unit in &lone {
-        write_attempts(times, unit, out);
     }
 }
 

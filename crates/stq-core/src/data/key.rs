@@ -14,14 +14,14 @@ use crate::domain::time::Timestamp;
 /// and a key holds 24 bytes a key, not 32 (every hot record is in two such trees).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[repr(C, packed(4))]
-pub struct RecordKey {
-    pub instant: Timestamp,
-    pub load_order: u64,
+pub(crate) struct RecordKey {
+    pub(crate) instant: Timestamp,
+    pub(crate) load_order: u64,
 }
 
 /// Load order of a line: its file's ordinal (ascending in path order), then its
 /// line number.
-pub fn load_order(file_ordinal: u32, line_number: u32) -> u64 {
+pub(crate) fn load_order(file_ordinal: u32, line_number: u32) -> u64 {
     (u64::from(file_ordinal) << 32) | u64::from(line_number)
 }
 
@@ -31,8 +31,11 @@ pub fn load_order(file_ordinal: u32, line_number: u32) -> u64 {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[repr(C, packed(4))]
 pub struct Position {
+    /// The record's instant, the first key of the order.
     pub instant: Timestamp,
+    /// Its station's rank in the catalog, the second.
     pub station_rank: u32,
+    /// Its line's load order (see `load_order`), the third.
     pub load_order: u64,
 }
 

@@ -13,19 +13,25 @@ use crate::data::tier::tree_bytes;
 /// The bytes of one part of a generation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Part {
+    /// What the part is, as the memory table names it.
     pub name: &'static str,
+    /// Its bytes.
     pub bytes: u64,
 }
 
 /// A generation's bytes by part, and the records they hold.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MemoryUse {
+    /// Every part, in the order the table shows them.
     pub parts: Vec<Part>,
+    /// Unit records the parts hold.
     pub units: u64,
+    /// Metric records the parts hold.
     pub metrics: u64,
 }
 
 impl MemoryUse {
+    /// The bytes of every part together.
     pub fn total(&self) -> u64 {
         self.parts.iter().map(|part| part.bytes).sum()
     }

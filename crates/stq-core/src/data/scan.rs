@@ -13,12 +13,13 @@ use crate::data::shard::ShardData;
 use crate::data::station::{MetricEntry, StationData, UnitEntry};
 use crate::data::stored::{RecordJson, StoredRecord};
 use crate::data::symbols::Symbol;
-use crate::domain::record::{Directions, Kind};
+use crate::domain::record::Directions;
 use crate::domain::time::{Timestamp, Window};
 
 /// A set of symbols a field must be one of, or no constraint at all.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Matcher {
+    /// Every value matches.
     Any,
     /// Matches nothing when empty: every requested value was unknown to the data.
     OneOf(Vec<Symbol>),
@@ -40,27 +41,27 @@ impl Matcher {
 /// The record filters of a query, with strings already turned into symbols.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RecordFilter {
+    /// A unit query's filters.
     Units {
+        /// The `unit_type` values asked for.
         unit_types: Matcher,
+        /// The `unit_serial` asked for.
         unit_serial: Matcher,
         /// Every spelling of the `result` values asked for (docs/api.md section 4).
         results: Matcher,
+        /// The directions asked for.
         directions: Directions,
     },
+    /// A metric query's filters.
     Metrics {
+        /// The metric names asked for.
         names: Matcher,
+        /// The `unit_serial` asked for.
         unit_serial: Matcher,
     },
 }
 
 impl RecordFilter {
-    pub fn kind(&self) -> Kind {
-        match self {
-            RecordFilter::Units { .. } => Kind::Units,
-            RecordFilter::Metrics { .. } => Kind::Metrics,
-        }
-    }
-
     fn is_impossible(&self) -> bool {
         match self {
             RecordFilter::Units {
@@ -110,25 +111,36 @@ impl RecordFilter {
 /// A station to scan: its rank (for the order) and its index in the shard.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ShardStation {
+    /// Its rank in the catalog: where its records fall in the order.
     pub rank: u32,
+    /// Its index among the shard's stations.
     pub station_index: u32,
 }
 
 /// What one shard is asked: the first `cap` matching records of its stations.
 #[derive(Clone, Debug)]
 pub struct ScanRequest {
+    /// The shard's stations to read.
     pub stations: Vec<ShardStation>,
+    /// The window records must fall in.
     pub window: Window,
+    /// Where the previous page ended: only records after it match.
     pub after: Option<Position>,
+    /// What a record must match.
     pub filter: RecordFilter,
+    /// At most this many hits.
     pub cap: usize,
 }
 
 /// A matching record: its place in the contract's order and where its bytes are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Hit {
+    /// Its place in the contract's order.
     pub position: Position,
+    /// Its station's index among the shard's stations.
     pub station_index: u32,
+    /// Where its JSON lies: in its station's arena, or for a sealed record in
+    /// the answer's `sealed`.
     pub bytes: StoredRecord,
 }
 
@@ -137,7 +149,9 @@ pub struct Hit {
 /// lies in `sealed`, see [`ShardData::json`]).
 #[derive(Debug, Default)]
 pub struct ScanAnswer {
+    /// The matching records, in order.
     pub hits: Vec<Hit>,
+    /// The JSON of the sealed hits, one after another.
     pub sealed: Vec<u8>,
 }
 

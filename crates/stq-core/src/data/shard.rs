@@ -214,7 +214,7 @@ impl ShardData {
     }
 
     /// How many records the shard holds.
-    pub fn record_count(&self) -> usize {
+    pub(crate) fn record_count(&self) -> usize {
         self.stations
             .iter()
             .map(|station| station.record_count())

@@ -18,7 +18,7 @@ use crate::data::sealed::{
 use crate::data::stored::{prefetch_value, Pieces, RecordJson, StoredRecord};
 use crate::data::symbols::Symbol;
 use crate::data::tier::{key_range, KeyRange, Tier};
-pub use crate::data::tier::{MetricEntry, UnitEntry};
+pub(crate) use crate::data::tier::{MetricEntry, UnitEntry};
 use crate::domain::record::Direction;
 use crate::domain::time::Timestamp;
 
@@ -42,7 +42,8 @@ type Crossing = (Box<[Symbol]>, Box<[i64]>);
 
 impl StationData {
     /// A station of records in any order, all hot.
-    pub fn new(
+    #[cfg(test)]
+    pub(crate) fn new(
         arena: Box<[u8]>,
         pieces: Pieces,
         units: Vec<(RecordKey, UnitEntry)>,
@@ -91,7 +92,7 @@ impl StationData {
 
     /// A hot record's response JSON, as the parts it is sent in. A sealed record's
     /// is written by [`StationData::write_json`].
-    pub fn json(&self, record: StoredRecord) -> RecordJson<'_> {
+    pub(crate) fn json(&self, record: StoredRecord) -> RecordJson<'_> {
         debug_assert!(
             !is_sealed(record),
             "a sealed record is written, not borrowed"
@@ -100,7 +101,7 @@ impl StationData {
     }
 
     /// Appends a record's response JSON, whichever tier holds it.
-    pub fn write_json(&self, record: StoredRecord, out: &mut Vec<u8>) {
+    pub(crate) fn write_json(&self, record: StoredRecord, out: &mut Vec<u8>) {
         match is_sealed(record) {
             true => self.sealed.write_json(record, out),
             false => self.hot.json(record).write_to(out),
@@ -426,15 +427,15 @@ impl StationData {
         self.sealed.memory(add);
     }
 
-    pub fn unit_count(&self) -> usize {
+    pub(crate) fn unit_count(&self) -> usize {
         self.hot.unit_count() + self.sealed.unit_count()
     }
 
-    pub fn metric_count(&self) -> usize {
+    pub(crate) fn metric_count(&self) -> usize {
         self.hot.metric_count() + self.sealed.metric_count()
     }
 
-    pub fn record_count(&self) -> usize {
+    pub(crate) fn record_count(&self) -> usize {
         self.unit_count() + self.metric_count()
     }
 }

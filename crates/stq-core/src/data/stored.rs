@@ -30,32 +30,34 @@ use integer_encoding::VarInt as _;
 /// record is read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct StoredRecord {
+    /// Where its stored form starts in its station's arena.
     pub start: u32,
+    /// The length of its response JSON, in bytes.
     pub length: u32,
 }
 
 /// Where a piece lies in its station's [`Pieces`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Piece {
-    pub start: u32,
-    pub length: u32,
+pub(crate) struct Piece {
+    pub(crate) start: u32,
+    pub(crate) length: u32,
 }
 
 /// The pieces of one station's records, each held once, one after the other.
 /// Shared, not copied, by the generations that keep the station's records as
 /// they are.
 #[derive(Clone, Debug, Default)]
-pub struct Pieces {
+pub(crate) struct Pieces {
     bytes: Bytes,
 }
 
 impl Pieces {
-    pub fn get(&self, piece: Piece) -> &[u8] {
+    pub(crate) fn get(&self, piece: Piece) -> &[u8] {
         piece_of(&self.bytes, piece)
     }
 
     /// The bytes it holds on the heap.
-    pub fn heap_bytes(&self) -> usize {
+    pub(crate) fn heap_bytes(&self) -> usize {
         self.bytes.len()
     }
 
@@ -420,20 +422,17 @@ impl<'a> RecordJson<'a> {
 
     /// The JSON's length in bytes, read from the entry: sizing an answer does not
     /// touch the arena.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         match self.form {
             Form::Stored { record, .. } => record.length as usize,
             Form::Whole(json) => json.len(),
         }
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Appends the JSON: the head piece, the time, the middle piece, the value and
     /// the tail piece.
-    pub fn write_to(&self, out: &mut Vec<u8>) {
+    pub(crate) fn write_to(&self, out: &mut Vec<u8>) {
         self.parts().write_to(out);
     }
 
@@ -474,7 +473,8 @@ impl<'a> RecordJson<'a> {
         }
     }
 
-    pub fn to_vec(&self) -> Vec<u8> {
+    #[cfg(test)]
+    pub(crate) fn to_vec(self) -> Vec<u8> {
         let mut json = Vec::with_capacity(self.len());
         self.write_to(&mut json);
         json

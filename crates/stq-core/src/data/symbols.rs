@@ -23,7 +23,7 @@ pub struct Symbol(pub u32);
 
 impl Symbol {
     /// The empty string, in every table: an empty serial, for one.
-    pub const EMPTY: Symbol = Symbol(0);
+    pub(crate) const EMPTY: Symbol = Symbol(0);
 }
 
 /// The strings of one generation that filters compare against and summaries group
@@ -58,7 +58,8 @@ struct Layer {
 const MERGE_RATIO: usize = 4;
 
 impl Symbols {
-    pub fn intern(&mut self, text: &str) -> Symbol {
+    #[cfg(test)]
+    pub(crate) fn intern(&mut self, text: &str) -> Symbol {
         if let Some(symbol) = self.lookup(text) {
             return symbol;
         }
@@ -68,6 +69,8 @@ impl Symbols {
         symbol
     }
 
+    /// The symbol of `text`, if the table holds it: a filter value the data never
+    /// holds matches nothing.
     pub fn lookup(&self, text: &str) -> Option<Symbol> {
         self.layers.iter().find_map(|layer| {
             layer
@@ -116,7 +119,7 @@ impl Symbols {
     const SPELLINGS_LOOKED_UP: u32 = 1 << 12;
 
     /// The text of a symbol of this table.
-    pub fn text(&self, symbol: Symbol) -> &str {
+    pub(crate) fn text(&self, symbol: Symbol) -> &str {
         let layer = self
             .layers
             .iter()
@@ -127,21 +130,16 @@ impl Symbols {
     }
 
     /// How many strings the table holds; the next new one gets this number.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.layers
             .last()
             .map_or(0, |layer| layer.first as usize + layer.texts.len())
     }
 
-    /// Never: a table holds the empty string at least.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// About how many heap bytes the table holds: each layer's strings, and per
     /// slot its entry (hash and boxed string) and its hash-table index and control
     /// byte. Layers shared with other generations are counted too.
-    pub fn heap_bytes(&self) -> u64 {
+    pub(crate) fn heap_bytes(&self) -> u64 {
         let slot = 2 * size_of::<usize>() + size_of::<Box<str>>() + 1;
         self.layers
             .iter()

@@ -15,14 +15,14 @@ use crate::domain::record::Direction;
 /// A unit record in the index: where its JSON is, and the fields filters and
 /// summaries read, so that neither parses the JSON again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct UnitEntry {
-    pub bytes: StoredRecord,
-    pub unit_type: Symbol,
-    pub unit_serial: Symbol,
-    pub direction: Direction,
-    pub slot: Symbol,
-    pub mode: Symbol,
-    pub result: Symbol,
+pub(crate) struct UnitEntry {
+    pub(crate) bytes: StoredRecord,
+    pub(crate) unit_type: Symbol,
+    pub(crate) unit_serial: Symbol,
+    pub(crate) direction: Direction,
+    pub(crate) slot: Symbol,
+    pub(crate) mode: Symbol,
+    pub(crate) result: Symbol,
 }
 
 /// A metric record in the index: where its JSON is, the fields filters and
@@ -32,15 +32,15 @@ pub struct UnitEntry {
 /// whose limits the row shows. The serial fills what was padding: the entry is
 /// 48 bytes with it as without it.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct MetricEntry {
-    pub bytes: StoredRecord,
-    pub name: Symbol,
-    pub slot: Symbol,
-    pub unit_serial: Symbol,
-    pub unit: Symbol,
-    pub value: f64,
-    pub limit_lower: f64,
-    pub limit_upper: f64,
+pub(crate) struct MetricEntry {
+    pub(crate) bytes: StoredRecord,
+    pub(crate) name: Symbol,
+    pub(crate) slot: Symbol,
+    pub(crate) unit_serial: Symbol,
+    pub(crate) unit: Symbol,
+    pub(crate) value: f64,
+    pub(crate) limit_lower: f64,
+    pub(crate) limit_upper: f64,
 }
 
 // The serial took the padding after the symbols: no entry grew for it.

@@ -48,22 +48,36 @@ impl Unauthorized {
 /// tokens it has.
 #[derive(Debug, thiserror::Error)]
 pub enum TokensError {
-    /// The cause is part of the message, not a source: a caller printing the chain
-    /// would name it twice.
+    /// The file could not be read. The cause is part of the message, not a
+    /// source: a caller printing the chain would name it twice.
     #[error("cannot read the tokens file {path}: {cause}")]
-    Read { path: String, cause: std::io::Error },
+    Read {
+        /// The tokens file's path.
+        path: String,
+        /// Why it could not be read.
+        cause: std::io::Error,
+    },
+    /// The file was read, but is not a valid tokens file.
     #[error("invalid tokens file {path}: {reason}")]
-    Invalid { path: String, reason: String },
+    Invalid {
+        /// The tokens file's path.
+        path: String,
+        /// What is wrong with it.
+        reason: String,
+    },
 }
 
 /// The stations a token may see.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Scope {
+    /// Every station, present and future.
     All,
+    /// These stations only.
     Stations(BTreeSet<String>),
 }
 
 impl Scope {
+    /// Whether a token of this scope may see `station`.
     pub fn allows(&self, station: &str) -> bool {
         match self {
             Scope::All => true,
@@ -75,12 +89,14 @@ impl Scope {
 /// The holder of a known token.
 #[derive(Debug)]
 pub struct Principal {
+    /// The name of the tokens file's entry it was made from.
     pub name: String,
+    /// The stations it may see.
     pub scope: Scope,
     /// The token's SHA-256: identifies the holder in cursors without revealing it.
     pub digest: [u8; 32],
     /// From this instant on the token is refused; `None`: never.
-    pub expires: Option<Timestamp>,
+    pub(crate) expires: Option<Timestamp>,
 }
 
 /// The tokens file as written (docs/api.md section 3.1): its entries in their order,
@@ -89,6 +105,7 @@ pub struct Principal {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TokensFile {
+    /// The entries, in the file's order.
     pub tokens: Vec<TokenEntry>,
 }
 
@@ -96,9 +113,11 @@ pub struct TokensFile {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TokenEntry {
+    /// The entry's name, unique in the file.
     pub name: String,
     /// The token's SHA-256 in hex, as written (either case).
     pub sha256: String,
+    /// The stations its token may see.
     pub stations: Stations,
     /// A date-time (docs/api.md section 4), as written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -110,7 +129,9 @@ pub struct TokenEntry {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum Stations {
+    /// `"*"` (or, refused by the check, another string).
     Every(String),
+    /// Station ids.
     List(Vec<String>),
 }
 
@@ -124,8 +145,10 @@ impl Stations {
 /// What [`TokensFile::add`] and [`TokensFile::revoke`] refuse.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum EditError {
+    /// An entry of this name is in the file already.
     #[error("a token named `{0}` is already in the tokens file")]
     NameTaken(String),
+    /// No entry of this name is in the file.
     #[error("no token named `{0}` is in the tokens file")]
     UnknownName(String),
 }
@@ -157,7 +180,7 @@ impl TokensFile {
     }
 
     /// Whether an entry is named `name`.
-    pub fn has(&self, name: &str) -> bool {
+    pub(crate) fn has(&self, name: &str) -> bool {
         self.tokens.iter().any(|entry| entry.name == name)
     }
 
@@ -255,10 +278,7 @@ impl Tokens {
         Ok(tokens)
     }
 
-    pub fn len(&self) -> usize {
-        self.principals.len()
-    }
-
+    /// Whether the file held no tokens: every request gets 401.
     pub fn is_empty(&self) -> bool {
         self.principals.is_empty()
     }
@@ -304,7 +324,7 @@ fn bearer_token(authorization: Option<&[u8]>) -> Option<&[u8]> {
         .then(|| rest.trim_ascii_start())
 }
 
-pub fn sha256(token: &[u8]) -> [u8; 32] {
+pub(crate) fn sha256(token: &[u8]) -> [u8; 32] {
     Sha256::digest(token).into()
 }
 
@@ -314,7 +334,7 @@ pub fn hash_token(token: &str) -> String {
 }
 
 /// How every token `stq token new` makes begins.
-pub const TOKEN_PREFIX: &str = "stq_";
+pub(crate) const TOKEN_PREFIX: &str = "stq_";
 
 /// The token `stq token new` makes of 32 random bytes: [`TOKEN_PREFIX`] then the
 /// bytes in base64url without padding (43 characters).

@@ -6,4 +6,4 @@ pub(crate) mod openhtf;
 pub mod query;
 pub mod record;
 pub mod time;
-pub mod zone;
+pub(crate) mod zone;

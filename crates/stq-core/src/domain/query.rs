@@ -19,30 +19,59 @@ use crate::domain::zone::Zone;
 /// the HTTP layer gives it its code and status.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum QueryError {
+    /// A parameter's value is not one it accepts: 400 `invalid_parameter`.
     #[error("invalid value for parameter `{parameter}`: {reason}")]
     InvalidParameter {
+        /// The parameter's name.
         parameter: String,
         /// The decoded value, when there was one to show.
         value: Option<String>,
+        /// Why the value is refused.
         reason: String,
     },
 
+    /// A parameter the endpoint does not take: 400 `unknown_parameter`.
     #[error("unknown parameter `{parameter}`")]
-    UnknownParameter { parameter: String },
+    UnknownParameter {
+        /// The parameter's name, as sent.
+        parameter: String,
+    },
 
+    /// `from` is not before `to`: 400 `invalid_window`.
     #[error("`from` must be before `to`")]
-    InvalidWindow { from: Timestamp, to: Timestamp },
+    InvalidWindow {
+        /// The window's start.
+        from: Timestamp,
+        /// The window's end.
+        to: Timestamp,
+    },
 
+    /// More station ids than `--max-stations`: 400 `too_many_stations`.
     #[error("at most {max} station ids may be given, not {count}")]
-    TooManyStations { count: usize, max: usize },
+    TooManyStations {
+        /// How many distinct ids were given.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
 
+    /// A query string longer than `--max-query-bytes`: 414.
     #[error("the query string is {length} bytes long; at most {max} are accepted")]
-    UriTooLong { length: usize, max: usize },
+    UriTooLong {
+        /// The query string's length in bytes, as sent.
+        length: usize,
+        /// The limit.
+        max: usize,
+    },
 
+    /// A window longer than `--max-window`: 400 `window_too_large`.
     #[error("the window spans more than the {} allowed; narrow it", duration_text(*.max_window))]
     WindowTooLarge {
+        /// The window's start.
         from: Timestamp,
+        /// The window's end.
         to: Timestamp,
+        /// The limit.
         max_window: Duration,
     },
 }
@@ -50,7 +79,10 @@ pub enum QueryError {
 /// The limits that parameter validation depends on (docs/api.md sections 4, 6 and 9).
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
+    /// `--max-records`: the largest `limit`, and the most records an unpaged
+    /// answer holds.
     pub max_records: usize,
+    /// `--max-stations`: the most distinct station ids a query may name.
     pub max_stations: usize,
     /// Bytes of the query string as sent, still percent-encoded.
     pub max_query_bytes: usize,
@@ -88,17 +120,24 @@ pub fn check_length(query: &str, limits: &Limits) -> Result<(), QueryError> {
 pub struct QueryParams {
     /// `None`: every station the token may access.
     pub station_ids: Option<Vec<String>>,
+    /// `from`, if given.
     pub from: Option<Timestamp>,
+    /// `to`, if given.
     pub to: Option<Timestamp>,
+    /// `/units`' `unit_type` values.
     pub unit_types: Vec<String>,
+    /// `unit_serial`, if given.
     pub unit_serial: Option<String>,
     /// `/units`' `result`: values in ASCII lower case, matched ignoring ASCII case
     /// (docs/api.md section 4).
     pub results: Vec<String>,
     /// Only meaningful for `/units`.
     pub directions: Directions,
+    /// `/metrics`' `name` values.
     pub names: Vec<String>,
+    /// `limit`: a page's size; `None` answers every record at once.
     pub limit: Option<usize>,
+    /// `cursor`: where the page starts, as the last page's `next_cursor` said.
     pub cursor: Option<String>,
     /// Summaries only: the row's group fields, in the order given, each once;
     /// `station_id` when none is given (docs/api.md section 10).
@@ -126,7 +165,7 @@ pub enum Format {
 
 impl Format {
     /// `json` or `csv`, exactly.
-    pub fn parse(text: &str) -> Option<Format> {
+    pub(crate) fn parse(text: &str) -> Option<Format> {
         match text {
             "json" => Some(Format::Json),
             "csv" => Some(Format::Csv),
@@ -188,9 +227,7 @@ impl Endpoint {
 #[derive(Debug)]
 pub struct EndpointSpec {
     /// Its path, which is also its label in the metrics.
-    pub path: &'static str,
-    /// The kind of records it reads; `None` for `/stations`, which reads both.
-    pub kind: Option<Kind>,
+    pub(crate) path: &'static str,
     /// The query parameters it accepts.
     parameters: &'static [Parameter],
     /// The fields its rows may be grouped by; none for records and `/stations`.
@@ -204,7 +241,6 @@ pub struct EndpointSpec {
 
 const UNITS: EndpointSpec = EndpointSpec {
     path: Kind::Units.path(),
-    kind: Some(Kind::Units),
     parameters: &[
         Parameter::StationIds,
         Parameter::From,
@@ -223,7 +259,6 @@ const UNITS: EndpointSpec = EndpointSpec {
 
 const METRICS: EndpointSpec = EndpointSpec {
     path: Kind::Metrics.path(),
-    kind: Some(Kind::Metrics),
     parameters: &[
         Parameter::StationIds,
         Parameter::From,
@@ -240,7 +275,6 @@ const METRICS: EndpointSpec = EndpointSpec {
 
 const UNITS_SUMMARY: EndpointSpec = EndpointSpec {
     path: "/units/summary",
-    kind: Some(Kind::Units),
     parameters: &[
         Parameter::StationIds,
         Parameter::From,
@@ -263,7 +297,6 @@ const UNITS_SUMMARY: EndpointSpec = EndpointSpec {
 
 const METRICS_SUMMARY: EndpointSpec = EndpointSpec {
     path: "/metrics/summary",
-    kind: Some(Kind::Metrics),
     parameters: &[
         Parameter::StationIds,
         Parameter::From,
@@ -280,7 +313,6 @@ const METRICS_SUMMARY: EndpointSpec = EndpointSpec {
 
 const STATIONS: EndpointSpec = EndpointSpec {
     path: "/stations",
-    kind: None,
     parameters: &[Parameter::StationIds],
     group_fields: &[],
     etag_seed: 4,
@@ -314,13 +346,9 @@ impl Endpoint {
             .find(|endpoint| endpoint.spec().path == path)
     }
 
+    /// Its path, as a request names it (`/units/summary`).
     pub fn path(self) -> &'static str {
         self.spec().path
-    }
-
-    /// The kind of records the endpoint reads; `None` for `/stations`, which reads both.
-    pub fn kind(self) -> Option<Kind> {
-        self.spec().kind
     }
 
     /// Whether it answers with rows that need a default grouping.
@@ -332,10 +360,15 @@ impl Endpoint {
 /// A field a summary row may be grouped by (docs/api.md section 10).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum GroupField {
+    /// By the record's station (`station_id`).
     StationId,
+    /// By the fixture slot that tested the unit (`slot`).
     Slot,
+    /// By the type of unit tested (`unit_type`).
     UnitType,
+    /// By the record's test mode (`mode`).
     Mode,
+    /// By a metric's unit of measure (`unit`).
     Unit,
 }
 
@@ -372,7 +405,7 @@ impl Bucket {
     const LONGEST_SECONDS: i64 = 31 * DAY_SECONDS;
 
     /// `15m`, `1h`, `7d`: digits without a leading zero, then `m`, `h` or `d`.
-    pub fn parse(text: &str) -> Option<Bucket> {
+    pub(crate) fn parse(text: &str) -> Option<Bucket> {
         let unit = text.chars().last()?;
         let digits = &text[..text.len() - unit.len_utf8()];
         let unit_seconds = match unit {
@@ -391,7 +424,7 @@ impl Bucket {
         (seconds <= Bucket::LONGEST_SECONDS).then_some(Bucket { seconds })
     }
 
-    pub fn seconds(self) -> i64 {
+    pub(crate) fn seconds(self) -> i64 {
         self.seconds
     }
 }
@@ -509,6 +542,22 @@ pub fn parse(endpoint: Endpoint, query: &str, limits: Limits) -> Result<QueryPar
         if value.is_empty() && !matches!(parameter, Parameter::StationIds) && !parameter.is_list() {
             return Err(invalid(parameter, Some(&value), "must not be empty"));
         }
+        params.take(endpoint, parameter, value, &limits)?;
+    }
+    params.complete(endpoint)?;
+    Ok(params)
+}
+
+impl QueryParams {
+    /// Takes one parameter's decoded value: a list's items are added to those
+    /// given before.
+    fn take(
+        &mut self,
+        endpoint: Endpoint,
+        parameter: Parameter,
+        value: Cow<'_, str>,
+        limits: &Limits,
+    ) -> Result<(), QueryError> {
         match parameter {
             Parameter::StationIds => {
                 let stations = list_items(&value);
@@ -519,7 +568,7 @@ pub fn parse(endpoint: Endpoint, query: &str, limits: Limits) -> Result<QueryPar
                             max: limits.max_stations,
                         });
                     }
-                    params.station_ids = Some(stations);
+                    self.station_ids = Some(stations);
                 }
             }
             Parameter::From | Parameter::To => {
@@ -531,16 +580,16 @@ pub fn parse(endpoint: Endpoint, query: &str, limits: Limits) -> Result<QueryPar
                     )
                 })?;
                 if parameter == Parameter::From {
-                    params.from = Some(instant);
+                    self.from = Some(instant);
                 } else {
-                    params.to = Some(instant);
+                    self.to = Some(instant);
                 }
             }
-            Parameter::Type => params.unit_types.extend(list_items(&value)),
-            Parameter::Names => params.names.extend(list_items(&value)),
+            Parameter::Type => self.unit_types.extend(list_items(&value)),
+            Parameter::Names => self.names.extend(list_items(&value)),
             // Compared ignoring ASCII case: `FAIL` and `fail` are one filter, so
             // one cursor scope.
-            Parameter::Result => params.results.extend(
+            Parameter::Result => self.results.extend(
                 list_items(&value)
                     .iter()
                     .map(|item| item.to_ascii_lowercase()),
@@ -550,42 +599,13 @@ pub fn parse(endpoint: Endpoint, query: &str, limits: Limits) -> Result<QueryPar
                     let direction = Direction::parse(&item).ok_or_else(|| {
                         invalid(parameter, Some(&item), "must be `input` or `output`")
                     })?;
-                    params.directions.insert(direction);
+                    self.directions.insert(direction);
                 }
             }
-            Parameter::SerialNumber => params.unit_serial = Some(value.into_owned()),
-            Parameter::Limit => {
-                let limit = value
-                    .bytes()
-                    .all(|byte| byte.is_ascii_digit())
-                    .then(|| value.parse::<usize>().ok())
-                    .flatten()
-                    .filter(|limit| (1..=limits.max_records).contains(limit))
-                    .ok_or_else(|| {
-                        invalid(
-                            parameter,
-                            Some(&value),
-                            &format!("must be a whole number from 1 to {}", limits.max_records),
-                        )
-                    })?;
-                params.limit = Some(limit);
-            }
-            Parameter::Cursor => params.cursor = Some(value.into_owned()),
-            Parameter::GroupBy => {
-                // Order matters (it is the rows' sort order): first occurrences kept.
-                for item in value
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|item| !item.is_empty())
-                {
-                    let field = GroupField::parse(endpoint, item).ok_or_else(|| {
-                        invalid(parameter, Some(item), &group_by_reason(endpoint))
-                    })?;
-                    if !params.group_by.contains(&field) {
-                        params.group_by.push(field);
-                    }
-                }
-            }
+            Parameter::SerialNumber => self.unit_serial = Some(value.into_owned()),
+            Parameter::Limit => self.limit = Some(limit(&value, limits)?),
+            Parameter::Cursor => self.cursor = Some(value.into_owned()),
+            Parameter::GroupBy => self.take_group_fields(endpoint, &value)?,
             Parameter::Bucket => {
                 let bucket = Bucket::parse(&value).ok_or_else(|| {
                     invalid(
@@ -594,10 +614,10 @@ pub fn parse(endpoint: Endpoint, query: &str, limits: Limits) -> Result<QueryPar
                         "must be a duration from `1m` to `31d`: digits without a leading zero, then `m`, `h` or `d`",
                     )
                 })?;
-                params.bucket = Some(bucket);
+                self.bucket = Some(bucket);
             }
             Parameter::Tz => {
-                params.zone = Zone::parse(&value).ok_or_else(|| {
+                self.zone = Zone::parse(&value).ok_or_else(|| {
                     invalid(
                         parameter,
                         Some(&value),
@@ -606,27 +626,68 @@ pub fn parse(endpoint: Endpoint, query: &str, limits: Limits) -> Result<QueryPar
                 })?;
             }
             Parameter::Format => {
-                params.format =
+                self.format =
                     Some(Format::parse(&value).ok_or_else(|| {
                         invalid(parameter, Some(&value), "must be `json` or `csv`")
                     })?);
             }
         }
-    }
-    if endpoint.groups() && params.group_by.is_empty() {
-        params.group_by.push(GroupField::StationId);
+        Ok(())
     }
 
-    if params.directions.is_empty() {
-        params.directions = Directions::OUTPUT;
+    /// Takes `group_by`'s fields. Their order matters (it is the rows' sort
+    /// order): the first occurrence of each is kept.
+    fn take_group_fields(&mut self, endpoint: Endpoint, value: &str) -> Result<(), QueryError> {
+        for item in value
+            .split(',')
+            .map(str::trim)
+            .filter(|item| !item.is_empty())
+        {
+            let field = GroupField::parse(endpoint, item).ok_or_else(|| {
+                invalid(Parameter::GroupBy, Some(item), &group_by_reason(endpoint))
+            })?;
+            if !self.group_by.contains(&field) {
+                self.group_by.push(field);
+            }
+        }
+        Ok(())
     }
-    sort_and_deduplicate(&mut params.unit_types);
-    sort_and_deduplicate(&mut params.names);
-    sort_and_deduplicate(&mut params.results);
-    if params.cursor.is_some() && params.limit.is_none() {
-        return Err(invalid(Parameter::Cursor, None, "`cursor` needs `limit`"));
+
+    /// Once every parameter is taken: the defaults of what was not given, lists
+    /// sorted without repeats, and the check that needs them all.
+    fn complete(&mut self, endpoint: Endpoint) -> Result<(), QueryError> {
+        if endpoint.groups() && self.group_by.is_empty() {
+            self.group_by.push(GroupField::StationId);
+        }
+
+        if self.directions.is_empty() {
+            self.directions = Directions::OUTPUT;
+        }
+        sort_and_deduplicate(&mut self.unit_types);
+        sort_and_deduplicate(&mut self.names);
+        sort_and_deduplicate(&mut self.results);
+        if self.cursor.is_some() && self.limit.is_none() {
+            return Err(invalid(Parameter::Cursor, None, "`cursor` needs `limit`"));
+        }
+        Ok(())
     }
-    Ok(params)
+}
+
+/// `limit`: a whole number from 1 to `--max-records`, in plain digits.
+fn limit(value: &str, limits: &Limits) -> Result<usize, QueryError> {
+    value
+        .bytes()
+        .all(|byte| byte.is_ascii_digit())
+        .then(|| value.parse::<usize>().ok())
+        .flatten()
+        .filter(|limit| (1..=limits.max_records).contains(limit))
+        .ok_or_else(|| {
+            invalid(
+                Parameter::Limit,
+                Some(value),
+                &format!("must be a whole number from 1 to {}", limits.max_records),
+            )
+        })
 }
 
 impl QueryParams {

@@ -22,7 +22,9 @@ mod fast;
 /// Which endpoint, snapshot file suffix and record shape we are dealing with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Kind {
+    /// Unit records: `/units`, `*.units.jsonl`.
     Units,
+    /// Metric records: `/metrics`, `*.metrics.jsonl`.
     Metrics,
 }
 
@@ -48,11 +50,14 @@ impl Kind {
 /// The direction of a unit record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Direction {
+    /// The record a unit's processing starts with (`input`).
     Input,
+    /// The record a unit's processing ends with, its result in it (`output`).
     Output,
 }
 
 impl Direction {
+    /// The direction spelled `text` (lower case only), if any.
     pub fn parse(text: &str) -> Option<Direction> {
         match text {
             "input" => Some(Direction::Input),
@@ -61,6 +66,7 @@ impl Direction {
         }
     }
 
+    /// Its spelling in records and queries.
     pub fn as_str(self) -> &'static str {
         match self {
             Direction::Input => "input",
@@ -87,6 +93,7 @@ impl Directions {
         input: false,
         output: true,
     };
+    /// Both directions: every unit record.
     pub const BOTH: Directions = Directions {
         input: true,
         output: true,
@@ -101,20 +108,21 @@ impl Directions {
         set
     }
 
-    pub fn insert(&mut self, direction: Direction) {
+    pub(crate) fn insert(&mut self, direction: Direction) {
         match direction {
             Direction::Input => self.input = true,
             Direction::Output => self.output = true,
         }
     }
 
-    pub fn contains(self, direction: Direction) -> bool {
+    pub(crate) fn contains(self, direction: Direction) -> bool {
         match direction {
             Direction::Input => self.input,
             Direction::Output => self.output,
         }
     }
 
+    /// Whether it holds no direction, and so matches no record.
     pub fn is_empty(self) -> bool {
         self == Directions::NONE
     }
@@ -125,21 +133,36 @@ impl Directions {
 /// absent field is `""`), borrowed from the line where possible.
 #[derive(Debug, PartialEq, Eq)]
 pub enum IndexedFields<'a> {
+    /// A unit record's fields.
     Unit {
+        /// The type of unit tested.
         unit_type: Cow<'a, str>,
+        /// The serial number of the unit tested.
         unit_serial: Cow<'a, str>,
+        /// Whether the record starts or ends the unit's processing.
         direction: Direction,
+        /// The fixture slot that held the unit.
         slot: Cow<'a, str>,
+        /// The test mode.
         mode: Cow<'a, str>,
+        /// The processing's result, as written (`""` on an input record).
         result: Cow<'a, str>,
     },
+    /// A metric record's fields.
     Metric {
+        /// The metric's name.
         name: Cow<'a, str>,
+        /// The fixture slot that held the unit.
         slot: Cow<'a, str>,
+        /// The serial number of the unit tested.
         unit_serial: Cow<'a, str>,
+        /// The metric's unit of measure.
         unit: Cow<'a, str>,
+        /// The measured value, as the text the line holds.
         value: Cow<'a, str>,
+        /// The lowest passing value, as written.
         limit_lower: Cow<'a, str>,
+        /// The highest passing value, as written.
         limit_upper: Cow<'a, str>,
     },
 }
@@ -147,7 +170,7 @@ pub enum IndexedFields<'a> {
 /// The number a returned string field stands for, when it is a finite decimal
 /// number (docs/api.md section 10.2): JSON number syntax, also with a leading `+`,
 /// whose value is finite in double precision. Anything else is not numeric.
-pub fn numeric(text: &str) -> Option<f64> {
+pub(crate) fn numeric(text: &str) -> Option<f64> {
     let bytes = text.as_bytes();
     let digits_from = |at: usize| {
         bytes[at.min(bytes.len())..]
@@ -191,8 +214,11 @@ pub fn numeric(text: &str) -> Option<f64> {
 /// A valid line: what the index needs. Its response JSON went to the caller's buffer.
 #[derive(Debug, PartialEq, Eq)]
 pub struct ParsedLine<'a> {
+    /// Its station's id.
     pub station_id: Cow<'a, str>,
+    /// The instant `time_created` names.
     pub instant: Timestamp,
+    /// The fields filters and summaries read.
     pub fields: IndexedFields<'a>,
     /// Where the response JSON has the text of `time_created`, inside its quotes,
     /// counted from the JSON's first byte.

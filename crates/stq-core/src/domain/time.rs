@@ -22,26 +22,32 @@ pub struct Timestamp {
     pub nanos: u32,
 }
 
-/// Seconds in the default window (docs/api.md section 5).
 /// A half-open window of time: `from <= t < to`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Window {
+    /// Its first instant.
     pub from: Timestamp,
+    /// The first instant after it.
     pub to: Timestamp,
 }
 
-pub const DAY_SECONDS: i64 = 24 * 60 * 60;
+/// Seconds in the default window (docs/api.md section 5).
+pub(crate) const DAY_SECONDS: i64 = 24 * 60 * 60;
 
 impl Timestamp {
+    /// The earliest instant a timestamp holds.
     pub const MIN: Timestamp = Timestamp {
         seconds: i64::MIN,
         nanos: 0,
     };
+    /// The latest instant a timestamp holds.
     pub const MAX: Timestamp = Timestamp {
         seconds: i64::MAX,
         nanos: 999_999_999,
     };
 
+    /// The instant `millis` milliseconds after the Unix epoch (before it if
+    /// negative).
     pub fn from_unix_millis(millis: i64) -> Timestamp {
         Timestamp {
             seconds: millis.div_euclid(1000),
@@ -49,6 +55,7 @@ impl Timestamp {
         }
     }
 
+    /// The system clock's current instant.
     pub fn now() -> Timestamp {
         let now = Utc::now();
         Timestamp {
@@ -73,7 +80,7 @@ impl Timestamp {
     }
 
     /// `YYYY-MM-DDTHH:MM:SSZ`, the fraction dropped: a summary's `bucket_start`.
-    pub fn to_rfc3339_seconds(self) -> String {
+    pub(crate) fn to_rfc3339_seconds(self) -> String {
         match DateTime::<Utc>::from_timestamp(self.seconds, 0) {
             Some(time) => time.to_rfc3339_opts(SecondsFormat::Secs, true),
             None => format!("{}s since the Unix epoch", { self.seconds }),
@@ -112,7 +119,7 @@ pub fn duration_text(duration: std::time::Duration) -> String {
 }
 
 /// `YYYY-MM-DDTHH:MM:SS.mmmZ`, the format of `meta.timestamp`.
-pub fn timestamp_millis_utc(time: DateTime<Utc>) -> String {
+pub(crate) fn timestamp_millis_utc(time: DateTime<Utc>) -> String {
     time.to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 

@@ -21,14 +21,15 @@ pub enum Zone {
 
 impl Zone {
     /// The zone an IANA name names, exactly as the database spells it.
-    pub fn parse(name: &str) -> Option<Zone> {
+    pub(crate) fn parse(name: &str) -> Option<Zone> {
         match name {
             "UTC" => Some(Zone::Utc),
             name => Tz::from_str(name).ok().map(Zone::Named),
         }
     }
 
-    pub fn name(self) -> &'static str {
+    #[cfg(test)]
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Zone::Utc => "UTC",
             Zone::Named(tz) => tz.name(),

@@ -136,6 +136,7 @@ pub struct FileStamp {
 }
 
 impl FileStamp {
+    /// The stamp of a file with this metadata.
     pub fn of(metadata: &Metadata) -> FileStamp {
         #[cfg(unix)]
         {
@@ -487,7 +488,10 @@ pub struct FileStatus<'a> {
     pub bytes: u64,
     /// The records served from it.
     pub records: u64,
+    /// Its invalid lines skipped (`--on-invalid skip`).
     pub skipped_lines: u64,
+    /// Its last line without a line end, when it does not parse yet: not loaded,
+    /// not counted as invalid.
     pub pending_lines: u64,
     /// The first invalid lines (at most [`INVALID_LINES_SHOWN`]) of its last read.
     pub errors: &'a [InvalidLine],

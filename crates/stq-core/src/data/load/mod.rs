@@ -24,12 +24,13 @@ mod read;
 mod reload;
 mod report;
 
-pub use files::{FileStamp, FileStatus, Stamps};
+pub use files::{FileStamp, Stamps};
 pub use full::{check, load};
-pub use reload::{load_from_store, reload, reload_looking, Look};
-pub use report::{
-    FileReport, InvalidLine, LoadError, LoadOptions, LoadReport, OnInvalid, INVALID_LINES_SHOWN,
-};
+pub use reload::{load_from_store, reload_looking, Look};
+pub use report::{LoadError, LoadOptions, LoadReport, OnInvalid, INVALID_LINES_SHOWN};
+
+#[cfg(test)]
+pub(crate) use reload::reload;
 
 #[cfg(doc)]
 use crate::data::catalog::Generation;

@@ -97,11 +97,8 @@ pub enum Look {
     Paths(BTreeSet<String>),
 }
 
-/// Builds the generation after `previous` (whose shards are `shards`) from what
-/// changed in the directory since `previous` was read, as `options` say; what it
-/// serves is what [`full::load`] of the same files would serve. The report counts
-/// what this reload read, and the totals of the data it holds.
-pub fn reload(
+/// [`reload_looking`] with a look at everything.
+pub(crate) fn reload(
     previous: &Catalog,
     shards: &[Arc<ShardData>],
     options: &LoadOptions,
@@ -109,7 +106,11 @@ pub fn reload(
     reload_looking(previous, shards, options, &Look::Everything)
 }
 
-/// [`reload`], looking for changes only where `look` says.
+/// Builds the generation after `previous` (whose shards are `shards`) from what
+/// changed in the directory since `previous` was read, looking for changes only
+/// where `look` says, as `options` say; what it serves is what [`full::load`] of
+/// the same files would serve. The report counts what this reload read, and the
+/// totals of the data it holds.
 pub fn reload_looking(
     previous: &Catalog,
     shards: &[Arc<ShardData>],

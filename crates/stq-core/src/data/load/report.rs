@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::domain::record::Kind;
 
+/// How many invalid lines a file's state keeps, and a refused start-up prints.
 pub const INVALID_LINES_SHOWN: usize = 20;
 
 /// What to do with an invalid line (docs/api.md section 2).
@@ -24,11 +25,17 @@ pub enum OnInvalid {
     Hold,
 }
 
+/// What a load reads and how: the snapshot directory, the shards, what an
+/// invalid line does, and the threads and hot window it builds with.
 #[derive(Clone, Debug)]
 pub struct LoadOptions {
+    /// The snapshot directory.
     pub directory: PathBuf,
+    /// How many shards the stations are spread over.
     pub shards: usize,
+    /// What an invalid line does.
     pub on_invalid: OnInvalid,
+    /// The number the new generation gets (1 at start-up, one more each reload).
     pub generation: u64,
     /// Parsing threads; the reader is one more.
     pub threads: usize,
@@ -38,11 +45,13 @@ pub struct LoadOptions {
     pub hot: Option<Duration>,
 }
 
+/// An invalid snapshot line: where it is and why it is invalid; shown as
+/// `path:line: reason`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InvalidLine {
-    pub path: String,
-    pub line: u32,
-    pub reason: String,
+    pub(crate) path: String,
+    pub(crate) line: u32,
+    pub(crate) reason: String,
 }
 
 impl fmt::Display for InvalidLine {
@@ -54,6 +63,7 @@ impl fmt::Display for InvalidLine {
 /// One snapshot file and what was found in it.
 #[derive(Clone, Debug)]
 pub struct FileReport {
+    /// Its path, relative to the snapshot directory.
     pub path: String,
     /// Its format's name: `units`, `metrics` or `openhtf`.
     pub format: &'static str,
@@ -61,20 +71,29 @@ pub struct FileReport {
     pub kind: Option<Kind>,
     /// Valid records: `units + metrics`.
     pub records: u64,
+    /// Its unit records.
     pub units: u64,
+    /// Its metric records.
     pub metrics: u64,
+    /// Its invalid lines.
     pub invalid: u64,
     /// Field names of the file that the record shape does not have.
-    pub unknown_fields: BTreeSet<String>,
+    pub(crate) unknown_fields: BTreeSet<String>,
 }
 
+/// What a load found: each file's report, the invalid lines, the totals, and
+/// how long it took.
 #[derive(Clone, Debug, Default)]
 pub struct LoadReport {
+    /// Each file read, in load order.
     pub files: Vec<FileReport>,
     /// Every invalid line, in load order.
     pub invalid: Vec<InvalidLine>,
+    /// Unit records loaded.
     pub units: u64,
+    /// Metric records loaded.
     pub metrics: u64,
+    /// Stations in the generation.
     pub stations: usize,
     /// Last lines without a line end that do not parse (yet): not loaded, not
     /// counted as invalid (docs/api.md section 8).
@@ -87,10 +106,12 @@ pub struct LoadReport {
     /// under `fail` or `hold`, each serves what it served before; at a start-up
     /// under `hold`, nothing.
     pub held: Vec<String>,
+    /// How long the load took, from the first look at the directory.
     pub elapsed: Duration,
 }
 
 impl LoadReport {
+    /// Records loaded, units and metrics.
     pub fn records(&self) -> u64 {
         self.units + self.metrics
     }
@@ -133,14 +154,30 @@ impl LoadReport {
     }
 }
 
+/// Why a load made no generation.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
+    /// The snapshot directory is missing, or not a directory.
     #[error("snapshot directory {0} does not exist or is not a directory")]
     MissingDirectory(PathBuf),
+    /// A file or directory could not be read.
     #[error("cannot read {path}: {source}")]
-    Io { path: String, source: io::Error },
+    Io {
+        /// The path that could not be read.
+        path: String,
+        /// Why.
+        source: io::Error,
+    },
+    /// A station's hot records outgrow what a station's arena can address.
     #[error("{station:?} holds more than 2 GiB of records in its hot window; use more, smaller stations or a shorter --hot")]
-    StationTooLarge { station: String },
+    StationTooLarge {
+        /// The station's id.
+        station: String,
+    },
+    /// Invalid lines under `--on-invalid fail` at start-up: the report lists them.
     #[error("{} invalid snapshot line(s)", report.invalid.len())]
-    Invalid { report: Box<LoadReport> },
+    Invalid {
+        /// What the load found, the invalid lines among it.
+        report: Box<LoadReport>,
+    },
 }

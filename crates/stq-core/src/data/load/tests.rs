@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::files::{self, discover, Start};
+use super::files::{self, discover, FileStatus, Start};
 use super::full::load_with;
 use super::read::{read_all_into, LoadState, Split};
 use super::*;

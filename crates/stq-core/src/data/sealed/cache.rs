@@ -46,7 +46,7 @@ pub struct CacheStats {
 }
 
 /// The default `--cache-size`: 1 GiB.
-pub const DEFAULT_CAPACITY: u64 = 1 << 30;
+pub(crate) const DEFAULT_CAPACITY: u64 = 1 << 30;
 
 /// Shards of the process's cache: enough that two or a few HTTP workers seldom
 /// wait on one lock, few enough that each shard's budget (a sixteenth of 1 GiB)

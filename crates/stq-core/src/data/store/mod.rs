@@ -83,12 +83,27 @@ const SYMBOL_RUNS: usize = 8;
 /// Why a store is not used at a start.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// No manifest: nothing was written to the store yet.
     #[error("the store holds no generation yet")]
     Empty,
+    /// A file of the store could not be read.
     #[error("cannot read {path}: {source}")]
-    Io { path: String, source: io::Error },
+    Io {
+        /// The file that could not be read.
+        path: String,
+        /// Why.
+        source: io::Error,
+    },
+    /// A file fails its checksum or does not decode.
     #[error("{path} is damaged: {reason}")]
-    Damaged { path: String, reason: String },
+    Damaged {
+        /// The damaged file.
+        path: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The store was written for another snapshot directory, number of shards
+    /// or hot window: the setting that differs.
     #[error("the store was written for other settings ({0})")]
     Settings(String),
 }
@@ -104,7 +119,9 @@ pub struct Store {
 pub struct StoreSettings {
     /// The snapshot directory, as given.
     pub snapshots: PathBuf,
+    /// How many shards the stations are spread over.
     pub shards: usize,
+    /// The hot window (`--hot`).
     pub hot: Option<Duration>,
 }
 
@@ -164,7 +181,7 @@ impl Store {
         }
     }
 
-    pub fn directory(&self) -> &Path {
+    pub(crate) fn directory(&self) -> &Path {
         &self.directory
     }
 
@@ -570,9 +587,13 @@ fn read_symbols(bytes: &[u8]) -> Result<(u32, Vec<Box<str>>), codec::Corrupt> {
 /// What a write of the store did.
 #[derive(Clone, Debug, Default)]
 pub struct WriteReport {
+    /// Files written: those of what changed since the last write.
     pub files_written: usize,
+    /// Their bytes.
     pub bytes_written: u64,
+    /// Files deleted: those no generation written since needs.
     pub files_deleted: usize,
+    /// How long the write took.
     pub elapsed: Duration,
 }
 

@@ -38,8 +38,11 @@ use crate::domain::time::{Timestamp, Window};
 /// `/metrics/summary`: metric records in `window` that pass the filter.
 #[derive(Clone, Debug)]
 pub struct MetricQuestion {
+    /// The window records must fall in.
     pub window: Window,
+    /// The metric names asked for.
     pub names: Matcher,
+    /// How the rows are grouped.
     pub grouping: Grouping,
 }
 

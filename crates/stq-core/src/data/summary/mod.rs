@@ -56,6 +56,7 @@ mod units;
 pub struct SummaryRequest {
     /// The shard's stations the query reads.
     pub stations: Vec<ShardStation>,
+    /// The summary asked for.
     pub question: Question,
 }
 
@@ -74,8 +75,11 @@ pub enum Question {
 /// cut at the wall clock of `zone`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Grouping {
+    /// The `group_by` fields, in the order asked.
     pub fields: Vec<GroupField>,
+    /// The time buckets, if asked for.
     pub bucket: Option<Bucket>,
+    /// The zone whose wall clock cuts buckets of a day or more.
     pub zone: Zone,
 }
 
@@ -97,8 +101,11 @@ struct RowKey {
 /// them.
 #[derive(Debug)]
 pub enum Partial {
+    /// A shard's `/units/summary`.
     Units(UnitPartial),
+    /// A shard's `/metrics/summary`.
     Metrics(MetricPartial),
+    /// A shard's `/stations`.
     Stations(StationsPartial),
 }
 
@@ -125,10 +132,12 @@ pub struct Rows {
 }
 
 impl Rows {
+    /// How many rows there are.
     pub fn len(&self) -> usize {
         self.rows.len()
     }
 
+    /// Whether there are no rows: a summary of no records.
     pub fn is_empty(&self) -> bool {
         self.rows.is_empty()
     }

@@ -38,9 +38,13 @@ use crate::domain::time::{Timestamp, Window};
 /// `/units/summary`: output unit records in `window` that pass the filters.
 #[derive(Clone, Debug)]
 pub struct UnitQuestion {
+    /// The window records must fall in.
     pub window: Window,
+    /// The `unit_type` values asked for.
     pub unit_types: Matcher,
+    /// The `unit_serial` asked for.
     pub unit_serial: Matcher,
+    /// How the rows are grouped.
     pub grouping: Grouping,
     /// `--pass-results`: the `result` values that pass, compared ignoring ASCII case.
     pub pass_results: Vec<String>,

@@ -142,7 +142,7 @@ impl LateReload {
         for (what, got) in same {
             assert_eq!(texts(&got), texts(&decoded), "{what}");
         }
-        let placed = |generation: &Generation| generation.catalog().placements().to_vec();
+        let placed = |generation: &Generation| generation.catalog().placements.to_vec();
         for (what, fresh) in [("all hot", &self.hot), ("resealed", &self.resealed)] {
             let expected = rows(fresh, false, Digests::Read);
             if by_station || placed(fresh) == placed(&self.reloaded) {

@@ -1,0 +1,580 @@
+//! The sealed tier of a station: its records older than the hot window (`--hot`),
+//! in compressed blocks of four hours of a station each, in a B-tree map ordered by time
+//! with an entry a block.
+//!
+//! Most of a record repeats its neighbours: its station, slot, serial and date,
+//! its metric's name, unit and limits. A block keeps each record's key and entry
+//! as columns (times as deltas, symbols as numbers, a metric's value only where
+//! its text does not say it, limits by their index in the block's own table), its
+//! JSON's three pieces by small indexes (into the station's shared pieces, for a
+//! piece more than one of the blocks sealed together uses, or the block's own:
+//! a load seals a few days at a time, and a piece first met again in a later
+//! sealing is kept by each block that uses it), and its two texts (the
+//! time, only where it is not the instant written the usual way, and the value);
+//! and compresses each kind's with zstd, in a frame of its own, so that a read of
+//! units decompresses no metric. A record comes back exactly as written: its JSON
+//! is its five parts again, copied in order. The process keeps the blocks
+//! queries decoded lately in a cache bounded in bytes (`--cache-size`, [`cache`]),
+//! shared by its threads, and a read finds a window's records in a decoded block
+//! by binary searches of its keys, in order, not by reading its four hours.
+//!
+//! A block also keeps what lets a read skip it without decompressing it: how many
+//! records of each kind it holds, which files they came from, and a 256-bit
+//! filter of its serial numbers and of its metric names.
+//!
+//! This module holds the tier itself: its blocks, sealing more records into it
+//! and dropping some. The rest, a module each: [`encode`] (records into a block's
+//! bytes) and [`decode`] (a block's bytes back into records), with [`columns`]
+//! (what each kind's entries write and read), [`times`] (how a record's time
+//! text is kept) and [`payload`] (the numbers it is all written in); [`read`]
+//! (what queries read: blocks by key range, decoded through [`cache`]); and
+//! [`store`] (the tier in a store file).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use foldhash::{HashMap, HashMapExt as _};
+
+use crate::data::digest::{self, UnitDigest};
+use crate::data::key::RecordKey;
+use crate::data::stored::{Piece, StoredRecord};
+use crate::data::symbols::Symbol;
+use crate::data::tier::{tree_bytes, KeyRange, MetricEntry, Tier, UnitEntry};
+use crate::domain::time::Timestamp;
+use columns::Sealable;
+use encode::encode;
+
+pub mod cache;
+mod columns;
+mod decode;
+mod encode;
+mod payload;
+mod read;
+mod store;
+#[cfg(test)]
+mod tests;
+mod times;
+
+pub(crate) use read::{JsonMemo, MetricBlock, UnitBlock};
+
+/// Marks a [`StoredRecord`] that locates a sealed record: the rest of `start` is
+/// its block's period counted from the tier's first, and `length` its kind (top bit)
+/// and its index in the block. Hot arenas stay below 2 GiB, so no hot record's
+/// start has this bit.
+pub(crate) const SEALED: u32 = 1 << 31;
+
+/// Whether `record` locates a sealed record rather than a hot one's stored form.
+pub(crate) fn is_sealed(record: StoredRecord) -> bool {
+    record.start & SEALED != 0
+}
+
+/// A block's period of time: four hours. Of 1, 2, 4 and 6 hours, four took the
+/// least memory for the generated 1000 stations x 7 days at a 24-hour hot window
+/// (longer blocks compress better, but leave more hours hot; BENCHMARKS.md).
+#[cfg(not(test))]
+const PERIOD_SECONDS: i64 = 4 * 3600;
+/// In tests, an hour: a few hours of records make several blocks.
+#[cfg(test)]
+const PERIOD_SECONDS: i64 = 3600;
+
+/// The period an instant falls in, in whole periods since the epoch.
+pub(crate) fn period_of(instant: Timestamp) -> i64 {
+    instant.seconds.div_euclid(PERIOD_SECONDS)
+}
+
+/// The first instant of a period.
+pub(crate) fn period_start(period: i64) -> Timestamp {
+    Timestamp {
+        seconds: period.saturating_mul(PERIOD_SECONDS),
+        nanos: 0,
+    }
+}
+
+/// A record to seal: its key, its entry, and its JSON's five parts (head piece,
+/// time, middle piece, value, tail piece).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Unsealed<'a, E> {
+    pub(crate) key: RecordKey,
+    pub(crate) entry: E,
+    pub(crate) parts: [&'a [u8]; 5],
+}
+
+/// The pieces more than one block uses, each held once; only ever added to, so
+/// that a block sealed earlier still finds its pieces by their indexes.
+#[derive(Debug, Default)]
+struct SharedPieces {
+    bytes: Vec<u8>,
+    pieces: Vec<Piece>,
+}
+
+impl SharedPieces {
+    fn get(&self, index: usize) -> &[u8] {
+        let piece = self.pieces[index];
+        &self.bytes[piece.start as usize..(piece.start + piece.length) as usize]
+    }
+}
+
+impl SharedPieces {
+    /// Each piece's index, by its bytes.
+    fn known(&self) -> HashMap<&[u8], usize> {
+        (0..self.pieces.len())
+            .map(|index| (self.get(index), index))
+            .collect()
+    }
+}
+
+/// One station's sealed records of a period, of both kinds, compressed.
+#[derive(Clone, Debug)]
+struct Block {
+    /// The zstd frames of its units and of its metrics, then its unit digest and
+    /// its metric digest ([`crate::data::digest`]), one after the other.
+    bytes: Arc<[u8]>,
+    /// Where the metrics' frame starts.
+    split: u32,
+    /// Where the unit digest starts, and the metric digest.
+    unit_digest: u32,
+    metric_digest: u32,
+    units: u32,
+    metrics: u32,
+    /// The serial numbers and the metric names it holds, each as a bit of a hash.
+    serials: Filter,
+    names: Filter,
+    /// The lowest and highest ordinal of the files its records came from.
+    files: (u32, u32),
+    /// Whether another block of its station has outputs of a serial it has outputs
+    /// of (one in `Sealed::shared_serials`).
+    shares: bool,
+}
+
+impl Block {
+    fn unit_digest(&self) -> &[u8] {
+        &self.bytes[self.unit_digest as usize..self.metric_digest as usize]
+    }
+}
+
+/// A set of symbols as 256 bits, one for each symbol's hash: a symbol whose bit is
+/// clear is not in the set. A block of four hours holds a few dozen serials: with
+/// 64 bits, a search for one decoded half of a week's blocks.
+#[derive(Clone, Copy, Debug, Default)]
+struct Filter([u64; 4]);
+
+impl Filter {
+    fn of(symbols: impl Iterator<Item = Symbol>) -> Filter {
+        let mut filter = Filter::default();
+        for symbol in symbols {
+            let bit = Filter::bit(symbol);
+            filter.0[bit / 64] |= 1 << (bit % 64);
+        }
+        filter
+    }
+
+    fn may_hold(&self, symbol: Symbol) -> bool {
+        let bit = Filter::bit(symbol);
+        self.0[bit / 64] & (1 << (bit % 64)) != 0
+    }
+
+    fn bit(symbol: Symbol) -> usize {
+        (symbol.0.wrapping_mul(0x9e37_79b9) >> 24) as usize
+    }
+}
+
+/// A station's sealed records. Cloning one shares its blocks.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Sealed {
+    blocks: BTreeMap<i64, Block>,
+    shared: Arc<SharedPieces>,
+    /// The period locators count from: the first block's.
+    base: i64,
+    unit_count: usize,
+    metric_count: usize,
+    /// Its first and last record of either kind, so that `/stations` decodes nothing.
+    ends: Option<((RecordKey, StoredRecord), (RecordKey, StoredRecord))>,
+    /// The serials of its outputs, each once, in order; and of those in more than
+    /// one of its blocks (a unit retested hours later, say). A summary joins the
+    /// attempts of these across blocks, and of the hot outputs' with serials in
+    /// `serials`; it counts every other unit from its block's digest alone.
+    serials: Box<[Symbol]>,
+    shared_serials: Box<[Symbol]>,
+}
+
+/// A block's records of one kind, decompressed: their keys, entries (whose
+/// `bytes` locate them) and, when asked for, where their JSON's parts are.
+#[derive(Debug)]
+pub(crate) struct Decoded<E> {
+    pub(crate) keys: Vec<RecordKey>,
+    pub(crate) entries: Vec<E>,
+    spans: Vec<[Span; 5]>,
+    payload: Vec<u8>,
+    /// Times written the usual way, made again from their instants.
+    times: Vec<u8>,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Source {
+    Payload,
+    Times,
+    Shared,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    source: Source,
+    start: u32,
+    length: u32,
+}
+
+/// The records of one period to seal.
+#[derive(Default)]
+struct Group<'a> {
+    units: Vec<Unsealed<'a, UnitEntry>>,
+    metrics: Vec<Unsealed<'a, MetricEntry>>,
+}
+
+impl Sealed {
+    /// The serials of its outputs, in order.
+    pub(crate) fn serials(&self) -> &[Symbol] {
+        &self.serials
+    }
+
+    /// The serials of outputs in more than one of its blocks, in order.
+    pub(crate) fn shared_serials(&self) -> &[Symbol] {
+        &self.shared_serials
+    }
+
+    /// The last period it holds records of.
+    pub(crate) fn last_period(&self) -> Option<i64> {
+        self.blocks.last_key_value().map(|(period, _)| *period)
+    }
+
+    /// This tier with `units` and `metrics` sealed too, in any order. A record in an
+    /// period that is sealed already (one that came late) goes into that period's
+    /// block, which is sealed again.
+    pub(crate) fn with(
+        &self,
+        units: Vec<Unsealed<'_, UnitEntry>>,
+        metrics: Vec<Unsealed<'_, MetricEntry>>,
+    ) -> Sealed {
+        if units.is_empty() && metrics.is_empty() {
+            return self.clone();
+        }
+        let mut periods: Vec<i64> = (units.iter().map(|record| period_of(record.key.instant)))
+            .chain(metrics.iter().map(|record| period_of(record.key.instant)))
+            .collect();
+        periods.sort_unstable();
+        periods.dedup();
+        // Blocks sealed again: decompressed first, so that their records' parts
+        // can be borrowed while every block is written.
+        let again: Vec<(i64, Decoded<UnitEntry>, Decoded<MetricEntry>)> = periods
+            .iter()
+            .filter_map(|period| {
+                let block = self.blocks.get(period)?;
+                Some((
+                    *period,
+                    self.decode(*period, block, true),
+                    self.decode(*period, block, true),
+                ))
+            })
+            .collect();
+        let mut groups: BTreeMap<i64, Group<'_>> = BTreeMap::new();
+        for (period, old_units, old_metrics) in &again {
+            let group = groups.entry(*period).or_default();
+            group.units.extend(self.unsealed(old_units));
+            group.metrics.extend(self.unsealed(old_metrics));
+        }
+        let (added_units, added_metrics) = (units.len(), metrics.len());
+        for record in units {
+            groups
+                .entry(period_of(record.key.instant))
+                .or_default()
+                .units
+                .push(record);
+        }
+        for record in metrics {
+            groups
+                .entry(period_of(record.key.instant))
+                .or_default()
+                .metrics
+                .push(record);
+        }
+        let shared = Arc::new(self.shared_with(&groups));
+        let known = shared.known();
+        let mut sealed = Sealed {
+            blocks: self.blocks.clone(),
+            shared: Arc::clone(&shared),
+            base: 0,
+            unit_count: self.unit_count + added_units,
+            metric_count: self.metric_count + added_metrics,
+            ends: None,
+            serials: Box::default(),
+            shared_serials: Box::default(),
+        };
+        for (period, mut group) in groups {
+            group.units.sort_unstable_by_key(|record| record.key);
+            group.metrics.sort_unstable_by_key(|record| record.key);
+            sealed.blocks.insert(period, encode(period, &group, &known));
+        }
+        sealed.settle();
+        sealed
+    }
+
+    /// This tier without the records `dropped` says go (by load order), or `None`
+    /// when it loses none; only blocks with records of a file `touched` names (by
+    /// the lowest and highest file ordinal of a block) are read.
+    pub(crate) fn without(
+        &self,
+        dropped: &dyn Fn(u64) -> bool,
+        touched: &dyn Fn(u32, u32) -> bool,
+    ) -> Option<Sealed> {
+        let periods: Vec<i64> = (self.blocks.iter())
+            .filter(|(_, block)| touched(block.files.0, block.files.1))
+            .map(|(period, _)| *period)
+            .collect();
+        let decoded: Vec<(i64, Decoded<UnitEntry>, Decoded<MetricEntry>)> = periods
+            .iter()
+            .map(|&period| {
+                let block = &self.blocks[&period];
+                (
+                    period,
+                    self.decode(period, block, true),
+                    self.decode(period, block, true),
+                )
+            })
+            .collect();
+        let loses = |keys: &[RecordKey]| keys.iter().any(|key| dropped(key.load_order));
+        if !decoded
+            .iter()
+            .any(|(_, units, metrics)| loses(&units.keys) || loses(&metrics.keys))
+        {
+            return None;
+        }
+        let mut kept = Sealed {
+            blocks: self.blocks.clone(),
+            shared: Arc::clone(&self.shared),
+            ..Sealed::default()
+        };
+        let mut units = Vec::new();
+        let mut metrics = Vec::new();
+        for (period, old_units, old_metrics) in &decoded {
+            kept.blocks.remove(period);
+            units.extend(
+                (self.unsealed(old_units)).filter(|record| !dropped(record.key.load_order)),
+            );
+            metrics.extend(
+                (self.unsealed(old_metrics)).filter(|record| !dropped(record.key.load_order)),
+            );
+        }
+        // A tier of its own, whether or not any record of the blocks read stays.
+        kept.count();
+        kept.settle();
+        Some(kept.with(units, metrics))
+    }
+
+    /// Calls `unit` and `metric` with each sealed record of the blocks that hold
+    /// records of a file `touched` names (by a block's lowest and highest file
+    /// ordinal) and that `wanted` keeps (by load order), with its JSON's parts.
+    pub(crate) fn each(
+        &self,
+        touched: &dyn Fn(u32, u32) -> bool,
+        wanted: &dyn Fn(u64) -> bool,
+        unit: &mut dyn FnMut(Unsealed<'_, UnitEntry>),
+        metric: &mut dyn FnMut(Unsealed<'_, MetricEntry>),
+    ) {
+        for (&period, block) in &self.blocks {
+            if !touched(block.files.0, block.files.1) {
+                continue;
+            }
+            let units: Decoded<UnitEntry> = self.decode(period, block, true);
+            (self.unsealed(&units))
+                .filter(|record| wanted(record.key.load_order))
+                .for_each(&mut *unit);
+            let metrics: Decoded<MetricEntry> = self.decode(period, block, true);
+            (self.unsealed(&metrics))
+                .filter(|record| wanted(record.key.load_order))
+                .for_each(&mut *metric);
+        }
+    }
+
+    /// A decoded block's records as records to seal, borrowing their parts.
+    fn unsealed<'a, E: Sealable>(
+        &'a self,
+        decoded: &'a Decoded<E>,
+    ) -> impl Iterator<Item = Unsealed<'a, E>> + 'a {
+        (0..decoded.keys.len()).map(move |index| Unsealed {
+            key: decoded.keys[index],
+            entry: decoded.entries[index],
+            parts: decoded.spans[index].map(|span| self.span(decoded, span)),
+        })
+    }
+
+    fn span<'a, E>(&'a self, decoded: &'a Decoded<E>, span: Span) -> &'a [u8] {
+        let (start, end) = (span.start as usize, (span.start + span.length) as usize);
+        match span.source {
+            Source::Payload => &decoded.payload[start..end],
+            Source::Times => &decoded.times[start..end],
+            Source::Shared => &self.shared.bytes[start..end],
+        }
+    }
+
+    /// The shared pieces after `groups` are sealed: this tier's, and every piece
+    /// that more than one period's block uses.
+    fn shared_with(&self, groups: &BTreeMap<i64, Group<'_>>) -> SharedPieces {
+        let mut periods_of: HashMap<&[u8], (i64, u32)> = HashMap::new();
+        for (&period, group) in groups {
+            let parts = (group.units.iter().map(|record| record.parts))
+                .chain(group.metrics.iter().map(|record| record.parts));
+            for parts in parts {
+                for piece in [parts[0], parts[2], parts[4]] {
+                    let seen = periods_of.entry(piece).or_insert((period, 0));
+                    if seen.1 == 0 || seen.0 != period {
+                        *seen = (period, seen.1 + 1);
+                    }
+                }
+            }
+        }
+        let mut shared = SharedPieces {
+            bytes: self.shared.bytes.clone(),
+            pieces: self.shared.pieces.clone(),
+        };
+        let known = self.shared.known();
+        let mut wide: Vec<&[u8]> = (periods_of.into_iter())
+            .filter(|(piece, (_, periods))| *periods > 1 && !known.contains_key(piece))
+            .map(|(piece, _)| piece)
+            .collect();
+        wide.sort_unstable();
+        for piece in wide {
+            shared.pieces.push(Piece {
+                start: shared.bytes.len() as u32,
+                length: piece.len() as u32,
+            });
+            shared.bytes.extend_from_slice(piece);
+        }
+        shared
+    }
+
+    /// Finds its first and last record and its outputs' serials, and sets the base
+    /// period.
+    fn settle(&mut self) {
+        self.base = self
+            .blocks
+            .first_key_value()
+            .map_or(0, |(period, _)| *period);
+        // Every block's digest read once: its outputs' serials, with its period.
+        let mut outputs: Vec<(Symbol, i64)> = Vec::new();
+        let mut buffer = UnitDigest::default();
+        for (&period, block) in &self.blocks {
+            let bytes = block.unit_digest();
+            digest::unit_serials(period_start(period), bytes, &mut buffer, &mut |serial| {
+                outputs.push((serial, period));
+            });
+        }
+        let (shared, sharing) = digest::shared_serials(&mut outputs);
+        for (period, block) in &mut self.blocks {
+            block.shares = sharing.binary_search(period).is_ok();
+        }
+        let mut serials: Vec<Symbol> = outputs.iter().map(|(serial, _)| *serial).collect();
+        serials.dedup();
+        self.serials = serials.into();
+        self.shared_serials = shared.into();
+        self.ends = None;
+        let (Some((&first_period, first)), Some((&last_period, last))) =
+            (self.blocks.first_key_value(), self.blocks.last_key_value())
+        else {
+            return;
+        };
+        let ends = |period: i64, block: &Block, last: bool| {
+            let units: Decoded<UnitEntry> = self.decode(period, block, false);
+            let metrics: Decoded<MetricEntry> = self.decode(period, block, false);
+            let unit = units.keys.iter().zip(&units.entries);
+            let metric = metrics.keys.iter().zip(&metrics.entries);
+            let pick = |(key, bytes): (&RecordKey, StoredRecord)| (*key, bytes);
+            let records = (unit.map(|(key, entry)| (key, entry.bytes)))
+                .chain(metric.map(|(key, entry)| (key, entry.bytes)));
+            match last {
+                false => records.min_by_key(|(key, _)| **key).map(pick),
+                true => records.max_by_key(|(key, _)| **key).map(pick),
+            }
+        };
+        if let (Some(first), Some(last)) = (
+            ends(first_period, first, false),
+            ends(last_period, last, true),
+        ) {
+            self.ends = Some((first, last));
+        }
+    }
+
+    /// Counts its records from its blocks.
+    fn count(&mut self) {
+        self.unit_count = self.blocks.values().map(|block| block.units as usize).sum();
+        self.metric_count = (self.blocks.values())
+            .map(|block| block.metrics as usize)
+            .sum();
+    }
+}
+
+impl Tier for Sealed {
+    fn units_in(&self, range: KeyRange) -> impl Iterator<Item = (RecordKey, UnitEntry)> + '_ {
+        self.records_in(range, |block| block.units > 0)
+    }
+
+    fn units_of_serial(
+        &self,
+        serial: Symbol,
+        range: KeyRange,
+    ) -> impl Iterator<Item = (RecordKey, UnitEntry)> + '_ {
+        self.records_in(range, move |block| block.serials.may_hold(serial))
+            .filter(move |(_, entry): &(RecordKey, UnitEntry)| entry.unit_serial == serial)
+    }
+
+    fn metrics_in(&self, range: KeyRange) -> impl Iterator<Item = (RecordKey, MetricEntry)> + '_ {
+        self.records_in(range, |block| block.metrics > 0)
+    }
+
+    fn metrics_of_name(
+        &self,
+        name: Symbol,
+        range: KeyRange,
+    ) -> impl Iterator<Item = (RecordKey, StoredRecord)> + '_ {
+        self.records_in(range, move |block| block.names.may_hold(name))
+            .filter(move |(_, entry): &(RecordKey, MetricEntry)| entry.name == name)
+            .map(|(key, entry)| (key, entry.bytes))
+    }
+
+    fn first_and_last(&self) -> Option<((RecordKey, StoredRecord), (RecordKey, StoredRecord))> {
+        self.ends
+    }
+
+    fn unit_count(&self) -> usize {
+        self.unit_count
+    }
+
+    fn metric_count(&self) -> usize {
+        self.metric_count
+    }
+
+    fn memory(&self, add: &mut dyn FnMut(&'static str, u64)) {
+        // An `Arc<[u8]>` holds two counts before its bytes.
+        let blocks = (self.blocks.values())
+            .map(|block| u64::from(block.unit_digest) + 16)
+            .sum();
+        add("sealed blocks (compressed)", blocks);
+        let digests =
+            |kind: fn(&Block) -> usize| self.blocks.values().map(|block| kind(block) as u64).sum();
+        add(
+            "sealed unit digests",
+            digests(|block| (block.metric_digest - block.unit_digest) as usize),
+        );
+        add(
+            "sealed metric digests",
+            digests(|block| block.bytes.len() - block.metric_digest as usize),
+        );
+        add("sealed block index", tree_bytes(&self.blocks));
+        add(
+            "sealed serial index",
+            ((self.serials.len() + self.shared_serials.len()) * size_of::<Symbol>()) as u64,
+        );
+        add(
+            "sealed shared pieces",
+            (self.shared.bytes.len() + self.shared.pieces.len() * size_of::<Piece>()) as u64,
+        );
+    }
+}

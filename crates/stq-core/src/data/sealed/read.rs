@@ -1,0 +1,255 @@
+//! What queries read of a sealed tier: the blocks a key range needs, each
+//! decoded through the process's cache ([`super::cache`]) or a scan's
+//! [`JsonMemo`], and the blocks a summary reads by their digests.
+
+use std::ops::Bound;
+use std::sync::Arc;
+
+use foldhash::HashMap;
+
+use super::cache::{self, BlockKey, CachedBlock};
+use super::columns::Sealable;
+use super::{period_of, period_start, Block, Decoded, Sealed, SEALED};
+use crate::data::key::RecordKey;
+use crate::data::stored::StoredRecord;
+use crate::data::symbols::Symbol;
+use crate::data::tier::{KeyRange, MetricEntry, UnitEntry};
+use crate::domain::time::Timestamp;
+
+impl Sealed {
+    /// The block of a locator, and its period.
+    fn block_of(&self, record: StoredRecord) -> (i64, &Block) {
+        let period = self.base + i64::from(record.start & !SEALED);
+        (period, &self.blocks[&period])
+    }
+
+    /// Appends the JSON of the sealed record `record` locates.
+    pub(crate) fn write_json(&self, record: StoredRecord, out: &mut Vec<u8>) {
+        let (period, block) = self.block_of(record);
+        let index = (record.length & !SEALED) as usize;
+        match record.length >> 31 {
+            0 => self
+                .decoded::<UnitEntry>(period, block)
+                .write(self, index, out),
+            _ => self
+                .decoded::<MetricEntry>(period, block)
+                .write(self, index, out),
+        }
+    }
+
+    /// The blocks that may hold records with keys in `range`, with their periods.
+    fn blocks_in(&self, (start, end): KeyRange) -> impl Iterator<Item = (i64, &Block)> + '_ {
+        let period = |bound: Bound<RecordKey>| bound.map(|key| period_of(key.instant));
+        let lower = match period(start) {
+            Bound::Excluded(period) => Bound::Included(period),
+            other => other,
+        };
+        let upper = match period(end) {
+            Bound::Excluded(period) => Bound::Included(period),
+            other => other,
+        };
+        let empty = match (lower, upper) {
+            (Bound::Included(lower), Bound::Included(upper)) => lower > upper,
+            _ => false,
+        };
+        (!empty)
+            .then(|| self.blocks.range((lower, upper)))
+            .into_iter()
+            .flatten()
+            .map(|(period, block)| (*period, block))
+    }
+
+    /// The records of kind `E` in `range` of the blocks `keep` keeps.
+    pub(super) fn records_in<E: Sealable>(
+        &self,
+        range: KeyRange,
+        keep: impl Fn(&Block) -> bool + 'static,
+    ) -> impl Iterator<Item = (RecordKey, E)> + '_ {
+        self.blocks_in(range)
+            .filter(move |(_, block)| keep(block))
+            .flat_map(move |(period, block)| {
+                let decoded: Arc<Decoded<E>> = self.decoded(period, block);
+                // Its keys are in order: a window's records are found by two
+                // binary searches, not by reading the block's four hours.
+                decoded
+                    .indexes_in(range)
+                    .map(move |index| (decoded.keys[index], decoded.entries[index]))
+            })
+    }
+}
+
+/// A sealed block that holds unit records, as a unit summary reads it: by its
+/// digest when that will do, else record by record.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct UnitBlock<'a> {
+    sealed: &'a Sealed,
+    period: i64,
+    block: &'a Block,
+}
+
+impl<'a> UnitBlock<'a> {
+    pub(crate) fn period_start(&self) -> Timestamp {
+        period_start(self.period)
+    }
+
+    /// Its unit digest ([`crate::data::digest`]).
+    pub(crate) fn digest(&self) -> &'a [u8] {
+        self.block.unit_digest()
+    }
+
+    /// Whether another block of the station has outputs of a serial it has
+    /// outputs of.
+    pub(crate) fn shares_serials(&self) -> bool {
+        self.block.shares
+    }
+
+    /// Whether it may hold records of `serial`: false if it holds none.
+    pub(crate) fn may_hold_serial(&self, serial: Symbol) -> bool {
+        self.block.serials.may_hold(serial)
+    }
+
+    /// Its unit records, in key order.
+    pub(crate) fn records(&self) -> impl Iterator<Item = (RecordKey, UnitEntry)> + 'a {
+        let decoded: Arc<Decoded<UnitEntry>> = self.sealed.decoded(self.period, self.block);
+        (0..decoded.keys.len()).map(move |index| (decoded.keys[index], decoded.entries[index]))
+    }
+}
+
+/// A sealed block that holds metric records, as a metric summary reads it: by
+/// its digest when that will do, else record by record.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MetricBlock<'a> {
+    sealed: &'a Sealed,
+    period: i64,
+    block: &'a Block,
+}
+
+impl<'a> MetricBlock<'a> {
+    pub(crate) fn period(&self) -> i64 {
+        self.period
+    }
+
+    /// Its metric digest ([`crate::data::digest`]).
+    pub(crate) fn digest(&self) -> &'a [u8] {
+        &self.block.bytes[self.block.metric_digest as usize..]
+    }
+
+    /// Its metric records, in key order.
+    pub(crate) fn records(&self) -> impl Iterator<Item = (RecordKey, MetricEntry)> + 'a {
+        let decoded: Arc<Decoded<MetricEntry>> = self.sealed.decoded(self.period, self.block);
+        (0..decoded.keys.len()).map(move |index| (decoded.keys[index], decoded.entries[index]))
+    }
+}
+
+impl Sealed {
+    /// The blocks that hold metric records and may hold some with keys in `range`,
+    /// in time order.
+    pub(crate) fn metric_blocks(&self, range: KeyRange) -> impl Iterator<Item = MetricBlock<'_>> {
+        self.blocks_in(range)
+            .filter(|(_, block)| block.metrics > 0)
+            .map(|(period, block)| MetricBlock {
+                sealed: self,
+                period,
+                block,
+            })
+    }
+
+    /// The blocks that hold unit records and may hold some with keys in `range`, in
+    /// time order.
+    pub(crate) fn unit_blocks(&self, range: KeyRange) -> impl Iterator<Item = UnitBlock<'_>> {
+        self.blocks_in(range)
+            .filter(|(_, block)| block.units > 0)
+            .map(|(period, block)| UnitBlock {
+                sealed: self,
+                period,
+                block,
+            })
+    }
+}
+
+impl Sealed {
+    /// `block` (of `period`) decoded with its JSON's parts: from the process's
+    /// cache ([`cache`]), else decompressed now and kept there.
+    fn decoded<E: Sealable>(&self, period: i64, block: &Block) -> Arc<Decoded<E>> {
+        let key = self.cache_key::<E>(block);
+        let cached = cache::with_blocks(|blocks| blocks.get(&key))
+            .and_then(|cached| Arc::clone(&cached.decoded).downcast::<Decoded<E>>().ok());
+        if let Some(decoded) = cached {
+            return decoded;
+        }
+        let decoded = Arc::new(self.decode::<E>(period, block, true));
+        let weight = decoded.heap_bytes() + cache::ENTRY_BYTES;
+        let cached = CachedBlock {
+            _bytes: Arc::clone(&block.bytes),
+            decoded: Arc::clone(&decoded) as Arc<dyn std::any::Any + Send + Sync>,
+        };
+        cache::with_blocks(|blocks| blocks.insert(key, cached, weight));
+        decoded
+    }
+
+    /// What names `block`'s records of kind `E` decoded, in the cache and in a
+    /// [`JsonMemo`].
+    fn cache_key<E: Sealable>(&self, block: &Block) -> BlockKey {
+        (block.bytes.as_ptr() as usize, E::KIND, self.base)
+    }
+
+    /// Appends the JSON of the sealed record `record` locates, reading its block
+    /// decoded from `memo` when an earlier record of the same scan read it.
+    pub(crate) fn write_json_with(
+        &self,
+        record: StoredRecord,
+        out: &mut Vec<u8>,
+        memo: &mut JsonMemo,
+    ) {
+        let (period, block) = self.block_of(record);
+        let index = (record.length & !SEALED) as usize;
+        match record.length >> 31 {
+            0 => memo
+                .decoded::<UnitEntry>(self, period, block)
+                .write(self, index, out),
+            _ => memo
+                .decoded::<MetricEntry>(self, period, block)
+                .write(self, index, out),
+        }
+    }
+}
+
+/// The blocks one scan has written sealed records' JSON from, decoded: a scan's
+/// hits interleave stations, so that each record would otherwise be a lookup in
+/// the shared cache, its lock taken. It lives as long as the scan, while the
+/// generation it reads is borrowed, so no block's address is taken by another.
+#[derive(Default)]
+pub(crate) struct JsonMemo {
+    blocks: HashMap<BlockKey, Arc<dyn std::any::Any + Send + Sync>>,
+}
+
+impl std::fmt::Debug for JsonMemo {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("JsonMemo")
+            .field("blocks", &self.blocks.len())
+            .finish()
+    }
+}
+
+impl JsonMemo {
+    fn decoded<E: Sealable>(
+        &mut self,
+        sealed: &Sealed,
+        period: i64,
+        block: &Block,
+    ) -> Arc<Decoded<E>> {
+        let key = sealed.cache_key::<E>(block);
+        if let Some(decoded) = self.blocks.get(&key) {
+            if let Ok(decoded) = Arc::clone(decoded).downcast::<Decoded<E>>() {
+                return decoded;
+            }
+        }
+        let decoded = sealed.decoded::<E>(period, block);
+        self.blocks.insert(
+            key,
+            Arc::clone(&decoded) as Arc<dyn std::any::Any + Send + Sync>,
+        );
+        decoded
+    }
+}
