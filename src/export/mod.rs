@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use stq_core::data::catalog::Generation;
 use stq_core::data::scan::{Matcher, RecordFilter, ScanRequest, ShardStation};
 use stq_core::domain::record::{Directions, Kind};
-use stq_core::domain::time::{Timestamp, Window, DAY_SECONDS};
+use stq_core::domain::time::{Timestamp, Window};
 
 pub use self::parquet::ExportError;
 
@@ -64,6 +64,10 @@ pub struct ExportReport {
 
 /// A day: its number since 1970-01-01 (UTC).
 type Day = i64;
+
+/// Seconds in a UTC day: partitions are days of the Unix time line, which has no
+/// leap seconds.
+const DAY_SECONDS: i64 = 86_400;
 
 /// Writes the records `options` selects from `generation` under
 /// `options.destination`, replacing the day partitions of the window it covers.
@@ -261,7 +265,7 @@ fn export_day(
         });
         for hit in &answer.hits {
             json.clear();
-            shard.json(hit, &answer.sealed).write_to(&mut json);
+            shard.json(hit, &answer.sealed).parts().write_to(&mut json);
             writer.push(&json, hit.position.instant)?;
         }
     }

@@ -219,9 +219,9 @@ impl Generation {
             .sum()
     }
 
-    /// Each shard's data, in shard order.
-    #[cfg(test)]
-    pub(crate) fn shards(&self) -> &[ShardData] {
+    /// Each shard's data, in shard order (what `stq export` scans, station by
+    /// station).
+    pub fn shards(&self) -> &[ShardData] {
         &self.shards
     }
 

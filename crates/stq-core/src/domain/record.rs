@@ -169,8 +169,9 @@ pub enum IndexedFields<'a> {
 
 /// The number a returned string field stands for, when it is a finite decimal
 /// number (docs/api.md section 10.2): JSON number syntax, also with a leading `+`,
-/// whose value is finite in double precision. Anything else is not numeric.
-pub(crate) fn numeric(text: &str) -> Option<f64> {
+/// whose value is finite in double precision. Anything else is not numeric. Public
+/// for `stq export`, whose numeric columns must read values as the summaries do.
+pub fn numeric(text: &str) -> Option<f64> {
     let bytes = text.as_bytes();
     let digits_from = |at: usize| {
         bytes[at.min(bytes.len())..]
