@@ -253,6 +253,12 @@ pub struct ServeArgs {
     /// unchanged instead of parsing it again [default: none: everything in memory].
     #[arg(long, env = "STQ_STORE")]
     pub store: Option<PathBuf>,
+
+    /// Directory the server keeps `stq export --parquet`'s files in (made if
+    /// missing): each day once it is older than every station's hot window, and
+    /// again when a later record changes it [default: none].
+    #[arg(long, env = "STQ_EXPORT")]
+    pub export: Option<PathBuf>,
 }
 
 impl ServeArgs {

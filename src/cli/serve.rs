@@ -18,6 +18,7 @@ use super::{cpus, ServeArgs};
 use crate::engine::{
     reload_on_change, reload_on_hangup, Engine, Reloader, StoreHandle, StoreStatus,
 };
+use crate::export::{complete_before, ExportHandle};
 use crate::http::{admin_server, api_server, stop_gracefully_on_signals, Admission, AppState};
 use crate::metrics::{Gauges, Metrics};
 
@@ -82,6 +83,16 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         max_query_bytes: args.max_query_bytes.get(),
         max_window: args.max_window,
     };
+    let export = match (&args.export, args.hot.0) {
+        (None, _) => None,
+        (Some(_), None) => anyhow::bail!(
+            "--export writes the days older than every station's hot window: it needs --hot \
+             DURATION, not all"
+        ),
+        (Some(directory), Some(_)) => Some(
+            ExportHandle::spawn(directory.clone()).context("cannot start the export's thread")?,
+        ),
+    };
     let workers = args.workers.map_or_else(cpus, std::num::NonZero::get);
     let settings = Settings {
         limits,
@@ -89,6 +100,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         shards,
         workers,
         store,
+        export,
         status,
         started: started.line,
     };
@@ -212,6 +224,8 @@ struct Settings {
     workers: usize,
     /// `--store`: the thread that writes it, and what `/readyz` says of it.
     store: Option<StoreHandle>,
+    /// `--export`: the thread that keeps it up to date.
+    export: Option<ExportHandle>,
     status: Arc<StoreStatus>,
     /// What the ready line says of the store.
     started: String,
@@ -230,10 +244,14 @@ async fn run(
         shards,
         workers,
         store,
+        export,
         status,
         started,
     } = settings;
     let gauges = Gauges::of(&generation);
+    let complete_before = (args.hot.0)
+        .filter(|_| export.is_some())
+        .and_then(|hot| complete_before(&generation, hot));
     let metrics = Arc::new(Metrics::default());
     let engine = Engine::start(
         generation,
@@ -255,6 +273,9 @@ async fn run(
     if let Some((store, (catalog, shards))) = store.as_ref().zip(engine.serving()) {
         store.write(catalog, shards);
     }
+    if let Some((export, (catalog, shards))) = export.as_ref().zip(engine.serving()) {
+        export.export(catalog, shards, complete_before);
+    }
     metrics.serving(gauges, report.elapsed.as_secs_f64());
     metrics.read(&report);
     let admin = admin_server(&args.admin_listen, Arc::clone(&metrics), engine.clone())?;
@@ -268,6 +289,7 @@ async fn run(
         threads: cpus(),
         hot: args.hot.0,
         store,
+        export,
     }
     .spawn();
     reload_on_hangup(trigger.clone()).context("cannot listen for SIGHUP")?;

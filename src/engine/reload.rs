@@ -27,6 +27,7 @@ use stq_core::domain::auth::{Tokens, TokensError};
 use tokio::sync::mpsc;
 
 use super::{Engine, StoreHandle};
+use crate::export::{complete_before, ExportHandle};
 use crate::metrics::{Gauges, Metrics, Outcome};
 
 /// How long after a request's time limit the generation it may have used is kept.
@@ -57,6 +58,8 @@ pub struct Reloader {
     pub hot: Option<Duration>,
     /// `--store`: where each generation served is written, off the request path.
     pub store: Option<StoreHandle>,
+    /// `--export`: where each generation served is exported, off the request path.
+    pub export: Option<ExportHandle>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -162,9 +165,15 @@ impl Reloader {
         let gauges = Gauges::of(&generation);
         let number = generation.catalog().generation();
         let held_files = gauges.held_files();
+        let complete_before = (self.hot)
+            .filter(|_| self.export.is_some())
+            .and_then(|hot| complete_before(&generation, hot));
         self.engine.install(generation, Arc::new(tokens)).await;
         if let Some((store, (catalog, shards))) = self.store.as_ref().zip(self.engine.serving()) {
             store.write(catalog, shards);
+        }
+        if let Some((export, (catalog, shards))) = self.export.as_ref().zip(self.engine.serving()) {
+            export.export(catalog, shards, complete_before);
         }
         self.retire_later(number);
         let metrics = &self.metrics;

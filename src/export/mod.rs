@@ -17,6 +17,7 @@
 //! the first and never leaves parts of both.
 
 mod parquet;
+mod serving;
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -26,12 +27,35 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use stq_core::data::catalog::Generation;
+use stq_core::data::catalog::{Catalog, Generation};
 use stq_core::data::scan::{Matcher, RecordFilter, ScanRequest, ShardStation};
+use stq_core::data::shard::ShardData;
 use stq_core::domain::record::{Directions, Kind};
 use stq_core::domain::time::{Timestamp, Window};
 
 pub use self::parquet::ExportError;
+pub use self::serving::{complete_before, ExportHandle, EXPORT_INTERVAL};
+
+/// A generation's catalog and its shards, however the caller holds them: a
+/// loaded [`Generation`], or the shards a server serves.
+pub(crate) struct Data<'a> {
+    catalog: &'a Catalog,
+    shards: Vec<&'a ShardData>,
+}
+
+impl<'a> Data<'a> {
+    fn of(generation: &'a Generation) -> Data<'a> {
+        Data {
+            catalog: generation.catalog(),
+            shards: generation.shards().iter().collect(),
+        }
+    }
+
+    /// The shard that holds `station`.
+    fn shard(&self, station: &ShardStation) -> &'a ShardData {
+        self.shards[self.catalog.placement(station.rank).shard as usize]
+    }
+}
 
 /// What to export: the records of some stations within a window.
 #[derive(Clone, Debug)]
@@ -76,6 +100,7 @@ pub fn export(
     options: &ExportOptions,
 ) -> Result<ExportReport, ExportError> {
     let started = Instant::now();
+    let generation = &Data::of(generation);
     let window = Window {
         from: options.from.unwrap_or(Timestamp::MIN),
         to: options.to.unwrap_or(Timestamp::MAX),
@@ -145,8 +170,8 @@ pub fn export(
 
 /// The stations to export, as a scan names them, in byte order: those of
 /// `only` the generation holds, or all.
-fn stations(generation: &Generation, only: Option<&[String]>) -> Vec<ShardStation> {
-    let catalog = generation.catalog();
+fn stations(generation: &Data<'_>, only: Option<&[String]>) -> Vec<ShardStation> {
+    let catalog = generation.catalog;
     let ranks: Vec<u32> = match only {
         None => (0..catalog.stations().len() as u32).collect(),
         Some(names) => {
@@ -182,15 +207,14 @@ fn every(kind: Kind) -> RecordFilter {
 
 /// The first and last day that hold a record of `kind` of `stations` in `window`.
 fn span(
-    generation: &Generation,
+    generation: &Data<'_>,
     stations: &[ShardStation],
     kind: Kind,
     window: Window,
 ) -> Option<(Day, Day)> {
     let mut span: Option<(Day, Day)> = None;
     for station in stations {
-        let shard =
-            &generation.shards()[generation.catalog().placement(station.rank).shard as usize];
+        let shard = generation.shard(station);
         let scan = |window: Window| {
             (shard.scan(&ScanRequest {
                 stations: vec![*station],
@@ -239,7 +263,7 @@ struct DayReport {
 /// in byte order of station and then the contract's order, as its parts; then
 /// deletes every other file of the partition.
 fn export_day(
-    generation: &Generation,
+    generation: &Data<'_>,
     stations: &[ShardStation],
     kind: Kind,
     day: Day,
@@ -254,8 +278,7 @@ fn export_day(
     let mut writer = parquet::DayWriter::new(kind, &directory);
     let mut json = Vec::new();
     for station in stations {
-        let placement = generation.catalog().placement(station.rank);
-        let shard = &generation.shards()[placement.shard as usize];
+        let shard = generation.shard(station);
         let answer = shard.scan(&ScanRequest {
             stations: vec![*station],
             window: day_window,

@@ -551,3 +551,133 @@ fn issue_35_duckdb_computes_from_the_export_what_the_summaries_say() {
         }
     }
 }
+
+/// Every partition (`units/day=...` and `metrics/day=...`) under `destination`, by
+/// kind and name.
+fn every_partition(destination: &Path) -> BTreeMap<(String, String), PathBuf> {
+    let mut all = BTreeMap::new();
+    for kind in ["units", "metrics"] {
+        if destination.join(kind).is_dir() {
+            for (name, path) in partitions(destination, kind) {
+                all.insert((kind.to_owned(), name), path);
+            }
+        }
+    }
+    all
+}
+
+/// The rows of a partition as records and their `time`, to compare with another's.
+fn records(partition: &Path) -> Vec<(Value, Option<i64>)> {
+    (rows(partition).into_iter())
+        .map(|row| (row.record, row.time))
+        .collect()
+}
+
+/// Each part's modification time, by path.
+fn modified(partition: &Path) -> BTreeMap<PathBuf, std::time::SystemTime> {
+    (std::fs::read_dir(partition).unwrap())
+        .map(|entry| {
+            let path = entry.unwrap().path();
+            let modified = std::fs::metadata(&path).unwrap().modified().unwrap();
+            (path, modified)
+        })
+        .collect()
+}
+
+/// Issue 35: `stq serve --export DIR` writes each day once all of it is older than
+/// every station's hot window, the same rows `stq export` writes; a late record
+/// into a day already written has that day written again after the reload, and
+/// only that day.
+#[test]
+fn issue_35_serve_keeps_the_complete_days_exported() {
+    let directory = temporary_directory();
+    let snapshots = directory.path().join("snap");
+    let output = run(
+        &[
+            "gen",
+            "--out",
+            &path_string(&snapshots),
+            "--stations",
+            "3",
+            "--days",
+            "3",
+            "--units-per-hour",
+            "3",
+            "--seed",
+            "35",
+            "--end",
+            "2026-11-24T00:00:00Z",
+        ],
+        None,
+        &[],
+        Duration::from_secs(120),
+    );
+    assert!(output.status.success(), "{output:?}");
+    let tokens = directory.path().join("tokens.json");
+    std::fs::write(&tokens, tokens_json()).unwrap();
+    let served = directory.path().join("served");
+    let destination = path_string(&served);
+    let server = Server::spawn(
+        &serve_args(
+            &snapshots,
+            &tokens,
+            &["--export", &destination, "--hot", "1h", "--watch"],
+        ),
+        &[],
+    );
+    // The records end at midnight on the 24th: with an hour hot, the 23rd is not
+    // complete, the two days before are.
+    let complete = ["day=2026-11-21", "day=2026-11-22"];
+    server.wait_for_log("export written:", 1);
+    let same_as_export = |context: &str| {
+        let fresh = directory.path().join(format!("fresh-{context}"));
+        exported(&snapshots, &fresh, &[]);
+        let fresh = every_partition(&fresh);
+        let written = every_partition(&served);
+        let names: Vec<&(String, String)> = written.keys().collect();
+        let want: Vec<&(String, String)> = (fresh.keys())
+            .filter(|(_, name)| complete.contains(&name.as_str()))
+            .collect();
+        assert_eq!(names, want, "{context}");
+        for (partition, path) in &written {
+            let got = records(path);
+            assert!(!got.is_empty(), "{context}: {partition:?}");
+            assert!(
+                got == records(&fresh[partition]),
+                "{context}: {partition:?} differs from stq export's"
+            );
+        }
+    };
+    same_as_export("start");
+    let untouched = (
+        served.join("metrics/day=2026-11-21"),
+        served.join("units/day=2026-11-22"),
+    );
+    let untouched_modified = (modified(&untouched.0), modified(&untouched.1));
+
+    // A unit tested late, on the 21st (17:00 UTC), in a file already read.
+    let late = r#"{"station_id":"ST-01","slot":"slot-1","unit_serial":"SN-LATE-35","time_created":"2026-11-21T12:00:00.000-05:00","tz":"America/New_York","mode":"production","tags":[],"unit_type":"pcb-power","direction":"output","result":"pass","metadata":{"operator":"op-35"}}"#;
+    let generation = server.generation();
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(snapshots.join("ST-01/2026-11-21.units.jsonl"))
+        .unwrap();
+    std::io::Write::write_all(&mut file, format!("{late}\n").as_bytes()).unwrap();
+    drop(file);
+    server.wait_for_generation_after(generation);
+    server.wait_for_log("exported day 2026-11-21 of units", 2);
+    // The pass that wrote it has ended: any other day it wrote is logged.
+    server.wait_for_log("export written:", 2);
+    same_as_export("late");
+    let again = records(&served.join("units/day=2026-11-21"));
+    assert!(
+        again
+            .iter()
+            .any(|(record, _)| record["unit_serial"] == "SN-LATE-35"),
+        "the late record is exported"
+    );
+    assert_eq!(server.log_count("exported day 2026-11-21 of metrics"), 1);
+    assert_eq!(server.log_count("exported day 2026-11-22 of units"), 1);
+    assert_eq!(modified(&untouched.0), untouched_modified.0);
+    assert_eq!(modified(&untouched.1), untouched_modified.1);
+}

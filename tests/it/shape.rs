@@ -21,7 +21,7 @@ use crate::imports::{is_test_only, modules};
 /// uses is `pub(crate)`: what the service, its benches and tests name, and the
 /// types their signatures reach (most of it the engine's reads of shards,
 /// catalog and summaries; ARCHITECTURE.md). Lower it as that shrinks.
-const PUB_ITEMS: usize = 220;
+const PUB_ITEMS: usize = 221;
 /// A source file's lines, at most, once its inline `#[cfg(test)] mod tests` is
 /// left out.
 const FILE_LINES: usize = 1_200;

@@ -17,6 +17,8 @@ use itertools::{Either, Itertools as _};
 
 use crate::data::key::{Position, RecordKey};
 use crate::data::station::{StationData, UnitEntry};
+use crate::domain::record::Kind;
+use crate::domain::time::Window;
 
 /// A unit record in a shard-wide tree: which station holds it, and its entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -211,6 +213,24 @@ impl ShardData {
                     .merge_by(self.recent.range(range), |left, right| left.0 < right.0),
             ),
         }
+    }
+
+    /// A fingerprint of each UTC day's records of `kind` in `window` (which starts
+    /// and ends at midnights) of the station at `station_index`, by day number
+    /// since 1970-01-01, for the days that hold any (`stq serve --export`, which
+    /// writes a day again only when its fingerprint changes). It is made, without
+    /// decompressing anything, of what the records are read from: the sealed
+    /// blocks' compressed bytes with the pieces they share, and the hot records'
+    /// keys and JSON; so it changes whenever a record of the day is added, dropped
+    /// or rewritten, and may change too when the same records are sealed again
+    /// (a rebuild can encode them otherwise).
+    pub fn day_fingerprints(
+        &self,
+        station_index: u32,
+        kind: Kind,
+        window: Window,
+    ) -> BTreeMap<i64, u64> {
+        self.stations[station_index as usize].day_fingerprints(kind, window)
     }
 
     /// How many records the shard holds.

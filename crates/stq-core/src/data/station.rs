@@ -4,10 +4,13 @@
 //! goes through the [`Tier`] both implement and merges them by key; no reader
 //! knows which tier holds a record.
 
+use std::collections::BTreeMap;
 use std::ops::{Bound, Range, RangeBounds};
+
 use std::sync::{Arc, OnceLock};
 
 use itertools::{Either, Itertools as _};
+use xxhash_rust::xxh3::Xxh3;
 
 use crate::data::digest::bounds;
 use crate::data::hot::Hot;
@@ -19,8 +22,8 @@ use crate::data::stored::{prefetch_value, Pieces, RecordJson, StoredRecord};
 use crate::data::symbols::Symbol;
 use crate::data::tier::{key_range, KeyRange, Tier};
 pub(crate) use crate::data::tier::{MetricEntry, UnitEntry};
-use crate::domain::record::Direction;
-use crate::domain::time::Timestamp;
+use crate::domain::record::{Direction, Kind};
+use crate::domain::time::{Timestamp, Window, DAY_SECONDS};
 
 /// One station's records of both kinds, in its hot and sealed tiers. Cloning the
 /// tiers shares them: a generation that keeps a station's records shares them.
@@ -437,6 +440,46 @@ impl StationData {
 
     pub(crate) fn record_count(&self) -> usize {
         self.unit_count() + self.metric_count()
+    }
+
+    /// A fingerprint of each UTC day's records of `kind` in `window` (which starts
+    /// and ends at midnights), by day number since 1970-01-01, for the days that
+    /// hold any; see [`crate::data::shard::ShardData::day_fingerprints`].
+    pub(crate) fn day_fingerprints(&self, kind: Kind, window: Window) -> BTreeMap<i64, u64> {
+        let mut days: BTreeMap<i64, Xxh3> = BTreeMap::new();
+        let day = |instant: Timestamp| instant.seconds.div_euclid(DAY_SECONDS);
+        (self.sealed).hash_blocks(kind, window.from, window.to, &mut |start, bytes| {
+            let hasher = days.entry(day(start)).or_default();
+            bytes.iter().for_each(|bytes| hasher.update(bytes));
+        });
+        let starting = |instant| RecordKey {
+            instant,
+            load_order: 0,
+        };
+        let range = key_range(starting(window.from)..starting(window.to));
+        let mut json = Vec::new();
+        let mut hot = |key: RecordKey, bytes: StoredRecord| {
+            json.clear();
+            self.hot.json(bytes).write_to(&mut json);
+            let hasher = days.entry(day(key.instant)).or_default();
+            let (instant, load_order) = (key.instant, key.load_order);
+            hasher.update(&instant.seconds.to_le_bytes());
+            hasher.update(&instant.nanos.to_le_bytes());
+            hasher.update(&load_order.to_le_bytes());
+            hasher.update(&(json.len() as u64).to_le_bytes());
+            hasher.update(&json);
+        };
+        match kind {
+            Kind::Units => {
+                (self.hot.units_in(range)).for_each(|(key, entry)| hot(key, entry.bytes));
+            }
+            Kind::Metrics => {
+                (self.hot.metrics_in(range)).for_each(|(key, entry)| hot(key, entry.bytes));
+            }
+        }
+        (days.into_iter())
+            .map(|(day, hasher)| (day, hasher.digest()))
+            .collect()
     }
 }
 

@@ -40,6 +40,7 @@ use crate::data::key::RecordKey;
 use crate::data::stored::{Piece, StoredRecord};
 use crate::data::symbols::Symbol;
 use crate::data::tier::{tree_bytes, KeyRange, MetricEntry, Tier, UnitEntry};
+use crate::domain::record::Kind;
 use crate::domain::time::Timestamp;
 use columns::Sealable;
 use encode::encode;
@@ -449,6 +450,49 @@ impl Sealed {
             shared.bytes.extend_from_slice(piece);
         }
         shared
+    }
+
+    /// Feeds `block` each block's stored bytes of `kind` in the periods from `from`
+    /// to before `to`, with the period and the pieces they share: what a block's
+    /// records of `kind` are read from, so that these change whenever the records
+    /// do. `block` is called with the block's period's start and those bytes.
+    pub(crate) fn hash_blocks(
+        &self,
+        kind: Kind,
+        from: Timestamp,
+        to: Timestamp,
+        block: &mut dyn FnMut(Timestamp, [&[u8]; 4]),
+    ) {
+        let (first, end) = (period_of(from), period_of(to));
+        if first >= end {
+            return;
+        }
+        // The shared pieces once, then their digest for every block.
+        let mut shared = xxhash_rust::xxh3::Xxh3::new();
+        shared.update(&self.shared.bytes);
+        for piece in &self.shared.pieces {
+            shared.update(&piece.start.to_le_bytes());
+            shared.update(&piece.length.to_le_bytes());
+        }
+        let shared = shared.digest128().to_le_bytes();
+        for (&period, stored) in self.blocks.range(first..end) {
+            let frame = match kind {
+                Kind::Units if stored.units > 0 => &stored.bytes[..stored.split as usize],
+                Kind::Metrics if stored.metrics > 0 => {
+                    &stored.bytes[stored.split as usize..stored.unit_digest as usize]
+                }
+                _ => continue,
+            };
+            block(
+                period_start(period),
+                [
+                    &period.to_le_bytes(),
+                    &shared,
+                    &(frame.len() as u64).to_le_bytes(),
+                    frame,
+                ],
+            );
+        }
     }
 
     /// Finds its first and last record and its outputs' serials, and sets the base

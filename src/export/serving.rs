@@ -1,0 +1,373 @@
+//! `stq serve --export DIR` (docs/api.md section 13): the files `stq export` writes,
+//! kept up to date by the server off the request path. A day is written once all
+//! of it is older than every station's hot window (`--hot`, counted back from the
+//! station's newest record: the history still open for appends), and written again
+//! when a later generation changes its records.
+//!
+//! Like the store's writer (`crate::engine::StoreHandle`), a thread of its own
+//! takes the newest generation served, the start's and each reload's; generations
+//! handed over while it writes replace each other, and a pass begins at least
+//! [`EXPORT_INTERVAL`] after the last one ended. Serving never waits for it.
+//!
+//! **Change detection.** Each pass takes a fingerprint of every complete day of
+//! each kind: per station, the fingerprint stq-core makes of the station's records
+//! of that day (`ShardData::day_fingerprints`: the sealed blocks' compressed bytes
+//! and the pieces they share, and the hot records' keys and JSON, nothing
+//! decompressed), hashed with the station's id in byte order (xxh3). A day whose
+//! fingerprint differs from the one it was written with is written again (a late
+//! record, a snapshot file rewritten); a day written before that no record holds
+//! any more is emptied; any other day's files are not touched. A pass hashes the
+//! compressed history, never decodes or writes an unchanged day.
+//!
+//! **Across restarts.** The fingerprints written are kept in `DIR/.stq-export`
+//! (replaced whole: a temporary file, then a rename; Hive-style readers skip the
+//! dot name), so that a restart does not write every day again: re-exporting a
+//! plant's months of history at every start would cost minutes of CPU for
+//! nothing. A remembered day whose partition is gone is written again. The
+//! fingerprint follows the encoding, so the first pass after a start may still
+//! write a day again when its records were sealed otherwise than before (the same
+//! files load the same way, so an unchanged floor does not).
+//!
+//! A day, or the fingerprints' file, that cannot be written is logged (once per
+//! cause, until a pass writes everything) and tried again at the next generation.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{self, Write as _};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+use stq_core::data::catalog::{Catalog, Generation};
+use stq_core::data::shard::ShardData;
+use stq_core::domain::record::Kind;
+use stq_core::domain::time::{Timestamp, Window};
+use xxhash_rust::xxh3::Xxh3;
+
+use super::{
+    day_of, day_text, export_day, parse_day, partition_root, start_of, stations, Data, Day,
+    ExportError,
+};
+
+/// The least time from the end of one pass to the start of the next: a floor
+/// reloads several times a second, and a pass hashes every station's history. A
+/// day is complete hours after its last record, so a few seconds later is soon.
+pub const EXPORT_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The fingerprints' file under the export's directory.
+const FINGERPRINTS: &str = ".stq-export";
+
+/// Its first line: a file of another version is not read.
+const FINGERPRINTS_HEADER: &str = "stq export fingerprints 1";
+
+/// The first instant not older than every station's hot window: the newest
+/// record's instant less `hot`, the earliest over all stations; `None` without
+/// records. Every day that ends by then is complete.
+pub fn complete_before(generation: &Generation, hot: Duration) -> Option<Timestamp> {
+    let hot = i64::try_from(hot.as_secs()).unwrap_or(i64::MAX);
+    (generation.newest_records().into_iter())
+        .map(|(_, newest)| newest.add_seconds(-hot))
+        .min()
+}
+
+/// A generation to export: its catalog, its shards, and [`complete_before`] of it.
+type Job = (Arc<Catalog>, Vec<Arc<ShardData>>, Option<Timestamp>);
+
+/// Hands generations to the exporting thread; cheap to clone.
+#[derive(Clone)]
+pub struct ExportHandle {
+    next: Arc<(Mutex<Option<Job>>, Condvar)>,
+}
+
+impl ExportHandle {
+    /// Starts the thread that keeps `destination` up to date.
+    pub fn spawn(destination: PathBuf) -> io::Result<ExportHandle> {
+        let next: Arc<(Mutex<Option<Job>>, Condvar)> = Arc::default();
+        let waiting = Arc::clone(&next);
+        std::thread::Builder::new()
+            .name("stq-export".into())
+            .spawn(move || export_forever(Exporter::new(destination), &waiting))?;
+        Ok(ExportHandle { next })
+    }
+
+    /// Asks for the days of the generation of `catalog` and `shards` that are
+    /// complete (those that end by `complete_before`) to be brought up to date, in
+    /// place of any generation not yet begun.
+    pub fn export(
+        &self,
+        catalog: Arc<Catalog>,
+        shards: Vec<Arc<ShardData>>,
+        complete_before: Option<Timestamp>,
+    ) {
+        let (slot, wake) = &*self.next;
+        *slot.lock() = Some((catalog, shards, complete_before));
+        wake.notify_one();
+    }
+}
+
+fn export_forever(mut exporter: Exporter, next: &(Mutex<Option<Job>>, Condvar)) {
+    let (slot, wake) = next;
+    let mut last_ended: Option<Instant> = None;
+    loop {
+        {
+            let mut slot = slot.lock();
+            while slot.is_none() {
+                wake.wait(&mut slot);
+            }
+        }
+        if let Some(ended) = last_ended {
+            std::thread::sleep(EXPORT_INTERVAL.saturating_sub(ended.elapsed()));
+        }
+        let Some((catalog, shards, complete_before)) = slot.lock().take() else {
+            continue;
+        };
+        let data = Data {
+            catalog: &catalog,
+            shards: shards.iter().map(|shard| &**shard).collect(),
+        };
+        exporter.pass(&data, complete_before);
+        drop(data);
+        // The generation is not kept beyond its pass.
+        drop((catalog, shards));
+        last_ended = Some(Instant::now());
+    }
+}
+
+/// A partition: a kind and a day.
+type Partition = (KindName, Day);
+
+/// A kind as the partitions' directories name it, which orders and compares.
+type KindName = &'static str;
+
+const KINDS: [(Kind, KindName); 2] = [(Kind::Units, "units"), (Kind::Metrics, "metrics")];
+
+/// What the exporting thread keeps between passes.
+struct Exporter {
+    destination: PathBuf,
+    /// Each partition written, with the fingerprint of the records it was written
+    /// from.
+    written: BTreeMap<Partition, u64>,
+    /// Whether `written` differs from the fingerprints' file.
+    unsaved: bool,
+    /// The failure logged last, until a pass writes everything.
+    failing: Option<String>,
+}
+
+impl Exporter {
+    fn new(destination: PathBuf) -> Exporter {
+        let written = read_fingerprints(&destination);
+        Exporter {
+            destination,
+            written,
+            unsaved: false,
+            failing: None,
+        }
+    }
+
+    /// Writes each complete day whose records differ from those it was written
+    /// from (or that was never written), and empties each written one that no
+    /// record holds any more.
+    fn pass(&mut self, data: &Data<'_>, complete_before: Option<Timestamp>) {
+        let Some(complete_before) = complete_before else {
+            return;
+        };
+        // Days before the one that holds that instant end by it.
+        let end = day_of(complete_before);
+        let window = Window {
+            from: Timestamp::MIN,
+            to: start_of(end),
+        };
+        let every = Window {
+            from: Timestamp::MIN,
+            to: Timestamp::MAX,
+        };
+        let stations = stations(data, None);
+        let current = fingerprints(data, &stations, window);
+        let mut due: Vec<Partition> = (current.iter())
+            .filter(|(partition, fingerprint)| self.written.get(*partition) != Some(*fingerprint))
+            .map(|(partition, _)| *partition)
+            .collect();
+        due.extend(
+            (self.written.keys())
+                .filter(|partition| partition.1 < end && !current.contains_key(*partition)),
+        );
+        due.sort_unstable();
+        let began = Instant::now();
+        let (mut written, due_count) = (0, due.len());
+        let mut failure: Option<ExportError> = None;
+        for partition in due {
+            let (kind, name) = KINDS
+                .into_iter()
+                .find(|(_, name)| *name == partition.0)
+                .expect("a partition is of a known kind");
+            let day_began = Instant::now();
+            match export_day(data, &stations, kind, partition.1, every, &self.destination) {
+                Ok(report) => {
+                    tracing::info!(
+                        "exported day {} of {name}: {} records in {} files ({} bytes), in {} ms",
+                        day_text(partition.1),
+                        report.records,
+                        report.files,
+                        report.bytes,
+                        day_began.elapsed().as_millis()
+                    );
+                    match current.get(&partition) {
+                        Some(&fingerprint) => self.written.insert(partition, fingerprint),
+                        None => self.written.remove(&partition),
+                    };
+                    self.unsaved = true;
+                    written += 1;
+                }
+                Err(error) => {
+                    failure.get_or_insert(error);
+                }
+            }
+        }
+        if due_count > 0 {
+            tracing::info!(
+                "export written: generation {}, {written} of {due_count} partitions written, in {} \
+                 ms",
+                data.catalog.generation(),
+                began.elapsed().as_millis()
+            );
+        }
+        if self.unsaved {
+            match write_fingerprints(&self.destination, &self.written) {
+                Ok(()) => self.unsaved = false,
+                Err(error) => {
+                    failure.get_or_insert(error);
+                }
+            }
+        }
+        match failure {
+            Some(error) => {
+                let cause = error.to_string();
+                if self.failing.as_ref() != Some(&cause) {
+                    tracing::warn!(
+                        "cannot export to {}: {cause}; serving goes on, and the days not written \
+                         are tried again at the next generation",
+                        self.destination.display()
+                    );
+                }
+                self.failing = Some(cause);
+            }
+            None => {
+                if self.failing.take().is_some() {
+                    tracing::info!("exporting to {} again", self.destination.display());
+                }
+            }
+        }
+    }
+}
+
+/// The fingerprint of each day in `window` of each kind that holds records of
+/// `stations`: each station's, with its id, in byte order.
+fn fingerprints(
+    data: &Data<'_>,
+    stations: &[super::ShardStation],
+    window: Window,
+) -> BTreeMap<Partition, u64> {
+    let mut days: BTreeMap<Partition, Xxh3> = BTreeMap::new();
+    for (kind, name) in KINDS {
+        for station in stations {
+            let id = &data.catalog.stations()[station.rank as usize];
+            let shard = data.shard(station);
+            for (day, fingerprint) in shard.day_fingerprints(station.station_index, kind, window) {
+                let hasher = days.entry((name, day)).or_default();
+                hasher.update(&(id.len() as u64).to_le_bytes());
+                hasher.update(id.as_bytes());
+                hasher.update(&fingerprint.to_le_bytes());
+            }
+        }
+    }
+    (days.into_iter())
+        .map(|(partition, hasher)| (partition, hasher.digest()))
+        .collect()
+}
+
+/// The fingerprints written, from `destination`'s file: those of partitions still
+/// there. None when the file is missing or not of this version: every complete
+/// day is written then.
+fn read_fingerprints(destination: &Path) -> BTreeMap<Partition, u64> {
+    let Ok(text) = fs::read_to_string(destination.join(FINGERPRINTS)) else {
+        return BTreeMap::new();
+    };
+    let mut lines = text.lines();
+    if lines.next() != Some(FINGERPRINTS_HEADER) {
+        return BTreeMap::new();
+    }
+    let mut written = BTreeMap::new();
+    for line in lines {
+        let mut fields = line.split(' ');
+        let (Some(kind), Some(day), Some(fingerprint), None) =
+            (fields.next(), fields.next(), fields.next(), fields.next())
+        else {
+            return BTreeMap::new();
+        };
+        let Some((kind, name)) = KINDS.into_iter().find(|(_, name)| *name == kind) else {
+            return BTreeMap::new();
+        };
+        let (Some(day), Ok(fingerprint)) = (parse_day(day), u64::from_str_radix(fingerprint, 16))
+        else {
+            return BTreeMap::new();
+        };
+        let partition = partition_root(destination, kind).join(format!("day={}", day_text(day)));
+        if partition.is_dir() {
+            written.insert((name, day), fingerprint);
+        }
+    }
+    written
+}
+
+/// Replaces `destination`'s fingerprints' file with `written`, whole.
+fn write_fingerprints(
+    destination: &Path,
+    written: &BTreeMap<Partition, u64>,
+) -> Result<(), ExportError> {
+    let mut text = format!("{FINGERPRINTS_HEADER}\n");
+    for ((kind, day), fingerprint) in written {
+        text.push_str(&format!("{kind} {} {fingerprint:016x}\n", day_text(*day)));
+    }
+    let path = destination.join(FINGERPRINTS);
+    let temporary = destination.join(format!("{FINGERPRINTS}.writing"));
+    let written = (|| {
+        fs::create_dir_all(destination)?;
+        let mut file = fs::File::create(&temporary)?;
+        file.write_all(text.as_bytes())?;
+        file.sync_all()?;
+        fs::rename(&temporary, &path)
+    })();
+    written.map_err(|source| ExportError::io(path, source))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fingerprints_read_back_for_the_partitions_still_there() {
+        let directory = tempfile::tempdir().unwrap();
+        let destination = directory.path();
+        let written: BTreeMap<Partition, u64> = [
+            (("units", 20_781), 0x0123_4567_89ab_cdef),
+            (("metrics", 20_781), 7),
+            (("units", 20_780), u64::MAX),
+        ]
+        .into();
+        write_fingerprints(destination, &written).unwrap();
+        for day in ["2026-11-24", "2026-11-23"] {
+            fs::create_dir_all(destination.join("units").join(format!("day={day}"))).unwrap();
+        }
+        let mut present = written.clone();
+        // Its partition is gone: written again.
+        present.remove(&("metrics", 20_781));
+        assert_eq!(read_fingerprints(destination), present);
+        fs::write(
+            destination.join(FINGERPRINTS),
+            "stq export fingerprints 0\n",
+        )
+        .unwrap();
+        assert!(read_fingerprints(destination).is_empty());
+    }
+}
