@@ -2,8 +2,8 @@
 //! test-station records. ARCHITECTURE.md maps the code; this crate is the service
 //! on top of `stq-core`'s pure layers.
 //!
-//! Layers point one way: [`cli`] → [`http`] → [`engine`] → `stq_core::data` →
-//! `stq_core::domain`; [`cli`] → [`export`] → `stq_core::data`. [`metrics`] is a leaf both the HTTP layer and the engine
+//! Layers point one way: [`cli`] → [`http`] → [`engine`] → [`export`] →
+//! `stq_core::data` → `stq_core::domain` (a layer may also skip those below it). [`metrics`] is a leaf both the HTTP layer and the engine
 //! feed; [`systemd`] a leaf that tells systemd the service's state.
 
 #![warn(unreachable_pub)]
