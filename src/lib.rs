@@ -4,7 +4,8 @@
 //!
 //! Layers point one way: [`cli`] → [`http`] → [`engine`] → [`export`] →
 //! `stq_core::data` → `stq_core::domain` (a layer may also skip those below it). [`metrics`] is a leaf both the HTTP layer and the engine
-//! feed; [`systemd`] a leaf that tells systemd the service's state.
+//! feed; [`systemd`] a leaf that tells systemd the service's state; `newest` a leaf mailbox for the
+//! threads that work off the request path.
 
 #![warn(unreachable_pub)]
 
@@ -13,4 +14,5 @@ pub mod engine;
 pub mod export;
 pub mod http;
 pub mod metrics;
+mod newest;
 pub mod systemd;

@@ -24,10 +24,11 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
 use stq_core::data::catalog::Catalog;
 use stq_core::data::shard::ShardData;
 use stq_core::data::store::StoreWriter;
+
+use crate::newest::Newest;
 
 /// The least time from the end of one write of the store (done or failed) to the
 /// start of the next. On a live floor, generations come several times a second; each write
@@ -69,13 +70,13 @@ type Job = (Arc<Catalog>, Vec<Arc<ShardData>>);
 /// Hands generations to the store's writing thread; cheap to clone.
 #[derive(Clone)]
 pub struct StoreHandle {
-    next: Arc<(Mutex<Option<Job>>, Condvar)>,
+    next: Arc<Newest<Job>>,
 }
 
 impl StoreHandle {
     /// Starts the writing thread of `writer`, which reports to `status`.
     pub fn spawn(writer: StoreWriter, status: Arc<StoreStatus>) -> std::io::Result<StoreHandle> {
-        let next: Arc<(Mutex<Option<Job>>, Condvar)> = Arc::default();
+        let next: Arc<Newest<Job>> = Arc::default();
         status.set(OK);
         let waiting = Arc::clone(&next);
         std::thread::Builder::new()
@@ -87,34 +88,16 @@ impl StoreHandle {
     /// Asks for the generation of `catalog` and `shards` to be written, in place of
     /// any not yet begun.
     pub fn write(&self, catalog: Arc<Catalog>, shards: Vec<Arc<ShardData>>) {
-        let (slot, wake) = &*self.next;
-        *slot.lock() = Some((catalog, shards));
-        wake.notify_one();
+        self.next.put((catalog, shards));
     }
 }
 
-fn write_forever(
-    mut writer: StoreWriter,
-    next: &(Mutex<Option<Job>>, Condvar),
-    status: &StoreStatus,
-) {
-    let (slot, wake) = next;
+fn write_forever(mut writer: StoreWriter, next: &Newest<Job>, status: &StoreStatus) {
     let mut first = true;
     let mut last_ended: Option<Instant> = None;
     loop {
-        {
-            let mut slot = slot.lock();
-            while slot.is_none() {
-                wake.wait(&mut slot);
-            }
-        }
         // The generation handed over last while it waits is the one written.
-        if let Some(ended) = last_ended {
-            std::thread::sleep(WRITE_INTERVAL.saturating_sub(ended.elapsed()));
-        }
-        let Some((catalog, shards)) = slot.lock().take() else {
-            continue;
-        };
+        let (catalog, shards) = next.take_after(last_ended, WRITE_INTERVAL);
         let generation = catalog.generation();
         match writer.write(&catalog, &shards) {
             Ok(report) => {

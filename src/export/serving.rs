@@ -38,12 +38,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
 use stq_core::data::catalog::{Catalog, Generation};
 use stq_core::data::shard::ShardData;
 use stq_core::domain::record::Kind;
 use stq_core::domain::time::{Timestamp, Window};
 use xxhash_rust::xxh3::Xxh3;
+
+use crate::newest::Newest;
 
 use super::{
     day_of, day_text, export_day, parse_day, partition_root, start_of, stations, Data, Day,
@@ -77,13 +78,13 @@ type Job = (Arc<Catalog>, Vec<Arc<ShardData>>, Option<Timestamp>);
 /// Hands generations to the exporting thread; cheap to clone.
 #[derive(Clone)]
 pub struct ExportHandle {
-    next: Arc<(Mutex<Option<Job>>, Condvar)>,
+    next: Arc<Newest<Job>>,
 }
 
 impl ExportHandle {
     /// Starts the thread that keeps `destination` up to date.
     pub fn spawn(destination: PathBuf) -> io::Result<ExportHandle> {
-        let next: Arc<(Mutex<Option<Job>>, Condvar)> = Arc::default();
+        let next: Arc<Newest<Job>> = Arc::default();
         let waiting = Arc::clone(&next);
         std::thread::Builder::new()
             .name("stq-export".into())
@@ -100,28 +101,14 @@ impl ExportHandle {
         shards: Vec<Arc<ShardData>>,
         complete_before: Option<Timestamp>,
     ) {
-        let (slot, wake) = &*self.next;
-        *slot.lock() = Some((catalog, shards, complete_before));
-        wake.notify_one();
+        self.next.put((catalog, shards, complete_before));
     }
 }
 
-fn export_forever(mut exporter: Exporter, next: &(Mutex<Option<Job>>, Condvar)) {
-    let (slot, wake) = next;
+fn export_forever(mut exporter: Exporter, next: &Newest<Job>) {
     let mut last_ended: Option<Instant> = None;
     loop {
-        {
-            let mut slot = slot.lock();
-            while slot.is_none() {
-                wake.wait(&mut slot);
-            }
-        }
-        if let Some(ended) = last_ended {
-            std::thread::sleep(EXPORT_INTERVAL.saturating_sub(ended.elapsed()));
-        }
-        let Some((catalog, shards, complete_before)) = slot.lock().take() else {
-            continue;
-        };
+        let (catalog, shards, complete_before) = next.take_after(last_ended, EXPORT_INTERVAL);
         let data = Data {
             catalog: &catalog,
             shards: shards.iter().map(|shard| &**shard).collect(),
