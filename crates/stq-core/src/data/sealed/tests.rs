@@ -296,3 +296,54 @@ fn issue_22_dropping_whole_blocks_keeps_the_first_and_last_record() {
     let instants = |(first, last): (RecordKey, RecordKey)| (first.instant, last.instant);
     assert_eq!(instants(ends(&kept)), instants(ends(expected)));
 }
+
+/// Issue 35: a day's fingerprint (`ShardData::day_fingerprints`, what `serve
+/// --export` compares) is the same for the same records loaded the same way, and
+/// changes, for both kinds, for the day a late record joins, in a sealed period or
+/// the hot one. (Other days may change too: a load that seals the records otherwise
+/// shares other pieces between blocks, and the shared pieces are part of every
+/// block's fingerprint; that costs an export rewrites, never a stale day.)
+#[test]
+fn issue_35_a_late_record_changes_its_days_fingerprint() {
+    let hour = 3600;
+    // Three days, a unit and a metric record an hour; with a 12-hour hot window the
+    // first two days and the third's first periods are sealed.
+    let records: Vec<(i64, u8, u8)> = (0..72)
+        .map(|at| (at * hour + 60, (at % 7) as u8, (at % 5) as u8))
+        .collect();
+    let hot = Some(Duration::from_secs(12 * 3600));
+    let fingerprints = |records: &[(i64, u8, u8)], kind: Kind| {
+        let generation = loaded(records, hot);
+        let every = crate::domain::time::Window {
+            from: Timestamp::MIN,
+            to: Timestamp::MAX,
+        };
+        generation.shards()[0].day_fingerprints(0, kind, every)
+    };
+    let days = [20_781, 20_782, 20_783];
+    for kind in [Kind::Units, Kind::Metrics] {
+        let before = fingerprints(&records, kind);
+        assert_eq!(before.keys().copied().collect::<Vec<_>>(), days);
+        assert_eq!(
+            fingerprints(&records, kind),
+            before,
+            "{kind:?} loaded again"
+        );
+        // Late records: into a sealed period of day 0, a sealed one of day 2, and
+        // day 2's hot hours.
+        for (late_day, late_second) in [
+            (0, 5 * hour + 17),
+            (2, 2 * 24 * hour + 3 * hour + 17),
+            (2, 2 * 24 * hour + 20 * hour + 17),
+        ] {
+            let mut late = records.clone();
+            late.push((late_second, 3, 1));
+            let after = fingerprints(&late, kind);
+            let day = days[late_day];
+            assert_ne!(
+                after[&day], before[&day],
+                "{kind:?}: late record at {late_second} s"
+            );
+        }
+    }
+}
