@@ -22,6 +22,12 @@ const EVERY_DIRECTION: &str = "&direction=input,output";
 
 /// `stq gen`'s snapshot of three stations over two days, in `directory/snap`.
 fn generated(directory: &Path) -> PathBuf {
+    generated_days(directory, 2)
+}
+
+/// `stq gen`'s snapshot of three stations over `days` days up to 2026-11-24, in
+/// `directory/snap`.
+fn generated_days(directory: &Path, days: u32) -> PathBuf {
     let snapshots = directory.join("snap");
     let output = run(
         &[
@@ -31,7 +37,7 @@ fn generated(directory: &Path) -> PathBuf {
             "--stations",
             "3",
             "--days",
-            "2",
+            &days.to_string(),
             "--units-per-hour",
             "3",
             "--seed",
@@ -591,28 +597,7 @@ fn modified(partition: &Path) -> BTreeMap<PathBuf, std::time::SystemTime> {
 #[test]
 fn issue_35_serve_keeps_the_complete_days_exported() {
     let directory = temporary_directory();
-    let snapshots = directory.path().join("snap");
-    let output = run(
-        &[
-            "gen",
-            "--out",
-            &path_string(&snapshots),
-            "--stations",
-            "3",
-            "--days",
-            "3",
-            "--units-per-hour",
-            "3",
-            "--seed",
-            "35",
-            "--end",
-            "2026-11-24T00:00:00Z",
-        ],
-        None,
-        &[],
-        Duration::from_secs(120),
-    );
-    assert!(output.status.success(), "{output:?}");
+    let snapshots = generated_days(directory.path(), 3);
     let tokens = directory.path().join("tokens.json");
     std::fs::write(&tokens, tokens_json()).unwrap();
     let served = directory.path().join("served");
