@@ -519,6 +519,16 @@ impl Collector for CacheCollector {
                 "Reads of a sealed block that decoded it (then kept it in the cache if it fit).",
                 stats.misses,
             ),
+            (
+                "store_reads",
+                "Reads of a sealed block's part (a frame or a digest) from a store file (--store).",
+                stats.store_reads,
+            ),
+            (
+                "store_read_bytes",
+                "Bytes of those reads from store files.",
+                stats.store_read_bytes,
+            ),
         ];
         for (name, help, value) in counters {
             ConstCounter::new(value).encode(encoder.encode_descriptor(

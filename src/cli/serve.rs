@@ -107,6 +107,31 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
     actix_rt::System::new().block_on(run(args, generation, tokens, settings, report))
 }
 
+/// Raises the soft limit on open files to the hard one: with a store, each
+/// station's sealed tier is read from its file, kept open (docs/api.md section
+/// 12), so a thousand stations need a thousand descriptors beside the sockets,
+/// where the usual soft limit is 1024 (the Debian unit sets 65536).
+fn raise_open_file_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read and write the struct given, nothing else.
+    let raised = unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0
+        }
+    };
+    if !raised {
+        tracing::warn!(
+            "cannot raise the limit on open files: {}; a sealed tier whose file cannot be \
+             opened stays in memory",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
 /// How the first generation came to be, with a store.
 #[derive(Default)]
 struct Started {
@@ -136,6 +161,7 @@ fn start(
         let (generation, report) = loaded(args, load::load(options))?;
         return Ok((generation, report, Started::default()));
     };
+    raise_open_file_limit();
     let full = |reason: String| -> anyhow::Result<(Generation, LoadReport, Started)> {
         let (generation, report) = loaded(args, load::load(options))?;
         let line = format!("; store: {reason}, every record parsed");

@@ -10,7 +10,12 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use stq_core::data::load::{self, LoadOptions, OnInvalid};
+use std::sync::Arc;
+
+use stq_core::data::catalog::Generation;
+use stq_core::data::load::{self, LoadOptions, LoadReport, OnInvalid};
+use stq_core::data::shard::ShardData;
+use stq_core::data::store::{Store, StoreSettings, StoreWriter, Written};
 
 /// The system allocator (what `stq` uses), counting the bytes it has handed out.
 struct Counting;
@@ -67,10 +72,10 @@ fn main() {
         threads,
         hot,
     };
-    let (generation, report) = load::load(&options).unwrap_or_else(|error| {
-        eprintln!("memory: {error}");
-        std::process::exit(1);
-    });
+    let (generation, report) = match std::env::var_os("STQ_MEMORY_STORE") {
+        None => load::load(&options).unwrap_or_else(|error| fail(&error)),
+        Some(store) => with_store(&options, std::path::Path::new(&store)),
+    };
     let heap = LIVE.load(Ordering::Relaxed) as u64;
     let usage = generation.memory_use();
     let records = (usage.units + usage.metrics).max(1) as f64;
@@ -103,6 +108,44 @@ fn main() {
         row("RSS", rss);
     }
     drop(generation);
+}
+
+fn fail(error: &dyn std::fmt::Display) -> ! {
+    eprintln!("memory: {error}");
+    std::process::exit(1);
+}
+
+/// With `STQ_MEMORY_STORE=DIR` (issue 32): a start from the store in DIR, as `stq
+/// serve --store DIR` makes it (when DIR holds no store yet, a load writes it
+/// first, and is dropped).
+fn with_store(options: &LoadOptions, directory: &std::path::Path) -> (Generation, LoadReport) {
+    let store = Store::new(directory);
+    let settings = StoreSettings {
+        snapshots: options.directory.clone(),
+        shards: options.shards,
+        hot: options.hot,
+    };
+    if let Err(why) = store.read(&settings) {
+        let (generation, _) = load::load(options).unwrap_or_else(|error| fail(&error));
+        let (catalog, shards) = generation.into_parts();
+        let shards: Vec<Arc<ShardData>> = shards.into_iter().map(Arc::new).collect();
+        let mut writer =
+            StoreWriter::new(Store::new(directory), settings.clone(), Written::default());
+        let written = writer
+            .write(&catalog, &shards)
+            .unwrap_or_else(|error| fail(&error));
+        eprintln!("memory: no store to start from ({why}): a load wrote it: {written:?}");
+    }
+    let started = std::time::Instant::now();
+    let restored = store.read(&settings).unwrap_or_else(|error| fail(&error));
+    let (generation, report, _) =
+        load::load_from_store(options, restored).unwrap_or_else(|error| fail(&error));
+    eprintln!(
+        "memory: started from the store {} in {:?}",
+        directory.display(),
+        started.elapsed()
+    );
+    (generation, report)
 }
 
 /// The process's resident set, from `/proc` (Linux only).

@@ -161,14 +161,16 @@ impl StationData {
         let keys = key_range(range.clone());
         let mut hot = self.hot.units_in(keys).peekable();
         if self.reads_sealed(&keys) {
-            let mut blocks = self.sealed.unit_blocks(keys).peekable();
-            while let Some(block) = blocks.next() {
+            let mut blocks = (self.sealed.unit_blocks(keys))
+                .map(|block| (block, block.digest()))
+                .peekable();
+            while let Some((block, digest)) = blocks.next() {
                 // Each block's digest is its own allocation, away from the last
                 // one's: ask for the next while this one is read.
-                if let Some(next) = blocks.peek().and_then(|next| next.digest().first()) {
+                if let Some(next) = blocks.peek().and_then(|(_, next)| next.first()) {
                     prefetch_value(next);
                 }
-                let (first, last) = bounds(block.period_start(), block.digest());
+                let (first, last) = bounds(block.period_start(), &digest);
                 while let Some((key, entry)) = hot.next_if(|(key, _)| *key < first) {
                     reader.record(key, entry);
                 }
@@ -177,11 +179,7 @@ impl StationData {
                     && hot.peek().is_none_or(|(key, _)| *key > last);
                 if whole
                     && reader.may_take(first.instant, last.instant)
-                    && reader.block(
-                        block.period_start(),
-                        block.digest(),
-                        &self.elsewhere(&block),
-                    )
+                    && reader.block(block.period_start(), &digest, &self.elsewhere(&block))
                 {
                     continue;
                 }
@@ -288,7 +286,7 @@ impl StationData {
         if self.reads_sealed(&keys) {
             for block in self.sealed.metric_blocks(keys) {
                 let start = period_start(block.period());
-                let (first, last) = bounds(start, block.digest());
+                let (first, last) = bounds(start, &block.digest());
                 while let Some((key, entry)) = hot.next_if(|(key, _)| *key < first) {
                     reader.record(key, entry);
                 }

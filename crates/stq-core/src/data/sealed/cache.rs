@@ -17,11 +17,12 @@
 //! per-scan memo ([`crate::data::sealed::JsonMemo`]), not a lookup per record.
 //!
 //! **What is counted.** An entry weighs what its decoded block holds on the heap
-//! ([`super::Decoded::heap_bytes`]: its vectors' capacities and its header) plus
-//! its key, its list node and its map slot. The compressed bytes an entry keeps
-//! alive (so that no other block takes their address, which the key is made of)
-//! are the generation's own and counted there (`crate::data::memory`), until a
-//! reload drops that block; then they stay until the entry leaves.
+//! ([`super::Decoded::heap_bytes`]: its vectors' capacities and its header), or
+//! its digest's bytes, plus its key, its list node and its map slot.
+//!
+//! **Digests.** A summary reads blocks by their digests; a block in a store file
+//! has its digests read from there, and kept here beside the decoded blocks, so
+//! that a dashboard's summary of last week reads no file twice while they fit.
 
 use std::any::Any;
 use std::hash::{BuildHasher as _, Hash};
@@ -35,6 +36,10 @@ use parking_lot::Mutex;
 /// What the cache reports (the admin listener's `/metrics`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CacheStats {
+    /// Reads of block parts from store files (issue 32).
+    pub store_reads: u64,
+    /// The bytes of those reads.
+    pub store_read_bytes: u64,
     /// Bytes its entries weigh now.
     pub bytes: u64,
     /// Bytes it may hold.
@@ -163,17 +168,14 @@ impl<K: Hash + Eq, V: Clone> DecodedCache<K, V> {
     }
 }
 
-/// A block decoded by any thread: by where its compressed bytes are, its kind,
-/// and the base of its tier's locators (which its entries' locators count from).
-pub(crate) type BlockKey = (usize, u32, i64);
+/// A block decoded by any thread, or one of its digests read from the store: by
+/// its body's id ([`super::body::Body::id`]), what of it (its units or metrics
+/// decoded, or a digest), and the base of its tier's locators (which decoded
+/// entries' locators count from).
+pub(crate) type BlockKey = (u64, u32, i64);
 
-/// A decoded block, and the block's compressed bytes, held so that no other block
-/// takes their address while the entry lives.
-#[derive(Clone)]
-pub(crate) struct CachedBlock {
-    pub(crate) _bytes: Arc<[u8]>,
-    pub(crate) decoded: Arc<dyn Any + Send + Sync>,
-}
+/// A decoded block, or a digest's bytes.
+pub(crate) type CachedBlock = Arc<dyn Any + Send + Sync>;
 
 /// What an entry costs beside its decoded block's heap bytes: its key and value
 /// in the list's node, the node's two links, its slot in the map (two pointers and
@@ -216,7 +218,12 @@ pub fn set_capacity(bytes: u64) {
 
 /// What the process's cache of decoded blocks holds and has done.
 pub fn stats() -> CacheStats {
-    with_blocks(DecodedCache::stats)
+    let (store_reads, store_read_bytes) = super::store_reads();
+    CacheStats {
+        store_reads,
+        store_read_bytes,
+        ..with_blocks(DecodedCache::stats)
+    }
 }
 
 #[cfg(test)]

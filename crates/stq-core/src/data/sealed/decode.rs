@@ -8,7 +8,7 @@ use std::ops::Bound;
 use super::columns::Sealable;
 use super::payload::Reader;
 use super::times::write_coded_time;
-use super::{period_start, Block, Decoded, Sealed, Source, Span, SEALED};
+use super::{period_start, Block, Decoded, Part, Sealed, Source, Span, SEALED};
 use crate::data::key::RecordKey;
 use crate::data::stored::StoredRecord;
 use crate::data::tier::KeyRange;
@@ -53,11 +53,11 @@ impl Sealed {
         if count == 0 {
             return decoded;
         }
-        let frame = match E::KIND {
-            0 => &block.bytes[..block.split as usize],
-            _ => &block.bytes[block.split as usize..block.unit_digest as usize],
-        };
-        decoded.payload = decompress(frame);
+        let frame = block.read(match E::KIND {
+            0 => Part::Units,
+            _ => Part::Metrics,
+        });
+        decoded.payload = decompress(&frame);
         let payload = &decoded.payload;
         let mut reader = Reader::new(payload);
         let locals: Vec<Span> = read_locals(&mut reader);

@@ -3,7 +3,6 @@
 //! then the block's digests.
 
 use std::cell::RefCell;
-use std::sync::Arc;
 
 use foldhash::{HashMap, HashMapExt as _};
 
@@ -52,16 +51,12 @@ pub(super) fn encode(period: i64, group: &Group<'_>, known: &HashMap<&[u8], usiz
         files = (files.0.min(file), files.1.max(file));
     }
     Block {
-        bytes: Arc::from(bytes),
-        split,
-        unit_digest,
-        metric_digest,
         units: group.units.len() as u32,
         metrics: group.metrics.len() as u32,
         serials: Filter::of(group.units.iter().map(|record| record.entry.filtered())),
         names: Filter::of(group.metrics.iter().map(|record| record.entry.filtered())),
         files,
-        shares: false,
+        ..Block::resident(bytes, split, unit_digest, metric_digest)
     }
 }
 

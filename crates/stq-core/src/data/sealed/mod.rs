@@ -34,6 +34,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use foldhash::{HashMap, HashMapExt as _};
+use xxhash_rust::xxh3::xxh3_64;
 
 use crate::data::digest::{self, UnitDigest};
 use crate::data::key::RecordKey;
@@ -42,9 +43,11 @@ use crate::data::symbols::Symbol;
 use crate::data::tier::{tree_bytes, KeyRange, MetricEntry, Tier, UnitEntry};
 use crate::domain::record::Kind;
 use crate::domain::time::Timestamp;
+use body::Body;
 use columns::Sealable;
 use encode::encode;
 
+mod body;
 pub mod cache;
 mod columns;
 mod decode;
@@ -56,6 +59,7 @@ mod store;
 mod tests;
 mod times;
 
+pub(crate) use body::{store_reads, Slice, StoreFile};
 pub(crate) use read::{JsonMemo, MetricBlock, UnitBlock};
 
 /// Marks a [`StoredRecord`] that locates a sealed record: the rest of `start` is
@@ -128,13 +132,19 @@ impl SharedPieces {
 #[derive(Clone, Debug)]
 struct Block {
     /// The zstd frames of its units and of its metrics, then its unit digest and
-    /// its metric digest ([`crate::data::digest`]), one after the other.
-    bytes: Arc<[u8]>,
+    /// its metric digest ([`crate::data::digest`]), one after the other: in memory
+    /// or in a store file ([`body`]).
+    body: Arc<Body>,
     /// Where the metrics' frame starts.
     split: u32,
-    /// Where the unit digest starts, and the metric digest.
+    /// Where the unit digest starts, the metric digest, and where it ends.
     unit_digest: u32,
     metric_digest: u32,
+    length: u32,
+    /// The XXH3-64 of each [`Part`]'s bytes: checked when a part is read from a
+    /// file, and what a block's fingerprint is made of
+    /// ([`Sealed::hash_blocks`]).
+    checks: [u64; 4],
     units: u32,
     metrics: u32,
     /// The serial numbers and the metric names it holds, each as a bit of a hash.
@@ -147,9 +157,51 @@ struct Block {
     shares: bool,
 }
 
+/// A part of a block's bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Part {
+    Units,
+    Metrics,
+    UnitDigest,
+    MetricDigest,
+}
+
 impl Block {
-    fn unit_digest(&self) -> &[u8] {
-        &self.bytes[self.unit_digest as usize..self.metric_digest as usize]
+    /// A block of `bytes`, in memory, whose parts start at `split`, `unit_digest`
+    /// and `metric_digest`; its counts and filters are its caller's to set.
+    fn resident(bytes: Vec<u8>, split: u32, unit_digest: u32, metric_digest: u32) -> Block {
+        let length = bytes.len() as u32;
+        let bounds = [0, split, unit_digest, metric_digest, length];
+        let checks = [0, 1, 2, 3]
+            .map(|part| xxh3_64(&bytes[bounds[part] as usize..bounds[part + 1] as usize]));
+        Block {
+            body: Body::resident(bytes),
+            split,
+            unit_digest,
+            metric_digest,
+            length,
+            checks,
+            units: 0,
+            metrics: 0,
+            serials: Filter::default(),
+            names: Filter::default(),
+            files: (u32::MAX, 0),
+            shares: false,
+        }
+    }
+
+    fn range(&self, part: Part) -> std::ops::Range<u32> {
+        match part {
+            Part::Units => 0..self.split,
+            Part::Metrics => self.split..self.unit_digest,
+            Part::UnitDigest => self.unit_digest..self.metric_digest,
+            Part::MetricDigest => self.metric_digest..self.length,
+        }
+    }
+
+    /// The bytes of `part`, from memory or its store file.
+    fn read(&self, part: Part) -> Slice {
+        self.body.read(self.range(part), self.checks[part as usize])
     }
 }
 
@@ -452,10 +504,11 @@ impl Sealed {
         shared
     }
 
-    /// Feeds `block` each block's stored bytes of `kind` in the periods from `from`
-    /// to before `to`, with the period and the pieces they share: what a block's
-    /// records of `kind` are read from, so that these change whenever the records
-    /// do. `block` is called with the block's period's start and those bytes.
+    /// Feeds `block` what names each block's bytes of `kind` in the periods from
+    /// `from` to before `to`: the period, the digest of the pieces they share, and
+    /// the length and XXH3-64 of the block's frame of `kind`, which change whenever
+    /// its records do. No block is read for it. `block` is called with the block's
+    /// period's start and those bytes.
     pub(crate) fn hash_blocks(
         &self,
         kind: Kind,
@@ -476,20 +529,19 @@ impl Sealed {
         }
         let shared = shared.digest128().to_le_bytes();
         for (&period, stored) in self.blocks.range(first..end) {
-            let frame = match kind {
-                Kind::Units if stored.units > 0 => &stored.bytes[..stored.split as usize],
-                Kind::Metrics if stored.metrics > 0 => {
-                    &stored.bytes[stored.split as usize..stored.unit_digest as usize]
-                }
+            let part = match kind {
+                Kind::Units if stored.units > 0 => Part::Units,
+                Kind::Metrics if stored.metrics > 0 => Part::Metrics,
                 _ => continue,
             };
+            let range = stored.range(part);
             block(
                 period_start(period),
                 [
                     &period.to_le_bytes(),
                     &shared,
-                    &(frame.len() as u64).to_le_bytes(),
-                    frame,
+                    &u64::from(range.end - range.start).to_le_bytes(),
+                    &stored.checks[part as usize].to_le_bytes(),
                 ],
             );
         }
@@ -506,8 +558,8 @@ impl Sealed {
         let mut outputs: Vec<(Symbol, i64)> = Vec::new();
         let mut buffer = UnitDigest::default();
         for (&period, block) in &self.blocks {
-            let bytes = block.unit_digest();
-            digest::unit_serials(period_start(period), bytes, &mut buffer, &mut |serial| {
+            let bytes = block.read(Part::UnitDigest);
+            digest::unit_serials(period_start(period), &bytes, &mut buffer, &mut |serial| {
                 outputs.push((serial, period));
             });
         }
@@ -596,22 +648,35 @@ impl Tier for Sealed {
     }
 
     fn memory(&self, add: &mut dyn FnMut(&'static str, u64)) {
-        // An `Arc<[u8]>` holds two counts before its bytes.
-        let blocks = (self.blocks.values())
+        // Only what is in memory: a stored block's bytes are its file's. An
+        // `Arc<[u8]>` holds two counts before its bytes.
+        let resident = || {
+            self.blocks
+                .values()
+                .filter(|block| block.body.is_resident())
+        };
+        let blocks = resident()
             .map(|block| u64::from(block.unit_digest) + 16)
             .sum();
         add("sealed blocks (compressed)", blocks);
-        let digests =
-            |kind: fn(&Block) -> usize| self.blocks.values().map(|block| kind(block) as u64).sum();
         add(
             "sealed unit digests",
-            digests(|block| (block.metric_digest - block.unit_digest) as usize),
+            (resident())
+                .map(|block| u64::from(block.metric_digest - block.unit_digest))
+                .sum(),
         );
         add(
             "sealed metric digests",
-            digests(|block| block.bytes.len() - block.metric_digest as usize),
+            (resident())
+                .map(|block| u64::from(block.length - block.metric_digest))
+                .sum(),
         );
-        add("sealed block index", tree_bytes(&self.blocks));
+        // A body's header: its id, lock and place, and the `Arc`'s counts.
+        let bodies = self.blocks.len() * (size_of::<Body>() + 16);
+        add(
+            "sealed block index",
+            tree_bytes(&self.blocks) + bodies as u64,
+        );
         add(
             "sealed serial index",
             ((self.serials.len() + self.shared_serials.len()) * size_of::<Symbol>()) as u64,

@@ -9,7 +9,7 @@ use foldhash::HashMap;
 
 use super::cache::{self, BlockKey, CachedBlock};
 use super::columns::Sealable;
-use super::{period_of, period_start, Block, Decoded, Sealed, SEALED};
+use super::{period_of, period_start, Block, Decoded, Part, Sealed, Slice, SEALED};
 use crate::data::key::RecordKey;
 use crate::data::stored::StoredRecord;
 use crate::data::symbols::Symbol;
@@ -93,8 +93,8 @@ impl<'a> UnitBlock<'a> {
     }
 
     /// Its unit digest ([`crate::data::digest`]).
-    pub(crate) fn digest(&self) -> &'a [u8] {
-        self.block.unit_digest()
+    pub(crate) fn digest(&self) -> Slice {
+        self.sealed.digest(self.block, Part::UnitDigest)
     }
 
     /// Whether another block of the station has outputs of a serial it has
@@ -130,8 +130,8 @@ impl<'a> MetricBlock<'a> {
     }
 
     /// Its metric digest ([`crate::data::digest`]).
-    pub(crate) fn digest(&self) -> &'a [u8] {
-        &self.block.bytes[self.block.metric_digest as usize..]
+    pub(crate) fn digest(&self) -> Slice {
+        self.sealed.digest(self.block, Part::MetricDigest)
     }
 
     /// Its metric records, in key order.
@@ -173,24 +173,39 @@ impl Sealed {
     fn decoded<E: Sealable>(&self, period: i64, block: &Block) -> Arc<Decoded<E>> {
         let key = self.cache_key::<E>(block);
         let cached = cache::with_blocks(|blocks| blocks.get(&key))
-            .and_then(|cached| Arc::clone(&cached.decoded).downcast::<Decoded<E>>().ok());
+            .and_then(|cached| cached.downcast::<Decoded<E>>().ok());
         if let Some(decoded) = cached {
             return decoded;
         }
         let decoded = Arc::new(self.decode::<E>(period, block, true));
         let weight = decoded.heap_bytes() + cache::ENTRY_BYTES;
-        let cached = CachedBlock {
-            _bytes: Arc::clone(&block.bytes),
-            decoded: Arc::clone(&decoded) as Arc<dyn std::any::Any + Send + Sync>,
-        };
+        let cached = Arc::clone(&decoded) as CachedBlock;
         cache::with_blocks(|blocks| blocks.insert(key, cached, weight));
         decoded
+    }
+
+    /// A digest of `block`: from memory, or through the process's cache from its
+    /// store file.
+    fn digest(&self, block: &Block, part: Part) -> Slice {
+        if block.body.is_resident() {
+            return block.read(part);
+        }
+        let key = (block.body.id(), 2 + part as u32, 0);
+        let cached = cache::with_blocks(|blocks| blocks.get(&key))
+            .and_then(|cached| cached.downcast::<Slice>().ok());
+        if let Some(digest) = cached {
+            return Slice::clone(&digest);
+        }
+        let digest = block.read(part);
+        let weight = digest.heap_bytes() + cache::ENTRY_BYTES;
+        cache::with_blocks(|blocks| blocks.insert(key, Arc::new(digest.clone()), weight));
+        digest
     }
 
     /// What names `block`'s records of kind `E` decoded, in the cache and in a
     /// [`JsonMemo`].
     fn cache_key<E: Sealable>(&self, block: &Block) -> BlockKey {
-        (block.bytes.as_ptr() as usize, E::KIND, self.base)
+        (block.body.id(), E::KIND, self.base)
     }
 
     /// Appends the JSON of the sealed record `record` locates, reading its block
@@ -216,8 +231,7 @@ impl Sealed {
 
 /// The blocks one scan has written sealed records' JSON from, decoded: a scan's
 /// hits interleave stations, so that each record would otherwise be a lookup in
-/// the shared cache, its lock taken. It lives as long as the scan, while the
-/// generation it reads is borrowed, so no block's address is taken by another.
+/// the shared cache, its lock taken. It lives as long as the scan.
 #[derive(Default)]
 pub(crate) struct JsonMemo {
     blocks: HashMap<BlockKey, Arc<dyn std::any::Any + Send + Sync>>,

@@ -1,26 +1,57 @@
 //! A station's sealed tier in a store file (issue 32).
+//!
+//! The file: the store's magic, each block's bytes one after the other (as they
+//! are in memory: its two frames and two digests), then the index, then the
+//! index's offset (8 bytes, little-endian). The index holds each block's header
+//! (its period, where its bytes are, its parts' bounds and checksums, counts,
+//! filters and files), the tier's shared pieces, and what is derived from its
+//! blocks (its first and last record, its outputs' serials), so that a start
+//! reads the index and no block: blocks are read when a query needs them
+//! ([`super::body`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::{Block, Filter, Sealed, SharedPieces};
+use super::{Block, Filter, Part, Sealed, SharedPieces, StoreFile};
+use crate::data::key::RecordKey;
 use crate::data::store::codec;
-use crate::data::stored::Piece;
+use crate::data::stored::{Piece, StoredRecord};
+use crate::data::symbols::Symbol;
+use crate::domain::time::Timestamp;
 
-/// A station's sealed tier in a store file (issue 32): its blocks as they are in
-/// memory, compressed, with their digests, and its shared pieces; what is derived
-/// from them (counts, ends, serials) is found again when it is read back.
 impl Sealed {
-    /// Appends the tier's blocks and shared pieces.
-    pub(crate) fn write_to(&self, out: &mut Vec<u8>) {
+    /// The tier as a store file after `magic`, and where each block's bytes start
+    /// in it, in period order.
+    pub(crate) fn file(&self, magic: &[u8]) -> (Vec<u8>, Vec<u64>) {
+        let mut out = magic.to_vec();
+        let mut offsets = Vec::with_capacity(self.blocks.len());
+        for block in self.blocks.values() {
+            offsets.push(out.len() as u64);
+            for part in [
+                Part::Units,
+                Part::Metrics,
+                Part::UnitDigest,
+                Part::MetricDigest,
+            ] {
+                out.extend_from_slice(&block.read(part));
+            }
+        }
+        let index = out.len() as u64;
+        self.write_index(&offsets, &mut out);
+        out.extend_from_slice(&index.to_le_bytes());
+        (out, offsets)
+    }
+
+    fn write_index(&self, offsets: &[u64], out: &mut Vec<u8>) {
         codec::number(out, self.blocks.len() as u64);
-        for (&period, block) in &self.blocks {
+        for ((&period, block), offset) in self.blocks.iter().zip(offsets) {
             codec::signed(out, period);
-            codec::bytes(out, &block.bytes);
+            codec::number(out, *offset);
             for number in [
                 block.split,
                 block.unit_digest,
                 block.metric_digest,
+                block.length,
                 block.units,
                 block.metrics,
                 block.files.0,
@@ -28,9 +59,13 @@ impl Sealed {
             ] {
                 codec::number(out, u64::from(number));
             }
-            for word in block.serials.0.iter().chain(&block.names.0) {
+            let words = (block.checks.iter())
+                .chain(&block.serials.0)
+                .chain(&block.names.0);
+            for word in words {
                 out.extend_from_slice(&word.to_le_bytes());
             }
+            out.push(u8::from(block.shares));
         }
         codec::bytes(out, &self.shared.bytes);
         codec::number(out, self.shared.pieces.len() as u64);
@@ -38,41 +73,85 @@ impl Sealed {
             codec::number(out, u64::from(piece.start));
             codec::number(out, u64::from(piece.length));
         }
+        match self.ends {
+            None => out.push(0),
+            Some((first, last)) => {
+                out.push(1);
+                for (key, record) in [first, last] {
+                    let instant = key.instant;
+                    codec::signed(out, instant.seconds);
+                    codec::number(out, u64::from(instant.nanos));
+                    codec::number(out, key.load_order);
+                    codec::number(out, u64::from(record.start));
+                    codec::number(out, u64::from(record.length));
+                }
+            }
+        }
+        for serials in [&self.serials, &self.shared_serials] {
+            codec::number(out, serials.len() as u64);
+            for serial in serials.iter() {
+                codec::number(out, u64::from(serial.0));
+            }
+        }
     }
 
-    /// A tier as [`Sealed::write_to`] wrote it.
-    pub(crate) fn read_from(decoder: &mut codec::Decoder<'_>) -> Result<Sealed, codec::Corrupt> {
+    /// Points every block at its bytes in `file`, at `offsets` as
+    /// [`Sealed::file`] gave them: their bytes leave memory.
+    pub(crate) fn stored_in(&self, file: &Arc<StoreFile>, offsets: &[u64]) {
+        for (block, offset) in self.blocks.values().zip(offsets) {
+            block.body.store_at(Arc::clone(file), *offset);
+        }
+    }
+
+    /// The tier of a store file (its whole `bytes`, checked, after the magic's
+    /// `skip` bytes), its blocks read from `file` when needed.
+    pub(crate) fn read_file(
+        bytes: &[u8],
+        skip: usize,
+        file: &Arc<StoreFile>,
+    ) -> Result<Sealed, codec::Corrupt> {
         let corrupt = codec::Corrupt;
+        let split = (bytes.len().checked_sub(8)).ok_or(corrupt("a sealed file's end"))?;
+        let index = u64::from_le_bytes(bytes[split..].try_into().expect("8 bytes"));
+        let index = usize::try_from(index)
+            .ok()
+            .filter(|index| (skip..=split).contains(index))
+            .ok_or(corrupt("a sealed file's index"))?;
+        let mut decoder = codec::Decoder::new(&bytes[index..split]);
         let mut blocks = BTreeMap::new();
         for _ in 0..decoder.count(8)? {
             let period = decoder.signed()?;
-            let bytes: Arc<[u8]> = Arc::from(decoder.bytes()?);
-            let mut numbers = [0u32; 7];
+            let offset = decoder.number()?;
+            let mut numbers = [0u32; 8];
             for number in &mut numbers {
                 *number = decoder.u32()?;
             }
-            let [split, unit_digest, metric_digest, units, metrics, lowest, highest] = numbers;
-            if !(split <= unit_digest
-                && unit_digest <= metric_digest
-                && metric_digest as usize <= bytes.len())
-            {
+            let [split, unit_digest, metric_digest, length, units, metrics, lowest, highest] =
+                numbers;
+            let inside = (offset.checked_add(u64::from(length)))
+                .is_some_and(|end| offset >= skip as u64 && end <= index as u64);
+            let ordered =
+                split <= unit_digest && unit_digest <= metric_digest && metric_digest <= length;
+            if !(ordered && inside) {
                 return Err(corrupt("a sealed block's parts"));
             }
-            let mut words = [0u64; 8];
+            let mut words = [0u64; 12];
             for word in &mut words {
                 *word = decoder.u64_le()?;
             }
             let block = Block {
-                bytes,
+                body: super::Body::stored(Arc::clone(file), offset),
                 split,
                 unit_digest,
                 metric_digest,
+                length,
+                checks: [words[0], words[1], words[2], words[3]],
                 units,
                 metrics,
-                serials: Filter([words[0], words[1], words[2], words[3]]),
-                names: Filter([words[4], words[5], words[6], words[7]]),
+                serials: Filter([words[4], words[5], words[6], words[7]]),
+                names: Filter([words[8], words[9], words[10], words[11]]),
                 files: (lowest, highest),
-                shares: false,
+                shares: decoder.take(1)?[0] != 0,
             };
             if blocks.insert(period, block).is_some() {
                 return Err(corrupt("a sealed period twice"));
@@ -90,16 +169,47 @@ impl Sealed {
             }
             pieces.push(piece);
         }
+        let ends = match decoder.take(1)?[0] {
+            0 => None,
+            _ => {
+                let mut end = || -> Result<(RecordKey, StoredRecord), codec::Corrupt> {
+                    let instant = Timestamp {
+                        seconds: decoder.signed()?,
+                        nanos: decoder.u32()?,
+                    };
+                    let key = RecordKey {
+                        instant,
+                        load_order: decoder.number()?,
+                    };
+                    let record = StoredRecord {
+                        start: decoder.u32()?,
+                        length: decoder.u32()?,
+                    };
+                    Ok((key, record))
+                };
+                Some((end()?, end()?))
+            }
+        };
+        let mut serials = || -> Result<Box<[Symbol]>, codec::Corrupt> {
+            (0..decoder.count(1)?)
+                .map(|_| decoder.u32().map(Symbol))
+                .collect()
+        };
+        let (serials, shared_serials) = (serials()?, serials()?);
+        decoder.finished()?;
         let mut sealed = Sealed {
             blocks,
             shared: Arc::new(SharedPieces {
                 bytes: shared_bytes,
                 pieces,
             }),
+            ends,
+            serials,
+            shared_serials,
             ..Sealed::default()
         };
+        sealed.base = (sealed.blocks.first_key_value()).map_or(0, |(period, _)| *period);
         sealed.count();
-        sealed.settle();
         Ok(sealed)
     }
 }

@@ -60,7 +60,7 @@ use xxhash_rust::xxh3::{xxh3_128, xxh3_64};
 use crate::data::catalog::{Catalog, Placement};
 use crate::data::hot::{Hot, Layer, Trees};
 use crate::data::load::files::SourceState;
-use crate::data::sealed::Sealed;
+use crate::data::sealed::{Sealed, StoreFile};
 use crate::data::shard::ShardData;
 use crate::data::station::StationData;
 use crate::data::symbols::{Symbol, Symbols};
@@ -71,7 +71,7 @@ const MANIFEST: &str = "MANIFEST";
 
 /// What every store file starts with, and the version of this format: a store of
 /// another version is not read (and is written over).
-const MAGIC: &[u8; 8] = b"STQSTOR2";
+const MAGIC: &[u8; 8] = b"STQSTOR3";
 
 /// zstd's level for hot layers, a recent one written again at every append to its
 /// station: the fastest (other levels not compared yet).
@@ -235,10 +235,7 @@ impl Store {
                 .map_err(|corrupt| self.damaged(&station.recent, corrupt))?;
             let sealed = match &station.sealed {
                 None => Sealed::default(),
-                Some(file) => {
-                    let bytes = self.checked(file)?;
-                    read_sealed(&bytes).map_err(|corrupt| self.damaged(file, corrupt))?
-                }
+                Some(file) => self.sealed(file)?,
             };
             let sealed = Arc::new(sealed);
             let data = Arc::new(StationData::of_tiers(hot, Arc::clone(&sealed)));
@@ -272,8 +269,13 @@ impl Store {
             path: path.display().to_string(),
             source,
         })?;
+        self.check(file, bytes)
+    }
+
+    /// `bytes`, read from `file`, if they are whole and hash to its name.
+    fn check(&self, file: &FileRef, bytes: Vec<u8>) -> Result<Vec<u8>, StoreError> {
         let damaged = |reason: String| StoreError::Damaged {
-            path: path.display().to_string(),
+            path: self.directory.join(&file.name).display().to_string(),
             reason,
         };
         if bytes.len() as u64 != file.length {
@@ -290,6 +292,20 @@ impl Store {
             return Err(damaged("not a store file of this version".into()));
         }
         Ok(bytes)
+    }
+
+    /// The sealed tier in `file`, checked whole: its blocks stay in the file, read
+    /// through the handle it was checked through when a query needs them.
+    fn sealed(&self, file: &FileRef) -> Result<Sealed, StoreError> {
+        let path = self.directory.join(&file.name);
+        let io = |source: io::Error| StoreError::Io {
+            path: path.display().to_string(),
+            source,
+        };
+        let opened = StoreFile::open(&path).map_err(io)?;
+        let bytes = self.check(file, opened.read_all().map_err(io)?)?;
+        Sealed::read_file(&bytes, MAGIC.len(), &opened)
+            .map_err(|corrupt| self.damaged(file, corrupt))
     }
 
     /// The hot layer in `file`, checked.
@@ -541,24 +557,6 @@ fn read_layer(bytes: &[u8]) -> Result<Layer, codec::Corrupt> {
     Ok(layer)
 }
 
-fn sealed_file(sealed: &Sealed) -> Vec<u8> {
-    let mut out = MAGIC.to_vec();
-    sealed.write_to(&mut out);
-    out
-}
-
-fn read_sealed(bytes: &[u8]) -> Result<Sealed, codec::Corrupt> {
-    let mut decoder = codec::Decoder::new(&bytes[MAGIC.len()..]);
-    // A block that passed its hash but does not decompress would panic where it is
-    // read: caught here, it is a damaged file.
-    let sealed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        Sealed::read_from(&mut decoder)
-    }))
-    .map_err(|_| codec::Corrupt("a sealed block does not decode"))??;
-    decoder.finished()?;
-    Ok(sealed)
-}
-
 /// A run of symbols: its first symbol, then its strings.
 fn symbols_file(symbols: &Symbols, from: usize) -> Vec<u8> {
     let mut out = MAGIC.to_vec();
@@ -593,6 +591,8 @@ pub struct WriteReport {
     pub bytes_written: u64,
     /// Files deleted: those no generation written since needs.
     pub files_deleted: usize,
+    /// Sealed tiers whose blocks are now read from the files written, not memory.
+    pub tiers_stored: usize,
     /// How long the write took.
     pub elapsed: Duration,
 }
@@ -656,6 +656,9 @@ impl StoreWriter {
         }
         let mut stations = Vec::with_capacity(catalog.stations.len());
         let mut written_stations = HashMap::with_capacity(catalog.stations.len());
+        // The sealed tiers written, to read their blocks from their files once the
+        // manifest names them.
+        let mut stored = Vec::new();
         for (name, placement) in catalog.stations.iter().zip(&catalog.placements) {
             let station =
                 &shards[placement.shard as usize].stations[placement.station_index as usize];
@@ -688,7 +691,12 @@ impl StoreWriter {
                     {
                         file.clone()
                     }
-                    _ => write("sealed", sealed_file(&station.sealed))?,
+                    _ => {
+                        let (bytes, offsets) = station.sealed.file(MAGIC);
+                        let file = write("sealed", bytes)?;
+                        stored.push((Arc::clone(&station.sealed), file.name.clone(), offsets));
+                        file
+                    }
                 }),
             };
             let hot = &station.hot;
@@ -726,9 +734,29 @@ impl StoreWriter {
             symbol_count: symbols.len(),
             symbols: symbol_runs,
         };
+        report.tiers_stored = self.read_from_files(stored);
         report.files_deleted = self.delete_unnamed(&manifest);
         report.elapsed = started.elapsed();
         Ok(report)
+    }
+
+    /// Points each sealed tier written at its file, now that the manifest names it;
+    /// how many were.
+    fn read_from_files(&self, stored: Vec<(Arc<Sealed>, String, Vec<u64>)>) -> usize {
+        let mut count = 0;
+        for (sealed, name, offsets) in stored {
+            // A file that cannot be opened (no descriptor left) leaves the tier's
+            // blocks in memory, where they are read as before.
+            if let Ok(file) = StoreFile::open(&self.store.directory.join(name)) {
+                sealed.stored_in(&file, &offsets);
+                count += 1;
+            }
+        }
+        if count > 0 {
+            // The blocks' bytes just left the heap: give their pages back.
+            threads::release_freed_memory();
+        }
+        count
     }
 
     /// Deletes the store's files that `manifest` does not name, and temporary files

@@ -457,3 +457,81 @@ fn issue_32_a_damaged_or_mismatched_layer_file_is_refused() {
         other => panic!("{:?}", other.map(|restored| restored.records())),
     }
 }
+
+/// The bytes of sealed blocks a generation holds in memory (compressed, with
+/// their digests).
+fn resident_block_bytes(shards: &[Arc<ShardData>]) -> u64 {
+    let mut bytes = 0;
+    for station in shards.iter().flat_map(|shard| &shard.stations) {
+        station.memory(&mut |part, size| {
+            if part.starts_with("sealed blocks") || part.ends_with("digests") {
+                bytes += size;
+            }
+        });
+    }
+    bytes
+}
+
+/// Issue 32: once the store holds a station's sealed tier, its blocks are read
+/// from there and leave memory, in the generation that was written and in a start
+/// from the store; each read from a file is counted, and the records read are
+/// those the load made.
+#[test]
+fn issue_32_sealed_blocks_leave_memory_once_stored_and_are_read_from_their_files() {
+    let snapshots = tempfile::tempdir().unwrap();
+    write_snapshot(snapshots.path(), 4, 300);
+    let (catalog, shards) = parts(load(&options(snapshots.path(), 1)).unwrap().0);
+    let loaded = everything(&catalog, &shards);
+    assert!(resident_block_bytes(&shards) > 0);
+    let store = tempfile::tempdir().unwrap();
+    let mut writer = StoreWriter::new(
+        Store::new(store.path()),
+        settings(snapshots.path()),
+        Written::default(),
+    );
+    let report = writer.write(&catalog, &shards).unwrap();
+    assert_eq!(report.tiers_stored, 4, "{report:?}");
+    assert_eq!(resident_block_bytes(&shards), 0);
+    // Nothing decoded kept: every block is read again, from its file.
+    crate::data::sealed::cache::set_capacity(0);
+    let reads = crate::data::sealed::cache::stats().store_reads;
+    assert_eq!(everything(&catalog, &shards), loaded);
+    assert!(crate::data::sealed::cache::stats().store_reads > reads);
+    // A second write keeps the files: nothing changed.
+    assert_eq!(writer.write(&catalog, &shards).unwrap().tiers_stored, 0);
+    let restored = Store::new(store.path())
+        .read(&settings(snapshots.path()))
+        .unwrap();
+    let (generation, _, used) = load_from_store(&options(snapshots.path(), 1), restored).unwrap();
+    assert!(used);
+    let (catalog, shards) = parts(generation);
+    assert_eq!(resident_block_bytes(&shards), 0);
+    assert_eq!(everything(&catalog, &shards), loaded);
+}
+
+/// Issue 32: records that come late into hours whose blocks are read from the
+/// store seal those blocks again (read from their file), the writer writes the
+/// station's tier anew and points it at the new file, and a start from the store
+/// then serves what a load serves.
+#[test]
+fn issue_32_late_records_into_stored_blocks_seal_them_again() {
+    let mut fixture = fixture(3, 300);
+    assert_eq!(resident_block_bytes(&fixture.shards), 0);
+    let sealed_before = station_files(&fixture.manifest(), "ST-1")[2].clone();
+    // Minutes 10 to 14 again, hours before the hot window: late records; then so
+    // many more that the station is built again and seals what left the window.
+    fixture.append(1, 10..15);
+    fixture.append(1, 300..800);
+    let report = fixture.reload_and_write(2);
+    assert_eq!(report.tiers_stored, 1, "{report:?}");
+    assert_ne!(station_files(&fixture.manifest(), "ST-1")[2], sealed_before);
+    assert_eq!(resident_block_bytes(&fixture.shards), 0);
+    let (catalog, shards) = parts(load(&options(fixture.snapshots.path(), 2)).unwrap().0);
+    assert_eq!(
+        everything(&fixture.catalog, &fixture.shards),
+        everything(&catalog, &shards)
+    );
+    let (restarted, loaded, files_read) = fixture.restart(3);
+    assert_eq!(restarted, loaded);
+    assert_eq!(files_read, 0);
+}

@@ -12,6 +12,7 @@
 //! records or its digest were read.
 
 use std::borrow::Cow;
+use std::ops::Range;
 
 // Keys are small integers chosen by the data, not by a client: a fast hash that
 // is not DoS-resistant is right here, and SipHash was a third of a summary's time.
@@ -27,7 +28,7 @@ use crate::data::catalog::Catalog;
 use crate::data::digest::{MetricDigest, Running};
 use crate::data::key::{Position, RecordKey};
 use crate::data::scan::{Matcher, ShardStation};
-use crate::data::sealed::{period_of, period_start, MetricBlock};
+use crate::data::sealed::{period_of, period_start, MetricBlock, Slice};
 use crate::data::station::{MetricEntry, MetricReader, StationData};
 use crate::data::stored::StoredRecord;
 use crate::data::symbols::Symbol;
@@ -56,7 +57,7 @@ impl MetricQuestion {
         let mut partial = MetricPartial::new(self.grouping.clone());
         let mut digest = MetricDigest::default();
         for (station, data) in stations {
-            let mut lasts: HashMap<RowKey, Last<'_>> = HashMap::default();
+            let mut lasts: HashMap<RowKey, Last> = HashMap::default();
             let mut reading = MetricReading {
                 partial: &mut partial,
                 station,
@@ -112,16 +113,16 @@ struct Segment {
 }
 
 /// A row's last record so far: where its JSON is, or the text of its limits as a
-/// block's digest keeps it.
-#[derive(Clone, Copy, Debug)]
-enum Last<'a> {
+/// block's digest keeps it (the digest, and where each limit is in it).
+#[derive(Clone, Debug)]
+enum Last {
     Record(StoredRecord),
-    Limits([&'a str; 2]),
+    Limits(Slice, [Range<usize>; 2]),
 }
 
 /// One fine group's statistics, of a period or of a block's digest, to join its
 /// row.
-struct FineMetrics<'a, 'data> {
+struct FineMetrics<'a> {
     name: Symbol,
     slot: Symbol,
     unit: Symbol,
@@ -130,7 +131,7 @@ struct FineMetrics<'a, 'data> {
     failing: &'a [Symbol],
     /// Its last record: where it is, and where its limits are.
     last: Position,
-    locator: Last<'data>,
+    locator: Last,
 }
 
 /// Running statistics of one row's records, and what else its row shows.
@@ -148,17 +149,17 @@ struct MetricStatistics {
 }
 
 /// One station's metric records read into a shard's partial.
-struct MetricReading<'a, 'data> {
+struct MetricReading<'a> {
     partial: &'a mut MetricPartial,
     station: ShardStation,
     names: &'a Matcher,
     digests: Digests,
     /// A digest's buffers, reused from block to block.
     digest: &'a mut MetricDigest,
-    lasts: &'a mut HashMap<RowKey, Last<'data>>,
+    lasts: &'a mut HashMap<RowKey, Last>,
 }
 
-impl<'data> MetricReader<'data> for MetricReading<'_, 'data> {
+impl<'data> MetricReader<'data> for MetricReading<'_> {
     fn record(&mut self, key: RecordKey, entry: MetricEntry) {
         if self.names.matches(entry.name) {
             (self.partial).add(self.station, &key, &entry, self.lasts);
@@ -173,7 +174,7 @@ impl<'data> MetricReader<'data> for MetricReading<'_, 'data> {
 
     fn block(&mut self, block: &MetricBlock<'data>) -> bool {
         let bytes = block.digest();
-        self.digest.read(period_start(block.period()), bytes);
+        self.digest.read(period_start(block.period()), &bytes);
         let bucket = (self.partial.buckets).start_of(self.digest.first.instant);
         // As `MetricPartial::add` and `flush` would have added its records one by
         // one: every record of the block is in the window and in `bucket`.
@@ -191,9 +192,7 @@ impl<'data> MetricReader<'data> for MetricReading<'_, 'data> {
                 running: &group.running,
                 failing: &self.digest.failing[group.failing.clone()],
                 last: position(station, &group.last),
-                locator: Last::Limits(group.limits.clone().map(|range| {
-                    std::str::from_utf8(&bytes[range]).expect("limits' text is UTF-8")
-                })),
+                locator: Last::Limits(bytes.clone(), group.limits.clone()),
             };
             self.partial.join(station, fine, self.lasts);
         }
@@ -219,7 +218,7 @@ impl MetricPartial {
         station: ShardStation,
         key: &RecordKey,
         entry: &MetricEntry,
-        lasts: &mut HashMap<RowKey, Last<'_>>,
+        lasts: &mut HashMap<RowKey, Last>,
     ) {
         let period = period_of(key.instant);
         if self.segments.period != Some(period) {
@@ -260,7 +259,7 @@ impl MetricPartial {
 
     /// Joins the segments of the period read last to their rows, in the order of
     /// their bucket, name, slot and unit, the order of a block's digest.
-    fn flush(&mut self, station: ShardStation, lasts: &mut HashMap<RowKey, Last<'_>>) {
+    fn flush(&mut self, station: ShardStation, lasts: &mut HashMap<RowKey, Last>) {
         let mut list = std::mem::take(&mut self.segments.list);
         list.sort_unstable_by_key(|segment| {
             let (name, slot, unit, bucket) = segment.fine;
@@ -287,11 +286,11 @@ impl MetricPartial {
 
     /// Joins one fine group's statistics (of a period, or of a block's digest) to
     /// its row.
-    fn join<'data>(
+    fn join(
         &mut self,
         station: ShardStation,
-        fine: FineMetrics<'_, 'data>,
-        lasts: &mut HashMap<RowKey, Last<'data>>,
+        fine: FineMetrics<'_>,
+        lasts: &mut HashMap<RowKey, Last>,
     ) {
         let group = group_values(&self.grouping, station, |field| match field {
             GroupField::Slot => fine.slot,
@@ -315,7 +314,7 @@ impl MetricPartial {
     }
 
     /// The limits' text of each row's last record of `station`, from its JSON.
-    fn read_limits(&mut self, station: &StationData, lasts: &HashMap<RowKey, Last<'_>>) {
+    fn read_limits(&mut self, station: &StationData, lasts: &HashMap<RowKey, Last>) {
         #[derive(Deserialize)]
         struct Limits<'a> {
             #[serde(borrow)]
@@ -326,8 +325,13 @@ impl MetricPartial {
         for (row_key, last) in lasts {
             let row = self.rows.get_mut(row_key).expect("a noted row exists");
             let bytes = match last {
-                Last::Limits([lower, upper]) => {
-                    (row.limit_lower, row.limit_upper) = (lower.to_string(), upper.to_string());
+                Last::Limits(digest, [lower, upper]) => {
+                    let text = |range: &Range<usize>| {
+                        (std::str::from_utf8(&digest[range.clone()]))
+                            .expect("limits' text is UTF-8")
+                            .to_owned()
+                    };
+                    (row.limit_lower, row.limit_upper) = (text(lower), text(upper));
                     continue;
                 }
                 Last::Record(bytes) => bytes,

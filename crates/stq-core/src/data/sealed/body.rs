@@ -1,0 +1,209 @@
+//! Where a sealed block's bytes are (issue 32): in memory, as sealing made them, or
+//! in a store file, read when a query needs them. A block is sealed in memory; once
+//! the store has written its station's sealed tier, the block points at that file
+//! and its bytes leave the heap; a start from the store makes every block so. So
+//! memory holds a block's header (its counts, filters and checksums) and the
+//! decoded blocks of the cache, not history.
+//!
+//! Each part of a block (its two frames and its two digests) has the XXH3-64 of
+//! its bytes in the block's header, checked on every read from a file: a store file
+//! is checked whole when a start reads it, and this catches what changed it since.
+//! A part that fails its check panics where it is read, so a request fails (the
+//! shard that read it restarts) rather than answer from damaged bytes.
+
+use std::fs::File;
+use std::ops::{Deref, Range};
+use std::os::unix::fs::FileExt as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+use xxhash_rust::xxh3::xxh3_64;
+
+/// Reads of block parts from store files since the process started, and their bytes.
+static READS: AtomicU64 = AtomicU64::new(0);
+static READ_BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// The number a block's body is known by in the cache: no two bodies share one.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// How many reads of block parts the store has served, and their bytes.
+pub(crate) fn store_reads() -> (u64, u64) {
+    (
+        READS.load(Ordering::Relaxed),
+        READ_BYTES.load(Ordering::Relaxed),
+    )
+}
+
+/// A store file that blocks are read from, open for as long as a block points at
+/// it: a file the store deletes once no manifest names it is still read through
+/// this handle by the generations that hold its blocks.
+#[derive(Debug)]
+pub(crate) struct StoreFile {
+    path: PathBuf,
+    file: File,
+}
+
+impl StoreFile {
+    pub(crate) fn open(path: &Path) -> std::io::Result<Arc<StoreFile>> {
+        Ok(Arc::new(StoreFile {
+            path: path.to_path_buf(),
+            file: File::open(path)?,
+        }))
+    }
+
+    /// The whole file.
+    pub(crate) fn read_all(&self) -> std::io::Result<Vec<u8>> {
+        let mut bytes = vec![0; self.file.metadata()?.len() as usize];
+        self.file.read_exact_at(&mut bytes, 0)?;
+        Ok(bytes)
+    }
+
+    /// `length` bytes at `offset`. A file the store wrote and checked holds them;
+    /// one that fails here was changed or cut since, and the read panics (see
+    /// the module's doc).
+    fn read(&self, offset: u64, length: usize) -> Vec<u8> {
+        let mut bytes = vec![0; length];
+        if let Err(error) = self.file.read_exact_at(&mut bytes, offset) {
+            panic!(
+                "the store file {} cannot be read at {offset}: {error}",
+                self.path.display()
+            );
+        }
+        READS.fetch_add(1, Ordering::Relaxed);
+        READ_BYTES.fetch_add(length as u64, Ordering::Relaxed);
+        bytes
+    }
+}
+
+/// A block's bytes, or a part of them, shared.
+#[derive(Clone, Debug)]
+pub(crate) struct Slice {
+    bytes: Arc<[u8]>,
+    range: Range<usize>,
+}
+
+impl Deref for Slice {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.bytes[self.range.clone()]
+    }
+}
+
+impl Slice {
+    /// The bytes it holds on the heap (what a cache entry of it weighs).
+    pub(crate) fn heap_bytes(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+}
+
+#[derive(Debug)]
+enum Place {
+    Resident(Arc<[u8]>),
+    Stored { file: Arc<StoreFile>, offset: u64 },
+}
+
+/// Where one block's bytes are. Shared by every tier that holds the block.
+#[derive(Debug)]
+pub(crate) struct Body {
+    id: u64,
+    place: RwLock<Place>,
+}
+
+impl Body {
+    /// A body held in memory.
+    pub(crate) fn resident(bytes: Vec<u8>) -> Arc<Body> {
+        Body::new(Place::Resident(Arc::from(bytes)))
+    }
+
+    /// A body at `offset` in `file`.
+    pub(crate) fn stored(file: Arc<StoreFile>, offset: u64) -> Arc<Body> {
+        Body::new(Place::Stored { file, offset })
+    }
+
+    fn new(place: Place) -> Arc<Body> {
+        Arc::new(Body {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            place: RwLock::new(place),
+        })
+    }
+
+    /// What names it in the cache.
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Whether its bytes are in memory.
+    pub(crate) fn is_resident(&self) -> bool {
+        matches!(*self.place.read(), Place::Resident(_))
+    }
+
+    /// Its bytes in `range`, which hash to `check`.
+    pub(crate) fn read(&self, range: Range<u32>, check: u64) -> Slice {
+        let range = range.start as usize..range.end as usize;
+        let (file, offset) = match &*self.place.read() {
+            Place::Resident(bytes) => {
+                return Slice {
+                    bytes: Arc::clone(bytes),
+                    range,
+                }
+            }
+            Place::Stored { file, offset } => (Arc::clone(file), *offset),
+        };
+        let bytes = file.read(offset + range.start as u64, range.len());
+        if xxh3_64(&bytes) != check {
+            panic!(
+                "the store file {} is damaged: a block's part at {} fails its checksum",
+                file.path.display(),
+                offset + range.start as u64
+            );
+        }
+        Slice {
+            range: 0..bytes.len(),
+            bytes: Arc::from(bytes),
+        }
+    }
+
+    /// Points it at `offset` in `file`, which holds the same bytes: its bytes leave
+    /// memory once no reader holds them.
+    pub(crate) fn store_at(&self, file: Arc<StoreFile>, offset: u64) {
+        *self.place.write() = Place::Stored { file, offset };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 32: a stored body reads what a resident one holds; a byte changed in
+    /// its file since is caught by the part's checksum.
+    #[test]
+    fn issue_32_a_stored_body_reads_its_bytes_and_catches_a_changed_byte() {
+        let directory = tempfile::tempdir().unwrap();
+        let path = directory.path().join("sealed.stq");
+        let bytes: Vec<u8> = (0..200u8).collect();
+        let mut file = b"head".to_vec();
+        file.extend_from_slice(&bytes);
+        std::fs::write(&path, &file).unwrap();
+        let check = xxh3_64(&bytes[10..50]);
+        let resident = Body::resident(bytes.clone());
+        let stored = Body::stored(StoreFile::open(&path).unwrap(), 4);
+        assert_ne!(resident.id(), stored.id());
+        assert_eq!(&*resident.read(10..50, check), &bytes[10..50]);
+        let before = store_reads();
+        assert_eq!(&*stored.read(10..50, check), &bytes[10..50]);
+        assert!(store_reads().0 > before.0);
+        assert!(!stored.is_resident());
+        resident.store_at(StoreFile::open(&path).unwrap(), 4);
+        assert!(!resident.is_resident());
+        assert_eq!(&*resident.read(10..50, check), &bytes[10..50]);
+        file[4 + 20] ^= 1;
+        std::fs::write(&path, &file).unwrap();
+        let read =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| stored.read(10..50, check)));
+        let message = *read.unwrap_err().downcast::<String>().unwrap();
+        assert!(message.contains("fails its checksum"), "{message}");
+    }
+}
