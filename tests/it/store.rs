@@ -398,3 +398,78 @@ fn issue_32_a_kill_9_at_any_moment_leaves_a_store_the_next_start_uses_or_repairs
     // The store was used, not only ignored.
     assert!(restored > 0, "no start of {iterations} used the store");
 }
+
+/// The admin listener's `stq_store_reads_total`.
+fn store_reads(server: &Server) -> f64 {
+    let text = ureq::get(&server.metrics_url())
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap();
+    let line = (text.lines())
+        .find(|line| line.starts_with("stq_store_reads_total "))
+        .unwrap_or_else(|| panic!("no stq_store_reads_total in {text}"));
+    line["stq_store_reads_total ".len()..].parse().unwrap()
+}
+
+/// Issue 32: a warm start holds no sealed block in memory: a query reads the
+/// blocks it needs from the store's files (`stq_store_reads_total` counts it) and
+/// answers as a server without a store. A block changed in its file after the
+/// start checked it fails the request that reads it (`500 internal_error`), never
+/// answering from it, and the server goes on serving.
+#[test]
+fn issue_32_history_is_read_from_the_store_and_a_block_changed_since_fails_its_request() {
+    let fixture = Fixture::main();
+    let store = fixture.directory.path().join("store");
+    let plain = start(&fixture, None);
+    let cold = start(&fixture, Some(&store));
+    wait_for_writes(&cold, 1);
+    drop(cold);
+    let warm = start(&fixture, Some(&store));
+    assert_eq!(store_reads(&warm), 0.0, "a start reads no block");
+    assert_same_answers(&warm, &plain, "warm");
+    assert!(store_reads(&warm) > 0.0);
+    drop(warm);
+
+    let server = start(&fixture, Some(&store));
+    // A byte in the middle of every sealed file's blocks (which the file's last
+    // eight bytes say end where its index starts), flipped in place.
+    let sealed: Vec<PathBuf> = (store_files(&store).into_iter())
+        .filter(|file| {
+            file.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("sealed-")
+        })
+        .collect();
+    assert!(!sealed.is_empty());
+    for file in &sealed {
+        let mut bytes = std::fs::read(file).unwrap();
+        let index = u64::from_le_bytes(bytes[bytes.len() - 8..].try_into().unwrap()) as usize;
+        bytes[(8 + index) / 2] ^= 0x01;
+        std::fs::write(file, bytes).unwrap();
+    }
+    let mut failed = 0;
+    for query in [units_all(), metrics_all()] {
+        let response = server.get(&query, Some(OPS));
+        match response.status {
+            500 => {
+                assert_eq!(response.json()["error"]["code"], "internal_error");
+                failed += 1;
+            }
+            // The flipped byte in a part this query does not read.
+            _ => assert_eq!(
+                response.json()["data"],
+                plain.get(&query, Some(OPS)).json()["data"],
+                "{query}"
+            ),
+        }
+    }
+    assert!(
+        failed > 0,
+        "a changed block fails the request that reads it"
+    );
+    server.wait_for_log("fails its checksum", 1);
+    assert_eq!(server.get("/healthz", None).status, 200);
+    assert_eq!(server.get("/readyz", None).status, 200);
+}
