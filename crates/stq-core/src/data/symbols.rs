@@ -15,7 +15,14 @@
 use std::mem::size_of;
 use std::sync::Arc;
 
-use indexmap::IndexSet;
+use string_interner::backend::StringBackend;
+use string_interner::symbol::SymbolU32;
+use string_interner::{StringInterner, Symbol as _};
+
+/// One layer's strings, numbered from 0 in the order they came, one after the
+/// other in one buffer (a table of a year of 100 stations holds millions of serial
+/// numbers: 258 MB as boxed strings in an `IndexSet`, BENCHMARKS.md).
+type Texts = StringInterner<StringBackend<SymbolU32>, foldhash::fast::RandomState>;
 
 /// An interned string: its index in its generation's [`Symbols`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -37,7 +44,8 @@ pub struct Symbols {
 impl Default for Symbols {
     /// A table of the empty string alone, numbered [`Symbol::EMPTY`].
     fn default() -> Symbols {
-        let texts = std::iter::once(Box::<str>::default()).collect();
+        let mut texts = Texts::new();
+        texts.get_or_intern("");
         Symbols {
             layers: vec![Layer {
                 first: Symbol::EMPTY.0,
@@ -47,10 +55,10 @@ impl Default for Symbols {
     }
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 struct Layer {
     first: u32,
-    texts: Arc<IndexSet<Box<str>, foldhash::fast::RandomState>>,
+    texts: Arc<Texts>,
 }
 
 /// A new layer is merged into the one below it once it is at least this fraction
@@ -65,7 +73,7 @@ impl Symbols {
         }
         let symbol = Symbol(self.len() as u32);
         let last = self.layers.last_mut().expect("there is a layer");
-        Arc::make_mut(&mut last.texts).insert(text.into());
+        Arc::make_mut(&mut last.texts).get_or_intern(text);
         symbol
     }
 
@@ -75,8 +83,8 @@ impl Symbols {
         self.layers.iter().find_map(|layer| {
             layer
                 .texts
-                .get_index_of(text)
-                .map(|index| Symbol(layer.first + index as u32))
+                .get(text)
+                .map(|index| Symbol(layer.first + index.to_usize() as u32))
         })
     }
 
@@ -94,9 +102,9 @@ impl Symbols {
         if letters.len() > Symbols::SPELLINGS_LOOKED_UP.ilog2() as usize {
             return (self.layers.iter())
                 .flat_map(|layer| {
-                    (layer.texts.iter().enumerate())
+                    (layer.texts.iter())
                         .filter(|(_, candidate)| candidate.eq_ignore_ascii_case(text))
-                        .map(|(index, _)| Symbol(layer.first + index as u32))
+                        .map(|(index, _)| Symbol(layer.first + index.to_usize() as u32))
                 })
                 .collect();
         }
@@ -126,7 +134,8 @@ impl Symbols {
             .rev()
             .find(|layer| layer.first <= symbol.0)
             .expect("a symbol of this table");
-        &layer.texts[(symbol.0 - layer.first) as usize]
+        let index = SymbolU32::try_from_usize((symbol.0 - layer.first) as usize);
+        (index.and_then(|index| layer.texts.resolve(index))).expect("a symbol of this table")
     }
 
     /// How many strings the table holds; the next new one gets this number.
@@ -137,15 +146,16 @@ impl Symbols {
     }
 
     /// About how many heap bytes the table holds: each layer's strings, and per
-    /// slot its entry (hash and boxed string) and its hash-table index and control
-    /// byte. Layers shared with other generations are counted too.
+    /// string where it ends and its hash-table slot (its number and control byte,
+    /// at the table's seven-eighths load). Layers shared with other generations are
+    /// counted too.
     pub(crate) fn heap_bytes(&self) -> u64 {
-        let slot = 2 * size_of::<usize>() + size_of::<Box<str>>() + 1;
+        let slot = size_of::<usize>() as f64 + (size_of::<u32>() + 1) as f64 * 8.0 / 7.0;
         self.layers
             .iter()
             .map(|layer| {
-                let texts: usize = layer.texts.iter().map(|text| text.len()).sum();
-                (texts + layer.texts.capacity() * slot) as u64
+                let texts: usize = layer.texts.iter().map(|(_, text)| text.len()).sum();
+                texts as u64 + (layer.texts.len() as f64 * slot) as u64
             })
             .sum()
     }
@@ -172,11 +182,15 @@ impl Symbols {
         }
         let kept = symbols.layers.len() - merged;
         let below = symbols.layers.split_off(kept);
-        let mut texts = IndexSet::with_capacity_and_hasher(length, Default::default());
+        let mut texts = Texts::with_capacity_and_hasher(length, Default::default());
         for layer in &below {
-            texts.extend(layer.texts.iter().cloned());
+            for (_, text) in layer.texts.iter() {
+                texts.get_or_intern(text);
+            }
         }
-        texts.extend(new);
+        for text in new {
+            texts.get_or_intern(text);
+        }
         symbols.layers.push(Layer {
             first: below.first().map_or(self.len() as u32, |layer| layer.first),
             texts: Arc::new(texts),
