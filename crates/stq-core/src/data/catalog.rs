@@ -6,6 +6,7 @@ use std::sync::Arc;
 use crate::data::cursor::RecordIdentity;
 use crate::data::key::{load_order, Position};
 use crate::data::load::files::{FileStatus, SourceState, Stamps};
+use crate::data::scan::Matcher;
 use crate::data::shard::ShardData;
 use crate::data::symbols::Symbols;
 use crate::data::tier::Tier as _;
@@ -187,6 +188,21 @@ impl Catalog {
             .binary_search(&ordinal)
             .expect("a record's file is in its generation's catalog");
         &self.files[index]
+    }
+
+    /// A list filter's values as symbols: any value when none is given; a value
+    /// this generation does not hold matches nothing.
+    pub fn matcher(&self, texts: &[String]) -> Matcher {
+        if texts.is_empty() {
+            Matcher::Any
+        } else {
+            Matcher::OneOf(
+                texts
+                    .iter()
+                    .filter_map(|text| self.symbols.lookup(text))
+                    .collect(),
+            )
+        }
     }
 
     /// The rank of the station with this id (its index in byte order), if the

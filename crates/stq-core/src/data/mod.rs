@@ -17,6 +17,7 @@ pub mod key;
 pub mod load;
 pub mod memory;
 pub mod merge;
+pub mod plan;
 pub mod scan;
 pub(crate) mod sealed;
 pub use sealed::cache;
