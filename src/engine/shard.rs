@@ -428,8 +428,20 @@ fn start_actor(
 mod tests {
     use super::*;
 
+    /// A shard's data of generation `number`: one shard of an empty directory.
     fn generation(number: u64) -> Arc<ShardData> {
-        Arc::new(ShardData::new(number, Vec::new(), &[]))
+        let directory = tempfile::tempdir().unwrap();
+        let (generation, _) = stq_core::data::load::load(&stq_core::data::load::LoadOptions {
+            directory: directory.path().to_owned(),
+            shards: 1,
+            on_invalid: stq_core::data::load::OnInvalid::Fail,
+            generation: number,
+            threads: 1,
+            hot: None,
+        })
+        .unwrap();
+        let (_, mut shards) = generation.into_parts();
+        Arc::new(shards.remove(0))
     }
 
     #[test]

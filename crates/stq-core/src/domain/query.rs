@@ -720,7 +720,7 @@ impl QueryParams {
     }
 
     /// Whether the request named its window itself; a cursor pins it otherwise.
-    pub fn has_window(&self) -> bool {
+    pub(crate) fn has_window(&self) -> bool {
         self.from.is_some() || self.to.is_some()
     }
 }

@@ -22,14 +22,11 @@ use crate::data::catalog::Catalog;
 use crate::data::cursor::{Cursor, CursorError, CursorKey};
 use crate::data::key::Position;
 use crate::data::scan::{Matcher, RecordFilter};
-use crate::data::summary::{self, Grouping, MetricQuestion, UnitQuestion};
+use crate::data::summary::{self, Grouping, MetricQuestion, Rows, UnitQuestion};
 use crate::domain::auth::{Principal, Scope};
 use crate::domain::query::{Endpoint, Limits, QueryError, QueryParams};
 use crate::domain::record::Kind;
 use crate::domain::time::{Timestamp, Window};
-
-pub use page::{Answer, Page};
-pub use shard::{ShardAnswer, ShardQuestion};
 
 mod page;
 mod scope;
@@ -94,6 +91,39 @@ struct RecordQuestion {
     limit: Option<usize>,
     /// What a paged query's cursors are sealed to; `None` without `limit`.
     scope: Option<Vec<u8>>,
+}
+
+/// What one shard is asked, about its own stations, in the generation the plan
+/// was made on.
+#[derive(Debug)]
+pub struct ShardQuestion {
+    /// The catalog the query was planned on: its generation, and its symbols,
+    /// which name the results a summary counts as passes.
+    catalog: Arc<Catalog>,
+    asked: shard::Asked,
+}
+
+/// A shard's answer to its [`ShardQuestion`]: one variant per question, so that
+/// the merge takes only partials of one kind.
+#[derive(Debug)]
+pub struct ShardAnswer(shard::Answered);
+
+/// What a query is answered with, by the kind of its question.
+#[derive(Debug)]
+pub enum Answer {
+    /// `/units` and `/metrics`.
+    Page(Page),
+    /// The summaries and `/stations`: rows rendered as JSON.
+    Rows(Rows),
+}
+
+/// One page of records in order, pointing into the shard data they came from,
+/// and the cursor of the next page.
+#[derive(Debug)]
+pub struct Page {
+    parts: Vec<page::Part>,
+    hits: Vec<page::PartHit>,
+    next_cursor: Option<String>,
 }
 
 /// Why a request has no answer from the data.
@@ -321,7 +351,7 @@ fn results_matcher(catalog: &Catalog, texts: &[String]) -> Matcher {
         return Matcher::Any;
     }
     let mut symbols: Vec<_> = (texts.iter())
-        .flat_map(|text| catalog.symbols.lookup_ignoring_ascii_case(text))
+        .flat_map(|text| catalog.symbols().lookup_ignoring_ascii_case(text))
         .collect();
     symbols.sort_unstable();
     Matcher::OneOf(symbols)

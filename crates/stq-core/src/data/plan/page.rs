@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
-use super::shard::{Answered, ShardAnswer};
-use super::{Plan, PlanError, Question, RecordQuestion, Refusal, Settings};
+use super::shard::Answered;
+use super::{Answer, Page, Plan, PlanError, Question, RecordQuestion, Refusal, Settings, ShardAnswer};
 use crate::data::catalog::Catalog;
 use crate::data::cursor::Cursor;
 use crate::data::merge::merge_sorted;
@@ -15,34 +15,16 @@ use crate::data::shard::ShardData;
 use crate::data::stored::{Parts, RecordJson};
 use crate::data::summary::{PartialSummary, Question as Summary, Rows};
 
-/// What a query is answered with, by the kind of its question.
-#[derive(Debug)]
-pub enum Answer {
-    /// `/units` and `/metrics`.
-    Page(Page),
-    /// The summaries and `/stations`: rows rendered as JSON.
-    Rows(Rows),
-}
-
-/// One page of records in order, pointing into the shard data they came from,
-/// and the cursor of the next page.
-#[derive(Debug)]
-pub struct Page {
-    parts: Vec<Part>,
-    hits: Vec<PartHit>,
-    next_cursor: Option<String>,
-}
-
 /// One shard's reply: its data, and the JSON of its hits that are sealed records.
 #[derive(Debug)]
-struct Part {
+pub(super) struct Part {
     data: Arc<ShardData>,
     sealed: Vec<u8>,
 }
 
 /// A hit and the index of the part (shard reply) that holds its bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct PartHit {
+pub(super) struct PartHit {
     hit: Hit,
     part: usize,
 }

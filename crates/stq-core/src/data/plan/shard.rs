@@ -4,32 +4,18 @@
 
 use std::sync::Arc;
 
-use super::{Plan, Question};
+use super::{Plan, Question, ShardAnswer, ShardQuestion};
 use crate::data::catalog::Catalog;
 use crate::data::scan::{ScanAnswer, ScanRequest, ShardStation};
 use crate::data::shard::ShardData;
 use crate::data::summary::{MetricPartial, Partial, StationsPartial, SummaryRequest, UnitPartial};
 
-/// What one shard is asked, about its own stations, in the generation the plan
-/// was made on.
+/// What a shard is asked, by the kind of question.
 #[derive(Debug)]
-pub struct ShardQuestion {
-    /// The catalog the query was planned on: its generation, and its symbols,
-    /// which name the results a summary counts as passes.
-    catalog: Arc<Catalog>,
-    asked: Asked,
-}
-
-#[derive(Debug)]
-enum Asked {
+pub(super) enum Asked {
     Records(ScanRequest),
     Summary(SummaryRequest),
 }
-
-/// A shard's answer to its [`ShardQuestion`]: one variant per question, so that
-/// the merge takes only partials of one kind.
-#[derive(Debug)]
-pub struct ShardAnswer(pub(super) Answered);
 
 #[derive(Debug)]
 pub(super) enum Answered {
@@ -100,7 +86,7 @@ impl ShardQuestion {
                 answer: data.scan(request),
                 data: Arc::clone(data),
             },
-            Asked::Summary(request) => data.summarize(request, &self.catalog.symbols).into(),
+            Asked::Summary(request) => data.summarize(request, self.catalog.symbols()).into(),
         })
     }
 }

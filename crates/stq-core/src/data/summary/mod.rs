@@ -40,9 +40,9 @@ use crate::domain::time::Window;
 use crate::domain::zone::Zone;
 
 use buckets::BucketStarts;
-pub use metrics::{MetricPartial, MetricQuestion};
-pub use stations::StationsPartial;
-pub use units::{UnitPartial, UnitQuestion};
+pub(crate) use metrics::{MetricPartial, MetricQuestion};
+pub(crate) use stations::StationsPartial;
+pub(crate) use units::{UnitPartial, UnitQuestion};
 
 mod buckets;
 mod metrics;
@@ -53,16 +53,16 @@ mod units;
 
 /// What one shard is asked to summarise.
 #[derive(Clone, Debug)]
-pub struct SummaryRequest {
+pub(crate) struct SummaryRequest {
     /// The shard's stations the query reads.
-    pub stations: Vec<ShardStation>,
+    pub(crate) stations: Vec<ShardStation>,
     /// The summary asked for.
-    pub question: Question,
+    pub(crate) question: Question,
 }
 
 /// The three summaries, each answered by its own module.
 #[derive(Clone, Debug)]
-pub enum Question {
+pub(crate) enum Question {
     /// `/units/summary`.
     Units(UnitQuestion),
     /// `/metrics/summary`.
@@ -74,13 +74,13 @@ pub enum Question {
 /// How rows are grouped: by these fields, in this order, and into these buckets,
 /// cut at the wall clock of `zone`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Grouping {
+pub(crate) struct Grouping {
     /// The `group_by` fields, in the order asked.
-    pub fields: Vec<GroupField>,
+    pub(crate) fields: Vec<GroupField>,
     /// The time buckets, if asked for.
-    pub bucket: Option<Bucket>,
+    pub(crate) bucket: Option<Bucket>,
     /// The zone whose wall clock cuts buckets of a day or more.
-    pub zone: Zone,
+    pub(crate) zone: Zone,
 }
 
 /// The values of a row's group fields, in `group_by` order: a station's rank, or
@@ -100,7 +100,7 @@ struct RowKey {
 /// shards' partials of its question ([`PartialSummary::merge`]) and finishes
 /// them.
 #[derive(Debug)]
-pub enum Partial {
+pub(crate) enum Partial {
     /// A shard's `/units/summary`.
     Units(UnitPartial),
     /// A shard's `/metrics/summary`.
@@ -112,7 +112,7 @@ pub enum Partial {
 /// What the router does with the shards' partials of one question: merges them,
 /// counts the rows they make, and renders those. A partial carries what its
 /// question asked (its grouping), so that it finishes alone.
-pub trait PartialSummary: Sized {
+pub(crate) trait PartialSummary: Sized {
     /// Folds another shard's partial of the same question into this one.
     fn merge(&mut self, other: Self);
 
@@ -203,7 +203,7 @@ impl RowWriter<'_> {
 impl ShardData {
     /// This shard's part of a summary. `symbols` is the generation's table, which
     /// the `result` values are read from to decide what passes.
-    pub fn summarize(&self, request: &SummaryRequest, symbols: &Symbols) -> Partial {
+    pub(crate) fn summarize(&self, request: &SummaryRequest, symbols: &Symbols) -> Partial {
         self.summarize_reading(request, symbols, Digests::Read)
     }
 
