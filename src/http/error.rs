@@ -100,7 +100,7 @@ impl ApiError {
                 QueryError::WindowTooLarge { .. } => "window_too_large",
             },
             ApiError::Engine(refusal) => match refusal {
-                Refusal::Cursor(_) => "invalid_cursor",
+                Refusal::Cursor { .. } => "invalid_cursor",
                 Refusal::Forbidden { .. } => "forbidden",
                 Refusal::ResultTooLarge { .. } | Refusal::TooManyRows { .. } => "result_too_large",
             },

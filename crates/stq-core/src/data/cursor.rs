@@ -24,9 +24,9 @@ use crate::domain::time::{Timestamp, Window};
 /// else, or made for another window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("invalid cursor: {reason}")]
-pub struct CursorError {
+pub(crate) struct CursorError {
     /// What is wrong with it, as the error message says.
-    pub reason: &'static str,
+    pub(crate) reason: &'static str,
 }
 
 type HmacSha256 = Hmac<Sha256>;

@@ -147,9 +147,13 @@ pub enum PlanError {
 /// each its code. Kept apart from failures so that that mapping is total.
 #[derive(Debug, thiserror::Error)]
 pub enum Refusal {
-    /// The cursor does not continue this query.
-    #[error(transparent)]
-    Cursor(#[from] CursorError),
+    /// The cursor does not continue this query: malformed, sealed to something
+    /// else, or made for another window.
+    #[error("invalid cursor: {reason}")]
+    Cursor {
+        /// What is wrong with it, as the error message says.
+        reason: &'static str,
+    },
 
     /// The token may not see some of the stations asked for.
     #[error("the token may not access some of the requested stations")]
@@ -178,8 +182,8 @@ pub enum Refusal {
 }
 
 impl From<CursorError> for PlanError {
-    fn from(error: CursorError) -> PlanError {
-        PlanError::Refused(error.into())
+    fn from(CursorError { reason }: CursorError) -> PlanError {
+        PlanError::Refused(Refusal::Cursor { reason })
     }
 }
 
