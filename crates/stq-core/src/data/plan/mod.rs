@@ -48,7 +48,6 @@ pub struct Request {
 
 /// What plans are made and merged with besides their request and catalog: the
 /// service's settings.
-#[derive(Clone)]
 pub struct Settings {
     /// `--max-records` and the other limits of a query.
     pub limits: Limits,
@@ -60,7 +59,7 @@ pub struct Settings {
 
 /// A request planned against one generation's catalog: which stations, and what
 /// each shard that holds some of them is asked.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Plan {
     catalog: Arc<Catalog>,
     /// Station ranks, each at most once.
@@ -69,7 +68,7 @@ pub struct Plan {
 }
 
 /// What a plan asks: records, or a summary of them.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 enum Question {
     /// `/units` and `/metrics`: the shards scan, the merge pages.
     Records(RecordQuestion),
@@ -79,7 +78,7 @@ enum Question {
 }
 
 /// A record query in the index's terms.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 struct RecordQuestion {
     kind: Kind,
     window: Window,

@@ -6,7 +6,9 @@
 use std::sync::Arc;
 
 use super::shard::Answered;
-use super::{Answer, Page, Plan, PlanError, Question, RecordQuestion, Refusal, Settings, ShardAnswer};
+use super::{
+    Answer, Page, Plan, PlanError, Question, RecordQuestion, Refusal, Settings, ShardAnswer,
+};
 use crate::data::catalog::Catalog;
 use crate::data::cursor::Cursor;
 use crate::data::merge::merge_sorted;

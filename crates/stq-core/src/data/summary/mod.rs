@@ -16,8 +16,8 @@
 //! input record of one station, so the pairing is done on the station's shard),
 //! [`metrics`] and [`stations`]; [`buckets`] places instants in buckets, in UTC
 //! or a zone. This module holds what they share: the question and partial enums
-//! (a line each per question), the [`PartialSummary`] seam the router merges
-//! through, rows' order, and [`Rows`], the rendered JSON.
+//! (a line each per question), the [`PartialSummary`] seam the merge
+//! (`data::plan`) goes through, rows' order, and [`Rows`], the rendered JSON.
 //!
 //! A sealed block that the window and one bucket hold whole is read from its
 //! digest (`data::digest`) instead of its records, with the same answer to the
@@ -25,7 +25,8 @@
 //!
 //! A new summary is a module here (its question, partial, a reading of records and
 //! `PartialSummary`), its variant in [`Question`] and [`Partial`], its endpoint in
-//! `domain::query`'s table, and its plan in the engine.
+//! `domain::query`'s table, and its plan and answer in `data::plan` (the compiler
+//! lists the places: every `match` on them is exhaustive).
 
 use std::cmp::Ordering;
 use std::ops::Range;
@@ -96,7 +97,7 @@ struct RowKey {
     bucket: i64,
 }
 
-/// One shard's summary, one variant per question: the router merges the
+/// One shard's summary, one variant per question: the merge takes the
 /// shards' partials of its question ([`PartialSummary::merge`]) and finishes
 /// them.
 #[derive(Debug)]
@@ -109,7 +110,7 @@ pub(crate) enum Partial {
     Stations(StationsPartial),
 }
 
-/// What the router does with the shards' partials of one question: merges them,
+/// What the merge does with the shards' partials of one question: merges them,
 /// counts the rows they make, and renders those. A partial carries what its
 /// question asked (its grouping), so that it finishes alone.
 pub(crate) trait PartialSummary: Sized {

@@ -61,7 +61,7 @@ impl UnitQuestion {
         let mut passes = PassCache::new(&self.pass_results, symbols);
         // Grouped by station, a unit's attempts are all on its station: count its
         // units once the station is done, so that the map of units stays small and
-        // the router merges counts, not units.
+        // the merge adds counts, not units.
         let by_station = self.grouping.fields.contains(&GroupField::StationId);
         let mut partial = UnitPartial::new(self.grouping.clone());
         let mut digest = UnitDigest::default();
