@@ -120,7 +120,7 @@ impl Handler<Query> for ShardActor {
             Ok(data) => Arc::clone(data),
             Err(error) => return Response::reply(Err(error)),
         };
-        self.in_slot(deadline, patience, fault, move || question.answer(&data))
+        self.in_slot(deadline, patience, fault, move || question.answer(data))
     }
 }
 

@@ -79,12 +79,12 @@ impl ShardQuestion {
     }
 
     /// The answer of `data`, the shard's data of the question's generation.
-    pub fn answer(&self, data: &Arc<ShardData>) -> ShardAnswer {
+    pub fn answer(self, data: Arc<ShardData>) -> ShardAnswer {
         debug_assert_eq!(data.generation(), self.generation());
         ShardAnswer(match &self.asked {
             Asked::Records(request) => Answered::Records {
                 answer: data.scan(request),
-                data: Arc::clone(data),
+                data,
             },
             Asked::Summary(request) => data.summarize(request, self.catalog.symbols()).into(),
         })
