@@ -31,6 +31,8 @@ use crate::domain::time::{Timestamp, Window};
 mod page;
 mod scope;
 mod shard;
+#[cfg(test)]
+mod tests;
 
 /// What a client asked: the endpoint, its validated parameters, who asked, and
 /// when the request arrived (the default window ends then).
