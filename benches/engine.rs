@@ -52,12 +52,7 @@ fn scan(criterion: &mut Criterion) {
         })
         .collect();
     let names = RecordFilter::Metrics {
-        names: Matcher::OneOf(
-            ["voltage_3v3", "temperature"]
-                .iter()
-                .filter_map(|name| catalog.symbols().lookup(name))
-                .collect(),
-        ),
+        names: catalog.matcher(&["voltage_3v3".to_owned(), "temperature".to_owned()]),
         unit_serial: Matcher::Any,
     };
     let cases = [

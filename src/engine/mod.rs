@@ -3,20 +3,22 @@
 //! One shard actor per shard and HTTP worker holds that shard's part of the
 //! current generation ([`shard`]); one router actor per HTTP worker fans a query
 //! out to its own worker's actors of the shards that hold its stations and merges
-//! their answers ([`router`]), so a query stays on the thread it arrived on. A request is first
-//! planned against the current catalog ([`plan`]); a reload builds the next
-//! generation beside the current one and swaps it in ([`reload`]), on SIGHUP or
-//! when the watch sees a change ([`watch`]).
+//! their answers ([`router`]), so a query stays on the thread it arrived on. A
+//! reload builds the next generation beside the current one and swaps it in
+//! ([`reload`]), on SIGHUP or when the watch sees a change ([`watch`]).
+//!
+//! What is computed of a query (its plan against the current catalog, what each
+//! shard is asked and answers, the merge and the page) is stq-core's
+//! (`stq_core::data::plan`): the engine decides where each step runs and when,
+//! and names only that module's handful of types.
 //!
 //! [`Engine`] is the one handle the HTTP layer holds: the current generation (its
 //! catalog and the tokens read with it), the settings queries are planned with, and
-//! the shards. What the HTTP layer gets back is an [`Answer`] (a [`Page`] of
-//! records or a summary's rows) or an [`EngineError`],
-//! never a shard's own error: a query that raced a reload is planned again by its
-//! router, not by its caller.
+//! the shards. What the HTTP layer gets back is an `Answer` (a page of records or
+//! a summary's rows) or an [`EngineError`], never a shard's own error: a query
+//! that raced a reload is planned again by its router, not by its caller.
 
 mod fault;
-mod plan;
 mod reload;
 mod router;
 mod shard;
@@ -30,15 +32,15 @@ use futures_util::future::join_all;
 use parking_lot::RwLock;
 use prometheus_client::metrics::counter::Counter;
 use stq_core::data::catalog::{Catalog, Generation};
-use stq_core::data::cursor::{CursorError, CursorKey};
+use stq_core::data::cursor::CursorKey;
+use stq_core::data::plan::{Plan, PlanError, Refusal, Request, Settings};
 use stq_core::data::shard::ShardData;
 use stq_core::domain::auth::Tokens;
 use stq_core::domain::query::{Limits, QueryError};
 
 pub use fault::{Fault, ShardFault};
-pub use plan::{Plan, Request};
 pub use reload::{reload_on_hangup, ReloadError, ReloadTrigger, Reloader};
-pub use router::{Answer, Page, QueryResult, Record, RouterHandle};
+pub use router::RouterHandle;
 pub(crate) use shard::panic_message;
 pub use slots::{Overloaded, Patience, Slot, SLOT_WAIT};
 pub use store::{StoreHandle, StoreStatus, WRITE_INTERVAL};
@@ -57,7 +59,7 @@ pub enum EngineError {
 
     /// The query is one the engine will not answer as asked; the client can change it.
     #[error(transparent)]
-    Refused(#[from] EngineRefusal),
+    Refused(#[from] Refusal),
 
     /// The request's deadline passed before the shards reached it.
     #[error("the query's deadline passed before the shards answered")]
@@ -72,35 +74,13 @@ pub enum EngineError {
     Failed(String),
 }
 
-/// A query the engine refuses as asked, and that the client can change: the HTTP
-/// layer gives each its code (`src/http/error.rs`). Kept apart from the engine's
-/// failures so that that mapping is total, without an arm that cannot happen.
-#[derive(Debug, thiserror::Error)]
-pub enum EngineRefusal {
-    #[error(transparent)]
-    Cursor(#[from] CursorError),
-
-    #[error("the token may not access some of the requested stations")]
-    Forbidden {
-        /// Sorted in byte order, without repeats.
-        stations: Vec<String>,
-    },
-
-    #[error(
-        "more than {max_records} records match; narrow the window or the filters, or page with `limit`"
-    )]
-    ResultTooLarge { max_records: usize },
-
-    /// A summary's rows, like records, are at most `--max-records`.
-    #[error(
-        "more than {max_records} summary rows; narrow the window or the stations, or use longer buckets or fewer group fields"
-    )]
-    TooManyRows { max_records: usize },
-}
-
-impl From<CursorError> for EngineError {
-    fn from(error: CursorError) -> EngineError {
-        EngineError::Refused(error.into())
+impl From<PlanError> for EngineError {
+    fn from(error: PlanError) -> EngineError {
+        match error {
+            PlanError::Query(error) => EngineError::Query(error),
+            PlanError::Refused(refusal) => EngineError::Refused(refusal),
+            error @ PlanError::OtherAnswer => EngineError::Failed(error.to_string()),
+        }
     }
 }
 
@@ -130,10 +110,8 @@ struct Inner {
     replicas: Mutex<Vec<ShardHandle>>,
     /// Swapped whole by a reload, only once every shard holds the new generation.
     current: RwLock<Current>,
-    limits: Limits,
-    cursor_key: CursorKey,
-    /// `--pass-results`: the `result` values that count as a pass in summaries.
-    pass_results: Vec<String>,
+    /// The limits, cursor key and pass results queries are planned with.
+    settings: Settings,
     /// `--max-concurrent-queries`: taken by every stretch of a query that computes.
     slots: Arc<Slots>,
 }
@@ -167,9 +145,11 @@ impl Engine {
                 shards,
                 replicas: Mutex::new(Vec::new()),
                 current: RwLock::new(Current { catalog, tokens }),
-                limits,
-                cursor_key,
-                pass_results: vec!["pass".to_owned()],
+                settings: Settings {
+                    limits,
+                    cursor_key,
+                    pass_results: vec!["pass".to_owned()],
+                },
                 slots: Arc::default(),
             }),
         }
@@ -180,6 +160,7 @@ impl Engine {
     pub fn with_pass_results(mut self, pass_results: Vec<String>) -> Engine {
         Arc::get_mut(&mut self.inner)
             .expect("pass results are set before the engine is shared")
+            .settings
             .pass_results = pass_results;
         self
     }
@@ -227,17 +208,12 @@ impl Engine {
     }
 
     pub fn limits(&self) -> &Limits {
-        &self.inner.limits
+        &self.inner.settings.limits
     }
 
     /// Plans `request` on the current generation.
     pub fn plan(&self, request: &Request) -> Result<Plan, EngineError> {
-        let settings = plan::Settings {
-            limits: &self.inner.limits,
-            cursor_key: &self.inner.cursor_key,
-            pass_results: &self.inner.pass_results,
-        };
-        plan::plan(request, self.catalog(), &settings)
+        Ok(Plan::new(request, self.catalog(), &self.inner.settings)?)
     }
 
     /// Hands every shard its part of a new generation, waits until all replicas
@@ -311,7 +287,8 @@ impl Engine {
         started
     }
 
-    fn cursor_key(&self) -> &CursorKey {
-        &self.inner.cursor_key
+    /// What queries are planned and merged with.
+    fn settings(&self) -> &Settings {
+        &self.inner.settings
     }
 }

@@ -27,12 +27,8 @@ use actix::prelude::*;
 use parking_lot::{Mutex, RwLock};
 use prometheus_client::metrics::counter::Counter;
 
-use stq_core::data::catalog::Catalog;
-use stq_core::data::scan::{ScanAnswer, ScanRequest};
+use stq_core::data::plan::{ShardAnswer, ShardQuestion};
 use stq_core::data::shard::ShardData;
-use stq_core::data::summary::{
-    MetricPartial, Partial, StationsPartial, SummaryRequest, UnitPartial,
-};
 
 use super::fault::ShardFault;
 use super::slots::{Overloaded, Patience, Slots};
@@ -43,9 +39,7 @@ use super::slots::{Overloaded, Patience, Slots};
 /// was planned on: the first `cap` matching records, or a partial summary (docs/api.md
 /// section 10), never records.
 pub(super) struct Query {
-    /// The catalog the query was planned on: its generation, and its symbols,
-    /// which name the results a summary counts as passes.
-    pub catalog: Arc<Catalog>,
+    /// What the shard is asked, and about which generation.
     pub question: ShardQuestion,
     /// Past it the request has been answered 503 `timeout`: the work is skipped.
     pub deadline: Instant,
@@ -57,40 +51,6 @@ pub(super) struct Query {
 
 impl Message for Query {
     type Result = Result<ShardAnswer, ShardError>;
-}
-
-/// What one shard is asked, about its own stations.
-pub(super) enum ShardQuestion {
-    Records(ScanRequest),
-    Summary(SummaryRequest),
-}
-
-/// A shard's answer to its [`ShardQuestion`]: one variant per question, so that
-/// the router merges only partials of one kind.
-pub(super) enum ShardAnswer {
-    /// The hits and the shard data they point into, so that the bytes can be
-    /// copied straight into a response without another message; the JSON of the
-    /// sealed hits comes with them (see [`ScanAnswer`]).
-    Records {
-        data: Arc<ShardData>,
-        answer: ScanAnswer,
-    },
-    /// `/units/summary`.
-    Units(UnitPartial),
-    /// `/metrics/summary`.
-    Metrics(MetricPartial),
-    /// `/stations`.
-    Stations(StationsPartial),
-}
-
-impl From<Partial> for ShardAnswer {
-    fn from(partial: Partial) -> ShardAnswer {
-        match partial {
-            Partial::Units(partial) => ShardAnswer::Units(partial),
-            Partial::Metrics(partial) => ShardAnswer::Metrics(partial),
-            Partial::Stations(partial) => ShardAnswer::Stations(partial),
-        }
-    }
 }
 
 /// Make `data` the current generation; the current one becomes the previous one, so
@@ -151,23 +111,16 @@ impl Handler<Query> for ShardActor {
 
     fn handle(&mut self, message: Query, _: &mut Context<Self>) -> Self::Result {
         let Query {
-            catalog,
             question,
             deadline,
             patience,
             fault,
         } = message;
-        let data = match self.data_for(catalog.generation(), deadline, fault) {
+        let data = match self.data_for(question.generation(), deadline, fault) {
             Ok(data) => Arc::clone(data),
             Err(error) => return Response::reply(Err(error)),
         };
-        self.in_slot(deadline, patience, fault, move || match question {
-            ShardQuestion::Records(request) => ShardAnswer::Records {
-                answer: data.scan(&request),
-                data,
-            },
-            ShardQuestion::Summary(request) => data.summarize(&request, catalog.symbols()).into(),
-        })
+        self.in_slot(deadline, patience, fault, move || question.answer(data))
     }
 }
 
@@ -388,17 +341,15 @@ impl ShardHandle {
         let _ = self.send(Retire { generation }).0.await;
     }
 
-    /// Asks the replica `question`, about the generation of `catalog`.
+    /// Asks the replica `question`.
     pub(super) async fn query(
         &self,
-        catalog: Arc<Catalog>,
         question: ShardQuestion,
         deadline: Instant,
         patience: Patience,
         fault: Option<ShardFault>,
     ) -> Result<ShardAnswer, ShardError> {
         self.ask(Query {
-            catalog,
             question,
             deadline,
             patience,
@@ -477,8 +428,20 @@ fn start_actor(
 mod tests {
     use super::*;
 
+    /// A shard's data of generation `number`: one shard of an empty directory.
     fn generation(number: u64) -> Arc<ShardData> {
-        Arc::new(ShardData::new(number, Vec::new(), &[]))
+        let directory = tempfile::tempdir().unwrap();
+        let (generation, _) = stq_core::data::load::load(&stq_core::data::load::LoadOptions {
+            directory: directory.path().to_owned(),
+            shards: 1,
+            on_invalid: stq_core::data::load::OnInvalid::Fail,
+            generation: number,
+            threads: 1,
+            hot: None,
+        })
+        .unwrap();
+        let (_, mut shards) = generation.into_parts();
+        Arc::new(shards.remove(0))
     }
 
     #[test]

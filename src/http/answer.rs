@@ -14,6 +14,7 @@ use actix_web::{HttpRequest, HttpResponse};
 use chrono::Utc;
 use std::future::Future;
 
+use stq_core::data::plan::{Answer, Request};
 use stq_core::domain::auth::Principal;
 use stq_core::domain::query::{self, Endpoint};
 use stq_core::domain::time::Timestamp;
@@ -25,7 +26,7 @@ use super::fault;
 use super::format::{self, Presentation, Written};
 use super::request_id::RequestId;
 use super::AppState;
-use crate::engine::{Answer, Fault, Patience, Request, RouterHandle, Slot};
+use crate::engine::{Fault, Patience, RouterHandle, Slot};
 
 /// How many records a response holds, for the access log and the metrics.
 #[derive(Clone, Copy, Debug)]
@@ -182,7 +183,7 @@ async fn answer_in_time(
         Answer::Page(page) => {
             // With `limit`, always there: the cursor, or null on the last page.
             meta.next_cursor = paged.then(|| page.next_cursor());
-            (page.next_cursor().is_some(), page.records().len())
+            (page.next_cursor().is_some(), page.len())
         }
         Answer::Rows(rows) => (false, rows.len()),
     };

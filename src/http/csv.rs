@@ -16,12 +16,10 @@
 
 use std::ops::Range;
 
+use stq_core::data::plan::Page;
 use stq_core::data::stored::Parts;
 use stq_core::data::summary::Rows;
 use stq_core::domain::query::{Endpoint, QueryParams};
-
-use super::envelope::each_record;
-use crate::engine::QueryResult;
 
 /// The media type of a CSV answer.
 pub(super) const CONTENT_TYPE: &str = "text/csv; charset=utf-8; header=present";
@@ -113,13 +111,12 @@ pub(super) fn columns(endpoint: Endpoint, params: &QueryParams) -> Vec<&'static 
 }
 
 /// The CSV of a page of records.
-pub(super) fn records(columns: &[&str], records: &QueryResult) -> Vec<u8> {
+pub(super) fn records(columns: &[&str], page: &Page) -> Vec<u8> {
     // A row is shorter than the record's JSON, which names every field.
-    let bytes: usize = records.records().map(|record| record.len()).sum();
-    let mut body = Vec::with_capacity(bytes + 256);
+    let mut body = Vec::with_capacity(page.json_bytes() + 256);
     write_header(&mut body, columns);
     let mut pieces = PieceRows::default();
-    each_record(records.records(), |_, parts| {
+    page.each_record(|_, parts| {
         pieces.write_row(&mut body, parts);
     });
     body

@@ -6,13 +6,11 @@ use std::ops::Range;
 
 use chrono::{DateTime, Utc};
 
-use stq_core::data::stored::{Parts, RecordJson};
+use stq_core::data::plan::Page;
 use stq_core::data::summary::Rows;
 use stq_core::domain::query::Endpoint;
 use stq_core::domain::record::Kind;
 use stq_core::domain::time::write_timestamp_millis_utc;
-
-use crate::engine::{QueryResult, Record};
 
 /// The envelope's `meta` (docs/api.md section 7).
 pub struct Meta<'a> {
@@ -27,12 +25,14 @@ pub struct Meta<'a> {
 
 /// Assembles the success body of `endpoint` from the records' pre-rendered JSON;
 /// also returns where in it the `data` array lies, which the `ETag` hashes.
-pub fn envelope(endpoint: Endpoint, result: &QueryResult, meta: &Meta) -> (Vec<u8>, Range<usize>) {
-    let records = result.records();
-    let bytes = records.clone().map(|record| record.len()).sum();
-    assemble_with_data(endpoint.spec().noun, result.len(), bytes, meta, |body| {
-        write_records(body, records);
-    })
+pub fn envelope(endpoint: Endpoint, page: &Page, meta: &Meta) -> (Vec<u8>, Range<usize>) {
+    assemble_with_data(
+        endpoint.spec().noun,
+        page.len(),
+        page.json_bytes(),
+        meta,
+        |body| write_records(body, page),
+    )
 }
 
 /// The success body of a summary or `/stations` (docs/api.md section 10) around
@@ -48,71 +48,14 @@ pub(super) fn rows_envelope(
     })
 }
 
-/// How many records ahead [`each_record`] asks for a record's station, its
-/// stored form, and its pieces.
-const STATION_AHEAD: usize = 12;
-const STORED_AHEAD: usize = 8;
-const PIECES_AHEAD: usize = 4;
-
-/// Writes the records' JSON, comma-separated.
-fn write_records<'a>(body: &mut Vec<u8>, records: impl Iterator<Item = Record<'a>> + Clone) {
-    each_record(records, |index, parts| {
+/// Writes the page's records' JSON, comma-separated.
+fn write_records(body: &mut Vec<u8>, page: &Page) {
+    page.each_record(|index, parts| {
         if index > 0 {
             body.push(b',');
         }
         parts.write_to(body);
     });
-}
-
-/// Hands each record's parts, in order, to `write`, with its index.
-///
-/// A record's bytes lie behind three places (its station, which says where its
-/// station's arena and pieces are; its stored form; its pieces), each a cache
-/// miss that waits on the one before. Asking for each a few records ahead lets
-/// the misses of several records overlap. Each record's station and stored form
-/// are read once: the stages hand on what they read in two small rings. Every
-/// format of an answer of records goes through here.
-pub(super) fn each_record<'a>(
-    records: impl Iterator<Item = Record<'a>> + Clone,
-    mut write: impl FnMut(usize, Parts<'a>),
-) {
-    let mut stations = records.clone().skip(STATION_AHEAD);
-    let mut located = records.map(|record| {
-        let json = record.json();
-        json.prefetch_stored();
-        json
-    });
-    // Record k's located JSON waits in `stored[k % STORED_AHEAD]` until it is
-    // read; its parts wait in `ready[k % PIECES_AHEAD]` until they are written.
-    let mut stored: [Option<RecordJson<'a>>; STORED_AHEAD] = [None; STORED_AHEAD];
-    let mut ready: [Option<Parts<'a>>; PIECES_AHEAD] = [None; PIECES_AHEAD];
-    for slot in &mut stored {
-        *slot = located.next();
-    }
-    for (slot, json) in ready.iter_mut().zip(&mut stored) {
-        *slot = json.take().map(read_parts);
-    }
-    for index in 0.. {
-        let Some(parts) = ready[index % PIECES_AHEAD].take() else {
-            break;
-        };
-        // The hints go out before this record is written, so that their misses
-        // overlap the writing.
-        if let Some(ahead) = stations.next() {
-            ahead.prefetch_station();
-        }
-        stored[index % STORED_AHEAD] = located.next();
-        let next = index + PIECES_AHEAD;
-        ready[index % PIECES_AHEAD] = stored[next % STORED_AHEAD].take().map(read_parts);
-        write(index, parts);
-    }
-}
-
-/// A record's parts, read from its stored form, and its pieces asked for.
-fn read_parts(json: RecordJson<'_>) -> Parts<'_> {
-    let parts = json.parts();
-    parts.prefetch();
-    parts
 }
 
 /// Writes rendered elements (summary rows), comma-separated.

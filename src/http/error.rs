@@ -2,7 +2,8 @@
 //!
 //! Every layer has its own errors: the query parser's [`QueryError`], the token
 //! check's [`Unauthorized`], the engine's [`EngineError`] (whose refusals, the
-//! cursor's among them, are an [`EngineRefusal`]). [`ApiError`] wraps each of them beside the HTTP layer's own, and
+//! cursor's among them, are the plan's [`Refusal`]). [`ApiError`] wraps each of
+//! them beside the HTTP layer's own, and
 //! only here are they given a code, a status, details and headers, so every body
 //! has the shape `{"error": {"code", "message", "details"}}`. Internal causes are
 //! logged with their request id and never shown to the client.
@@ -17,7 +18,9 @@ use stq_core::domain::auth::Unauthorized;
 use stq_core::domain::query::{Endpoint, QueryError};
 use stq_core::domain::time::duration_text;
 
-use crate::engine::{EngineError, EngineRefusal, Overloaded};
+use stq_core::data::plan::Refusal;
+
+use crate::engine::{EngineError, Overloaded};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -38,7 +41,7 @@ pub enum ApiError {
     /// timeouts `Timeout`, its refusals for want of a slot `Overloaded`, its failures
     /// `Internal`.)
     #[error(transparent)]
-    Engine(EngineRefusal),
+    Engine(Refusal),
 
     #[error("no acceptable content coding; accept gzip, br or identity")]
     NotAcceptable,
@@ -97,11 +100,9 @@ impl ApiError {
                 QueryError::WindowTooLarge { .. } => "window_too_large",
             },
             ApiError::Engine(refusal) => match refusal {
-                EngineRefusal::Cursor(_) => "invalid_cursor",
-                EngineRefusal::Forbidden { .. } => "forbidden",
-                EngineRefusal::ResultTooLarge { .. } | EngineRefusal::TooManyRows { .. } => {
-                    "result_too_large"
-                }
+                Refusal::Cursor { .. } => "invalid_cursor",
+                Refusal::Forbidden { .. } => "forbidden",
+                Refusal::ResultTooLarge { .. } | Refusal::TooManyRows { .. } => "result_too_large",
             },
             ApiError::NotAcceptable => "not_acceptable",
             ApiError::Timeout { .. } => "timeout",
@@ -141,12 +142,11 @@ impl ApiError {
                 }),
             },
             ApiError::Engine(
-                EngineRefusal::ResultTooLarge { max_records }
-                | EngineRefusal::TooManyRows { max_records },
+                Refusal::ResultTooLarge { max_records } | Refusal::TooManyRows { max_records },
             ) => {
                 json!({ "max_records": max_records })
             }
-            ApiError::Engine(EngineRefusal::Forbidden { stations }) => {
+            ApiError::Engine(Refusal::Forbidden { stations }) => {
                 json!({ "stations": stations })
             }
             ApiError::Internal { request_id } => json!({ "request_id": request_id }),
@@ -169,7 +169,7 @@ impl ResponseError for ApiError {
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::Query(QueryError::UriTooLong { .. }) => StatusCode::URI_TOO_LONG,
-            ApiError::Engine(EngineRefusal::Forbidden { .. }) => StatusCode::FORBIDDEN,
+            ApiError::Engine(Refusal::Forbidden { .. }) => StatusCode::FORBIDDEN,
             ApiError::Query(_) | ApiError::Engine(_) | ApiError::InvalidRequest { .. } => {
                 StatusCode::BAD_REQUEST
             }
@@ -263,7 +263,7 @@ mod tests {
             ApiError::Query(QueryError::UnknownParameter {
                 parameter: "x".into(),
             }),
-            ApiError::Engine(EngineRefusal::Forbidden {
+            ApiError::Engine(Refusal::Forbidden {
                 stations: vec!["A".into()],
             }),
             ApiError::Internal {

@@ -12,12 +12,12 @@ use std::ops::Range;
 use actix_web::http::header::{self, Header as _, HeaderName, HeaderValue};
 use actix_web::HttpRequest;
 
+use stq_core::data::plan::Answer;
 use stq_core::domain::query::{Endpoint, Format, QueryParams};
 
 use super::csv;
 use super::envelope::{envelope, rows_envelope, Meta};
 use super::error::JSON;
-use crate::engine::Answer;
 
 /// `X-Query-Duration-Ms`: `meta.query_duration_ms` of a CSV answer.
 const X_QUERY_DURATION_MS: HeaderName = HeaderName::from_static("x-query-duration-ms");
@@ -104,7 +104,7 @@ pub(super) fn write(
     match presentation {
         Presentation::Json => {
             let (body, hashed) = match answer {
-                Answer::Page(page) => envelope(endpoint, page.records(), meta),
+                Answer::Page(page) => envelope(endpoint, page, meta),
                 Answer::Rows(rows) => rows_envelope(endpoint, rows, meta),
             };
             Written {
@@ -116,7 +116,7 @@ pub(super) fn write(
         }
         Presentation::Csv { columns } => {
             let body = match answer {
-                Answer::Page(page) => csv::records(columns, page.records()),
+                Answer::Page(page) => csv::records(columns, page),
                 Answer::Rows(rows) => csv::rows(columns, rows),
             };
             let mut headers = vec![(

@@ -18,10 +18,12 @@ use crate::imports::{is_test_only, modules};
 /// name a `pub use` exports, and the functions and constants of `impl` blocks
 /// (not fields, not variants, not a trait's methods, which are as public as it).
 /// Issue 33 asks for 100. This is what is left once every item only stq-core
-/// uses is `pub(crate)`: what the service, its benches and tests name, and the
-/// types their signatures reach (most of it the engine's reads of shards,
-/// catalog and summaries; ARCHITECTURE.md). Lower it as that shrinks.
-const PUB_ITEMS: usize = 221;
+/// uses is `pub(crate)` and a query goes through `data::plan`'s few types: what
+/// the service, its benches and tests name, and the types their signatures
+/// reach. Most of it is the domain's parsers and types that tests/it and the
+/// HTTP layer name, the load and store entry points (`load`'s re-exports count
+/// twice), and the scans export and the benches run. Lower it as that shrinks.
+const PUB_ITEMS: usize = 205;
 /// A source file's lines, at most, once its inline `#[cfg(test)] mod tests` is
 /// left out.
 const FILE_LINES: usize = 1_200;

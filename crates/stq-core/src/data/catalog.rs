@@ -6,6 +6,7 @@ use std::sync::Arc;
 use crate::data::cursor::RecordIdentity;
 use crate::data::key::{load_order, Position};
 use crate::data::load::files::{FileStatus, SourceState, Stamps};
+use crate::data::scan::Matcher;
 use crate::data::shard::ShardData;
 use crate::data::symbols::Symbols;
 use crate::data::tier::Tier as _;
@@ -104,12 +105,12 @@ impl Catalog {
     }
 
     /// The interned filter values (types, serials, names) of this generation.
-    pub fn symbols(&self) -> &Symbols {
+    pub(crate) fn symbols(&self) -> &Symbols {
         &self.symbols
     }
 
     /// How many shards the stations are spread over.
-    pub fn shard_count(&self) -> usize {
+    pub(crate) fn shard_count(&self) -> usize {
         self.shard_count
     }
 
@@ -131,7 +132,7 @@ impl Catalog {
     }
 
     /// The identity of the record at `position`, as a cursor names it.
-    pub fn identity_of(&self, position: Position) -> RecordIdentity {
+    pub(crate) fn identity_of(&self, position: Position) -> RecordIdentity {
         RecordIdentity {
             instant: position.instant,
             station_id: self.stations[position.station_rank as usize].to_string(),
@@ -144,7 +145,7 @@ impl Catalog {
     /// and no other does, whether or not that record, its station or its file is in
     /// this generation: a missing station or file takes the place its id or path
     /// would sort into, before everything that sorts after it.
-    pub fn position_after(&self, identity: &RecordIdentity) -> Position {
+    pub(crate) fn position_after(&self, identity: &RecordIdentity) -> Position {
         let by_bytes = |probe: &str, wanted: &str| probe.as_bytes().cmp(wanted.as_bytes());
         let (station_rank, found) = match self
             .stations
@@ -187,6 +188,21 @@ impl Catalog {
             .binary_search(&ordinal)
             .expect("a record's file is in its generation's catalog");
         &self.files[index]
+    }
+
+    /// A list filter's values as symbols: any value when none is given; a value
+    /// this generation does not hold matches nothing.
+    pub fn matcher(&self, texts: &[String]) -> Matcher {
+        if texts.is_empty() {
+            Matcher::Any
+        } else {
+            Matcher::OneOf(
+                texts
+                    .iter()
+                    .filter_map(|text| self.symbols().lookup(text))
+                    .collect(),
+            )
+        }
     }
 
     /// The rank of the station with this id (its index in byte order), if the

@@ -24,9 +24,9 @@ use crate::domain::time::{Timestamp, Window};
 /// else, or made for another window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("invalid cursor: {reason}")]
-pub struct CursorError {
+pub(crate) struct CursorError {
     /// What is wrong with it, as the error message says.
-    pub reason: &'static str,
+    pub(crate) reason: &'static str,
 }
 
 type HmacSha256 = Hmac<Sha256>;
@@ -77,7 +77,7 @@ impl CursorKey {
 /// A record's identity, the same in every generation and process that loads the
 /// same file: what a cursor names as the last record it returned.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RecordIdentity {
+pub(crate) struct RecordIdentity {
     pub(crate) instant: Timestamp,
     pub(crate) station_id: String,
     /// Relative to the snapshot directory, `/`-separated.
@@ -87,18 +87,18 @@ pub struct RecordIdentity {
 
 /// What a cursor says, once its tag has been checked.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Cursor {
+pub(crate) struct Cursor {
     /// The kind of records it pages through.
-    pub kind: Kind,
+    pub(crate) kind: Kind,
     /// The window of the query it continues.
-    pub window: Window,
+    pub(crate) window: Window,
     /// The last record the previous page returned.
-    pub after: RecordIdentity,
+    pub(crate) after: RecordIdentity,
 }
 
 impl Cursor {
     /// Seals the cursor to `scope`: the normalized filters and token it is valid for.
-    pub fn encode(&self, key: &CursorKey, scope: &[u8]) -> String {
+    pub(crate) fn encode(&self, key: &CursorKey, scope: &[u8]) -> String {
         let mut text = self.payload();
         let tag = tag(key, &text, scope);
         text.extend_from_slice(&tag);
@@ -106,7 +106,7 @@ impl Cursor {
     }
 
     /// Opens a cursor made for `scope`; anything else is `invalid_cursor`.
-    pub fn decode(text: &str, key: &CursorKey, scope: &[u8]) -> Result<Cursor, CursorError> {
+    pub(crate) fn decode(text: &str, key: &CursorKey, scope: &[u8]) -> Result<Cursor, CursorError> {
         let malformed = || CursorError {
             reason: "not a cursor this service issued",
         };

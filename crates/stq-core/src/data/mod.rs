@@ -8,6 +8,10 @@
 //! ends in a [`cursor`] that says where the next one starts. A [`summary`] is
 //! computed by each shard over its own stations and merged. The [`store`] keeps a
 //! generation on disk, so that a start rebuilds it instead of parsing it again.
+//!
+//! The front door for queries is [`plan`]: a request planned, what each shard is
+//! asked and answers, and the merge into a page or rows, in a handful of types;
+//! the engine names those, not the scans, summaries and cursors behind them.
 
 pub mod catalog;
 pub mod cursor;
@@ -17,6 +21,7 @@ pub mod key;
 pub mod load;
 pub mod memory;
 pub mod merge;
+pub mod plan;
 pub mod scan;
 pub(crate) mod sealed;
 pub use sealed::cache;

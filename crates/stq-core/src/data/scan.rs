@@ -344,7 +344,7 @@ impl ShardData {
     /// Asks the CPU for what [`ShardData::json`] reads of `hit`'s station (where its
     /// arena and pieces are), for a record written a few records later: an answer
     /// over many stations otherwise waits on each station's cache miss in turn.
-    pub fn prefetch_station(&self, hit: &Hit) {
+    pub(crate) fn prefetch_station(&self, hit: &Hit) {
         self.stations[hit.station_index as usize].prefetch_locations();
     }
 }

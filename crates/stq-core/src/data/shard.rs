@@ -69,7 +69,7 @@ impl ShardData {
     }
 
     /// A shard of `stations`, whose ranks in the catalog are `ranks`.
-    pub fn new(generation: u64, stations: Vec<StationData>, ranks: &[u32]) -> ShardData {
+    pub(crate) fn new(generation: u64, stations: Vec<StationData>, ranks: &[u32]) -> ShardData {
         ShardData::of_shared(
             generation,
             stations.into_iter().map(Arc::new).collect(),

@@ -28,7 +28,7 @@ use crate::domain::time::{Timestamp, Window, DAY_SECONDS};
 /// One station's records of both kinds, in its hot and sealed tiers. Cloning the
 /// tiers shares them: a generation that keeps a station's records shares them.
 #[derive(Debug, Default)]
-pub struct StationData {
+pub(crate) struct StationData {
     pub(crate) hot: Hot,
     pub(crate) sealed: Arc<Sealed>,
     /// The serials of hot outputs that the sealed tier has outputs of too, in

@@ -378,7 +378,7 @@ impl<'a> Parts<'a> {
     /// Asks the CPU for the head and middle pieces, for a record written a few
     /// records later (the tail, a metric's unit and limits, is shared by many
     /// records and warm; the time and value lie in the stored form, read already).
-    pub fn prefetch(&self) {
+    pub(crate) fn prefetch(&self) {
         prefetch(self.head, 0);
         prefetch(self.middle, 0);
     }
@@ -466,7 +466,7 @@ impl<'a> RecordJson<'a> {
     /// Asks the CPU for the stored form now, for a record written a few records
     /// later: an answer of many records otherwise waits on each one's cache miss
     /// in turn.
-    pub fn prefetch_stored(&self) {
+    pub(crate) fn prefetch_stored(&self) {
         match self.form {
             Form::Stored { arena, record, .. } => prefetch(arena, record.start),
             Form::Whole(json) => prefetch(json, 0),

@@ -36,7 +36,7 @@ impl Symbol {
 /// The strings of one generation that filters compare against and summaries group
 /// by, each held once. Cheap to clone: the layers are shared.
 #[derive(Clone, Debug)]
-pub struct Symbols {
+pub(crate) struct Symbols {
     /// Oldest first; each numbers its strings from its `first`.
     layers: Vec<Layer>,
 }
@@ -79,7 +79,7 @@ impl Symbols {
 
     /// The symbol of `text`, if the table holds it: a filter value the data never
     /// holds matches nothing.
-    pub fn lookup(&self, text: &str) -> Option<Symbol> {
+    pub(crate) fn lookup(&self, text: &str) -> Option<Symbol> {
         self.layers.iter().find_map(|layer| {
             layer
                 .texts
@@ -94,7 +94,7 @@ impl Symbols {
     /// A filter value has few letters, so each spelling of it is looked up: 2 to the
     /// number of its ASCII letters. Past [`Symbols::SPELLINGS_LOOKED_UP`] spellings,
     /// every string of the table is compared instead, once per request.
-    pub fn lookup_ignoring_ascii_case(&self, text: &str) -> Vec<Symbol> {
+    pub(crate) fn lookup_ignoring_ascii_case(&self, text: &str) -> Vec<Symbol> {
         let letters: Vec<usize> = (text.bytes().enumerate())
             .filter(|(_, byte)| byte.is_ascii_alphabetic())
             .map(|(index, _)| index)

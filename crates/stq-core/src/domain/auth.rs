@@ -69,7 +69,7 @@ pub enum TokensError {
 
 /// The stations a token may see.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Scope {
+pub(crate) enum Scope {
     /// Every station, present and future.
     All,
     /// These stations only.
@@ -78,7 +78,7 @@ pub enum Scope {
 
 impl Scope {
     /// Whether a token of this scope may see `station`.
-    pub fn allows(&self, station: &str) -> bool {
+    pub(crate) fn allows(&self, station: &str) -> bool {
         match self {
             Scope::All => true,
             Scope::Stations(stations) => stations.contains(station),
@@ -92,9 +92,9 @@ pub struct Principal {
     /// The name of the tokens file's entry it was made from.
     pub name: String,
     /// The stations it may see.
-    pub scope: Scope,
+    pub(crate) scope: Scope,
     /// The token's SHA-256: identifies the holder in cursors without revealing it.
-    pub digest: [u8; 32],
+    pub(crate) digest: [u8; 32],
     /// From this instant on the token is refused; `None`: never.
     pub(crate) expires: Option<Timestamp>,
 }

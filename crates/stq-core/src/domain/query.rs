@@ -176,7 +176,7 @@ impl Format {
 
 /// The endpoints that take a query string (docs/api.md sections 4 and 10). What each
 /// layer must know of one is in its [`EndpointSpec`]; a new endpoint is a variant
-/// here, its spec, its plan in the engine and its computation in `data`, and the
+/// here, its spec, its plan and its computation in `data`, and the
 /// compiler points at each place (every `match` on `Endpoint` is exhaustive).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Endpoint {
@@ -720,7 +720,7 @@ impl QueryParams {
     }
 
     /// Whether the request named its window itself; a cursor pins it otherwise.
-    pub fn has_window(&self) -> bool {
+    pub(crate) fn has_window(&self) -> bool {
         self.from.is_some() || self.to.is_some()
     }
 }

@@ -84,7 +84,7 @@ pub struct Directions {
 
 impl Directions {
     /// No direction at all: matches no record.
-    pub const NONE: Directions = Directions {
+    pub(crate) const NONE: Directions = Directions {
         input: false,
         output: false,
     };

@@ -38,13 +38,13 @@ use crate::domain::time::{Timestamp, Window};
 
 /// `/metrics/summary`: metric records in `window` that pass the filter.
 #[derive(Clone, Debug)]
-pub struct MetricQuestion {
+pub(crate) struct MetricQuestion {
     /// The window records must fall in.
-    pub window: Window,
+    pub(crate) window: Window,
     /// The metric names asked for.
-    pub names: Matcher,
+    pub(crate) names: Matcher,
     /// How the rows are grouped.
-    pub grouping: Grouping,
+    pub(crate) grouping: Grouping,
 }
 
 impl MetricQuestion {
@@ -76,7 +76,7 @@ impl MetricQuestion {
 
 /// One shard's `/metrics/summary`: its rows' statistics.
 #[derive(Debug)]
-pub struct MetricPartial {
+pub(crate) struct MetricPartial {
     /// The question's grouping, which the rows are finished by.
     grouping: Grouping,
     rows: HashMap<RowKey, MetricStatistics>,

@@ -16,8 +16,8 @@
 //! input record of one station, so the pairing is done on the station's shard),
 //! [`metrics`] and [`stations`]; [`buckets`] places instants in buckets, in UTC
 //! or a zone. This module holds what they share: the question and partial enums
-//! (a line each per question), the [`PartialSummary`] seam the router merges
-//! through, rows' order, and [`Rows`], the rendered JSON.
+//! (a line each per question), the [`PartialSummary`] seam the merge
+//! (`data::plan`) goes through, rows' order, and [`Rows`], the rendered JSON.
 //!
 //! A sealed block that the window and one bucket hold whole is read from its
 //! digest (`data::digest`) instead of its records, with the same answer to the
@@ -25,7 +25,8 @@
 //!
 //! A new summary is a module here (its question, partial, a reading of records and
 //! `PartialSummary`), its variant in [`Question`] and [`Partial`], its endpoint in
-//! `domain::query`'s table, and its plan in the engine.
+//! `domain::query`'s table, and its plan and answer in `data::plan` (the compiler
+//! lists the places: every `match` on them is exhaustive).
 
 use std::cmp::Ordering;
 use std::ops::Range;
@@ -40,9 +41,9 @@ use crate::domain::time::Window;
 use crate::domain::zone::Zone;
 
 use buckets::BucketStarts;
-pub use metrics::{MetricPartial, MetricQuestion};
-pub use stations::StationsPartial;
-pub use units::{UnitPartial, UnitQuestion};
+pub(crate) use metrics::{MetricPartial, MetricQuestion};
+pub(crate) use stations::StationsPartial;
+pub(crate) use units::{UnitPartial, UnitQuestion};
 
 mod buckets;
 mod metrics;
@@ -53,16 +54,16 @@ mod units;
 
 /// What one shard is asked to summarise.
 #[derive(Clone, Debug)]
-pub struct SummaryRequest {
+pub(crate) struct SummaryRequest {
     /// The shard's stations the query reads.
-    pub stations: Vec<ShardStation>,
+    pub(crate) stations: Vec<ShardStation>,
     /// The summary asked for.
-    pub question: Question,
+    pub(crate) question: Question,
 }
 
 /// The three summaries, each answered by its own module.
 #[derive(Clone, Debug)]
-pub enum Question {
+pub(crate) enum Question {
     /// `/units/summary`.
     Units(UnitQuestion),
     /// `/metrics/summary`.
@@ -74,13 +75,13 @@ pub enum Question {
 /// How rows are grouped: by these fields, in this order, and into these buckets,
 /// cut at the wall clock of `zone`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Grouping {
+pub(crate) struct Grouping {
     /// The `group_by` fields, in the order asked.
-    pub fields: Vec<GroupField>,
+    pub(crate) fields: Vec<GroupField>,
     /// The time buckets, if asked for.
-    pub bucket: Option<Bucket>,
+    pub(crate) bucket: Option<Bucket>,
     /// The zone whose wall clock cuts buckets of a day or more.
-    pub zone: Zone,
+    pub(crate) zone: Zone,
 }
 
 /// The values of a row's group fields, in `group_by` order: a station's rank, or
@@ -96,11 +97,11 @@ struct RowKey {
     bucket: i64,
 }
 
-/// One shard's summary, one variant per question: the router merges the
+/// One shard's summary, one variant per question: the merge takes the
 /// shards' partials of its question ([`PartialSummary::merge`]) and finishes
 /// them.
 #[derive(Debug)]
-pub enum Partial {
+pub(crate) enum Partial {
     /// A shard's `/units/summary`.
     Units(UnitPartial),
     /// A shard's `/metrics/summary`.
@@ -109,10 +110,10 @@ pub enum Partial {
     Stations(StationsPartial),
 }
 
-/// What the router does with the shards' partials of one question: merges them,
+/// What the merge does with the shards' partials of one question: merges them,
 /// counts the rows they make, and renders those. A partial carries what its
 /// question asked (its grouping), so that it finishes alone.
-pub trait PartialSummary: Sized {
+pub(crate) trait PartialSummary: Sized {
     /// Folds another shard's partial of the same question into this one.
     fn merge(&mut self, other: Self);
 
@@ -203,7 +204,7 @@ impl RowWriter<'_> {
 impl ShardData {
     /// This shard's part of a summary. `symbols` is the generation's table, which
     /// the `result` values are read from to decide what passes.
-    pub fn summarize(&self, request: &SummaryRequest, symbols: &Symbols) -> Partial {
+    pub(crate) fn summarize(&self, request: &SummaryRequest, symbols: &Symbols) -> Partial {
         self.summarize_reading(request, symbols, Digests::Read)
     }
 

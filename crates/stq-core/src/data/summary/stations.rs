@@ -24,7 +24,7 @@ struct StationSummary {
 
 /// One shard's lines of `/stations`.
 #[derive(Debug)]
-pub struct StationsPartial {
+pub(crate) struct StationsPartial {
     stations: Vec<StationSummary>,
 }
 

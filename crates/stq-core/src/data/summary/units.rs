@@ -37,17 +37,17 @@ use crate::domain::time::{Timestamp, Window};
 
 /// `/units/summary`: output unit records in `window` that pass the filters.
 #[derive(Clone, Debug)]
-pub struct UnitQuestion {
+pub(crate) struct UnitQuestion {
     /// The window records must fall in.
-    pub window: Window,
+    pub(crate) window: Window,
     /// The `unit_type` values asked for.
-    pub unit_types: Matcher,
+    pub(crate) unit_types: Matcher,
     /// The `unit_serial` asked for.
-    pub unit_serial: Matcher,
+    pub(crate) unit_serial: Matcher,
     /// How the rows are grouped.
-    pub grouping: Grouping,
+    pub(crate) grouping: Grouping,
     /// `--pass-results`: the `result` values that pass, compared ignoring ASCII case.
-    pub pass_results: Vec<String>,
+    pub(crate) pass_results: Vec<String>,
 }
 
 impl UnitQuestion {
@@ -61,7 +61,7 @@ impl UnitQuestion {
         let mut passes = PassCache::new(&self.pass_results, symbols);
         // Grouped by station, a unit's attempts are all on its station: count its
         // units once the station is done, so that the map of units stays small and
-        // the router merges counts, not units.
+        // the merge adds counts, not units.
         let by_station = self.grouping.fields.contains(&GroupField::StationId);
         let mut partial = UnitPartial::new(self.grouping.clone());
         let mut digest = UnitDigest::default();
@@ -100,7 +100,7 @@ impl UnitQuestion {
 /// One shard's `/units/summary`: its rows' counts, and the attempts of the units
 /// not yet counted.
 #[derive(Debug)]
-pub struct UnitPartial {
+pub(crate) struct UnitPartial {
     /// The question's grouping, which the rows are finished by.
     grouping: Grouping,
     rows: Vec<(RowKey, UnitCounts)>,
