@@ -45,17 +45,7 @@ fn assert_internal_error(response: &Response, request_id: &str) {
 
 /// The admin listener's `stq_shard_restarts_total`.
 fn shard_restarts(server: &Server) -> f64 {
-    let text = ureq::get(&server.metrics_url())
-        .call()
-        .unwrap()
-        .into_string()
-        .unwrap();
-    text.lines()
-        .find_map(|line| line.strip_prefix("stq_shard_restarts_total "))
-        .expect("stq_shard_restarts_total is exposed")
-        .trim()
-        .parse()
-        .unwrap()
+    server.admin_value("stq_shard_restarts_total")
 }
 
 #[test]

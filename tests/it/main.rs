@@ -34,7 +34,7 @@
 //! | `summaries` | section 10: `/units/summary`, `/metrics/summary`, `/stations`, rule by rule |
 //! | `summary_properties` | section 10: proptest of the summaries against a naive reference |
 //! | `faults` | failure isolation (`--features fault-injection` builds only) |
-//! | `production_build` | a build without that feature ignores `X-Stq-Fault` |
+//! | `production_build` | a build without that feature ignores `X-Stq-Fault` (with the feature, run against `STQ_TEST_BINARY`) |
 
 mod common;
 #[path = "../parser_checks/mod.rs"]
@@ -61,7 +61,6 @@ mod page;
 mod pages;
 mod parameters;
 mod parser_properties;
-#[cfg(not(feature = "fault-injection"))]
 mod production_build;
 mod properties;
 mod reload;

@@ -107,6 +107,16 @@ fn wait_for_writes(server: &Server, writes: usize) {
     server.wait_for_log_within("store written", writes, RELOAD_TIMEOUT + paced);
 }
 
+/// A store that a server on `fixture` filled and left, and a server without one.
+fn filled_store(fixture: &Fixture) -> (PathBuf, Server) {
+    let store = fixture.directory.path().join("store");
+    let plain = start(fixture, None);
+    let cold = start(fixture, Some(&store));
+    wait_for_writes(&cold, 1);
+    drop(cold);
+    (store, plain)
+}
+
 /// The store's files, the manifest last (temporary files aside).
 fn store_files(store: &Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(store)
@@ -246,11 +256,7 @@ type Damage = fn(&Path);
 #[test]
 fn issue_32_a_damaged_store_is_not_used_and_is_written_again() {
     let fixture = Fixture::main();
-    let store = fixture.directory.path().join("store");
-    let plain = start(&fixture, None);
-    let cold = start(&fixture, Some(&store));
-    wait_for_writes(&cold, 1);
-    drop(cold);
+    let (store, plain) = filled_store(&fixture);
     let files = store_files(&store);
     assert!(files.len() >= 4, "{files:?}");
     let damages: [(&str, Damage); 3] = [
@@ -401,15 +407,7 @@ fn issue_32_a_kill_9_at_any_moment_leaves_a_store_the_next_start_uses_or_repairs
 
 /// The admin listener's `stq_store_reads_total`.
 fn store_reads(server: &Server) -> f64 {
-    let text = ureq::get(&server.metrics_url())
-        .call()
-        .unwrap()
-        .into_string()
-        .unwrap();
-    let line = (text.lines())
-        .find(|line| line.starts_with("stq_store_reads_total "))
-        .unwrap_or_else(|| panic!("no stq_store_reads_total in {text}"));
-    line["stq_store_reads_total ".len()..].parse().unwrap()
+    server.admin_value("stq_store_reads_total")
 }
 
 /// Issue 32: a warm start holds no sealed block in memory: a query reads the
@@ -420,11 +418,7 @@ fn store_reads(server: &Server) -> f64 {
 #[test]
 fn issue_32_history_is_read_from_the_store_and_a_block_changed_since_fails_its_request() {
     let fixture = Fixture::main();
-    let store = fixture.directory.path().join("store");
-    let plain = start(&fixture, None);
-    let cold = start(&fixture, Some(&store));
-    wait_for_writes(&cold, 1);
-    drop(cold);
+    let (store, plain) = filled_store(&fixture);
     let warm = start(&fixture, Some(&store));
     assert_eq!(store_reads(&warm), 0.0, "a start reads no block");
     assert_same_answers(&warm, &plain, "warm");

@@ -827,8 +827,13 @@ pub fn percent_encode(text: &str) -> String {
 // The server process
 // ---------------------------------------------------------------------------
 
+/// The binary under test: this build's, or the one `STQ_TEST_BINARY` names (`.ci/run`
+/// points it at the release build for `production_build`).
 pub fn stq_binary() -> &'static str {
-    env!("CARGO_BIN_EXE_stq")
+    static BINARY: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        std::env::var("STQ_TEST_BINARY").unwrap_or_else(|_| env!("CARGO_BIN_EXE_stq").to_owned())
+    });
+    &BINARY
 }
 
 /// Removes every inherited `STQ_*` variable (and log settings, and
@@ -1154,6 +1159,21 @@ impl Server {
     }
 
     /// The admin listener's metrics address, from the `metrics at http://...` line.
+    /// The value of the admin listener's sample `name` (one without labels).
+    pub fn admin_value(&self, name: &str) -> f64 {
+        let text = ureq::get(&self.metrics_url())
+            .call()
+            .unwrap()
+            .into_string()
+            .unwrap();
+        (text.lines())
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
     pub fn metrics_url(&self) -> String {
         let deadline = StdInstant::now() + Duration::from_secs(10);
         loop {

@@ -253,6 +253,9 @@ impl Store {
             stations.push((name, placement, data));
         }
         check_placements(&stations, settings.shards).map_err(damaged)?;
+        // Every file passed through a buffer of its size to be checked: a year's
+        // sealed files are gigabytes, which glibc would otherwise keep.
+        threads::release_freed_memory();
         Ok(Restored {
             stations,
             symbols,
