@@ -187,6 +187,13 @@ fn start(
             return full("not used".into());
         }
     };
+    for (station, error) in &restored.repaired {
+        tracing::warn!(
+            "the store {}: station {station}: {error}; its snapshot files are read again, \
+             and its files in the store written again",
+            directory.display()
+        );
+    }
     let records = restored.records();
     let written = std::mem::take(&mut restored.written);
     let (generation, mut report, used) = match load::load_from_store(options, restored) {

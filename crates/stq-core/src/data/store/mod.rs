@@ -141,6 +141,9 @@ pub struct Restored {
     pub(crate) shard_count: usize,
     /// Which files hold which of its stations' tiers, for the writer to keep.
     pub written: Written,
+    /// The stations whose files were damaged, and how: each restored empty, its
+    /// snapshot files (and so every station's records in them) to be read again.
+    pub repaired: Vec<(String, StoreError)>,
 }
 
 impl Restored {
@@ -225,31 +228,29 @@ impl Store {
         written.symbol_count = texts.len() + 1;
         let symbols = Symbols::default().extended(texts);
         let read = threads::map(manifest.stations, |station| {
-            let settled = self.layer(&station.settled)?;
-            let recent = self.layer(&station.recent)?;
-            let written_layers = (
-                (Arc::downgrade(&settled.trees), station.settled),
-                (Arc::downgrade(&recent.trees), station.recent.clone()),
-            );
-            let hot = Hot::of_layers(settled, recent)
-                .map_err(|corrupt| self.damaged(&station.recent, corrupt))?;
-            let sealed = match &station.sealed {
-                None => Sealed::default(),
-                Some(file) => self.sealed(file)?,
-            };
-            let sealed = Arc::new(sealed);
-            let data = Arc::new(StationData::of_tiers(hot, Arc::clone(&sealed)));
-            let written = WrittenStation {
-                settled: written_layers.0,
-                recent: written_layers.1,
-                sealed: (station.sealed).map(|file| (Arc::downgrade(&sealed), file)),
-            };
-            Ok::<_, StoreError>((station.name, station.placement, data, written))
+            let restored = self.station(&station);
+            (station.name, station.placement, restored)
         });
         let mut stations = Vec::with_capacity(read.len());
-        for station in read {
-            let (name, placement, data, station) = station?;
-            written.stations.insert(name.clone(), station);
+        let mut repaired = Vec::new();
+        let mut sources = manifest.sources;
+        for (name, placement, restored) in read {
+            let data = match restored {
+                Ok((data, station)) => {
+                    written.stations.insert(name.clone(), station);
+                    data
+                }
+                // Its history is read again from every file that held records of
+                // it; those files' records of other stations are read again with
+                // them (a reload drops a file's records before it reads it whole).
+                Err(error) => {
+                    for source in &mut sources {
+                        source.read_again_if_it_holds(&name);
+                    }
+                    repaired.push((name.to_string(), error));
+                    Arc::new(StationData::of_tiers(Hot::default(), Arc::default()))
+                }
+            };
             stations.push((name, placement, data));
         }
         check_placements(&stations, settings.shards).map_err(damaged)?;
@@ -259,10 +260,39 @@ impl Store {
         Ok(Restored {
             stations,
             symbols,
-            sources: manifest.sources,
+            sources,
             shard_count: settings.shards,
             written,
+            repaired,
         })
+    }
+
+    /// A station's tiers from its files, each checked, and what the writer keeps of
+    /// them.
+    fn station(
+        &self,
+        station: &ManifestStation,
+    ) -> Result<(Arc<StationData>, WrittenStation), StoreError> {
+        let settled = self.layer(&station.settled)?;
+        let recent = self.layer(&station.recent)?;
+        let written_layers = (
+            (Arc::downgrade(&settled.trees), station.settled.clone()),
+            (Arc::downgrade(&recent.trees), station.recent.clone()),
+        );
+        let hot = Hot::of_layers(settled, recent)
+            .map_err(|corrupt| self.damaged(&station.recent, corrupt))?;
+        let sealed = match &station.sealed {
+            None => Sealed::default(),
+            Some(file) => self.sealed(file)?,
+        };
+        let sealed = Arc::new(sealed);
+        let data = Arc::new(StationData::of_tiers(hot, Arc::clone(&sealed)));
+        let written = WrittenStation {
+            settled: written_layers.0,
+            recent: written_layers.1,
+            sealed: (station.sealed.clone()).map(|file| (Arc::downgrade(&sealed), file)),
+        };
+        Ok((data, written))
     }
 
     /// The bytes of `file`, if they are whole and hash to its name.

@@ -265,11 +265,49 @@ fn issue_32_the_writer_writes_only_what_changed_and_deletes_what_it_no_longer_na
 }
 
 #[test]
-fn issue_32_a_damaged_store_is_refused_never_read() {
+fn issue_32_a_damaged_file_is_never_read_and_a_stations_is_read_again_from_the_snapshot() {
     let fixture = fixture(2, 200);
     let files = fixture.files();
     assert!(files.len() >= 3, "{files:?}");
     fixture.read().unwrap();
+    let options = options(fixture.snapshots.path(), 1);
+    let (catalog, shards) = parts(load(&options).unwrap().0);
+    let loaded = everything(&catalog, &shards);
+    // A station's file damaged: that station alone is restored empty, and its files
+    // are read again, so the start serves what a load serves. Any other file
+    // damaged: the whole store is refused.
+    let check = |file: &Path, context: &str| {
+        let name = file.file_name().unwrap().to_string_lossy().into_owned();
+        let a_stations = ["settled-", "recent-", "sealed-"]
+            .iter()
+            .any(|kind| name.starts_with(kind));
+        match fixture.read() {
+            Ok(restored) => {
+                assert!(a_stations, "{context}: {name} was read");
+                // Stations with the same bytes (an empty recent layer) share a file.
+                assert!(!restored.repaired.is_empty(), "{context}");
+                let error = &restored.repaired[0].1;
+                assert!(
+                    matches!(error, StoreError::Damaged { .. } | StoreError::Io { .. }),
+                    "{context}: {error}"
+                );
+                let (generation, report, used) = load_from_store(&options, restored).unwrap();
+                assert!(used && !report.files.is_empty(), "{context}");
+                let (catalog, shards) = parts(generation);
+                assert_eq!(everything(&catalog, &shards), loaded, "{context}");
+            }
+            Err(error) => {
+                assert!(!a_stations, "{context}: {error}");
+                assert!(
+                    matches!(
+                        error,
+                        StoreError::Damaged { .. } | StoreError::Io { .. } | StoreError::Empty
+                    ),
+                    "{context}: {error}"
+                );
+            }
+        }
+    };
     let restore = |path: &Path, bytes: &[u8]| fs::write(path, bytes).unwrap();
     for file in files.iter().chain([&fixture.store.path().join(MANIFEST)]) {
         let bytes = fs::read(file).unwrap();
@@ -278,23 +316,19 @@ fn issue_32_a_damaged_store_is_refused_never_read() {
             let mut flipped = bytes.clone();
             flipped[at] ^= 0x20;
             restore(file, &flipped);
-            assert!(
-                matches!(fixture.read(), Err(StoreError::Damaged { .. })),
-                "{file:?} flipped at {at}"
-            );
+            check(file, &format!("{file:?} flipped at {at}"));
         }
         // Torn.
         restore(file, &bytes[..bytes.len() / 3]);
-        assert!(matches!(fixture.read(), Err(StoreError::Damaged { .. })));
+        check(file, &format!("{file:?} torn"));
         // Gone.
         fs::remove_file(file).unwrap();
-        let gone = fixture.read();
-        match file.ends_with(MANIFEST) {
-            true => assert!(matches!(gone, Err(StoreError::Empty))),
-            false => assert!(matches!(gone, Err(StoreError::Io { .. }))),
+        check(file, &format!("{file:?} gone"));
+        if file.ends_with(MANIFEST) {
+            assert!(matches!(fixture.read(), Err(StoreError::Empty)));
         }
         restore(file, &bytes);
-        fixture.read().unwrap();
+        assert!(fixture.read().unwrap().repaired.is_empty());
     }
     // Another snapshot directory, another number of shards: not this store.
     let other = Store::new(fixture.store.path()).read(&StoreSettings {
@@ -427,7 +461,7 @@ fn issue_32_a_restart_from_the_store_after_appends_serves_what_a_load_serves() {
 }
 
 #[test]
-fn issue_32_a_damaged_or_mismatched_layer_file_is_refused() {
+fn issue_32_a_damaged_or_mismatched_layer_file_has_its_station_read_again() {
     let mut fixture = fixture(3, 200);
     fixture.append(1, 200..203);
     fixture.append(0, 200..700);
@@ -440,9 +474,19 @@ fn issue_32_a_damaged_or_mismatched_layer_file_is_refused() {
     let last = flipped.len() - 1;
     flipped[last] ^= 1;
     fs::write(&path, &flipped).unwrap();
-    assert!(matches!(fixture.read(), Err(StoreError::Damaged { .. })));
+    let repaired = |restored: Restored| -> Vec<String> {
+        let mut names: Vec<String> = (restored.repaired.iter())
+            .map(|(name, error)| {
+                assert!(matches!(error, StoreError::Damaged { .. }), "{error}");
+                name.clone()
+            })
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(repaired(fixture.read().unwrap()), ["ST-1"]);
     fs::write(&path, &bytes).unwrap();
-    fixture.read().unwrap();
+    assert!(repaired(fixture.read().unwrap()).is_empty());
     // Whole files, each matching its name, but of two stations (ST-0 and ST-1, of
     // settled layers of other lengths): their layers do not fit together.
     let mut swapped = fixture.manifest();
@@ -452,10 +496,11 @@ fn issue_32_a_damaged_or_mismatched_layer_file_is_refused() {
     let mut bytes = Vec::new();
     swapped.write(&mut bytes);
     fs::write(fixture.store.path().join(MANIFEST), bytes).unwrap();
-    match fixture.read() {
-        Err(StoreError::Damaged { reason, .. }) => assert!(reason.contains("layers"), "{reason}"),
-        other => panic!("{:?}", other.map(|restored| restored.records())),
+    let restored = fixture.read().unwrap();
+    for (_, error) in &restored.repaired {
+        assert!(error.to_string().contains("layers"), "{error}");
     }
+    assert_eq!(repaired(restored), ["ST-0", "ST-1"]);
 }
 
 /// The bytes of sealed blocks a generation holds in memory (compressed, with
