@@ -28,7 +28,8 @@
 //! (what each kind's entries write and read), [`times`] (how a record's time
 //! text is kept) and [`payload`] (the numbers it is all written in); [`read`]
 //! (what queries read: blocks by key range, decoded through [`cache`]); and
-//! [`store`] (the tier in a store file).
+//! [`store`] (the tier in a store file), with [`body`] (where a block's bytes
+//! are: in memory, or in that file, read when a query needs them).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -10,7 +10,9 @@
 //!   window), and the recent one, the records appended since (small); each as it
 //!   is in memory (arena, pieces, each record's key and entry), zstd-compressed;
 //! - `sealed-<hash>.stq`: a station's sealed tier, its blocks (compressed already,
-//!   with their digests) and shared pieces as they are in memory;
+//!   with their digests), then an index of them with its shared pieces
+//!   ([`crate::data::sealed`]): a start reads the index, and queries read blocks
+//!   from the file once the writer or a start has pointed the tier at it;
 //! - `symbols-<hash>.stq`: a run of the symbol table's strings, numbered from a
 //!   first symbol; the table is the manifest's runs in order;
 //! - `MANIFEST`: the settings the store was written with (snapshot directory,
