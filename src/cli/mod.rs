@@ -11,6 +11,7 @@ use clap::{Args, Parser, Subcommand};
 use stq_core::data::load::OnInvalid;
 use stq_core::domain::auth::Stations;
 use stq_core::domain::time::{parse_rfc3339, Timestamp};
+use stq_objects::Location;
 
 mod export;
 mod serve;
@@ -254,11 +255,12 @@ pub struct ServeArgs {
     #[arg(long, env = "STQ_STORE")]
     pub store: Option<PathBuf>,
 
-    /// Directory the server keeps `stq export --parquet`'s files in (made if
-    /// missing): each day once it is older than every station's hot window, and
-    /// again when a later record changes it [default: none].
+    /// Directory (made if missing) or `s3://BUCKET/PREFIX` the server keeps `stq
+    /// export --parquet`'s files in: each day once it is older than every
+    /// station's hot window, and again when a later record changes it [default:
+    /// none].
     #[arg(long, env = "STQ_EXPORT")]
-    pub export: Option<PathBuf>,
+    pub export: Option<Location>,
 }
 
 impl ServeArgs {
@@ -283,11 +285,13 @@ pub struct CheckArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct ExportArgs {
-    /// Directory to write `units/day=YYYY-MM-DD/part-N.parquet` and
-    /// `metrics/day=.../part-N.parquet` under (made if missing); the day partitions
-    /// the export covers are replaced whole.
+    /// Directory (made if missing) or `s3://BUCKET/PREFIX` to write
+    /// `units/day=YYYY-MM-DD/part-N.parquet` and `metrics/day=.../part-N.parquet`
+    /// under; the day partitions the export covers are replaced whole. S3 takes
+    /// its settings from `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
+    /// `AWS_REGION`, `AWS_ENDPOINT_URL` and `AWS_ALLOW_HTTP`.
     #[arg(long, env = "STQ_PARQUET")]
-    pub parquet: PathBuf,
+    pub parquet: Location,
 
     /// Snapshot directory, scanned recursively.
     #[arg(long, env = "STQ_SNAPSHOTS", default_value = "snapshots")]

@@ -13,6 +13,7 @@ use stq_core::data::load::{self, LoadError, LoadOptions, LoadReport, INVALID_LIN
 use stq_core::data::store::{Store, StoreError, StoreSettings, StoreWriter, Written};
 use stq_core::domain::auth::Tokens;
 use stq_core::domain::query::Limits;
+use stq_objects::{Objects, S3Settings};
 
 use super::{cpus, ServeArgs};
 use crate::engine::{
@@ -89,9 +90,11 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
             "--export writes the days older than every station's hot window: it needs --hot \
              DURATION, not all"
         ),
-        (Some(directory), Some(_)) => Some(
-            ExportHandle::spawn(directory.clone()).context("cannot start the export's thread")?,
-        ),
+        (Some(location), Some(_)) => {
+            let destination = Objects::open(location.clone(), &S3Settings::from_env())
+                .with_context(|| format!("--export {location}"))?;
+            Some(ExportHandle::spawn(destination).context("cannot start the export's thread")?)
+        }
     };
     let workers = args.workers.map_or_else(cpus, std::num::NonZero::get);
     let settings = Settings {
