@@ -5,7 +5,8 @@
 //! Layers point one way: [`cli`] → [`http`] → [`engine`] → [`export`] →
 //! `stq_core::data` → `stq_core::domain` (a layer may also skip those below it). [`metrics`] is a leaf both the HTTP layer and the engine
 //! feed; [`systemd`] a leaf that tells systemd the service's state; `newest` a leaf mailbox for the
-//! threads that work off the request path.
+//! threads that work off the request path. [`export`] writes through `stq_objects` (a
+//! directory or an S3 bucket), a crate of its own that depends on no other of stq's.
 
 #![warn(unreachable_pub)]
 

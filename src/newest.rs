@@ -35,10 +35,36 @@ impl<T> Newest<T> {
     /// job ended before), and takes the newest handed over by then.
     pub(crate) fn take_after(&self, last_ended: Option<Instant>, interval: Duration) -> T {
         loop {
+            if let Some(job) = self.take_within(last_ended, interval, None) {
+                return job;
+            }
+        }
+    }
+
+    /// As [`Newest::take_after`], but gives up (`None`) when no job was handed over
+    /// within `patience`, if given: for a thread that has work of its own to retry
+    /// while no job comes (the store's push to a bucket that was unreachable).
+    pub(crate) fn take_within(
+        &self,
+        last_ended: Option<Instant>,
+        interval: Duration,
+        patience: Option<Duration>,
+    ) -> Option<T> {
+        let give_up = patience.map(|patience| Instant::now() + patience);
+        loop {
             {
                 let mut slot = self.slot.lock();
                 while slot.is_none() {
-                    self.wake.wait(&mut slot);
+                    match give_up {
+                        None => self.wake.wait(&mut slot),
+                        Some(give_up) => {
+                            if self.wake.wait_until(&mut slot, give_up).timed_out()
+                                && slot.is_none()
+                            {
+                                return None;
+                            }
+                        }
+                    }
                 }
             }
             if let Some(ended) = last_ended {
@@ -47,7 +73,7 @@ impl<T> Newest<T> {
             // Only this thread takes, so the job is still there; the loop is for
             // a mailbox shared by mistake.
             if let Some(job) = self.slot.lock().take() {
-                return job;
+                return Some(job);
             }
         }
     }
@@ -65,6 +91,18 @@ mod tests {
         assert_eq!(newest.take_after(None, Duration::ZERO), 2);
         newest.put(3);
         assert_eq!(newest.take_after(Some(Instant::now()), Duration::ZERO), 3);
+    }
+
+    #[test]
+    fn a_taker_with_patience_gives_up_when_no_job_comes() {
+        let newest: Newest<u8> = Newest::default();
+        assert_eq!(
+            newest.take_within(None, Duration::ZERO, Some(Duration::ZERO)),
+            None
+        );
+        newest.put(7);
+        let taken = newest.take_within(None, Duration::ZERO, Some(Duration::ZERO));
+        assert_eq!(taken, Some(7));
     }
 
     #[test]

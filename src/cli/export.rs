@@ -1,10 +1,12 @@
 //! `stq export --parquet DEST` (docs/api.md section 13): loads the snapshot as
 //! `serve` does, under the same `--on-invalid` rules, then writes its records as
-//! Parquet ([`crate::export`]) and says what it wrote. Exit 0 when written, 1 with
-//! a message otherwise.
+//! Parquet ([`crate::export`]) to a directory or `s3://BUCKET/PREFIX` (S3's
+//! settings from the `AWS_*` variables) and says what it wrote. Exit 0 when
+//! written, 1 with a message otherwise.
 
 use anyhow::Context as _;
 use stq_core::data::load::{self, LoadError, LoadOptions, INVALID_LINES_SHOWN};
+use stq_objects::{Objects, S3Settings};
 
 use super::{cpus, ExportArgs};
 use crate::export::{self as parquet_export, ExportOptions};
@@ -16,6 +18,9 @@ const CACHE_BYTES: u64 = 64 << 20;
 /// Loads the snapshot and writes its records under `args.parquet`.
 pub fn export(args: ExportArgs) -> anyhow::Result<()> {
     stq_core::data::cache::set_capacity(CACHE_BYTES);
+    // Before the load: settings S3 cannot use stop the export at once.
+    let destination = Objects::open(args.parquet.clone(), &S3Settings::from_env())
+        .with_context(|| format!("exporting to {}", args.parquet))?;
     let options = LoadOptions {
         directory: args.snapshots.clone(),
         shards: cpus(),
@@ -49,14 +54,14 @@ pub fn export(args: ExportArgs) -> anyhow::Result<()> {
     let written = parquet_export::export(
         &generation,
         &ExportOptions {
-            destination: args.parquet.clone(),
+            destination,
             from: args.from,
             to: args.to,
             stations: args.station_ids.clone(),
             threads: cpus(),
         },
     )
-    .with_context(|| format!("exporting to {}", args.parquet.display()))?;
+    .with_context(|| format!("exporting to {}", args.parquet))?;
     println!(
         "exported {} unit and {} metric records from {} ({} MB read in {} ms) to {}: {} files, \
          {} bytes, {} day partitions, in {} ms",
@@ -65,7 +70,7 @@ pub fn export(args: ExportArgs) -> anyhow::Result<()> {
         args.snapshots.display(),
         report.bytes / 1_000_000,
         report.elapsed.as_millis(),
-        args.parquet.display(),
+        args.parquet,
         written.files,
         written.bytes,
         written.partitions,

@@ -11,6 +11,7 @@ use clap::{Args, Parser, Subcommand};
 use stq_core::data::load::OnInvalid;
 use stq_core::domain::auth::Stations;
 use stq_core::domain::time::{parse_rfc3339, Timestamp};
+use stq_objects::Location;
 
 mod export;
 mod serve;
@@ -248,17 +249,26 @@ pub struct ServeArgs {
     #[arg(long, env = "STQ_CLIENT_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
     pub client_timeout: Duration,
 
-    /// Directory where stq keeps what it derives from the snapshot files (made if
-    /// missing), so that a restart reads from it what the files still hold
-    /// unchanged instead of parsing it again [default: none: everything in memory].
+    /// Directory (made if missing) or `s3://BUCKET/PREFIX` where stq keeps what it
+    /// derives from the snapshot files, so that a restart, or a replica on the same
+    /// files, reads from it what the files still hold unchanged instead of parsing
+    /// it again. S3 takes the AWS_* variables [default: none: everything in memory].
     #[arg(long, env = "STQ_STORE")]
-    pub store: Option<PathBuf>,
+    pub store: Option<Location>,
 
-    /// Directory the server keeps `stq export --parquet`'s files in (made if
-    /// missing): each day once it is older than every station's hot window, and
-    /// again when a later record changes it [default: none].
+    /// With `--store s3://`, the local directory (made if missing) that holds a copy
+    /// of the store's objects, which queries and starts read [default:
+    /// $CACHE_DIRECTORY, else $XDG_CACHE_HOME/stq, else ~/.cache/stq, then
+    /// /s3/BUCKET/PREFIX].
+    #[arg(long, env = "STQ_STORE_CACHE")]
+    pub store_cache: Option<PathBuf>,
+
+    /// Directory (made if missing) or `s3://BUCKET/PREFIX` the server keeps `stq
+    /// export --parquet`'s files in: each day once it is older than every
+    /// station's hot window, and again when a later record changes it [default:
+    /// none].
     #[arg(long, env = "STQ_EXPORT")]
-    pub export: Option<PathBuf>,
+    pub export: Option<Location>,
 }
 
 impl ServeArgs {
@@ -283,11 +293,13 @@ pub struct CheckArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct ExportArgs {
-    /// Directory to write `units/day=YYYY-MM-DD/part-N.parquet` and
-    /// `metrics/day=.../part-N.parquet` under (made if missing); the day partitions
-    /// the export covers are replaced whole.
+    /// Directory (made if missing) or `s3://BUCKET/PREFIX` to write
+    /// `units/day=YYYY-MM-DD/part-N.parquet` and `metrics/day=.../part-N.parquet`
+    /// under; the day partitions the export covers are replaced whole. S3 takes
+    /// its settings from `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
+    /// `AWS_REGION`, `AWS_ENDPOINT_URL` and `AWS_ALLOW_HTTP`.
     #[arg(long, env = "STQ_PARQUET")]
-    pub parquet: PathBuf,
+    pub parquet: Location,
 
     /// Snapshot directory, scanned recursively.
     #[arg(long, env = "STQ_SNAPSHOTS", default_value = "snapshots")]

@@ -3,6 +3,7 @@
 //! The listener is bound only once the snapshot has loaded, so a client that can
 //! connect gets answers from complete data.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use actix_web::web;
@@ -13,10 +14,11 @@ use stq_core::data::load::{self, LoadError, LoadOptions, LoadReport, INVALID_LIN
 use stq_core::data::store::{Store, StoreError, StoreSettings, StoreWriter, Written};
 use stq_core::domain::auth::Tokens;
 use stq_core::domain::query::Limits;
+use stq_objects::{Location, Objects, S3Settings};
 
 use super::{cpus, ServeArgs};
 use crate::engine::{
-    reload_on_change, reload_on_hangup, Engine, Reloader, StoreHandle, StoreStatus,
+    reload_on_change, reload_on_hangup, Engine, Mirror, Reloader, StoreHandle, StoreStatus,
 };
 use crate::export::{complete_before, ExportHandle};
 use crate::http::{admin_server, api_server, stop_gracefully_on_signals, Admission, AppState};
@@ -49,7 +51,9 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         hot: args.hot.0,
     };
     let status = Arc::new(StoreStatus::default());
-    let (generation, mut report, started) = start(&args, &options)?;
+    let place = store_place(&args)?;
+    let directory = place.as_ref().map(|place| place.directory.as_path());
+    let (generation, mut report, started) = start(&args, &options, directory)?;
     // Under `hold`, every invalid line is logged as what holds its file.
     let held_lines = report.take_held_lines();
     for line in &held_lines {
@@ -65,14 +69,22 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         );
     }
     report.log_warnings(&args.snapshots);
-    let store = match &args.store {
+    let store = match place {
         None => None,
-        Some(directory) => {
+        Some(place) => {
             let settings = store_settings(&args, &options);
-            let writer = StoreWriter::new(Store::new(directory), settings, started.written);
+            let store = Store::new(&place.directory);
+            let writer = StoreWriter::new(store, settings, started.written);
+            let (mirror, degraded) = (place.mirror, place.degraded);
             Some(
-                StoreHandle::spawn(writer, Arc::clone(&status))
-                    .context("cannot start the store's thread")?,
+                StoreHandle::spawn(
+                    writer,
+                    place.directory,
+                    mirror,
+                    Arc::clone(&status),
+                    degraded,
+                )
+                .context("cannot start the store's thread")?,
             )
         }
     };
@@ -89,9 +101,11 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
             "--export writes the days older than every station's hot window: it needs --hot \
              DURATION, not all"
         ),
-        (Some(directory), Some(_)) => Some(
-            ExportHandle::spawn(directory.clone()).context("cannot start the export's thread")?,
-        ),
+        (Some(location), Some(_)) => {
+            let destination = Objects::open(location.clone(), &S3Settings::from_env())
+                .with_context(|| format!("--export {location}"))?;
+            Some(ExportHandle::spawn(destination).context("cannot start the export's thread")?)
+        }
     };
     let workers = args.workers.map_or_else(cpus, std::num::NonZero::get);
     let settings = Settings {
@@ -132,6 +146,91 @@ fn raise_open_file_limit() {
     }
 }
 
+/// Where the store is read and written: a directory, which with `--store s3://`
+/// is the local copy of a bucket, pulled from it before the start reads it.
+struct StorePlace {
+    directory: PathBuf,
+    mirror: Option<Mirror>,
+    /// The bucket could not be read: the start uses what the copy holds.
+    degraded: bool,
+}
+
+fn store_place(args: &ServeArgs) -> anyhow::Result<Option<StorePlace>> {
+    let (bucket, prefix) = match &args.store {
+        None => return Ok(None),
+        Some(Location::Directory(directory)) => {
+            return Ok(Some(StorePlace {
+                directory: directory.clone(),
+                mirror: None,
+                degraded: false,
+            }))
+        }
+        Some(Location::S3 { bucket, prefix }) => (bucket, prefix),
+    };
+    let location = args.store.clone().expect("an s3:// store");
+    let copy = match &args.store_cache {
+        Some(copy) => copy.clone(),
+        None => default_store_cache(bucket, prefix)?,
+    };
+    let mut mirror = Mirror::open(location.clone(), copy.clone())
+        .with_context(|| format!("--store {location}"))?;
+    let begun = std::time::Instant::now();
+    let degraded = match mirror.pull() {
+        Ok(pulled) => {
+            for damaged in &pulled.damaged {
+                tracing::warn!(
+                    "the store {location}: {damaged} fails its checksum and is not used; its \
+                     history is read from the snapshot files, and the object put again"
+                );
+            }
+            tracing::info!(
+                "the store {location}: {} ({} objects, {} bytes fetched into {} in {} ms)",
+                if pulled.manifest { "read" } else { "empty" },
+                pulled.files,
+                pulled.bytes,
+                copy.display(),
+                begun.elapsed().as_millis()
+            );
+            false
+        }
+        Err(error) => {
+            tracing::warn!(
+                "cannot read the store {location}: {error}; starting from what its local copy {} \
+                 holds (store: degraded)",
+                copy.display()
+            );
+            true
+        }
+    };
+    Ok(Some(StorePlace {
+        directory: copy,
+        mirror: Some(mirror),
+        degraded,
+    }))
+}
+
+/// Where an `s3://` store's copy is kept without `--store-cache`: systemd's
+/// `CacheDirectory=` (the Debian unit's `/var/cache/stq`), else the XDG cache
+/// directory's `stq`, then `s3/BUCKET/PREFIX`.
+fn default_store_cache(bucket: &str, prefix: &str) -> anyhow::Result<PathBuf> {
+    let variable = |name: &str| std::env::var_os(name).filter(|value| !value.is_empty());
+    let cache = match (variable("CACHE_DIRECTORY"), variable("XDG_CACHE_HOME")) {
+        // systemd may list several, separated by `:`.
+        (Some(directories), _) => std::env::split_paths(&directories)
+            .next()
+            .unwrap_or_default(),
+        (None, Some(xdg)) => PathBuf::from(xdg).join("stq"),
+        (None, None) => match variable("HOME") {
+            Some(home) => PathBuf::from(home).join(".cache/stq"),
+            None => anyhow::bail!(
+                "--store s3:// keeps a local copy: give --store-cache DIR (no $HOME, \
+                 $XDG_CACHE_HOME or $CACHE_DIRECTORY to put it under)"
+            ),
+        },
+    };
+    Ok(cache.join("s3").join(bucket).join(prefix))
+}
+
 /// How the first generation came to be, with a store.
 #[derive(Default)]
 struct Started {
@@ -156,8 +255,9 @@ fn store_settings(args: &ServeArgs, options: &LoadOptions) -> StoreSettings {
 fn start(
     args: &ServeArgs,
     options: &LoadOptions,
+    directory: Option<&Path>,
 ) -> anyhow::Result<(Generation, LoadReport, Started)> {
-    let Some(directory) = &args.store else {
+    let Some(directory) = directory else {
         let (generation, report) = loaded(args, load::load(options))?;
         return Ok((generation, report, Started::default()));
     };

@@ -1,7 +1,8 @@
 //! Export for other engines (docs/api.md section 13): a loaded generation's records
 //! written as Apache Parquet, Hive-partitioned by the UTC day of each record's
 //! instant, `units/day=YYYY-MM-DD/part-N.parquet` and `metrics/...` under a
-//! directory, for DuckDB, ClickHouse, Spark, Trino, DataFusion and polars.
+//! directory or `s3://BUCKET/PREFIX` (through `stq_objects`), for DuckDB,
+//! ClickHouse, Spark, Trino, DataFusion and polars.
 //!
 //! A day's file is read from the generation as a query reads it: each station in
 //! byte order, scanned for that day (`ShardData::scan`), its records in the
@@ -11,18 +12,16 @@
 //! page statistics that let a reader skip other stations' rows.
 //!
 //! Days are written by as many threads as the machine has CPUs, each a day at a
-//! time. A part is written whole under a temporary name (a leading `.`, which
-//! Hive-style readers skip) and renamed; after a day's parts are in place, every
-//! other file of that partition is deleted, so a second export of a day replaces
-//! the first and never leaves parts of both.
+//! time. A part is put whole (in a directory: under a temporary name with a
+//! leading `.`, which Hive-style readers skip, then renamed; in a bucket: one
+//! PUT); after a day's parts are in, every other object of that partition is
+//! listed and deleted, so a second export of a day replaces the first and never
+//! leaves parts of both.
 
 mod parquet;
 mod serving;
 
 use std::collections::BTreeSet;
-use std::fs;
-use std::io;
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -32,6 +31,7 @@ use stq_core::data::scan::{Matcher, RecordFilter, ScanRequest, ShardStation};
 use stq_core::data::shard::ShardData;
 use stq_core::domain::record::{Directions, Kind};
 use stq_core::domain::time::{Timestamp, Window};
+use stq_objects::Objects;
 
 pub use self::parquet::ExportError;
 pub use self::serving::{complete_before, ExportHandle, EXPORT_INTERVAL};
@@ -60,8 +60,8 @@ impl<'a> Data<'a> {
 /// What to export: the records of some stations within a window.
 #[derive(Clone, Debug)]
 pub struct ExportOptions {
-    /// The directory the partitions are written under (made if missing).
-    pub destination: PathBuf,
+    /// Where the partitions are written: a directory (made if missing) or a bucket.
+    pub destination: Objects,
     /// Records at or after this instant [default: all].
     pub from: Option<Timestamp>,
     /// Records before this instant [default: all].
@@ -93,7 +93,7 @@ type Day = i64;
 /// leap seconds.
 const DAY_SECONDS: i64 = 86_400;
 
-/// Writes the records `options` selects from `generation` under
+/// Writes the records `options` selects from `generation` to
 /// `options.destination`, replacing the day partitions of the window it covers.
 pub fn export(
     generation: &Generation,
@@ -108,9 +108,6 @@ pub fn export(
     let stations = stations(generation, options.stations.as_deref());
     let mut days = BTreeSet::new();
     for kind in [Kind::Units, Kind::Metrics] {
-        fs::create_dir_all(partition_root(&options.destination, kind)).map_err(|source| {
-            ExportError::io(partition_root(&options.destination, kind), source)
-        })?;
         if let Some((first, last)) = span(generation, &stations, kind, window) {
             days.extend(first..=last);
         }
@@ -261,21 +258,21 @@ struct DayReport {
 
 /// Writes day `day` of `kind`: each station's records of that day within `window`,
 /// in byte order of station and then the contract's order, as its parts; then
-/// deletes every other file of the partition.
+/// deletes every other object of the partition.
 fn export_day(
     generation: &Data<'_>,
     stations: &[ShardStation],
     kind: Kind,
     day: Day,
     window: Window,
-    destination: &Path,
+    destination: &Objects,
 ) -> Result<DayReport, ExportError> {
-    let directory = partition_root(destination, kind).join(format!("day={}", day_text(day)));
+    let partition = partition_name(kind, day);
     let day_window = Window {
         from: start_of(day).max(window.from),
         to: start_of(day + 1).min(window.to),
     };
-    let mut writer = parquet::DayWriter::new(kind, &directory);
+    let mut writer = parquet::DayWriter::new(kind, destination, &partition);
     let mut json = Vec::new();
     for station in stations {
         let shard = generation.shard(station);
@@ -293,7 +290,7 @@ fn export_day(
         }
     }
     let written = writer.finish()?;
-    remove_others(&directory, &written.names)?;
+    remove_others(destination, &partition, &written.names)?;
     Ok(DayReport {
         records: written.records,
         files: written.names.len(),
@@ -301,56 +298,60 @@ fn export_day(
     })
 }
 
-/// Deletes the files of partition `directory` not in `keep` (the parts just
-/// written), and the partition itself when nothing is left in it.
-fn remove_others(directory: &Path, keep: &[String]) -> Result<(), ExportError> {
-    let entries = match fs::read_dir(directory) {
-        Ok(entries) => entries,
-        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(source) => return Err(ExportError::io(directory.to_owned(), source)),
-    };
-    for entry in entries {
-        let entry = entry.map_err(|source| ExportError::io(directory.to_owned(), source))?;
-        let name = entry.file_name();
-        if !keep.iter().any(|kept| name == kept.as_str()) {
-            fs::remove_file(entry.path())
-                .map_err(|source| ExportError::io(entry.path(), source))?;
+/// Deletes the objects of `partition` not in `keep` (the parts just written, by
+/// name within the partition). A directory's partition goes with its last file.
+fn remove_others(
+    destination: &Objects,
+    partition: &str,
+    keep: &[String],
+) -> Result<(), ExportError> {
+    let inside = format!("{partition}/");
+    for listed in destination.list(partition)? {
+        let name = listed.name.strip_prefix(&inside).unwrap_or(&listed.name);
+        if !keep.iter().any(|kept| kept == name) {
+            destination.delete(&listed.name)?;
         }
-    }
-    if keep.is_empty() {
-        fs::remove_dir(directory)
-            .map_err(|source| ExportError::io(directory.to_owned(), source))?;
     }
     Ok(())
 }
 
-/// The days of the partitions of `kind` under `destination` within `window`.
-fn existing_days(destination: &Path, kind: Kind, window: Window) -> Result<Vec<Day>, ExportError> {
-    let root = partition_root(destination, kind);
-    let entries = fs::read_dir(&root).map_err(|source| ExportError::io(root.clone(), source))?;
-    let mut days = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|source| ExportError::io(root.clone(), source))?;
-        let name = entry.file_name();
-        let Some(day) = name
-            .to_str()
-            .and_then(|name| name.strip_prefix("day="))
-            .and_then(parse_day)
-        else {
+/// The days of the partitions of `kind` in `destination` within `window`.
+fn existing_days(
+    destination: &Objects,
+    kind: Kind,
+    window: Window,
+) -> Result<Vec<Day>, ExportError> {
+    let mut days = BTreeSet::new();
+    for listed in destination.list(kind_name(kind))? {
+        let Some(day) = partition_day(&listed.name) else {
             continue;
         };
         if start_of(day + 1) > window.from && start_of(day) < window.to {
-            days.push(day);
+            days.insert(day);
         }
     }
-    Ok(days)
+    Ok(days.into_iter().collect())
 }
 
-fn partition_root(destination: &Path, kind: Kind) -> PathBuf {
-    destination.join(match kind {
+/// The day of the partition an object's name is in: `units/day=YYYY-MM-DD/...`.
+fn partition_day(name: &str) -> Option<Day> {
+    let mut parts = name.split('/');
+    let (_kind, partition) = (parts.next()?, parts.next()?);
+    parts.next()?;
+    parse_day(partition.strip_prefix("day=")?)
+}
+
+/// `units` or `metrics`: the name of a kind's partitions' parent.
+fn kind_name(kind: Kind) -> &'static str {
+    match kind {
         Kind::Units => "units",
         Kind::Metrics => "metrics",
-    })
+    }
+}
+
+/// `units/day=YYYY-MM-DD`: the prefix of a day's parts.
+fn partition_name(kind: Kind, day: Day) -> String {
+    format!("{}/day={}", kind_name(kind), day_text(day))
 }
 
 fn day_of(instant: Timestamp) -> Day {
@@ -393,6 +394,16 @@ mod tests {
         assert_eq!(parse_day("2026-11-24"), Some(20_781));
         assert_eq!(parse_day("1969-12-31"), Some(-1));
         assert_eq!(parse_day("2026-13-01"), None);
+        assert_eq!(
+            partition_name(Kind::Metrics, 20_781),
+            "metrics/day=2026-11-24"
+        );
+        assert_eq!(
+            partition_day("units/day=2026-11-24/part-0.parquet"),
+            Some(20_781)
+        );
+        assert_eq!(partition_day("units/day=2026-11-24"), None);
+        assert_eq!(partition_day("units/.day=2026-11-24/part-0.parquet"), None);
         assert_eq!(
             day_of(Timestamp {
                 seconds: -1,

@@ -11,9 +11,6 @@
 //! groups of [`ROW_GROUP_ROWS`]; a part holds at most [`PART_ROWS`] rows.
 
 use std::borrow::Cow;
-use std::fs::{self, File};
-use std::io;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow_array::builder::{
@@ -28,6 +25,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use stq_core::domain::record::{numeric, Kind};
 use stq_core::domain::time::Timestamp;
+use stq_objects::{ObjectWriter, Objects, ObjectsError};
 
 /// Rows gathered before they are handed to the writer as one batch.
 const BATCH_ROWS: usize = 8_192;
@@ -48,8 +46,9 @@ const ZSTD_LEVEL: i32 = 3;
 /// Why an export did not finish.
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
-    #[error("{path}: {source}")]
-    Io { path: String, source: io::Error },
+    /// The destination refused, or could not be reached (the message names it).
+    #[error(transparent)]
+    Objects(#[from] ObjectsError),
     #[error("{path}: {source}")]
     Parquet {
         path: String,
@@ -62,15 +61,6 @@ pub enum ExportError {
         kind: &'static str,
         source: serde_json::Error,
     },
-}
-
-impl ExportError {
-    pub(super) fn io(path: PathBuf, source: io::Error) -> ExportError {
-        ExportError::Io {
-            path: path.display().to_string(),
-            source,
-        }
-    }
 }
 
 /// A record as `/units` or `/metrics` returns it: the fields both kinds have, then
@@ -304,22 +294,26 @@ impl Columns {
 
 /// The parts of one day of one kind, written in turn.
 pub(super) struct DayWriter<'a> {
-    directory: &'a Path,
+    destination: &'a Objects,
+    /// The partition's name, `units/day=YYYY-MM-DD`.
+    partition: &'a str,
     schema: SchemaRef,
     columns: Columns,
-    part: Option<Part>,
+    part: Option<Part<'a>>,
     written: Written,
 }
 
-/// A part being written: its writer, over a file under a temporary name.
-struct Part {
-    writer: ArrowWriter<File>,
-    temporary: PathBuf,
+/// A part being written: its Parquet writer, over the object it is put as (a
+/// file under a temporary name, or bytes for one PUT).
+struct Part<'a> {
+    writer: ArrowWriter<ObjectWriter<'a>>,
+    /// Its name within the partition.
     name: String,
     rows: u64,
 }
 
-/// What a day's writer left: its parts' names, records and bytes.
+/// What a day's writer left: its parts' names (within the partition), records
+/// and bytes.
 #[derive(Debug, Default)]
 pub(super) struct Written {
     pub(super) names: Vec<String>,
@@ -328,9 +322,10 @@ pub(super) struct Written {
 }
 
 impl<'a> DayWriter<'a> {
-    pub(super) fn new(kind: Kind, directory: &'a Path) -> DayWriter<'a> {
+    pub(super) fn new(kind: Kind, destination: &'a Objects, partition: &'a str) -> DayWriter<'a> {
         DayWriter {
-            directory,
+            destination,
+            partition,
             schema: schema(kind),
             columns: Columns::new(kind),
             part: None,
@@ -366,7 +361,7 @@ impl<'a> DayWriter<'a> {
         part.writer
             .write(&batch)
             .map_err(|source| ExportError::Parquet {
-                path: part.temporary.display().to_string(),
+                path: object_path(self.destination, self.partition, &part.name),
                 source,
             })?;
         part.rows += batch.num_rows() as u64;
@@ -376,78 +371,61 @@ impl<'a> DayWriter<'a> {
         Ok(())
     }
 
-    fn begin_part(&self) -> Result<Part, ExportError> {
-        fs::create_dir_all(self.directory)
-            .map_err(|source| ExportError::io(self.directory.to_owned(), source))?;
+    fn begin_part(&self) -> Result<Part<'a>, ExportError> {
         let name = format!("part-{}.parquet", self.written.names.len());
-        let temporary = self
-            .directory
-            .join(format!(".{name}.{}.tmp", std::process::id()));
-        let file = File::create(&temporary)
-            .map_err(|source| ExportError::io(temporary.clone(), source))?;
+        let object = self
+            .destination
+            .writer(&format!("{}/{name}", self.partition))?;
         let properties = WriterProperties::builder()
             .set_compression(Compression::ZSTD(
                 ZstdLevel::try_new(ZSTD_LEVEL).expect("a level zstd has"),
             ))
             .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
             .build();
-        let writer = ArrowWriter::try_new(file, Arc::clone(&self.schema), Some(properties))
+        let writer = ArrowWriter::try_new(object, Arc::clone(&self.schema), Some(properties))
             .map_err(|source| ExportError::Parquet {
-                path: temporary.display().to_string(),
+                path: object_path(self.destination, self.partition, &name),
                 source,
             })?;
         Ok(Part {
             writer,
-            temporary,
             name,
             rows: 0,
         })
     }
 
-    /// Closes the part being written, makes it durable and gives it its name.
+    /// Closes the part being written and puts it, whole, under its name.
     fn end_part(&mut self) -> Result<(), ExportError> {
         let Some(part) = self.part.take() else {
             return Ok(());
         };
-        let failed = |source| ExportError::Parquet {
-            path: part.temporary.display().to_string(),
-            source,
-        };
-        let file = part.writer.into_inner().map_err(failed)?;
-        file.sync_all()
-            .map_err(|source| ExportError::io(part.temporary.clone(), source))?;
-        let bytes = file
-            .metadata()
-            .map_err(|source| ExportError::io(part.temporary.clone(), source))?
-            .len();
-        let path = self.directory.join(&part.name);
-        fs::rename(&part.temporary, &path).map_err(|source| ExportError::io(path, source))?;
+        let object = part
+            .writer
+            .into_inner()
+            .map_err(|source| ExportError::Parquet {
+                path: object_path(self.destination, self.partition, &part.name),
+                source,
+            })?;
+        let bytes = object.finish()?;
         self.written.names.push(part.name);
         self.written.records += part.rows;
         self.written.bytes += bytes;
         Ok(())
     }
 
-    /// Writes what is left, closes the last part, and says what the day holds.
+    /// Writes what is left, closes the last part, and says what the day holds. A
+    /// part left unfinished by an error is dropped, and with it its temporary
+    /// file or bytes: no object of it is left.
     pub(super) fn finish(mut self) -> Result<Written, ExportError> {
         self.flush()?;
         self.end_part()?;
-        if !self.written.names.is_empty() {
-            File::open(self.directory)
-                .and_then(|directory| directory.sync_all())
-                .map_err(|source| ExportError::io(self.directory.to_owned(), source))?;
-        }
         Ok(std::mem::take(&mut self.written))
     }
 }
 
-impl Drop for DayWriter<'_> {
-    /// A part left unfinished by an error goes: no temporary file stays behind.
-    fn drop(&mut self) {
-        if let Some(part) = &self.part {
-            let _ = fs::remove_file(&part.temporary);
-        }
-    }
+/// `DEST/units/day=YYYY-MM-DD/part-N.parquet`, for a message.
+fn object_path(destination: &Objects, partition: &str, name: &str) -> String {
+    format!("{}/{partition}/{name}", destination.location())
 }
 
 /// The `station_id` of a record's JSON, for a message.

@@ -1,4 +1,4 @@
-//! `stq serve --export DIR` (docs/api.md section 13): the files `stq export` writes,
+//! `stq serve --export DEST` (docs/api.md section 13): the files `stq export` writes,
 //! kept up to date by the server off the request path. A day is written once all
 //! of it is older than every station's hot window (`--hot`, counted back from the
 //! station's newest record: the history still open for appends), and written again
@@ -19,9 +19,9 @@
 //! any more is emptied; any other day's files are not touched. A pass hashes the
 //! compressed history, never decodes or writes an unchanged day.
 //!
-//! **Across restarts.** The fingerprints written are kept in `DIR/.stq-export`
-//! (replaced whole: a temporary file, then a rename; Hive-style readers skip the
-//! dot name), so that a restart does not write every day again: re-exporting a
+//! **Across restarts.** The fingerprints written are kept in `DEST/.stq-export`
+//! (an object put whole, like the parts; Hive-style readers skip the dot name),
+//! so that a restart does not write every day again: re-exporting a
 //! plant's months of history at every start would cost minutes of CPU for
 //! nothing. A remembered day whose partition is gone is written again. The
 //! fingerprint follows the encoding, so the first pass after a start may still
@@ -31,10 +31,8 @@
 //! A day, or the fingerprints' file, that cannot be written is logged (once per
 //! cause, until a pass writes everything) and tried again at the next generation.
 
-use std::collections::BTreeMap;
-use std::fs;
-use std::io::{self, Write as _};
-use std::path::{Path, PathBuf};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -42,12 +40,13 @@ use stq_core::data::catalog::{Catalog, Generation};
 use stq_core::data::shard::ShardData;
 use stq_core::domain::record::Kind;
 use stq_core::domain::time::{Timestamp, Window};
+use stq_objects::Objects;
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::newest::Newest;
 
 use super::{
-    day_of, day_text, export_day, parse_day, partition_root, start_of, stations, Data, Day,
+    day_of, day_text, export_day, parse_day, partition_day, start_of, stations, Data, Day,
     ExportError,
 };
 
@@ -56,7 +55,7 @@ use super::{
 /// day is complete hours after its last record, so a few seconds later is soon.
 pub const EXPORT_INTERVAL: Duration = Duration::from_secs(5);
 
-/// The fingerprints' file under the export's directory.
+/// The fingerprints' object, at the root of the export's destination.
 const FINGERPRINTS: &str = ".stq-export";
 
 /// Its first line: a file of another version is not read.
@@ -83,7 +82,7 @@ pub struct ExportHandle {
 
 impl ExportHandle {
     /// Starts the thread that keeps `destination` up to date.
-    pub fn spawn(destination: PathBuf) -> io::Result<ExportHandle> {
+    pub fn spawn(destination: Objects) -> io::Result<ExportHandle> {
         let next: Arc<Newest<Job>> = Arc::default();
         let waiting = Arc::clone(&next);
         std::thread::Builder::new()
@@ -131,7 +130,7 @@ const KINDS: [(Kind, KindName); 2] = [(Kind::Units, "units"), (Kind::Metrics, "m
 
 /// What the exporting thread keeps between passes.
 struct Exporter {
-    destination: PathBuf,
+    destination: Objects,
     /// Each partition written, with the fingerprint of the records it was written
     /// from.
     written: BTreeMap<Partition, u64>,
@@ -142,7 +141,7 @@ struct Exporter {
 }
 
 impl Exporter {
-    fn new(destination: PathBuf) -> Exporter {
+    fn new(destination: Objects) -> Exporter {
         let written = read_fingerprints(&destination);
         Exporter {
             destination,
@@ -234,14 +233,14 @@ impl Exporter {
                     tracing::warn!(
                         "cannot export to {}: {cause}; serving goes on, and the days not written \
                          are tried again at the next generation",
-                        self.destination.display()
+                        self.destination.location()
                     );
                 }
                 self.failing = Some(cause);
             }
             None => {
                 if self.failing.take().is_some() {
-                    tracing::info!("exporting to {} again", self.destination.display());
+                    tracing::info!("exporting to {} again", self.destination.location());
                 }
             }
         }
@@ -273,18 +272,23 @@ fn fingerprints(
         .collect()
 }
 
-/// The fingerprints written, from `destination`'s file: those of partitions still
-/// there. None when the file is missing or not of this version: every complete
-/// day is written then.
-fn read_fingerprints(destination: &Path) -> BTreeMap<Partition, u64> {
-    let Ok(text) = fs::read_to_string(destination.join(FINGERPRINTS)) else {
-        return BTreeMap::new();
+/// The fingerprints written, from `destination`'s object: those of partitions
+/// still there. None when the object is missing, not of this version, or cannot
+/// be read (which is logged): every complete day is written then.
+fn read_fingerprints(destination: &Objects) -> BTreeMap<Partition, u64> {
+    let text = match destination.get(FINGERPRINTS) {
+        Ok(bytes) => String::from_utf8(bytes).unwrap_or_default(),
+        Err(error) if error.is_not_found() => return BTreeMap::new(),
+        Err(error) => {
+            tracing::warn!("{error}; every complete day is exported again");
+            return BTreeMap::new();
+        }
     };
     let mut lines = text.lines();
     if lines.next() != Some(FINGERPRINTS_HEADER) {
         return BTreeMap::new();
     }
-    let mut written = BTreeMap::new();
+    let mut remembered = BTreeMap::new();
     for line in lines {
         let mut fields = line.split(' ');
         let (Some(kind), Some(day), Some(fingerprint), None) =
@@ -292,40 +296,42 @@ fn read_fingerprints(destination: &Path) -> BTreeMap<Partition, u64> {
         else {
             return BTreeMap::new();
         };
-        let Some((kind, name)) = KINDS.into_iter().find(|(_, name)| *name == kind) else {
+        let Some((_, name)) = KINDS.into_iter().find(|(_, name)| *name == kind) else {
             return BTreeMap::new();
         };
         let (Some(day), Ok(fingerprint)) = (parse_day(day), u64::from_str_radix(fingerprint, 16))
         else {
             return BTreeMap::new();
         };
-        let partition = partition_root(destination, kind).join(format!("day={}", day_text(day)));
-        if partition.is_dir() {
-            written.insert((name, day), fingerprint);
+        remembered.insert((name, day), fingerprint);
+    }
+    let mut present: BTreeSet<Partition> = BTreeSet::new();
+    for (_, name) in KINDS {
+        match destination.list(name) {
+            Ok(listed) => present.extend(
+                (listed.iter()).filter_map(|listed| Some((name, partition_day(&listed.name)?))),
+            ),
+            Err(error) => {
+                tracing::warn!("{error}; every complete day is exported again");
+                return BTreeMap::new();
+            }
         }
     }
-    written
+    remembered.retain(|partition, _| present.contains(partition));
+    remembered
 }
 
-/// Replaces `destination`'s fingerprints' file with `written`, whole.
+/// Replaces `destination`'s fingerprints' object with `written`, whole.
 fn write_fingerprints(
-    destination: &Path,
+    destination: &Objects,
     written: &BTreeMap<Partition, u64>,
 ) -> Result<(), ExportError> {
     let mut text = format!("{FINGERPRINTS_HEADER}\n");
     for ((kind, day), fingerprint) in written {
         text.push_str(&format!("{kind} {} {fingerprint:016x}\n", day_text(*day)));
     }
-    let path = destination.join(FINGERPRINTS);
-    let temporary = destination.join(format!("{FINGERPRINTS}.writing"));
-    let written = (|| {
-        fs::create_dir_all(destination)?;
-        let mut file = fs::File::create(&temporary)?;
-        file.write_all(text.as_bytes())?;
-        file.sync_all()?;
-        fs::rename(&temporary, &path)
-    })();
-    written.map_err(|source| ExportError::io(path, source))
+    destination.put(FINGERPRINTS, text.into_bytes())?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -335,26 +341,29 @@ mod tests {
     #[test]
     fn fingerprints_read_back_for_the_partitions_still_there() {
         let directory = tempfile::tempdir().unwrap();
-        let destination = directory.path();
+        let destination = Objects::open(
+            stq_objects::Location::Directory(directory.path().to_owned()),
+            &stq_objects::S3Settings::default(),
+        )
+        .unwrap();
         let written: BTreeMap<Partition, u64> = [
             (("units", 20_781), 0x0123_4567_89ab_cdef),
             (("metrics", 20_781), 7),
             (("units", 20_780), u64::MAX),
         ]
         .into();
-        write_fingerprints(destination, &written).unwrap();
+        write_fingerprints(&destination, &written).unwrap();
         for day in ["2026-11-24", "2026-11-23"] {
-            fs::create_dir_all(destination.join("units").join(format!("day={day}"))).unwrap();
+            let part = format!("units/day={day}/part-0.parquet");
+            destination.put(&part, b"PAR1".to_vec()).unwrap();
         }
         let mut present = written.clone();
         // Its partition is gone: written again.
         present.remove(&("metrics", 20_781));
-        assert_eq!(read_fingerprints(destination), present);
-        fs::write(
-            destination.join(FINGERPRINTS),
-            "stq export fingerprints 0\n",
-        )
-        .unwrap();
-        assert!(read_fingerprints(destination).is_empty());
+        assert_eq!(read_fingerprints(&destination), present);
+        destination
+            .put(FINGERPRINTS, b"stq export fingerprints 0\n".to_vec())
+            .unwrap();
+        assert!(read_fingerprints(&destination).is_empty());
     }
 }

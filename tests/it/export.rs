@@ -21,13 +21,13 @@ use crate::common::*;
 const EVERY_DIRECTION: &str = "&direction=input,output";
 
 /// `stq gen`'s snapshot of three stations over two days, in `directory/snap`.
-fn generated(directory: &Path) -> PathBuf {
+pub(crate) fn generated(directory: &Path) -> PathBuf {
     generated_days(directory, 2)
 }
 
 /// `stq gen`'s snapshot of three stations over `days` days up to 2026-11-24, in
 /// `directory/snap`.
-fn generated_days(directory: &Path, days: u32) -> PathBuf {
+pub(crate) fn generated_days(directory: &Path, days: u32) -> PathBuf {
     let snapshots = directory.join("snap");
     let output = run(
         &[
@@ -192,7 +192,7 @@ fn numeric(text: &str) -> Option<f64> {
     }
 }
 
-fn ready_server(snapshots: &Path, directory: &Path) -> Server {
+pub(crate) fn ready_server(snapshots: &Path, directory: &Path) -> Server {
     let tokens = directory.join("tokens.json");
     std::fs::write(&tokens, tokens_json()).unwrap();
     Server::spawn(&serve_args(snapshots, &tokens, &[]), &[])
@@ -471,7 +471,7 @@ fn duckdb_python() -> Option<PathBuf> {
 }
 
 /// Numbers equal to 1e-9 relative (1e-12 absolute near zero).
-fn close(got: f64, want: f64) -> bool {
+pub(crate) fn close(got: f64, want: f64) -> bool {
     (got - want).abs() <= 1e-9 * want.abs().max(got.abs()) || (got - want).abs() <= 1e-12
 }
 
@@ -560,7 +560,7 @@ fn issue_35_duckdb_computes_from_the_export_what_the_summaries_say() {
 
 /// Every partition (`units/day=...` and `metrics/day=...`) under `destination`, by
 /// kind and name.
-fn every_partition(destination: &Path) -> BTreeMap<(String, String), PathBuf> {
+pub(crate) fn every_partition(destination: &Path) -> BTreeMap<(String, String), PathBuf> {
     let mut all = BTreeMap::new();
     for kind in ["units", "metrics"] {
         if destination.join(kind).is_dir() {
@@ -573,7 +573,7 @@ fn every_partition(destination: &Path) -> BTreeMap<(String, String), PathBuf> {
 }
 
 /// The rows of a partition as records and their `time`, to compare with another's.
-fn records(partition: &Path) -> Vec<(Value, Option<i64>)> {
+pub(crate) fn records(partition: &Path) -> Vec<(Value, Option<i64>)> {
     (rows(partition).into_iter())
         .map(|row| (row.record, row.time))
         .collect()

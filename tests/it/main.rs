@@ -21,6 +21,8 @@
 //! | `metrics` | section 8: the admin listener's Prometheus metrics |
 //! | `files` | section 8: the admin listener's `/files` |
 //! | `reload` | section 8: SIGHUP and `--watch` |
+//! | `s3` | section 13 on S3: `stq export` and `serve --export` to moto's and s3s-fs's servers on loopback, read back by boto3, polars and chDB against the summaries; no credential in any output |
+//! | `s3_store` | section 12 on S3: `--store s3://`, replicas sharing a bucket behind nginx, a bucket that goes away and comes back, a damaged object |
 //! | `replicas` | two replicas behind Debian's nginx: one walk, 304s from both (skips where nginx cannot be had) |
 //! | `limits` | section 9: query length, window, timeouts, client deadlines, the cap |
 //! | `hostile_queries`, `hostile_snapshots` | hostile input of both kinds |
@@ -65,6 +67,8 @@ mod production_build;
 mod properties;
 mod reload;
 mod replicas;
+mod s3;
+mod s3_store;
 mod shape;
 mod store;
 mod summaries;

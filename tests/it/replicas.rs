@@ -20,19 +20,19 @@ use crate::common::*;
 
 /// The nginx binary, installed from Debian's packages when missing; `None` (the test
 /// skips) when it cannot be.
-fn nginx_binary() -> Option<PathBuf> {
+pub(crate) fn nginx_binary() -> Option<PathBuf> {
     debian_binary("/usr/sbin/nginx", "nginx-light")
 }
 
 /// nginx in front of `replicas`, round robin, stopped by pid when dropped.
-struct Balancer {
+pub(crate) struct Balancer {
     child: Child,
     port: u16,
     directory: tempfile::TempDir,
 }
 
 impl Balancer {
-    fn start(nginx: PathBuf, replicas: &[&Server]) -> Balancer {
+    pub(crate) fn start(nginx: PathBuf, replicas: &[&Server]) -> Balancer {
         let directory = temporary_directory();
         let port = free_port();
         let servers: String = replicas
@@ -76,7 +76,7 @@ impl Balancer {
         format!("http://127.0.0.1:{}{path_and_query}", self.port)
     }
 
-    fn get(&self, path_and_query: &str, headers: &[(&str, &str)]) -> Response {
+    pub(crate) fn get(&self, path_and_query: &str, headers: &[(&str, &str)]) -> Response {
         let agent = ureq::AgentBuilder::new()
             .timeout(Duration::from_secs(30))
             .build();
@@ -123,7 +123,7 @@ fn free_port() -> u16 {
 }
 
 /// Which replica answered the request with `request_id`, from their access lines.
-fn answered_by(replicas: &[&Server], request_id: &str) -> usize {
+pub(crate) fn answered_by(replicas: &[&Server], request_id: &str) -> usize {
     let needle = format!("request_id={request_id} ");
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {

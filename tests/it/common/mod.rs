@@ -836,7 +836,7 @@ pub fn stq_binary() -> &'static str {
     &BINARY
 }
 
-/// Removes every inherited `STQ_*` variable (and log settings, and
+/// Removes every inherited `STQ_*` and `AWS_*` variable (and log settings, and
 /// `NOTIFY_SOCKET`) so the environment of the test run does not configure the
 /// program under test; then sets `variables`, the ones a test means.
 ///
@@ -846,7 +846,8 @@ pub fn stq_binary() -> &'static str {
 /// sealed blocks beside hot records and must answer as at the defaults (issue 22).
 pub fn clean_environment(command: &mut Command, variables: &[(&str, &str)]) {
     for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("STQ_") {
+        let text = name.to_string_lossy();
+        if text.starts_with("STQ_") || text.starts_with("AWS_") {
             command.env_remove(&name);
         }
     }
@@ -941,7 +942,7 @@ pub fn strip_ansi(text: &str) -> String {
 /// (the server's stdout goes to `/dev/null`), so that a test can signal the server
 /// itself rather than the shell; stdout, not stderr, so the line can never be
 /// interleaved with the server's log.
-const WRAPPER: &str = r#"exec 3<&0
+pub const WRAPPER: &str = r#"exec 3<&0
 "$0" "$@" </dev/null >/dev/null 3<&- &
 pid=$!
 echo "$pid"

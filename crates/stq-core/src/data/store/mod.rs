@@ -69,7 +69,7 @@ use crate::data::symbols::{Symbol, Symbols};
 use crate::data::threads;
 
 /// The manifest's name in the store's directory.
-const MANIFEST: &str = "MANIFEST";
+pub const MANIFEST: &str = "MANIFEST";
 
 /// What every store file starts with, and the version of this format: a store of
 /// another version is not read (and is written over).
@@ -184,10 +184,6 @@ impl Store {
         Store {
             directory: directory.to_path_buf(),
         }
-    }
-
-    pub(crate) fn directory(&self) -> &Path {
-        &self.directory
     }
 
     /// The generation the manifest describes, every file checked against its hash,
@@ -320,7 +316,7 @@ impl Store {
                 file.length
             )));
         }
-        if !file.name.contains(&format!("-{:032x}.", xxh3_128(&bytes))) {
+        if !holds_its_name(&file.name, &bytes) {
             return Err(damaged("its checksum does not match".into()));
         }
         if !bytes.starts_with(MAGIC) {
@@ -388,6 +384,23 @@ impl Store {
     fn sync_directory(&self) -> io::Result<()> {
         File::open(&self.directory)?.sync_all()
     }
+}
+
+/// The files `manifest` names, each with its length, if the manifest is whole: what
+/// a copy of the store (`--store s3://`'s local one) must hold for a start to use it.
+pub fn manifest_files(manifest: &[u8]) -> Result<Vec<(String, u64)>, String> {
+    let body = checked_manifest(manifest)?;
+    let manifest = Manifest::read(body).map_err(|corrupt| corrupt.to_string())?;
+    let files = (manifest.symbols.iter().map(|(_, file)| file))
+        .chain((manifest.stations.iter()).flat_map(ManifestStation::files))
+        .map(|file| (file.name.clone(), file.length));
+    Ok(files.collect())
+}
+
+/// Whether `bytes` are what the store file `name` was written with: its name holds
+/// their XXH3-128.
+pub fn holds_its_name(name: &str, bytes: &[u8]) -> bool {
+    name.contains(&format!("-{:032x}.", xxh3_128(bytes)))
 }
 
 /// Every shard's stations numbered from 0 without a gap.
@@ -650,11 +663,6 @@ impl StoreWriter {
             settings,
             written,
         }
-    }
-
-    /// The store's directory.
-    pub fn directory(&self) -> &Path {
-        self.store.directory()
     }
 
     /// Writes the generation of `catalog` and `shards`: the files of what changed

@@ -1,0 +1,455 @@
+//! `--store s3://BUCKET/PREFIX` (docs/api.md section 12): the store is read and
+//! written in a local directory exactly as `--store DIR` is (its *copy*,
+//! `--store-cache`), and that directory is mirrored to the bucket, so that every
+//! query and every start read local files, and the bucket is what replicas share.
+//!
+//! - **Pull**, at a start: the bucket's manifest, then every file it names that the
+//!   copy lacks, each checked against the hash its name holds before it is written
+//!   (whole: a temporary name, fsync, rename); the manifest last. A start against a
+//!   store another replica filled then reads it instead of parsing. An object that
+//!   fails its hash is not written: the start finds its station's file missing and
+//!   reads that station from the snapshot files, as for a damaged local file, and
+//!   the next push puts it again.
+//! - **Push**, after each write of the copy: the files its manifest names that the
+//!   bucket lacks, each one PUT, then the manifest, last. Store files are named by
+//!   their hash, so two replicas putting at once put the same bytes under a name,
+//!   or different names: never a torn or mixed object. Then objects named by no
+//!   manifest are deleted, once older than [`GRACE`]: another replica may be
+//!   between putting its files and its manifest.
+//! - What the bucket holds is known from a listing, refreshed every
+//!   [`RELIST_INTERVAL`] (a replica's deletions are then seen, and what they took
+//!   is put again) and kept current with this process's own puts.
+//!
+//! A bucket that cannot be reached (after `stq-objects`' timeouts and retries)
+//! leaves the start with what the copy holds and the writes to the copy going on;
+//! the store is then `degraded` until a push succeeds.
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use stq_core::data::store::{holds_its_name, manifest_files, MANIFEST};
+use stq_objects::{Location, Objects, ObjectsError, S3Settings};
+
+/// How long an object no manifest names stays in the bucket: longer than any
+/// replica takes from putting a write's files to putting the manifest that names
+/// them, so that a replica never deletes what another is about to name.
+pub(crate) const GRACE: Duration = Duration::from_secs(3600);
+
+/// How often the bucket is listed again, between pushes, to learn what other
+/// replicas deleted (an object this replica's manifest names is then put again).
+pub(crate) const RELIST_INTERVAL: Duration = Duration::from_secs(600);
+
+/// Objects fetched or put at once: S3 answers each request in milliseconds, so
+/// a start's thousands of files go at the pace of several in flight.
+const IN_FLIGHT: usize = 8;
+
+/// Why a pull or a push did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum MirrorError {
+    /// The bucket refused, or could not be reached.
+    #[error(transparent)]
+    Bucket(#[from] ObjectsError),
+    /// The local copy could not be read or written.
+    #[error("{path}: {source}")]
+    Copy {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+/// What a pull did.
+#[derive(Debug, Default)]
+pub struct Pulled {
+    /// Whether the bucket held a manifest (a store another start wrote).
+    pub manifest: bool,
+    /// Files fetched into the copy, and their bytes.
+    pub files: usize,
+    pub bytes: u64,
+    /// Objects that failed the hash their name holds, not used.
+    pub damaged: Vec<String>,
+}
+
+/// What a push did.
+#[derive(Debug, Default)]
+pub struct Pushed {
+    /// Objects put (the manifest among them), and their bytes.
+    pub files: usize,
+    pub bytes: u64,
+    /// Objects deleted.
+    pub deleted: usize,
+}
+
+/// The bucket and the local copy that mirrors it.
+pub struct Mirror {
+    bucket: Objects,
+    copy: PathBuf,
+    /// The copy's files, written as the bucket's objects are: whole (a temporary
+    /// name, fsync, rename, the directory fsynced).
+    files: Objects,
+    /// What the bucket is known to hold: each object's size and when it was put.
+    held: HashMap<String, (u64, SystemTime)>,
+    listed: Option<Instant>,
+    /// The manifest pushed last: a push with nothing new puts nothing.
+    pushed: Option<Vec<u8>>,
+}
+
+impl Mirror {
+    /// The mirror of `location` (an S3 bucket and prefix) in the directory `copy`.
+    pub fn open(location: Location, copy: PathBuf) -> Result<Mirror, ObjectsError> {
+        Ok(Mirror {
+            bucket: Objects::open(location, &S3Settings::from_env())?,
+            files: Objects::open(Location::Directory(copy.clone()), &S3Settings::default())?,
+            copy,
+            held: HashMap::new(),
+            listed: None,
+            pushed: None,
+        })
+    }
+
+    /// The bucket, for messages.
+    pub fn location(&self) -> &Location {
+        self.bucket.location()
+    }
+
+    /// The local copy's directory: the store the start reads and the writer writes.
+    pub fn copy(&self) -> &Path {
+        &self.copy
+    }
+
+    /// Makes the copy hold what the bucket's manifest names, and that manifest.
+    pub fn pull(&mut self) -> Result<Pulled, MirrorError> {
+        fs::create_dir_all(&self.copy).map_err(|source| self.copy_error(&self.copy, source))?;
+        self.list()?;
+        let mut pulled = Pulled::default();
+        let manifest = match self.bucket.get(MANIFEST) {
+            Ok(manifest) => manifest,
+            Err(error) if error.is_not_found() => return Ok(pulled),
+            Err(error) => return Err(error.into()),
+        };
+        pulled.manifest = true;
+        let files = match manifest_files(&manifest) {
+            Ok(files) => files,
+            Err(reason) => {
+                // The copy keeps what it held; the next push puts a whole manifest.
+                pulled.damaged.push(format!("{MANIFEST}: {reason}"));
+                return Ok(pulled);
+            }
+        };
+        let missing: Vec<(String, u64)> = (files.into_iter())
+            .filter(|(name, length)| {
+                fs::metadata(self.copy.join(name)).map_or(true, |file| file.len() != *length)
+            })
+            .collect();
+        let fetched = in_parallel(&missing, |(name, _)| {
+            let bytes = self.bucket.get(name)?;
+            if !holds_its_name(name, &bytes) {
+                return Ok(Fetched::Damaged(name.clone()));
+            }
+            let length = bytes.len() as u64;
+            self.files.put(name, bytes)?;
+            Ok(Fetched::Written(length))
+        })?;
+        for fetched in fetched {
+            match fetched {
+                Fetched::Written(bytes) => {
+                    pulled.files += 1;
+                    pulled.bytes += bytes;
+                }
+                Fetched::Damaged(name) => {
+                    // Not held, as far as pushes go: the next one puts it whole.
+                    self.held.remove(&name);
+                    pulled.damaged.push(name);
+                }
+            }
+        }
+        // Each file is in the copy (its directory fsynced) before the manifest.
+        self.files.put(MANIFEST, manifest.clone())?;
+        // With an object to put again, the first push must not take the bucket for
+        // whole, though its manifest may come out the same.
+        if pulled.damaged.is_empty() {
+            self.pushed = Some(manifest);
+        }
+        Ok(pulled)
+    }
+
+    /// Puts what the copy's manifest names and the bucket lacks, then the manifest;
+    /// then deletes the objects no manifest needs.
+    pub fn push(&mut self) -> Result<Pushed, MirrorError> {
+        let path = self.copy.join(MANIFEST);
+        let manifest = fs::read(&path).map_err(|source| self.copy_error(&path, source))?;
+        let mut pushed = Pushed::default();
+        let stale = (self.listed).is_none_or(|listed| listed.elapsed() >= RELIST_INTERVAL);
+        if stale {
+            self.list()?;
+        } else if self.pushed.as_ref() == Some(&manifest) {
+            return Ok(pushed);
+        }
+        let files = manifest_files(&manifest).map_err(|reason| MirrorError::Copy {
+            path: path.display().to_string(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidData, reason),
+        })?;
+        let missing: Vec<(String, u64)> = (files.iter())
+            .filter(|(name, length)| self.held.get(name).is_none_or(|held| held.0 != *length))
+            .cloned()
+            .collect();
+        in_parallel(&missing, |(name, _)| {
+            self.bucket.put(name, self.files.get(name)?)?;
+            Ok(())
+        })?;
+        let now = SystemTime::now();
+        for (name, length) in missing {
+            pushed.files += 1;
+            pushed.bytes += length;
+            self.held.insert(name, (length, now));
+        }
+        pushed.files += 1;
+        pushed.bytes += manifest.len() as u64;
+        self.bucket.put(MANIFEST, manifest.clone())?;
+        let named: std::collections::HashSet<&str> =
+            files.iter().map(|(name, _)| name.as_str()).collect();
+        let old: Vec<String> = (self.held.iter())
+            .filter(|(name, (_, put))| {
+                name.ends_with(".stq")
+                    && !named.contains(name.as_str())
+                    && now.duration_since(*put).unwrap_or_default() >= GRACE
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in old {
+            // Another replica may have deleted it first.
+            match self.bucket.delete(&name) {
+                Ok(()) => pushed.deleted += 1,
+                Err(error) if error.is_not_found() => {}
+                Err(error) => return Err(error.into()),
+            }
+            self.held.remove(&name);
+        }
+        self.pushed = Some(manifest);
+        Ok(pushed)
+    }
+
+    /// Learns what the bucket holds.
+    fn list(&mut self) -> Result<(), ObjectsError> {
+        let listed = self.bucket.list("")?;
+        self.held = (listed.into_iter())
+            .map(|object| (object.name, (object.size, object.modified)))
+            .collect();
+        self.listed = Some(Instant::now());
+        Ok(())
+    }
+
+    fn copy_error(&self, path: &Path, source: std::io::Error) -> MirrorError {
+        MirrorError::Copy {
+            path: path.display().to_string(),
+            source,
+        }
+    }
+}
+
+/// What fetching one object did.
+enum Fetched {
+    Written(u64),
+    Damaged(String),
+}
+
+/// `work` on each of `items`, [`IN_FLIGHT`] at a time; the results in no order, or
+/// the first error.
+fn in_parallel<T: Sync, R: Send>(
+    items: &[T],
+    work: impl Fn(&T) -> Result<R, MirrorError> + Sync,
+) -> Result<Vec<R>, MirrorError> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    // After an error, no worker begins another item.
+    let failing = std::sync::atomic::AtomicBool::new(false);
+    let threads = IN_FLIGHT.min(items.len());
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut results = Vec::new();
+                    loop {
+                        let at = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let item = match items.get(at) {
+                            Some(item) if !failing.load(std::sync::atomic::Ordering::Relaxed) => {
+                                item
+                            }
+                            _ => return Ok(results),
+                        };
+                        match work(item) {
+                            Ok(result) => results.push(result),
+                            Err(error) => {
+                                failing.store(true, std::sync::atomic::Ordering::Relaxed);
+                                return Err(error);
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        let mut results = Vec::with_capacity(items.len());
+        let mut failed = None;
+        for worker in workers {
+            match worker.join().expect("a mirror's worker does not panic") {
+                Ok(done) => results.extend(done),
+                Err(error) => failed = failed.or(Some(error)),
+            }
+        }
+        match failed {
+            None => Ok(results),
+            Some(error) => Err(error),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use stq_core::data::load::{self, LoadOptions, OnInvalid};
+    use stq_core::data::store::{Store, StoreSettings, StoreWriter, Written};
+
+    use super::*;
+
+    /// A store of the repository's sample snapshot written in `copy`.
+    fn written_store(copy: &Path) {
+        let options = LoadOptions {
+            directory: Path::new(env!("CARGO_MANIFEST_DIR")).join("snapshots"),
+            shards: 2,
+            on_invalid: OnInvalid::Fail,
+            generation: 1,
+            threads: 2,
+            hot: Some(Duration::from_secs(3600)),
+        };
+        let (generation, _) = load::load(&options).unwrap();
+        let settings = StoreSettings {
+            snapshots: options.directory.clone(),
+            shards: options.shards,
+            hot: options.hot,
+        };
+        let mut writer = StoreWriter::new(Store::new(copy), settings, Written::default());
+        let (catalog, shards) = generation.into_parts();
+        let shards: Vec<_> = shards.into_iter().map(Arc::new).collect();
+        writer.write(&catalog, &shards).unwrap();
+    }
+
+    /// A directory stands for the bucket: `stq-objects` gives both one API.
+    fn mirror(bucket: &Path, copy: &Path) -> Mirror {
+        Mirror::open(
+            Location::Directory(bucket.to_path_buf()),
+            copy.to_path_buf(),
+        )
+        .unwrap()
+    }
+
+    /// Each `.stq` file and the manifest in `directory`, with its bytes.
+    fn files(directory: &Path) -> Vec<(String, Vec<u8>)> {
+        let mut files: Vec<_> = (fs::read_dir(directory).unwrap())
+            .map(|entry| entry.unwrap())
+            .map(|entry| {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                (name, fs::read(entry.path()).unwrap())
+            })
+            .filter(|(name, _)| name.ends_with(".stq") || name == MANIFEST)
+            .collect();
+        files.sort();
+        files
+    }
+
+    #[test]
+    fn a_pushed_store_is_pulled_whole_into_another_copy() {
+        let root = tempfile::tempdir().unwrap();
+        let (bucket, first, second) = (
+            root.path().join("bucket"),
+            root.path().join("first"),
+            root.path().join("second"),
+        );
+        written_store(&first);
+        let pushed = mirror(&bucket, &first).push().unwrap();
+        assert_eq!(pushed.files, files(&first).len());
+        // What the bucket holds is not put again: a new mirror puts the manifest,
+        // one that pulled it nothing.
+        assert_eq!(mirror(&bucket, &first).push().unwrap().files, 1);
+        let mut again = mirror(&bucket, &first);
+        again.pull().unwrap();
+        assert_eq!(again.push().unwrap().files, 0);
+
+        let pulled = mirror(&bucket, &second).pull().unwrap();
+        assert!(pulled.manifest && pulled.damaged.is_empty());
+        assert_eq!(pulled.files + 1, files(&first).len());
+        assert_eq!(files(&second), files(&first));
+    }
+
+    #[test]
+    fn an_empty_bucket_pulls_nothing() {
+        let root = tempfile::tempdir().unwrap();
+        let pulled = mirror(&root.path().join("bucket"), &root.path().join("copy"))
+            .pull()
+            .unwrap();
+        assert!(!pulled.manifest);
+        assert_eq!(pulled.files, 0);
+    }
+
+    #[test]
+    fn an_object_that_fails_its_checksum_is_not_pulled_and_is_put_again() {
+        let root = tempfile::tempdir().unwrap();
+        let (bucket, first, second) = (
+            root.path().join("bucket"),
+            root.path().join("first"),
+            root.path().join("second"),
+        );
+        written_store(&first);
+        mirror(&bucket, &first).push().unwrap();
+        let (name, mut bytes) = (files(&bucket).into_iter())
+            .find(|(name, _)| name.starts_with("sealed-"))
+            .expect("a sealed file");
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 1;
+        fs::write(bucket.join(&name), &bytes).unwrap();
+
+        let mut second_mirror = mirror(&bucket, &second);
+        let pulled = second_mirror.pull().unwrap();
+        assert_eq!(pulled.damaged, vec![name.clone()]);
+        assert!(!second.join(&name).exists(), "a damaged object is not used");
+        // The copy that holds it whole puts it again.
+        let mut first_mirror = mirror(&bucket, &first);
+        first_mirror.held.remove(&name);
+        first_mirror.listed = Some(Instant::now());
+        first_mirror.push().unwrap();
+        assert_eq!(
+            fs::read(bucket.join(&name)).unwrap(),
+            fs::read(first.join(&name)).unwrap()
+        );
+    }
+
+    #[test]
+    fn objects_no_manifest_names_are_deleted_once_older_than_the_grace() {
+        let root = tempfile::tempdir().unwrap();
+        let (bucket, copy) = (root.path().join("bucket"), root.path().join("copy"));
+        written_store(&copy);
+        mirror(&bucket, &copy).push().unwrap();
+        let (old, young) = ("sealed-old.stq", "sealed-young.stq");
+        for name in [old, young] {
+            fs::write(bucket.join(name), b"left by another replica").unwrap();
+        }
+        let long_ago = SystemTime::now() - GRACE - Duration::from_secs(60);
+        fs::File::options()
+            .write(true)
+            .open(bucket.join(old))
+            .unwrap()
+            .set_modified(long_ago)
+            .unwrap();
+        let pushed = mirror(&bucket, &copy).push().unwrap();
+        assert_eq!(pushed.deleted, 1);
+        assert!(!bucket.join(old).exists());
+        assert!(
+            bucket.join(young).exists(),
+            "another replica may be about to name it"
+        );
+        let named = manifest_files(&fs::read(copy.join(MANIFEST)).unwrap()).unwrap();
+        for (name, _) in named {
+            assert!(bucket.join(&name).exists(), "{name}");
+        }
+    }
+}

@@ -1,0 +1,294 @@
+//! Issue 35: `--store s3://BUCKET/PREFIX` (docs/api.md section 12) against real S3
+//! servers on loopback (`s3::S3Server`: moto's and s3s-fs's): replicas that share
+//! a bucket behind Debian's nginx, the second ready from what the first put; a
+//! bucket that goes away and comes back; an object damaged in the bucket. Every
+//! answer is compared with a server without a store's; every log is searched for
+//! the credentials.
+
+use std::path::Path;
+
+use super::export::generated_days;
+use super::replicas::{answered_by, nginx_binary, Balancer};
+use super::s3::{assert_no_secret, borrowed, with_debug_log, Kind, S3Server};
+use crate::common::*;
+
+/// The queries whose answers (records, cursors, summaries) and `ETag`s every
+/// server of a test must give alike.
+const QUERIES: [&str; 6] = [
+    "/units?from=2026-11-20T00:00:00Z&to=2026-11-25T00:00:00Z&limit=50",
+    "/metrics?from=2026-11-21T00:00:00Z&to=2026-11-22T00:00:00Z&limit=50",
+    "/metrics?from=2026-11-20T00:00:00Z&to=2026-11-25T00:00:00Z&station_ids=ST-02&limit=500",
+    "/units/summary?from=2026-11-20T00:00:00Z&to=2026-11-25T00:00:00Z&bucket=1d",
+    "/metrics/summary?from=2026-11-20T00:00:00Z&to=2026-11-25T00:00:00Z",
+    "/stations",
+];
+
+/// A snapshot of three generated days, its tokens, and a cursor key the servers of
+/// a test share (cursors must pass between replicas).
+struct Floor {
+    directory: tempfile::TempDir,
+    snapshots: std::path::PathBuf,
+}
+
+impl Floor {
+    fn new() -> Floor {
+        let directory = temporary_directory();
+        let snapshots = generated_days(directory.path(), 3);
+        std::fs::write(directory.path().join("tokens.json"), tokens_json()).unwrap();
+        std::fs::write(
+            directory.path().join("cursor.key"),
+            b"the replicas' shared secret, 32 bytes or more",
+        )
+        .unwrap();
+        Floor {
+            directory,
+            snapshots,
+        }
+    }
+
+    /// `serve` on the floor with `--hot 1h` (so most of it is sealed, in the store's
+    /// sealed files) and `extra`.
+    fn args(&self, extra: &[&str]) -> Vec<String> {
+        let key = path_string(&self.directory.path().join("cursor.key"));
+        let mut flags = vec![
+            "--hot",
+            "1h",
+            "--cursor-key-file",
+            &key,
+            "--watch",
+            "--access-log",
+        ];
+        flags.extend(extra);
+        serve_args(
+            &self.snapshots,
+            &self.directory.path().join("tokens.json"),
+            &flags,
+        )
+    }
+
+    /// A server with the store `s3://lake/PREFIX`, its local copy in `copy`.
+    fn replica(&self, s3: &S3Server, prefix: &str, copy: &Path) -> Server {
+        let store = format!("s3://lake/{prefix}");
+        let copy = path_string(copy);
+        let variables = with_debug_log(s3);
+        Server::spawn(
+            &self.args(&["--store", &store, "--store-cache", &copy]),
+            &borrowed(&variables),
+        )
+    }
+}
+
+/// Every query's answer and `ETag` from `server`.
+fn answers(server: &Server) -> Vec<(String, Option<String>)> {
+    let mut answers = Vec::new();
+    for query in QUERIES {
+        let response = server.get(query, Some(OPS));
+        assert_eq!(response.status, 200, "{query}: {}", response.context());
+        let tag = response.header("etag").map(str::to_owned);
+        answers.push((answer_text(&response.body), tag));
+    }
+    answers
+}
+
+/// An answer without its `meta` (a timestamp, a request id, a duration), which
+/// differs between any two answers by design.
+fn answer_text(body: &str) -> String {
+    let mut value: serde_json::Value = serde_json::from_str(body).unwrap();
+    if let Some(object) = value.as_object_mut() {
+        object.remove("meta");
+    }
+    value.to_string()
+}
+
+fn store_status(server: &Server) -> String {
+    server.readiness()["store"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Waits until `/readyz` says the store is `want`.
+fn wait_for_store(server: &Server, want: &str) {
+    let deadline = std::time::Instant::now() + RELOAD_TIMEOUT;
+    while store_status(server) != want {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the store is {:?}, not {want:?}; log:\n{}",
+            store_status(server),
+            server.log().join("\n")
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Two replicas on one bucket: the second starts from what the first put (no
+/// snapshot file parsed), and behind nginx both answer alike, a cursor walk across
+/// them included; both answer as a server without a store does.
+fn replicas_share_the_store(kind: Kind) {
+    let s3 = S3Server::start(kind);
+    let floor = Floor::new();
+    let copies = temporary_directory();
+    let first = floor.replica(&s3, "plant-1", &copies.path().join("first"));
+    first.wait_for_log("store pushed to s3://lake/plant-1", 1);
+    assert_eq!(store_status(&first), "ok");
+    let second = floor.replica(&s3, "plant-1", &copies.path().join("second"));
+    let ready = second
+        .log()
+        .into_iter()
+        .find(|line| line.contains("records restored"))
+        .unwrap_or_else(|| panic!("{kind:?}: the second replica used no store"));
+    assert!(
+        ready.contains(", 0 files (0 bytes) parsed"),
+        "{kind:?}: the second replica parsed files: {ready}"
+    );
+    let plain = Server::spawn(&floor.args(&[]), &[]);
+    let want = answers(&plain);
+    assert_eq!(answers(&first), want, "{kind:?}: the first replica");
+    assert_eq!(answers(&second), want, "{kind:?}: the second replica");
+
+    if let Some(nginx) = nginx_binary() {
+        let replicas = [&first, &second];
+        let balancer = Balancer::start(nginx, &replicas);
+        let mut walked = Vec::new();
+        let mut answered = [0, 0];
+        let mut cursor: Option<String> = None;
+        for page in 0.. {
+            let path = match &cursor {
+                None => QUERIES[0].to_owned(),
+                Some(cursor) => format!("{}&cursor={}", QUERIES[0], percent_encode(cursor)),
+            };
+            let request_id = format!("s3-walk-{page}");
+            let envelope = balancer.get(&path, &[("X-Request-Id", &request_id)]).ok();
+            answered[answered_by(&replicas, &request_id)] += 1;
+            walked.extend(envelope.data.iter().cloned());
+            cursor = envelope.cursor();
+            if cursor.is_none() {
+                break;
+            }
+        }
+        let mut alone = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let path = match &cursor {
+                None => QUERIES[0].to_owned(),
+                Some(cursor) => format!("{}&cursor={}", QUERIES[0], percent_encode(cursor)),
+            };
+            let envelope = plain.ok(&path);
+            alone.extend(envelope.data.iter().cloned());
+            cursor = envelope.cursor();
+            if cursor.is_none() {
+                break;
+            }
+        }
+        assert_eq!(walked, alone, "{kind:?}: a walk through nginx");
+        assert!(
+            answered[0] > 0 && answered[1] > 0,
+            "{kind:?}: pages answered per replica: {answered:?}"
+        );
+    }
+    for server in [&first, &second] {
+        assert_no_secret(&server.log().join("\n"), &format!("a replica on {kind:?}"));
+    }
+}
+
+#[test]
+fn issue_35_replicas_share_a_store_on_moto() {
+    replicas_share_the_store(Kind::Moto);
+}
+
+#[test]
+fn issue_35_replicas_share_a_store_on_s3s_fs() {
+    replicas_share_the_store(Kind::S3sFs);
+}
+
+/// The bucket goes away: stq keeps answering (what was appended meanwhile too),
+/// `/readyz` says `degraded`; it comes back: the store is `ok` again without a
+/// further append, and a new replica starts from what was pushed then. s3s-fs,
+/// which keeps its objects across a restart (moto's are in memory).
+#[test]
+fn issue_35_a_bucket_that_goes_away_degrades_the_store_until_it_is_back() {
+    let mut s3 = S3Server::start(Kind::S3sFs);
+    let floor = Floor::new();
+    let copies = temporary_directory();
+    let server = floor.replica(&s3, "outage", &copies.path().join("first"));
+    server.wait_for_log("store pushed to s3://lake/outage", 1);
+    s3.stop();
+
+    let late = r#"{"station_id":"ST-01","slot":"slot-1","unit_serial":"SN-OUTAGE-35","time_created":"2026-11-23T20:00:00.000Z","tz":"UTC","mode":"production","tags":[],"unit_type":"pcb-power","direction":"output","result":"pass","metadata":{}}"#;
+    let generation = server.generation();
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(floor.snapshots.join("ST-01/2026-11-23.units.jsonl"))
+        .unwrap();
+    std::io::Write::write_all(&mut file, format!("{late}\n").as_bytes()).unwrap();
+    drop(file);
+    server.wait_for_generation_after(generation);
+    wait_for_store(&server, "degraded");
+    server.wait_for_log("cannot push the store to s3://lake/outage", 1);
+    let found = server
+        .ok("/units?from=2026-11-23T19:00:00Z&to=2026-11-23T21:00:00Z&serial_number=SN-OUTAGE-35");
+    assert_eq!(
+        found.data.len(),
+        1,
+        "the appended record is served meanwhile"
+    );
+
+    s3.restart();
+    wait_for_store(&server, "ok");
+    let second = floor.replica(&s3, "outage", &copies.path().join("second"));
+    let ready = (second.log().into_iter())
+        .find(|line| line.contains("records restored"))
+        .expect("the second replica used the store");
+    assert!(ready.contains(", 0 files (0 bytes) parsed"), "{ready}");
+    assert_eq!(answers(&second), answers(&server));
+    assert_no_secret(&server.log().join("\n"), "a replica through an outage");
+}
+
+/// An object changed in the bucket after it was put (a flipped byte) is not used:
+/// a replica starting from the bucket reads that station from the snapshot files,
+/// answers as a server without a store does, and puts that station's files whole
+/// again, so that the next replica starts from the bucket alone.
+#[test]
+fn issue_35_an_object_damaged_in_the_bucket_is_read_from_the_snapshot_files() {
+    let s3 = S3Server::start(Kind::S3sFs);
+    let floor = Floor::new();
+    let copies = temporary_directory();
+    let first = floor.replica(&s3, "damage", &copies.path().join("first"));
+    first.wait_for_log("store pushed to s3://lake/damage", 1);
+    drop(first);
+    let objects = s3.objects_directory().join("damage");
+    let mut sealed: Vec<_> = std::fs::read_dir(&objects)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path_string(path).contains("/sealed-"))
+        .collect();
+    sealed.sort();
+    let victim = sealed.first().expect("a sealed object").clone();
+    let mut bad = std::fs::read(&victim).unwrap();
+    let middle = bad.len() / 2;
+    bad[middle] ^= 0x20;
+    std::fs::write(&victim, &bad).unwrap();
+
+    let second = floor.replica(&s3, "damage", &copies.path().join("second"));
+    let name = victim.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(
+        second
+            .log()
+            .iter()
+            .any(|line| line.contains(&name) && line.contains("checksum")),
+        "the damaged object is logged: {}",
+        second.log().join("\n")
+    );
+    let plain = Server::spawn(&floor.args(&[]), &[]);
+    assert_eq!(answers(&second), answers(&plain));
+    // The station's files, written again, are put: a third replica finds every
+    // object whole and parses nothing.
+    second.wait_for_log("store pushed to s3://lake/damage", 1);
+    let third = floor.replica(&s3, "damage", &copies.path().join("third"));
+    let ready = (third.log().into_iter())
+        .find(|line| line.contains("records restored"))
+        .expect("the third replica used the store");
+    assert!(ready.contains(", 0 files (0 bytes) parsed"), "{ready}");
+    assert!(third.log_count("fails its checksum") == 0);
+    assert_eq!(answers(&third), answers(&plain));
+}
