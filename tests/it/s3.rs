@@ -15,244 +15,18 @@
 //! install` and moto, polars and chDB with pip, under the target directory), and a
 //! test fails when it cannot be.
 
-use std::fs::File;
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
 
 use serde_json::Value;
 
 use super::export::{close, every_partition, generated, generated_days, ready_server, records};
+use crate::common::s3::*;
 use crate::common::*;
-
-/// The bucket every test writes to.
-pub(crate) const BUCKET: &str = "lake";
-
-/// Credentials no output of stq may show: distinctive, so that a search for them
-/// cannot miss.
-const KEY_ID: &str = "STQ35KEYIDQUOKKA";
-const SECRET: &str = "stq35-secret-wombat-7f3e9a";
 
 /// The pass results `stq gen`'s units have (docs/api.md section 10.1's default).
 const PASS: &str = "pass";
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Kind {
-    Moto,
-    S3sFs,
-}
-
-/// Installs (once a process, and only when missing) what these tests run, with
-/// tests/export/s3-tools.sh, which pins the releases; returns the directory it
-/// installs under.
-fn tools() -> &'static Path {
-    static TOOLS: OnceLock<PathBuf> = OnceLock::new();
-    TOOLS.get_or_init(|| {
-        let directory = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/export/s3-tools.sh");
-        let status = Command::new("bash")
-            .arg(script)
-            .arg(&directory)
-            .status()
-            .expect("run tests/export/s3-tools.sh");
-        assert!(
-            status.success(),
-            "tests/export/s3-tools.sh could not install moto, polars, chDB or s3s-fs"
-        );
-        directory
-    })
-}
-
-/// The Python of the venv with moto's server, boto3, polars and chDB.
-fn python() -> PathBuf {
-    tools().join("s3-venv/bin/python")
-}
-
-/// The `s3s-fs` binary.
-fn s3s_fs() -> PathBuf {
-    tools().join("s3s-fs/bin/s3s-fs")
-}
-
-/// A loopback port no one listens on now.
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
-
-/// An S3 server on loopback with bucket [`BUCKET`], stopped (SIGKILL to its
-/// process id) when dropped; a shell wrapper ends it too if the test binary dies.
-pub(crate) struct S3Server {
-    kind: Kind,
-    port: u16,
-    pid: u32,
-    wrapper: Child,
-    /// Its data (s3s-fs) and its log.
-    directory: tempfile::TempDir,
-}
-
-impl S3Server {
-    pub(crate) fn start(kind: Kind) -> S3Server {
-        S3Server::launch(kind, free_port(), temporary_directory())
-    }
-
-    /// Starts the stopped server again on its port, with its data (s3s-fs keeps
-    /// its objects in files; moto's are in memory, and lost).
-    pub(crate) fn restart(&mut self) {
-        self.stop();
-        (self.pid, self.wrapper) = S3Server::spawn(self.kind, self.port, self.directory.path());
-        self.wait_until_listening();
-    }
-
-    /// The directory holding bucket [`BUCKET`]'s objects as files (s3s-fs only).
-    pub(crate) fn objects_directory(&self) -> PathBuf {
-        assert_eq!(self.kind, Kind::S3sFs, "moto keeps its objects in memory");
-        self.directory.path().join("data").join(BUCKET)
-    }
-
-    /// Starts the server's process (through the wrapper) on `port` with its data
-    /// and log in `directory`: its pid and the wrapper.
-    fn spawn(kind: Kind, port: u16, directory: &Path) -> (u32, Child) {
-        let mut command = Command::new("sh");
-        command.arg("-c").arg(WRAPPER);
-        match kind {
-            Kind::Moto => {
-                let python = python();
-                command.arg(python.with_file_name("moto_server")).args([
-                    "-H",
-                    "127.0.0.1",
-                    "-p",
-                    &port.to_string(),
-                ]);
-            }
-            Kind::S3sFs => {
-                let data = directory.join("data");
-                // s3s-fs's buckets are its root's directories.
-                std::fs::create_dir_all(data.join(BUCKET)).unwrap();
-                command
-                    .arg(s3s_fs())
-                    .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-                    .args(["--access-key", KEY_ID, "--secret-key", SECRET])
-                    .arg(&data);
-            }
-        }
-        let log = (File::options().create(true).append(true))
-            .open(directory.join("server.log"))
-            .unwrap();
-        let mut wrapper = command
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let mut pid = String::new();
-        std::io::BufRead::read_line(
-            &mut std::io::BufReader::new(wrapper.stdout.take().unwrap()),
-            &mut pid,
-        )
-        .unwrap();
-        (
-            pid.trim().parse().expect("the wrapper prints the pid"),
-            wrapper,
-        )
-    }
-
-    fn launch(kind: Kind, port: u16, directory: tempfile::TempDir) -> S3Server {
-        let (pid, wrapper) = S3Server::spawn(kind, port, directory.path());
-        let server = S3Server {
-            kind,
-            port,
-            pid,
-            wrapper,
-            directory,
-        };
-        server.wait_until_listening();
-        if kind == Kind::Moto {
-            // moto checks no signature: the bucket is made by a plain PUT.
-            let made = ureq::put(&server.endpoint())
-                .call()
-                .map(|response| response.status());
-            assert!(matches!(made, Ok(200)), "moto: create bucket: {made:?}");
-        }
-        server
-    }
-
-    fn wait_until_listening(&self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "{:?} not listening on {} within 60 s: {}",
-                self.kind,
-                self.port,
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.directory.path().join("server.log")).unwrap_or_default()
-    }
-
-    /// The bucket's URL.
-    fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}/{BUCKET}", self.port)
-    }
-
-    /// The variables stq (and boto3, polars, chDB) take S3's settings from.
-    pub(crate) fn variables(&self) -> Vec<(&'static str, String)> {
-        vec![
-            ("AWS_ACCESS_KEY_ID", KEY_ID.to_owned()),
-            ("AWS_SECRET_ACCESS_KEY", SECRET.to_owned()),
-            ("AWS_REGION", "us-east-1".to_owned()),
-            (
-                "AWS_ENDPOINT_URL",
-                format!("http://127.0.0.1:{}", self.port),
-            ),
-            ("AWS_ALLOW_HTTP", "true".to_owned()),
-        ]
-    }
-
-    /// Stops the server: SIGKILL to its process id, then the wrapper's end.
-    pub(crate) fn stop(&mut self) {
-        // SAFETY: kill(2) with a pid this test started and a valid signal.
-        unsafe { libc::kill(self.pid as libc::pid_t, libc::SIGKILL) };
-        let _ = self.wrapper.wait();
-    }
-}
-
-impl Drop for S3Server {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-/// The variables of `server`, and `RUST_LOG=debug` so that whatever stq would
-/// log of S3 is in its output, for the search for secrets.
-pub(crate) fn with_debug_log(server: &S3Server) -> Vec<(&'static str, String)> {
-    let mut variables = server.variables();
-    variables.push(("RUST_LOG", "debug".to_owned()));
-    variables
-}
-
-pub(crate) fn borrowed<'a>(
-    variables: &'a [(&'static str, String)],
-) -> Vec<(&'static str, &'a str)> {
-    (variables.iter())
-        .map(|(name, value)| (*name, value.as_str()))
-        .collect()
-}
-
-/// Fails if `text` shows a credential.
-#[track_caller]
-pub(crate) fn assert_no_secret(text: &str, context: &str) {
-    assert!(
-        !text.contains(SECRET) && !text.contains(KEY_ID),
-        "{context} shows a credential:\n{text}"
-    );
-}
 
 /// `stq export --parquet s3://lake/PREFIX --snapshots SNAPSHOTS EXTRA` with
 /// `server`'s settings; its output searched for the credentials.
@@ -451,7 +225,7 @@ fn large_snapshot(directory: &Path) -> PathBuf {
 
 /// polars and chDB read the export from the S3 server, with section 13's types,
 /// and compute from it what stq's summaries say.
-fn engines_compute_what_the_summaries_say(kind: Kind) {
+fn engines_compute_what_the_summaries_say(kind: ServerKind) {
     let server = S3Server::start(kind);
     let directory = temporary_directory();
     let snapshots = large_snapshot(directory.path());
@@ -479,18 +253,18 @@ fn engines_compute_what_the_summaries_say(kind: Kind) {
 
 #[test]
 fn issue_35_polars_and_chdb_read_from_moto_what_the_summaries_say() {
-    engines_compute_what_the_summaries_say(Kind::Moto);
+    engines_compute_what_the_summaries_say(ServerKind::Moto);
 }
 
 #[test]
 fn issue_35_polars_and_chdb_read_from_s3s_fs_what_the_summaries_say() {
-    engines_compute_what_the_summaries_say(Kind::S3sFs);
+    engines_compute_what_the_summaries_say(ServerKind::S3sFs);
 }
 
 /// An export again replaces the day partitions it covers: a part an earlier run
 /// left beside the new ones goes, and so does a partition of its window that no
 /// record holds any more; no temporary object is ever left.
-fn an_export_again_replaces_the_days(kind: Kind) {
+fn an_export_again_replaces_the_days(kind: ServerKind) {
     let server = S3Server::start(kind);
     let directory = temporary_directory();
     let snapshots = generated(directory.path());
@@ -533,18 +307,18 @@ fn an_export_again_replaces_the_days(kind: Kind) {
 
 #[test]
 fn issue_35_an_export_again_replaces_the_days_on_moto() {
-    an_export_again_replaces_the_days(Kind::Moto);
+    an_export_again_replaces_the_days(ServerKind::Moto);
 }
 
 #[test]
 fn issue_35_an_export_again_replaces_the_days_on_s3s_fs() {
-    an_export_again_replaces_the_days(Kind::S3sFs);
+    an_export_again_replaces_the_days(ServerKind::S3sFs);
 }
 
 /// `stq serve --export s3://...` writes each complete day, the same rows a fresh
 /// `stq export` writes, keeps its fingerprints in the bucket, and writes a day
 /// again after a late record into it.
-fn serve_keeps_the_complete_days_exported(kind: Kind) {
+fn serve_keeps_the_complete_days_exported(kind: ServerKind) {
     let server = S3Server::start(kind);
     let directory = temporary_directory();
     let snapshots = generated_days(directory.path(), 3);
@@ -623,12 +397,12 @@ fn serve_keeps_the_complete_days_exported(kind: Kind) {
 
 #[test]
 fn issue_35_serve_keeps_the_days_exported_to_moto() {
-    serve_keeps_the_complete_days_exported(Kind::Moto);
+    serve_keeps_the_complete_days_exported(ServerKind::Moto);
 }
 
 #[test]
 fn issue_35_serve_keeps_the_days_exported_to_s3s_fs() {
-    serve_keeps_the_complete_days_exported(Kind::S3sFs);
+    serve_keeps_the_complete_days_exported(ServerKind::S3sFs);
 }
 
 /// An S3 server that is not there makes `stq export` exit 1 with a message that
@@ -636,7 +410,7 @@ fn issue_35_serve_keeps_the_days_exported_to_s3s_fs() {
 /// server: what is tested is stq's client, which never reaches it.)
 #[test]
 fn issue_35_an_export_to_a_stopped_s3_server_fails_with_a_message() {
-    let mut server = S3Server::start(Kind::S3sFs);
+    let mut server = S3Server::start(ServerKind::S3sFs);
     let directory = temporary_directory();
     let snapshots = generated(directory.path());
     exported(&snapshots, &server, "plant-1", &[]);

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use super::export::generated_days;
 use super::replicas::{answered_by, nginx_binary, Balancer};
-use super::s3::{assert_no_secret, borrowed, with_debug_log, Kind, S3Server};
+use crate::common::s3::{assert_no_secret, borrowed, with_debug_log, S3Server, ServerKind};
 use crate::common::*;
 
 /// The queries whose answers (records, cursors, summaries) and `ETag`s every
@@ -124,7 +124,7 @@ fn wait_for_store(server: &Server, want: &str) {
 /// Two replicas on one bucket: the second starts from what the first put (no
 /// snapshot file parsed), and behind nginx both answer alike, a cursor walk across
 /// them included; both answer as a server without a store does.
-fn replicas_share_the_store(kind: Kind) {
+fn replicas_share_the_store(kind: ServerKind) {
     let s3 = S3Server::start(kind);
     let floor = Floor::new();
     let copies = temporary_directory();
@@ -193,12 +193,12 @@ fn replicas_share_the_store(kind: Kind) {
 
 #[test]
 fn issue_35_replicas_share_a_store_on_moto() {
-    replicas_share_the_store(Kind::Moto);
+    replicas_share_the_store(ServerKind::Moto);
 }
 
 #[test]
 fn issue_35_replicas_share_a_store_on_s3s_fs() {
-    replicas_share_the_store(Kind::S3sFs);
+    replicas_share_the_store(ServerKind::S3sFs);
 }
 
 /// The bucket goes away: stq keeps answering (what was appended meanwhile too),
@@ -207,7 +207,7 @@ fn issue_35_replicas_share_a_store_on_s3s_fs() {
 /// which keeps its objects across a restart (moto's are in memory).
 #[test]
 fn issue_35_a_bucket_that_goes_away_degrades_the_store_until_it_is_back() {
-    let mut s3 = S3Server::start(Kind::S3sFs);
+    let mut s3 = S3Server::start(ServerKind::S3sFs);
     let floor = Floor::new();
     let copies = temporary_directory();
     let server = floor.replica(&s3, "outage", &copies.path().join("first"));
@@ -250,7 +250,7 @@ fn issue_35_a_bucket_that_goes_away_degrades_the_store_until_it_is_back() {
 /// again, so that the next replica starts from the bucket alone.
 #[test]
 fn issue_35_an_object_damaged_in_the_bucket_is_read_from_the_snapshot_files() {
-    let s3 = S3Server::start(Kind::S3sFs);
+    let s3 = S3Server::start(ServerKind::S3sFs);
     let floor = Floor::new();
     let copies = temporary_directory();
     let first = floor.replica(&s3, "damage", &copies.path().join("first"));

@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant as StdInstant, SystemTime, UNIX_EPOCH};
 
+pub mod s3;
 pub mod summary;
 
 use serde_json::value::RawValue;
@@ -861,7 +862,11 @@ pub fn clean_environment(command: &mut Command, variables: &[(&str, &str)]) {
         .any(|(name, _)| *name == "STQ_TEST_NO_STORE")
     {
         if let Some(store) = test_store() {
-            command.env("STQ_STORE", store);
+            command.env("STQ_STORE", &store.location);
+            if let Some(copy) = &store.copy {
+                command.env("STQ_STORE_CACHE", copy);
+                command.envs(s3::shared_server().variables());
+            }
         }
     }
     command.env_remove("RUST_LOG");
@@ -881,26 +886,52 @@ pub fn clean_environment(command: &mut Command, variables: &[(&str, &str)]) {
 /// written while the server serves. `STQ_TEST_STORE=warm`: a server with the same
 /// arguments first fills the store and is stopped once it has written it; the
 /// server under test then starts from that store.
-fn test_store() -> Option<PathBuf> {
+///
+/// With `STQ_TEST_STORE_S3=1` besides (issue 35), each store is
+/// `s3://lake/<a prefix of its own>` on one s3s-fs server that the whole run
+/// shares (`s3::shared_server`), with a local copy of its own (`STQ_STORE_CACHE`):
+/// under `warm`, the filling server has another copy, so that the server under
+/// test fetches the store from the bucket.
+fn test_store() -> Option<TestStore> {
     std::env::var_os("STQ_TEST_STORE")?;
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let number = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let store = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("stq-test-store-{}-{number}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&store);
-    Some(store)
+    let name = format!("stq-test-store-{}-{number}", std::process::id());
+    let directory = Path::new(env!("CARGO_TARGET_TMPDIR")).join(&name);
+    let _ = std::fs::remove_dir_all(&directory);
+    if std::env::var_os("STQ_TEST_STORE_S3").is_none() {
+        return Some(TestStore {
+            location: path_string(&directory),
+            copy: None,
+        });
+    }
+    Some(TestStore {
+        location: format!("s3://{}/{name}", s3::BUCKET),
+        copy: Some(directory),
+    })
+}
+
+/// A store `STQ_TEST_STORE` gives a server: `--store`'s value, and the local copy of
+/// an `s3://` one.
+struct TestStore {
+    location: String,
+    copy: Option<PathBuf>,
 }
 
 /// Under `STQ_TEST_STORE=warm`: fills `store` with a server of `args` and
-/// `variables`, stopped once it has written the store (or ended on its own).
-fn fill_store(args: &[String], variables: &[(&str, &str)], store: &Path) {
+/// `variables`, stopped once it has written the store (or ended on its own); an
+/// `s3://` store through a copy of the filler's own (`copy` with `-filling`).
+fn fill_store(args: &[String], variables: &[(&str, &str)], store: &str, copy: Option<&Path>) {
     // Only the server under test tells a test's systemd socket about itself.
     let mut variables: Vec<(&str, &str)> = (variables.iter())
         .filter(|(name, _)| *name != "NOTIFY_SOCKET")
         .copied()
         .collect();
-    let store = path_string(store);
-    variables.push(("STQ_STORE", &store));
+    variables.push(("STQ_STORE", store));
+    let filling_copy = copy.map(|copy| format!("{}-filling", path_string(copy)));
+    if let Some(filling_copy) = &filling_copy {
+        variables.push(("STQ_STORE_CACHE", filling_copy));
+    }
     variables.push(("STQ_TEST_STORE_FILLING", "1"));
     if let Started::Ready(server) = Server::try_spawn(args, &variables) {
         let deadline = StdInstant::now() + RELOAD_TIMEOUT;
@@ -1033,12 +1064,14 @@ impl Server {
             && !own_store
             && !cold
         {
-            let store = command
-                .get_envs()
-                .find(|(name, _)| name.to_str() == Some("STQ_STORE"))
-                .and_then(|(_, value)| value.map(PathBuf::from));
-            if let Some(store) = store {
-                fill_store(args, variables, &store);
+            let variable = |wanted: &str| {
+                (command.get_envs())
+                    .find(|(name, _)| name.to_str() == Some(wanted))
+                    .and_then(|(_, value)| value.map(|value| value.to_string_lossy().into_owned()))
+            };
+            if let Some(store) = variable("STQ_STORE") {
+                let copy = variable("STQ_STORE_CACHE").map(PathBuf::from);
+                fill_store(args, variables, &store, copy.as_deref());
             }
         }
         command
