@@ -5,6 +5,8 @@ a directory.
 
 usage: python s3_engines.py ENGINE BUCKET PREFIX PASS_RESULT...
 
+PREFIX may hold a `*` (`plant-*`: every plant's export, read as one).
+
 ENGINE is `polars` or `chdb`. S3's settings come from the environment as stq takes
 them: AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION.
 

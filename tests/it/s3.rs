@@ -209,7 +209,7 @@ fn large_snapshot(directory: &Path) -> PathBuf {
             "--days",
             "2",
             "--units-per-hour",
-            "30",
+            "60",
             "--seed",
             "35",
             "--end",
@@ -224,26 +224,34 @@ fn large_snapshot(directory: &Path) -> PathBuf {
 }
 
 /// polars and chDB read the export from the S3 server, with section 13's types,
-/// and compute from it what stq's summaries say.
+/// and compute from it what stq's summaries say: across two plants, each exported
+/// under a prefix of its own (half the stations each), read as one through the
+/// glob `plant-*` as docs/deployment.md's query does.
 fn engines_compute_what_the_summaries_say(kind: ServerKind) {
     let server = S3Server::start(kind);
     let directory = temporary_directory();
     let snapshots = large_snapshot(directory.path());
-    exported(&snapshots, &server, "plant-1", &[]);
-    let parts = sizes(&server, "plant-1");
-    assert_eq!(parts.len(), 4, "{parts:?}");
-    for (key, size) in &parts {
-        assert!(
-            *size > POLARS_SUFFIX,
-            "{key} is too small for s3s-fs: {size} bytes"
-        );
+    let plants = [
+        ("plant-1", "ST-01,ST-02,ST-03,ST-04"),
+        ("plant-2", "ST-05,ST-06,ST-07,ST-08"),
+    ];
+    for (plant, stations) in plants {
+        exported(&snapshots, &server, plant, &["--station-ids", stations]);
+        let parts = sizes(&server, plant);
+        assert_eq!(parts.len(), 4, "{parts:?}");
+        for (key, size) in &parts {
+            assert!(
+                *size > POLARS_SUFFIX,
+                "{key} is too small for s3s-fs: {size} bytes"
+            );
+        }
     }
     let stq = ready_server(&snapshots, directory.path());
     for engine in ["polars", "chdb"] {
         let answer: Value = serde_json::from_slice(&script(
             &server,
             "s3_engines.py",
-            &[engine, BUCKET, "plant-1", PASS],
+            &[engine, BUCKET, "plant-*", PASS],
         ))
         .unwrap();
         assert_types(engine, &answer["types"]);
