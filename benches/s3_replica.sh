@@ -67,7 +67,7 @@ run "filling the bucket (full load)" "$work/fill.log" --store s3://bench/week --
 until grep -q "store pushed to" "$work/fill.log"; do sleep 0.2; done
 grep "store pushed to\|store written" "$work/fill.log" | head -2
 stop
-echo "bucket: $(du -sh "$work/bucket" | cut -f1), $(find "$work/bucket" -type f | wc -l) objects"
+echo "bucket: $(du -sh "$work/bucket" | cut -f1) on disk (s3s-fs keeps metadata files beside the objects)"
 
 for round in $(seq 1 "$rounds"); do
     run "round $round, local store (warm restart)" "$work/local-$round.log" --store "$work/copy"

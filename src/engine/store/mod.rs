@@ -194,11 +194,12 @@ impl Writing {
             Ok(pushed) => {
                 let was = self.status.set(OK);
                 let line = format!(
-                    "store pushed to {}: {} objects ({} bytes) put, {} deleted",
+                    "store pushed to {}: {} objects ({} bytes) put, {} deleted, in {} ms",
                     mirror.location(),
                     pushed.files,
                     pushed.bytes,
-                    pushed.deleted
+                    pushed.deleted,
+                    pushed.elapsed.as_millis()
                 );
                 if was == DEGRADED || self.first {
                     tracing::info!("{line}");
