@@ -3,9 +3,9 @@
 # /openapi.json is the test plan, every default check of the pinned schemathesis
 # runs on every operation, and any failure fails CI.
 #
-# Run by .ci/run after `cargo test`, whose build of the stq binary this reuses
-# (`cargo build` below is then a no-op). Runs on a fresh machine: it installs
-# schemathesis itself, from PyPI, into a venv under target/.
+# Run by .ci/run against the release build the Debian package is made of
+# (STQ_BINARY). Runs on a fresh machine: it installs schemathesis itself, from
+# PyPI, into a venv under target/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,8 +46,14 @@ if [[ ! -x $venv/bin/schemathesis ]] ||
 fi
 "$venv/bin/schemathesis" --version
 
-cargo build --locked --bin stq
-stq=$target_dir/debug/stq
+# STQ_BINARY: the binary to test; .ci/run gives it the release build the Debian
+# package is made of (the production build, without fault-injection). Without it, a
+# debug build.
+stq=${STQ_BINARY:-}
+if [[ -z $stq ]]; then
+    cargo build --locked --bin stq
+    stq=$target_dir/debug/stq
+fi
 
 # Loopback, ports picked by the kernel: nothing else on the machine can clash.
 # `--cors-origin '*'` makes the documented preflight (OPTIONS) answerable, so its
