@@ -933,7 +933,20 @@ fn fill_store(args: &[String], variables: &[(&str, &str)], store: &str, copy: Op
         variables.push(("STQ_STORE_CACHE", filling_copy));
     }
     variables.push(("STQ_TEST_STORE_FILLING", "1"));
-    if let Started::Ready(server) = Server::try_spawn(args, &variables) {
+    // The filler fills the store and nothing else: were it to write the test's
+    // `--export` too, the server under test could find every day written already
+    // (and log no write), or not, as the filler's stop fell.
+    let mut filler_args = Vec::with_capacity(args.len());
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        if arg == "--export" {
+            rest.next();
+        } else if !arg.starts_with("--export=") {
+            filler_args.push(arg.clone());
+        }
+    }
+    variables.retain(|(name, _)| *name != "STQ_EXPORT");
+    if let Started::Ready(server) = Server::try_spawn(&filler_args, &variables) {
         let deadline = StdInstant::now() + RELOAD_TIMEOUT;
         while server.log_count("store written") == 0
             && server.log_count("cannot write the store") == 0
