@@ -156,7 +156,7 @@ struct StorePlace {
 }
 
 fn store_place(args: &ServeArgs) -> anyhow::Result<Option<StorePlace>> {
-    let (bucket, prefix) = match &args.store {
+    let (location, bucket, prefix) = match &args.store {
         None => return Ok(None),
         Some(Location::Directory(directory)) => {
             return Ok(Some(StorePlace {
@@ -165,9 +165,8 @@ fn store_place(args: &ServeArgs) -> anyhow::Result<Option<StorePlace>> {
                 degraded: false,
             }))
         }
-        Some(Location::S3 { bucket, prefix }) => (bucket, prefix),
+        Some(location @ Location::S3 { bucket, prefix }) => (location, bucket, prefix),
     };
-    let location = args.store.clone().expect("an s3:// store");
     let copy = match &args.store_cache {
         Some(copy) => copy.clone(),
         None => default_store_cache(bucket, prefix)?,

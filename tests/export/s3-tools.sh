@@ -4,7 +4,7 @@
 #   DIR/s3-venv         a venv with moto's S3 server, boto3, polars and chDB (PyPI);
 #   DIR/s3s-fs/bin/s3s-fs  the s3s-fs S3 server (crates.io, `cargo install`).
 # The tests run it before their first server; .ci/run runs it early, in the
-# background, so that pip's downloads (chDB alone is 534 MB) and the s3s-fs build
+# background, so that pip's downloads (chDB's wheel alone is 534 MB) and the s3s-fs build
 # overlap CI's own builds instead of following them. A lock makes the two safe
 # together. The releases are pinned here, and only here: each server's reading of
 # S3, and each engine's reader, are what the tests test.
