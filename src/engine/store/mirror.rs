@@ -376,7 +376,7 @@ mod tests {
     use super::*;
 
     /// A store of the repository's sample snapshot written in `copy`.
-    fn written_store(copy: &Path) {
+    fn written_store(copy: &Path) -> StoreSettings {
         let options = LoadOptions {
             directory: Path::new(env!("CARGO_MANIFEST_DIR")).join("snapshots"),
             shards: 2,
@@ -386,15 +386,23 @@ mod tests {
             hot: Some(Duration::from_secs(3600)),
         };
         let (generation, _) = load::load(&options).unwrap();
-        let settings = StoreSettings {
-            snapshots: options.directory.clone(),
-            shards: options.shards,
-            hot: options.hot,
-        };
-        let mut writer = StoreWriter::new(Store::new(copy), settings, Written::default());
+        let mut writer = StoreWriter::new(
+            Store::new(copy),
+            settings_again(&options),
+            Written::default(),
+        );
         let (catalog, shards) = generation.into_parts();
         let shards: Vec<_> = shards.into_iter().map(Arc::new).collect();
         writer.write(&catalog, &shards).unwrap();
+        settings_again(&options)
+    }
+
+    fn settings_again(options: &LoadOptions) -> StoreSettings {
+        StoreSettings {
+            snapshots: options.directory.clone(),
+            shards: options.shards,
+            hot: options.hot,
+        }
     }
 
     /// A directory stands for the bucket: `stq-objects` gives both one API.
@@ -514,5 +522,43 @@ mod tests {
         for (name, _) in named {
             assert!(bucket.join(&name).exists(), "{name}");
         }
+    }
+
+    /// A push cut off between its objects and its manifest leaves objects no manifest
+    /// names; a pull cut off before its manifest leaves a copy with some of the
+    /// objects and no manifest. The next pull completes the copy, and a start from it
+    /// restores every record the store held, nothing repaired.
+    #[test]
+    fn a_push_or_a_pull_cut_off_between_its_writes_leaves_a_store_the_next_start_uses() {
+        let root = tempfile::tempdir().unwrap();
+        let (bucket, first, second) = (
+            root.path().join("bucket"),
+            root.path().join("first"),
+            root.path().join("second"),
+        );
+        let settings = written_store(&first);
+        let records = Store::new(&first).read(&settings).unwrap().records();
+        assert!(records > 0);
+        mirror(&bucket, &first).push().unwrap();
+        fs::write(
+            bucket.join(format!("sealed-{:032x}.stq", 7)),
+            b"an object of a push cut off before its manifest",
+        )
+        .unwrap();
+        let named = manifest_files(&fs::read(bucket.join(MANIFEST)).unwrap()).unwrap();
+        fs::create_dir_all(&second).unwrap();
+        for (name, _) in named.iter().step_by(2) {
+            fs::copy(bucket.join(name), second.join(name)).unwrap();
+        }
+        assert!(
+            Store::new(&second).read(&settings).is_err(),
+            "no manifest yet"
+        );
+
+        let pulled = mirror(&bucket, &second).pull().unwrap();
+        assert_eq!(pulled.files, named.len() / 2);
+        let restored = Store::new(&second).read(&settings).unwrap();
+        assert!(restored.repaired.is_empty());
+        assert_eq!(restored.records(), records);
     }
 }
