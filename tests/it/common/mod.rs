@@ -1351,6 +1351,15 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        // A failing test's server says what it logged: a failure seen once in CI
+        // (under load, beside other work) is then explained by its own output
+        // rather than by a rerun that may not fail.
+        if thread::panicking() {
+            let log = self.stderr.lock().map(|lines| lines.join("\n"));
+            if let Ok(log) = log {
+                eprintln!("--- the log of stq on port {} ---\n{log}\n---", self.port);
+            }
+        }
         // Closing the wrapper's stdin kills the server.
         drop(self.stdin.lock().unwrap().take());
         let mut child = self.child.lock().unwrap();
