@@ -292,3 +292,97 @@ fn issue_35_an_object_damaged_in_the_bucket_is_read_from_the_snapshot_files() {
     assert!(third.log_count("fails its checksum") == 0);
     assert_eq!(answers(&third), answers(&plain));
 }
+
+/// A late unit record of `station` with its own serial, within the floor's days.
+fn late_unit(station: &str, serial: usize) -> String {
+    format!(
+        r#"{{"station_id":"{station}","slot":"slot-1","unit_serial":"SN-KILL-{serial}","time_created":"2026-11-22T{:02}:{:02}:00.000Z","tz":"UTC","mode":"production","tags":[],"unit_type":"pcb-power","direction":"output","result":"pass","metadata":{{}}}}"#,
+        serial % 24,
+        serial % 60
+    )
+}
+
+/// Issue 35: `kill -9` at random moments of a replica's life on a bucket (while
+/// it pulls the store into its copy, loads, writes the copy and pushes it), now
+/// and then after a late record gave it something new to push. After each kill, a
+/// replica on the killed one's copy and a replica on an empty copy answer as a
+/// server without a store does, and later ones start from the bucket. s3s-fs;
+/// `STQ_TEST_CRASHES` kills (default 12).
+#[test]
+fn issue_35_a_kill_9_mid_pull_or_push_leaves_a_store_the_next_replica_uses() {
+    use rand::Rng as _;
+    let iterations: usize = std::env::var("STQ_TEST_CRASHES")
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or(12);
+    let s3 = S3Server::start(ServerKind::S3sFs);
+    let floor = Floor::new();
+    let copies = temporary_directory();
+    let kept = copies.path().join("kept");
+    let store = "s3://lake/crash";
+    let variables = s3.variables();
+    let mut rng = rand::thread_rng();
+    let mut from_bucket = 0;
+    for iteration in 0..iterations {
+        if rng.gen_bool(0.5) {
+            let station = ["ST-01", "ST-02", "ST-03"][iteration % 3];
+            let mut file = std::fs::OpenOptions::new()
+                .append(true)
+                .open(
+                    floor
+                        .snapshots
+                        .join(format!("{station}/2026-11-22.units.jsonl")),
+                )
+                .unwrap();
+            let line = late_unit(station, iteration);
+            std::io::Write::write_all(&mut file, format!("{line}\n").as_bytes()).unwrap();
+        }
+        // The victim: on the copy the replicas keep, or on one of its own that it
+        // fills from the bucket; killed before, during or after its pull and push
+        // (a debug build pulls this floor's store in some 30 ms, is ready some
+        // 50 ms later, and has written and pushed its copy within 250 ms).
+        let copy = if rng.gen_bool(0.5) {
+            kept.clone()
+        } else {
+            copies.path().join(format!("victim-{iteration}"))
+        };
+        let arguments = floor.args(&["--store", store, "--store-cache", &path_string(&copy)]);
+        let mut command = std::process::Command::new(stq_binary());
+        command
+            .args(&arguments)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        clean_environment(&mut command, &borrowed(&variables));
+        let mut victim = command.spawn().expect("start stq");
+        std::thread::sleep(std::time::Duration::from_millis(rng.gen_range(0..400)));
+        victim.kill().expect("kill -9");
+        victim.wait().unwrap();
+
+        let plain = Server::spawn(&floor.args(&[]), &[]);
+        let want = answers(&plain);
+        let fresh = copies.path().join(format!("fresh-{iteration}"));
+        for (name, copy) in [("the kept copy", &kept), ("an empty copy", &fresh)] {
+            let next = floor.replica(&s3, "crash", copy);
+            let ready = (next.log().into_iter())
+                .find(|line| line.contains("records restored") || line.contains("loaded in"))
+                .unwrap_or_default();
+            if name == "an empty copy" && ready.contains("records restored") {
+                from_bucket += 1;
+            }
+            assert_eq!(
+                answers(&next),
+                want,
+                "kill {iteration}, then a replica on {name}: {ready}"
+            );
+            // Now and then the bucket is whole again before the next kill.
+            if rng.gen_bool(0.5) {
+                next.wait_for_log("store pushed to s3://lake/crash", 1);
+            }
+        }
+    }
+    assert!(
+        from_bucket > 0,
+        "no replica on an empty copy started from the bucket in {iterations} kills"
+    );
+}
