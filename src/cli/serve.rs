@@ -18,7 +18,8 @@ use stq_objects::{Location, Objects, S3Settings};
 
 use super::{cpus, ServeArgs};
 use crate::engine::{
-    reload_on_change, reload_on_hangup, Engine, Mirror, Reloader, StoreHandle, StoreStatus,
+    reload_on_change, reload_on_hangup, Engine, Mirror, Reloader, StoreHandle, StorePlace,
+    StoreStatus, WriterLock,
 };
 use crate::export::{complete_before, ExportHandle};
 use crate::http::{admin_server, api_server, stop_gracefully_on_signals, Admission, AppState};
@@ -74,17 +75,10 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         Some(place) => {
             let settings = store_settings(&args, &options);
             let store = Store::new(&place.directory);
-            let writer = StoreWriter::new(store, settings, started.written);
-            let (mirror, degraded) = (place.mirror, place.degraded);
+            let writer = StoreWriter::new(store, settings.clone(), started.written);
             Some(
-                StoreHandle::spawn(
-                    writer,
-                    place.directory,
-                    mirror,
-                    Arc::clone(&status),
-                    degraded,
-                )
-                .context("cannot start the store's thread")?,
+                StoreHandle::spawn(writer, settings, place, Arc::clone(&status))
+                    .context("cannot start the store's thread")?,
             )
         }
     };
@@ -147,34 +141,66 @@ fn raise_open_file_limit() {
 }
 
 /// Where the store is read and written: a directory, which with `--store s3://`
-/// is the local copy of a bucket, pulled from it before the start reads it.
-struct StorePlace {
-    directory: PathBuf,
-    mirror: Option<Mirror>,
-    /// The bucket could not be read: the start uses what the copy holds.
-    degraded: bool,
+/// is the local copy of a bucket, pulled from it before the start reads it by the
+/// process that takes the directory's lock (another stq on the same directory
+/// writes it, and pulls it).
+fn store_place(args: &ServeArgs) -> anyhow::Result<Option<StorePlace>> {
+    let (directory, s3) = match &args.store {
+        None => return Ok(None),
+        Some(Location::Directory(directory)) => (directory.clone(), None),
+        Some(location @ Location::S3 { bucket, prefix }) => {
+            let copy = match &args.store_cache {
+                Some(copy) => copy.clone(),
+                None => default_store_cache(bucket, prefix)?,
+            };
+            (copy, Some(location))
+        }
+    };
+    let (lock, locked_elsewhere) = match WriterLock::try_take(&directory) {
+        Ok(Some(lock)) => (Some(lock), false),
+        Ok(None) => {
+            tracing::info!(
+                "the store {} is written by another stq (it holds {}): this one starts from \
+                 it{}, and writes it once that one stops",
+                directory.display(),
+                WriterLock::file(&directory).display(),
+                if s3.is_some() {
+                    " as it is, without pulling"
+                } else {
+                    ""
+                }
+            );
+            (None, true)
+        }
+        // The start reads what it can; the write fails and says why.
+        Err(_) => (None, false),
+    };
+    let Some(location) = s3 else {
+        return Ok(Some(StorePlace {
+            directory,
+            mirror: None,
+            degraded: false,
+            lock,
+            locked_elsewhere,
+        }));
+    };
+    let mut mirror = Mirror::open(location.clone(), directory.clone())
+        .with_context(|| format!("--store {location}"))?;
+    let degraded = !locked_elsewhere && !pull(&mut mirror, location, &directory);
+    Ok(Some(StorePlace {
+        directory,
+        mirror: Some(mirror),
+        degraded,
+        lock,
+        locked_elsewhere,
+    }))
 }
 
-fn store_place(args: &ServeArgs) -> anyhow::Result<Option<StorePlace>> {
-    let (location, bucket, prefix) = match &args.store {
-        None => return Ok(None),
-        Some(Location::Directory(directory)) => {
-            return Ok(Some(StorePlace {
-                directory: directory.clone(),
-                mirror: None,
-                degraded: false,
-            }))
-        }
-        Some(location @ Location::S3 { bucket, prefix }) => (location, bucket, prefix),
-    };
-    let copy = match &args.store_cache {
-        Some(copy) => copy.clone(),
-        None => default_store_cache(bucket, prefix)?,
-    };
-    let mut mirror = Mirror::open(location.clone(), copy.clone())
-        .with_context(|| format!("--store {location}"))?;
+/// Pulls the bucket at `location` into the copy `mirror` keeps in `copy`,
+/// logging what it did; false if the bucket could not be read.
+fn pull(mirror: &mut Mirror, location: &Location, copy: &Path) -> bool {
     let begun = std::time::Instant::now();
-    let degraded = match mirror.pull() {
+    match mirror.pull() {
         Ok(pulled) => {
             for damaged in &pulled.damaged {
                 tracing::warn!(
@@ -190,7 +216,7 @@ fn store_place(args: &ServeArgs) -> anyhow::Result<Option<StorePlace>> {
                 copy.display(),
                 begun.elapsed().as_millis()
             );
-            false
+            true
         }
         Err(error) => {
             tracing::warn!(
@@ -198,14 +224,9 @@ fn store_place(args: &ServeArgs) -> anyhow::Result<Option<StorePlace>> {
                  holds (store: degraded)",
                 copy.display()
             );
-            true
+            false
         }
-    };
-    Ok(Some(StorePlace {
-        directory: copy,
-        mirror: Some(mirror),
-        degraded,
-    }))
+    }
 }
 
 /// Where an `s3://` store's copy is kept without `--store-cache`: systemd's

@@ -386,3 +386,32 @@ fn issue_35_a_kill_9_mid_pull_or_push_leaves_a_store_the_next_replica_uses() {
         "no replica on an empty copy started from the bucket in {iterations} kills"
     );
 }
+
+/// Two replicas on one host sharing their copy of the bucket (docs/api.md section
+/// 12): the first holds the copy's lock, pulls and pushes; the second starts from
+/// the copy as it is, without pulling, pushes nothing, and answers alike.
+#[test]
+fn issue_35_two_replicas_on_one_copy_leave_it_to_the_one_that_holds_its_lock() {
+    let s3 = S3Server::start(ServerKind::S3sFs);
+    let floor = Floor::new();
+    let copies = temporary_directory();
+    let copy = copies.path().join("shared");
+    let first = floor.replica(&s3, "one-copy", &copy);
+    first.wait_for_log("store pushed to s3://lake/one-copy", 1);
+    let second = floor.replica(&s3, "one-copy", &copy);
+    assert_eq!(
+        second.log_count("without pulling, and writes it once that one stops"),
+        1,
+        "{}",
+        second.log().join("\n")
+    );
+    assert_eq!(second.log_count("fetched into"), 0, "the second pulled");
+    let ready = (second.log().into_iter())
+        .find(|line| line.contains("records restored"))
+        .expect("the second replica used the copy");
+    assert!(ready.contains(", 0 files (0 bytes) parsed"), "{ready}");
+    let plain = Server::spawn(&floor.args(&[]), &[]);
+    assert_eq!(answers(&second), answers(&plain));
+    assert_eq!(store_status(&second), "ok");
+    assert_eq!(second.log_count("store pushed"), 0, "the second pushed");
+}

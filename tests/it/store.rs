@@ -230,6 +230,77 @@ fn issue_32_cold_and_warm_starts_answer_as_a_start_without_a_store() {
     assert_same_answers(&warm, &plain, "warm again");
 }
 
+/// Reloads each of `servers` and waits for its next generation.
+fn reload_all(servers: &[&Server]) {
+    for server in servers {
+        let generation = server.generation();
+        server.signal("HUP");
+        server.wait_for_generation_after(generation);
+    }
+}
+
+/// A start from `store` that used it whole: records restored, no station read
+/// again, the store not refused.
+#[track_caller]
+fn assert_store_whole(server: &Server, context: &str) {
+    let log = server.log().join("\n");
+    assert!(
+        ready_line(server).contains("records restored")
+            && !log.contains("read again")
+            && !log.contains("is not used"),
+        "{context}:\n{log}"
+    );
+}
+
+/// Two servers on one store directory (docs/api.md section 12: several processes
+/// may share a store, none corrupting another's files). The first holds the
+/// directory's lock and writes the store; the second starts from it, answers
+/// alike, and writes nothing while the first runs, so neither deletes files the
+/// other's manifest names: a third start, after the first wrote again, finds the
+/// store whole. Once the first stops, the second writes the store at its next
+/// generation, and a start after that finds it whole too.
+#[test]
+fn issue_32_two_servers_on_one_store_take_turns_writing_it() {
+    let fixture = Fixture::main();
+    let (store, plain) = filled_store(&fixture);
+    let first = start_logging(&fixture, &store);
+    wait_for_writes(&first, 1);
+    let second = start_logging(&fixture, &store);
+    assert_eq!(second.log_count("is written by another stq"), 1);
+    assert_store_whole(&second, "the second server's start");
+    assert_same_answers(&second, &plain, "the second server");
+
+    append(
+        &fixture.snapshots.join("a.units.jsonl"),
+        &(unit_line("ST-02", "SN-SHARED-1", "2024-03-11T09:00:00Z") + "\n"),
+    );
+    reload_all(&[&first, &second, &plain]);
+    wait_for_writes(&first, 2);
+    assert_eq!(second.log_count("store written"), 0, "the second wrote");
+    let third = start(&fixture, Some(&store));
+    assert_store_whole(&third, "a third server while the first writes");
+    assert_same_answers(&third, &plain, "a third server");
+    assert_same_answers(&second, &plain, "the second server after a reload");
+    drop((third, first));
+
+    append(
+        &fixture.snapshots.join("a.units.jsonl"),
+        &(unit_line("ST-07", "SN-SHARED-2", "2024-03-11T09:30:00Z") + "\n"),
+    );
+    reload_all(&[&second, &plain]);
+    second.wait_for_log("this one writes it from now on", 1);
+    wait_for_writes(&second, 1);
+    drop(second);
+    let fourth = start(&fixture, Some(&store));
+    assert_store_whole(&fourth, "a start after the second wrote");
+    assert!(
+        ready_line(&fourth).contains("0 files (0 bytes) parsed"),
+        "{}",
+        ready_line(&fourth)
+    );
+    assert_same_answers(&fourth, &plain, "after the second took over");
+}
+
 #[test]
 fn issue_32_a_reload_writes_the_store_and_the_next_start_reads_it() {
     let fixture = Fixture::main();

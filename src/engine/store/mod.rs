@@ -24,7 +24,12 @@
 //! ([`mirror`]); a push that fails makes the store `degraded` too, and is tried
 //! again every [`RETRY_INTERVAL`] while no generation comes, so that the status
 //! turns back to `ok` once the bucket answers again.
+//!
+//! Only the process that holds the directory's lock writes it ([`lock`]); another
+//! on the same directory asks for the lock before each write it would make, and
+//! writes once it has it.
 
+pub(crate) mod lock;
 pub(crate) mod mirror;
 
 use std::path::PathBuf;
@@ -34,9 +39,10 @@ use std::time::{Duration, Instant};
 
 use stq_core::data::catalog::Catalog;
 use stq_core::data::shard::ShardData;
-use stq_core::data::store::StoreWriter;
+use stq_core::data::store::{Store, StoreSettings, StoreWriter, Written};
 
 use crate::newest::Newest;
+use lock::WriterLock;
 use mirror::Mirror;
 
 /// The least time from the end of one write of the store (done or failed) to the
@@ -87,26 +93,44 @@ pub struct StoreHandle {
     next: Arc<Newest<Job>>,
 }
 
+/// Where a server's store is read and written, as its start found it.
+pub struct StorePlace {
+    /// The store's directory: an `s3://` store's local copy.
+    pub directory: PathBuf,
+    /// With `--store s3://`, what pulls the copy from the bucket and pushes it.
+    pub mirror: Option<Mirror>,
+    /// The bucket could not be read: the start uses what the copy holds.
+    pub degraded: bool,
+    /// The directory's lock, if this process took it ([`lock`]): `None` while
+    /// another process holds it (or it could not be made, as on a read-only
+    /// directory, where the write then fails and says why).
+    pub lock: Option<WriterLock>,
+    /// Another process held the lock at the start.
+    pub locked_elsewhere: bool,
+}
+
 impl StoreHandle {
-    /// Starts the writing thread of `writer` (of the store in that directory), which pushes each write through
-    /// `mirror` (with `--store s3://`) and reports to `status`; `degraded` when the
-    /// start could not read the bucket.
+    /// Starts the writing thread of `writer` (written for `settings`) on `place`,
+    /// which pushes each write through its mirror (with `--store s3://`) and
+    /// reports to `status`.
     pub fn spawn(
         writer: StoreWriter,
-        directory: PathBuf,
-        mirror: Option<Mirror>,
+        settings: StoreSettings,
+        place: StorePlace,
         status: Arc<StoreStatus>,
-        degraded: bool,
     ) -> std::io::Result<StoreHandle> {
         let next: Arc<Newest<Job>> = Arc::default();
-        status.set(if degraded { DEGRADED } else { OK });
+        status.set(if place.degraded { DEGRADED } else { OK });
         let waiting = Arc::clone(&next);
         let mut thread = Writing {
             writer,
-            directory,
-            mirror,
+            settings,
+            directory: place.directory,
+            mirror: place.mirror,
             status,
             first: true,
+            elsewhere: place.lock.is_none() && place.locked_elsewhere,
+            lock: place.lock,
         };
         std::thread::Builder::new()
             .name("stq-store".into())
@@ -124,11 +148,18 @@ impl StoreHandle {
 /// The store's thread: its writer, the mirror it pushes through, its status.
 struct Writing {
     writer: StoreWriter,
-    /// The store's directory (an `s3://` store's copy), for messages.
+    /// What the store is written for: a writer taking over from another process
+    /// starts anew with it.
+    settings: StoreSettings,
+    /// The store's directory (an `s3://` store's copy).
     directory: PathBuf,
     mirror: Option<Mirror>,
     status: Arc<StoreStatus>,
     first: bool,
+    /// The directory's lock, once this process holds it.
+    lock: Option<WriterLock>,
+    /// Another process held the lock when this one last asked.
+    elsewhere: bool,
 }
 
 impl Writing {
@@ -147,6 +178,12 @@ impl Writing {
                 continue;
             };
             let generation = catalog.generation();
+            if !self.may_write() {
+                // Another process writes the store: this generation is not written.
+                drop((catalog, shards));
+                last_ended = Some(Instant::now());
+                continue;
+            }
             match self.writer.write(&catalog, &shards) {
                 Ok(report) => {
                     let line = format!(
@@ -183,9 +220,48 @@ impl Writing {
         }
     }
 
+    /// Whether this process may write the store: it holds the directory's lock,
+    /// or takes it now; or the lock cannot be made (a read-only directory, say),
+    /// and the write is tried, to fail and say why.
+    fn may_write(&mut self) -> bool {
+        if self.lock.is_some() {
+            return true;
+        }
+        match WriterLock::try_take(&self.directory) {
+            Ok(Some(lock)) => {
+                if self.elsewhere {
+                    tracing::info!(
+                        "the store {}: the stq that wrote it has stopped; this one writes it \
+                         from now on",
+                        self.directory.display()
+                    );
+                    // What the other process deleted since this one's start is not
+                    // known here: the first write after it writes every file.
+                    self.writer = StoreWriter::new(
+                        Store::new(&self.directory),
+                        self.settings.clone(),
+                        Written::default(),
+                    );
+                    self.elsewhere = false;
+                }
+                self.lock = Some(lock);
+                true
+            }
+            Ok(None) => {
+                self.elsewhere = true;
+                false
+            }
+            Err(_) => true,
+        }
+    }
+
     /// Pushes the copy's last write to the bucket, if there is one; the status
     /// says whether the store is whole where it should be.
     fn push(&mut self) {
+        if self.elsewhere {
+            // Another process writes the copy, and pushes it.
+            return;
+        }
         let Some(mirror) = &mut self.mirror else {
             self.status.set(OK);
             return;
