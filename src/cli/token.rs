@@ -16,9 +16,7 @@ use anyhow::Context as _;
 use rand::rngs::OsRng;
 use rand::RngCore as _;
 
-use stq_core::domain::auth::{
-    hash_token, token_text, Stations, TokenEntry, Tokens, TokensError, TokensFile,
-};
+use stq_core::domain::auth::{Stations, TokensError, TokensFile};
 use stq_core::domain::time::{parse_rfc3339, Timestamp};
 
 use super::{TokenCommand, TokenNewArgs};
@@ -47,14 +45,14 @@ fn new(args: TokenNewArgs) -> anyhow::Result<()> {
     OsRng
         .try_fill_bytes(&mut random)
         .context("the operating system's random generator failed")?;
-    let token = token_text(&random);
-    file.add(TokenEntry {
-        name: args.name.clone(),
-        sha256: hash_token(&token),
-        stations: args.stations,
-        expires: args.expires.clone(),
-    })
-    .with_context(|| format!("{} is unchanged", path.display()))?;
+    let token = file
+        .add_token(
+            args.name.clone(),
+            args.stations,
+            args.expires.clone(),
+            &random,
+        )
+        .with_context(|| format!("{} is unchanged", path.display()))?;
     write(path, &file)?;
 
     let mut stdout = std::io::stdout().lock();
@@ -168,7 +166,9 @@ fn read(path: &Path) -> Result<TokensFile, TokensError> {
 /// file a symbolic link at `path` points to, which stays a link).
 fn write(path: &Path, file: &TokensFile) -> anyhow::Result<()> {
     // Never write a file that `stq serve` would refuse.
-    Tokens::from_file(file).map_err(|reason| anyhow::anyhow!("the new tokens file: {reason}"))?;
+    let json = file
+        .checked_json()
+        .map_err(|reason| anyhow::anyhow!("the new tokens file: {reason}"))?;
     let target = fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
     let directory = match target.parent() {
         Some(parent) if !parent.as_os_str().is_empty() => parent.to_owned(),
@@ -198,7 +198,7 @@ fn write(path: &Path, file: &TokensFile) -> anyhow::Result<()> {
             let _ = std::os::unix::fs::fchown(&new, Some(old.uid()), Some(old.gid()));
             new.set_permissions(old.permissions())?;
         }
-        new.write_all(file.to_json().as_bytes())?;
+        new.write_all(json.as_bytes())?;
         new.sync_all()?;
         fs::rename(&temporary, &target)?;
         // The rename itself survives a crash once the directory is synced; where a

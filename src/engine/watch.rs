@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use notify::{RecursiveMode, Watcher as _};
 use stq_core::data::catalog::Catalog;
-use stq_core::data::load::{FileStamp, Stamps};
+use stq_core::data::load::files::{FileStamp, Stamps};
 
 use super::reload::ReloadTrigger;
 

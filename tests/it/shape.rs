@@ -17,15 +17,19 @@ use crate::imports::{is_test_only, modules};
 /// stq-core's items declared `pub`, at most: module-level items, `pub mod`, each
 /// name a `pub use` exports, and the functions and constants of `impl` blocks
 /// (not fields, not variants, not a trait's methods, which are as public as it).
-/// Issue 33 asks for 100. This is what is left once every item only stq-core
-/// uses is `pub(crate)` and a query goes through `data::plan`'s few types: what
-/// the service, its benches and tests name, and the types their signatures
-/// reach. Most of it is the domain's parsers and types that tests/it and the
-/// HTTP layer name, the load and store entry points (`load`'s re-exports count
-/// twice), and the scans export and the benches run; and (issue 35) the store's
-/// manifest name, what a manifest names and a file's check, which an `s3://`
-/// store's mirror needs. Lower it as that shrinks.
-const PUB_ITEMS: usize = 207;
+/// Issue 33 asks for 100. Every item only stq-core uses is `pub(crate)` (made so
+/// one and all, the compiler named none the service, benches, example, fuzz
+/// targets and tests could do without), a query goes through `data::plan`'s few
+/// types, `data::load` declares its front door rather than re-exporting it, and
+/// `stq token` edits the file through `TokensFile`'s few calls. What is left is
+/// what those callers name and the types their signatures reach: the domain's
+/// types and parsers that the HTTP layer, the CLI and the parser properties name
+/// (`auth` 19, `query` 17, `record` 15, `time` 13); loading (22) and the store
+/// (15, with the manifest's name and checks an `s3://` store's mirror needs); the
+/// catalog and generation (17); the query plan (19); the scans, stored JSON and
+/// merge that export and the benches run (about 20); the modules (21). Lower it
+/// as that shrinks.
+const PUB_ITEMS: usize = 193;
 /// A source file's lines, at most, once its inline `#[cfg(test)] mod tests` is
 /// left out.
 const FILE_LINES: usize = 1_200;

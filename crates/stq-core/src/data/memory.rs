@@ -30,13 +30,6 @@ pub struct MemoryUse {
     pub metrics: u64,
 }
 
-impl MemoryUse {
-    /// The bytes of every part together.
-    pub fn total(&self) -> u64 {
-        self.parts.iter().map(|part| part.bytes).sum()
-    }
-}
-
 impl Generation {
     /// This generation's bytes by part. Data shared with another generation is
     /// counted as this one's.

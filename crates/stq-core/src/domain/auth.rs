@@ -142,7 +142,7 @@ impl Stations {
     }
 }
 
-/// What [`TokensFile::add`] and [`TokensFile::revoke`] refuse.
+/// What [`TokensFile::add_token`] and [`TokensFile::revoke`] refuse.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum EditError {
     /// An entry of this name is in the file already.
@@ -161,8 +161,16 @@ impl TokensFile {
         Ok(file)
     }
 
+    /// The file's text, once it is checked as `stq serve` checks it
+    /// ([`Tokens::from_file`]): a file the server would refuse is never written. The
+    /// error names the entry that is wrong.
+    pub fn checked_json(&self) -> Result<String, String> {
+        Tokens::from_file(self)?;
+        Ok(self.to_json())
+    }
+
     /// The file's text: one entry per line, in order.
-    pub fn to_json(&self) -> String {
+    pub(crate) fn to_json(&self) -> String {
         if self.tokens.is_empty() {
             return "{\"tokens\": []}\n".to_owned();
         }
@@ -184,8 +192,28 @@ impl TokensFile {
         self.tokens.iter().any(|entry| entry.name == name)
     }
 
+    /// Appends an entry named `name` for a new token made of 32 random bytes
+    /// ([`token_text`]), unless the name is taken; the file keeps only the token's
+    /// digest, so the token is returned, to be shown once.
+    pub fn add_token(
+        &mut self,
+        name: String,
+        stations: Stations,
+        expires: Option<String>,
+        random: &[u8; 32],
+    ) -> Result<String, EditError> {
+        let token = token_text(random);
+        self.add(TokenEntry {
+            name,
+            sha256: hash_token(&token),
+            stations,
+            expires,
+        })?;
+        Ok(token)
+    }
+
     /// Appends `entry`, unless its name is taken.
-    pub fn add(&mut self, entry: TokenEntry) -> Result<(), EditError> {
+    pub(crate) fn add(&mut self, entry: TokenEntry) -> Result<(), EditError> {
         if self.has(&entry.name) {
             return Err(EditError::NameTaken(entry.name));
         }
@@ -231,7 +259,7 @@ impl Tokens {
     }
 
     /// The tokens of a file's entries; the error names the entry that is wrong.
-    pub fn from_file(file: &TokensFile) -> Result<Tokens, String> {
+    pub(crate) fn from_file(file: &TokensFile) -> Result<Tokens, String> {
         let mut tokens = Tokens::default();
         let mut names_by_digest = HashMap::new();
         for entry in &file.tokens {
@@ -338,7 +366,7 @@ pub(crate) const TOKEN_PREFIX: &str = "stq_";
 
 /// The token `stq token new` makes of 32 random bytes: [`TOKEN_PREFIX`] then the
 /// bytes in base64url without padding (43 characters).
-pub fn token_text(random: &[u8; 32]) -> String {
+pub(crate) fn token_text(random: &[u8; 32]) -> String {
     format!("{TOKEN_PREFIX}{}", URL_SAFE_NO_PAD.encode(random))
 }
 

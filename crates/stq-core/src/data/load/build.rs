@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::report::LoadError;
+use super::LoadError;
 use crate::data::hot::Hot;
 use crate::data::key::{load_order, RecordKey};
 use crate::data::sealed::{period_of, period_start, Sealed, Unsealed, SEALED};

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::format::{self, Format};
-use super::report::{InvalidLine, LoadError, INVALID_LINES_SHOWN};
+use super::{InvalidLine, LoadError, INVALID_LINES_SHOWN};
 use crate::data::store::codec;
 use crate::domain::record::Kind;
 

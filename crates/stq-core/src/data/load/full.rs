@@ -13,14 +13,14 @@ use std::time::Instant;
 use super::build::{self, StationBuilder};
 use super::files::{self, SnapshotFile, SourceState};
 use super::read::{self, LoadState, Split};
-use super::report::{LoadError, LoadOptions, LoadReport, OnInvalid};
+use super::{LoadError, LoadOptions, LoadReport, OnInvalid};
 use crate::data::catalog::{Catalog, Generation, LoadSummary, Placement};
 use crate::data::shard::ShardData;
 use crate::data::symbols::Symbols;
 use crate::data::threads;
 
 /// Loads a snapshot directory into a generation spread over `options.shards` shards.
-pub fn load(options: &LoadOptions) -> Result<(Generation, LoadReport), LoadError> {
+pub(crate) fn load(options: &LoadOptions) -> Result<(Generation, LoadReport), LoadError> {
     load_with(options, Split::default())
 }
 
@@ -111,7 +111,7 @@ pub(super) fn summary_of(sources: &[SourceState]) -> LoadSummary {
 }
 
 /// Validates every line without building an index (`stq check`).
-pub fn check(directory: &Path, threads: usize) -> Result<LoadReport, LoadError> {
+pub(crate) fn check(directory: &Path, threads: usize) -> Result<LoadReport, LoadError> {
     let started = Instant::now();
     let files = files::discover(directory)?;
     let state = read::read_all_into(LoadState::default(), &files, threads, false)?;

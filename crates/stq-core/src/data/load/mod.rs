@@ -13,27 +13,260 @@
 //! The callers: [`full`] (start-up, `stq check`, and a reload that cannot build on
 //! the previous generation) reads every file; [`reload`] reads what changed and
 //! shares the rest. No module here imports one that imports it back: [`files`]
-//! (which the catalog keeps) imports only [`format`] and [`report`], [`format`]
+//! (which the catalog keeps) imports only [`format`] and this module, [`format`]
 //! nothing of loading, and only [`full`] and [`reload`] import the catalog.
+//!
+//! This module is the front door: what a load is asked (its options), what it
+//! answers (its report, its errors), the four ways in ([`load`], [`check`],
+//! [`reload_looking`], [`load_from_store`]) are declared here, so that the
+//! service names each of them once; of the steps, only [`files`] shows its stamps,
+//! which a watch compares.
 
 mod build;
-pub(crate) mod files;
+pub mod files;
 pub(crate) mod format;
 mod full;
 mod read;
 mod reload;
-mod report;
-
-pub use files::{FileStamp, Stamps};
-pub use full::{check, load};
-pub use reload::{load_from_store, reload_looking, Look};
-pub use report::{LoadError, LoadOptions, LoadReport, OnInvalid, INVALID_LINES_SHOWN};
 
 #[cfg(test)]
 pub(crate) use reload::reload;
 
-#[cfg(doc)]
-use crate::data::catalog::Generation;
+use std::collections::BTreeSet;
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::data::catalog::{Catalog, Generation};
+use crate::data::shard::ShardData;
+use crate::data::store::Restored;
+use crate::domain::record::Kind;
+
+/// Loads a snapshot directory into a generation spread over `options.shards` shards.
+pub fn load(options: &LoadOptions) -> Result<(Generation, LoadReport), LoadError> {
+    full::load(options)
+}
+
+/// Validates every line without building an index (`stq check`).
+pub fn check(directory: &Path, threads: usize) -> Result<LoadReport, LoadError> {
+    full::check(directory, threads)
+}
+
+/// Builds the generation after `previous` (whose shards are `shards`) from what
+/// changed in the directory since `previous` was read, looking for changes only
+/// where `look` says, as `options` say; what it serves is what [`full::load`] of
+/// the same files would serve. The report counts what this reload read, and the
+/// totals of the data it holds.
+pub fn reload_looking(
+    previous: &Catalog,
+    shards: &[Arc<ShardData>],
+    options: &LoadOptions,
+    look: &Look,
+) -> Result<(Generation, LoadReport), LoadError> {
+    reload::reload_looking(previous, shards, options, look)
+}
+
+/// A start from a store (docs/api.md section 12): the generation `restored` read
+/// from it, rebuilt as generation 0, then reloaded as [`reload`] would, so that it
+/// reads only the snapshot files that changed since the store was written and
+/// serves what [`full::load`] of the same files would. The flag says whether the store
+/// was used: a start under `--on-invalid fail` that would meet invalid lines (in
+/// the store's history or in what changed) loads in full instead, which refuses
+/// to start as a start without a store does; so does one whose store holds files
+/// a reload held back (a start does not hold files back).
+pub fn load_from_store(
+    options: &LoadOptions,
+    restored: Restored,
+) -> Result<(Generation, LoadReport, bool), LoadError> {
+    reload::load_from_store(options, restored)
+}
+
+/// What a reload looks at for changes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Look {
+    /// Every file under the directory, each one's stamp against its last read.
+    Everything,
+    /// Only these paths, relative to the directory and `/`-separated, as a watch of
+    /// the directory reported them changed: every other known file is taken as
+    /// unchanged without a look. A path that is, or was, a directory makes it a
+    /// look at everything.
+    Paths(BTreeSet<String>),
+}
+
+/// How many invalid lines a file's state keeps, and a refused start-up prints.
+pub const INVALID_LINES_SHOWN: usize = 20;
+
+/// What to do with an invalid line (docs/api.md section 2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnInvalid {
+    /// A start-up refuses the snapshot; a reload holds back the files that hold
+    /// invalid lines, each serving what it served before.
+    Fail,
+    /// The line is skipped and counted.
+    Skip,
+    /// A start-up holds the files that hold invalid lines (none of their records
+    /// are served) and starts with the others; a reload does as under `Fail`.
+    Hold,
+}
+
+/// What a load reads and how: the snapshot directory, the shards, what an
+/// invalid line does, and the threads and hot window it builds with.
+#[derive(Clone, Debug)]
+pub struct LoadOptions {
+    /// The snapshot directory.
+    pub directory: PathBuf,
+    /// How many shards the stations are spread over.
+    pub shards: usize,
+    /// What an invalid line does.
+    pub on_invalid: OnInvalid,
+    /// The number the new generation gets (1 at start-up, one more each reload).
+    pub generation: u64,
+    /// Parsing threads; the reader is one more.
+    pub threads: usize,
+    /// The hot window (`--hot`): a station's records in whole hours older than
+    /// this, counted back from its newest record, are sealed; `None` keeps every
+    /// record hot.
+    pub hot: Option<Duration>,
+}
+
+/// An invalid snapshot line: where it is and why it is invalid; shown as
+/// `path:line: reason`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidLine {
+    pub(crate) path: String,
+    pub(crate) line: u32,
+    pub(crate) reason: String,
+}
+
+impl fmt::Display for InvalidLine {
+    fn fmt(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        write!(formatter, "{}:{}: {}", self.path, self.line, self.reason)
+    }
+}
+
+/// One snapshot file and what was found in it.
+#[derive(Clone, Debug)]
+pub struct FileReport {
+    /// Its path, relative to the snapshot directory.
+    pub path: String,
+    /// Its format's name: `units`, `metrics` or `openhtf`.
+    pub format: &'static str,
+    /// The kind of every record it holds, or `None` when it holds both.
+    pub kind: Option<Kind>,
+    /// Valid records: `units + metrics`.
+    pub records: u64,
+    /// Its unit records.
+    pub units: u64,
+    /// Its metric records.
+    pub metrics: u64,
+    /// Its invalid lines.
+    pub invalid: u64,
+    /// Field names of the file that the record shape does not have.
+    pub(crate) unknown_fields: BTreeSet<String>,
+}
+
+/// What a load found: each file's report, the invalid lines, the totals, and
+/// how long it took.
+#[derive(Clone, Debug, Default)]
+pub struct LoadReport {
+    /// Each file read, in load order.
+    pub files: Vec<FileReport>,
+    /// Every invalid line, in load order.
+    pub invalid: Vec<InvalidLine>,
+    /// Unit records loaded.
+    pub units: u64,
+    /// Metric records loaded.
+    pub metrics: u64,
+    /// Stations in the generation.
+    pub stations: usize,
+    /// Last lines without a line end that do not parse (yet): not loaded, not
+    /// counted as invalid (docs/api.md section 8).
+    pub pending: u64,
+    /// Snapshot bytes read, after decompression.
+    pub bytes: u64,
+    /// Of the generation's records, how many are in sealed blocks (older than `--hot`).
+    pub sealed: u64,
+    /// Files held for their invalid lines (as messages name them): at a reload
+    /// under `fail` or `hold`, each serves what it served before; at a start-up
+    /// under `hold`, nothing.
+    pub held: Vec<String>,
+    /// How long the load took, from the first look at the directory.
+    pub elapsed: Duration,
+}
+
+impl LoadReport {
+    /// Records loaded, units and metrics.
+    pub fn records(&self) -> u64 {
+        self.units + self.metrics
+    }
+
+    /// Takes out the invalid lines of the held files, to be logged as what holds
+    /// them: where a file is held (under `fail` or `hold`) every invalid line is
+    /// in a held file; under `skip` none is, and the skipped lines stay.
+    pub fn take_held_lines(&mut self) -> Vec<InvalidLine> {
+        match self.held.is_empty() {
+            true => Vec::new(),
+            false => std::mem::take(&mut self.invalid),
+        }
+    }
+
+    /// Logs what loaded but deserves a look: an empty directory, each skipped line
+    /// as `path:line: reason`, and each file's unknown fields, once.
+    pub fn log_warnings(&self, directory: &Path) {
+        // A start from the store reads no file when none changed: it serves the
+        // store's records.
+        if self.files.is_empty() && self.records() == 0 {
+            tracing::warn!(
+                directory = %directory.display(),
+                "the snapshot directory holds no {} files: serving no records",
+                format::file_patterns()
+            );
+        }
+        for line in &self.invalid {
+            tracing::warn!("skipped {line}");
+        }
+        for file in &self.files {
+            if !file.unknown_fields.is_empty() {
+                let names: Vec<&str> = file.unknown_fields.iter().map(String::as_str).collect();
+                tracing::warn!(
+                    "{}: unknown fields ignored: {}",
+                    file.path,
+                    names.join(", ")
+                );
+            }
+        }
+    }
+}
+
+/// Why a load made no generation.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The snapshot directory is missing, or not a directory.
+    #[error("snapshot directory {0} does not exist or is not a directory")]
+    MissingDirectory(PathBuf),
+    /// A file or directory could not be read.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The path that could not be read.
+        path: String,
+        /// Why.
+        source: io::Error,
+    },
+    /// A station's hot records outgrow what a station's arena can address.
+    #[error("{station:?} holds more than 2 GiB of records in its hot window; use more, smaller stations or a shorter --hot")]
+    StationTooLarge {
+        /// The station's id.
+        station: String,
+    },
+    /// Invalid lines under `--on-invalid fail` at start-up: the report lists them.
+    #[error("{} invalid snapshot line(s)", report.invalid.len())]
+    Invalid {
+        /// What the load found, the invalid lines among it.
+        report: Box<LoadReport>,
+    },
+}
 
 #[cfg(test)]
 mod tests;

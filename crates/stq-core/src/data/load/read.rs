@@ -21,7 +21,7 @@ use parking_lot::Mutex;
 use super::build::StationBuilder;
 use super::files::{self, FileRead, FileStamp, Resume, SnapshotFile, SourceState, Start};
 use super::format::{Block, Cut, Records};
-use super::report::{FileReport, InvalidLine, LoadError, LoadReport, INVALID_LINES_SHOWN};
+use super::{FileReport, InvalidLine, LoadError, LoadReport, INVALID_LINES_SHOWN};
 use crate::data::key::{load_order, RecordKey};
 use crate::data::station::{MetricEntry, UnitEntry};
 use crate::data::stored::{self, StoredRecord};

@@ -75,7 +75,7 @@ use super::files::{self, FileStamp, SnapshotFile, SourceState, END_STEP, NEAR_LO
 use super::format;
 use super::full;
 use super::read::{self, LoadState, SharedSymbols};
-use super::report::{LoadError, LoadOptions, LoadReport, OnInvalid};
+use super::{LoadError, LoadOptions, LoadReport, Look, OnInvalid};
 use crate::data::catalog::{Catalog, Generation, Placement};
 use crate::data::key::{Position, RecordKey};
 use crate::data::sealed::SEALED;
@@ -84,18 +84,6 @@ use crate::data::station::{StationData, UnitEntry};
 use crate::data::store::Restored;
 use crate::data::symbols::Symbols;
 use crate::data::threads;
-
-/// What a reload looks at for changes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Look {
-    /// Every file under the directory, each one's stamp against its last read.
-    Everything,
-    /// Only these paths, relative to the directory and `/`-separated, as a watch of
-    /// the directory reported them changed: every other known file is taken as
-    /// unchanged without a look. A path that is, or was, a directory makes it a
-    /// look at everything.
-    Paths(BTreeSet<String>),
-}
 
 /// [`reload_looking`] with a look at everything.
 pub(crate) fn reload(
@@ -111,7 +99,7 @@ pub(crate) fn reload(
 /// where `look` says, as `options` say; what it serves is what [`full::load`] of
 /// the same files would serve. The report counts what this reload read, and the
 /// totals of the data it holds.
-pub fn reload_looking(
+pub(crate) fn reload_looking(
     previous: &Catalog,
     shards: &[Arc<ShardData>],
     options: &LoadOptions,
@@ -176,7 +164,7 @@ pub fn reload_looking(
 /// the store's history or in what changed) loads in full instead, which refuses
 /// to start as a start without a store does; so does one whose store holds files
 /// a reload held back (a start does not hold files back).
-pub fn load_from_store(
+pub(crate) fn load_from_store(
     options: &LoadOptions,
     restored: Restored,
 ) -> Result<(Generation, LoadReport, bool), LoadError> {
