@@ -156,43 +156,36 @@ fn store_place(args: &ServeArgs) -> anyhow::Result<Option<StorePlace>> {
             (copy, Some(location))
         }
     };
-    let (lock, locked_elsewhere) = match WriterLock::try_take(&directory) {
-        Ok(Some(lock)) => (Some(lock), false),
-        Ok(None) => {
-            tracing::info!(
-                "the store {} is written by another stq (it holds {}): this one starts from \
-                 it{}, and writes it once that one stops",
-                directory.display(),
-                WriterLock::file(&directory).display(),
-                if s3.is_some() {
-                    " as it is, without pulling"
-                } else {
-                    ""
-                }
-            );
-            (None, true)
-        }
-        // The start reads what it can; the write fails and says why.
-        Err(_) => (None, false),
-    };
+    let lock = WriterLock::take(&directory);
+    if lock.is_elsewhere() {
+        tracing::info!(
+            "the store {} is written by another stq (it holds {}): this one starts from \
+             it{}, and writes it once that one stops",
+            directory.display(),
+            WriterLock::file(&directory).display(),
+            if s3.is_some() {
+                " as it is, without pulling"
+            } else {
+                ""
+            }
+        );
+    }
     let Some(location) = s3 else {
         return Ok(Some(StorePlace {
             directory,
             mirror: None,
             degraded: false,
             lock,
-            locked_elsewhere,
         }));
     };
     let mut mirror = Mirror::open(location.clone(), directory.clone())
         .with_context(|| format!("--store {location}"))?;
-    let degraded = !locked_elsewhere && !pull(&mut mirror, location, &directory);
+    let degraded = !lock.is_elsewhere() && !pull(&mut mirror, location, &directory);
     Ok(Some(StorePlace {
         directory,
         mirror: Some(mirror),
         degraded,
         lock,
-        locked_elsewhere,
     }))
 }
 

@@ -20,11 +20,17 @@ use std::path::{Path, PathBuf};
 /// deletes (it deletes `*.stq` and `*.tmp`), nor one a pull fetches.
 pub(crate) const LOCK: &str = "LOCK";
 
-/// The lock on a store's directory, held while this lives.
+/// What this process knows of a store directory's lock.
 #[derive(Debug)]
-pub struct WriterLock {
-    /// Held open: closing it releases the lock.
-    _file: File,
+pub enum WriterLock {
+    /// This process holds it (the file held open: closing it releases the lock),
+    /// and writes the store.
+    Held(File),
+    /// Another process held it when this one last asked.
+    Elsewhere,
+    /// It could not be made (a read-only directory, say): the writes are tried,
+    /// to fail and say why.
+    Unavailable,
 }
 
 impl WriterLock {
@@ -33,9 +39,17 @@ impl WriterLock {
         directory.join(LOCK)
     }
 
-    /// Takes the lock on `directory` (created if missing) unless another process
-    /// holds it: `None` then.
-    pub fn try_take(directory: &Path) -> io::Result<Option<WriterLock>> {
+    /// Takes the lock on `directory` (made if missing), unless another process
+    /// holds it.
+    pub fn take(directory: &Path) -> WriterLock {
+        match WriterLock::try_take(directory) {
+            Ok(Some(file)) => WriterLock::Held(file),
+            Ok(None) => WriterLock::Elsewhere,
+            Err(_) => WriterLock::Unavailable,
+        }
+    }
+
+    fn try_take(directory: &Path) -> io::Result<Option<File>> {
         std::fs::create_dir_all(directory)?;
         let file = OpenOptions::new()
             .create(true)
@@ -43,10 +57,15 @@ impl WriterLock {
             .write(true)
             .open(WriterLock::file(directory))?;
         match file.try_lock() {
-            Ok(()) => Ok(Some(WriterLock { _file: file })),
+            Ok(()) => Ok(Some(file)),
             Err(TryLockError::WouldBlock) => Ok(None),
             Err(TryLockError::Error(error)) => Err(error),
         }
+    }
+
+    /// Whether another process held the lock when this one last asked.
+    pub fn is_elsewhere(&self) -> bool {
+        matches!(self, WriterLock::Elsewhere)
     }
 }
 
@@ -57,19 +76,30 @@ mod tests {
     #[test]
     fn a_second_lock_on_one_directory_waits_for_the_first_to_be_released() {
         let directory = tempfile::tempdir().unwrap();
-        let first = WriterLock::try_take(directory.path()).unwrap();
-        assert!(first.is_some());
+        let first = WriterLock::take(directory.path());
+        assert!(matches!(first, WriterLock::Held(_)));
         // Another open file description, as another process has: refused.
-        assert!(WriterLock::try_take(directory.path()).unwrap().is_none());
+        assert!(WriterLock::take(directory.path()).is_elsewhere());
         drop(first);
-        assert!(WriterLock::try_take(directory.path()).unwrap().is_some());
+        assert!(matches!(
+            WriterLock::take(directory.path()),
+            WriterLock::Held(_)
+        ));
     }
 
     #[test]
     fn the_lock_creates_the_directory() {
         let directory = tempfile::tempdir().unwrap();
         let store = directory.path().join("not/yet");
-        assert!(WriterLock::try_take(&store).unwrap().is_some());
+        assert!(matches!(WriterLock::take(&store), WriterLock::Held(_)));
         assert!(store.join(LOCK).exists());
+    }
+
+    #[test]
+    fn a_lock_that_cannot_be_made_is_unavailable() {
+        let directory = tempfile::tempdir().unwrap();
+        let file = directory.path().join("a file");
+        std::fs::write(&file, b"not a directory").unwrap();
+        assert!(matches!(WriterLock::take(&file), WriterLock::Unavailable));
     }
 }

@@ -101,12 +101,8 @@ pub struct StorePlace {
     pub mirror: Option<Mirror>,
     /// The bucket could not be read: the start uses what the copy holds.
     pub degraded: bool,
-    /// The directory's lock, if this process took it ([`lock`]): `None` while
-    /// another process holds it (or it could not be made, as on a read-only
-    /// directory, where the write then fails and says why).
-    pub lock: Option<WriterLock>,
-    /// Another process held the lock at the start.
-    pub locked_elsewhere: bool,
+    /// The directory's lock as the start found it ([`lock`]).
+    pub lock: WriterLock,
 }
 
 impl StoreHandle {
@@ -129,7 +125,6 @@ impl StoreHandle {
             mirror: place.mirror,
             status,
             first: true,
-            elsewhere: place.lock.is_none() && place.locked_elsewhere,
             lock: place.lock,
         };
         std::thread::Builder::new()
@@ -156,10 +151,8 @@ struct Writing {
     mirror: Option<Mirror>,
     status: Arc<StoreStatus>,
     first: bool,
-    /// The directory's lock, once this process holds it.
-    lock: Option<WriterLock>,
-    /// Another process held the lock when this one last asked.
-    elsewhere: bool,
+    /// The directory's lock, as this process last found it.
+    lock: WriterLock,
 }
 
 impl Writing {
@@ -224,41 +217,32 @@ impl Writing {
     /// or takes it now; or the lock cannot be made (a read-only directory, say),
     /// and the write is tried, to fail and say why.
     fn may_write(&mut self) -> bool {
-        if self.lock.is_some() {
+        if matches!(self.lock, WriterLock::Held(_)) {
             return true;
         }
-        match WriterLock::try_take(&self.directory) {
-            Ok(Some(lock)) => {
-                if self.elsewhere {
-                    tracing::info!(
-                        "the store {}: the stq that wrote it has stopped; this one writes it \
-                         from now on",
-                        self.directory.display()
-                    );
-                    // What the other process deleted since this one's start is not
-                    // known here: the first write after it writes every file.
-                    self.writer = StoreWriter::new(
-                        Store::new(&self.directory),
-                        self.settings.clone(),
-                        Written::default(),
-                    );
-                    self.elsewhere = false;
-                }
-                self.lock = Some(lock);
-                true
-            }
-            Ok(None) => {
-                self.elsewhere = true;
-                false
-            }
-            Err(_) => true,
+        let lock = WriterLock::take(&self.directory);
+        if matches!(lock, WriterLock::Held(_)) && self.lock.is_elsewhere() {
+            tracing::info!(
+                "the store {}: the stq that wrote it has stopped; this one writes it from \
+                 now on",
+                self.directory.display()
+            );
+            // What the other process deleted since this one's start is not known
+            // here: the first write after it writes every file.
+            self.writer = StoreWriter::new(
+                Store::new(&self.directory),
+                self.settings.clone(),
+                Written::default(),
+            );
         }
+        self.lock = lock;
+        !self.lock.is_elsewhere()
     }
 
     /// Pushes the copy's last write to the bucket, if there is one; the status
     /// says whether the store is whole where it should be.
     fn push(&mut self) {
-        if self.elsewhere {
+        if self.lock.is_elsewhere() {
             // Another process writes the copy, and pushes it.
             return;
         }
