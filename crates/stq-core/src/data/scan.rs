@@ -8,7 +8,7 @@ use std::ops::Bound;
 
 use crate::data::key::{Position, RecordKey};
 use crate::data::merge::merge_sorted;
-use crate::data::sealed::{is_sealed, JsonMemo, SEALED};
+use crate::data::sealed::{is_sealed, JsonMemo};
 use crate::data::shard::ShardData;
 use crate::data::station::{MetricEntry, StationData, UnitEntry};
 use crate::data::stored::{RecordJson, StoredRecord};
@@ -144,15 +144,23 @@ pub struct Hit {
     pub bytes: StoredRecord,
 }
 
-/// What a shard's scan answers: its hits, and the JSON of those that are sealed
-/// records, which the scan decompressed (a sealed hit's `bytes` say where its JSON
-/// lies in `sealed`, see [`ShardData::json`]).
+/// What a shard's scan answers: its hits, and the blocks that hold those that are
+/// sealed records, rendered (a sealed hit's `bytes` say which block and record,
+/// see [`ShardData::json`]).
 #[derive(Debug, Default)]
 pub struct ScanAnswer {
     /// The matching records, in order.
     pub hits: Vec<Hit>,
-    /// The JSON of the sealed hits, one after another.
-    pub sealed: Vec<u8>,
+    /// The blocks of the sealed hits.
+    pub sealed: SealedJson,
+}
+
+/// The blocks a scan's sealed hits are in, which [`ShardData::json`] writes
+/// their JSON from: the answer writes each record once, from where its block
+/// holds it whole.
+#[derive(Debug, Default)]
+pub struct SealedJson {
+    memo: JsonMemo,
 }
 
 impl ShardData {
@@ -160,21 +168,14 @@ impl ShardData {
     /// with the JSON of those that are sealed.
     pub fn scan(&self, request: &ScanRequest) -> ScanAnswer {
         let mut hits = self.scan_hits(request);
-        let mut sealed = Vec::new();
         let mut memo = JsonMemo::default();
         for hit in hits.iter_mut().filter(|hit| is_sealed(hit.bytes)) {
-            let start = sealed.len();
-            self.stations[hit.station_index as usize].write_json_with(
-                hit.bytes,
-                &mut sealed,
-                &mut memo,
-            );
-            hit.bytes = StoredRecord {
-                start: SEALED | start as u32,
-                length: (sealed.len() - start) as u32,
-            };
+            hit.bytes = self.stations[hit.station_index as usize].locate_json(hit.bytes, &mut memo);
         }
-        ScanAnswer { hits, sealed }
+        ScanAnswer {
+            hits,
+            sealed: SealedJson { memo },
+        }
     }
 
     /// The first `request.cap` matching records of the requested stations, in order;
@@ -331,12 +332,9 @@ impl ShardData {
 
     /// A hit's response JSON; `sealed` is the [`ScanAnswer::sealed`] of the scan
     /// that found it.
-    pub fn json<'a>(&'a self, hit: &Hit, sealed: &'a [u8]) -> RecordJson<'a> {
+    pub fn json<'a>(&'a self, hit: &Hit, sealed: &'a SealedJson) -> RecordJson<'a> {
         match is_sealed(hit.bytes) {
-            true => {
-                let start = (hit.bytes.start & !SEALED) as usize;
-                RecordJson::whole(&sealed[start..start + hit.bytes.length as usize])
-            }
+            true => RecordJson::whole(sealed.memo.json(hit.bytes)),
             false => self.stations[hit.station_index as usize].json(hit.bytes),
         }
     }

@@ -111,18 +111,10 @@ impl StationData {
         }
     }
 
-    /// As [`StationData::write_json`], reading a sealed record's block from `memo`
-    /// when an earlier record written with it read the block.
-    pub(crate) fn write_json_with(
-        &self,
-        record: StoredRecord,
-        out: &mut Vec<u8>,
-        memo: &mut JsonMemo,
-    ) {
-        match is_sealed(record) {
-            true => self.sealed.write_json_with(record, out, memo),
-            false => self.hot.json(record).write_to(out),
-        }
+    /// Where a sealed record's JSON is among `memo`'s blocks
+    /// ([`JsonMemo::json`] reads it).
+    pub(crate) fn locate_json(&self, record: StoredRecord, memo: &mut JsonMemo) -> StoredRecord {
+        self.sealed.locate_json(record, memo)
     }
 
     /// Hints the CPU to load the fields [`StationData::json`] reads.

@@ -12,16 +12,16 @@ use super::{
 use crate::data::catalog::Catalog;
 use crate::data::cursor::Cursor;
 use crate::data::merge::merge_sorted;
-use crate::data::scan::Hit;
+use crate::data::scan::{Hit, SealedJson};
 use crate::data::shard::ShardData;
 use crate::data::stored::{Parts, RecordJson};
 use crate::data::summary::{PartialSummary, Question as Summary, Rows};
 
-/// One shard's reply: its data, and the JSON of its hits that are sealed records.
+/// One shard's reply: its data, and the blocks of its hits that are sealed records.
 #[derive(Debug)]
 pub(super) struct Part {
     data: Arc<ShardData>,
-    sealed: Vec<u8>,
+    sealed: SealedJson,
 }
 
 /// A hit and the index of the part (shard reply) that holds its bytes.
@@ -36,7 +36,7 @@ pub(super) struct PartHit {
 #[derive(Clone, Copy)]
 struct Record<'a> {
     data: &'a ShardData,
-    sealed: &'a [u8],
+    sealed: &'a SealedJson,
     hit: &'a Hit,
 }
 

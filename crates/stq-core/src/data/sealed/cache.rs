@@ -1,5 +1,6 @@
 //! The decoded-block cache (issue 32, `--cache-size`): sealed blocks as a query
-//! reads them, decoded (keys, entries, and where each record's JSON parts are), shared
+//! reads them, decoded and rendered ([`super::rendered`]: keys, entries, each
+//! record's JSON, a time index and a symbol index), shared
 //! by every thread of the process and bounded in bytes. A dashboard that keeps
 //! asking about yesterday pays the decompression and decoding once, not on each
 //! request.
@@ -13,11 +14,11 @@
 //! may be refused while older ones stay) and quick_cache evicts by CLOCK-Pro:
 //! neither evicts in least-recently-used order, and both are crates more. A lookup
 //! here is a hash, a lock and a list move: a query over a hundred stations' history
-//! makes one per block it reads, and a scan writes its sealed hits' JSON through a
-//! per-scan memo ([`crate::data::sealed::JsonMemo`]), not a lookup per record.
+//! makes one per block it reads, and a scan's answer keeps the blocks of its
+//! sealed hits ([`crate::data::sealed::JsonMemo`]), not a lookup per record.
 //!
 //! **What is counted.** An entry weighs what its decoded block holds on the heap
-//! ([`super::Decoded::heap_bytes`]: its vectors' capacities and its header), or
+//! ([`super::rendered::Rendered::heap_bytes`]: its vectors' capacities and its header), or
 //! its digest's bytes, plus its key, its list node and its map slot.
 //!
 //! **Digests.** A summary reads blocks by their digests; a block in a store file

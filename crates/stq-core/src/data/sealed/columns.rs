@@ -12,6 +12,8 @@ pub(super) trait Sealable: Copy + Send + Sync + std::fmt::Debug + 'static {
     /// The kind's bit in a locator's `length`.
     const KIND: u32;
     fn with_bytes(self, bytes: StoredRecord) -> Self;
+    /// Its `bytes`: for a decoded record, its locator.
+    fn bytes(&self) -> StoredRecord;
     /// The symbol a block's filter notes: a unit's serial, a metric's name.
     fn filtered(&self) -> Symbol;
     /// Writes the entries' columns; `values` are their value texts.
@@ -25,6 +27,10 @@ impl Sealable for UnitEntry {
 
     fn with_bytes(self, bytes: StoredRecord) -> Self {
         UnitEntry { bytes, ..self }
+    }
+
+    fn bytes(&self) -> StoredRecord {
+        self.bytes
     }
 
     fn filtered(&self) -> Symbol {
@@ -80,6 +86,10 @@ impl Sealable for MetricEntry {
 
     fn with_bytes(self, bytes: StoredRecord) -> Self {
         MetricEntry { bytes, ..self }
+    }
+
+    fn bytes(&self) -> StoredRecord {
+        self.bytes
     }
 
     fn filtered(&self) -> Symbol {

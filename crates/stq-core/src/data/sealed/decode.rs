@@ -3,7 +3,6 @@
 //! JSON parts are.
 
 use std::cell::RefCell;
-use std::ops::Bound;
 
 use super::columns::Sealable;
 use super::payload::Reader;
@@ -11,7 +10,6 @@ use super::times::write_coded_time;
 use super::{period_start, Block, Decoded, Part, Sealed, Source, Span, SEALED};
 use crate::data::key::RecordKey;
 use crate::data::stored::StoredRecord;
-use crate::data::tier::KeyRange;
 use crate::domain::time::Timestamp;
 
 thread_local! {
@@ -211,40 +209,6 @@ fn json_spans(
         })
         .collect();
     (spans, generated)
-}
-
-impl<E> Decoded<E> {
-    /// Its bytes on the heap: its vectors' capacities and itself, what the cache
-    /// weighs it by.
-    pub(super) fn heap_bytes(&self) -> u64 {
-        (size_of::<Self>()
-            + self.keys.capacity() * size_of::<RecordKey>()
-            + self.entries.capacity() * size_of::<E>()
-            + self.spans.capacity() * size_of::<[Span; 5]>()
-            + self.payload.capacity()
-            + self.times.capacity()) as u64
-    }
-
-    /// The indexes of its records with keys in `range`: its keys are in order.
-    pub(super) fn indexes_in(&self, (start, end): KeyRange) -> std::ops::Range<usize> {
-        let first = match start {
-            Bound::Included(key) => self.keys.partition_point(|probe| *probe < key),
-            Bound::Excluded(key) => self.keys.partition_point(|probe| *probe <= key),
-            Bound::Unbounded => 0,
-        };
-        let end = match end {
-            Bound::Included(key) => self.keys.partition_point(|probe| *probe <= key),
-            Bound::Excluded(key) => self.keys.partition_point(|probe| *probe < key),
-            Bound::Unbounded => self.keys.len(),
-        };
-        first..end.max(first)
-    }
-
-    pub(super) fn write(&self, sealed: &Sealed, index: usize, out: &mut Vec<u8>) {
-        for span in self.spans[index] {
-            out.extend_from_slice(sealed.span(self, span));
-        }
-    }
 }
 
 fn add_nanos(start: Timestamp, nanos: u64) -> Timestamp {

@@ -15,8 +15,9 @@
 //! units decompresses no metric. A record comes back exactly as written: its JSON
 //! is its five parts again, copied in order. The process keeps the blocks
 //! queries decoded lately in a cache bounded in bytes (`--cache-size`, [`cache`]),
-//! shared by its threads, and a read finds a window's records in a decoded block
-//! by binary searches of its keys, in order, not by reading its four hours.
+//! shared by its threads, rendered for reading ([`rendered`]: each record's JSON
+//! whole, a time index, and an index of each serial's or name's records), so a
+//! read goes to a window's records, or a filter's, not through its four hours.
 //!
 //! A block also keeps what lets a read skip it without decompressing it: how many
 //! records of each kind it holds, which files they came from, and a 256-bit
@@ -27,7 +28,8 @@
 //! bytes) and [`decode`] (a block's bytes back into records), with [`columns`]
 //! (what each kind's entries write and read), [`times`] (how a record's time
 //! text is kept) and [`payload`] (the numbers it is all written in); [`read`]
-//! (what queries read: blocks by key range, decoded through [`cache`]); and
+//! (what queries read: blocks by key range, rendered ([`rendered`]) through
+//! [`cache`]); and
 //! [`store`] (the tier in a store file), with [`body`] (where a block's bytes
 //! are: in memory, or in that file, read when a query needs them).
 
@@ -55,6 +57,7 @@ mod decode;
 mod encode;
 mod payload;
 mod read;
+mod rendered;
 mod store;
 #[cfg(test)]
 mod tests;
@@ -618,8 +621,7 @@ impl Tier for Sealed {
         serial: Symbol,
         range: KeyRange,
     ) -> impl Iterator<Item = (RecordKey, UnitEntry)> + '_ {
-        self.records_in(range, move |block| block.serials.may_hold(serial))
-            .filter(move |(_, entry): &(RecordKey, UnitEntry)| entry.unit_serial == serial)
+        self.records_of(serial, range)
     }
 
     fn metrics_in(&self, range: KeyRange) -> impl Iterator<Item = (RecordKey, MetricEntry)> + '_ {
@@ -631,9 +633,7 @@ impl Tier for Sealed {
         name: Symbol,
         range: KeyRange,
     ) -> impl Iterator<Item = (RecordKey, StoredRecord)> + '_ {
-        self.records_in(range, move |block| block.names.may_hold(name))
-            .filter(move |(_, entry): &(RecordKey, MetricEntry)| entry.name == name)
-            .map(|(key, entry)| (key, entry.bytes))
+        self.located_of::<MetricEntry>(name, range)
     }
 
     fn first_and_last(&self) -> Option<((RecordKey, StoredRecord), (RecordKey, StoredRecord))> {

@@ -9,7 +9,8 @@ use foldhash::HashMap;
 
 use super::cache::{self, BlockKey, CachedBlock};
 use super::columns::Sealable;
-use super::{period_of, period_start, Block, Decoded, Part, Sealed, Slice, SEALED};
+use super::rendered::Rendered;
+use super::{period_of, period_start, Block, Part, Sealed, Slice, SEALED};
 use crate::data::key::RecordKey;
 use crate::data::stored::StoredRecord;
 use crate::data::symbols::Symbol;
@@ -28,12 +29,8 @@ impl Sealed {
         let (period, block) = self.block_of(record);
         let index = (record.length & !SEALED) as usize;
         match record.length >> 31 {
-            0 => self
-                .decoded::<UnitEntry>(period, block)
-                .write(self, index, out),
-            _ => self
-                .decoded::<MetricEntry>(period, block)
-                .write(self, index, out),
+            0 => self.decoded::<UnitEntry>(period, block).write(index, out),
+            _ => self.decoded::<MetricEntry>(period, block).write(index, out),
         }
     }
 
@@ -68,12 +65,58 @@ impl Sealed {
         self.blocks_in(range)
             .filter(move |(_, block)| keep(block))
             .flat_map(move |(period, block)| {
-                let decoded: Arc<Decoded<E>> = self.decoded(period, block);
-                // Its keys are in order: a window's records are found by two
-                // binary searches, not by reading the block's four hours.
+                let decoded: Arc<Rendered<E>> = self.decoded(period, block);
+                // A window's records are found through the block's time index,
+                // not by reading its four hours.
                 decoded
                     .indexes_in(range)
                     .map(move |index| (decoded.keys[index], decoded.entries[index]))
+            })
+    }
+
+    /// The blocks that may hold records of kind `E` whose serial (units) or name
+    /// (metrics) is `symbol` in `range`, rendered.
+    fn blocks_of<E: Sealable>(
+        &self,
+        symbol: Symbol,
+        range: KeyRange,
+    ) -> impl Iterator<Item = Arc<Rendered<E>>> + '_ {
+        self.blocks_in(range)
+            .filter(move |(_, block)| match E::KIND {
+                0 => block.serials.may_hold(symbol),
+                _ => block.names.may_hold(symbol),
+            })
+            .map(move |(period, block)| self.decoded(period, block))
+    }
+
+    /// The records of kind `E` whose serial (units) or name (metrics) is `symbol`
+    /// in `range`.
+    pub(super) fn records_of<E: Sealable>(
+        &self,
+        symbol: Symbol,
+        range: KeyRange,
+    ) -> impl Iterator<Item = (RecordKey, E)> + '_ {
+        self.blocks_of(symbol, range)
+            .flat_map(move |decoded: Arc<Rendered<E>>| {
+                decoded.positions_of(symbol, range).map(move |position| {
+                    let index = decoded.by_symbol(position);
+                    (decoded.keys[index], decoded.entries[index])
+                })
+            })
+    }
+
+    /// The keys and locators of the records of kind `E` whose serial (units)
+    /// or name (metrics) is `symbol` in `range`: what a read that needs no entry
+    /// reads.
+    pub(super) fn located_of<E: Sealable>(
+        &self,
+        symbol: Symbol,
+        range: KeyRange,
+    ) -> impl Iterator<Item = (RecordKey, StoredRecord)> + '_ {
+        self.blocks_of(symbol, range)
+            .flat_map(move |decoded: Arc<Rendered<E>>| {
+                (decoded.positions_of(symbol, range))
+                    .map(move |position| decoded.located_by_symbol(position))
             })
     }
 }
@@ -110,7 +153,7 @@ impl<'a> UnitBlock<'a> {
 
     /// Its unit records, in key order.
     pub(crate) fn records(&self) -> impl Iterator<Item = (RecordKey, UnitEntry)> + 'a {
-        let decoded: Arc<Decoded<UnitEntry>> = self.sealed.decoded(self.period, self.block);
+        let decoded: Arc<Rendered<UnitEntry>> = self.sealed.decoded(self.period, self.block);
         (0..decoded.keys.len()).map(move |index| (decoded.keys[index], decoded.entries[index]))
     }
 }
@@ -136,7 +179,7 @@ impl<'a> MetricBlock<'a> {
 
     /// Its metric records, in key order.
     pub(crate) fn records(&self) -> impl Iterator<Item = (RecordKey, MetricEntry)> + 'a {
-        let decoded: Arc<Decoded<MetricEntry>> = self.sealed.decoded(self.period, self.block);
+        let decoded: Arc<Rendered<MetricEntry>> = self.sealed.decoded(self.period, self.block);
         (0..decoded.keys.len()).map(move |index| (decoded.keys[index], decoded.entries[index]))
     }
 }
@@ -170,14 +213,15 @@ impl Sealed {
 impl Sealed {
     /// `block` (of `period`) decoded with its JSON's parts: from the process's
     /// cache ([`cache`]), else decompressed now and kept there.
-    fn decoded<E: Sealable>(&self, period: i64, block: &Block) -> Arc<Decoded<E>> {
+    fn decoded<E: Sealable>(&self, period: i64, block: &Block) -> Arc<Rendered<E>> {
         let key = self.cache_key::<E>(block);
         let cached = cache::with_blocks(|blocks| blocks.get(&key))
-            .and_then(|cached| cached.downcast::<Decoded<E>>().ok());
+            .and_then(|cached| cached.downcast::<Rendered<E>>().ok());
         if let Some(decoded) = cached {
             return decoded;
         }
-        let decoded = Arc::new(self.decode::<E>(period, block, true));
+        let decoded = self.decode::<E>(period, block, true);
+        let decoded = Arc::new(Rendered::new(self, decoded, period_start(period)));
         let weight = decoded.heap_bytes() + cache::ENTRY_BYTES;
         let cached = Arc::clone(&decoded) as CachedBlock;
         cache::with_blocks(|blocks| blocks.insert(key, cached, weight));
@@ -208,33 +252,31 @@ impl Sealed {
         (block.body.id(), E::KIND, self.base)
     }
 
-    /// Appends the JSON of the sealed record `record` locates, reading its block
-    /// decoded from `memo` when an earlier record of the same scan read it.
-    pub(crate) fn write_json_with(
-        &self,
-        record: StoredRecord,
-        out: &mut Vec<u8>,
-        memo: &mut JsonMemo,
-    ) {
+    /// Where the JSON of the sealed record `record` locates is among `memo`'s
+    /// blocks, which takes its block (from the process's cache, or decoded now)
+    /// unless an earlier record of the same scan took it.
+    pub(crate) fn locate_json(&self, record: StoredRecord, memo: &mut JsonMemo) -> StoredRecord {
         let (period, block) = self.block_of(record);
-        let index = (record.length & !SEALED) as usize;
-        match record.length >> 31 {
-            0 => memo
-                .decoded::<UnitEntry>(self, period, block)
-                .write(self, index, out),
-            _ => memo
-                .decoded::<MetricEntry>(self, period, block)
-                .write(self, index, out),
+        let index = record.length & !SEALED;
+        let slot = match record.length >> 31 {
+            0 => memo.slot::<UnitEntry>(self, period, block),
+            _ => memo.slot::<MetricEntry>(self, period, block),
+        };
+        StoredRecord {
+            start: SEALED | slot,
+            length: index,
         }
     }
 }
 
-/// The blocks one scan has written sealed records' JSON from, decoded: a scan's
-/// hits interleave stations, so that each record would otherwise be a lookup in
-/// the shared cache, its lock taken. It lives as long as the scan.
+/// The blocks one scan's sealed hits are in, rendered ([`Rendered`]), so that
+/// their answer writes each hit's JSON straight from its block: a scan's hits
+/// interleave stations, and each would otherwise be a lookup in the shared
+/// cache, its lock taken. Kept with the scan's answer until it is written.
 #[derive(Default)]
 pub(crate) struct JsonMemo {
-    blocks: HashMap<BlockKey, Arc<dyn std::any::Any + Send + Sync>>,
+    slots: HashMap<BlockKey, u32>,
+    blocks: Vec<Arc<dyn WholeJson>>,
 }
 
 impl std::fmt::Debug for JsonMemo {
@@ -247,23 +289,33 @@ impl std::fmt::Debug for JsonMemo {
 }
 
 impl JsonMemo {
-    fn decoded<E: Sealable>(
-        &mut self,
-        sealed: &Sealed,
-        period: i64,
-        block: &Block,
-    ) -> Arc<Decoded<E>> {
+    /// The slot of `block`'s records of kind `E` among its blocks.
+    fn slot<E: Sealable>(&mut self, sealed: &Sealed, period: i64, block: &Block) -> u32 {
         let key = sealed.cache_key::<E>(block);
-        if let Some(decoded) = self.blocks.get(&key) {
-            if let Ok(decoded) = Arc::clone(decoded).downcast::<Decoded<E>>() {
-                return decoded;
-            }
+        if let Some(slot) = self.slots.get(&key) {
+            return *slot;
         }
-        let decoded = sealed.decoded::<E>(period, block);
-        self.blocks.insert(
-            key,
-            Arc::clone(&decoded) as Arc<dyn std::any::Any + Send + Sync>,
-        );
-        decoded
+        let slot = self.blocks.len() as u32;
+        self.blocks.push(sealed.decoded::<E>(period, block));
+        self.slots.insert(key, slot);
+        slot
+    }
+
+    /// The JSON of the record that `record` (made by [`Sealed::locate_json`] with
+    /// this memo) locates.
+    pub(crate) fn json(&self, record: StoredRecord) -> &[u8] {
+        self.blocks[(record.start & !SEALED) as usize].json(record.length as usize)
+    }
+}
+
+/// A rendered block of either kind, as an answer reads its records' JSON.
+trait WholeJson: Send + Sync {
+    /// The JSON of its record `index`.
+    fn json(&self, index: usize) -> &[u8];
+}
+
+impl<E: Send + Sync> WholeJson for Rendered<E> {
+    fn json(&self, index: usize) -> &[u8] {
+        Rendered::json(self, index)
     }
 }

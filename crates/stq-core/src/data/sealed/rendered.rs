@@ -1,0 +1,247 @@
+//! A block's records of one kind as queries read them, and as the cache
+//! ([`super::cache`]) holds them: keys and entries, each record's JSON whole, and
+//! two indexes that let a query go straight to what it asks for.
+//!
+//! **Why whole JSON, not its five parts.** A decoded block ([`super::Decoded`])
+//! keeps where each record's parts are (60 bytes of spans a record) beside the
+//! decompressed payload they point into; writing a record then reads its spans
+//! and copies five pieces from three places, each a likely miss of the CPU's
+//! cache once a hundred stations' blocks are read. Whole, a record is one copy
+//! of bytes that lie together, and the payload and spans are dropped: the bytes
+//! held are about the same.
+//!
+//! **The time index.** The first record of each sixteenth of the period: a window
+//! starts in one, so a search reads the keys of that sixteenth alone, a line or
+//! two of memory, not the several lines a binary search over the whole block
+//! would touch.
+//!
+//! **The symbol index.** The records of each serial number (units) or metric name
+//! (metrics), in time order: a query that filters by one reads its records only,
+//! as the hot tier's per-symbol trees let it, not every record of the window.
+
+use std::ops::{Bound, Range};
+
+use super::columns::Sealable;
+use super::{Decoded, Sealed, PERIOD_SECONDS};
+use crate::data::key::RecordKey;
+use crate::data::stored::StoredRecord;
+use crate::data::symbols::Symbol;
+use crate::data::tier::KeyRange;
+use crate::domain::time::Timestamp;
+
+/// The parts of a period the time index marks.
+const SLOTS: usize = 16;
+/// The seconds of one of them.
+const SLOT_SECONDS: i64 = PERIOD_SECONDS / SLOTS as i64;
+
+/// A block's records of one kind, ready for queries (see the module's doc).
+#[derive(Debug)]
+pub(crate) struct Rendered<E> {
+    pub(crate) keys: Vec<RecordKey>,
+    pub(crate) entries: Vec<E>,
+    /// Each record's JSON, one after another.
+    json: Vec<u8>,
+    /// Where each record's JSON ends in `json`.
+    ends: Vec<u32>,
+    time: TimeIndex,
+    /// Record indexes grouped by their symbol ([`Sealable::filtered`]), each
+    /// group in time order; `runs` says where each symbol's group starts.
+    by_symbol: Vec<u32>,
+    /// Their keys, in the same order: a search and a read of one symbol's
+    /// records read memory that lies together.
+    symbol_keys: Vec<RecordKey>,
+    /// What a locator of its records says first ([`super::SEALED`] and its
+    /// block's number).
+    block: u32,
+    /// Each symbol present, in order, and where its group starts in `by_symbol`.
+    runs: Vec<(Symbol, u32)>,
+}
+
+impl<E: Sealable> Rendered<E> {
+    /// `decoded` (of the period that starts at `start`, with its JSON's parts)
+    /// rendered: every record's JSON written out whole.
+    pub(super) fn new(sealed: &Sealed, decoded: Decoded<E>, start: Timestamp) -> Rendered<E> {
+        let count = decoded.keys.len();
+        let mut json = Vec::with_capacity(
+            (decoded.spans.iter().flatten())
+                .map(|span| span.length as usize)
+                .sum(),
+        );
+        let mut ends = Vec::with_capacity(count);
+        for spans in &decoded.spans {
+            for span in spans {
+                json.extend_from_slice(sealed.span(&decoded, *span));
+            }
+            ends.push(json.len() as u32);
+        }
+        let mut by_symbol: Vec<u32> = (0..count as u32).collect();
+        by_symbol.sort_by_key(|&index| (decoded.entries[index as usize].filtered(), index));
+        let mut runs: Vec<(Symbol, u32)> = Vec::new();
+        for (position, &index) in by_symbol.iter().enumerate() {
+            let symbol = decoded.entries[index as usize].filtered();
+            if runs.last().is_none_or(|(last, _)| *last != symbol) {
+                runs.push((symbol, position as u32));
+            }
+        }
+        runs.shrink_to_fit();
+        let symbol_keys = (by_symbol.iter())
+            .map(|&index| decoded.keys[index as usize])
+            .collect();
+        Rendered {
+            block: decoded
+                .entries
+                .first()
+                .map_or(0, |entry| entry.bytes().start),
+            symbol_keys,
+            time: TimeIndex::new(&decoded.keys, start),
+            keys: decoded.keys,
+            entries: decoded.entries,
+            json,
+            ends,
+            by_symbol,
+            runs,
+        }
+    }
+}
+
+impl<E: Sealable> Rendered<E> {
+    /// The key of the record at `position` of its symbol index, and its locator:
+    /// what its entry's `bytes` say, without reading its entry.
+    pub(super) fn located_by_symbol(&self, position: usize) -> (RecordKey, StoredRecord) {
+        (
+            self.symbol_keys[position],
+            StoredRecord {
+                start: self.block,
+                length: E::KIND << 31 | self.by_symbol[position],
+            },
+        )
+    }
+}
+
+impl<E> Rendered<E> {
+    /// Its bytes on the heap and itself: what the cache weighs it by.
+    pub(super) fn heap_bytes(&self) -> u64 {
+        (size_of::<Self>()
+            + self.keys.capacity() * size_of::<RecordKey>()
+            + self.entries.capacity() * size_of::<E>()
+            + self.json.capacity()
+            + self.ends.capacity() * size_of::<u32>()
+            + self.by_symbol.capacity() * size_of::<u32>()
+            + self.symbol_keys.capacity() * size_of::<RecordKey>()
+            + self.runs.capacity() * size_of::<(Symbol, u32)>()) as u64
+    }
+
+    /// The indexes of its records with keys in `range`.
+    pub(super) fn indexes_in(&self, range: KeyRange) -> Range<usize> {
+        self.time.indexes_in(&self.keys, range)
+    }
+
+    /// Where its records whose symbol is `symbol` with keys in `range` are in
+    /// its symbol index, in time order: [`Rendered::by_symbol`] gives each one's
+    /// index.
+    pub(super) fn positions_of(&self, symbol: Symbol, range: KeyRange) -> Range<usize> {
+        let Ok(run) = self
+            .runs
+            .binary_search_by_key(&symbol, |(symbol, _)| *symbol)
+        else {
+            return 0..0;
+        };
+        let start = self.runs[run].1 as usize;
+        let end = (self.runs.get(run + 1)).map_or(self.by_symbol.len(), |next| next.1 as usize);
+        let group = &self.symbol_keys[start..end];
+        let first = match range.0 {
+            Bound::Included(bound) => group.partition_point(|key| *key < bound),
+            Bound::Excluded(bound) => group.partition_point(|key| *key <= bound),
+            Bound::Unbounded => 0,
+        };
+        let last = match range.1 {
+            Bound::Included(bound) => group.partition_point(|key| *key <= bound),
+            Bound::Excluded(bound) => group.partition_point(|key| *key < bound),
+            Bound::Unbounded => group.len(),
+        };
+        start + first..start + last.max(first)
+    }
+
+    /// The index of the record at `position` of its symbol index.
+    pub(super) fn by_symbol(&self, position: usize) -> usize {
+        self.by_symbol[position] as usize
+    }
+
+    /// Appends the JSON of its record `index`.
+    pub(super) fn write(&self, index: usize, out: &mut Vec<u8>) {
+        out.extend_from_slice(self.json(index));
+    }
+
+    /// The JSON of its record `index`.
+    pub(super) fn json(&self, index: usize) -> &[u8] {
+        let start = match index {
+            0 => 0,
+            _ => self.ends[index - 1] as usize,
+        };
+        &self.json[start..self.ends[index] as usize]
+    }
+}
+
+/// Where each sixteenth of a block's period starts among its keys.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct TimeIndex {
+    /// The period's first second.
+    start: i64,
+    /// The index of the first key at or after each sixteenth's start, and the
+    /// count of keys last.
+    firsts: [u32; SLOTS + 1],
+}
+
+impl TimeIndex {
+    /// The index of `keys` (in order, all in the period starting at `start`).
+    pub(super) fn new(keys: &[RecordKey], start: Timestamp) -> TimeIndex {
+        let mut firsts = [0u32; SLOTS + 1];
+        for (slot, first) in firsts.iter_mut().enumerate() {
+            let second = start.seconds + slot as i64 * SLOT_SECONDS;
+            *first = keys.partition_point(|key| key.instant.seconds < second) as u32;
+        }
+        firsts[SLOTS] = keys.len() as u32;
+        TimeIndex {
+            start: start.seconds,
+            firsts,
+        }
+    }
+
+    /// The indexes of `keys` (those it was made from) in `range`.
+    pub(super) fn indexes_in(&self, keys: &[RecordKey], (start, end): KeyRange) -> Range<usize> {
+        let first = match start {
+            Bound::Included(key) => self.position(keys, key, |probe| *probe < key),
+            Bound::Excluded(key) => self.position(keys, key, |probe| *probe <= key),
+            Bound::Unbounded => 0,
+        };
+        let end = match end {
+            Bound::Included(key) => self.position(keys, key, |probe| *probe <= key),
+            Bound::Excluded(key) => self.position(keys, key, |probe| *probe < key),
+            Bound::Unbounded => keys.len(),
+        };
+        first..end.max(first)
+    }
+
+    /// The partition point of `before` in `keys`, searched among the keys of the
+    /// sixteenth `key` falls in: every key of an earlier one is before it, and
+    /// none of a later one (`before` is `< key` or `<= key`).
+    fn position(
+        &self,
+        keys: &[RecordKey],
+        key: RecordKey,
+        before: impl Fn(&RecordKey) -> bool,
+    ) -> usize {
+        let slot = (key.instant.seconds - self.start).div_euclid(SLOT_SECONDS);
+        if slot < 0 {
+            return 0;
+        }
+        if slot >= SLOTS as i64 {
+            return keys.len();
+        }
+        let (low, high) = (
+            self.firsts[slot as usize] as usize,
+            self.firsts[slot as usize + 1] as usize,
+        );
+        low + keys[low..high].partition_point(before)
+    }
+}
