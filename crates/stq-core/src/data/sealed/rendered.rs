@@ -197,7 +197,7 @@ impl TimeIndex {
     pub(super) fn new(keys: &[RecordKey], start: Timestamp) -> TimeIndex {
         let mut firsts = [0u32; SLOTS + 1];
         for (slot, first) in firsts.iter_mut().enumerate() {
-            let second = start.seconds + slot as i64 * SLOT_SECONDS;
+            let second = start.seconds.saturating_add(slot as i64 * SLOT_SECONDS);
             *first = keys.partition_point(|key| key.instant.seconds < second) as u32;
         }
         firsts[SLOTS] = keys.len() as u32;
@@ -231,7 +231,8 @@ impl TimeIndex {
         key: RecordKey,
         before: impl Fn(&RecordKey) -> bool,
     ) -> usize {
-        let slot = (key.instant.seconds - self.start).div_euclid(SLOT_SECONDS);
+        // A bound may be any instant, the ends of time included.
+        let slot = (key.instant.seconds.saturating_sub(self.start)).div_euclid(SLOT_SECONDS);
         if slot < 0 {
             return 0;
         }
@@ -243,5 +244,40 @@ impl TimeIndex {
             self.firsts[slot as usize + 1] as usize,
         );
         low + keys[low..high].partition_point(before)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(seconds: i64) -> RecordKey {
+        RecordKey {
+            instant: Timestamp { seconds, nanos: 0 },
+            load_order: 0,
+        }
+    }
+
+    /// A bound at the ends of time (an export's whole-history window) is before
+    /// or after every key, not an overflow.
+    #[test]
+    fn the_time_index_takes_bounds_at_the_ends_of_time() {
+        let start = Timestamp {
+            seconds: 1_795_478_400,
+            nanos: 0,
+        };
+        let keys: Vec<RecordKey> = (0..10)
+            .map(|second| key(start.seconds + second * 300))
+            .collect();
+        let index = TimeIndex::new(&keys, start);
+        for (bound, expected) in [(i64::MIN, 0..10), (i64::MAX, 10..10)] {
+            let range = (Bound::Included(key(bound)), Bound::Unbounded);
+            assert_eq!(index.indexes_in(&keys, range), expected);
+        }
+        let everything = (
+            Bound::Excluded(key(i64::MIN)),
+            Bound::Excluded(key(i64::MAX)),
+        );
+        assert_eq!(index.indexes_in(&keys, everything), 0..10);
     }
 }
