@@ -26,10 +26,11 @@ use crate::imports::{is_test_only, modules};
 /// types and parsers that the HTTP layer, the CLI and the parser properties name
 /// (`auth` 19, `query` 17, `record` 15, `time` 13); loading (22) and the store
 /// (15, with the manifest's name and checks an `s3://` store's mirror needs); the
-/// catalog and generation (17); the query plan (19); the scans, stored JSON and
-/// merge that export and the benches run (about 20); the modules (21). Lower it
-/// as that shrinks.
-const PUB_ITEMS: usize = 193;
+/// catalog and generation (19, with `StationRecords`, through which `stq export`
+/// reads rather than the scans and merge behind it); the query plan (19, through
+/// which the benches run too); the stored JSON's `Parts` (4); the modules (18).
+/// Lower it as that shrinks.
+const PUB_ITEMS: usize = 177;
 /// A source file's lines, at most, once its inline `#[cfg(test)] mod tests` is
 /// left out.
 const FILE_LINES: usize = 1_200;
