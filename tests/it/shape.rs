@@ -28,9 +28,10 @@ use crate::imports::{is_test_only, modules};
 /// (15, with the manifest's name and checks an `s3://` store's mirror needs); the
 /// catalog and generation (19, with `StationRecords`, through which `stq export`
 /// reads rather than the scans and merge behind it); the query plan (19, through
-/// which the benches run too); the stored JSON's `Parts` (4); the modules (18).
-/// Lower it as that shrinks.
-const PUB_ITEMS: usize = 177;
+/// which the benches run too); the stored JSON's `Parts` (4); memory, and the
+/// decoded-block cache's bound and figures (7, `data::memory` its door); the
+/// modules (17). Lower it as that shrinks.
+const PUB_ITEMS: usize = 176;
 /// A source file's lines, at most, once its inline `#[cfg(test)] mod tests` is
 /// left out.
 const FILE_LINES: usize = 1_200;

@@ -24,7 +24,6 @@ pub(crate) mod merge;
 pub mod plan;
 pub(crate) mod scan;
 pub(crate) mod sealed;
-pub use sealed::cache;
 pub mod shard;
 pub(crate) mod station;
 pub mod store;
