@@ -359,7 +359,7 @@ impl Endpoint {
 
 /// A field a summary row may be grouped by (docs/api.md section 10).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum GroupField {
+pub(crate) enum GroupField {
     /// By the record's station (`station_id`).
     StationId,
     /// By the fixture slot that tested the unit (`slot`).
@@ -384,7 +384,7 @@ impl GroupField {
     }
 
     /// The field's name, as a row names it.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             GroupField::StationId => "station_id",
             GroupField::Slot => "slot",
@@ -696,9 +696,10 @@ impl QueryParams {
         self.limit
     }
 
-    /// Summaries only: the row's group fields, in the order given, each once.
-    pub fn group_by(&self) -> &[GroupField] {
-        &self.group_by
+    /// Summaries only: the names of the row's group fields, in the order given,
+    /// each once.
+    pub fn group_names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.group_by.iter().map(|field| field.name())
     }
 
     /// Summaries only: whether rows are cut into buckets (`bucket`), and so have a
