@@ -1,5 +1,6 @@
-//! Micro-benchmarks of the request path's pure parts, on data made by `stq gen`:
-//! a shard's time-range scan, the router's merge of k sorted shard results, the
+//! Micro-benchmarks of the request path's pure parts, on data made by `stq gen`,
+//! through the steps the engine runs (`data::plan`): a shard's answer to its
+//! question (a time-range scan), the router's merge of k shards' answers, the
 //! envelope's assembly from pre-rendered records, query-string parsing, and
 //! snapshot line parsing (in MB/s).
 //!
@@ -7,18 +8,19 @@
 
 use std::hint::black_box;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
 
 use stq::http::{assemble, Meta};
-use stq_core::data::catalog::Generation;
-use stq_core::data::key::Position;
-use stq_core::data::merge::merge_sorted;
-use stq_core::data::scan::{Hit, Matcher, RecordFilter, ScanRequest, ShardStation};
-use stq_core::data::stored::StoredRecord;
+use stq_core::data::catalog::{Catalog, Generation};
+use stq_core::data::cursor::CursorKey;
+use stq_core::data::plan::{Answer, Plan, Request, Settings, ShardAnswer};
+use stq_core::data::shard::ShardData;
+use stq_core::domain::auth::{hash_token, Tokens};
 use stq_core::domain::query::{self, Endpoint, Limits};
-use stq_core::domain::record::{parse_line, Directions, Kind};
-use stq_core::domain::time::{parse_rfc3339, Timestamp, Window};
+use stq_core::domain::record::{parse_line, Kind};
+use stq_core::domain::time::{parse_rfc3339, Timestamp};
 
 #[path = "support/dataset.rs"]
 mod support;
@@ -28,114 +30,133 @@ fn dataset() -> (PathBuf, Generation) {
     support::dataset(1)
 }
 
+/// The data on `shards` shards: its catalog and each shard's data.
+fn sharded(shards: usize) -> (Arc<Catalog>, Vec<Arc<ShardData>>) {
+    let (_, generation) = support::dataset(shards);
+    let (catalog, data) = generation.into_parts();
+    (catalog, data.into_iter().map(Arc::new).collect())
+}
+
+/// What the benches plan under: room for every record of the data, in any window.
+fn settings() -> Settings {
+    Settings {
+        limits: Limits {
+            max_records: 100_000,
+            max_stations: 1000,
+            max_window: None,
+            ..Limits::default()
+        },
+        cursor_key: CursorKey::random(),
+        pass_results: vec!["pass".to_owned()],
+    }
+}
+
+/// `query` of `endpoint` planned on `catalog` as the engine plans a request: by
+/// a token that may see every station, arriving when the data ends.
+fn planned(catalog: &Arc<Catalog>, endpoint: Endpoint, query: &str, settings: &Settings) -> Plan {
+    const TOKEN: &str = "stq-engine-benchmark";
+    let tokens = format!(
+        r#"{{"tokens": [{{"name": "bench", "sha256": "{}", "stations": "*"}}]}}"#,
+        hash_token(TOKEN)
+    );
+    let arrived = at(support::END);
+    let principal = (Tokens::parse(&tokens).expect("the tokens parse"))
+        .authenticate(Some(format!("Bearer {TOKEN}").as_bytes()), arrived)
+        .expect("the token is known");
+    let request = Request {
+        endpoint,
+        params: query::parse(endpoint, query, settings.limits).expect("the query parses"),
+        principal,
+        arrived,
+    };
+    Plan::new(&request, Arc::clone(catalog), settings).expect("the query plans")
+}
+
+/// Each shard's answer to `plan`, in shard order.
+fn answers(plan: &Plan, shards: &[Arc<ShardData>]) -> Vec<ShardAnswer> {
+    (plan.shard_questions())
+        .map(|(shard, question)| question.answer(Arc::clone(&shards[shard])))
+        .collect()
+}
+
 fn at(text: &str) -> Timestamp {
     parse_rfc3339(text).unwrap()
 }
 
-fn all_units() -> RecordFilter {
-    RecordFilter::Units {
-        unit_types: Matcher::Any,
-        unit_serial: Matcher::Any,
-        results: Matcher::Any,
-        directions: Directions::BOTH,
-    }
-}
-
+/// A shard's scan, as the shard actor runs it: the answer to its question.
 fn scan(criterion: &mut Criterion) {
-    let (_, generation) = dataset();
-    let (catalog, shards) = generation.into_parts();
-    let shard = &shards[0];
-    let stations: Vec<ShardStation> = (0..catalog.stations().len() as u32)
-        .map(|rank| ShardStation {
-            rank,
-            station_index: catalog.placement(rank).station_index,
-        })
-        .collect();
-    let names = RecordFilter::Metrics {
-        names: catalog.matcher(&["voltage_3v3".to_owned(), "temperature".to_owned()]),
-        unit_serial: Matcher::Any,
-    };
+    let (catalog, shards) = sharded(1);
+    let settings = settings();
     let cases = [
         (
             "one station, 1 h of units",
-            vec![stations[0]],
-            at("2026-10-30T12:00:00Z"),
-            3600,
-            all_units(),
+            Endpoint::Units,
+            "station_ids=ST-01&direction=input,output\
+             &from=2026-10-30T12:00:00Z&to=2026-10-30T13:00:00Z",
         ),
         (
             "all stations, 15 min of units",
-            stations.clone(),
-            at("2026-10-30T12:00:00Z"),
-            900,
-            all_units(),
+            Endpoint::Units,
+            "direction=input,output&from=2026-10-30T12:00:00Z&to=2026-10-30T12:15:00Z",
         ),
         (
             "five stations, 24 h of two metrics",
-            stations[..5].to_vec(),
-            at("2026-10-30T00:00:00Z"),
-            86_400,
-            names,
+            Endpoint::Metrics,
+            "station_ids=ST-01,ST-02,ST-03,ST-04,ST-05&names=voltage_3v3,temperature\
+             &from=2026-10-30T00:00:00Z&to=2026-10-31T00:00:00Z",
         ),
     ];
     let mut group = criterion.benchmark_group("shard scan");
-    for (name, stations, from, seconds, filter) in cases {
-        let request = ScanRequest {
-            stations,
-            window: Window {
-                from,
-                to: from.add_seconds(seconds),
-            },
-            after: None,
-            filter,
-            cap: 100_001,
+    for (name, endpoint, query) in cases {
+        let plan = planned(&catalog, endpoint, query, &settings);
+        let question = || {
+            let (shard, question) = plan.shard_questions().next().expect("one shard");
+            (question, Arc::clone(&shards[shard]))
         };
-        let hits = shard.scan(&request).hits.len();
+        let hits = match plan.merge(answers(&plan, &shards), &settings) {
+            Ok(Answer::Page(page)) => page.len(),
+            _ => panic!("a page"),
+        };
         group.throughput(Throughput::Elements(hits as u64));
         group.bench_function(
             BenchmarkId::new(name, format!("{hits} records")),
-            |bencher| bencher.iter(|| black_box(shard.scan(black_box(&request)))),
+            |bencher| {
+                bencher.iter_batched(
+                    question,
+                    |(question, data)| black_box(question.answer(data)),
+                    BatchSize::SmallInput,
+                );
+            },
         );
     }
     group.finish();
 }
 
+/// The router's merge of the shards' answers into a page: every output unit
+/// record of the data (10,080, a query's default direction), from 1, 2, 4 and 8
+/// shards.
 fn merge(criterion: &mut Criterion) {
     let mut group = criterion.benchmark_group("router merge");
-    let total = 10_000;
-    for shards in [1, 2, 4, 8] {
-        // Interleaved instants, as shards holding different stations produce them.
-        let streams: Vec<Vec<Hit>> = (0..shards)
-            .map(|shard| {
-                (0..total / shards)
-                    .map(|index| Hit {
-                        position: Position {
-                            instant: Timestamp {
-                                seconds: (index * shards + shard) as i64,
-                                nanos: 0,
-                            },
-                            station_rank: shard as u32,
-                            load_order: index as u64,
-                        },
-                        station_index: 0,
-                        bytes: StoredRecord {
-                            start: 0,
-                            length: 0,
-                        },
-                    })
-                    .collect()
-            })
-            .collect();
+    let settings = settings();
+    for shard_count in [1, 2, 4, 8] {
+        let (catalog, shards) = sharded(shard_count);
+        let plan = planned(
+            &catalog,
+            Endpoint::Units,
+            "from=2026-10-25T00:00:00Z&to=2026-11-01T00:00:00Z",
+            &settings,
+        );
+        let total = match plan.merge(answers(&plan, &shards), &settings) {
+            Ok(Answer::Page(page)) => page.len(),
+            _ => panic!("a page"),
+        };
         group.throughput(Throughput::Elements(total as u64));
         group.bench_function(
-            BenchmarkId::new("10000 records", format!("{shards} shards")),
+            BenchmarkId::new(format!("{total} records"), format!("{shard_count} shards")),
             |bencher| {
                 bencher.iter_batched(
-                    || streams.clone(),
-                    |streams| {
-                        let iterators = streams.into_iter().map(Vec::into_iter).collect();
-                        black_box(merge_sorted(iterators, total + 1))
-                    },
+                    || answers(&plan, &shards),
+                    |answers| black_box(plan.merge(answers, &settings)),
                     BatchSize::SmallInput,
                 );
             },

@@ -2,8 +2,8 @@
 //! (docs/api.md sections 4, 5 and 9), for both endpoints. It must never panic, and a query it accepts
 //! must respect every limit: length, distinct stations, `limit`, `cursor` only
 //! with `limit`, normalized lists, and a window no longer than `--max-window`.
-//! The invariants are `tests/parser_checks/mod.rs`, shared with the proptest
-//! properties of `tests/it/parser_properties.rs`.
+//! The invariants are stq-core's `domain::checks` (its `checks` feature), shared
+//! with its proptest properties (`domain/parser_properties.rs`).
 //!
 //! Input: five header bytes choosing the limits and the request's arrival time,
 //! then the raw query string (still percent-encoded, as actix hands it over).
@@ -15,14 +15,10 @@
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
+use stq_core::domain::checks::check_query;
 use stq_core::domain::query::Limits;
 use stq_core::domain::record::Kind;
 use stq_core::domain::time::Timestamp;
-
-// Each target uses half of the shared checks.
-#[allow(dead_code)]
-#[path = "../../tests/parser_checks/mod.rs"]
-mod parser_checks;
 
 const MAX_RECORDS: [usize; 5] = [100_000, 1, 2, 3, 10];
 const MAX_STATIONS: [usize; 5] = [1000, 0, 1, 2, 3];
@@ -78,6 +74,6 @@ fuzz_target!(|data: &[u8]| {
     };
     let now = pick(&NOW, header[4]);
     for kind in [Kind::Units, Kind::Metrics] {
-        parser_checks::check_query(kind, query, limits, now);
+        check_query(kind, query, limits, now);
     }
 });

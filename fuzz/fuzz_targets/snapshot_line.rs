@@ -3,24 +3,20 @@
 //! a `*.metrics.jsonl` file. It must never panic; an accepted line must render a
 //! JSON record with exactly its kind's fields, each as the line wrote it
 //! (`time_created` verbatim); a rejected line must leave the output buffer alone.
-//! The invariants are `tests/parser_checks/mod.rs`, shared with the proptest
-//! properties of `tests/it/parser_properties.rs`.
+//! The invariants are stq-core's `domain::checks` (its `checks` feature), shared
+//! with its proptest properties (`domain/parser_properties.rs`).
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use stq_core::domain::checks::check_line;
 use stq_core::domain::record::Kind;
-
-// Each target uses half of the shared checks.
-#[allow(dead_code)]
-#[path = "../../tests/parser_checks/mod.rs"]
-mod parser_checks;
 
 fuzz_target!(|data: &[u8]| {
     // The loader turns invalid UTF-8 into a reason before the parser sees it.
     let Ok(line) = std::str::from_utf8(data) else {
         return;
     };
-    parser_checks::check_line(Kind::Units, line);
-    parser_checks::check_line(Kind::Metrics, line);
+    check_line(Kind::Units, line);
+    check_line(Kind::Metrics, line);
 });

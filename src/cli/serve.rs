@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use stq_core::data::catalog::Generation;
 use stq_core::data::cursor::CursorKey;
 use stq_core::data::load::{self, LoadError, LoadOptions, LoadReport, INVALID_LINES_SHOWN};
-use stq_core::data::store::{Store, StoreError, StoreSettings, StoreWriter, Written};
+use stq_core::data::store::{self, StoreError, StoreSettings, Written};
 use stq_core::domain::auth::Tokens;
 use stq_core::domain::query::Limits;
 use stq_objects::{Location, Objects, S3Settings};
@@ -41,7 +41,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if tokens.is_empty() {
         tracing::warn!(path = %args.tokens.display(), "the tokens file holds no tokens: every request will get 401");
     }
-    stq_core::data::cache::set_capacity(args.cache_size);
+    stq_core::data::memory::set_cache_capacity(args.cache_size);
     let shards = args.shards.map_or_else(cpus, std::num::NonZero::get);
     let options = LoadOptions {
         directory: args.snapshots.clone(),
@@ -74,8 +74,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         None => None,
         Some(place) => {
             let settings = store_settings(&args, &options);
-            let store = Store::new(&place.directory);
-            let writer = StoreWriter::new(store, settings.clone(), started.written);
+            let writer = store::writer(&place.directory, settings.clone(), started.written);
             Some(
                 StoreHandle::spawn(writer, settings, place, Arc::clone(&status))
                     .context("cannot start the store's thread")?,
@@ -288,7 +287,7 @@ fn start(
         ))
     };
     let begun = std::time::Instant::now();
-    let mut restored = match Store::new(directory).read(&store_settings(args, options)) {
+    let mut restored = match store::read(directory, &store_settings(args, options)) {
         Ok(restored) => restored,
         Err(StoreError::Empty) => return full("empty".into()),
         Err(error) => {

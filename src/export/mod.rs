@@ -5,7 +5,7 @@
 //! ClickHouse, Spark, Trino, DataFusion and polars.
 //!
 //! A day's file is read from the generation as a query reads it: each station in
-//! byte order, scanned for that day (`ShardData::scan`), its records in the
+//! byte order, read for that day (`StationRecords::each`), its records in the
 //! contract's order, so a file's rows are sorted by `station_id` and then as
 //! `/units` and `/metrics` return them, and hold exactly the JSON those answers
 //! hold ([`parquet`] turns it into columns). Sorted rows give each row group and
@@ -26,10 +26,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use stq_core::data::catalog::{Catalog, Generation};
-use stq_core::data::scan::{Matcher, RecordFilter, ScanRequest, ShardStation};
-use stq_core::data::shard::ShardData;
-use stq_core::domain::record::{Directions, Kind};
+use stq_core::data::catalog::{Catalog, Generation, StationRecords};
+use stq_core::domain::record::Kind;
 use stq_core::domain::time::{Timestamp, Window};
 use stq_objects::Objects;
 
@@ -40,20 +38,15 @@ pub use self::serving::{complete_before, ExportHandle, EXPORT_INTERVAL};
 /// loaded [`Generation`], or the shards a server serves.
 pub(crate) struct Data<'a> {
     catalog: &'a Catalog,
-    shards: Vec<&'a ShardData>,
+    records: StationRecords<'a>,
 }
 
 impl<'a> Data<'a> {
     fn of(generation: &'a Generation) -> Data<'a> {
         Data {
             catalog: generation.catalog(),
-            shards: generation.shards().iter().collect(),
+            records: generation.station_records(),
         }
-    }
-
-    /// The shard that holds `station`.
-    fn shard(&self, station: &ShardStation) -> &'a ShardData {
-        self.shards[self.catalog.placement(station.rank).shard as usize]
     }
 }
 
@@ -165,11 +158,11 @@ pub fn export(
     Ok(report)
 }
 
-/// The stations to export, as a scan names them, in byte order: those of
-/// `only` the generation holds, or all.
-fn stations(generation: &Data<'_>, only: Option<&[String]>) -> Vec<ShardStation> {
+/// The stations to export, by rank (in byte order): those of `only` the
+/// generation holds, or all.
+fn stations(generation: &Data<'_>, only: Option<&[String]>) -> Vec<u32> {
     let catalog = generation.catalog;
-    let ranks: Vec<u32> = match only {
+    match only {
         None => (0..catalog.stations().len() as u32).collect(),
         Some(names) => {
             let mut ranks: Vec<u32> = names.iter().filter_map(|name| catalog.rank(name)).collect();
@@ -177,53 +170,14 @@ fn stations(generation: &Data<'_>, only: Option<&[String]>) -> Vec<ShardStation>
             ranks.dedup();
             ranks
         }
-    };
-    (ranks.into_iter())
-        .map(|rank| ShardStation {
-            rank,
-            station_index: catalog.placement(rank).station_index,
-        })
-        .collect()
-}
-
-/// Every record of `kind`: no filter.
-fn every(kind: Kind) -> RecordFilter {
-    match kind {
-        Kind::Units => RecordFilter::Units {
-            unit_types: Matcher::Any,
-            unit_serial: Matcher::Any,
-            results: Matcher::Any,
-            directions: Directions::BOTH,
-        },
-        Kind::Metrics => RecordFilter::Metrics {
-            names: Matcher::Any,
-            unit_serial: Matcher::Any,
-        },
     }
 }
 
 /// The first and last day that hold a record of `kind` of `stations` in `window`.
-fn span(
-    generation: &Data<'_>,
-    stations: &[ShardStation],
-    kind: Kind,
-    window: Window,
-) -> Option<(Day, Day)> {
+fn span(generation: &Data<'_>, stations: &[u32], kind: Kind, window: Window) -> Option<(Day, Day)> {
     let mut span: Option<(Day, Day)> = None;
-    for station in stations {
-        let shard = generation.shard(station);
-        let scan = |window: Window| {
-            (shard.scan(&ScanRequest {
-                stations: vec![*station],
-                window,
-                after: None,
-                filter: every(kind),
-                cap: 1,
-            }))
-            .hits
-            .first()
-            .map(|hit| hit.position.instant)
-        };
+    for &station in stations {
+        let scan = |window: Window| generation.records.first(station, kind, window);
         let Some(first) = scan(window) else { continue };
         // The last: the first record of the latest day that has one, found by
         // halving the days between the first and the window's end.
@@ -261,7 +215,7 @@ struct DayReport {
 /// deletes every other object of the partition.
 fn export_day(
     generation: &Data<'_>,
-    stations: &[ShardStation],
+    stations: &[u32],
     kind: Kind,
     day: Day,
     window: Window,
@@ -273,21 +227,10 @@ fn export_day(
         to: start_of(day + 1).min(window.to),
     };
     let mut writer = parquet::DayWriter::new(kind, destination, &partition);
-    let mut json = Vec::new();
-    for station in stations {
-        let shard = generation.shard(station);
-        let answer = shard.scan(&ScanRequest {
-            stations: vec![*station],
-            window: day_window,
-            after: None,
-            filter: every(kind),
-            cap: usize::MAX,
-        });
-        for hit in &answer.hits {
-            json.clear();
-            shard.json(hit, &answer.sealed).parts().write_to(&mut json);
-            writer.push(&json, hit.position.instant)?;
-        }
+    for &station in stations {
+        (generation.records).each(station, kind, day_window, |json, instant| {
+            writer.push(json, instant)
+        })?;
     }
     let written = writer.finish()?;
     remove_others(destination, &partition, &written.names)?;

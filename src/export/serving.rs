@@ -11,7 +11,7 @@
 //!
 //! **Change detection.** Each pass takes a fingerprint of every complete day of
 //! each kind: per station, the fingerprint stq-core makes of the station's records
-//! of that day (`ShardData::day_fingerprints`: the sealed blocks' compressed bytes
+//! of that day (`StationRecords::day_fingerprints`: the sealed blocks' compressed bytes
 //! and the pieces they share, and the hot records' keys and JSON, nothing
 //! decompressed), hashed with the station's id in byte order (xxh3). A day whose
 //! fingerprint differs from the one it was written with is written again (a late
@@ -36,7 +36,7 @@ use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use stq_core::data::catalog::{Catalog, Generation};
+use stq_core::data::catalog::{Catalog, Generation, StationRecords};
 use stq_core::data::shard::ShardData;
 use stq_core::domain::record::Kind;
 use stq_core::domain::time::{Timestamp, Window};
@@ -110,7 +110,7 @@ fn export_forever(mut exporter: Exporter, next: &Newest<Job>) {
         let (catalog, shards, complete_before) = next.take_after(last_ended, EXPORT_INTERVAL);
         let data = Data {
             catalog: &catalog,
-            shards: shards.iter().map(|shard| &**shard).collect(),
+            records: StationRecords::new(&catalog, shards.iter().map(|shard| &**shard).collect()),
         };
         exporter.pass(&data, complete_before);
         drop(data);
@@ -249,17 +249,12 @@ impl Exporter {
 
 /// The fingerprint of each day in `window` of each kind that holds records of
 /// `stations`: each station's, with its id, in byte order.
-fn fingerprints(
-    data: &Data<'_>,
-    stations: &[super::ShardStation],
-    window: Window,
-) -> BTreeMap<Partition, u64> {
+fn fingerprints(data: &Data<'_>, stations: &[u32], window: Window) -> BTreeMap<Partition, u64> {
     let mut days: BTreeMap<Partition, Xxh3> = BTreeMap::new();
     for (kind, name) in KINDS {
-        for station in stations {
-            let id = &data.catalog.stations()[station.rank as usize];
-            let shard = data.shard(station);
-            for (day, fingerprint) in shard.day_fingerprints(station.station_index, kind, window) {
+        for &station in stations {
+            let id = &data.catalog.stations()[station as usize];
+            for (day, fingerprint) in data.records.day_fingerprints(station, kind, window) {
                 let hasher = days.entry((name, day)).or_default();
                 hasher.update(&(id.len() as u64).to_le_bytes());
                 hasher.update(id.as_bytes());

@@ -151,7 +151,7 @@ async fn answer_in_time(
     let presentation = Presentation::of(request, endpoint, &params);
     let engine_error =
         |error| ApiError::from_engine(error, &request_id, state.admission.request_timeout());
-    let paged = params.limit.is_some();
+    let paged = params.limit().is_some();
     let query = Arc::new(Request {
         endpoint,
         params,

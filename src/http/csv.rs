@@ -91,12 +91,11 @@ const STATION_FIELDS: &[&str] = &["station_id", "units", "metrics", "first", "la
 /// empty answer has its header too.
 pub(super) fn columns(endpoint: Endpoint, params: &QueryParams) -> Vec<&'static str> {
     let group = || {
-        let mut names: Vec<&'static str> =
-            params.group_by.iter().map(|field| field.name()).collect();
+        let mut names: Vec<&'static str> = params.group_names().collect();
         if endpoint == Endpoint::MetricsSummary {
             names.push("name");
         }
-        if params.bucket.is_some() {
+        if params.has_bucket() {
             names.push("bucket_start");
         }
         names

@@ -1,9 +1,10 @@
 //! stq's integration tests: one binary, as ripgrep has, so the shared helpers compile
 //! once and the tests that can share a server do (`common::server()`).
 //!
-//! Every module but `properties`, `parser_properties` and `summary_properties` drives
-//! the real `stq` binary over real HTTP; those three drive the parsers, the loader and
-//! the in-process app against a naive reference. Module by area of docs/api.md:
+//! Every module but `properties` and `summary_properties` drives the real `stq`
+//! binary over real HTTP; those two drive the loader and the in-process app against
+//! a naive reference (the parsers' properties are stq-core's own tests,
+//! `domain/parser_properties.rs`). Module by area of docs/api.md:
 //!
 //! | module | what it covers |
 //! |---|---|
@@ -31,7 +32,7 @@
 //! | `openapi` | the OpenAPI document, checked against real answers |
 //! | `openhtf` | section 2.1: OpenHTF test records, from the fixtures OpenHTF wrote |
 //! | `page` | section 11: the overview page, its files, and the page in chromium (skips where chromium cannot be had) |
-//! | `properties`, `parser_properties` | proptest against the reference |
+//! | `properties` | proptest against the reference |
 //! | `store` | section 12: `--store`, cold and warm starts against a start without one, damage, an unwritable store, `kill -9` while it is written |
 //! | `summaries` | section 10: `/units/summary`, `/metrics/summary`, `/stations`, rule by rule |
 //! | `summary_properties` | section 10: proptest of the summaries against a naive reference |
@@ -39,8 +40,6 @@
 //! | `production_build` | a build without that feature ignores `X-Stq-Fault` (with the feature, run against `STQ_TEST_BINARY`) |
 
 mod common;
-#[path = "../parser_checks/mod.rs"]
-mod parser_checks;
 
 mod cli;
 mod contract;
@@ -62,7 +61,6 @@ mod operations;
 mod page;
 mod pages;
 mod parameters;
-mod parser_properties;
 mod production_build;
 mod properties;
 mod reload;

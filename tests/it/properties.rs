@@ -64,7 +64,7 @@ use stq::http::{app, AppState};
 use stq_core::data::cursor::CursorKey;
 use stq_core::data::load::{load, LoadOptions, OnInvalid};
 use stq_core::domain::auth::{hash_token, Tokens};
-use stq_core::domain::query::Limits;
+use stq_core::domain::query::{Endpoint, Limits};
 use stq_core::domain::record::Kind;
 
 // --- The pools values are drawn from ----------------------------------------------
@@ -713,7 +713,11 @@ fn uri(query: &Query, extra: &[String], spelling: &mut Spelling) -> String {
     for index in (1..params.len()).rev() {
         params.swap(index, spelling.pick(index + 1));
     }
-    format!("{}?{}", query.kind.path(), params.join("&"))
+    format!(
+        "{}?{}",
+        Endpoint::records(query.kind).path(),
+        params.join("&")
+    )
 }
 
 // --- Strategies ---------------------------------------------------------------------------------

@@ -17,19 +17,21 @@ use crate::imports::{is_test_only, modules};
 /// stq-core's items declared `pub`, at most: module-level items, `pub mod`, each
 /// name a `pub use` exports, and the functions and constants of `impl` blocks
 /// (not fields, not variants, not a trait's methods, which are as public as it).
-/// Issue 33 asks for 100. Every item only stq-core uses is `pub(crate)` (made so
-/// one and all, the compiler named none the service, benches, example, fuzz
-/// targets and tests could do without), a query goes through `data::plan`'s few
-/// types, `data::load` declares its front door rather than re-exporting it, and
-/// `stq token` edits the file through `TokensFile`'s few calls. What is left is
-/// what those callers name and the types their signatures reach: the domain's
-/// types and parsers that the HTTP layer, the CLI and the parser properties name
-/// (`auth` 19, `query` 17, `record` 15, `time` 13); loading (22) and the store
-/// (15, with the manifest's name and checks an `s3://` store's mirror needs); the
-/// catalog and generation (17); the query plan (19); the scans, stored JSON and
-/// merge that export and the benches run (about 20); the modules (21). Lower it
-/// as that shrinks.
-const PUB_ITEMS: usize = 193;
+/// Issue 33 asks for 100. Every item only stq-core uses is `pub(crate)`. A query
+/// goes through `data::plan`'s few types, and so do the criterion benches (the
+/// steps the engine runs, not the scans and merge behind them); `stq export`
+/// reads through `catalog::StationRecords`; the parsers' property tests are
+/// stq-core's own, the fuzz targets call `domain::checks` (feature `checks`), and
+/// `QueryParams` is read through four accessors; `data::memory` is the block
+/// cache's door too. What is left is what the service, benches, example, fuzz
+/// targets and tests name and the types their signatures reach: the domain
+/// (`auth` 19, for bearer tokens and `stq token`; `query` 17; `time` 10; `record`
+/// 5; `checks` 2); loading (22) and the store (13: `read` and `writer` its
+/// doors, and the manifest's name and checks an `s3://` store's mirror needs);
+/// the catalog, generation and `StationRecords` (19); the plan and what its
+/// answers carry (`plan` 19, `Parts` 4, `Rows` 4, `ShardData` 2, `CursorKey` 4);
+/// memory and the cache (7); the modules (16). Lower it as that shrinks.
+const PUB_ITEMS: usize = 163;
 /// A source file's lines, at most, once its inline `#[cfg(test)] mod tests` is
 /// left out.
 const FILE_LINES: usize = 1_200;

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use stq_core::data::catalog::Generation;
 use stq_core::data::load::{self, LoadOptions, LoadReport, OnInvalid};
 use stq_core::data::shard::ShardData;
-use stq_core::data::store::{Store, StoreSettings, StoreWriter, Written};
+use stq_core::data::store::{self, StoreSettings, Written};
 
 /// The system allocator (what `stq` uses), counting the bytes it has handed out.
 struct Counting;
@@ -120,25 +120,23 @@ fn fail(error: &dyn std::fmt::Display) -> ! {
 /// serve --store DIR` makes it (when DIR holds no store yet, a load writes it
 /// first, and is dropped).
 fn with_store(options: &LoadOptions, directory: &std::path::Path) -> (Generation, LoadReport) {
-    let store = Store::new(directory);
     let settings = StoreSettings {
         snapshots: options.directory.clone(),
         shards: options.shards,
         hot: options.hot,
     };
-    if let Err(why) = store.read(&settings) {
+    if let Err(why) = store::read(directory, &settings) {
         let (generation, _) = load::load(options).unwrap_or_else(|error| fail(&error));
         let (catalog, shards) = generation.into_parts();
         let shards: Vec<Arc<ShardData>> = shards.into_iter().map(Arc::new).collect();
-        let mut writer =
-            StoreWriter::new(Store::new(directory), settings.clone(), Written::default());
+        let mut writer = store::writer(directory, settings.clone(), Written::default());
         let written = writer
             .write(&catalog, &shards)
             .unwrap_or_else(|error| fail(&error));
         eprintln!("memory: no store to start from ({why}): a load wrote it: {written:?}");
     }
     let started = std::time::Instant::now();
-    let restored = store.read(&settings).unwrap_or_else(|error| fail(&error));
+    let restored = store::read(directory, &settings).unwrap_or_else(|error| fail(&error));
     let (generation, report, _) =
         load::load_from_store(options, restored).unwrap_or_else(|error| fail(&error));
     eprintln!(

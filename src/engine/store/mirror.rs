@@ -371,7 +371,7 @@ mod tests {
     use std::sync::Arc;
 
     use stq_core::data::load::{self, LoadOptions, OnInvalid};
-    use stq_core::data::store::{Store, StoreSettings, StoreWriter, Written};
+    use stq_core::data::store::{self, StoreSettings, Written};
 
     use super::*;
 
@@ -386,11 +386,7 @@ mod tests {
             hot: Some(Duration::from_secs(3600)),
         };
         let (generation, _) = load::load(&options).unwrap();
-        let mut writer = StoreWriter::new(
-            Store::new(copy),
-            settings_again(&options),
-            Written::default(),
-        );
+        let mut writer = store::writer(copy, settings_again(&options), Written::default());
         let (catalog, shards) = generation.into_parts();
         let shards: Vec<_> = shards.into_iter().map(Arc::new).collect();
         writer.write(&catalog, &shards).unwrap();
@@ -537,7 +533,7 @@ mod tests {
             root.path().join("second"),
         );
         let settings = written_store(&first);
-        let records = Store::new(&first).read(&settings).unwrap().records();
+        let records = store::read(&first, &settings).unwrap().records();
         assert!(records > 0);
         mirror(&bucket, &first).push().unwrap();
         fs::write(
@@ -550,14 +546,11 @@ mod tests {
         for (name, _) in named.iter().step_by(2) {
             fs::copy(bucket.join(name), second.join(name)).unwrap();
         }
-        assert!(
-            Store::new(&second).read(&settings).is_err(),
-            "no manifest yet"
-        );
+        assert!(store::read(&second, &settings).is_err(), "no manifest yet");
 
         let pulled = mirror(&bucket, &second).pull().unwrap();
         assert_eq!(pulled.files, named.len() / 2);
-        let restored = Store::new(&second).read(&settings).unwrap();
+        let restored = store::read(&second, &settings).unwrap();
         assert!(restored.repaired.is_empty());
         assert_eq!(restored.records(), records);
     }

@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use stq_core::data::catalog::Catalog;
 use stq_core::data::shard::ShardData;
-use stq_core::data::store::{Store, StoreSettings, StoreWriter, Written};
+use stq_core::data::store::{self, StoreSettings, StoreWriter, Written};
 
 use crate::newest::Newest;
 use lock::WriterLock;
@@ -229,11 +229,7 @@ impl Writing {
             );
             // What the other process deleted since this one's start is not known
             // here: the first write after it writes every file.
-            self.writer = StoreWriter::new(
-                Store::new(&self.directory),
-                self.settings.clone(),
-                Written::default(),
-            );
+            self.writer = store::writer(&self.directory, self.settings.clone(), Written::default());
         }
         self.lock = lock;
         !self.lock.is_elsewhere()

@@ -1,20 +1,22 @@
 //! A generation: the immutable result of one load. Its catalog lists the stations
 //! in byte order and says where each one lives; its shards hold the records.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::data::cursor::RecordIdentity;
 use crate::data::key::{load_order, Position};
 use crate::data::load::files::{FileStatus, SourceState, Stamps};
-use crate::data::scan::Matcher;
+use crate::data::scan::{Matcher, RecordFilter, ScanAnswer, ScanRequest, ShardStation};
 use crate::data::shard::ShardData;
 use crate::data::symbols::Symbols;
 use crate::data::tier::Tier as _;
-use crate::domain::time::Timestamp;
+use crate::domain::record::{Directions, Kind};
+use crate::domain::time::{Timestamp, Window};
 
 /// Where a station lives: its shard and its index within that shard.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Placement {
+pub(crate) struct Placement {
     /// The shard that holds the station.
     pub shard: u32,
     /// The station's index among its shard's stations.
@@ -100,7 +102,7 @@ impl Catalog {
     }
 
     /// Where the station of `rank` lives.
-    pub fn placement(&self, rank: u32) -> Placement {
+    pub(crate) fn placement(&self, rank: u32) -> Placement {
         self.placements[rank as usize]
     }
 
@@ -192,7 +194,7 @@ impl Catalog {
 
     /// A list filter's values as symbols: any value when none is given; a value
     /// this generation does not hold matches nothing.
-    pub fn matcher(&self, texts: &[String]) -> Matcher {
+    pub(crate) fn matcher(&self, texts: &[String]) -> Matcher {
         if texts.is_empty() {
             Matcher::Any
         } else {
@@ -235,10 +237,15 @@ impl Generation {
             .sum()
     }
 
-    /// Each shard's data, in shard order (what `stq export` scans, station by
-    /// station).
-    pub fn shards(&self) -> &[ShardData] {
+    /// Each shard's data, in shard order.
+    #[cfg(test)]
+    pub(crate) fn shards(&self) -> &[ShardData] {
         &self.shards
+    }
+
+    /// Its records, read a station at a time (what `stq export` writes).
+    pub fn station_records(&self) -> StationRecords<'_> {
+        StationRecords::new(&self.catalog, self.shards.iter().collect())
     }
 
     /// The catalog, and the shards for the engine to hand out.
@@ -262,6 +269,97 @@ impl Generation {
     /// How many records each shard holds.
     pub fn shard_records(&self) -> Vec<usize> {
         self.shards.iter().map(ShardData::record_count).collect()
+    }
+}
+
+/// A generation's records read a station at a time: every record of a kind in a
+/// window, in the contract's order, as `stq export` writes them. A query reads
+/// through [`crate::data::plan`] instead.
+pub struct StationRecords<'a> {
+    catalog: &'a Catalog,
+    shards: Vec<&'a ShardData>,
+}
+
+impl<'a> StationRecords<'a> {
+    /// The records of `catalog`'s stations, which `shards` (in shard order) hold.
+    pub fn new(catalog: &'a Catalog, shards: Vec<&'a ShardData>) -> StationRecords<'a> {
+        StationRecords { catalog, shards }
+    }
+
+    /// The station of `rank` as its shard's scan names it, and that shard.
+    fn station(&self, rank: u32) -> (&'a ShardData, ShardStation) {
+        let placement = self.catalog.placement(rank);
+        let station = ShardStation {
+            rank,
+            station_index: placement.station_index,
+        };
+        (self.shards[placement.shard as usize], station)
+    }
+
+    /// The first `cap` records of `kind` of the station of `rank` in `window`.
+    fn scan(
+        &self,
+        rank: u32,
+        kind: Kind,
+        window: Window,
+        cap: usize,
+    ) -> (&'a ShardData, ScanAnswer) {
+        let (shard, station) = self.station(rank);
+        let filter = match kind {
+            Kind::Units => RecordFilter::Units {
+                unit_types: Matcher::Any,
+                unit_serial: Matcher::Any,
+                results: Matcher::Any,
+                directions: Directions::BOTH,
+            },
+            Kind::Metrics => RecordFilter::Metrics {
+                names: Matcher::Any,
+                unit_serial: Matcher::Any,
+            },
+        };
+        let answer = shard.scan(&ScanRequest {
+            stations: vec![station],
+            window,
+            after: None,
+            filter,
+            cap,
+        });
+        (shard, answer)
+    }
+
+    /// The instant of the first record of `kind` of the station of `rank` in
+    /// `window`, if it has one.
+    pub fn first(&self, rank: u32, kind: Kind, window: Window) -> Option<Timestamp> {
+        let (_, answer) = self.scan(rank, kind, window, 1);
+        answer.hits.first().map(|hit| hit.position.instant)
+    }
+
+    /// Hands each record of `kind` of the station of `rank` in `window`, in the
+    /// contract's order, to `each`: its response JSON and its instant. Stops at
+    /// the first error `each` returns, and returns it.
+    pub fn each<E>(
+        &self,
+        rank: u32,
+        kind: Kind,
+        window: Window,
+        mut each: impl FnMut(&[u8], Timestamp) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let (shard, answer) = self.scan(rank, kind, window, usize::MAX);
+        let mut json = Vec::new();
+        for hit in &answer.hits {
+            json.clear();
+            shard.json(hit, &answer.sealed).parts().write_to(&mut json);
+            each(&json, hit.position.instant)?;
+        }
+        Ok(())
+    }
+
+    /// A fingerprint of each UTC day (days since 1970-01-01) of `window` that
+    /// holds records of `kind` of the station of `rank`: see
+    /// [`ShardData::day_fingerprints`].
+    pub fn day_fingerprints(&self, rank: u32, kind: Kind, window: Window) -> BTreeMap<i64, u64> {
+        let (shard, station) = self.station(rank);
+        shard.day_fingerprints(station.station_index, kind, window)
     }
 }
 

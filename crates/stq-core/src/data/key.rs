@@ -30,13 +30,13 @@ pub(crate) fn load_order(file_ordinal: u32, line_number: u32) -> u64 {
 /// Packed as [`RecordKey`] is: 24 bytes, not 32, in the shard-wide unit tree.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[repr(C, packed(4))]
-pub struct Position {
+pub(crate) struct Position {
     /// The record's instant, the first key of the order.
-    pub instant: Timestamp,
+    pub(crate) instant: Timestamp,
     /// Its station's rank in the catalog, the second.
-    pub station_rank: u32,
+    pub(crate) station_rank: u32,
     /// Its line's load order (see `load_order`), the third.
-    pub load_order: u64,
+    pub(crate) load_order: u64,
 }
 
 // What packing is for: a key and a symbol with a key in the trees' nodes.

@@ -6,9 +6,25 @@
 //! B-tree node layout ([`crate::data::tier::tree_bytes`]), close estimates. What the
 //! allocator keeps beyond these (slack, fragmentation) is the difference to the
 //! heap or RSS a caller measures.
+//!
+//! And the decoded-block cache that sealed blocks are read through, shared by
+//! every generation: its bound (`--cache-size`) and its figures.
 
 use crate::data::catalog::Generation;
+use crate::data::sealed::cache;
 use crate::data::tier::tree_bytes;
+
+pub use crate::data::sealed::cache::CacheStats;
+
+/// Sets the bytes the process's cache of decoded blocks may hold (`--cache-size`).
+pub fn set_cache_capacity(bytes: u64) {
+    cache::set_capacity(bytes);
+}
+
+/// What the process's cache of decoded blocks holds and has done (`/metrics`).
+pub fn cache_stats() -> CacheStats {
+    cache::stats()
+}
 
 /// The bytes of one part of a generation.
 #[derive(Clone, Debug, PartialEq, Eq)]

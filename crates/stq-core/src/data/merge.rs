@@ -4,7 +4,7 @@
 use itertools::Itertools;
 
 /// Merges sorted streams into the first `cap` items of their sorted union.
-pub fn merge_sorted<I, T>(streams: Vec<I>, cap: usize) -> Vec<T>
+pub(crate) fn merge_sorted<I, T>(streams: Vec<I>, cap: usize) -> Vec<T>
 where
     I: Iterator<Item = T>,
     T: Ord,

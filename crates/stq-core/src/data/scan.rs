@@ -18,7 +18,7 @@ use crate::domain::time::{Timestamp, Window};
 
 /// A set of symbols a field must be one of, or no constraint at all.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Matcher {
+pub(crate) enum Matcher {
     /// Every value matches.
     Any,
     /// Matches nothing when empty: every requested value was unknown to the data.
@@ -40,7 +40,7 @@ impl Matcher {
 
 /// The record filters of a query, with strings already turned into symbols.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum RecordFilter {
+pub(crate) enum RecordFilter {
     /// A unit query's filters.
     Units {
         /// The `unit_type` values asked for.
@@ -110,63 +110,63 @@ impl RecordFilter {
 
 /// A station to scan: its rank (for the order) and its index in the shard.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ShardStation {
+pub(crate) struct ShardStation {
     /// Its rank in the catalog: where its records fall in the order.
-    pub rank: u32,
+    pub(crate) rank: u32,
     /// Its index among the shard's stations.
-    pub station_index: u32,
+    pub(crate) station_index: u32,
 }
 
 /// What one shard is asked: the first `cap` matching records of its stations.
 #[derive(Clone, Debug)]
-pub struct ScanRequest {
+pub(crate) struct ScanRequest {
     /// The shard's stations to read.
-    pub stations: Vec<ShardStation>,
+    pub(crate) stations: Vec<ShardStation>,
     /// The window records must fall in.
-    pub window: Window,
+    pub(crate) window: Window,
     /// Where the previous page ended: only records after it match.
-    pub after: Option<Position>,
+    pub(crate) after: Option<Position>,
     /// What a record must match.
-    pub filter: RecordFilter,
+    pub(crate) filter: RecordFilter,
     /// At most this many hits.
-    pub cap: usize,
+    pub(crate) cap: usize,
 }
 
 /// A matching record: its place in the contract's order and where its bytes are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Hit {
+pub(crate) struct Hit {
     /// Its place in the contract's order.
-    pub position: Position,
+    pub(crate) position: Position,
     /// Its station's index among the shard's stations.
-    pub station_index: u32,
+    pub(crate) station_index: u32,
     /// Where its JSON lies: in its station's arena, or for a sealed record in
     /// the answer's `sealed`.
-    pub bytes: StoredRecord,
+    pub(crate) bytes: StoredRecord,
 }
 
 /// What a shard's scan answers: its hits, and the blocks that hold those that are
 /// sealed records, rendered (a sealed hit's `bytes` say which block and record,
 /// see [`ShardData::json`]).
 #[derive(Debug, Default)]
-pub struct ScanAnswer {
+pub(crate) struct ScanAnswer {
     /// The matching records, in order.
-    pub hits: Vec<Hit>,
+    pub(crate) hits: Vec<Hit>,
     /// The blocks of the sealed hits.
-    pub sealed: SealedJson,
+    pub(crate) sealed: SealedJson,
 }
 
 /// The blocks a scan's sealed hits are in, which [`ShardData::json`] writes
 /// their JSON from: the answer writes each record once, from where its block
 /// holds it whole.
 #[derive(Debug, Default)]
-pub struct SealedJson {
+pub(crate) struct SealedJson {
     memo: JsonMemo,
 }
 
 impl ShardData {
     /// The first `request.cap` matching records of the requested stations, in order,
     /// with the JSON of those that are sealed.
-    pub fn scan(&self, request: &ScanRequest) -> ScanAnswer {
+    pub(crate) fn scan(&self, request: &ScanRequest) -> ScanAnswer {
         let mut hits = self.scan_hits(request);
         let mut memo = JsonMemo::default();
         for hit in hits.iter_mut().filter(|hit| is_sealed(hit.bytes)) {
@@ -332,7 +332,7 @@ impl ShardData {
 
     /// A hit's response JSON; `sealed` is the [`ScanAnswer::sealed`] of the scan
     /// that found it.
-    pub fn json<'a>(&'a self, hit: &Hit, sealed: &'a SealedJson) -> RecordJson<'a> {
+    pub(crate) fn json<'a>(&'a self, hit: &Hit, sealed: &'a SealedJson) -> RecordJson<'a> {
         match is_sealed(hit.bytes) {
             true => RecordJson::whole(sealed.memo.json(hit.bytes)),
             false => self.stations[hit.station_index as usize].json(hit.bytes),

@@ -224,7 +224,7 @@ impl ShardData {
     /// keys and JSON; so it changes whenever a record of the day is added, dropped
     /// or rewritten, and may change too when the same records are sealed again
     /// (a rebuild can encode them otherwise).
-    pub fn day_fingerprints(
+    pub(crate) fn day_fingerprints(
         &self,
         station_index: u32,
         kind: Kind,

@@ -29,11 +29,11 @@ use integer_encoding::VarInt as _;
 /// length of its response JSON, so that an answer's buffer is sized before any
 /// record is read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct StoredRecord {
+pub(crate) struct StoredRecord {
     /// Where its stored form starts in its station's arena.
-    pub start: u32,
+    pub(crate) start: u32,
     /// The length of its response JSON, in bytes.
-    pub length: u32,
+    pub(crate) length: u32,
 }
 
 /// Where a piece lies in its station's [`Pieces`].
@@ -386,7 +386,7 @@ impl<'a> Parts<'a> {
 
 /// One record's response JSON: its length at once, its bytes when written.
 #[derive(Clone, Copy, Debug)]
-pub struct RecordJson<'a> {
+pub(crate) struct RecordJson<'a> {
     form: Form<'a>,
 }
 
@@ -437,7 +437,7 @@ impl<'a> RecordJson<'a> {
     }
 
     /// Reads the stored form: where the five parts lie, none of them read yet.
-    pub fn parts(&self) -> Parts<'a> {
+    pub(crate) fn parts(&self) -> Parts<'a> {
         match self.form {
             Form::Stored {
                 arena,

@@ -26,7 +26,7 @@ type Texts = StringInterner<StringBackend<SymbolU32>, foldhash::fast::RandomStat
 
 /// An interned string: its index in its generation's [`Symbols`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Symbol(pub u32);
+pub(crate) struct Symbol(pub(crate) u32);
 
 impl Symbol {
     /// The empty string, in every table: an empty serial, for one.

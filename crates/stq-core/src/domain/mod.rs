@@ -2,7 +2,11 @@
 //! means and how its text is checked. No I/O but reading a tokens file; no state.
 
 pub mod auth;
+#[cfg(any(test, feature = "checks"))]
+pub mod checks;
 pub(crate) mod openhtf;
+#[cfg(test)]
+mod parser_properties;
 pub mod query;
 pub mod record;
 pub mod time;

@@ -119,38 +119,38 @@ pub fn check_length(query: &str, limits: &Limits) -> Result<(), QueryError> {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct QueryParams {
     /// `None`: every station the token may access.
-    pub station_ids: Option<Vec<String>>,
+    pub(crate) station_ids: Option<Vec<String>>,
     /// `from`, if given.
-    pub from: Option<Timestamp>,
+    pub(crate) from: Option<Timestamp>,
     /// `to`, if given.
-    pub to: Option<Timestamp>,
+    pub(crate) to: Option<Timestamp>,
     /// `/units`' `unit_type` values.
-    pub unit_types: Vec<String>,
+    pub(crate) unit_types: Vec<String>,
     /// `unit_serial`, if given.
-    pub unit_serial: Option<String>,
+    pub(crate) unit_serial: Option<String>,
     /// `/units`' `result`: values in ASCII lower case, matched ignoring ASCII case
     /// (docs/api.md section 4).
-    pub results: Vec<String>,
+    pub(crate) results: Vec<String>,
     /// Only meaningful for `/units`.
-    pub directions: Directions,
+    pub(crate) directions: Directions,
     /// `/metrics`' `name` values.
-    pub names: Vec<String>,
+    pub(crate) names: Vec<String>,
     /// `limit`: a page's size; `None` answers every record at once.
-    pub limit: Option<usize>,
+    pub(crate) limit: Option<usize>,
     /// `cursor`: where the page starts, as the last page's `next_cursor` said.
-    pub cursor: Option<String>,
+    pub(crate) cursor: Option<String>,
     /// Summaries only: the row's group fields, in the order given, each once;
     /// `station_id` when none is given (docs/api.md section 10).
-    pub group_by: Vec<GroupField>,
+    pub(crate) group_by: Vec<GroupField>,
     /// Summaries only: the length of the buckets; `None`: one bucket, rows
     /// without `bucket_start`.
-    pub bucket: Option<Bucket>,
+    pub(crate) bucket: Option<Bucket>,
     /// Summaries only: the time zone whose wall clock cuts the buckets (`tz`,
     /// default UTC); without a bucket it changes nothing.
-    pub zone: Zone,
+    pub(crate) zone: Zone,
     /// How the answer is written (`format`, every endpoint); `None`: not given, so
     /// the `Accept` header decides. Presentation only: no filter, no cursor scope.
-    pub format: Option<Format>,
+    pub(crate) format: Option<Format>,
 }
 
 /// How an answer is written (docs/api.md section 7).
@@ -359,7 +359,7 @@ impl Endpoint {
 
 /// A field a summary row may be grouped by (docs/api.md section 10).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum GroupField {
+pub(crate) enum GroupField {
     /// By the record's station (`station_id`).
     StationId,
     /// By the fixture slot that tested the unit (`slot`).
@@ -384,7 +384,7 @@ impl GroupField {
     }
 
     /// The field's name, as a row names it.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             GroupField::StationId => "station_id",
             GroupField::Slot => "slot",
@@ -397,7 +397,7 @@ impl GroupField {
 
 /// A summary's bucket length: whole minutes, from `1m` to `31d`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Bucket {
+pub(crate) struct Bucket {
     seconds: i64,
 }
 
@@ -691,9 +691,32 @@ fn limit(value: &str, limits: &Limits) -> Result<usize, QueryError> {
 }
 
 impl QueryParams {
+    /// `limit`: a page's size; `None` answers every record at once.
+    pub fn limit(&self) -> Option<usize> {
+        self.limit
+    }
+
+    /// Summaries only: the names of the row's group fields, in the order given,
+    /// each once.
+    pub fn group_names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.group_by.iter().map(|field| field.name())
+    }
+
+    /// Summaries only: whether rows are cut into buckets (`bucket`), and so have a
+    /// `bucket_start`.
+    pub fn has_bucket(&self) -> bool {
+        self.bucket.is_some()
+    }
+
+    /// How the answer is written (`format`); `None`: not given, so the `Accept`
+    /// header decides.
+    pub fn format(&self) -> Option<Format> {
+        self.format
+    }
+
     /// The window of docs/api.md section 5, with `now` the time the request arrived,
     /// no longer than `max_window` (section 9).
-    pub fn window(
+    pub(crate) fn window(
         &self,
         now: Timestamp,
         max_window: Option<Duration>,

@@ -39,7 +39,7 @@ impl Kind {
 
     /// The path of the endpoint that returns records of this kind (the endpoint
     /// table, `domain::query`, takes it from here).
-    pub const fn path(self) -> &'static str {
+    pub(crate) const fn path(self) -> &'static str {
         match self {
             Kind::Units => "/units",
             Kind::Metrics => "/metrics",
@@ -49,7 +49,7 @@ impl Kind {
 
 /// The direction of a unit record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Direction {
+pub(crate) enum Direction {
     /// The record a unit's processing starts with (`input`).
     Input,
     /// The record a unit's processing ends with, its result in it (`output`).
@@ -58,7 +58,7 @@ pub enum Direction {
 
 impl Direction {
     /// The direction spelled `text` (lower case only), if any.
-    pub fn parse(text: &str) -> Option<Direction> {
+    pub(crate) fn parse(text: &str) -> Option<Direction> {
         match text {
             "input" => Some(Direction::Input),
             "output" => Some(Direction::Output),
@@ -67,7 +67,7 @@ impl Direction {
     }
 
     /// Its spelling in records and queries.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Direction::Input => "input",
             Direction::Output => "output",
@@ -77,7 +77,7 @@ impl Direction {
 
 /// A set of directions: which unit records a `/units` query keeps.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
-pub struct Directions {
+pub(crate) struct Directions {
     input: bool,
     output: bool,
 }
@@ -89,18 +89,19 @@ impl Directions {
         output: false,
     };
     /// What a query that names no direction keeps (docs/api.md section 4).
-    pub const OUTPUT: Directions = Directions {
+    pub(crate) const OUTPUT: Directions = Directions {
         input: false,
         output: true,
     };
     /// Both directions: every unit record.
-    pub const BOTH: Directions = Directions {
+    pub(crate) const BOTH: Directions = Directions {
         input: true,
         output: true,
     };
 
     /// The set of exactly `directions`.
-    pub fn of(directions: &[Direction]) -> Directions {
+    #[cfg(test)]
+    pub(crate) fn of(directions: &[Direction]) -> Directions {
         let mut set = Directions::NONE;
         for &direction in directions {
             set.insert(direction);
@@ -123,7 +124,7 @@ impl Directions {
     }
 
     /// Whether it holds no direction, and so matches no record.
-    pub fn is_empty(self) -> bool {
+    pub(crate) fn is_empty(self) -> bool {
         self == Directions::NONE
     }
 }
@@ -132,7 +133,7 @@ impl Directions {
 /// (docs/api.md section 4) and the summaries (section 10) read, as returned (an
 /// absent field is `""`), borrowed from the line where possible.
 #[derive(Debug, PartialEq, Eq)]
-pub enum IndexedFields<'a> {
+pub(crate) enum IndexedFields<'a> {
     /// A unit record's fields.
     Unit {
         /// The type of unit tested.
@@ -220,7 +221,7 @@ pub struct ParsedLine<'a> {
     /// The instant `time_created` names.
     pub instant: Timestamp,
     /// The fields filters and summaries read.
-    pub fields: IndexedFields<'a>,
+    pub(crate) fields: IndexedFields<'a>,
     /// Where the response JSON has the text of `time_created`, inside its quotes,
     /// counted from the JSON's first byte.
     pub time: Range<usize>,

@@ -48,7 +48,7 @@ impl Timestamp {
 
     /// The instant `millis` milliseconds after the Unix epoch (before it if
     /// negative).
-    pub fn from_unix_millis(millis: i64) -> Timestamp {
+    pub(crate) fn from_unix_millis(millis: i64) -> Timestamp {
         Timestamp {
             seconds: millis.div_euclid(1000),
             nanos: (millis.rem_euclid(1000) as u32) * 1_000_000,
@@ -74,7 +74,7 @@ impl Timestamp {
 
     /// Nanoseconds from `earlier` to this instant (negative when `earlier` is later).
     /// `i128` holds any distance on the time line.
-    pub fn nanos_since(self, earlier: Timestamp) -> i128 {
+    pub(crate) fn nanos_since(self, earlier: Timestamp) -> i128 {
         (i128::from(self.seconds) - i128::from(earlier.seconds)) * 1_000_000_000
             + (i128::from(self.nanos) - i128::from(earlier.nanos))
     }
@@ -224,7 +224,7 @@ pub fn parse_rfc3339(text: &str) -> Option<Timestamp> {
 
 /// `from`/`to` also accept a bare integer of Unix epoch milliseconds (Grafana's
 /// `${__from}`), an optional `-` then digits only.
-pub fn parse_query_time(text: &str) -> Option<Timestamp> {
+pub(crate) fn parse_query_time(text: &str) -> Option<Timestamp> {
     let unsigned = text.strip_prefix('-').unwrap_or(text);
     if !unsigned.is_empty() && unsigned.bytes().all(|byte| byte.is_ascii_digit()) {
         return text.parse::<i64>().ok().map(Timestamp::from_unix_millis);

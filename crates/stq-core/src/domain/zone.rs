@@ -10,7 +10,7 @@ use chrono_tz::Tz;
 
 /// A summary's time zone.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Zone {
+pub(crate) enum Zone {
     /// `UTC`, the default: buckets are the epoch's grid, and `bucket_start` ends in
     /// `Z`.
     #[default]

@@ -213,12 +213,12 @@ pub(crate) fn with_blocks<T>(read: impl FnOnce(&DecodedCache<BlockKey, CachedBlo
 }
 
 /// Sets the bytes the process's cache of decoded blocks may hold (`--cache-size`).
-pub fn set_capacity(bytes: u64) {
+pub(crate) fn set_capacity(bytes: u64) {
     with_blocks(|cache| cache.set_capacity(bytes));
 }
 
 /// What the process's cache of decoded blocks holds and has done.
-pub fn stats() -> CacheStats {
+pub(crate) fn stats() -> CacheStats {
     let (store_reads, store_read_bytes) = super::store_reads();
     CacheStats {
         store_reads,

@@ -51,7 +51,7 @@ use columns::Sealable;
 use encode::encode;
 
 mod body;
-pub mod cache;
+pub(crate) mod cache;
 mod columns;
 mod decode;
 mod encode;

@@ -112,7 +112,7 @@ pub enum StoreError {
 
 /// A store directory.
 #[derive(Clone, Debug)]
-pub struct Store {
+pub(crate) struct Store {
     directory: PathBuf,
 }
 
@@ -178,9 +178,23 @@ struct WrittenStation {
     sealed: Option<(Weak<Sealed>, FileRef)>,
 }
 
+/// The generation the manifest of the store in `directory` describes, every file
+/// checked against its hash, if it was written for `settings`: what a start
+/// rebuilds from (`crate::data::load::load_from_store`).
+pub fn read(directory: &Path, settings: &StoreSettings) -> Result<Restored, StoreError> {
+    Store::new(directory).read(settings)
+}
+
+/// A writer of the store in `directory` (which its first write makes if missing)
+/// for `settings`, which holds `written`: what a start restored from it, or
+/// nothing.
+pub fn writer(directory: &Path, settings: StoreSettings, written: Written) -> StoreWriter {
+    StoreWriter::new(Store::new(directory), settings, written)
+}
+
 impl Store {
     /// The store in `directory`, which its first write makes if missing.
-    pub fn new(directory: &Path) -> Store {
+    pub(crate) fn new(directory: &Path) -> Store {
         Store {
             directory: directory.to_path_buf(),
         }
@@ -188,7 +202,7 @@ impl Store {
 
     /// The generation the manifest describes, every file checked against its hash,
     /// if it was written for `settings`.
-    pub fn read(&self, settings: &StoreSettings) -> Result<Restored, StoreError> {
+    pub(crate) fn read(&self, settings: &StoreSettings) -> Result<Restored, StoreError> {
         let manifest_path = self.directory.join(MANIFEST);
         let manifest = match fs::read(&manifest_path) {
             Ok(bytes) => bytes,
@@ -657,7 +671,7 @@ pub struct StoreWriter {
 impl StoreWriter {
     /// A writer of `store` for `settings`, which holds `written` (what a start
     /// restored from it, or nothing).
-    pub fn new(store: Store, settings: StoreSettings, written: Written) -> StoreWriter {
+    pub(crate) fn new(store: Store, settings: StoreSettings, written: Written) -> StoreWriter {
         StoreWriter {
             store,
             settings,

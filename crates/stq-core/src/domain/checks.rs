@@ -1,10 +1,11 @@
 //! The invariants of the two parsers that read hostile input directly, written
-//! once and shared by `tests/it/parser_properties.rs` and the cargo-fuzz targets under
-//! `fuzz/fuzz_targets/` (which include this file by path):
+//! once and shared by this crate's property tests (`parser_properties`) and the
+//! cargo-fuzz targets under `fuzz/fuzz_targets/` (which build this crate with its
+//! `checks` feature, the only way this module is built outside its tests):
 //!
-//! - [`check_query`]: `stq_core::domain::query::parse` (CONTRACT sections 4, 5 and 9) never
+//! - [`check_query`]: [`crate::domain::query::parse`] (CONTRACT sections 4, 5 and 9) never
 //!   panics, and a query it accepts respects every limit and is normalized.
-//! - [`check_line`]: `stq_core::domain::record::parse_line` (CONTRACT section 2) never panics; a
+//! - [`check_line`]: [`crate::domain::record::parse_line`] (CONTRACT section 2) never panics; a
 //!   line it accepts renders a record that is JSON, has exactly the fields of its
 //!   kind, and returns every field as the line wrote it (`time_created` verbatim);
 //!   a line it rejects leaves the caller's buffer as it was.
@@ -16,9 +17,9 @@ use std::collections::HashMap;
 
 use serde_json::value::RawValue;
 
-use stq_core::domain::query::{self, Endpoint, Limits, QueryError, QueryParams};
-use stq_core::domain::record::{parse_line, Direction, Directions, IndexedFields, Kind};
-use stq_core::domain::time::{parse_rfc3339, Timestamp};
+use crate::domain::query::{self, Endpoint, Limits, QueryError, QueryParams};
+use crate::domain::record::{parse_line, Direction, Directions, IndexedFields, Kind};
+use crate::domain::time::{parse_rfc3339, Timestamp};
 
 /// Parses `query` for `kind` under `limits`, asserts every invariant of the result,
 /// and also of its window with `now` as the time the request arrived. Returns the
@@ -147,7 +148,7 @@ fn assert_normalized_list(items: &[String], parameter: &str, query: &str) {
 }
 
 /// The contract's code of a refusal, as the HTTP layer gives it.
-pub fn code(error: &QueryError) -> &'static str {
+pub(crate) fn code(error: &QueryError) -> &'static str {
     match error {
         QueryError::InvalidParameter { .. } => "invalid_parameter",
         QueryError::UnknownParameter { .. } => "unknown_parameter",

@@ -1,7 +1,7 @@
 //! Property tests of the two parsers that read hostile input directly: the query
-//! string parser (`stq_core::domain::query::parse`, CONTRACT sections 4, 5 and 9) and the
-//! snapshot line parser (`stq_core::domain::record::parse_line`, CONTRACT section 2). The
-//! invariants themselves live in `tests/parser_checks/mod.rs`, shared with the
+//! string parser (`crate::domain::query::parse`, CONTRACT sections 4, 5 and 9) and the
+//! snapshot line parser (`crate::domain::record::parse_line`, CONTRACT section 2). The
+//! invariants themselves live in `crate::domain::checks`, shared with the
 //! cargo-fuzz targets under `fuzz/`; this file says which inputs they must hold for:
 //!
 //! 1. Query strings: arbitrary text; query strings made of the real parameter names
@@ -19,7 +19,8 @@
 //!    parser rejects, and reads the same instant.
 //!
 //! Case counts keep the file at a few seconds in debug; `PROPTEST_CASES=20000`
-//! soaks it. Failing seeds are kept in `proptest-regressions/parser_properties.txt`.
+//! soaks it. Failing seeds are kept in
+//! `crates/stq-core/proptest-regressions/domain/parser_properties.txt`.
 
 use std::fs;
 use std::path::PathBuf;
@@ -35,11 +36,10 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
-use stq_core::domain::query::{Limits, QueryParams};
-use stq_core::domain::record::{Direction, Directions, Kind};
-use stq_core::domain::time::{parse_query_time, parse_rfc3339, Timestamp};
-
-use crate::parser_checks::{self, check_line, check_query};
+use crate::domain::checks::{self, check_line, check_query};
+use crate::domain::query::{Limits, QueryParams};
+use crate::domain::record::{Direction, Directions, Kind};
+use crate::domain::time::{parse_query_time, parse_rfc3339, Timestamp};
 
 /// The parsers take microseconds, so 512 cases a property cost little.
 fn config() -> ProptestConfig {
@@ -47,7 +47,7 @@ fn config() -> ProptestConfig {
         cases: 512,
         failure_persistence: Some(Box::new(FileFailurePersistence::Direct(concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/proptest-regressions/parser_properties.txt"
+            "/proptest-regressions/domain/parser_properties.txt"
         )))),
         ..ProptestConfig::default()
     }
@@ -253,7 +253,7 @@ fn kind() -> impl Strategy<Value = Kind> {
 
 fn seed_directory(target: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("fuzz/seeds")
+        .join("../../fuzz/seeds")
         .join(target)
 }
 
@@ -575,13 +575,13 @@ proptest! {
         let distinct_stations = expected.station_ids.as_ref().map_or(0, Vec::len);
         for query in [&canonical, &respelled] {
             if distinct_stations > max_stations {
-                let error = stq_core::domain::query::parse(
-                    stq_core::domain::query::Endpoint::records(request.kind),
+                let error = crate::domain::query::parse(
+                    crate::domain::query::Endpoint::records(request.kind),
                     query,
                     limits,
                 )
                     .expect_err("too many stations");
-                prop_assert_eq!(parser_checks::code(&error), "too_many_stations", "{}", query);
+                prop_assert_eq!(checks::code(&error), "too_many_stations", "{}", query);
             } else {
                 let params = check_query(request.kind, query, limits, now);
                 prop_assert_eq!(params.as_ref(), Some(&expected), "{}", query);
