@@ -211,8 +211,9 @@ impl Sealed {
 }
 
 impl Sealed {
-    /// `block` (of `period`) decoded with its JSON's parts: from the process's
-    /// cache ([`cache`]), else decompressed now and kept there.
+    /// `block`'s records of kind `E` (of `period`), rendered for reading: from
+    /// the process's cache ([`cache`]), else decompressed and rendered now and
+    /// kept there.
     fn decoded<E: Sealable>(&self, period: i64, block: &Block) -> Arc<Rendered<E>> {
         let key = self.cache_key::<E>(block);
         let cached = cache::with_blocks(|blocks| blocks.get(&key))
