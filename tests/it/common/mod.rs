@@ -584,8 +584,32 @@ pub struct Fixture {
 pub fn temporary_directory() -> tempfile::TempDir {
     tempfile::Builder::new()
         .prefix("stq-test-")
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .tempdir_in(run_directory())
         .unwrap()
+}
+
+/// This run's directory under the target's, `stq-run-PID`, which holds every
+/// directory the run's tests make. A fixture kept in a `static` is never
+/// dropped, and a store of `STQ_TEST_STORE` is kept for the run; so each run
+/// first removes the directories of runs whose process has ended, and the
+/// target's directory does not fill up run after run.
+pub fn run_directory() -> &'static Path {
+    static RUN: OnceLock<PathBuf> = OnceLock::new();
+    RUN.get_or_init(|| {
+        let target = Path::new(env!("CARGO_TARGET_TMPDIR"));
+        for entry in std::fs::read_dir(target).into_iter().flatten().flatten() {
+            let name = entry.file_name();
+            let Some(pid) = name.to_str().and_then(|name| name.strip_prefix("stq-run-")) else {
+                continue;
+            };
+            if !Path::new("/proc").join(pid).exists() {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+        let directory = target.join(format!("stq-run-{}", std::process::id()));
+        std::fs::create_dir_all(&directory).unwrap();
+        directory
+    })
 }
 
 /// Writes the files into a fresh snapshot directory beside the suite's tokens file:
@@ -897,7 +921,7 @@ fn test_store() -> Option<TestStore> {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let number = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let name = format!("stq-test-store-{}-{number}", std::process::id());
-    let directory = Path::new(env!("CARGO_TARGET_TMPDIR")).join(&name);
+    let directory = run_directory().join(&name);
     let _ = std::fs::remove_dir_all(&directory);
     if std::env::var_os("STQ_TEST_STORE_S3").is_none() {
         return Some(TestStore {
