@@ -19,8 +19,8 @@
 //! This module is the front door: what a load is asked (its options), what it
 //! answers (its report, its errors), the four ways in ([`load`], [`check`],
 //! [`reload_looking`], [`start`]) are declared here, so that the service names
-//! each of them once; of the steps, only [`files`] shows its stamps, which a
-//! watch compares.
+//! each of them once; of the steps, only [`files`] shows anything: what `/files`
+//! says of a file, and what `--watch-poll` compares.
 
 mod build;
 pub mod files;
