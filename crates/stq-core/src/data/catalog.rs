@@ -245,11 +245,6 @@ impl Generation {
         &self.shards
     }
 
-    /// Its records, read a station at a time (what `stq export` writes).
-    pub fn station_records(&self) -> StationRecords<'_> {
-        StationRecords::new(&self.catalog, self.shards.iter().collect())
-    }
-
     /// The catalog, and the shards for the engine to hand out.
     pub fn into_parts(self) -> (Arc<Catalog>, Vec<ShardData>) {
         (self.catalog, self.shards)
