@@ -31,12 +31,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // Read before the snapshot, so a wrong key file fails at once, not after a load.
     let cursor_key = match &args.cursor_key_file {
         None => CursorKey::random(),
-        Some(path) => {
-            let secret = std::fs::read(path)
-                .with_context(|| format!("cannot read the cursor key file {}", path.display()))?;
-            CursorKey::from_secret(secret)
-                .with_context(|| format!("the cursor key file {}", path.display()))?
-        }
+        Some(path) => CursorKey::read(path).map_err(anyhow::Error::msg)?,
     };
     let tokens = Tokens::load(&args.tokens)?;
     if tokens.is_empty() {

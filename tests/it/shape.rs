@@ -31,9 +31,9 @@ use crate::imports::{is_test_only, modules};
 /// and the store (7: its writer, and the manifest's name and checks an `s3://`
 /// store's mirror needs);
 /// the catalog, generation and `StationRecords` (18); the plan and what its
-/// answers carry (`plan` 19, `Parts` 4, `Rows` 4, `ShardData` 2, `CursorKey` 4);
+/// answers carry (`plan` 19, `Parts` 4, `Rows` 4, `ShardData` 2, `CursorKey` 3);
 /// memory and the cache (7); the modules (16). Lower it as that shrinks.
-const PUB_ITEMS: usize = 154;
+const PUB_ITEMS: usize = 153;
 /// A source file's lines, at most, once its inline `#[cfg(test)] mod tests` is
 /// left out.
 const FILE_LINES: usize = 1_200;
