@@ -12,7 +12,8 @@
 //!
 //! The callers: [`full`] (start-up, `stq check`, and a reload that cannot build on
 //! the previous generation) reads every file; [`reload`] reads what changed and
-//! shares the rest. No module here imports one that imports it back: [`files`]
+//! shares the rest; [`start`] makes a server's first generation, from the store
+//! through [`reload`] when it can, else through [`full`]. No module here imports one that imports it back: [`files`]
 //! (which the catalog keeps) imports only [`format`] and this module, [`format`]
 //! nothing of loading, and only [`full`] and [`reload`] import the catalog.
 //!
