@@ -52,7 +52,7 @@ pub fn export(args: ExportArgs) -> anyhow::Result<()> {
         eprintln!("skipped {} invalid line(s)", report.invalid.len());
     }
     let written = parquet_export::export(
-        &generation,
+        generation,
         &ExportOptions {
             destination,
             from: args.from,

@@ -111,7 +111,7 @@ pub struct TokenNewArgs {
 
     /// The stations the token may see: comma-separated station ids, or `*` for every
     /// station, present and future.
-    #[arg(long, env = "STQ_STATIONS", value_parser = parse_stations)]
+    #[arg(long, env = "STQ_STATIONS", value_parser = str::parse::<Stations>)]
     pub stations: Stations,
 
     /// From this instant on the token is refused: an RFC 3339 date-time such as
@@ -442,24 +442,6 @@ fn parse_token_name(text: &str) -> Result<String, String> {
     Ok(text.to_owned())
 }
 
-/// `--stations`: `*`, or station ids separated by commas (trimmed; empty items and
-/// repeats dropped), at least one.
-fn parse_stations(text: &str) -> Result<Stations, String> {
-    if text.trim() == "*" {
-        return Ok(Stations::every());
-    }
-    let mut stations: Vec<String> = Vec::new();
-    for station in text.split(',').map(str::trim) {
-        if !station.is_empty() && !stations.iter().any(|known| known == station) {
-            stations.push(station.to_owned());
-        }
-    }
-    if stations.is_empty() {
-        return Err("name at least one station id, or `*` for every station".to_owned());
-    }
-    Ok(Stations::List(stations))
-}
-
 /// `--expires`: a date-time in the grammar of the contract's section 4, kept as
 /// written.
 fn parse_instant(text: &str) -> Result<Timestamp, String> {
@@ -663,7 +645,7 @@ mod tests {
         assert!(matches!(
             cli.command,
             Some(Command::Token(TokenCommand::New(TokenNewArgs { stations, expires: None, .. })))
-                if stations == Stations::every()
+                if stations == Stations::Every("*".to_owned())
         ));
         let cli = Cli::try_parse_from(["stq", "token", "list", "--tokens", "t.json"]).unwrap();
         assert!(matches!(

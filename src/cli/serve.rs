@@ -10,8 +10,9 @@ use actix_web::web;
 use anyhow::Context as _;
 use stq_core::data::catalog::Generation;
 use stq_core::data::cursor::CursorKey;
-use stq_core::data::load::{self, LoadError, LoadOptions, LoadReport, INVALID_LINES_SHOWN};
-use stq_core::data::store::{self, StoreError, StoreSettings, Written};
+use stq_core::data::load::{
+    self, FromStore, LoadError, LoadOptions, LoadReport, Start, INVALID_LINES_SHOWN,
+};
 use stq_core::domain::auth::Tokens;
 use stq_core::domain::query::Limits;
 use stq_objects::{Location, Objects, S3Settings};
@@ -30,12 +31,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // Read before the snapshot, so a wrong key file fails at once, not after a load.
     let cursor_key = match &args.cursor_key_file {
         None => CursorKey::random(),
-        Some(path) => {
-            let secret = std::fs::read(path)
-                .with_context(|| format!("cannot read the cursor key file {}", path.display()))?;
-            CursorKey::from_secret(secret)
-                .with_context(|| format!("the cursor key file {}", path.display()))?
-        }
+        Some(path) => CursorKey::read(path).map_err(anyhow::Error::msg)?,
     };
     let tokens = Tokens::load(&args.tokens)?;
     if tokens.is_empty() {
@@ -54,7 +50,19 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let status = Arc::new(StoreStatus::default());
     let place = store_place(&args)?;
     let directory = place.as_ref().map(|place| place.directory.as_path());
-    let (generation, mut report, started) = start(&args, &options, directory)?;
+    if directory.is_some() {
+        raise_open_file_limit();
+    }
+    let Start {
+        generation,
+        mut report,
+        writer,
+        store: from_store,
+    } = match load::start(&options, directory) {
+        Ok(start) => start,
+        Err(LoadError::Invalid { report }) => return Err(refused(&args, &report)),
+        Err(error) => return Err(error.into()),
+    };
     // Under `hold`, every invalid line is logged as what holds its file.
     let held_lines = report.take_held_lines();
     for line in &held_lines {
@@ -70,16 +78,13 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         );
     }
     report.log_warnings(&args.snapshots);
-    let store = match place {
+    let started = started_line(from_store, &report);
+    let store = match place.zip(writer) {
         None => None,
-        Some(place) => {
-            let settings = store_settings(&args, &options);
-            let writer = store::writer(&place.directory, settings.clone(), started.written);
-            Some(
-                StoreHandle::spawn(writer, settings, place, Arc::clone(&status))
-                    .context("cannot start the store's thread")?,
-            )
-        }
+        Some((place, writer)) => Some(
+            StoreHandle::spawn(writer, place, Arc::clone(&status))
+                .context("cannot start the store's thread")?,
+        ),
     };
 
     let limits = Limits {
@@ -109,7 +114,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         store,
         export,
         status,
-        started: started.line,
+        started,
     };
     actix_rt::System::new().block_on(run(args, generation, tokens, settings, report))
 }
@@ -243,108 +248,20 @@ fn default_store_cache(bucket: &str, prefix: &str) -> anyhow::Result<PathBuf> {
     Ok(cache.join("s3").join(bucket).join(prefix))
 }
 
-/// How the first generation came to be, with a store.
-#[derive(Default)]
-struct Started {
-    /// What the store holds of it, for the writer to keep.
-    written: Written,
-    /// For the ready line: what the store gave and what was parsed.
-    line: String,
-}
-
-/// What the store is written for: another snapshot directory, number of shards or
-/// hot window makes a start ignore it.
-fn store_settings(args: &ServeArgs, options: &LoadOptions) -> StoreSettings {
-    StoreSettings {
-        snapshots: args.snapshots.clone(),
-        shards: options.shards,
-        hot: options.hot,
-    }
-}
-
-/// The first generation: from the store and what changed since it was written
-/// (docs/api.md section 12), or, without a usable store, from every file.
-fn start(
-    args: &ServeArgs,
-    options: &LoadOptions,
-    directory: Option<&Path>,
-) -> anyhow::Result<(Generation, LoadReport, Started)> {
-    let Some(directory) = directory else {
-        let (generation, report) = loaded(args, load::load(options))?;
-        return Ok((generation, report, Started::default()));
-    };
-    raise_open_file_limit();
-    let full = |reason: String| -> anyhow::Result<(Generation, LoadReport, Started)> {
-        let (generation, report) = loaded(args, load::load(options))?;
-        let line = format!("; store: {reason}, every record parsed");
-        Ok((
-            generation,
-            report,
-            Started {
-                written: Written::default(),
-                line,
-            },
-        ))
-    };
-    let begun = std::time::Instant::now();
-    let mut restored = match store::read(directory, &store_settings(args, options)) {
-        Ok(restored) => restored,
-        Err(StoreError::Empty) => return full("empty".into()),
-        Err(error) => {
-            tracing::warn!(
-                "the store {} is not used: {error}; reading the snapshot files instead, and the \
-                 store is written again",
-                directory.display()
-            );
-            return full("not used".into());
-        }
-    };
-    for (station, error) in &restored.repaired {
-        tracing::warn!(
-            "the store {}: station {station}: {error}; its snapshot files are read again, \
-             and its files in the store written again",
-            directory.display()
-        );
-    }
-    let records = restored.records();
-    let written = std::mem::take(&mut restored.written);
-    let (generation, mut report, used) = match load::load_from_store(options, restored) {
-        Err(LoadError::Invalid { report }) => {
-            return Err(refused(args, &report));
-        }
-        result => result?,
-    };
-    if !used {
-        return Ok((
-            generation,
-            report,
-            Started {
-                written: Written::default(),
-                line: "; store: not used (files held back, or invalid lines under --on-invalid \
-                       fail), every record parsed"
-                    .into(),
-            },
-        ));
-    }
-    // The store's read is part of the start.
-    report.elapsed = begun.elapsed();
-    let line = format!(
-        "; store: {records} records restored, {} files ({} bytes) parsed",
-        report.files.len(),
-        report.bytes
-    );
-    Ok((generation, report, Started { written, line }))
-}
-
-/// A load's generation, or why stq does not start.
-fn loaded(
-    args: &ServeArgs,
-    result: Result<(Generation, LoadReport), LoadError>,
-) -> anyhow::Result<(Generation, LoadReport)> {
-    match result {
-        Ok(loaded) => Ok(loaded),
-        Err(LoadError::Invalid { report }) => Err(refused(args, &report)),
-        Err(error) => Err(error.into()),
+/// What the ready line says of the store: what it gave and what was parsed.
+fn started_line(from_store: Option<FromStore>, report: &LoadReport) -> String {
+    match from_store {
+        None => String::new(),
+        Some(FromStore::Empty) => "; store: empty, every record parsed".into(),
+        Some(FromStore::NotUsed) => "; store: not used, every record parsed".into(),
+        Some(FromStore::ParsedInstead) => "; store: not used (files held back, or invalid \
+                                           lines under --on-invalid fail), every record parsed"
+            .into(),
+        Some(FromStore::Restored { records, .. }) => format!(
+            "; store: {records} records restored, {} files ({} bytes) parsed",
+            report.files.len(),
+            report.bytes
+        ),
     }
 }
 

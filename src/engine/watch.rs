@@ -3,7 +3,7 @@
 //! notification (inotify, through notify), or, with `--watch-poll` or on a network
 //! or user-space file system (NFS, CIFS/SMB, FUSE, told by statfs(2)'s magic
 //! number), by a look at every file's size, modification time and inode every so
-//! often ([`Stamps`]), as a reload itself tells a changed file from an unchanged
+//! often ([`Watched`]), as a reload itself tells a changed file from an unchanged
 //! one. Notification misses what other hosts write to a shared directory; a look
 //! sees it.
 //!
@@ -17,7 +17,7 @@
 //! seen; comparing contents instead reads every file at every look.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
@@ -25,7 +25,8 @@ use std::time::{Duration, Instant};
 
 use notify::{RecursiveMode, Watcher as _};
 use stq_core::data::catalog::Catalog;
-use stq_core::data::load::files::{FileStamp, Stamps};
+use stq_core::data::load::files::Watched;
+use stq_core::data::load::Look;
 
 use super::reload::ReloadTrigger;
 
@@ -85,10 +86,7 @@ pub fn reload_on_change(
         Some(every) => {
             let looks = Looks {
                 seen: seen.clone(),
-                files: catalog.stamps(),
-                tokens_stamp: stamp_of(&tokens),
-                snapshots: snapshots.clone(),
-                tokens: tokens.clone(),
+                watched: catalog.watched(&snapshots, &tokens),
                 every,
                 stop: Arc::clone(&stop),
             };
@@ -194,11 +192,7 @@ enum Seen {
 /// every `every`, each compared with the look before.
 struct Looks {
     seen: Sender<Seen>,
-    /// The snapshot files as last looked at.
-    files: Stamps,
-    tokens_stamp: Option<FileStamp>,
-    snapshots: PathBuf,
-    tokens: PathBuf,
+    watched: Watched,
     every: Duration,
     stop: Arc<AtomicBool>,
 }
@@ -208,36 +202,15 @@ impl Looks {
     /// look does not stretch the period) until stopped or nobody listens.
     fn run(mut self) {
         let mut next = Instant::now() + self.every;
-        let mut readable = true;
         while !self.stop.load(Ordering::Relaxed) {
             std::thread::sleep(next.saturating_duration_since(Instant::now()));
             next = (next + self.every).max(Instant::now());
-            let mut seen = Vec::new();
-            match Stamps::of(&self.snapshots) {
-                Ok(files) => {
-                    seen.extend(
-                        files
-                            .changed_since(&self.files)
-                            .into_iter()
-                            .map(Seen::Snapshot),
-                    );
-                    self.files = files;
-                    readable = true;
-                }
-                // A reload says why, once; the next look that can read the
-                // directory compares with the last one that could.
-                Err(error) => {
-                    tracing::debug!("cannot look at the snapshot directory: {error}");
-                    if std::mem::replace(&mut readable, false) {
-                        seen.push(Seen::Everything);
-                    }
-                }
-            }
-            let tokens_stamp = stamp_of(&self.tokens);
-            if tokens_stamp != self.tokens_stamp {
-                self.tokens_stamp = tokens_stamp;
-                seen.push(Seen::Tokens);
-            }
+            let seen: Vec<Seen> = match self.watched.look() {
+                None => Vec::new(),
+                Some(Look::Everything) => vec![Seen::Everything],
+                Some(Look::Paths(paths)) if paths.is_empty() => vec![Seen::Tokens],
+                Some(Look::Paths(paths)) => paths.into_iter().map(Seen::Snapshot).collect(),
+            };
             for change in seen {
                 if self.seen.send(change).is_err() {
                     return;
@@ -245,13 +218,6 @@ impl Looks {
             }
         }
     }
-}
-
-/// The file at `path` as its metadata says, if it can be read.
-fn stamp_of(path: &Path) -> Option<FileStamp> {
-    std::fs::metadata(path)
-        .ok()
-        .map(|metadata| FileStamp::of(&metadata))
 }
 
 /// The network or user-space file system `directory` is on, if it is one.

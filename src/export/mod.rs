@@ -27,6 +27,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use stq_core::data::catalog::{Catalog, Generation, StationRecords};
+use stq_core::data::shard::ShardData;
 use stq_core::domain::record::Kind;
 use stq_core::domain::time::{Timestamp, Window};
 use stq_objects::Objects;
@@ -35,17 +36,18 @@ pub use self::parquet::ExportError;
 pub use self::serving::{complete_before, ExportHandle, EXPORT_INTERVAL};
 
 /// A generation's catalog and its shards, however the caller holds them: a
-/// loaded [`Generation`], or the shards a server serves.
+/// loaded [`Generation`] taken apart, or the shards a server serves.
 pub(crate) struct Data<'a> {
     catalog: &'a Catalog,
     records: StationRecords<'a>,
 }
 
 impl<'a> Data<'a> {
-    fn of(generation: &'a Generation) -> Data<'a> {
+    /// The records of `catalog`'s stations, which `shards` (in shard order) hold.
+    fn of(catalog: &'a Catalog, shards: Vec<&'a ShardData>) -> Data<'a> {
         Data {
-            catalog: generation.catalog(),
-            records: generation.station_records(),
+            catalog,
+            records: StationRecords::new(catalog, shards),
         }
     }
 }
@@ -89,11 +91,12 @@ const DAY_SECONDS: i64 = 86_400;
 /// Writes the records `options` selects from `generation` to
 /// `options.destination`, replacing the day partitions of the window it covers.
 pub fn export(
-    generation: &Generation,
+    generation: Generation,
     options: &ExportOptions,
 ) -> Result<ExportReport, ExportError> {
     let started = Instant::now();
-    let generation = &Data::of(generation);
+    let (catalog, shards) = generation.into_parts();
+    let generation = &Data::of(&catalog, shards.iter().collect());
     let window = Window {
         from: options.from.unwrap_or(Timestamp::MIN),
         to: options.to.unwrap_or(Timestamp::MAX),

@@ -36,7 +36,7 @@ use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use stq_core::data::catalog::{Catalog, Generation, StationRecords};
+use stq_core::data::catalog::{Catalog, Generation};
 use stq_core::data::shard::ShardData;
 use stq_core::domain::record::Kind;
 use stq_core::domain::time::{Timestamp, Window};
@@ -108,10 +108,7 @@ fn export_forever(mut exporter: Exporter, next: &Newest<Job>) {
     let mut last_ended: Option<Instant> = None;
     loop {
         let (catalog, shards, complete_before) = next.take_after(last_ended, EXPORT_INTERVAL);
-        let data = Data {
-            catalog: &catalog,
-            records: StationRecords::new(&catalog, shards.iter().map(|shard| &**shard).collect()),
-        };
+        let data = Data::of(&catalog, shards.iter().map(|shard| &**shard).collect());
         exporter.pass(&data, complete_before);
         drop(data);
         // The generation is not kept beyond its pass.

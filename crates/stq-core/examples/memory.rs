@@ -13,9 +13,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use stq_core::data::catalog::Generation;
-use stq_core::data::load::{self, LoadOptions, LoadReport, OnInvalid};
+use stq_core::data::load::{self, FromStore, LoadOptions, LoadReport, OnInvalid};
 use stq_core::data::shard::ShardData;
-use stq_core::data::store::{self, StoreSettings, Written};
 
 /// The system allocator (what `stq` uses), counting the bytes it has handed out.
 struct Counting;
@@ -117,34 +116,30 @@ fn fail(error: &dyn std::fmt::Display) -> ! {
 }
 
 /// With `STQ_MEMORY_STORE=DIR` (issue 32): a start from the store in DIR, as `stq
-/// serve --store DIR` makes it (when DIR holds no store yet, a load writes it
-/// first, and is dropped).
+/// serve --store DIR` makes it (when DIR holds no store yet, or one not used, the
+/// start reads every file and writes it, and is dropped).
 fn with_store(options: &LoadOptions, directory: &std::path::Path) -> (Generation, LoadReport) {
-    let settings = StoreSettings {
-        snapshots: options.directory.clone(),
-        shards: options.shards,
-        hot: options.hot,
-    };
-    if let Err(why) = store::read(directory, &settings) {
-        let (generation, _) = load::load(options).unwrap_or_else(|error| fail(&error));
-        let (catalog, shards) = generation.into_parts();
+    let mut started = std::time::Instant::now();
+    let mut start = load::start(options, Some(directory)).unwrap_or_else(|error| fail(&error));
+    if let Some(why @ (FromStore::Empty | FromStore::NotUsed)) = start.store {
+        // Dropped before the start from what it wrote.
+        let (catalog, shards) = start.generation.into_parts();
         let shards: Vec<Arc<ShardData>> = shards.into_iter().map(Arc::new).collect();
-        let mut writer = store::writer(directory, settings.clone(), Written::default());
+        let mut writer = start.writer.expect("a start from a store has its writer");
         let written = writer
             .write(&catalog, &shards)
             .unwrap_or_else(|error| fail(&error));
-        eprintln!("memory: no store to start from ({why}): a load wrote it: {written:?}");
+        eprintln!("memory: no store to start from ({why:?}): a load wrote it: {written:?}");
+        drop((catalog, shards, writer));
+        started = std::time::Instant::now();
+        start = load::start(options, Some(directory)).unwrap_or_else(|error| fail(&error));
     }
-    let started = std::time::Instant::now();
-    let restored = store::read(directory, &settings).unwrap_or_else(|error| fail(&error));
-    let (generation, report, _) =
-        load::load_from_store(options, restored).unwrap_or_else(|error| fail(&error));
     eprintln!(
         "memory: started from the store {} in {:?}",
         directory.display(),
         started.elapsed()
     );
-    (generation, report)
+    (start.generation, start.report)
 }
 
 /// The process's resident set, from `/proc` (Linux only).

@@ -370,35 +370,34 @@ fn sync_file_system(directory: &Path) -> std::io::Result<()> {
 mod tests {
     use std::sync::Arc;
 
-    use stq_core::data::load::{self, LoadOptions, OnInvalid};
-    use stq_core::data::store::{self, StoreSettings, Written};
+    use stq_core::data::load::{self, FromStore, LoadOptions, OnInvalid};
 
     use super::*;
 
-    /// A store of the repository's sample snapshot written in `copy`.
-    fn written_store(copy: &Path) -> StoreSettings {
-        let options = LoadOptions {
+    /// What a start from the store in `copy` of the repository's sample snapshot
+    /// reads.
+    fn options() -> LoadOptions {
+        LoadOptions {
             directory: Path::new(env!("CARGO_MANIFEST_DIR")).join("snapshots"),
             shards: 2,
             on_invalid: OnInvalid::Fail,
             generation: 1,
             threads: 2,
             hot: Some(Duration::from_secs(3600)),
-        };
-        let (generation, _) = load::load(&options).unwrap();
-        let mut writer = store::writer(copy, settings_again(&options), Written::default());
-        let (catalog, shards) = generation.into_parts();
-        let shards: Vec<_> = shards.into_iter().map(Arc::new).collect();
-        writer.write(&catalog, &shards).unwrap();
-        settings_again(&options)
+        }
     }
 
-    fn settings_again(options: &LoadOptions) -> StoreSettings {
-        StoreSettings {
-            snapshots: options.directory.clone(),
-            shards: options.shards,
-            hot: options.hot,
-        }
+    /// A store of the repository's sample snapshot written in `copy`.
+    fn written_store(copy: &Path) {
+        let start = load::start(&options(), Some(copy)).unwrap();
+        let (catalog, shards) = start.generation.into_parts();
+        let shards: Vec<_> = shards.into_iter().map(Arc::new).collect();
+        start.writer.unwrap().write(&catalog, &shards).unwrap();
+    }
+
+    /// What a start from the store in `copy` had from it.
+    fn from_store(copy: &Path) -> FromStore {
+        load::start(&options(), Some(copy)).unwrap().store.unwrap()
     }
 
     /// A directory stands for the bucket: `stq-objects` gives both one API.
@@ -532,8 +531,10 @@ mod tests {
             root.path().join("first"),
             root.path().join("second"),
         );
-        let settings = written_store(&first);
-        let records = store::read(&first, &settings).unwrap().records();
+        written_store(&first);
+        let FromStore::Restored { records, .. } = from_store(&first) else {
+            panic!("the store is not used");
+        };
         assert!(records > 0);
         mirror(&bucket, &first).push().unwrap();
         fs::write(
@@ -546,12 +547,16 @@ mod tests {
         for (name, _) in named.iter().step_by(2) {
             fs::copy(bucket.join(name), second.join(name)).unwrap();
         }
-        assert!(store::read(&second, &settings).is_err(), "no manifest yet");
+        assert_eq!(from_store(&second), FromStore::Empty, "no manifest yet");
 
         let pulled = mirror(&bucket, &second).pull().unwrap();
         assert_eq!(pulled.files, named.len() / 2);
-        let restored = store::read(&second, &settings).unwrap();
-        assert!(restored.repaired.is_empty());
-        assert_eq!(restored.records(), records);
+        assert_eq!(
+            from_store(&second),
+            FromStore::Restored {
+                records,
+                repaired: 0
+            }
+        );
     }
 }

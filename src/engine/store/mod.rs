@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use stq_core::data::catalog::Catalog;
 use stq_core::data::shard::ShardData;
-use stq_core::data::store::{self, StoreSettings, StoreWriter, Written};
+use stq_core::data::store::StoreWriter;
 
 use crate::newest::Newest;
 use lock::WriterLock;
@@ -106,12 +106,10 @@ pub struct StorePlace {
 }
 
 impl StoreHandle {
-    /// Starts the writing thread of `writer` (written for `settings`) on `place`,
-    /// which pushes each write through its mirror (with `--store s3://`) and
-    /// reports to `status`.
+    /// Starts the writing thread of `writer` on `place`, which pushes each write
+    /// through its mirror (with `--store s3://`) and reports to `status`.
     pub fn spawn(
         writer: StoreWriter,
-        settings: StoreSettings,
         place: StorePlace,
         status: Arc<StoreStatus>,
     ) -> std::io::Result<StoreHandle> {
@@ -120,7 +118,6 @@ impl StoreHandle {
         let waiting = Arc::clone(&next);
         let mut thread = Writing {
             writer,
-            settings,
             directory: place.directory,
             mirror: place.mirror,
             status,
@@ -143,9 +140,6 @@ impl StoreHandle {
 /// The store's thread: its writer, the mirror it pushes through, its status.
 struct Writing {
     writer: StoreWriter,
-    /// What the store is written for: a writer taking over from another process
-    /// starts anew with it.
-    settings: StoreSettings,
     /// The store's directory (an `s3://` store's copy).
     directory: PathBuf,
     mirror: Option<Mirror>,
@@ -229,7 +223,7 @@ impl Writing {
             );
             // What the other process deleted since this one's start is not known
             // here: the first write after it writes every file.
-            self.writer = store::writer(&self.directory, self.settings.clone(), Written::default());
+            self.writer.forget();
         }
         self.lock = lock;
         !self.lock.is_elsewhere()

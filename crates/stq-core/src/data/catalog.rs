@@ -2,11 +2,12 @@
 //! in byte order and says where each one lives; its shards hold the records.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::Arc;
 
 use crate::data::cursor::RecordIdentity;
 use crate::data::key::{load_order, Position};
-use crate::data::load::files::{FileStatus, SourceState, Stamps};
+use crate::data::load::files::{FileStatus, SourceState, Stamps, Watched};
 use crate::data::scan::{Matcher, RecordFilter, ScanAnswer, ScanRequest, ShardStation};
 use crate::data::shard::ShardData;
 use crate::data::symbols::Symbols;
@@ -121,10 +122,11 @@ impl Catalog {
         &self.summary
     }
 
-    /// Every snapshot file's stamp as this generation's loads read it: the first
-    /// look `--watch-poll` compares with.
-    pub fn stamps(&self) -> Stamps {
-        Stamps::of_sources(&self.sources)
+    /// What `--watch-poll` looks at: the snapshot directory `snapshots`, its
+    /// files first compared with how this generation's loads read them, and the
+    /// tokens file at `tokens`.
+    pub fn watched(&self, snapshots: &Path, tokens: &Path) -> Watched {
+        Watched::new(snapshots, tokens, Stamps::of_sources(&self.sources))
     }
 
     /// Every snapshot file in path order, as the admin listener's `/files` reports
@@ -241,11 +243,6 @@ impl Generation {
     #[cfg(test)]
     pub(crate) fn shards(&self) -> &[ShardData] {
         &self.shards
-    }
-
-    /// Its records, read a station at a time (what `stq export` writes).
-    pub fn station_records(&self) -> StationRecords<'_> {
-        StationRecords::new(&self.catalog, self.shards.iter().collect())
     }
 
     /// The catalog, and the shards for the engine to hand out.

@@ -12,6 +12,8 @@
 //! hand fails the same single check, and a cursor can never widen what its token may
 //! see.
 
+use std::path::Path;
+
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
@@ -47,8 +49,8 @@ pub(crate) const MINIMUM_KEY_BYTES: usize = 32;
 /// Why a secret cannot be a cursor key.
 #[derive(Debug, thiserror::Error)]
 #[error("a cursor key needs at least {MINIMUM_KEY_BYTES} bytes; this one has {length}")]
-pub struct ShortKey {
-    pub(crate) length: usize,
+struct ShortKey {
+    length: usize,
 }
 
 impl CursorKey {
@@ -58,8 +60,21 @@ impl CursorKey {
         CursorKey(Box::new(rand::random::<[u8; 32]>()))
     }
 
+    /// The key the file at `path` holds (`--cursor-key-file`): its whole content,
+    /// at least [`MINIMUM_KEY_BYTES`] long; else why not, naming the file.
+    pub fn read(path: &Path) -> Result<CursorKey, String> {
+        let secret = std::fs::read(path).map_err(|error| {
+            format!(
+                "cannot read the cursor key file {}: {error}",
+                path.display()
+            )
+        })?;
+        CursorKey::from_secret(secret)
+            .map_err(|short| format!("the cursor key file {}: {short}", path.display()))
+    }
+
     /// A key whose whole content is `secret`, at least [`MINIMUM_KEY_BYTES`] long.
-    pub fn from_secret(secret: Vec<u8>) -> Result<CursorKey, ShortKey> {
+    fn from_secret(secret: Vec<u8>) -> Result<CursorKey, ShortKey> {
         if secret.len() < MINIMUM_KEY_BYTES {
             return Err(ShortKey {
                 length: secret.len(),

@@ -137,8 +137,30 @@ pub enum Stations {
 
 impl Stations {
     /// `"*"`: every station, present and future.
-    pub fn every() -> Stations {
+    pub(crate) fn every() -> Stations {
         Stations::Every("*".to_owned())
+    }
+}
+
+/// As `stq token new --stations` takes them: `*`, or station ids separated by
+/// commas (trimmed; empty items and repeats dropped), at least one.
+impl std::str::FromStr for Stations {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Stations, String> {
+        if text.trim() == "*" {
+            return Ok(Stations::every());
+        }
+        let mut stations: Vec<String> = Vec::new();
+        for station in text.split(',').map(str::trim) {
+            if !station.is_empty() && !stations.iter().any(|known| known == station) {
+                stations.push(station.to_owned());
+            }
+        }
+        if stations.is_empty() {
+            return Err("name at least one station id, or `*` for every station".to_owned());
+        }
+        Ok(Stations::List(stations))
     }
 }
 

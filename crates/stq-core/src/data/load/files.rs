@@ -4,7 +4,7 @@
 //! [`SourceState`], which the catalog keeps so that the next reload reads only what
 //! changed and the admin listener's `/files` says what each file's last read found
 //! ([`FileStatus`]) (docs/api.md section 8). [`Stamps`] is one look at every file's
-//! stamp, which `--watch-poll` compares from one look to the next.
+//! stamp, which `--watch-poll` compares from one look to the next ([`Watched`]).
 //!
 //! A file is unchanged when its stamp is; it grew in place when it is the same file,
 //! larger, and the last 4 KiB read are unchanged: then a reload resumes it at its
@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::format::{self, Format};
-use super::{InvalidLine, LoadError, INVALID_LINES_SHOWN};
+use super::{InvalidLine, LoadError, Look, INVALID_LINES_SHOWN};
 use crate::data::store::codec;
 use crate::domain::record::Kind;
 
@@ -128,7 +128,7 @@ impl SnapshotFile {
 
 /// A file as its metadata says: what tells an unchanged file from a changed one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FileStamp {
+pub(crate) struct FileStamp {
     pub(crate) length: u64,
     modified: (i64, i64),
     inode: u64,
@@ -137,7 +137,7 @@ pub struct FileStamp {
 
 impl FileStamp {
     /// The stamp of a file with this metadata.
-    pub fn of(metadata: &Metadata) -> FileStamp {
+    pub(crate) fn of(metadata: &Metadata) -> FileStamp {
         #[cfg(unix)]
         {
             use std::os::unix::fs::MetadataExt as _;
@@ -514,12 +514,12 @@ pub struct FileStatus<'a> {
 /// `--watch-poll` compares each look with the one before to tell which files
 /// changed (docs/api.md section 8), as a reload compares a file with its last read.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Stamps(BTreeMap<String, FileStamp>);
+pub(crate) struct Stamps(BTreeMap<String, FileStamp>);
 
 impl Stamps {
     /// A look at every snapshot file below `directory`. A file gone between being
     /// found and being looked at is left out, as a look a moment later would.
-    pub fn of(directory: &Path) -> Result<Stamps, LoadError> {
+    pub(crate) fn of(directory: &Path) -> Result<Stamps, LoadError> {
         let stamps = (discover(directory)?.into_iter())
             .filter_map(|file| {
                 let metadata = std::fs::metadata(&file.path).ok()?;
@@ -544,13 +544,80 @@ impl Stamps {
 
     /// The paths (relative, `/`-separated) of the files added, changed or gone
     /// since `before`, in path order.
-    pub fn changed_since(&self, before: &Stamps) -> BTreeSet<String> {
+    pub(crate) fn changed_since(&self, before: &Stamps) -> BTreeSet<String> {
         let added_or_changed = (self.0.iter())
             .filter(|(path, stamp)| before.0.get(*path) != Some(stamp))
             .map(|(path, _)| path);
         let gone = (before.0.keys()).filter(|path| !self.0.contains_key(*path));
         added_or_changed.chain(gone).cloned().collect()
     }
+}
+
+/// What `--watch-poll` looks at (docs/api.md section 8): every snapshot file's
+/// stamp and the tokens file's, each look compared with the one before.
+#[derive(Debug)]
+pub struct Watched {
+    snapshots: PathBuf,
+    tokens: PathBuf,
+    /// The snapshot files as the last look that could read the directory saw them.
+    files: Stamps,
+    tokens_stamp: Option<FileStamp>,
+    /// Whether the last look could read the directory.
+    readable: bool,
+}
+
+impl Watched {
+    /// The snapshot directory `snapshots`, whose files are first compared with
+    /// `files` (as the generation served read them), and the tokens file at
+    /// `tokens`, compared with how it is now.
+    pub(crate) fn new(snapshots: &Path, tokens: &Path, files: Stamps) -> Watched {
+        Watched {
+            snapshots: snapshots.to_path_buf(),
+            tokens: tokens.to_path_buf(),
+            files,
+            tokens_stamp: stamp_of(tokens),
+            readable: true,
+        }
+    }
+
+    /// A look at every file: what changed since the look before, as what a reload
+    /// should look at. `None` when nothing did; the paths of the snapshot files
+    /// added, changed or gone, which are none when only the tokens file changed
+    /// (a reload reads it anyway); everything when the snapshot directory cannot
+    /// be read, once (a reload says why; the next look that can read it compares
+    /// with the last one that could).
+    pub fn look(&mut self) -> Option<Look> {
+        let mut look = None;
+        match Stamps::of(&self.snapshots) {
+            Ok(files) => {
+                let changed = files.changed_since(&self.files);
+                if !changed.is_empty() {
+                    look = Some(Look::Paths(changed));
+                }
+                self.files = files;
+                self.readable = true;
+            }
+            Err(error) => {
+                tracing::debug!("cannot look at the snapshot directory: {error}");
+                if std::mem::replace(&mut self.readable, false) {
+                    look = Some(Look::Everything);
+                }
+            }
+        }
+        let tokens_stamp = stamp_of(&self.tokens);
+        if tokens_stamp != self.tokens_stamp {
+            self.tokens_stamp = tokens_stamp;
+            look = look.or_else(|| Some(Look::Paths(BTreeSet::new())));
+        }
+        look
+    }
+}
+
+/// The file at `path` as its metadata says, if it can be read.
+fn stamp_of(path: &Path) -> Option<FileStamp> {
+    std::fs::metadata(path)
+        .ok()
+        .map(|metadata| FileStamp::of(&metadata))
 }
 
 #[cfg(test)]

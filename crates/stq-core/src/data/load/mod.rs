@@ -12,15 +12,16 @@
 //!
 //! The callers: [`full`] (start-up, `stq check`, and a reload that cannot build on
 //! the previous generation) reads every file; [`reload`] reads what changed and
-//! shares the rest. No module here imports one that imports it back: [`files`]
+//! shares the rest; [`start`] makes a server's first generation, from the store
+//! through [`reload`] when it can, else through [`full`]. No module here imports one that imports it back: [`files`]
 //! (which the catalog keeps) imports only [`format`] and this module, [`format`]
 //! nothing of loading, and only [`full`] and [`reload`] import the catalog.
 //!
 //! This module is the front door: what a load is asked (its options), what it
 //! answers (its report, its errors), the four ways in ([`load`], [`check`],
-//! [`reload_looking`], [`load_from_store`]) are declared here, so that the
-//! service names each of them once; of the steps, only [`files`] shows its stamps,
-//! which a watch compares.
+//! [`reload_looking`], [`start`]) are declared here, so that the service names
+//! each of them once; of the steps, only [`files`] shows anything: what `/files`
+//! says of a file, and what `--watch-poll` compares.
 
 mod build;
 pub mod files;
@@ -28,9 +29,10 @@ pub(crate) mod format;
 mod full;
 mod read;
 mod reload;
+mod start;
 
 #[cfg(test)]
-pub(crate) use reload::reload;
+pub(crate) use reload::{load_from_store, reload};
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -41,7 +43,7 @@ use std::time::Duration;
 
 use crate::data::catalog::{Catalog, Generation};
 use crate::data::shard::ShardData;
-use crate::data::store::Restored;
+use crate::data::store::StoreWriter;
 use crate::domain::record::Kind;
 
 /// Loads a snapshot directory into a generation spread over `options.shards` shards.
@@ -68,19 +70,51 @@ pub fn reload_looking(
     reload::reload_looking(previous, shards, options, look)
 }
 
-/// A start from a store (docs/api.md section 12): the generation `restored` read
-/// from it, rebuilt as generation 0, then reloaded as [`reload`] would, so that it
-/// reads only the snapshot files that changed since the store was written and
-/// serves what [`full::load`] of the same files would. The flag says whether the store
-/// was used: a start under `--on-invalid fail` that would meet invalid lines (in
-/// the store's history or in what changed) loads in full instead, which refuses
-/// to start as a start without a store does; so does one whose store holds files
-/// a reload held back (a start does not hold files back).
-pub fn load_from_store(
-    options: &LoadOptions,
-    restored: Restored,
-) -> Result<(Generation, LoadReport, bool), LoadError> {
-    reload::load_from_store(options, restored)
+/// A server's first generation (docs/api.md section 12). With `store` (a
+/// directory), from the generation written there for these options, rebuilt and
+/// then reloaded, so that it reads only the snapshot files that changed since
+/// and serves what [`load`] of the same files would; else, as without `store`,
+/// from every file: when the store is empty or cannot be used (logged, as is
+/// each damaged station, whose files are read again), or when a start under
+/// `--on-invalid fail` would meet invalid lines (in the store's history or in
+/// what changed; it then refuses to start as a start without a store does), or
+/// the store holds files a reload held back (a start does not hold files back).
+pub fn start(options: &LoadOptions, store: Option<&Path>) -> Result<Start, LoadError> {
+    start::start(options, store)
+}
+
+/// A server's first generation, as [`start`] made it.
+pub struct Start {
+    /// The generation.
+    pub generation: Generation,
+    /// What was read to make it; with a store, how long its read took counts.
+    pub report: LoadReport,
+    /// With a store, its writer, which keeps the files of what the start
+    /// restored from it.
+    pub writer: Option<StoreWriter>,
+    /// With a store, what it gave.
+    pub store: Option<FromStore>,
+}
+
+/// What a start had from the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FromStore {
+    /// Nothing: it holds no generation yet; every file was read.
+    Empty,
+    /// Nothing: it is damaged, unreadable or written for other settings (logged);
+    /// every file was read.
+    NotUsed,
+    /// Nothing: it holds files held back, or invalid lines under `--on-invalid
+    /// fail`; every file was read.
+    ParsedInstead,
+    /// The generation it held, and what changed since.
+    Restored {
+        /// Records it gave.
+        records: u64,
+        /// Its stations whose files were damaged (logged): each one's snapshot
+        /// files were read again.
+        repaired: usize,
+    },
 }
 
 /// What a reload looks at for changes.

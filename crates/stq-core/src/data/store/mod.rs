@@ -1,7 +1,7 @@
 //! The store (docs/api.md section 12, issue 32): what a generation holds, written
 //! to a directory so that a later start rebuilds it without parsing, and then
 //! reads only what changed in the snapshot files since (a start is a reload from
-//! the last generation written: `crate::data::load::load_from_store`).
+//! the last generation written: `crate::data::load::start`).
 //!
 //! The files, each written whole under a temporary name, fsynced, then renamed:
 //! - `settled-<hash>.stq` and `recent-<hash>.stq`: a station's hot tier, a file
@@ -84,7 +84,7 @@ const SYMBOL_RUNS: usize = 8;
 
 /// Why a store is not used at a start.
 #[derive(Debug, thiserror::Error)]
-pub enum StoreError {
+pub(crate) enum StoreError {
     /// No manifest: nothing was written to the store yet.
     #[error("the store holds no generation yet")]
     Empty,
@@ -118,13 +118,13 @@ pub(crate) struct Store {
 
 /// What a store is written for: a start with other settings does not use it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StoreSettings {
+pub(crate) struct StoreSettings {
     /// The snapshot directory, as given.
-    pub snapshots: PathBuf,
+    pub(crate) snapshots: PathBuf,
     /// How many shards the stations are spread over.
-    pub shards: usize,
+    pub(crate) shards: usize,
     /// The hot window (`--hot`).
-    pub hot: Option<Duration>,
+    pub(crate) hot: Option<Duration>,
 }
 
 /// A file of the store: its name (which holds its hash) and length.
@@ -135,22 +135,22 @@ struct FileRef {
 }
 
 /// A generation read back from the store, before the snapshot files are looked at.
-pub struct Restored {
+pub(crate) struct Restored {
     /// Each station's id, place and data, in rank order.
     pub(crate) stations: Vec<(Box<str>, Placement, Arc<StationData>)>,
     pub(crate) symbols: Symbols,
     pub(crate) sources: Vec<SourceState>,
     pub(crate) shard_count: usize,
     /// Which files hold which of its stations' tiers, for the writer to keep.
-    pub written: Written,
+    pub(crate) written: Written,
     /// The stations whose files were damaged, and how: each restored empty, its
     /// snapshot files (and so every station's records in them) to be read again.
-    pub repaired: Vec<(String, StoreError)>,
+    pub(crate) repaired: Vec<(String, StoreError)>,
 }
 
 impl Restored {
     /// How many records it holds.
-    pub fn records(&self) -> u64 {
+    pub(crate) fn records(&self) -> u64 {
         (self.stations.iter())
             .map(|(_, _, station)| station.record_count() as u64)
             .sum()
@@ -163,7 +163,7 @@ impl Restored {
 /// written again. Weak references: the store keeps no generation alive, and an
 /// allocation a weak reference points at is not reused while it lives.
 #[derive(Debug, Default)]
-pub struct Written {
+pub(crate) struct Written {
     stations: HashMap<Box<str>, WrittenStation>,
     /// The symbol runs: each one's first symbol and file.
     symbols: Vec<(u32, FileRef)>,
@@ -180,15 +180,15 @@ struct WrittenStation {
 
 /// The generation the manifest of the store in `directory` describes, every file
 /// checked against its hash, if it was written for `settings`: what a start
-/// rebuilds from (`crate::data::load::load_from_store`).
-pub fn read(directory: &Path, settings: &StoreSettings) -> Result<Restored, StoreError> {
+/// rebuilds from (`crate::data::load::start`).
+pub(crate) fn read(directory: &Path, settings: &StoreSettings) -> Result<Restored, StoreError> {
     Store::new(directory).read(settings)
 }
 
 /// A writer of the store in `directory` (which its first write makes if missing)
 /// for `settings`, which holds `written`: what a start restored from it, or
 /// nothing.
-pub fn writer(directory: &Path, settings: StoreSettings, written: Written) -> StoreWriter {
+pub(crate) fn writer(directory: &Path, settings: StoreSettings, written: Written) -> StoreWriter {
     StoreWriter::new(Store::new(directory), settings, written)
 }
 
@@ -677,6 +677,12 @@ impl StoreWriter {
             settings,
             written,
         }
+    }
+
+    /// Forgets what the store holds, so that the next write writes every file: for
+    /// a writer taking over from another process, which may have deleted any.
+    pub fn forget(&mut self) {
+        self.written = Written::default();
     }
 
     /// Writes the generation of `catalog` and `shards`: the files of what changed
