@@ -7,9 +7,8 @@ use std::cell::RefCell;
 use super::columns::Sealable;
 use super::payload::Reader;
 use super::times::write_coded_time;
-use super::{period_start, Block, Decoded, Part, Sealed, Source, Span, SEALED};
+use super::{locator, period_start, Block, Decoded, Part, Sealed, Source, Span, SEALED};
 use crate::data::key::RecordKey;
-use crate::data::stored::StoredRecord;
 use crate::domain::time::Timestamp;
 
 thread_local! {
@@ -109,15 +108,9 @@ impl Sealed {
     /// its record: its block, counted from the tier's first, and its kind and
     /// index in the block.
     fn located<E: Sealable>(&self, entries: Vec<E>, period: i64) -> Vec<E> {
-        let kind = E::KIND << 31;
         let block_number = SEALED | (period - self.base) as u32;
         (entries.into_iter().enumerate())
-            .map(|(index, entry)| {
-                entry.with_bytes(StoredRecord {
-                    start: block_number,
-                    length: kind | index as u32,
-                })
-            })
+            .map(|(index, entry)| entry.with_bytes(locator::<E>(block_number, index as u32)))
             .collect()
     }
 }

@@ -72,6 +72,15 @@ pub(crate) use read::{JsonMemo, MetricBlock, UnitBlock};
 /// start has this bit.
 pub(crate) const SEALED: u32 = 1 << 31;
 
+/// The locator of record `index` of kind `E` of the block whose locators start
+/// `block` (`SEALED` and its number).
+fn locator<E: Sealable>(block: u32, index: u32) -> StoredRecord {
+    StoredRecord {
+        start: block,
+        length: E::KIND << 31 | index,
+    }
+}
+
 /// Whether `record` locates a sealed record rather than a hot one's stored form.
 pub(crate) fn is_sealed(record: StoredRecord) -> bool {
     record.start & SEALED != 0

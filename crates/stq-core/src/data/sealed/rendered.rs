@@ -24,7 +24,7 @@
 use std::ops::{Bound, Range};
 
 use super::columns::Sealable;
-use super::{Decoded, Sealed, PERIOD_SECONDS};
+use super::{locator, Decoded, Sealed, PERIOD_SECONDS};
 use crate::data::key::RecordKey;
 use crate::data::stored::StoredRecord;
 use crate::data::symbols::Symbol;
@@ -112,10 +112,7 @@ impl<E: Sealable> Rendered<E> {
     pub(super) fn located_by_symbol(&self, position: usize) -> (RecordKey, StoredRecord) {
         (
             self.symbol_keys[position],
-            StoredRecord {
-                start: self.block,
-                length: E::KIND << 31 | self.by_symbol[position],
-            },
+            locator::<E>(self.block, self.by_symbol[position]),
         )
     }
 }
@@ -151,17 +148,10 @@ impl<E> Rendered<E> {
         let start = self.runs[run].1 as usize;
         let end = (self.runs.get(run + 1)).map_or(self.by_symbol.len(), |next| next.1 as usize);
         let group = &self.symbol_keys[start..end];
-        let first = match range.0 {
-            Bound::Included(bound) => group.partition_point(|key| *key < bound),
-            Bound::Excluded(bound) => group.partition_point(|key| *key <= bound),
-            Bound::Unbounded => 0,
-        };
-        let last = match range.1 {
-            Bound::Included(bound) => group.partition_point(|key| *key <= bound),
-            Bound::Excluded(bound) => group.partition_point(|key| *key < bound),
-            Bound::Unbounded => group.len(),
-        };
-        start + first..start + last.max(first)
+        let within = bounded(range, group.len(), |key, through| {
+            group.partition_point(|probe| *probe < key || (through && *probe == key))
+        });
+        start + within.start..start + within.end
     }
 
     /// The index of the record at `position` of its symbol index.
@@ -182,6 +172,26 @@ impl<E> Rendered<E> {
         };
         &self.json[start..self.ends[index] as usize]
     }
+}
+
+/// The indexes of `count` ordered keys that lie in `range`, given `point(key,
+/// through)`: how many of them are before `key`, or, `through`, not after it.
+fn bounded(
+    (start, end): KeyRange,
+    count: usize,
+    point: impl Fn(RecordKey, bool) -> usize,
+) -> Range<usize> {
+    let first = match start {
+        Bound::Included(key) => point(key, false),
+        Bound::Excluded(key) => point(key, true),
+        Bound::Unbounded => 0,
+    };
+    let end = match end {
+        Bound::Included(key) => point(key, true),
+        Bound::Excluded(key) => point(key, false),
+        Bound::Unbounded => count,
+    };
+    first..end.max(first)
 }
 
 /// Where each sixteenth of a block's period starts among its keys.
@@ -210,18 +220,12 @@ impl TimeIndex {
     }
 
     /// The indexes of `keys` (those it was made from) in `range`.
-    pub(super) fn indexes_in(&self, keys: &[RecordKey], (start, end): KeyRange) -> Range<usize> {
-        let first = match start {
-            Bound::Included(key) => self.position(keys, key, |probe| *probe < key),
-            Bound::Excluded(key) => self.position(keys, key, |probe| *probe <= key),
-            Bound::Unbounded => 0,
-        };
-        let end = match end {
-            Bound::Included(key) => self.position(keys, key, |probe| *probe <= key),
-            Bound::Excluded(key) => self.position(keys, key, |probe| *probe < key),
-            Bound::Unbounded => keys.len(),
-        };
-        first..end.max(first)
+    pub(super) fn indexes_in(&self, keys: &[RecordKey], range: KeyRange) -> Range<usize> {
+        bounded(range, keys.len(), |key, through| {
+            self.position(keys, key, |probe| {
+                *probe < key || (through && *probe == key)
+            })
+        })
     }
 
     /// The partition point of `before` in `keys`, searched among the keys of the
