@@ -4,6 +4,7 @@
 #
 #   bash benches/year.sh DIR                 # writes the year under DIR (1.5 GB of gzip)
 #   bash benches/year.sh DIR queries PORT    # each query twice against stq on PORT
+#   bash benches/year.sh DIR fill PORT       # 80 history queries that fill a 256 MiB cache
 #
 # The year is made 30 days at a time, each day's files gzipped as they come, so that
 # the plain 18.9 GB never lie on the disk at once; each run has its own seed.
@@ -23,6 +24,21 @@ if [[ ${2:-} == queries ]]; then
         first=$(curl -s -H "$header" "127.0.0.1:$port$query" -o /dev/null -w '%{http_code} %{time_total}')
         second=$(curl -s -H "$header" "127.0.0.1:$port$query" -o /dev/null -w '%{http_code} %{time_total}')
         echo "$query first $first s, second $second s"
+    done
+    exit 0
+fi
+
+if [[ ${2:-} == fill ]]; then
+    # Units and metrics of all stations over a quarter of an hour, on 40 days of the
+    # year: each reads a block of every station (issue 32's RSS with the cache full).
+    port=${3:?the port stq listens on}
+    header='Authorization: Bearer stq-demo-ops'
+    for day in $(seq 0 39); do
+        date=$(date -u -d "2026-01-05 + $((day * 7)) days" +%Y-%m-%d)
+        for kind in units metrics; do
+            curl -sf -H "$header" -o /dev/null \
+                "127.0.0.1:$port/$kind?from=${date}T06:00:00Z&to=${date}T06:15:00Z&limit=100000"
+        done
     done
     exit 0
 fi

@@ -104,6 +104,7 @@ fn main() {
     row("sum of the parts", total);
     row("heap not in the parts", heap.saturating_sub(total));
     row("live heap (counted)", heap);
+    row("store files mapped (symbols; not heap)", usage.mapped);
     if let Some(rss) = resident_bytes() {
         row("RSS", rss);
     }

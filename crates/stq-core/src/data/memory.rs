@@ -44,6 +44,10 @@ pub struct MemoryUse {
     pub units: u64,
     /// Metric records the parts hold.
     pub metrics: u64,
+    /// Bytes of store files mapped rather than read into the heap (the symbol
+    /// table's runs after a start from the store): in memory only as far as
+    /// lookups touched them, and not in `parts`.
+    pub mapped: u64,
 }
 
 impl Generation {
@@ -54,6 +58,7 @@ impl Generation {
             parts: Vec::new(),
             units: 0,
             metrics: 0,
+            mapped: self.catalog.symbols.mapped_bytes(),
         };
         let mut add = |name: &'static str, bytes: u64| match usage
             .parts

@@ -14,7 +14,9 @@
 //!   ([`crate::data::sealed`]): a start reads the index, and queries read blocks
 //!   from the file once the writer or a start has pointed the tier at it;
 //! - `symbols-<hash>.stq`: a run of the symbol table's strings, numbered from a
-//!   first symbol; the table is the manifest's runs in order;
+//!   first symbol, with a hash table of them; the table is the manifest's runs in
+//!   order, mapped from these files by a start rather than read into the heap
+//!   ([`crate::data::symbols::run`]);
 //! - `MANIFEST`: the settings the store was written with (snapshot directory,
 //!   shards, `--hot`), the symbol runs, every snapshot file's state as a reload
 //!   compares it (stamp, where its whole lines end and the digest of its tail,
@@ -52,7 +54,7 @@ pub(crate) mod codec;
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
-use std::io::{self, Write as _};
+use std::io::{self, Read as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -65,6 +67,7 @@ use crate::data::load::files::SourceState;
 use crate::data::sealed::{Sealed, StoreFile};
 use crate::data::shard::ShardData;
 use crate::data::station::StationData;
+use crate::data::symbols::run::{self, Run};
 use crate::data::symbols::{Symbol, Symbols};
 use crate::data::threads;
 
@@ -73,7 +76,7 @@ pub const MANIFEST: &str = "MANIFEST";
 
 /// What every store file starts with, and the version of this format: a store of
 /// another version is not read (and is written over).
-const MAGIC: &[u8; 8] = b"STQSTOR3";
+const MAGIC: &[u8; 8] = b"STQSTOR4";
 
 /// zstd's level for hot layers, a recent one written again at every append to its
 /// station: the fastest (other levels not compared yet).
@@ -227,18 +230,17 @@ impl Store {
             )));
         }
         let mut written = Written::default();
-        let mut texts: Vec<Box<str>> = Vec::new();
+        let mut runs = Vec::with_capacity(manifest.symbols.len());
         for (first, file) in &manifest.symbols {
-            let bytes = self.checked(file)?;
-            let run = read_symbols(&bytes).map_err(|corrupt| self.damaged(file, corrupt))?;
-            if run.0 as usize != texts.len() + 1 {
-                return Err(self.damaged(file, codec::Corrupt("symbol runs out of order")));
+            let run = self.symbol_run(file)?;
+            if run.first() != *first {
+                return Err(self.damaged(file, codec::Corrupt("a symbol run's first symbol")));
             }
-            texts.extend(run.1);
+            runs.push(run);
             written.symbols.push((*first, file.clone()));
         }
-        written.symbol_count = texts.len() + 1;
-        let symbols = Symbols::default().extended(texts);
+        let symbols = Symbols::of_runs(runs).map_err(|malformed| damaged(malformed.to_string()))?;
+        written.symbol_count = symbols.len();
         let read = threads::map(manifest.stations, |station| {
             let restored = self.station(&station);
             (station.name, station.placement, restored)
@@ -351,6 +353,24 @@ impl Store {
         let bytes = self.check(file, opened.read_all().map_err(io)?)?;
         Sealed::read_file(&bytes, MAGIC.len(), &opened)
             .map_err(|corrupt| self.damaged(file, corrupt))
+    }
+
+    /// The symbol run in `file`, checked whole, then mapped from it
+    /// ([`crate::data::symbols::run`]).
+    fn symbol_run(&self, file: &FileRef) -> Result<Run, StoreError> {
+        let path = self.directory.join(&file.name);
+        let io = |source: io::Error| StoreError::Io {
+            path: path.display().to_string(),
+            source,
+        };
+        let handle = File::open(&path).map_err(io)?;
+        let mut bytes = Vec::with_capacity(file.length as usize);
+        (&handle).read_to_end(&mut bytes).map_err(io)?;
+        let bytes = self.check(file, bytes)?;
+        Run::open(&path, &handle, MAGIC.len(), &bytes).map_err(|malformed| StoreError::Damaged {
+            path: path.display().to_string(),
+            reason: malformed.to_string(),
+        })
     }
 
     /// The hot layer in `file`, checked.
@@ -619,29 +639,13 @@ fn read_layer(bytes: &[u8]) -> Result<Layer, codec::Corrupt> {
     Ok(layer)
 }
 
-/// A run of symbols: its first symbol, then its strings.
-fn symbols_file(symbols: &Symbols, from: usize) -> Vec<u8> {
+/// A run of the symbols from `from` on, as the store maps it
+/// ([`crate::data::symbols::run`]).
+fn symbols_file(symbols: &Symbols, from: usize) -> io::Result<Vec<u8>> {
     let mut out = MAGIC.to_vec();
-    codec::number(&mut out, from as u64);
-    codec::number(&mut out, (symbols.len() - from) as u64);
-    for symbol in from..symbols.len() {
-        codec::bytes(&mut out, symbols.text(Symbol(symbol as u32)).as_bytes());
-    }
-    out
-}
-
-fn read_symbols(bytes: &[u8]) -> Result<(u32, Vec<Box<str>>), codec::Corrupt> {
-    let mut decoder = codec::Decoder::new(&bytes[MAGIC.len()..]);
-    let first = decoder.u32()?;
-    if first == 0 {
-        return Err(codec::Corrupt("a symbol run holds the empty string"));
-    }
-    let mut texts = Vec::new();
-    for _ in 0..decoder.count(1)? {
-        texts.push(decoder.text()?.into());
-    }
-    decoder.finished()?;
-    Ok((first, texts))
+    let texts = (from..symbols.len()).map(|symbol| symbols.text(Symbol(symbol as u32)));
+    run::write(from as u32, texts, &mut out)?;
+    Ok(out)
 }
 
 /// What a write of the store did.
@@ -714,7 +718,7 @@ impl StoreWriter {
                 }
                 false => self.written.symbol_count,
             };
-            let file = write("symbols", symbols_file(symbols, from))?;
+            let file = write("symbols", symbols_file(symbols, from)?)?;
             symbol_runs.push((from as u32, file));
         }
         let mut stations = Vec::with_capacity(catalog.stations.len());

@@ -11,6 +11,12 @@
 //!
 //! Every table numbers the empty string 0 ([`Symbol::EMPTY`]), so that a sealed
 //! block's digest, written without the table, knows which units have no serial.
+//!
+//! A start from the store maps the table's runs from the store's files ([`run`])
+//! instead of copying them into the heap: those layers are never merged into, and
+//! the strings a reload adds make heap layers above them.
+
+pub(crate) mod run;
 
 use std::mem::size_of;
 use std::sync::Arc;
@@ -18,6 +24,8 @@ use std::sync::Arc;
 use string_interner::backend::StringBackend;
 use string_interner::symbol::SymbolU32;
 use string_interner::{StringInterner, Symbol as _};
+
+use run::Run;
 
 /// One layer's strings, numbered from 0 in the order they came, one after the
 /// other in one buffer (a table of a year of 100 stations holds millions of serial
@@ -49,7 +57,7 @@ impl Default for Symbols {
         Symbols {
             layers: vec![Layer {
                 first: Symbol::EMPTY.0,
-                texts: Arc::new(texts),
+                texts: LayerTexts::Heap(Arc::new(texts)),
             }],
         }
     }
@@ -58,7 +66,46 @@ impl Default for Symbols {
 #[derive(Clone, Debug)]
 struct Layer {
     first: u32,
-    texts: Arc<Texts>,
+    texts: LayerTexts,
+}
+
+/// A layer's strings: interned in the heap, or a run mapped from a store file.
+#[derive(Clone, Debug)]
+enum LayerTexts {
+    Heap(Arc<Texts>),
+    Mapped(Arc<Run>),
+}
+
+impl LayerTexts {
+    fn len(&self) -> usize {
+        match self {
+            LayerTexts::Heap(texts) => texts.len(),
+            LayerTexts::Mapped(run) => run.len(),
+        }
+    }
+
+    fn get(&self, text: &str) -> Option<usize> {
+        match self {
+            LayerTexts::Heap(texts) => texts.get(text).map(|index| index.to_usize()),
+            LayerTexts::Mapped(run) => run.get(text),
+        }
+    }
+
+    fn resolve(&self, index: usize) -> Option<&str> {
+        match self {
+            LayerTexts::Heap(texts) => {
+                SymbolU32::try_from_usize(index).and_then(|index| texts.resolve(index))
+            }
+            LayerTexts::Mapped(run) => (index < run.len()).then(|| run.text(index)),
+        }
+    }
+
+    fn texts(&self) -> Box<dyn Iterator<Item = &str> + '_> {
+        match self {
+            LayerTexts::Heap(texts) => Box::new(texts.iter().map(|(_, text)| text)),
+            LayerTexts::Mapped(run) => Box::new(run.texts()),
+        }
+    }
 }
 
 /// A new layer is merged into the one below it once it is at least this fraction
@@ -72,8 +119,10 @@ impl Symbols {
             return symbol;
         }
         let symbol = Symbol(self.len() as u32);
-        let last = self.layers.last_mut().expect("there is a layer");
-        Arc::make_mut(&mut last.texts).get_or_intern(text);
+        match &mut self.layers.last_mut().expect("there is a layer").texts {
+            LayerTexts::Heap(texts) => Arc::make_mut(texts).get_or_intern(text),
+            LayerTexts::Mapped(_) => unreachable!("tests intern into heap tables"),
+        };
         symbol
     }
 
@@ -81,10 +130,7 @@ impl Symbols {
     /// holds matches nothing.
     pub(crate) fn lookup(&self, text: &str) -> Option<Symbol> {
         self.layers.iter().find_map(|layer| {
-            layer
-                .texts
-                .get(text)
-                .map(|index| Symbol(layer.first + index.to_usize() as u32))
+            (layer.texts.get(text)).map(|index| Symbol(layer.first + index as u32))
         })
     }
 
@@ -102,9 +148,9 @@ impl Symbols {
         if letters.len() > Symbols::SPELLINGS_LOOKED_UP.ilog2() as usize {
             return (self.layers.iter())
                 .flat_map(|layer| {
-                    (layer.texts.iter())
+                    (layer.texts.texts().enumerate())
                         .filter(|(_, candidate)| candidate.eq_ignore_ascii_case(text))
-                        .map(|(index, _)| Symbol(layer.first + index.to_usize() as u32))
+                        .map(|(index, _)| Symbol(layer.first + index as u32))
                 })
                 .collect();
         }
@@ -134,8 +180,7 @@ impl Symbols {
             .rev()
             .find(|layer| layer.first <= symbol.0)
             .expect("a symbol of this table");
-        let index = SymbolU32::try_from_usize((symbol.0 - layer.first) as usize);
-        (index.and_then(|index| layer.texts.resolve(index))).expect("a symbol of this table")
+        (layer.texts.resolve((symbol.0 - layer.first) as usize)).expect("a symbol of this table")
     }
 
     /// How many strings the table holds; the next new one gets this number.
@@ -149,15 +194,45 @@ impl Symbols {
     /// string where it ends and its hash-table slot (its number and control byte,
     /// at the table's seven-eighths load). Layers shared with other generations are
     /// counted too.
+    /// Layers mapped from the store are not heap: [`Symbols::mapped_bytes`].
     pub(crate) fn heap_bytes(&self) -> u64 {
         let slot = size_of::<usize>() as f64 + (size_of::<u32>() + 1) as f64 * 8.0 / 7.0;
-        self.layers
-            .iter()
-            .map(|layer| {
-                let texts: usize = layer.texts.iter().map(|(_, text)| text.len()).sum();
-                texts as u64 + (layer.texts.len() as f64 * slot) as u64
+        (self.layers.iter())
+            .map(|layer| match &layer.texts {
+                LayerTexts::Heap(texts) => {
+                    let bytes: usize = texts.iter().map(|(_, text)| text.len()).sum();
+                    bytes as u64 + (texts.len() as f64 * slot) as u64
+                }
+                LayerTexts::Mapped(_) => 0,
             })
             .sum()
+    }
+
+    /// The bytes of the store files its mapped layers read, of which only the
+    /// pages a lookup touched are in memory.
+    pub(crate) fn mapped_bytes(&self) -> u64 {
+        (self.layers.iter())
+            .map(|layer| match &layer.texts {
+                LayerTexts::Heap(_) => 0,
+                LayerTexts::Mapped(run) => run.mapped_bytes(),
+            })
+            .sum()
+    }
+
+    /// The table of the empty string and `runs`, which must number their strings
+    /// on from each other, from 1: the table a store's runs hold.
+    pub(crate) fn of_runs(runs: Vec<Run>) -> Result<Symbols, run::Malformed> {
+        let mut symbols = Symbols::default();
+        for run in runs {
+            if run.first() as usize != symbols.len() {
+                return Err(run::Malformed("first symbol: the runs are out of order"));
+            }
+            symbols.layers.push(Layer {
+                first: run.first(),
+                texts: LayerTexts::Mapped(Arc::new(run)),
+            });
+        }
+        Ok(symbols)
     }
 
     /// This table with `new` strings, none of which it holds, numbered after its own
@@ -174,7 +249,8 @@ impl Symbols {
         let mut merged = 0;
         let mut length = new.len();
         for below in symbols.layers.iter().rev() {
-            if length * MERGE_RATIO < below.texts.len() {
+            let mapped = matches!(below.texts, LayerTexts::Mapped(_));
+            if mapped || length * MERGE_RATIO < below.texts.len() {
                 break;
             }
             merged += 1;
@@ -184,7 +260,7 @@ impl Symbols {
         let below = symbols.layers.split_off(kept);
         let mut texts = Texts::with_capacity_and_hasher(length, Default::default());
         for layer in &below {
-            for (_, text) in layer.texts.iter() {
+            for text in layer.texts.texts() {
                 texts.get_or_intern(text);
             }
         }
@@ -193,7 +269,7 @@ impl Symbols {
         }
         symbols.layers.push(Layer {
             first: below.first().map_or(self.len() as u32, |layer| layer.first),
-            texts: Arc::new(texts),
+            texts: LayerTexts::Heap(Arc::new(texts)),
         });
         symbols
     }
@@ -279,7 +355,12 @@ mod tests {
             table = next;
         }
         // Small additions never copied the first 1000 strings.
-        assert!(Arc::ptr_eq(&base.layers[0].texts, &table.layers[0].texts));
+        let (LayerTexts::Heap(base), LayerTexts::Heap(first)) =
+            (&base.layers[0].texts, &table.layers[0].texts)
+        else {
+            panic!("heap layers");
+        };
+        assert!(Arc::ptr_eq(base, first));
         assert_eq!(table.extended(Vec::new()).len(), table.len());
     }
 }

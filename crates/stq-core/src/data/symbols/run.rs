@@ -1,0 +1,293 @@
+//! A run of the symbol table as the store keeps it (issue 32): strings and a hash
+//! table of them laid out so that they are read where they lie, mapped from the
+//! store's file, rather than copied into the heap. A year of 100 stations holds
+//! some six million serial numbers: 160 MB of heap as an interner, for strings a
+//! query looks up a handful of at a time.
+//!
+//! The layout, after the store's magic (all numbers little-endian):
+//! - a header: the run's first symbol, its string count, its slot count (a power
+//!   of two), 4 bytes of zero, and its text's length (u32, u32, u32, u32, u64);
+//! - each string's XXH3-64 (u64 each);
+//! - where each string ends in the text (u32 each, after a leading 0);
+//! - the hash table: a slot per u32, each 0 (empty) or a string's index plus one,
+//!   probed linearly from its hash's slot;
+//! - the text: the strings one after the other.
+//!
+//! The store checks the file whole against its name before mapping it. A mapped
+//! file is read for as long as a layer holds it, after the store has deleted it
+//! too; stq never writes to a named store file, but another process that did would
+//! change what is read (a truncation stops stq with SIGBUS). So a string is checked
+//! against its hash whenever its text is read, and a damaged one panics where it
+//! is read (a request fails; its shard restarts), as a damaged block part does.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use memmap2::Mmap;
+use xxhash_rust::xxh3::xxh3_64;
+
+const HEADER: usize = 24;
+
+/// Why a run's bytes cannot be read as one.
+#[derive(Debug, thiserror::Error)]
+#[error("a symbol run's {0}")]
+pub(crate) struct Malformed(pub(super) &'static str);
+
+/// A run of symbols mapped from a store file: `count` strings numbered from
+/// `first`.
+#[derive(Debug)]
+pub(crate) struct Run {
+    path: PathBuf,
+    map: Mmap,
+    first: u32,
+    count: usize,
+    slots: usize,
+    /// Where the hashes, the ends, the slots and the text start in `map`.
+    hashes: usize,
+    ends: usize,
+    table: usize,
+    text: usize,
+}
+
+/// Appends the run of `texts`, numbered from `first`, to `out`.
+///
+/// # Errors
+/// A run holds at most `u32::MAX` strings of at most 4 GiB of text in all.
+pub(crate) fn write<'a>(
+    first: u32,
+    texts: impl ExactSizeIterator<Item = &'a str> + Clone,
+    out: &mut Vec<u8>,
+) -> std::io::Result<()> {
+    let too_large = || std::io::Error::other("a symbol run of more than 4 GiB");
+    let count = u32::try_from(texts.len()).map_err(|_| too_large())?;
+    let slots = (texts.len() * 3 / 2 + 1).next_power_of_two();
+    let length: usize = texts.clone().map(str::len).sum();
+    u32::try_from(length).map_err(|_| too_large())?;
+    for number in [first, count, slots as u32, 0] {
+        out.extend_from_slice(&number.to_le_bytes());
+    }
+    out.extend_from_slice(&(length as u64).to_le_bytes());
+    let mut table = vec![0u32; slots];
+    for (index, text) in texts.clone().enumerate() {
+        let hash = xxh3_64(text.as_bytes());
+        out.extend_from_slice(&hash.to_le_bytes());
+        let mut slot = hash as usize & (slots - 1);
+        while table[slot] != 0 {
+            slot = (slot + 1) & (slots - 1);
+        }
+        table[slot] = index as u32 + 1;
+    }
+    let mut end = 0u32;
+    out.extend_from_slice(&end.to_le_bytes());
+    for text in texts.clone() {
+        end += text.len() as u32;
+        out.extend_from_slice(&end.to_le_bytes());
+    }
+    for slot in table {
+        out.extend_from_slice(&slot.to_le_bytes());
+    }
+    for text in texts {
+        out.extend_from_slice(text.as_bytes());
+    }
+    Ok(())
+}
+
+impl Run {
+    /// The run in `file` (at `path`) after its first `skip` bytes, whose bytes the
+    /// caller checked against the file's name as `checked`: the same bytes, so
+    /// that its layout is checked here without reading the mapping.
+    pub(crate) fn open(
+        path: &Path,
+        file: &File,
+        skip: usize,
+        checked: &[u8],
+    ) -> Result<Run, Malformed> {
+        let bytes = checked.get(skip..).ok_or(Malformed("header"))?;
+        let header = bytes.get(..HEADER).ok_or(Malformed("header"))?;
+        let word = |at: usize| u32::from_le_bytes(header[at..at + 4].try_into().expect("4"));
+        let (first, count, slots) = (word(0), word(4) as usize, word(8) as usize);
+        let length = u64::from_le_bytes(header[16..24].try_into().expect("8"));
+        if first == 0 || !slots.is_power_of_two() || slots <= count {
+            return Err(Malformed("header"));
+        }
+        let hashes = skip + HEADER;
+        let ends = hashes + count * 8;
+        let table = ends + (count + 1) * 4;
+        let text = table + slots * 4;
+        if (text as u64).checked_add(length) != Some(checked.len() as u64) {
+            return Err(Malformed("length"));
+        }
+        let run_ends = &checked[ends..table];
+        let mut previous = 0;
+        for end in run_ends.chunks_exact(4) {
+            let end = u32::from_le_bytes(end.try_into().expect("4"));
+            if end < previous {
+                return Err(Malformed("string ends"));
+            }
+            previous = end;
+        }
+        let slot_values = checked[table..text].chunks_exact(4);
+        if u64::from(previous) != length
+            || (slot_values.map(|slot| u32::from_le_bytes(slot.try_into().expect("4"))))
+                .any(|slot| slot as usize > count)
+        {
+            return Err(Malformed("string ends or table"));
+        }
+        // SAFETY: a store file is written whole under a temporary name and never
+        // written again once named; what another process might do to it is the
+        // module doc's (every string read is checked against its hash).
+        let map = unsafe { Mmap::map(file) }.map_err(|_| Malformed("mapping"))?;
+        if map.len() != checked.len() {
+            return Err(Malformed("length"));
+        }
+        Ok(Run {
+            path: path.to_path_buf(),
+            map,
+            first,
+            count,
+            slots,
+            hashes,
+            ends,
+            table,
+            text,
+        })
+    }
+
+    /// The symbol its first string is numbered.
+    pub(crate) fn first(&self) -> u32 {
+        self.first
+    }
+
+    /// How many strings it holds.
+    pub(crate) fn len(&self) -> usize {
+        self.count
+    }
+
+    /// The index in the run of `text`, if it holds it.
+    pub(crate) fn get(&self, text: &str) -> Option<usize> {
+        let hash = xxh3_64(text.as_bytes());
+        let mut slot = hash as usize & (self.slots - 1);
+        loop {
+            let index = self.word(self.table + slot * 4) as usize;
+            if index == 0 {
+                return None;
+            }
+            let index = index - 1;
+            if self.hash(index) == hash && self.bytes(index) == text.as_bytes() {
+                return Some(index);
+            }
+            slot = (slot + 1) & (self.slots - 1);
+        }
+    }
+
+    /// The string at `index` in the run, checked against its hash.
+    ///
+    /// # Panics
+    /// If the mapped file changed since it was checked whole.
+    pub(crate) fn text(&self, index: usize) -> &str {
+        let bytes = self.bytes(index);
+        let text = (xxh3_64(bytes) == self.hash(index))
+            .then(|| std::str::from_utf8(bytes).ok())
+            .flatten();
+        text.unwrap_or_else(|| {
+            panic!(
+                "{} is damaged: symbol {} fails its check",
+                self.path.display(),
+                self.first as usize + index
+            )
+        })
+    }
+
+    /// Its strings, in order.
+    pub(crate) fn texts(&self) -> impl Iterator<Item = &str> + '_ {
+        (0..self.count).map(|index| self.text(index))
+    }
+
+    /// The bytes of the file it is mapped from.
+    pub(crate) fn mapped_bytes(&self) -> u64 {
+        self.map.len() as u64
+    }
+
+    fn bytes(&self, index: usize) -> &[u8] {
+        assert!(index < self.count, "symbol index within its run");
+        let start = self.word(self.ends + index * 4) as usize;
+        let end = self.word(self.ends + index * 4 + 4) as usize;
+        let text = &self.map[self.text..];
+        text.get(start..end)
+            .unwrap_or_else(|| panic!("{} is damaged: a symbol's bounds", self.path.display()))
+    }
+
+    fn hash(&self, index: usize) -> u64 {
+        let at = self.hashes + index * 8;
+        u64::from_le_bytes(self.map[at..at + 8].try_into().expect("8"))
+    }
+
+    fn word(&self, at: usize) -> u32 {
+        u32::from_le_bytes(self.map[at..at + 4].try_into().expect("4"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write as _;
+
+    use super::*;
+
+    fn written(first: u32, texts: &[&str]) -> (tempfile::NamedTempFile, Vec<u8>) {
+        let mut bytes = b"MAGIC!!!".to_vec();
+        write(first, texts.iter().copied(), &mut bytes).unwrap();
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        file.write_all(&bytes).unwrap();
+        (file, bytes)
+    }
+
+    /// Issue 32: a run written and mapped finds each of its strings, numbers them
+    /// in order, and finds nothing it does not hold.
+    #[test]
+    fn issue_32_a_mapped_run_reads_what_was_written() {
+        let texts: Vec<String> = (0..5000).map(|number| format!("SN-{number:08}")).collect();
+        let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let (file, bytes) = written(7, &texts);
+        let run = Run::open(file.path(), file.as_file(), 8, &bytes).unwrap();
+        assert_eq!((run.first(), run.len()), (7, 5000));
+        for (index, text) in texts.iter().enumerate() {
+            assert_eq!(run.get(text), Some(index));
+            assert_eq!(run.text(index), *text);
+        }
+        assert_eq!(run.get("SN-x"), None);
+        assert_eq!(run.get(""), None);
+        assert!(run.texts().eq(texts.iter().copied()));
+    }
+
+    /// Issue 32: bytes that are not a run are refused before anything is mapped:
+    /// a count the length does not hold, ends out of order.
+    #[test]
+    fn issue_32_a_malformed_run_is_refused() {
+        let (file, bytes) = written(1, &["a", "bc", "def"]);
+        assert!(Run::open(file.path(), file.as_file(), 8, &bytes).is_ok());
+        let mut longer = bytes.clone();
+        longer[12..16].copy_from_slice(&4u32.to_le_bytes());
+        assert!(Run::open(file.path(), file.as_file(), 8, &longer).is_err());
+        let mut disordered = bytes.clone();
+        let ends = 8 + HEADER + 3 * 8;
+        disordered[ends + 4..ends + 8].copy_from_slice(&9u32.to_le_bytes());
+        assert!(Run::open(file.path(), file.as_file(), 8, &disordered).is_err());
+        let mut first_zero = bytes;
+        first_zero[8..12].copy_from_slice(&0u32.to_le_bytes());
+        assert!(Run::open(file.path(), file.as_file(), 8, &first_zero).is_err());
+    }
+
+    /// Issue 32: a string changed in the file after it was checked panics where
+    /// its text is read, rather than read as another string.
+    #[test]
+    #[should_panic(expected = "fails its check")]
+    fn issue_32_a_string_changed_since_its_check_panics_when_read() {
+        let (file, bytes) = written(1, &["SN-1", "SN-2"]);
+        let run = Run::open(file.path(), file.as_file(), 8, &bytes).unwrap();
+        let mut changed = bytes.clone();
+        let last = changed.len() - 1;
+        changed[last] ^= 1;
+        std::fs::write(file.path(), &changed).unwrap();
+        run.text(1);
+    }
+}
