@@ -82,8 +82,13 @@ const MAGIC: &[u8; 8] = b"STQSTOR4";
 /// station: the fastest (other levels not compared yet).
 const LAYER_LEVEL: i32 = 1;
 
-/// A new symbol run is written whole (one run) once the manifest names this many.
+/// The symbol runs a manifest names at most: a new one past them is merged with
+/// the last.
 const SYMBOL_RUNS: usize = 8;
+
+/// A new symbol run takes in the last run unless that run holds more than this
+/// many times its strings.
+const SYMBOL_MERGE_RATIO: usize = 4;
 
 /// Why a store is not used at a start.
 #[derive(Debug, thiserror::Error)]
@@ -168,10 +173,24 @@ impl Restored {
 #[derive(Debug, Default)]
 pub(crate) struct Written {
     stations: HashMap<Box<str>, WrittenStation>,
-    /// The symbol runs: each one's first symbol and file.
-    symbols: Vec<(u32, FileRef)>,
+    /// The symbol runs, in order.
+    runs: Vec<WrittenRun>,
     /// How many symbols the runs hold.
     symbol_count: usize,
+}
+
+/// A symbol run the store holds: its file, and the run mapped from it.
+#[derive(Clone, Debug)]
+struct WrittenRun {
+    file: FileRef,
+    mapped: Arc<Run>,
+}
+
+impl WrittenRun {
+    /// The run as the manifest names it: its first symbol and file.
+    fn named(&self) -> (u32, FileRef) {
+        (self.mapped.first(), self.file.clone())
+    }
 }
 
 #[derive(Debug)]
@@ -230,16 +249,21 @@ impl Store {
             )));
         }
         let mut written = Written::default();
-        let mut runs = Vec::with_capacity(manifest.symbols.len());
         for (first, file) in &manifest.symbols {
             let run = self.symbol_run(file)?;
             if run.first() != *first {
                 return Err(self.damaged(file, codec::Corrupt("a symbol run's first symbol")));
             }
-            runs.push(run);
-            written.symbols.push((*first, file.clone()));
+            written.runs.push(WrittenRun {
+                file: file.clone(),
+                mapped: Arc::new(run),
+            });
         }
-        let symbols = Symbols::of_runs(runs).map_err(|malformed| damaged(malformed.to_string()))?;
+        let runs: Vec<Arc<Run>> = (written.runs.iter())
+            .map(|run| Arc::clone(&run.mapped))
+            .collect();
+        let symbols =
+            Symbols::of_runs(&runs).map_err(|malformed| damaged(malformed.to_string()))?;
         written.symbol_count = symbols.len();
         let read = threads::map(manifest.stations, |station| {
             let restored = self.station(&station);
@@ -371,6 +395,13 @@ impl Store {
             path: path.display().to_string(),
             reason: malformed.to_string(),
         })
+    }
+
+    /// The symbol run just written as `file` from `bytes`, mapped from it.
+    fn mapped_run(&self, file: &FileRef, bytes: &[u8]) -> io::Result<Run> {
+        let path = self.directory.join(&file.name);
+        let handle = File::open(&path)?;
+        Run::open(&path, &handle, MAGIC.len(), bytes).map_err(io::Error::other)
     }
 
     /// The hot layer in `file`, checked.
@@ -700,27 +731,13 @@ impl StoreWriter {
         let started = Instant::now();
         fs::create_dir_all(&self.store.directory)?;
         let mut report = WriteReport::default();
-        let mut write = |kind: &str, bytes: Vec<u8>| {
+        let mut write = |kind: &str, bytes: &[u8]| {
             report.files_written += 1;
             report.bytes_written += bytes.len() as u64;
-            self.store.write_file(kind, &bytes)
+            self.store.write_file(kind, bytes)
         };
         let symbols = &catalog.symbols;
-        let mut symbol_runs = self.written.symbols.clone();
-        if symbols.len() != self.written.symbol_count || symbol_runs.is_empty() {
-            let whole = symbols.len() < self.written.symbol_count
-                || symbol_runs.is_empty()
-                || symbol_runs.len() >= SYMBOL_RUNS;
-            let from = match whole {
-                true => {
-                    symbol_runs.clear();
-                    1
-                }
-                false => self.written.symbol_count,
-            };
-            let file = write("symbols", symbols_file(symbols, from)?)?;
-            symbol_runs.push((from as u32, file));
-        }
+        let runs = self.symbol_runs(symbols, &mut write)?;
         let mut stations = Vec::with_capacity(catalog.stations.len());
         let mut written_stations = HashMap::with_capacity(catalog.stations.len());
         // The sealed tiers written, to read their blocks from their files once the
@@ -738,7 +755,7 @@ impl StoreWriter {
                     {
                         Ok(file.clone())
                     }
-                    _ => write(kind, layer_file(layer)),
+                    _ => write(kind, &layer_file(layer)),
                 };
             let settled = layer(
                 "settled",
@@ -760,7 +777,7 @@ impl StoreWriter {
                     }
                     _ => {
                         let (bytes, offsets) = station.sealed.file(MAGIC);
-                        let file = write("sealed", bytes)?;
+                        let file = write("sealed", &bytes)?;
                         stored.push((Arc::clone(&station.sealed), file.name.clone(), offsets));
                         file
                     }
@@ -785,7 +802,7 @@ impl StoreWriter {
         }
         let manifest = Manifest {
             settings: self.settings.clone(),
-            symbols: symbol_runs.clone(),
+            symbols: runs.iter().map(WrittenRun::named).collect(),
             sources: catalog.sources.clone(),
             stations,
         };
@@ -796,15 +813,54 @@ impl StoreWriter {
         self.store.write_whole(MANIFEST, &bytes)?;
         self.store.sync_directory()?;
         report.bytes_written += bytes.len() as u64;
+        // The runs are named now: the next reload's table reads their strings there.
+        let mapped: Vec<Arc<Run>> = runs.iter().map(|run| Arc::clone(&run.mapped)).collect();
+        symbols.stored_in(&mapped);
         self.written = Written {
             stations: written_stations,
             symbol_count: symbols.len(),
-            symbols: symbol_runs,
+            runs,
         };
         report.tiers_stored = self.read_from_files(stored);
         report.files_deleted = self.delete_unnamed(&manifest);
         report.elapsed = started.elapsed();
         Ok(report)
+    }
+
+    /// The symbol runs the manifest is to name, and the same mapped: those written
+    /// before, and a new one if the table grew since (of what it added and the
+    /// runs it takes in, or of the whole table if it is another one).
+    fn symbol_runs(
+        &self,
+        symbols: &Symbols,
+        write: &mut impl FnMut(&str, &[u8]) -> io::Result<FileRef>,
+    ) -> io::Result<Vec<WrittenRun>> {
+        let mut runs = self.written.runs.clone();
+        if symbols.len() == self.written.symbol_count && !runs.is_empty() {
+            return Ok(runs);
+        }
+        let mut from = self.written.symbol_count;
+        if symbols.len() < self.written.symbol_count || runs.is_empty() {
+            runs.clear();
+            from = 1;
+        }
+        // The runs above that are small beside what joins them are written again
+        // with it (as a log-structured merge does): the runs stay few, and each
+        // string is written again a few times over the store's life, not the whole
+        // table every few writes of a floor's new serials.
+        while let Some(last) = runs.last() {
+            let joining = symbols.len() - from;
+            if runs.len() < SYMBOL_RUNS && last.mapped.len() > SYMBOL_MERGE_RATIO * joining {
+                break;
+            }
+            from = last.mapped.first() as usize;
+            runs.pop();
+        }
+        let bytes = symbols_file(symbols, from)?;
+        let file = write("symbols", &bytes)?;
+        let mapped = Arc::new(self.store.mapped_run(&file, &bytes)?);
+        runs.push(WrittenRun { file, mapped });
+        Ok(runs)
     }
 
     /// Points each sealed tier written at its file, now that the manifest names it;

@@ -580,3 +580,81 @@ fn issue_32_late_records_into_stored_blocks_seal_them_again() {
     assert_eq!(restarted, loaded);
     assert_eq!(files_read, 0);
 }
+
+/// Issue 32: once the store has written the symbol table, the next reload's table
+/// reads those strings from the store's files (its heap holds only what was added
+/// since), numbers every string as before, and answers as a load does; a start
+/// maps them too.
+#[test]
+fn issue_32_after_a_write_the_next_tables_strings_are_read_from_the_store() {
+    let mut fixture = fixture(3, 200);
+    let first = Arc::clone(&fixture.catalog);
+    assert_eq!(
+        first.symbols.mapped_bytes(),
+        0,
+        "a load's table is in the heap"
+    );
+    fixture.append(1, 200..240);
+    fixture.reload_and_write(2);
+    let symbols = &fixture.catalog.symbols;
+    assert!(symbols.mapped_bytes() > 0);
+    assert!(
+        symbols.len() > first.symbols.len(),
+        "new serials were added"
+    );
+    assert!(
+        symbols.heap_bytes() < first.symbols.heap_bytes() / 2,
+        "heap {} against {}",
+        symbols.heap_bytes(),
+        first.symbols.heap_bytes()
+    );
+    for symbol in (0..first.symbols.len()).map(|symbol| Symbol(symbol as u32)) {
+        let text = first.symbols.text(symbol);
+        assert_eq!(symbols.text(symbol), text);
+        assert_eq!(symbols.lookup(text), Some(symbol));
+    }
+    // A reload adding nothing keeps the table as it is; one after the next write
+    // reads the strings the second write added from its run.
+    fixture.reload_and_write(3);
+    fixture.append(2, 200..210);
+    fixture.reload_and_write(4);
+    let options = options(fixture.snapshots.path(), 4);
+    let (loaded, loaded_shards) = parts(load(&options).unwrap().0);
+    assert_eq!(
+        everything(&fixture.catalog, &fixture.shards),
+        everything(&loaded, &loaded_shards)
+    );
+    let (restarted, loaded, _) = fixture.restart(5);
+    assert_eq!(restarted, loaded);
+    assert!(fixture.read().unwrap().symbols.heap_bytes() < first.symbols.heap_bytes() / 2);
+}
+
+/// Issue 32: a floor that adds a serial at every write keeps few symbol runs, and
+/// writes its whole table again only as the table grows by a quarter (the small
+/// runs merged into a new one as they reach a quarter of the one below), not at
+/// every eighth write; a start reads them as they were written.
+#[test]
+fn issue_32_symbol_runs_stay_few_as_a_floor_adds_serials() {
+    let mut fixture = fixture(2, 100);
+    let first_run = |fixture: &Fixture| fixture.manifest().symbols[0].1.name.clone();
+    let mut whole_rewrites = 0;
+    let rounds = 120;
+    for round in 0..rounds {
+        let before = first_run(&fixture);
+        fixture.append(round % 2, 100 + round * 2..102 + round * 2);
+        fixture.reload_and_write(u64::from(round) + 2);
+        assert!(fixture.manifest().symbols.len() <= SYMBOL_RUNS);
+        whole_rewrites += usize::from(first_run(&fixture) != before);
+    }
+    // The table grew from about 60 strings to about 180: 1.25 to the 5th.
+    assert!(
+        whole_rewrites <= 6,
+        "{whole_rewrites} whole rewrites in {rounds} writes"
+    );
+    // The start holds what the last write wrote (which records are sealed
+    // depends on the reloads that made it, so it is compared with that, not with a
+    // load).
+    let (restarted, _, files_read) = fixture.restart(50);
+    assert_eq!(files_read, 0);
+    assert_eq!(restarted, everything(&fixture.catalog, &fixture.shards));
+}

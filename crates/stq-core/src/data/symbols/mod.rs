@@ -14,12 +14,17 @@
 //!
 //! A start from the store maps the table's runs from the store's files ([`run`])
 //! instead of copying them into the heap: those layers are never merged into, and
-//! the strings a reload adds make heap layers above them.
+//! the strings a reload adds make heap layers above them. A table's strings that
+//! the store has written since are read from its files too, from the next reload on
+//! ([`Symbols::stored_in`]), so that the heap holds only the strings added since the
+//! store's last write, however long the process runs.
 
 pub(crate) mod run;
 
 use std::mem::size_of;
 use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use string_interner::backend::StringBackend;
 use string_interner::symbol::SymbolU32;
@@ -47,7 +52,14 @@ impl Symbol {
 pub(crate) struct Symbols {
     /// Oldest first; each numbers its strings from its `first`.
     layers: Vec<Layer>,
+    /// The runs the store last wrote of this table's strings, mapped from its files
+    /// (from symbol 1 on, contiguous): shared by every table extended from this
+    /// one, the next of which reads those strings from them.
+    stored: Arc<Mutex<Option<StoredRuns>>>,
 }
+
+/// Runs of a table's strings that the store wrote, in order.
+type StoredRuns = Arc<[Arc<Run>]>;
 
 impl Default for Symbols {
     /// A table of the empty string alone, numbered [`Symbol::EMPTY`].
@@ -59,6 +71,7 @@ impl Default for Symbols {
                 first: Symbol::EMPTY.0,
                 texts: LayerTexts::Heap(Arc::new(texts)),
             }],
+            stored: Arc::default(),
         }
     }
 }
@@ -221,7 +234,7 @@ impl Symbols {
 
     /// The table of the empty string and `runs`, which must number their strings
     /// on from each other, from 1: the table a store's runs hold.
-    pub(crate) fn of_runs(runs: Vec<Run>) -> Result<Symbols, run::Malformed> {
+    pub(crate) fn of_runs(runs: &[Arc<Run>]) -> Result<Symbols, run::Malformed> {
         let mut symbols = Symbols::default();
         for run in runs {
             if run.first() as usize != symbols.len() {
@@ -229,17 +242,67 @@ impl Symbols {
             }
             symbols.layers.push(Layer {
                 first: run.first(),
-                texts: LayerTexts::Mapped(Arc::new(run)),
+                texts: LayerTexts::Mapped(Arc::clone(run)),
             });
         }
         Ok(symbols)
+    }
+
+    /// Says that `runs`, which the store wrote from this table (from symbol 1 on,
+    /// contiguous, the first `n` of its strings), are named by its manifest and
+    /// mapped: the tables extended from this one from now on read those strings
+    /// from them and drop their heap copies.
+    pub(crate) fn stored_in(&self, runs: &[Arc<Run>]) {
+        let end = runs
+            .last()
+            .map_or(1, |run| run.first() as usize + run.len());
+        if end <= self.len() && Symbols::of_runs(runs).is_ok() {
+            *self.stored.lock() = Some(runs.into());
+        }
+    }
+
+    /// Where its prefix of mapped layers ends: the first symbol not in them.
+    fn mapped_end(&self) -> usize {
+        (self.layers.iter())
+            .filter(|layer| matches!(layer.texts, LayerTexts::Mapped(_)))
+            .map(|layer| layer.first as usize + layer.texts.len())
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// This table, its strings that the store's runs hold read from them
+    /// ([`Symbols::stored_in`]), the rest copied into one heap layer above them.
+    fn rebased(&self) -> Symbols {
+        let stored = self.stored.lock().clone();
+        let Some(runs) = stored else {
+            return self.clone();
+        };
+        let end = runs
+            .last()
+            .map_or(1, |run| run.first() as usize + run.len());
+        if end <= self.mapped_end() || end > self.len() {
+            return self.clone();
+        }
+        let mut symbols = Symbols::of_runs(&runs).expect("runs checked when stored");
+        symbols.stored = Arc::clone(&self.stored);
+        if end < self.len() {
+            let mut texts = Texts::with_capacity_and_hasher(self.len() - end, Default::default());
+            for symbol in end..self.len() {
+                texts.get_or_intern(self.text(Symbol(symbol as u32)));
+            }
+            symbols.layers.push(Layer {
+                first: end as u32,
+                texts: LayerTexts::Heap(Arc::new(texts)),
+            });
+        }
+        symbols
     }
 
     /// This table with `new` strings, none of which it holds, numbered after its own
     /// in their order: a reload's table, under which the entries of stations it
     /// shares with the generation before keep their meaning.
     pub(crate) fn extended(&self, new: Vec<Box<str>>) -> Symbols {
-        let mut symbols = self.clone();
+        let mut symbols = self.rebased();
         if new.is_empty() {
             return symbols;
         }
@@ -268,7 +331,9 @@ impl Symbols {
             texts.get_or_intern(text);
         }
         symbols.layers.push(Layer {
-            first: below.first().map_or(self.len() as u32, |layer| layer.first),
+            first: below
+                .first()
+                .map_or(symbols.len() as u32, |layer| layer.first),
             texts: LayerTexts::Heap(Arc::new(texts)),
         });
         symbols
