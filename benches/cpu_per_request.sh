@@ -10,7 +10,9 @@
 # beside req/s. On a small, shared machine, CPU a request moves far less with
 # other load than req/s does; list the builds twice, interleaved (A B B A), to see
 # the noise. Also prints the decoded-block cache's bytes a miss (what a rendered
-# block weighs) from the admin listener.
+# block weighs) from the admin listener. SNAPSHOTS=DIR serves another layout of the
+# same records (`python3 benches/day_files.py target/load/snapshot DIR`: one file
+# per day for all stations).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 query=$1
@@ -27,7 +29,7 @@ for build in "$@"; do
     arguments=()
     [[ $build == *:hot ]] && arguments=(--hot all)
     "$binary" serve --listen 127.0.0.1:7311 --admin-listen 127.0.0.1:7312 \
-        --snapshots target/load/snapshot --tokens target/load/tokens.json \
+        --snapshots "${SNAPSHOTS:-target/load/snapshot}" --tokens target/load/tokens.json \
         "${arguments[@]}" >/dev/null 2>&1 &
     pid=$!
     until curl -sf 127.0.0.1:7311/readyz >/dev/null; do sleep 0.2; done
