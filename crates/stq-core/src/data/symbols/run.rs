@@ -203,6 +203,23 @@ impl Run {
         (0..self.count).map(|index| self.text(index))
     }
 
+    /// The indexes of its strings equal to `text` ignoring ASCII case. Only the
+    /// strings of `text`'s length are read (a year's run is millions of serial
+    /// numbers: their ends are read, not their text), and a match is checked
+    /// against its hash.
+    pub(crate) fn indexes_ignoring_ascii_case<'a>(
+        &'a self,
+        text: &'a str,
+    ) -> impl Iterator<Item = usize> + 'a {
+        (0..self.count).filter(move |&index| {
+            let start = self.word(self.ends + index * 4) as usize;
+            let end = self.word(self.ends + index * 4 + 4) as usize;
+            end.wrapping_sub(start) == text.len()
+                && self.bytes(index).eq_ignore_ascii_case(text.as_bytes())
+                && self.text(index).eq_ignore_ascii_case(text)
+        })
+    }
+
     /// The bytes of the file it is mapped from.
     pub(crate) fn mapped_bytes(&self) -> u64 {
         self.map.len() as u64
@@ -257,6 +274,9 @@ mod tests {
         assert_eq!(run.get("SN-x"), None);
         assert_eq!(run.get(""), None);
         assert!(run.texts().eq(texts.iter().copied()));
+        let matches: Vec<usize> = run.indexes_ignoring_ascii_case("sn-00004999").collect();
+        assert_eq!(matches, [4999]);
+        assert_eq!(run.indexes_ignoring_ascii_case("SN-0000499").count(), 0);
     }
 
     /// Issue 32: bytes that are not a run are refused before anything is mapped:
