@@ -50,6 +50,10 @@ fn queries() -> Vec<String> {
         format!("{}&limit=2", metrics_all()),
         format!("/units?{WINDOW}&serial_number=SN-001&direction=input,output"),
         format!("/metrics?{WINDOW}&names=voltage&limit=2"),
+        // Symbols looked up: in the table a start from the store maps (issue 32).
+        format!("/metrics?{WINDOW}&serial_number=SN-001"),
+        format!("/units?{WINDOW}&result=FAIL&direction=input,output"),
+        format!("/units?{WINDOW}&result=Aborted-By-The-Operator"),
         format!("/units/summary?{WINDOW}&group_by=station_id"),
         format!("/units/summary?{WINDOW}&bucket=1h"),
         format!("/metrics/summary?{WINDOW}"),

@@ -220,8 +220,7 @@ impl Symbols {
     /// About how many heap bytes the table holds: each layer's strings, and per
     /// string where it ends and its hash-table slot (its number and control byte,
     /// at the table's seven-eighths load). Layers shared with other generations are
-    /// counted too.
-    /// Layers mapped from the store are not heap: [`Symbols::mapped_bytes`].
+    /// counted too; layers mapped from the store are not ([`Symbols::mapped_bytes`]).
     pub(crate) fn heap_bytes(&self) -> u64 {
         let slot = size_of::<usize>() as f64 + (size_of::<u32>() + 1) as f64 * 8.0 / 7.0;
         (self.layers.iter())
