@@ -10,6 +10,10 @@
 //! is checked whole when a start reads it, and this catches what changed it since.
 //! A part that fails its check panics where it is read, so a request fails (the
 //! shard that read it restarts) rather than answer from damaged bytes.
+//!
+//! A tier's shared pieces ([`Shared`]) move the same way: from memory to their
+//! region of the store file's index, read (and checked) into the cache when a
+//! block of the tier is decoded or the tier is sealed into.
 
 use std::fs::File;
 use std::ops::{Deref, Range};
@@ -170,6 +174,87 @@ impl Body {
     /// memory once no reader holds them.
     pub(crate) fn store_at(&self, file: Arc<StoreFile>, offset: u64) {
         *self.place.write() = Place::Stored { file, offset };
+    }
+}
+
+/// Where a tier's shared pieces are: in memory, as sealing made them, or a region
+/// of its store file (a [`Body`] of `length` bytes that hash to `check`).
+#[derive(Debug)]
+pub(crate) struct Shared<T> {
+    place: RwLock<SharedPlace<T>>,
+}
+
+#[derive(Debug)]
+enum SharedPlace<T> {
+    Resident(Arc<T>),
+    Stored {
+        body: Arc<Body>,
+        length: u32,
+        check: u64,
+    },
+}
+
+/// Where a tier's shared pieces are, as [`Shared::place`] says.
+pub(crate) enum SharedAt<T> {
+    /// In memory.
+    Resident(Arc<T>),
+    /// In a store file: the region's body, its length and its checksum.
+    Stored(Arc<Body>, u32, u64),
+}
+
+impl<T: Default> Default for Shared<T> {
+    /// No pieces, in memory.
+    fn default() -> Shared<T> {
+        Shared {
+            place: RwLock::new(SharedPlace::Resident(Arc::default())),
+        }
+    }
+}
+
+impl<T> Shared<T> {
+    /// Pieces held in memory.
+    pub(crate) fn resident(pieces: Arc<T>) -> Arc<Shared<T>> {
+        Arc::new(Shared {
+            place: RwLock::new(SharedPlace::Resident(pieces)),
+        })
+    }
+
+    /// Pieces at `offset` in `file`, `length` bytes that hash to `check`.
+    pub(crate) fn stored(
+        file: Arc<StoreFile>,
+        offset: u64,
+        length: u32,
+        check: u64,
+    ) -> Arc<Shared<T>> {
+        Arc::new(Shared {
+            place: RwLock::new(SharedPlace::Stored {
+                body: Body::stored(file, offset),
+                length,
+                check,
+            }),
+        })
+    }
+
+    /// Where they are now.
+    pub(crate) fn place(&self) -> SharedAt<T> {
+        match &*self.place.read() {
+            SharedPlace::Resident(pieces) => SharedAt::Resident(Arc::clone(pieces)),
+            SharedPlace::Stored {
+                body,
+                length,
+                check,
+            } => SharedAt::Stored(Arc::clone(body), *length, *check),
+        }
+    }
+
+    /// Points them at `offset` in `file`, which holds them as `length` bytes that
+    /// hash to `check`: they leave memory once no reader holds them.
+    pub(crate) fn store_at(&self, file: Arc<StoreFile>, offset: u64, length: u32, check: u64) {
+        *self.place.write() = SharedPlace::Stored {
+            body: Body::stored(file, offset),
+            length,
+            check,
+        };
     }
 }
 

@@ -3,11 +3,14 @@
 //! JSON parts are.
 
 use std::cell::RefCell;
+use std::sync::Arc;
 
 use super::columns::Sealable;
 use super::payload::Reader;
 use super::times::write_coded_time;
-use super::{locator, period_start, Block, Decoded, Part, Sealed, Source, Span, SEALED};
+use super::{
+    locator, period_start, Block, Decoded, Part, Sealed, SharedPieces, Source, Span, SEALED,
+};
 use crate::data::key::RecordKey;
 use crate::domain::time::Timestamp;
 
@@ -44,12 +47,14 @@ impl Sealed {
             keys: Vec::new(),
             entries: Vec::new(),
             spans: Vec::new(),
+            shared: Arc::default(),
             payload: Vec::new(),
             times: Vec::new(),
         };
         if count == 0 {
             return decoded;
         }
+        decoded.shared = self.shared();
         let frame = block.read(match E::KIND {
             0 => Part::Units,
             _ => Part::Metrics,
@@ -62,7 +67,7 @@ impl Sealed {
         decoded.keys = read_keys(&mut reader, count, period_start(period));
         let times = read_times(&mut reader, count);
         let values = read_values(&mut reader, count);
-        let pieces = self.read_pieces(&mut reader, count, &locals);
+        let pieces = read_pieces(&mut reader, count, &locals, &decoded.shared);
         let value_texts: Vec<&[u8]> = values
             .iter()
             .map(|span| &payload[span.start as usize..(span.start + span.length) as usize])
@@ -75,35 +80,6 @@ impl Sealed {
         decoded
     }
 
-    /// Each record's three pieces (head, middle and tail), a column each: a
-    /// reference to one of the tier's shared pieces (even) or of the block's own
-    /// `locals` (odd).
-    fn read_pieces(
-        &self,
-        reader: &mut Reader<'_>,
-        count: usize,
-        locals: &[Span],
-    ) -> [Vec<Span>; 3] {
-        let mut pieces = [(); 3].map(|()| Vec::with_capacity(count));
-        for column in &mut pieces {
-            for _ in 0..count {
-                let reference = reader.number() as usize;
-                column.push(match reference & 1 {
-                    0 => {
-                        let piece = self.shared.pieces[reference >> 1];
-                        Span {
-                            source: Source::Shared,
-                            start: piece.start,
-                            length: piece.length,
-                        }
-                    }
-                    _ => locals[reference >> 1],
-                });
-            }
-        }
-        pieces
-    }
-
     /// `entries` (of the block of `period`, in order), each with the locator of
     /// its record: its block, counted from the tier's first, and its kind and
     /// index in the block.
@@ -113,6 +89,34 @@ impl Sealed {
             .map(|(index, entry)| entry.with_bytes(locator::<E>(block_number, index as u32)))
             .collect()
     }
+}
+
+/// Each record's three pieces (head, middle and tail), a column each: a reference
+/// to one of the tier's `shared` pieces (even) or of the block's own `locals` (odd).
+fn read_pieces(
+    reader: &mut Reader<'_>,
+    count: usize,
+    locals: &[Span],
+    shared: &SharedPieces,
+) -> [Vec<Span>; 3] {
+    let mut pieces = [(); 3].map(|()| Vec::with_capacity(count));
+    for column in &mut pieces {
+        for _ in 0..count {
+            let reference = reader.number() as usize;
+            column.push(match reference & 1 {
+                0 => {
+                    let piece = shared.pieces[reference >> 1];
+                    Span {
+                        source: Source::Shared,
+                        start: piece.start,
+                        length: piece.length,
+                    }
+                }
+                _ => locals[reference >> 1],
+            });
+        }
+    }
+    pieces
 }
 
 /// Each record's key: its instant (from the period's `start`, in milliseconds or

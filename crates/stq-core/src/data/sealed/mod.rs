@@ -46,7 +46,7 @@ use crate::data::symbols::Symbol;
 use crate::data::tier::{tree_bytes, KeyRange, MetricEntry, Tier, UnitEntry};
 use crate::domain::record::Kind;
 use crate::domain::time::Timestamp;
-use body::Body;
+use body::{Body, Shared, SharedAt};
 use columns::Sealable;
 use encode::encode;
 
@@ -65,6 +65,7 @@ mod times;
 
 pub(crate) use body::{store_reads, Slice, StoreFile};
 pub(crate) use read::{JsonMemo, MetricBlock, UnitBlock};
+pub(crate) use store::Layout;
 
 /// Marks a [`StoredRecord`] that locates a sealed record: the rest of `start` is
 /// its block's period counted from the tier's first, and `length` its kind (top bit)
@@ -126,6 +127,11 @@ struct SharedPieces {
 }
 
 impl SharedPieces {
+    /// What it holds on the heap (what a cache entry of it weighs).
+    fn heap_bytes(&self) -> u64 {
+        (self.bytes.capacity() + self.pieces.capacity() * size_of::<Piece>()) as u64
+    }
+
     fn get(&self, index: usize) -> &[u8] {
         let piece = self.pieces[index];
         &self.bytes[piece.start as usize..(piece.start + piece.length) as usize]
@@ -248,7 +254,8 @@ impl Filter {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Sealed {
     blocks: BTreeMap<i64, Block>,
-    shared: Arc<SharedPieces>,
+    /// The pieces its blocks share: in memory, or in its store file ([`Sealed::shared`]).
+    shared: Arc<Shared<SharedPieces>>,
     /// The period locators count from: the first block's.
     base: i64,
     unit_count: usize,
@@ -270,6 +277,8 @@ pub(crate) struct Decoded<E> {
     pub(crate) keys: Vec<RecordKey>,
     pub(crate) entries: Vec<E>,
     spans: Vec<[Span; 5]>,
+    /// The tier's shared pieces it was read with, which its spans may point into.
+    shared: Arc<SharedPieces>,
     payload: Vec<u8>,
     /// Times written the usual way, made again from their instants.
     times: Vec<u8>,
@@ -366,7 +375,7 @@ impl Sealed {
         let known = shared.known();
         let mut sealed = Sealed {
             blocks: self.blocks.clone(),
-            shared: Arc::clone(&shared),
+            shared: Shared::resident(Arc::clone(&shared)),
             base: 0,
             unit_count: self.unit_count + added_units,
             metric_count: self.metric_count + added_metrics,
@@ -477,7 +486,7 @@ impl Sealed {
         match span.source {
             Source::Payload => &decoded.payload[start..end],
             Source::Times => &decoded.times[start..end],
-            Source::Shared => &self.shared.bytes[start..end],
+            Source::Shared => &decoded.shared.bytes[start..end],
         }
     }
 
@@ -497,11 +506,12 @@ impl Sealed {
                 }
             }
         }
+        let current = self.shared();
         let mut shared = SharedPieces {
-            bytes: self.shared.bytes.clone(),
-            pieces: self.shared.pieces.clone(),
+            bytes: current.bytes.clone(),
+            pieces: current.pieces.clone(),
         };
-        let known = self.shared.known();
+        let known = current.known();
         let mut wide: Vec<&[u8]> = (periods_of.into_iter())
             .filter(|(piece, (_, periods))| *periods > 1 && !known.contains_key(piece))
             .map(|(piece, _)| piece)
@@ -535,8 +545,9 @@ impl Sealed {
         }
         // The shared pieces once, then their digest for every block.
         let mut shared = xxhash_rust::xxh3::Xxh3::new();
-        shared.update(&self.shared.bytes);
-        for piece in &self.shared.pieces {
+        let pieces = self.shared();
+        shared.update(&pieces.bytes);
+        for piece in &pieces.pieces {
             shared.update(&piece.start.to_le_bytes());
             shared.update(&piece.length.to_le_bytes());
         }
@@ -691,9 +702,8 @@ impl Tier for Sealed {
             "sealed serial index",
             ((self.serials.len() + self.shared_serials.len()) * size_of::<Symbol>()) as u64,
         );
-        add(
-            "sealed shared pieces",
-            (self.shared.bytes.len() + self.shared.pieces.len() * size_of::<Piece>()) as u64,
-        );
+        if let SharedAt::Resident(shared) = self.shared.place() {
+            add("sealed shared pieces", shared.heap_bytes());
+        }
     }
 }

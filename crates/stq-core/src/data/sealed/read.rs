@@ -7,15 +7,20 @@ use std::sync::Arc;
 
 use foldhash::HashMap;
 
+use super::body::SharedAt;
 use super::cache::{self, BlockKey, CachedBlock};
 use super::columns::Sealable;
 use super::rendered::Rendered;
-use super::{period_of, period_start, Block, Part, Sealed, Slice, SEALED};
+use super::{period_of, period_start, Block, Part, Sealed, SharedPieces, Slice, SEALED};
 use crate::data::key::RecordKey;
 use crate::data::stored::StoredRecord;
 use crate::data::symbols::Symbol;
 use crate::data::tier::{KeyRange, MetricEntry, UnitEntry};
 use crate::domain::time::Timestamp;
+
+/// What a tier's shared pieces are known by in the cache, beside its blocks' kinds
+/// (0 and 1) and parts (2 to 5).
+const SHARED_PIECES: u32 = 6;
 
 impl Sealed {
     /// The block of a locator, and its period.
@@ -227,6 +232,30 @@ impl Sealed {
         let cached = Arc::clone(&decoded) as CachedBlock;
         cache::with_blocks(|blocks| blocks.insert(key, cached, weight));
         decoded
+    }
+
+    /// Its shared pieces: from memory, or through the process's cache from its
+    /// store file.
+    pub(super) fn shared(&self) -> Arc<SharedPieces> {
+        let (body, length, check) = match self.shared.place() {
+            SharedAt::Resident(pieces) => return pieces,
+            SharedAt::Stored(body, length, check) => (body, length, check),
+        };
+        let key = (body.id(), SHARED_PIECES, 0);
+        let cached = cache::with_blocks(|blocks| blocks.get(&key))
+            .and_then(|cached| cached.downcast::<SharedPieces>().ok());
+        if let Some(pieces) = cached {
+            return pieces;
+        }
+        let bytes = body.read(0..length, check);
+        let pieces = SharedPieces::read(&bytes).unwrap_or_else(|corrupt| {
+            panic!("a tier's shared pieces passed their checksum but do not read: {corrupt}")
+        });
+        let pieces = Arc::new(pieces);
+        let weight = pieces.heap_bytes() + cache::ENTRY_BYTES;
+        let cached = Arc::clone(&pieces) as CachedBlock;
+        cache::with_blocks(|blocks| blocks.insert(key, cached, weight));
+        pieces
     }
 
     /// A digest of `block`: from memory, or through the process's cache from its

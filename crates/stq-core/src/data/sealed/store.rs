@@ -12,6 +12,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use xxhash_rust::xxh3::xxh3_64;
+
+use super::body::Shared;
 use super::{Block, Filter, Part, Sealed, SharedPieces, StoreFile};
 use crate::data::key::RecordKey;
 use crate::data::store::codec;
@@ -19,10 +22,54 @@ use crate::data::stored::{Piece, StoredRecord};
 use crate::data::symbols::Symbol;
 use crate::domain::time::Timestamp;
 
+/// Where a tier's parts are in the store file [`Sealed::file`] made of it: each
+/// block's bytes, in period order, and the region of its shared pieces.
+#[derive(Debug)]
+pub(crate) struct Layout {
+    blocks: Vec<u64>,
+    shared: (u64, u32, u64),
+}
+
+impl SharedPieces {
+    /// Its bytes, then each piece's start and length.
+    fn write_to(&self, out: &mut Vec<u8>) {
+        codec::bytes(out, &self.bytes);
+        codec::number(out, self.pieces.len() as u64);
+        for piece in &self.pieces {
+            codec::number(out, u64::from(piece.start));
+            codec::number(out, u64::from(piece.length));
+        }
+    }
+
+    /// What [`SharedPieces::write_to`] wrote, checked.
+    fn read_from(decoder: &mut codec::Decoder<'_>) -> Result<SharedPieces, codec::Corrupt> {
+        let bytes = decoder.bytes()?.to_vec();
+        let mut pieces = Vec::new();
+        for _ in 0..decoder.count(2)? {
+            let piece = Piece {
+                start: decoder.u32()?,
+                length: decoder.u32()?,
+            };
+            if u64::from(piece.start) + u64::from(piece.length) > bytes.len() as u64 {
+                return Err(codec::Corrupt("a shared piece"));
+            }
+            pieces.push(piece);
+        }
+        Ok(SharedPieces { bytes, pieces })
+    }
+
+    /// The pieces of a region [`SharedPieces::write_to`] wrote.
+    pub(super) fn read(bytes: &[u8]) -> Result<SharedPieces, codec::Corrupt> {
+        let mut decoder = codec::Decoder::new(bytes);
+        let pieces = SharedPieces::read_from(&mut decoder)?;
+        decoder.finished()?;
+        Ok(pieces)
+    }
+}
+
 impl Sealed {
-    /// The tier as a store file after `magic`, and where each block's bytes start
-    /// in it, in period order.
-    pub(crate) fn file(&self, magic: &[u8]) -> (Vec<u8>, Vec<u64>) {
+    /// The tier as a store file after `magic`, and where its parts are in it.
+    pub(crate) fn file(&self, magic: &[u8]) -> (Vec<u8>, Layout) {
         let mut out = magic.to_vec();
         let mut offsets = Vec::with_capacity(self.blocks.len());
         for block in self.blocks.values() {
@@ -37,12 +84,18 @@ impl Sealed {
             }
         }
         let index = out.len() as u64;
-        self.write_index(&offsets, &mut out);
+        let shared = self.write_index(&offsets, &mut out);
         out.extend_from_slice(&index.to_le_bytes());
-        (out, offsets)
+        let layout = Layout {
+            blocks: offsets,
+            shared,
+        };
+        (out, layout)
     }
 
-    fn write_index(&self, offsets: &[u64], out: &mut Vec<u8>) {
+    /// Writes the index; where its shared pieces are in `out`, how long, and
+    /// their checksum.
+    fn write_index(&self, offsets: &[u64], out: &mut Vec<u8>) -> (u64, u32, u64) {
         codec::number(out, self.blocks.len() as u64);
         for ((&period, block), offset) in self.blocks.iter().zip(offsets) {
             codec::signed(out, period);
@@ -67,12 +120,10 @@ impl Sealed {
             }
             out.push(u8::from(block.shares));
         }
-        codec::bytes(out, &self.shared.bytes);
-        codec::number(out, self.shared.pieces.len() as u64);
-        for piece in &self.shared.pieces {
-            codec::number(out, u64::from(piece.start));
-            codec::number(out, u64::from(piece.length));
-        }
+        let start = out.len();
+        self.shared().write_to(out);
+        let shared = &out[start..];
+        let shared = (start as u64, shared.len() as u32, xxh3_64(shared));
         match self.ends {
             None => out.push(0),
             Some((first, last)) => {
@@ -93,14 +144,18 @@ impl Sealed {
                 codec::number(out, u64::from(serial.0));
             }
         }
+        shared
     }
 
-    /// Points every block at its bytes in `file`, at `offsets` as
-    /// [`Sealed::file`] gave them: their bytes leave memory.
-    pub(crate) fn stored_in(&self, file: &Arc<StoreFile>, offsets: &[u64]) {
-        for (block, offset) in self.blocks.values().zip(offsets) {
+    /// Points every block at its bytes in `file`, and the shared pieces at their
+    /// region, where `layout` ([`Sealed::file`]) says: they leave memory.
+    pub(crate) fn stored_in(&self, file: &Arc<StoreFile>, layout: &Layout) {
+        for (block, offset) in self.blocks.values().zip(&layout.blocks) {
             block.body.store_at(Arc::clone(file), *offset);
         }
+        let (offset, length, check) = layout.shared;
+        self.shared
+            .store_at(Arc::clone(file), offset, length, check);
     }
 
     /// The tier of a store file (its whole `bytes`, checked, after the magic's
@@ -157,18 +212,17 @@ impl Sealed {
                 return Err(corrupt("a sealed period twice"));
             }
         }
-        let shared_bytes = decoder.bytes()?.to_vec();
-        let mut pieces = Vec::new();
-        for _ in 0..decoder.count(2)? {
-            let piece = Piece {
-                start: decoder.u32()?,
-                length: decoder.u32()?,
-            };
-            if u64::from(piece.start) + u64::from(piece.length) > shared_bytes.len() as u64 {
-                return Err(corrupt("a shared piece"));
-            }
-            pieces.push(piece);
-        }
+        // The shared pieces stay in the file, read into the cache when a block is
+        // decoded; read here once to check them.
+        let start = index + decoder.position();
+        SharedPieces::read_from(&mut decoder)?;
+        let region = &bytes[start..index + decoder.position()];
+        let shared = Shared::stored(
+            Arc::clone(file),
+            start as u64,
+            u32::try_from(region.len()).map_err(|_| corrupt("a tier's shared pieces"))?,
+            xxh3_64(region),
+        );
         let ends = match decoder.take(1)?[0] {
             0 => None,
             _ => {
@@ -199,10 +253,7 @@ impl Sealed {
         decoder.finished()?;
         let mut sealed = Sealed {
             blocks,
-            shared: Arc::new(SharedPieces {
-                bytes: shared_bytes,
-                pieces,
-            }),
+            shared,
             ends,
             serials,
             shared_serials,

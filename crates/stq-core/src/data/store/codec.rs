@@ -91,6 +91,11 @@ impl<'a> Decoder<'a> {
         }
     }
 
+    /// How many bytes were read.
+    pub(crate) fn position(&self) -> usize {
+        self.at
+    }
+
     /// Whether every byte was read.
     pub(crate) fn finished(&self) -> Result<(), Corrupt> {
         match self.at == self.bytes.len() {

@@ -64,7 +64,7 @@ use xxhash_rust::xxh3::{xxh3_128, xxh3_64};
 use crate::data::catalog::{Catalog, Placement};
 use crate::data::hot::{Hot, Layer, Trees};
 use crate::data::load::files::SourceState;
-use crate::data::sealed::{Sealed, StoreFile};
+use crate::data::sealed::{Layout, Sealed, StoreFile};
 use crate::data::shard::ShardData;
 use crate::data::station::StationData;
 use crate::data::symbols::run::{self, Run};
@@ -776,9 +776,9 @@ impl StoreWriter {
                         file.clone()
                     }
                     _ => {
-                        let (bytes, offsets) = station.sealed.file(MAGIC);
+                        let (bytes, layout) = station.sealed.file(MAGIC);
                         let file = write("sealed", &bytes)?;
-                        stored.push((Arc::clone(&station.sealed), file.name.clone(), offsets));
+                        stored.push((Arc::clone(&station.sealed), file.name.clone(), layout));
                         file
                     }
                 }),
@@ -865,13 +865,13 @@ impl StoreWriter {
 
     /// Points each sealed tier written at its file, now that the manifest names it;
     /// how many were.
-    fn read_from_files(&self, stored: Vec<(Arc<Sealed>, String, Vec<u64>)>) -> usize {
+    fn read_from_files(&self, stored: Vec<(Arc<Sealed>, String, Layout)>) -> usize {
         let mut count = 0;
-        for (sealed, name, offsets) in stored {
+        for (sealed, name, layout) in stored {
             // A file that cannot be opened (no descriptor left) leaves the tier's
             // blocks in memory, where they are read as before.
             if let Ok(file) = StoreFile::open(&self.store.directory.join(name)) {
-                sealed.stored_in(&file, &offsets);
+                sealed.stored_in(&file, &layout);
                 count += 1;
             }
         }

@@ -506,10 +506,19 @@ fn issue_32_a_damaged_or_mismatched_layer_file_has_its_station_read_again() {
 /// The bytes of sealed blocks a generation holds in memory (compressed, with
 /// their digests).
 fn resident_block_bytes(shards: &[Arc<ShardData>]) -> u64 {
+    resident_bytes(shards, |part| {
+        part.starts_with("sealed blocks") || part.ends_with("digests") || part == SHARED
+    })
+}
+
+/// The memory part of the sealed tiers' shared pieces.
+const SHARED: &str = "sealed shared pieces";
+
+fn resident_bytes(shards: &[Arc<ShardData>], counted: impl Fn(&str) -> bool) -> u64 {
     let mut bytes = 0;
     for station in shards.iter().flat_map(|shard| &shard.stations) {
         station.memory(&mut |part, size| {
-            if part.starts_with("sealed blocks") || part.ends_with("digests") {
+            if counted(part) {
                 bytes += size;
             }
         });
@@ -517,10 +526,10 @@ fn resident_block_bytes(shards: &[Arc<ShardData>]) -> u64 {
     bytes
 }
 
-/// Issue 32: once the store holds a station's sealed tier, its blocks are read
-/// from there and leave memory, in the generation that was written and in a start
-/// from the store; each read from a file is counted, and the records read are
-/// those the load made.
+/// Issue 32: once the store holds a station's sealed tier, its blocks and the
+/// pieces they share are read from there and leave memory, in the generation that
+/// was written and in a start from the store; each read from a file is counted,
+/// and the records read are those the load made.
 #[test]
 fn issue_32_sealed_blocks_leave_memory_once_stored_and_are_read_from_their_files() {
     let snapshots = tempfile::tempdir().unwrap();
@@ -528,6 +537,10 @@ fn issue_32_sealed_blocks_leave_memory_once_stored_and_are_read_from_their_files
     let (catalog, shards) = parts(load(&options(snapshots.path(), 1)).unwrap().0);
     let loaded = everything(&catalog, &shards);
     assert!(resident_block_bytes(&shards) > 0);
+    assert!(
+        resident_bytes(&shards, |part| part == SHARED) > 0,
+        "pieces shared"
+    );
     let store = tempfile::tempdir().unwrap();
     let mut writer = StoreWriter::new(
         Store::new(store.path()),
