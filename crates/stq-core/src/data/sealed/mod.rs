@@ -250,6 +250,9 @@ impl Filter {
     }
 }
 
+/// A tier's outputs' serials, each once, in order.
+type SerialList = Box<[Symbol]>;
+
 /// A station's sealed records. Cloning one shares its blocks.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Sealed {
@@ -265,8 +268,10 @@ pub(crate) struct Sealed {
     /// The serials of its outputs, each once, in order; and of those in more than
     /// one of its blocks (a unit retested hours later, say). A summary joins the
     /// attempts of these across blocks, and of the hot outputs' with serials in
-    /// `serials`; it counts every other unit from its block's digest alone.
-    serials: Box<[Symbol]>,
+    /// `serials`; it counts every other unit from its block's digest alone. The
+    /// first list is read from the store file, as the shared pieces are, once the
+    /// store holds the tier ([`Sealed::serials`]).
+    serials: Arc<Shared<SerialList>>,
     shared_serials: Box<[Symbol]>,
 }
 
@@ -306,11 +311,6 @@ struct Group<'a> {
 }
 
 impl Sealed {
-    /// The serials of its outputs, in order.
-    pub(crate) fn serials(&self) -> &[Symbol] {
-        &self.serials
-    }
-
     /// The serials of outputs in more than one of its blocks, in order.
     pub(crate) fn shared_serials(&self) -> &[Symbol] {
         &self.shared_serials
@@ -380,7 +380,7 @@ impl Sealed {
             unit_count: self.unit_count + added_units,
             metric_count: self.metric_count + added_metrics,
             ends: None,
-            serials: Box::default(),
+            serials: Arc::default(),
             shared_serials: Box::default(),
         };
         for (period, mut group) in groups {
@@ -593,7 +593,7 @@ impl Sealed {
         }
         let mut serials: Vec<Symbol> = outputs.iter().map(|(serial, _)| *serial).collect();
         serials.dedup();
-        self.serials = serials.into();
+        self.serials = Shared::resident(Arc::new(serials.into()));
         self.shared_serials = shared.into();
         self.ends = None;
         let (Some((&first_period, first)), Some((&last_period, last))) =
@@ -698,9 +698,13 @@ impl Tier for Sealed {
             "sealed block index",
             tree_bytes(&self.blocks) + bodies as u64,
         );
+        let serials = match self.serials.place() {
+            SharedAt::Resident(serials) => serials.len(),
+            SharedAt::Stored(..) => 0,
+        };
         add(
             "sealed serial index",
-            ((self.serials.len() + self.shared_serials.len()) * size_of::<Symbol>()) as u64,
+            ((serials + self.shared_serials.len()) * size_of::<Symbol>()) as u64,
         );
         if let SharedAt::Resident(shared) = self.shared.place() {
             add("sealed shared pieces", shared.heap_bytes());

@@ -2,25 +2,61 @@
 //! decoded through the process's cache ([`super::cache`]) or a scan's
 //! [`JsonMemo`], and the blocks a summary reads by their digests.
 
+use std::mem::size_of;
 use std::ops::Bound;
 use std::sync::Arc;
 
 use foldhash::HashMap;
 
-use super::body::SharedAt;
+use super::body::{Shared, SharedAt};
 use super::cache::{self, BlockKey, CachedBlock};
 use super::columns::Sealable;
 use super::rendered::Rendered;
-use super::{period_of, period_start, Block, Part, Sealed, SharedPieces, Slice, SEALED};
+use super::store::read_serials;
+use super::{
+    period_of, period_start, Block, Part, Sealed, SerialList, SharedPieces, Slice, SEALED,
+};
 use crate::data::key::RecordKey;
+use crate::data::store::codec::Corrupt;
 use crate::data::stored::StoredRecord;
 use crate::data::symbols::Symbol;
 use crate::data::tier::{KeyRange, MetricEntry, UnitEntry};
 use crate::domain::time::Timestamp;
 
-/// What a tier's shared pieces are known by in the cache, beside its blocks' kinds
-/// (0 and 1) and parts (2 to 5).
+/// What a tier's shared pieces and its serial list are known by in the cache,
+/// beside its blocks' kinds (0 and 1) and parts (2 to 5).
 const SHARED_PIECES: u32 = 6;
+const SERIALS: u32 = 7;
+
+/// What `shared` holds: from memory, or through the process's cache (known by
+/// its body and `kind`, weighing `weight` of it) from its region of a store file,
+/// which `read` reads.
+fn through_cache<T: Send + Sync + 'static>(
+    shared: &Shared<T>,
+    kind: u32,
+    read: fn(&[u8]) -> Result<T, Corrupt>,
+    weight: fn(&T) -> u64,
+) -> Arc<T> {
+    let (body, length, check) = match shared.place() {
+        SharedAt::Resident(value) => return value,
+        SharedAt::Stored(body, length, check) => (body, length, check),
+    };
+    let key = (body.id(), kind, 0);
+    let cached = cache::with_blocks(|blocks| blocks.get(&key))
+        .and_then(|cached| cached.downcast::<T>().ok());
+    if let Some(value) = cached {
+        return value;
+    }
+    let bytes = body.read(0..length, check);
+    let value = read(&bytes).unwrap_or_else(|corrupt| {
+        panic!("a sealed tier's region passed its checksum but does not read: {corrupt}")
+    });
+    let value = Arc::new(value);
+    let cached = Arc::clone(&value) as CachedBlock;
+    let weight = weight(&value) + cache::ENTRY_BYTES;
+    cache::with_blocks(|blocks| blocks.insert(key, cached, weight));
+    value
+}
 
 impl Sealed {
     /// The block of a locator, and its period.
@@ -237,25 +273,17 @@ impl Sealed {
     /// Its shared pieces: from memory, or through the process's cache from its
     /// store file.
     pub(super) fn shared(&self) -> Arc<SharedPieces> {
-        let (body, length, check) = match self.shared.place() {
-            SharedAt::Resident(pieces) => return pieces,
-            SharedAt::Stored(body, length, check) => (body, length, check),
-        };
-        let key = (body.id(), SHARED_PIECES, 0);
-        let cached = cache::with_blocks(|blocks| blocks.get(&key))
-            .and_then(|cached| cached.downcast::<SharedPieces>().ok());
-        if let Some(pieces) = cached {
-            return pieces;
-        }
-        let bytes = body.read(0..length, check);
-        let pieces = SharedPieces::read(&bytes).unwrap_or_else(|corrupt| {
-            panic!("a tier's shared pieces passed their checksum but do not read: {corrupt}")
-        });
-        let pieces = Arc::new(pieces);
-        let weight = pieces.heap_bytes() + cache::ENTRY_BYTES;
-        let cached = Arc::clone(&pieces) as CachedBlock;
-        cache::with_blocks(|blocks| blocks.insert(key, cached, weight));
-        pieces
+        through_cache(&self.shared, SHARED_PIECES, SharedPieces::read, |pieces| {
+            pieces.heap_bytes()
+        })
+    }
+
+    /// The serials of its outputs, in order: from memory, or through the process's
+    /// cache from its store file.
+    pub(crate) fn serials(&self) -> Arc<SerialList> {
+        through_cache(&self.serials, SERIALS, read_serials, |serials| {
+            (serials.len() * size_of::<Symbol>()) as u64
+        })
     }
 
     /// A digest of `block`: from memory, or through the process's cache from its

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::body::Shared;
-use super::{Block, Filter, Part, Sealed, SharedPieces, StoreFile};
+use super::{Block, Filter, Part, Sealed, SerialList, SharedPieces, StoreFile};
 use crate::data::key::RecordKey;
 use crate::data::store::codec;
 use crate::data::stored::{Piece, StoredRecord};
@@ -27,7 +27,32 @@ use crate::domain::time::Timestamp;
 #[derive(Debug)]
 pub(crate) struct Layout {
     blocks: Vec<u64>,
-    shared: (u64, u32, u64),
+    shared: Region,
+    serials: Region,
+}
+
+/// A region of a store file: where it starts, its length and its XXH3-64.
+type Region = (u64, u32, u64);
+
+fn write_serials(serials: &[Symbol], out: &mut Vec<u8>) {
+    codec::number(out, serials.len() as u64);
+    for serial in serials {
+        codec::number(out, u64::from(serial.0));
+    }
+}
+
+fn read_serials_from(decoder: &mut codec::Decoder<'_>) -> Result<Box<[Symbol]>, codec::Corrupt> {
+    (0..decoder.count(1)?)
+        .map(|_| decoder.u32().map(Symbol))
+        .collect()
+}
+
+/// A serial list [`write_serials`] wrote, alone in `bytes`.
+pub(super) fn read_serials(bytes: &[u8]) -> Result<SerialList, codec::Corrupt> {
+    let mut decoder = codec::Decoder::new(bytes);
+    let serials = read_serials_from(&mut decoder)?;
+    decoder.finished()?;
+    Ok(serials)
 }
 
 impl SharedPieces {
@@ -84,18 +109,19 @@ impl Sealed {
             }
         }
         let index = out.len() as u64;
-        let shared = self.write_index(&offsets, &mut out);
+        let (shared, serials) = self.write_index(&offsets, &mut out);
         out.extend_from_slice(&index.to_le_bytes());
         let layout = Layout {
             blocks: offsets,
             shared,
+            serials,
         };
         (out, layout)
     }
 
-    /// Writes the index; where its shared pieces are in `out`, how long, and
-    /// their checksum.
-    fn write_index(&self, offsets: &[u64], out: &mut Vec<u8>) -> (u64, u32, u64) {
+    /// Writes the index; where its shared pieces and its serial list are in
+    /// `out`, how long, and their checksums.
+    fn write_index(&self, offsets: &[u64], out: &mut Vec<u8>) -> (Region, Region) {
         codec::number(out, self.blocks.len() as u64);
         for ((&period, block), offset) in self.blocks.iter().zip(offsets) {
             codec::signed(out, period);
@@ -138,23 +164,26 @@ impl Sealed {
                 }
             }
         }
-        for serials in [&self.serials, &self.shared_serials] {
-            codec::number(out, serials.len() as u64);
-            for serial in serials.iter() {
-                codec::number(out, u64::from(serial.0));
-            }
-        }
-        shared
+        let start = out.len();
+        write_serials(&self.serials(), out);
+        let serials = &out[start..];
+        let serials = (start as u64, serials.len() as u32, xxh3_64(serials));
+        write_serials(&self.shared_serials, out);
+        (shared, serials)
     }
 
-    /// Points every block at its bytes in `file`, and the shared pieces at their
-    /// region, where `layout` ([`Sealed::file`]) says: they leave memory.
+    /// Points every block at its bytes in `file`, and the shared pieces and the
+    /// serial list at their regions, where `layout` ([`Sealed::file`]) says: they
+    /// leave memory.
     pub(crate) fn stored_in(&self, file: &Arc<StoreFile>, layout: &Layout) {
         for (block, offset) in self.blocks.values().zip(&layout.blocks) {
             block.body.store_at(Arc::clone(file), *offset);
         }
         let (offset, length, check) = layout.shared;
         self.shared
+            .store_at(Arc::clone(file), offset, length, check);
+        let (offset, length, check) = layout.serials;
+        self.serials
             .store_at(Arc::clone(file), offset, length, check);
     }
 
@@ -244,12 +273,16 @@ impl Sealed {
                 Some((end()?, end()?))
             }
         };
-        let mut serials = || -> Result<Box<[Symbol]>, codec::Corrupt> {
-            (0..decoder.count(1)?)
-                .map(|_| decoder.u32().map(Symbol))
-                .collect()
-        };
-        let (serials, shared_serials) = (serials()?, serials()?);
+        let start = index + decoder.position();
+        read_serials_from(&mut decoder)?;
+        let region = &bytes[start..index + decoder.position()];
+        let serials = Shared::stored(
+            Arc::clone(file),
+            start as u64,
+            u32::try_from(region.len()).map_err(|_| corrupt("a tier's serials"))?,
+            xxh3_64(region),
+        );
+        let shared_serials = read_serials_from(&mut decoder)?;
         decoder.finished()?;
         let mut sealed = Sealed {
             blocks,

@@ -526,8 +526,8 @@ fn resident_bytes(shards: &[Arc<ShardData>], counted: impl Fn(&str) -> bool) -> 
     bytes
 }
 
-/// Issue 32: once the store holds a station's sealed tier, its blocks and the
-/// pieces they share are read from there and leave memory, in the generation that
+/// Issue 32: once the store holds a station's sealed tier, its blocks, the
+/// pieces they share and its outputs' serials are read from there and leave memory, in the generation that
 /// was written and in a start from the store; each read from a file is counted,
 /// and the records read are those the load made.
 #[test]
@@ -541,6 +541,9 @@ fn issue_32_sealed_blocks_leave_memory_once_stored_and_are_read_from_their_files
         resident_bytes(&shards, |part| part == SHARED) > 0,
         "pieces shared"
     );
+    let serial_index =
+        |shards: &[Arc<ShardData>]| resident_bytes(shards, |part| part == "sealed serial index");
+    let serials_loaded = serial_index(&shards);
     let store = tempfile::tempdir().unwrap();
     let mut writer = StoreWriter::new(
         Store::new(store.path()),
@@ -550,6 +553,8 @@ fn issue_32_sealed_blocks_leave_memory_once_stored_and_are_read_from_their_files
     let report = writer.write(&catalog, &shards).unwrap();
     assert_eq!(report.tiers_stored, 4, "{report:?}");
     assert_eq!(resident_block_bytes(&shards), 0);
+    // The outputs' serials leave too; those in more than one block stay.
+    assert!(serial_index(&shards) < serials_loaded);
     // Nothing decoded kept: every block is read again, from its file.
     crate::data::sealed::cache::set_capacity(0);
     let reads = crate::data::sealed::cache::stats().store_reads;
