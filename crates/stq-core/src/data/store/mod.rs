@@ -78,6 +78,12 @@ pub const MANIFEST: &str = "MANIFEST";
 /// another version is not read (and is written over).
 const MAGIC: &[u8; 8] = b"STQSTOR4";
 
+/// The format before this one, whose symbol runs have no hash table (they are read
+/// into the heap): a start still reads a store of it, so that the upgrade that
+/// brings this format does not load every snapshot file again, and the first write
+/// replaces its symbol runs (its other files are as this format writes them).
+const MAGIC_BEFORE: &[u8; 8] = b"STQSTOR3";
+
 /// zstd's level for hot layers, a recent one written again at every append to its
 /// station: the fastest (other levels not compared yet).
 const LAYER_LEVEL: i32 = 1;
@@ -249,22 +255,32 @@ impl Store {
             )));
         }
         let mut written = Written::default();
-        for (first, file) in &manifest.symbols {
-            let run = self.symbol_run(file)?;
-            if run.first() != *first {
-                return Err(self.damaged(file, codec::Corrupt("a symbol run's first symbol")));
+        let symbols = match manifest.before {
+            // Read into the heap; the writer writes them again as this format's
+            // run (it holds none of the store's), and the manifest after them.
+            true => self.symbols_before(&manifest.symbols)?,
+            false => {
+                for (first, file) in &manifest.symbols {
+                    let run = self.symbol_run(file)?;
+                    if run.first() != *first {
+                        return Err(
+                            self.damaged(file, codec::Corrupt("a symbol run's first symbol"))
+                        );
+                    }
+                    written.runs.push(WrittenRun {
+                        file: file.clone(),
+                        mapped: Arc::new(run),
+                    });
+                }
+                let runs: Vec<Arc<Run>> = (written.runs.iter())
+                    .map(|run| Arc::clone(&run.mapped))
+                    .collect();
+                let symbols =
+                    Symbols::of_runs(&runs).map_err(|malformed| damaged(malformed.to_string()))?;
+                written.symbol_count = symbols.len();
+                symbols
             }
-            written.runs.push(WrittenRun {
-                file: file.clone(),
-                mapped: Arc::new(run),
-            });
-        }
-        let runs: Vec<Arc<Run>> = (written.runs.iter())
-            .map(|run| Arc::clone(&run.mapped))
-            .collect();
-        let symbols =
-            Symbols::of_runs(&runs).map_err(|malformed| damaged(malformed.to_string()))?;
-        written.symbol_count = symbols.len();
+        };
         let read = threads::map(manifest.stations, |station| {
             let restored = self.station(&station);
             (station.name, station.placement, restored)
@@ -359,7 +375,7 @@ impl Store {
         if !holds_its_name(&file.name, &bytes) {
             return Err(damaged("its checksum does not match".into()));
         }
-        if !bytes.starts_with(MAGIC) {
+        if !bytes.starts_with(MAGIC) && !bytes.starts_with(MAGIC_BEFORE) {
             return Err(damaged("not a store file of this version".into()));
         }
         Ok(bytes)
@@ -395,6 +411,28 @@ impl Store {
             path: path.display().to_string(),
             reason: malformed.to_string(),
         })
+    }
+
+    /// The symbol table of the runs `symbols` of a store of the format before this
+    /// one ([`MAGIC_BEFORE`]), each checked, read into the heap.
+    fn symbols_before(&self, symbols: &[(u32, FileRef)]) -> Result<Symbols, StoreError> {
+        let mut texts: Vec<Box<str>> = Vec::new();
+        for (first, file) in symbols {
+            let bytes = self.checked(file)?;
+            let mut decoder = codec::Decoder::new(&bytes[MAGIC.len()..]);
+            let mut run = || -> Result<(), codec::Corrupt> {
+                if decoder.u32()? as usize != texts.len() + 1 || *first as usize != texts.len() + 1
+                {
+                    return Err(codec::Corrupt("symbol runs out of order"));
+                }
+                for _ in 0..decoder.count(1)? {
+                    texts.push(decoder.text()?.into());
+                }
+                decoder.finished()
+            };
+            run().map_err(|corrupt| self.damaged(file, corrupt))?;
+        }
+        Ok(Symbols::default().extended(texts))
     }
 
     /// The symbol run just written as `file` from `bytes`, mapped from it.
@@ -498,6 +536,8 @@ fn check_placements(
 
 /// What the manifest says.
 struct Manifest {
+    /// Written by the format before this one ([`MAGIC_BEFORE`]).
+    before: bool,
     settings: StoreSettings,
     symbols: Vec<(u32, FileRef)>,
     sources: Vec<SourceState>,
@@ -523,7 +563,10 @@ impl ManifestStation {
 
 impl Manifest {
     fn write(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(match self.before {
+            true => MAGIC_BEFORE,
+            false => MAGIC,
+        });
         let settings = &self.settings;
         codec::bytes(out, settings.snapshots.to_string_lossy().as_bytes());
         codec::number(out, settings.shards as u64);
@@ -565,9 +608,11 @@ impl Manifest {
 
     fn read(body: &[u8]) -> Result<Manifest, codec::Corrupt> {
         let mut decoder = codec::Decoder::new(body);
-        if decoder.take(MAGIC.len())? != MAGIC {
-            return Err(codec::Corrupt("not a manifest of this version"));
-        }
+        let before = match decoder.take(MAGIC.len())? {
+            magic if magic == MAGIC => false,
+            magic if magic == MAGIC_BEFORE => true,
+            _ => return Err(codec::Corrupt("not a manifest of this version")),
+        };
         let snapshots = PathBuf::from(decoder.text()?);
         let shards = decoder.number()? as usize;
         let hot = match decoder.take(1)?[0] {
@@ -605,6 +650,7 @@ impl Manifest {
         }
         decoder.finished()?;
         Ok(Manifest {
+            before,
             settings: StoreSettings {
                 snapshots,
                 shards,
@@ -801,6 +847,7 @@ impl StoreWriter {
             });
         }
         let manifest = Manifest {
+            before: false,
             settings: self.settings.clone(),
             symbols: runs.iter().map(WrittenRun::named).collect(),
             sources: catalog.sources.clone(),

@@ -676,3 +676,98 @@ fn issue_32_symbol_runs_stay_few_as_a_floor_adds_serials() {
     assert_eq!(files_read, 0);
     assert_eq!(restarted, everything(&fixture.catalog, &fixture.shards));
 }
+
+/// The store in `directory` rewritten as the format before this one wrote it
+/// ([`MAGIC_BEFORE`]): each file under that magic (and so another name), and the
+/// symbol table as one run of length-prefixed strings.
+fn rewrite_as_the_format_before(directory: &Path, symbols: &Symbols) {
+    let bytes = fs::read(directory.join(MANIFEST)).unwrap();
+    let mut manifest = Manifest::read(checked_manifest(&bytes).unwrap()).unwrap();
+    // Files are named by their bytes: stations with the same layer share a file.
+    let mut renamed: HashMap<String, FileRef> = HashMap::new();
+    let rename = |renamed: &mut HashMap<String, FileRef>, file: &mut FileRef, bytes: Vec<u8>| {
+        let kind = file.name.split('-').next().unwrap().to_owned();
+        let name = format!("{kind}-{:032x}.stq", xxh3_128(&bytes));
+        fs::write(directory.join(&name), &bytes).unwrap();
+        let new = FileRef {
+            name,
+            length: bytes.len() as u64,
+        };
+        renamed.insert(file.name.clone(), new.clone());
+        *file = new;
+    };
+    for station in &mut manifest.stations {
+        let files = [Some(&mut station.settled), Some(&mut station.recent)]
+            .into_iter()
+            .chain([station.sealed.as_mut()]);
+        for file in files.flatten() {
+            if let Some(new) = renamed.get(&file.name) {
+                *file = new.clone();
+                continue;
+            }
+            let mut bytes = fs::read(directory.join(&file.name)).unwrap();
+            bytes[..MAGIC.len()].copy_from_slice(MAGIC_BEFORE);
+            rename(&mut renamed, file, bytes);
+        }
+    }
+    let mut run = MAGIC_BEFORE.to_vec();
+    codec::number(&mut run, 1);
+    codec::number(&mut run, symbols.len() as u64 - 1);
+    for symbol in 1..symbols.len() {
+        codec::bytes(&mut run, symbols.text(Symbol(symbol as u32)).as_bytes());
+    }
+    assert_eq!(manifest.symbols.len(), 1, "a first write's one run");
+    let mut first = manifest.symbols[0].1.clone();
+    rename(&mut renamed, &mut first, run);
+    manifest.symbols = vec![(1, first)];
+    for old in renamed.keys() {
+        fs::remove_file(directory.join(old)).unwrap();
+    }
+    manifest.before = true;
+    let mut bytes = Vec::new();
+    manifest.write(&mut bytes);
+    fs::write(directory.join(MANIFEST), bytes).unwrap();
+}
+
+/// Issue 32: a store of the format before this one (whose symbol runs are read
+/// into the heap) is still read at a start, so that the upgrade to this format
+/// loads no snapshot file again; the first write replaces its symbol runs and
+/// keeps its other files, and the start after it maps the new runs.
+#[test]
+fn issue_32_a_store_of_the_format_before_is_read_and_its_symbols_written_again() {
+    let fixture = fixture(3, 200);
+    let directory = fixture.store.path();
+    rewrite_as_the_format_before(directory, &fixture.catalog.symbols);
+    let station_files: Vec<FileRef> = (fixture.manifest().stations.iter())
+        .flat_map(|station| station.files().cloned().collect::<Vec<_>>())
+        .collect();
+    let (restarted, loaded, files_read) = fixture.restart(2);
+    assert_eq!(restarted, loaded);
+    assert_eq!(files_read, 0, "the store holds it all");
+    // The first write: this format's symbol run and manifest, the same station
+    // files.
+    let mut restored = fixture.read().unwrap();
+    assert_eq!(restored.symbols.mapped_bytes(), 0, "read into the heap");
+    let written = std::mem::take(&mut restored.written);
+    let options = options(fixture.snapshots.path(), 2);
+    let (generation, _, used) = load_from_store(&options, restored).unwrap();
+    assert!(used);
+    let (catalog, shards) = parts(generation);
+    let mut writer = StoreWriter::new(
+        Store::new(directory),
+        settings(fixture.snapshots.path()),
+        written,
+    );
+    let report = writer.write(&catalog, &shards).unwrap();
+    assert_eq!(report.files_written, 1, "the symbol run: {report:?}");
+    let manifest = fixture.manifest();
+    assert!(!manifest.before);
+    let kept: Vec<FileRef> = (manifest.stations.iter())
+        .flat_map(|station| station.files().cloned().collect::<Vec<_>>())
+        .collect();
+    assert_eq!(kept, station_files);
+    assert!(fixture.read().unwrap().symbols.mapped_bytes() > 0);
+    let (restarted, loaded, files_read) = fixture.restart(3);
+    assert_eq!(restarted, loaded);
+    assert_eq!(files_read, 0);
+}
