@@ -15,7 +15,7 @@ use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criteri
 use stq::http::{assemble, Meta};
 use stq_core::data::catalog::{Catalog, Generation};
 use stq_core::data::cursor::CursorKey;
-use stq_core::data::plan::{Answer, Plan, Request, Settings, ShardAnswer};
+use stq_core::data::plan::{Plan, Request, Settings, ShardAnswer};
 use stq_core::data::shard::ShardData;
 use stq_core::domain::auth::{hash_token, Tokens};
 use stq_core::domain::query::{self, Endpoint, Limits};
@@ -113,10 +113,9 @@ fn scan(criterion: &mut Criterion) {
             let (shard, question) = plan.shard_questions().next().expect("one shard");
             (question, Arc::clone(&shards[shard]))
         };
-        let hits = match plan.merge(answers(&plan, &shards), &settings) {
-            Ok(Answer::Page(page)) => page.len(),
-            _ => panic!("a page"),
-        };
+        let hits = (plan.merge(answers(&plan, &shards), &settings))
+            .expect("a page")
+            .count();
         group.throughput(Throughput::Elements(hits as u64));
         group.bench_function(
             BenchmarkId::new(name, format!("{hits} records")),
@@ -146,10 +145,9 @@ fn merge(criterion: &mut Criterion) {
             "from=2026-10-25T00:00:00Z&to=2026-11-01T00:00:00Z",
             &settings,
         );
-        let total = match plan.merge(answers(&plan, &shards), &settings) {
-            Ok(Answer::Page(page)) => page.len(),
-            _ => panic!("a page"),
-        };
+        let total = (plan.merge(answers(&plan, &shards), &settings))
+            .expect("a page")
+            .count();
         group.throughput(Throughput::Elements(total as u64));
         group.bench_function(
             BenchmarkId::new(format!("{total} records"), format!("{shard_count} shards")),

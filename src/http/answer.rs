@@ -14,7 +14,7 @@ use actix_web::{HttpRequest, HttpResponse};
 use chrono::Utc;
 use std::future::Future;
 
-use stq_core::data::plan::{Answer, Request};
+use stq_core::data::plan::Request;
 use stq_core::domain::auth::Principal;
 use stq_core::domain::query::{self, Endpoint};
 use stq_core::domain::time::Timestamp;
@@ -179,14 +179,10 @@ async fn answer_in_time(
         query_duration_ms: started.elapsed().as_millis() as u64,
         next_cursor: None,
     };
-    let (more, count) = match &answer {
-        Answer::Page(page) => {
-            // With `limit`, always there: the cursor, or null on the last page.
-            meta.next_cursor = paged.then(|| page.next_cursor());
-            (page.next_cursor().is_some(), page.len())
-        }
-        Answer::Rows(rows) => (false, rows.len()),
-    };
+    // With `limit` (records only), always there: the cursor, or null on the
+    // last page.
+    meta.next_cursor = paged.then(|| answer.next_cursor());
+    let (more, count) = (answer.next_cursor().is_some(), answer.count());
     let written = format::write(&presentation, endpoint, request, &answer, &meta);
     drop(slot);
     // Assembly runs on this thread without a pause the timer could act in.

@@ -1,13 +1,12 @@
 //! The success envelope (docs/api.md section 7), assembled around records rendered at
-//! load time: a record's stored parts, or a summary's rendered rows, are copied
-//! into a body sized once.
+//! load time: an answer writes its `data` (records' stored parts, or a summary's
+//! rendered rows) into a body sized once; `message` and `meta` are written here.
 
 use std::ops::Range;
 
 use chrono::{DateTime, Utc};
 
-use stq_core::data::plan::Page;
-use stq_core::data::summary::Rows;
+use stq_core::data::plan::Answer;
 use stq_core::domain::query::Endpoint;
 use stq_core::domain::record::Kind;
 use stq_core::domain::time::write_timestamp_millis_utc;
@@ -23,42 +22,19 @@ pub struct Meta<'a> {
     pub next_cursor: Option<Option<&'a str>>,
 }
 
-/// Assembles the success body of `endpoint` from the records' pre-rendered JSON;
-/// also returns where in it the `data` array lies, which the `ETag` hashes.
-pub fn envelope(endpoint: Endpoint, page: &Page, meta: &Meta) -> (Vec<u8>, Range<usize>) {
+/// Assembles the success body of `endpoint` around `answer`'s `data`; also
+/// returns where in it the `data` array lies, which the `ETag` hashes.
+pub fn envelope(endpoint: Endpoint, answer: &Answer, meta: &Meta) -> (Vec<u8>, Range<usize>) {
     assemble_with_data(
         endpoint.spec().noun,
-        page.len(),
-        page.json_bytes(),
+        answer.count(),
+        answer.json_bytes(),
         meta,
-        |body| write_records(body, page),
+        |body| answer.write_json(body),
     )
 }
 
-/// The success body of a summary or `/stations` (docs/api.md section 10) around
-/// its rendered rows, and where in it the `data` array lies.
-pub(super) fn rows_envelope(
-    endpoint: Endpoint,
-    rows: &Rows,
-    meta: &Meta,
-) -> (Vec<u8>, Range<usize>) {
-    let bytes = rows.rows().map(<[u8]>::len).sum();
-    assemble_with_data(endpoint.spec().noun, rows.len(), bytes, meta, |body| {
-        write_rendered(body, rows.rows());
-    })
-}
-
-/// Writes the page's records' JSON, comma-separated.
-fn write_records(body: &mut Vec<u8>, page: &Page) {
-    page.each_record(|index, parts| {
-        if index > 0 {
-            body.push(b',');
-        }
-        parts.write_to(body);
-    });
-}
-
-/// Writes rendered elements (summary rows), comma-separated.
+/// Writes rendered elements, comma-separated.
 fn write_rendered<'a>(body: &mut Vec<u8>, elements: impl Iterator<Item = &'a [u8]>) {
     for (index, element) in elements.enumerate() {
         if index > 0 {

@@ -1,7 +1,8 @@
 //! The seam between an answer and the format it is written in (docs/api.md
 //! section 7): which format a request asks for (`format`, else `Accept`), and the
-//! answer written in it, the JSON envelope (`envelope`) or CSV (`csv`), with
-//! what the format says in headers rather than in its body.
+//! answer written in it, the JSON envelope (`envelope`) or CSV (which the
+//! answer writes itself: `stq_core::data::plan`), with what the format says in
+//! headers rather than in its body.
 //!
 //! Everything else about an answer (the checks, the plan, the engine, the
 //! query slot, the ETag and `If-None-Match`) is the same for every format and
@@ -15,9 +16,11 @@ use actix_web::HttpRequest;
 use stq_core::data::plan::Answer;
 use stq_core::domain::query::{Endpoint, Format, QueryParams};
 
-use super::csv;
-use super::envelope::{envelope, rows_envelope, Meta};
+use super::envelope::{envelope, Meta};
 use super::error::JSON;
+
+/// The media type of a CSV answer.
+const CSV: &str = "text/csv; charset=utf-8; header=present";
 
 /// `X-Query-Duration-Ms`: `meta.query_duration_ms` of a CSV answer.
 const X_QUERY_DURATION_MS: HeaderName = HeaderName::from_static("x-query-duration-ms");
@@ -41,7 +44,7 @@ impl Presentation {
         match format {
             Format::Json => Presentation::Json,
             Format::Csv => Presentation::Csv {
-                columns: csv::columns(endpoint, params),
+                columns: Answer::csv_columns(endpoint, params),
             },
         }
     }
@@ -103,10 +106,7 @@ pub(super) fn write(
 ) -> Written {
     match presentation {
         Presentation::Json => {
-            let (body, hashed) = match answer {
-                Answer::Page(page) => envelope(endpoint, page, meta),
-                Answer::Rows(rows) => rows_envelope(endpoint, rows, meta),
-            };
+            let (body, hashed) = envelope(endpoint, answer, meta);
             Written {
                 body,
                 hashed,
@@ -115,10 +115,7 @@ pub(super) fn write(
             }
         }
         Presentation::Csv { columns } => {
-            let body = match answer {
-                Answer::Page(page) => csv::records(columns, page),
-                Answer::Rows(rows) => csv::rows(columns, rows),
-            };
+            let body = answer.csv(columns);
             let mut headers = vec![(
                 X_QUERY_DURATION_MS,
                 HeaderValue::from(meta.query_duration_ms),
@@ -129,7 +126,7 @@ pub(super) fn write(
             Written {
                 hashed: 0..body.len(),
                 body,
-                content_type: csv::CONTENT_TYPE,
+                content_type: CSV,
                 headers,
             }
         }

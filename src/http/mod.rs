@@ -5,8 +5,8 @@
 //! line, metrics, CORS, the headers of every response) → `answer` (limits, token,
 //! parameters, plan, the engine, the body in a query slot, `If-None-Match`;
 //! `admission` says what holds a slot) → back out through the middleware. The
-//! body's format is one seam, `format`: the envelope from `envelope`, or CSV
-//! from `csv`. Every error becomes the contract's body in `error` ([`ApiError`]),
+//! body's format is one seam, `format`: the envelope from `envelope`, or CSV,
+//! which the answer writes itself. Every error becomes the contract's body in `error` ([`ApiError`]),
 //! the one place codes are given. `server` assembles the listeners, with client
 //! deadlines from `connection`; `admin` answers the admin listener's `/files`.
 
@@ -15,7 +15,6 @@ mod admission;
 mod answer;
 mod caching;
 mod connection;
-mod csv;
 mod envelope;
 mod error;
 mod fault;

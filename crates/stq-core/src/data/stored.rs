@@ -341,7 +341,7 @@ pub(crate) fn prefetch_value<T>(value: &T) {
 
 /// A record's response JSON as the five parts it is copied from, located.
 #[derive(Clone, Copy, Debug)]
-pub struct Parts<'a> {
+pub(crate) struct Parts<'a> {
     head: &'a [u8],
     time: &'a [u8],
     middle: &'a [u8],
@@ -356,12 +356,12 @@ impl<'a> Parts<'a> {
     /// after the opening quote of `value`; to the end for a unit), the record's
     /// own value text (JSON-escaped; empty for a unit) and the tail piece (from
     /// the closing quote of `value`; empty for a unit).
-    pub fn all(&self) -> [&'a [u8]; 5] {
+    pub(crate) fn all(&self) -> [&'a [u8]; 5] {
         [self.head, self.time, self.middle, self.value, self.tail]
     }
 
     /// Appends the JSON.
-    pub fn write_to(&self, out: &mut Vec<u8>) {
+    pub(crate) fn write_to(&self, out: &mut Vec<u8>) {
         for part in [self.head, self.time, self.middle, self.value, self.tail] {
             out.extend_from_slice(part);
         }
@@ -371,7 +371,7 @@ impl<'a> Parts<'a> {
     /// with its other records (a hot record's), rather than the head being the
     /// record's whole JSON and the rest empty (a sealed record's, written out by
     /// its scan). A stored record's middle piece always holds its `tz` field.
-    pub fn shares_pieces(&self) -> bool {
+    pub(crate) fn shares_pieces(&self) -> bool {
         !self.middle.is_empty()
     }
 

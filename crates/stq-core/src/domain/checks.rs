@@ -170,36 +170,6 @@ fn assert_client_error(error: &QueryError, query: &str) {
     );
 }
 
-/// The fields of a rendered record of each kind (SPEC 2.2, 2.3).
-const UNIT_FIELDS: [&str; 11] = [
-    "station_id",
-    "slot",
-    "unit_serial",
-    "time_created",
-    "tz",
-    "mode",
-    "tags",
-    "unit_type",
-    "direction",
-    "result",
-    "metadata",
-];
-const METRIC_FIELDS: [&str; 13] = [
-    "station_id",
-    "slot",
-    "unit_serial",
-    "time_created",
-    "tz",
-    "mode",
-    "tags",
-    "name",
-    "value",
-    "unit",
-    "type",
-    "limit_upper",
-    "limit_lower",
-];
-
 /// Parses `line` as a snapshot line of `kind` and asserts every invariant of the
 /// result. Returns whether the line was accepted.
 pub fn check_line(kind: Kind, line: &str) -> bool {
@@ -231,10 +201,7 @@ pub fn check_line(kind: Kind, line: &str) -> bool {
     let written: HashMap<String, Box<RawValue>> = serde_json::from_str(line)
         .unwrap_or_else(|error| panic!("accepted line is not a JSON object ({error}): {line:?}"));
 
-    let fields: &[&str] = match kind {
-        Kind::Units => &UNIT_FIELDS,
-        Kind::Metrics => &METRIC_FIELDS,
-    };
+    let fields = kind.fields();
     let mut keys: Vec<&str> = record.keys().map(String::as_str).collect();
     keys.sort_unstable();
     let mut wanted = fields.to_vec();

@@ -698,13 +698,13 @@ impl QueryParams {
 
     /// Summaries only: the names of the row's group fields, in the order given,
     /// each once.
-    pub fn group_names(&self) -> impl Iterator<Item = &'static str> + '_ {
+    pub(crate) fn group_names(&self) -> impl Iterator<Item = &'static str> + '_ {
         self.group_by.iter().map(|field| field.name())
     }
 
     /// Summaries only: whether rows are cut into buckets (`bucket`), and so have a
     /// `bucket_start`.
-    pub fn has_bucket(&self) -> bool {
+    pub(crate) fn has_bucket(&self) -> bool {
         self.bucket.is_some()
     }
 

@@ -45,7 +45,47 @@ impl Kind {
             Kind::Metrics => "/metrics",
         }
     }
+
+    /// The fields of a record's response JSON, in the order it holds them (SPEC.md
+    /// 2.2, 2.3): those both kinds have, then the kind's own. A CSV answer's header
+    /// row and the parser's checks read them here.
+    pub(crate) fn fields(self) -> &'static [&'static str] {
+        match self {
+            Kind::Units => &UNIT_FIELDS,
+            Kind::Metrics => &METRIC_FIELDS,
+        }
+    }
 }
+
+/// See [`Kind::fields`].
+const UNIT_FIELDS: [&str; 11] = [
+    "station_id",
+    "slot",
+    "unit_serial",
+    "time_created",
+    "tz",
+    "mode",
+    "tags",
+    "unit_type",
+    "direction",
+    "result",
+    "metadata",
+];
+const METRIC_FIELDS: [&str; 13] = [
+    "station_id",
+    "slot",
+    "unit_serial",
+    "time_created",
+    "tz",
+    "mode",
+    "tags",
+    "name",
+    "value",
+    "unit",
+    "type",
+    "limit_upper",
+    "limit_lower",
+];
 
 /// The direction of a unit record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -1,8 +1,8 @@
 //! A request to any endpoint answered from a generation, in the pure steps the
 //! engine's actors run: planned ([`Plan::new`]), asked of each shard that holds
 //! its stations ([`Plan::shard_questions`], [`ShardQuestion::answer`]), and its
-//! shards' answers merged into a [`Page`] of records or a summary's rows
-//! ([`Plan::merge`]). The engine decides where each step runs and when; what each
+//! shards' answers merged into an [`Answer`], a page of records or a summary's
+//! rows ([`Plan::merge`]). The engine decides where each step runs and when; what each
 //! step computes is here, so that the engine names a handful of types.
 //!
 //! Planning checks in the contract's order (docs/api.md sections 3 to 6 and 10):
@@ -14,7 +14,9 @@
 //! - this module: the [`Request`], the [`Plan`] and the planning, the errors;
 //! - [`shard`]: what one shard is asked and answers;
 //! - [`page`]: the merge of the shards' answers, the page and its cursor, and the
-//!   reading of a page's records that every answer format goes through.
+//!   reading of a page's records that every answer format goes through;
+//! - [`answer`]: the [`Answer`] written as the envelope's `data` or as CSV
+//!   ([`csv`]), so that the HTTP layer names no page, row or record part.
 
 use std::sync::Arc;
 
@@ -28,6 +30,8 @@ use crate::domain::query::{Endpoint, Limits, QueryError, QueryParams};
 use crate::domain::record::Kind;
 use crate::domain::time::{Timestamp, Window};
 
+mod answer;
+mod csv;
 mod page;
 mod scope;
 mod shard;
@@ -109,9 +113,14 @@ pub struct ShardQuestion {
 #[derive(Debug)]
 pub struct ShardAnswer(shard::Answered);
 
-/// What a query is answered with, by the kind of its question.
+/// What a query is answered with: the elements of the envelope's `data`, which
+/// it writes as JSON or as CSV (`answer`), so that what it holds stays here.
 #[derive(Debug)]
-pub enum Answer {
+pub struct Answer(Elements);
+
+/// An answer's elements, by the kind of its question.
+#[derive(Debug)]
+enum Elements {
     /// `/units` and `/metrics`.
     Page(Page),
     /// The summaries and `/stations`: rows rendered as JSON.
@@ -121,7 +130,7 @@ pub enum Answer {
 /// One page of records in order, pointing into the shard data they came from,
 /// and the cursor of the next page.
 #[derive(Debug)]
-pub struct Page {
+pub(crate) struct Page {
     parts: Vec<page::Part>,
     hits: Vec<page::PartHit>,
     next_cursor: Option<String>,

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use super::shard::Answered;
 use super::{
-    Answer, Page, Plan, PlanError, Question, RecordQuestion, Refusal, Settings, ShardAnswer,
+    Answer, Elements, Page, Plan, PlanError, Question, RecordQuestion, Refusal, Settings,
+    ShardAnswer,
 };
 use crate::data::catalog::Catalog;
 use crate::data::cursor::Cursor;
@@ -52,11 +53,8 @@ impl Plan {
         match &self.question {
             Question::Records(question) => {
                 let page = merge_records(answers, question.cap)?;
-                Ok(Answer::Page(page.paginate(
-                    &self.catalog,
-                    question,
-                    settings,
-                )?))
+                let page = page.paginate(&self.catalog, question, settings)?;
+                Ok(Answer(Elements::Page(page)))
             }
             Question::Summary(question) => {
                 let catalog = &self.catalog;
@@ -81,7 +79,7 @@ impl Plan {
                         })
                     }
                 }?;
-                Ok(Answer::Rows(rows))
+                Ok(Answer(Elements::Rows(rows)))
             }
         }
     }
@@ -181,25 +179,20 @@ impl Page {
     }
 
     /// How many records it holds.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.hits.len()
-    }
-
-    /// Whether it holds no record.
-    pub fn is_empty(&self) -> bool {
-        self.hits.is_empty()
     }
 
     /// The length of its records' JSON, all told, known without reading a record:
     /// what an answer's buffer is sized by.
-    pub fn json_bytes(&self) -> usize {
+    pub(crate) fn json_bytes(&self) -> usize {
         (self.hits.iter())
             .map(|part_hit| part_hit.hit.bytes.length as usize)
             .sum()
     }
 
     /// The next page's cursor; `None` on the last page or without `limit`.
-    pub fn next_cursor(&self) -> Option<&str> {
+    pub(crate) fn next_cursor(&self) -> Option<&str> {
         self.next_cursor.as_deref()
     }
 
@@ -211,7 +204,7 @@ impl Page {
     /// ahead lets the misses of several records overlap. Each record's station
     /// and stored form are read once: the stages hand on what they read in two
     /// small rings.
-    pub fn each_record<'a>(&'a self, mut write: impl FnMut(usize, Parts<'a>)) {
+    pub(crate) fn each_record<'a>(&'a self, mut write: impl FnMut(usize, Parts<'a>)) {
         let records = self.records();
         let mut stations = records.clone().skip(STATION_AHEAD);
         let mut located = records.map(|record| {

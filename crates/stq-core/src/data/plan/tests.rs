@@ -100,7 +100,7 @@ fn answer(
 
 /// A page's records as JSON, and its cursor.
 fn page(answer: Answer) -> (Vec<Value>, Option<String>) {
-    let Answer::Page(page) = answer else {
+    let Answer(Elements::Page(page)) = answer else {
         panic!("a page of records was asked for")
     };
     let mut records = Vec::new();

@@ -127,24 +127,19 @@ pub(crate) trait PartialSummary: Sized {
 
 /// Rows rendered as JSON objects, one after another in `bytes`.
 #[derive(Debug, Default)]
-pub struct Rows {
+pub(crate) struct Rows {
     bytes: Vec<u8>,
     rows: Vec<Range<usize>>,
 }
 
 impl Rows {
     /// How many rows there are.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.rows.len()
     }
 
-    /// Whether there are no rows: a summary of no records.
-    pub fn is_empty(&self) -> bool {
-        self.rows.is_empty()
-    }
-
     /// Each row's JSON, in order.
-    pub fn rows(&self) -> impl Iterator<Item = &[u8]> + Clone + '_ {
+    pub(crate) fn rows(&self) -> impl Iterator<Item = &[u8]> + Clone + '_ {
         self.rows.iter().map(|range| &self.bytes[range.clone()])
     }
 

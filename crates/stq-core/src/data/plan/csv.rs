@@ -2,12 +2,12 @@
 //! names and then a row per element of `data`, written from the same JSON the
 //! envelope copies.
 //!
-//! A record's JSON is stored as five parts (`stq_core::data::stored`): three
-//! pieces its station shares with its other records, and its own time and value
-//! texts. Each piece is transcribed to CSV once per answer, and a record's row is
-//! copied from its pieces' transcriptions and its own texts, as its JSON is
-//! copied into the envelope; nothing parses an answer's JSON as a whole. A
-//! summary's rows are few and each is transcribed whole.
+//! A record's JSON is stored as five parts (`data::stored`): three pieces its
+//! station shares with its other records, and its own time and value texts. Each
+//! piece is transcribed to CSV once per answer, and a record's row is copied
+//! from its pieces' transcriptions and its own texts, as its JSON is copied into
+//! the envelope; nothing parses an answer's JSON as a whole. A summary's rows
+//! are few and each is transcribed whole.
 //!
 //! Transcribing a JSON object (or a piece of one) to CSV fields: a string is its
 //! text, unescaped; a number is its JSON text; `null` is an empty field; an
@@ -16,39 +16,14 @@
 
 use std::ops::Range;
 
-use stq_core::data::plan::Page;
-use stq_core::data::stored::Parts;
-use stq_core::data::summary::Rows;
-use stq_core::domain::query::{Endpoint, QueryParams};
-
-/// The media type of a CSV answer.
-pub(super) const CONTENT_TYPE: &str = "text/csv; charset=utf-8; header=present";
+use super::Page;
+use crate::data::stored::Parts;
+use crate::data::summary::Rows;
+use crate::domain::query::{Endpoint, QueryParams};
+use crate::domain::record::Kind;
 
 /// Rows end with CRLF (RFC 4180).
 const ROW_END: &[u8] = b"\r\n";
-
-/// The fields of a record, in SPEC.md's order (2.2, 2.3), which is the order
-/// the record's JSON holds them in: those both kinds have, then each kind's own.
-const RECORD_FIELDS: &[&str] = &[
-    "station_id",
-    "slot",
-    "unit_serial",
-    "time_created",
-    "tz",
-    "mode",
-    "tags",
-];
-/// A unit record's own fields, after those.
-const UNIT_FIELDS: &[&str] = &["unit_type", "direction", "result", "metadata"];
-/// A metric record's own fields, after those.
-const METRIC_FIELDS: &[&str] = &[
-    "name",
-    "value",
-    "unit",
-    "type",
-    "limit_upper",
-    "limit_lower",
-];
 
 /// The fields of a summary row after its group fields, `name` and
 /// `bucket_start` (docs/api.md section 10).
@@ -86,9 +61,8 @@ const METRIC_SUMMARY_FIELDS: &[&str] = &[
 ];
 const STATION_FIELDS: &[&str] = &["station_id", "units", "metrics", "first", "last"];
 
-/// The header row's names of an answer of `endpoint` to `params`: the fields of
-/// each element of its `data`, in their order. Known before the answer is, so an
-/// empty answer has its header too.
+/// The header row's names of an answer of `endpoint` to `params` (see
+/// [`super::Answer::csv_columns`]).
 pub(super) fn columns(endpoint: Endpoint, params: &QueryParams) -> Vec<&'static str> {
     let group = || {
         let mut names: Vec<&'static str> = params.group_names().collect();
@@ -101,8 +75,8 @@ pub(super) fn columns(endpoint: Endpoint, params: &QueryParams) -> Vec<&'static 
         names
     };
     match endpoint {
-        Endpoint::Units => [RECORD_FIELDS, UNIT_FIELDS].concat(),
-        Endpoint::Metrics => [RECORD_FIELDS, METRIC_FIELDS].concat(),
+        Endpoint::Units => Kind::Units.fields().to_vec(),
+        Endpoint::Metrics => Kind::Metrics.fields().to_vec(),
         Endpoint::UnitsSummary => [group(), UNIT_SUMMARY_FIELDS.to_vec()].concat(),
         Endpoint::MetricsSummary => [group(), METRIC_SUMMARY_FIELDS.to_vec()].concat(),
         Endpoint::Stations => STATION_FIELDS.to_vec(),
@@ -176,7 +150,7 @@ impl<'a> PieceRows<'a> {
     fn write_whole(&mut self, body: &mut Vec<u8>, json: &'a [u8]) {
         match cut(json) {
             Some(parts) => self.write_parts(body, parts, false),
-            // Not a record's JSON as `stq_core::domain::record` renders it.
+            // Not a record's JSON as `domain::record` renders it.
             None => {
                 transcribe(json, body);
                 body.extend_from_slice(ROW_END);
@@ -220,7 +194,7 @@ impl<'a> PieceRows<'a> {
     }
 }
 
-/// A record's whole JSON cut where `stq_core::data::stored` cuts it: the head
+/// A record's whole JSON cut where `data::stored` cuts it: the head
 /// (up to the date of `time_created`), the time of day, the middle (up to just
 /// inside the string of `value`), the value's text and the tail. Inside a JSON
 /// string every quote is escaped, so the first `"time_created":"` and, after
@@ -433,7 +407,7 @@ fn write_field(out: &mut Vec<u8>, field: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use stq_core::domain::record::{parse_line, Kind};
+    use crate::domain::record::parse_line;
 
     /// A JSON object's fields, transcribed as a whole.
     fn whole_row(json: &[u8]) -> String {
@@ -514,10 +488,7 @@ mod tests {
             assert_eq!(whole_row(&json), expected, "{line}");
             assert_eq!(sealed_row(&json), format!("{expected}\r\n"), "{line}");
             // The header names every field of the JSON, in its order.
-            let fields = match kind {
-                Kind::Units => [RECORD_FIELDS, UNIT_FIELDS].concat(),
-                Kind::Metrics => [RECORD_FIELDS, METRIC_FIELDS].concat(),
-            };
+            let fields = kind.fields();
             let text = String::from_utf8_lossy(&json);
             let places: Vec<Option<usize>> = fields
                 .iter()
