@@ -11,9 +11,10 @@
 //! A part that fails its check panics where it is read, so a request fails (the
 //! shard that read it restarts) rather than answer from damaged bytes.
 //!
-//! A tier's shared pieces ([`Shared`]) move the same way: from memory to their
-//! region of the store file's index, read (and checked) into the cache when a
-//! block of the tier is decoded or the tier is sealed into.
+//! Two parts of a tier's index move the same way ([`IndexPart`]), its shared pieces
+//! and its outputs' serial list: from memory to their region of the store file's
+//! index, read (and checked) into the cache when a block of the tier is decoded,
+//! the tier is sealed into, or a summary pairs attempts across its blocks.
 
 use std::fs::File;
 use std::ops::{Deref, Range};
@@ -177,15 +178,16 @@ impl Body {
     }
 }
 
-/// Where a tier's shared pieces are: in memory, as sealing made them, or a region
-/// of its store file (a [`Body`] of `length` bytes that hash to `check`).
+/// Where a part of a tier's index is (its shared pieces, its serial list): in
+/// memory, as sealing made it, or a region of its store file (a [`Body`] of
+/// `length` bytes that hash to `check`).
 #[derive(Debug)]
-pub(crate) struct Shared<T> {
-    place: RwLock<SharedPlace<T>>,
+pub(crate) struct IndexPart<T> {
+    place: RwLock<IndexPlace<T>>,
 }
 
 #[derive(Debug)]
-enum SharedPlace<T> {
+enum IndexPlace<T> {
     Resident(Arc<T>),
     Stored {
         body: Arc<Body>,
@@ -194,40 +196,40 @@ enum SharedPlace<T> {
     },
 }
 
-/// Where a tier's shared pieces are, as [`Shared::place`] says.
-pub(crate) enum SharedAt<T> {
+/// Where a part of a tier's index is, as [`IndexPart::place`] says.
+pub(crate) enum IndexPartAt<T> {
     /// In memory.
     Resident(Arc<T>),
     /// In a store file: the region's body, its length and its checksum.
     Stored(Arc<Body>, u32, u64),
 }
 
-impl<T: Default> Default for Shared<T> {
-    /// No pieces, in memory.
-    fn default() -> Shared<T> {
-        Shared {
-            place: RwLock::new(SharedPlace::Resident(Arc::default())),
+impl<T: Default> Default for IndexPart<T> {
+    /// An empty part, in memory.
+    fn default() -> IndexPart<T> {
+        IndexPart {
+            place: RwLock::new(IndexPlace::Resident(Arc::default())),
         }
     }
 }
 
-impl<T> Shared<T> {
-    /// Pieces held in memory.
-    pub(crate) fn resident(pieces: Arc<T>) -> Arc<Shared<T>> {
-        Arc::new(Shared {
-            place: RwLock::new(SharedPlace::Resident(pieces)),
+impl<T> IndexPart<T> {
+    /// A part held in memory.
+    pub(crate) fn resident(pieces: Arc<T>) -> Arc<IndexPart<T>> {
+        Arc::new(IndexPart {
+            place: RwLock::new(IndexPlace::Resident(pieces)),
         })
     }
 
-    /// Pieces at `offset` in `file`, `length` bytes that hash to `check`.
+    /// A part at `offset` in `file`, `length` bytes that hash to `check`.
     pub(crate) fn stored(
         file: Arc<StoreFile>,
         offset: u64,
         length: u32,
         check: u64,
-    ) -> Arc<Shared<T>> {
-        Arc::new(Shared {
-            place: RwLock::new(SharedPlace::Stored {
+    ) -> Arc<IndexPart<T>> {
+        Arc::new(IndexPart {
+            place: RwLock::new(IndexPlace::Stored {
                 body: Body::stored(file, offset),
                 length,
                 check,
@@ -235,22 +237,22 @@ impl<T> Shared<T> {
         })
     }
 
-    /// Where they are now.
-    pub(crate) fn place(&self) -> SharedAt<T> {
+    /// Where it is now.
+    pub(crate) fn place(&self) -> IndexPartAt<T> {
         match &*self.place.read() {
-            SharedPlace::Resident(pieces) => SharedAt::Resident(Arc::clone(pieces)),
-            SharedPlace::Stored {
+            IndexPlace::Resident(pieces) => IndexPartAt::Resident(Arc::clone(pieces)),
+            IndexPlace::Stored {
                 body,
                 length,
                 check,
-            } => SharedAt::Stored(Arc::clone(body), *length, *check),
+            } => IndexPartAt::Stored(Arc::clone(body), *length, *check),
         }
     }
 
-    /// Points them at `offset` in `file`, which holds them as `length` bytes that
-    /// hash to `check`: they leave memory once no reader holds them.
+    /// Points it at `offset` in `file`, which holds it as `length` bytes that hash
+    /// to `check`: it leaves memory once no reader holds it.
     pub(crate) fn store_at(&self, file: Arc<StoreFile>, offset: u64, length: u32, check: u64) {
-        *self.place.write() = SharedPlace::Stored {
+        *self.place.write() = IndexPlace::Stored {
             body: Body::stored(file, offset),
             length,
             check,

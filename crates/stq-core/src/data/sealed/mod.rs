@@ -46,7 +46,7 @@ use crate::data::symbols::Symbol;
 use crate::data::tier::{tree_bytes, KeyRange, MetricEntry, Tier, UnitEntry};
 use crate::domain::record::Kind;
 use crate::domain::time::Timestamp;
-use body::{Body, Shared, SharedAt};
+use body::{Body, IndexPart, IndexPartAt};
 use columns::Sealable;
 use encode::encode;
 
@@ -258,7 +258,7 @@ type SerialList = Box<[Symbol]>;
 pub(crate) struct Sealed {
     blocks: BTreeMap<i64, Block>,
     /// The pieces its blocks share: in memory, or in its store file ([`Sealed::shared`]).
-    shared: Arc<Shared<SharedPieces>>,
+    shared: Arc<IndexPart<SharedPieces>>,
     /// The period locators count from: the first block's.
     base: i64,
     unit_count: usize,
@@ -271,7 +271,7 @@ pub(crate) struct Sealed {
     /// `serials`; it counts every other unit from its block's digest alone. The
     /// first list is read from the store file, as the shared pieces are, once the
     /// store holds the tier ([`Sealed::serials`]).
-    serials: Arc<Shared<SerialList>>,
+    serials: Arc<IndexPart<SerialList>>,
     shared_serials: Box<[Symbol]>,
 }
 
@@ -375,7 +375,7 @@ impl Sealed {
         let known = shared.known();
         let mut sealed = Sealed {
             blocks: self.blocks.clone(),
-            shared: Shared::resident(Arc::clone(&shared)),
+            shared: IndexPart::resident(Arc::clone(&shared)),
             base: 0,
             unit_count: self.unit_count + added_units,
             metric_count: self.metric_count + added_metrics,
@@ -596,7 +596,7 @@ impl Sealed {
         }
         let mut serials: Vec<Symbol> = outputs.iter().map(|(serial, _)| *serial).collect();
         serials.dedup();
-        self.serials = Shared::resident(Arc::new(serials.into()));
+        self.serials = IndexPart::resident(Arc::new(serials.into()));
         self.shared_serials = shared.into();
         self.ends = None;
         let (Some((&first_period, first)), Some((&last_period, last))) =
@@ -702,14 +702,14 @@ impl Tier for Sealed {
             tree_bytes(&self.blocks) + bodies as u64,
         );
         let serials = match self.serials.place() {
-            SharedAt::Resident(serials) => serials.len(),
-            SharedAt::Stored(..) => 0,
+            IndexPartAt::Resident(serials) => serials.len(),
+            IndexPartAt::Stored(..) => 0,
         };
         add(
             "sealed serial index",
             ((serials + self.shared_serials.len()) * size_of::<Symbol>()) as u64,
         );
-        if let SharedAt::Resident(shared) = self.shared.place() {
+        if let IndexPartAt::Resident(shared) = self.shared.place() {
             add("sealed shared pieces", shared.heap_bytes());
         }
     }

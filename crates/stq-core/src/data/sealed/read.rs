@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use foldhash::HashMap;
 
-use super::body::{Shared, SharedAt};
+use super::body::{IndexPart, IndexPartAt};
 use super::cache::{self, BlockKey, CachedBlock};
 use super::columns::Sealable;
 use super::rendered::Rendered;
@@ -32,14 +32,14 @@ const SERIALS: u32 = 7;
 /// its body and `kind`, weighing `weight` of it) from its region of a store file,
 /// which `read` reads.
 fn through_cache<T: Send + Sync + 'static>(
-    shared: &Shared<T>,
+    shared: &IndexPart<T>,
     kind: u32,
     read: fn(&[u8]) -> Result<T, Corrupt>,
     weight: fn(&T) -> u64,
 ) -> Arc<T> {
     let (body, length, check) = match shared.place() {
-        SharedAt::Resident(value) => return value,
-        SharedAt::Stored(body, length, check) => (body, length, check),
+        IndexPartAt::Resident(value) => return value,
+        IndexPartAt::Stored(body, length, check) => (body, length, check),
     };
     let key = (body.id(), kind, 0);
     let cached = cache::with_blocks(|blocks| blocks.get(&key))

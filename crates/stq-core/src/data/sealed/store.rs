@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use xxhash_rust::xxh3::xxh3_64;
 
-use super::body::Shared;
+use super::body::IndexPart;
 use super::{Block, Filter, Part, Sealed, SerialList, SharedPieces, StoreFile};
 use crate::data::key::RecordKey;
 use crate::data::store::codec;
@@ -251,7 +251,7 @@ impl Sealed {
         let start = index + decoder.position();
         SharedPieces::read_from(&mut decoder)?;
         let region = &bytes[start..index + decoder.position()];
-        let shared = Shared::stored(
+        let shared = IndexPart::stored(
             Arc::clone(file),
             start as u64,
             u32::try_from(region.len()).map_err(|_| corrupt("a tier's shared pieces"))?,
@@ -281,7 +281,7 @@ impl Sealed {
         let start = index + decoder.position();
         read_serials_from(&mut decoder)?;
         let region = &bytes[start..index + decoder.position()];
-        let serials = Shared::stored(
+        let serials = IndexPart::stored(
             Arc::clone(file),
             start as u64,
             u32::try_from(region.len()).map_err(|_| corrupt("a tier's serials"))?,
