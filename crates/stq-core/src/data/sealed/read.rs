@@ -28,16 +28,16 @@ use crate::domain::time::Timestamp;
 const SHARED_PIECES: u32 = 6;
 const SERIALS: u32 = 7;
 
-/// What `shared` holds: from memory, or through the process's cache (known by
-/// its body and `kind`, weighing `weight` of it) from its region of a store file,
-/// which `read` reads.
+/// What `part` holds: from memory, or through the process's cache (known by its
+/// body and `kind`, weighing `weight` of it) from its region of a store file, which
+/// `read` reads.
 fn through_cache<T: Send + Sync + 'static>(
-    shared: &IndexPart<T>,
+    part: &IndexPart<T>,
     kind: u32,
     read: fn(&[u8]) -> Result<T, Corrupt>,
     weight: fn(&T) -> u64,
 ) -> Arc<T> {
-    let (body, length, check) = match shared.place() {
+    let (body, length, check) = match part.place() {
         IndexPartAt::Resident(value) => return value,
         IndexPartAt::Stored(body, length, check) => (body, length, check),
     };

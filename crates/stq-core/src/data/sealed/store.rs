@@ -23,7 +23,8 @@ use crate::data::symbols::Symbol;
 use crate::domain::time::Timestamp;
 
 /// Where a tier's parts are in the store file [`Sealed::file`] made of it: each
-/// block's bytes, in period order, and the region of its shared pieces.
+/// block's bytes, in period order, and the regions of its shared pieces and its
+/// serial list.
 #[derive(Debug)]
 pub(crate) struct Layout {
     blocks: Vec<u64>,
@@ -41,7 +42,7 @@ fn write_serials(serials: &[Symbol], out: &mut Vec<u8>) {
     }
 }
 
-fn read_serials_from(decoder: &mut codec::Decoder<'_>) -> Result<Box<[Symbol]>, codec::Corrupt> {
+fn read_serials_from(decoder: &mut codec::Decoder<'_>) -> Result<SerialList, codec::Corrupt> {
     (0..decoder.count(1)?)
         .map(|_| decoder.u32().map(Symbol))
         .collect()
