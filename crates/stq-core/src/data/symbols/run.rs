@@ -246,9 +246,46 @@ impl Run {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
     use std::io::Write as _;
 
+    use proptest::prelude::*;
+
     use super::*;
+
+    proptest! {
+        /// Issue 32: against a plain list of the strings, a mapped run finds each
+        /// one at its index and nothing else, whatever the strings (any UTF-8, any
+        /// length, colliding slots), and matches ignoring ASCII case exactly as a
+        /// comparison of every string does.
+        #[test]
+        fn issue_32_a_mapped_run_answers_as_a_list_of_its_strings(
+            texts in proptest::collection::btree_set("\\PC{0,12}", 0..200),
+            probes in proptest::collection::vec("\\PC{0,12}", 0..40),
+            first in 1u32..1000,
+        ) {
+            let texts: Vec<String> = texts.into_iter().filter(|text| !text.is_empty()).collect();
+            let views: Vec<&str> = texts.iter().map(String::as_str).collect();
+            let (file, bytes) = written(first, &views);
+            let run = Run::open(file.path(), file.as_file(), 8, &bytes).unwrap();
+            prop_assert_eq!((run.first(), run.len()), (first, texts.len()));
+            for (index, text) in texts.iter().enumerate() {
+                prop_assert_eq!(run.get(text), Some(index));
+                prop_assert_eq!(run.text(index), text.as_str());
+            }
+            let held: BTreeSet<&str> = views.iter().copied().collect();
+            for probe in probes.iter().map(String::as_str).chain(views.iter().copied()) {
+                if !held.contains(probe) {
+                    prop_assert_eq!(run.get(probe), None);
+                }
+                let found: Vec<usize> = run.indexes_ignoring_ascii_case(probe).collect();
+                let expected: Vec<usize> = (0..texts.len())
+                    .filter(|&index| texts[index].eq_ignore_ascii_case(probe))
+                    .collect();
+                prop_assert_eq!(found, expected);
+            }
+        }
+    }
 
     fn written(first: u32, texts: &[&str]) -> (tempfile::NamedTempFile, Vec<u8>) {
         let mut bytes = b"MAGIC!!!".to_vec();
