@@ -28,6 +28,21 @@ use crate::domain::time::Timestamp;
 const SHARED_PIECES: u32 = 6;
 const SERIALS: u32 = 7;
 
+/// The value the process's cache holds under `key`, else the one `make` gives
+/// (with the heap bytes it weighs), kept there.
+fn cached<T: Send + Sync + 'static>(key: BlockKey, make: impl FnOnce() -> (T, u64)) -> Arc<T> {
+    let cached = cache::with_blocks(|blocks| blocks.get(&key))
+        .and_then(|cached| cached.downcast::<T>().ok());
+    if let Some(value) = cached {
+        return value;
+    }
+    let (value, weight) = make();
+    let value = Arc::new(value);
+    let kept = Arc::clone(&value) as CachedBlock;
+    cache::with_blocks(|blocks| blocks.insert(key, kept, weight + cache::ENTRY_BYTES));
+    value
+}
+
 /// What `part` holds: from memory, or through the process's cache (known by its
 /// body and `kind`, weighing `weight` of it) from its region of a store file, which
 /// `read` reads.
@@ -41,21 +56,13 @@ fn through_cache<T: Send + Sync + 'static>(
         IndexPartAt::Resident(value) => return value,
         IndexPartAt::Stored(body, length, check) => (body, length, check),
     };
-    let key = (body.id(), kind, 0);
-    let cached = cache::with_blocks(|blocks| blocks.get(&key))
-        .and_then(|cached| cached.downcast::<T>().ok());
-    if let Some(value) = cached {
-        return value;
-    }
-    let bytes = body.read(0..length, check);
-    let value = read(&bytes).unwrap_or_else(|corrupt| {
-        panic!("a sealed tier's region passed its checksum but does not read: {corrupt}")
-    });
-    let value = Arc::new(value);
-    let cached = Arc::clone(&value) as CachedBlock;
-    let weight = weight(&value) + cache::ENTRY_BYTES;
-    cache::with_blocks(|blocks| blocks.insert(key, cached, weight));
-    value
+    cached((body.id(), kind, 0), || {
+        let value = read(&body.read(0..length, check)).unwrap_or_else(|corrupt| {
+            panic!("a sealed tier's region passed its checksum but does not read: {corrupt}")
+        });
+        let bytes = weight(&value);
+        (value, bytes)
+    })
 }
 
 impl Sealed {
@@ -256,18 +263,12 @@ impl Sealed {
     /// the process's cache ([`cache`]), else decompressed and rendered now and
     /// kept there.
     fn decoded<E: Sealable>(&self, period: i64, block: &Block) -> Arc<Rendered<E>> {
-        let key = self.cache_key::<E>(block);
-        let cached = cache::with_blocks(|blocks| blocks.get(&key))
-            .and_then(|cached| cached.downcast::<Rendered<E>>().ok());
-        if let Some(decoded) = cached {
-            return decoded;
-        }
-        let decoded = self.decode::<E>(period, block, true);
-        let decoded = Arc::new(Rendered::new(self, decoded, period_start(period)));
-        let weight = decoded.heap_bytes() + cache::ENTRY_BYTES;
-        let cached = Arc::clone(&decoded) as CachedBlock;
-        cache::with_blocks(|blocks| blocks.insert(key, cached, weight));
-        decoded
+        cached(self.cache_key::<E>(block), || {
+            let decoded = self.decode::<E>(period, block, true);
+            let rendered = Rendered::new(self, decoded, period_start(period));
+            let weight = rendered.heap_bytes();
+            (rendered, weight)
+        })
     }
 
     /// Its shared pieces: from memory, or through the process's cache from its
@@ -292,16 +293,12 @@ impl Sealed {
         if block.body.is_resident() {
             return block.read(part);
         }
-        let key = (block.body.id(), 2 + part as u32, 0);
-        let cached = cache::with_blocks(|blocks| blocks.get(&key))
-            .and_then(|cached| cached.downcast::<Slice>().ok());
-        if let Some(digest) = cached {
-            return Slice::clone(&digest);
-        }
-        let digest = block.read(part);
-        let weight = digest.heap_bytes() + cache::ENTRY_BYTES;
-        cache::with_blocks(|blocks| blocks.insert(key, Arc::new(digest.clone()), weight));
-        digest
+        let digest = cached((block.body.id(), 2 + part as u32, 0), || {
+            let digest = block.read(part);
+            let weight = digest.heap_bytes();
+            (digest, weight)
+        });
+        Slice::clone(&digest)
     }
 
     /// What names `block`'s records of kind `E` decoded, in the cache and in a
