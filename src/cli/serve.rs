@@ -58,7 +58,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         mut report,
         writer,
         store: from_store,
-    } = match load::start(&options, directory) {
+    } = match load::start(&options, directory, None) {
         Ok(start) => start,
         Err(LoadError::Invalid { report }) => return Err(refused(&args, &report)),
         Err(error) => return Err(error.into()),

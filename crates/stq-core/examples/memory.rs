@@ -121,7 +121,8 @@ fn fail(error: &dyn std::fmt::Display) -> ! {
 /// start reads every file and writes it, and is dropped).
 fn with_store(options: &LoadOptions, directory: &std::path::Path) -> (Generation, LoadReport) {
     let mut started = std::time::Instant::now();
-    let mut start = load::start(options, Some(directory)).unwrap_or_else(|error| fail(&error));
+    let mut start =
+        load::start(options, Some(directory), None).unwrap_or_else(|error| fail(&error));
     if let Some(why @ (FromStore::Empty | FromStore::NotUsed)) = start.store {
         // Dropped before the start from what it wrote.
         let (catalog, shards) = start.generation.into_parts();
@@ -133,7 +134,7 @@ fn with_store(options: &LoadOptions, directory: &std::path::Path) -> (Generation
         eprintln!("memory: no store to start from ({why:?}): a load wrote it: {written:?}");
         drop((catalog, shards, writer));
         started = std::time::Instant::now();
-        start = load::start(options, Some(directory)).unwrap_or_else(|error| fail(&error));
+        start = load::start(options, Some(directory), None).unwrap_or_else(|error| fail(&error));
     }
     eprintln!(
         "memory: started from the store {} in {:?}",

@@ -389,7 +389,7 @@ mod tests {
 
     /// A store of the repository's sample snapshot written in `copy`.
     fn written_store(copy: &Path) {
-        let start = load::start(&options(), Some(copy)).unwrap();
+        let start = load::start(&options(), Some(copy), None).unwrap();
         let (catalog, shards) = start.generation.into_parts();
         let shards: Vec<_> = shards.into_iter().map(Arc::new).collect();
         start.writer.unwrap().write(&catalog, &shards).unwrap();
@@ -397,7 +397,10 @@ mod tests {
 
     /// What a start from the store in `copy` had from it.
     fn from_store(copy: &Path) -> FromStore {
-        load::start(&options(), Some(copy)).unwrap().store.unwrap()
+        load::start(&options(), Some(copy), None)
+            .unwrap()
+            .store
+            .unwrap()
     }
 
     /// A directory stands for the bucket: `stq-objects` gives both one API.

@@ -43,7 +43,7 @@ use std::time::Duration;
 
 use crate::data::catalog::{Catalog, Generation};
 use crate::data::shard::ShardData;
-use crate::data::store::StoreWriter;
+use crate::data::store::{Remote, StoreWriter};
 use crate::domain::record::Kind;
 
 /// Loads a snapshot directory into a generation spread over `options.shards` shards.
@@ -70,6 +70,19 @@ pub fn reload_looking(
     reload::reload_looking(previous, shards, options, look)
 }
 
+/// The generation after `previous` (whose shards are `shards`) in which
+/// `stations` are read again from the snapshot files, with whatever else changed:
+/// their store files were found damaged after the start used them (an `s3://`
+/// store's object that fails its checksum once fetched whole, issue 35).
+pub fn repair(
+    previous: &Catalog,
+    shards: &[Arc<ShardData>],
+    stations: &BTreeSet<String>,
+    options: &LoadOptions,
+) -> Result<(Generation, LoadReport), LoadError> {
+    reload::repair(previous, shards, stations, options)
+}
+
 /// A server's first generation (docs/api.md section 12). With `store` (a
 /// directory), from the generation written there for these options, rebuilt and
 /// then reloaded, so that it reads only the snapshot files that changed since
@@ -79,8 +92,15 @@ pub fn reload_looking(
 /// `--on-invalid fail` would meet invalid lines (in the store's history or in
 /// what changed; it then refuses to start as a start without a store does), or
 /// the store holds files a reload held back (a start does not hold files back).
-pub fn start(options: &LoadOptions, store: Option<&Path>) -> Result<Start, LoadError> {
-    start::start(options, store)
+/// With `remote` (an `s3://` store's bucket), a sealed file the directory holds
+/// only the index of ([`crate::data::store::index_file_name`]) has its blocks read
+/// from there until the whole file is in the directory.
+pub fn start(
+    options: &LoadOptions,
+    store: Option<&Path>,
+    remote: Option<Arc<dyn Remote>>,
+) -> Result<Start, LoadError> {
+    start::start(options, store, remote)
 }
 
 /// A server's first generation, as [`start`] made it.

@@ -77,6 +77,7 @@ use super::full;
 use super::read::{self, LoadState, SharedSymbols};
 use super::{LoadError, LoadOptions, LoadReport, Look, OnInvalid};
 use crate::data::catalog::{Catalog, Generation, Placement};
+use crate::data::hot::Hot;
 use crate::data::key::{Position, RecordKey};
 use crate::data::sealed::SEALED;
 use crate::data::shard::{shard_unit, Origin, ShardData, ShardUnit};
@@ -92,6 +93,57 @@ pub(crate) fn reload(
     options: &LoadOptions,
 ) -> Result<(Generation, LoadReport), LoadError> {
     reload_looking(previous, shards, options, &Look::Everything)
+}
+
+/// The generation after `previous` (whose shards are `shards`) in which the
+/// `stations` are read again from every snapshot file that holds records of them
+/// (with those files' other records), with whatever else changed: their store
+/// files were found damaged after the start had used them (issue 35), as a start
+/// that finds a station's files damaged reads it.
+pub(crate) fn repair(
+    previous: &Catalog,
+    shards: &[Arc<ShardData>],
+    stations: &BTreeSet<String>,
+    options: &LoadOptions,
+) -> Result<(Generation, LoadReport), LoadError> {
+    let mut sources = previous.sources.clone();
+    for station in stations {
+        for source in &mut sources {
+            source.read_again_if_it_holds(station);
+        }
+    }
+    let catalog = Catalog::new(
+        previous.generation,
+        previous.stations.clone(),
+        previous.placements.clone(),
+        Arc::clone(&previous.symbols),
+        previous.shard_count,
+        previous.summary.clone(),
+        sources,
+    );
+    let mut per_shard: Vec<Vec<Arc<StationData>>> = (shards.iter())
+        .map(|shard| shard.stations.clone())
+        .collect();
+    let mut ranks: Vec<Vec<u32>> = (shards.iter())
+        .map(|shard| vec![0; shard.stations.len()])
+        .collect();
+    for (rank, (name, placement)) in (previous.stations.iter())
+        .zip(&previous.placements)
+        .enumerate()
+    {
+        let (shard, index) = (placement.shard as usize, placement.station_index as usize);
+        ranks[shard][index] = rank as u32;
+        if stations.contains(&**name) {
+            per_shard[shard][index] =
+                Arc::new(StationData::of_tiers(Hot::default(), Arc::default()));
+        }
+    }
+    let shards: Vec<Arc<ShardData>> = (per_shard.into_iter().zip(&ranks))
+        .map(|(stations, ranks)| {
+            Arc::new(ShardData::of_shared(previous.generation, stations, ranks))
+        })
+        .collect();
+    reload(&catalog, &shards, options)
 }
 
 /// Builds the generation after `previous` (whose shards are `shards`) from what

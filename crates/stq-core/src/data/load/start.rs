@@ -4,13 +4,18 @@
 //! store's writer made, holding what the start restored.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::{full, reload, FromStore, LoadError, LoadOptions, Start};
-use crate::data::store::{self, StoreError, StoreSettings, Written};
+use crate::data::store::{self, Remote, StoreError, StoreSettings, Written};
 
 /// See [`super::start`].
-pub(super) fn start(options: &LoadOptions, store: Option<&Path>) -> Result<Start, LoadError> {
+pub(super) fn start(
+    options: &LoadOptions,
+    store: Option<&Path>,
+    remote: Option<Arc<dyn Remote>>,
+) -> Result<Start, LoadError> {
     let Some(directory) = store else {
         let (generation, report) = full::load(options)?;
         return Ok(Start {
@@ -39,7 +44,7 @@ pub(super) fn start(options: &LoadOptions, store: Option<&Path>) -> Result<Start
         })
     };
     let begun = Instant::now();
-    let mut restored = match store::read(directory, &settings) {
+    let mut restored = match store::read(directory, remote, &settings) {
         Ok(restored) => restored,
         Err(StoreError::Empty) => return full(FromStore::Empty),
         Err(error) => {

@@ -41,45 +41,103 @@ pub(crate) fn store_reads() -> (u64, u64) {
     )
 }
 
+/// Where the store's files are fetched from when its directory does not hold them
+/// (an `s3://` store's bucket, issue 35): a start from a copy that holds only the
+/// sealed files' indexes reads their blocks by range until the whole file is in
+/// the copy. The service supplies it, so that this crate stays free of the network.
+pub trait Remote: Send + Sync + std::fmt::Debug {
+    /// The bytes of the file `name` in `range`.
+    fn read(&self, name: &str, range: Range<u64>) -> std::io::Result<Vec<u8>>;
+}
+
 /// A store file that blocks are read from, open for as long as a block points at
 /// it: a file the store deletes once no manifest names it is still read through
 /// this handle by the generations that hold its blocks.
 #[derive(Debug)]
 pub(crate) struct StoreFile {
     path: PathBuf,
-    file: File,
+    source: RwLock<Source>,
+}
+
+#[derive(Debug)]
+enum Source {
+    Local(File),
+    /// Not in the directory yet: read from `remote` until a file appears at
+    /// `path` (written whole, so whole once it is there).
+    Remote(Arc<dyn Remote>),
 }
 
 impl StoreFile {
     pub(crate) fn open(path: &Path) -> std::io::Result<Arc<StoreFile>> {
         Ok(Arc::new(StoreFile {
             path: path.to_path_buf(),
-            file: File::open(path)?,
+            source: RwLock::new(Source::Local(File::open(path)?)),
         }))
+    }
+
+    /// The file at `path`, read from `remote` until it is in its directory.
+    pub(crate) fn remote(path: &Path, remote: Arc<dyn Remote>) -> Arc<StoreFile> {
+        Arc::new(StoreFile {
+            path: path.to_path_buf(),
+            source: RwLock::new(Source::Remote(remote)),
+        })
     }
 
     /// The whole file.
     pub(crate) fn read_all(&self) -> std::io::Result<Vec<u8>> {
-        let mut bytes = vec![0; self.file.metadata()?.len() as usize];
-        self.file.read_exact_at(&mut bytes, 0)?;
+        let Source::Local(file) = &*self.source.read() else {
+            return Err(std::io::Error::other(
+                "the file is not in the store's directory",
+            ));
+        };
+        let mut bytes = vec![0; file.metadata()?.len() as usize];
+        file.read_exact_at(&mut bytes, 0)?;
         Ok(bytes)
     }
 
     /// `length` bytes at `offset`. A file the store wrote and checked holds them;
-    /// one that fails here was changed or cut since, and the read panics (see
-    /// the module's doc).
+    /// one that fails here was changed or cut since (or its remote cannot be
+    /// reached), and the read panics (see the module's doc).
     fn read(&self, offset: u64, length: usize) -> Vec<u8> {
-        let mut bytes = vec![0; length];
-        if let Err(error) = self.file.read_exact_at(&mut bytes, offset) {
+        let bytes = self.fetch(offset, length).unwrap_or_else(|error| {
             panic!(
                 "the store file {} cannot be read at {offset}: {error}",
                 self.path.display()
-            );
-        }
+            )
+        });
         READS.fetch_add(1, Ordering::Relaxed);
         READ_BYTES.fetch_add(length as u64, Ordering::Relaxed);
         bytes
     }
+
+    fn fetch(&self, offset: u64, length: usize) -> std::io::Result<Vec<u8>> {
+        let remote = match &*self.source.read() {
+            Source::Local(file) => return read_at(file, offset, length),
+            Source::Remote(remote) => Arc::clone(remote),
+        };
+        // Once the file has arrived in the directory, it is read from there.
+        if let Ok(file) = File::open(&self.path) {
+            let bytes = read_at(&file, offset, length);
+            *self.source.write() = Source::Local(file);
+            return bytes;
+        }
+        let name = (self.path.file_name())
+            .map_or_else(String::new, |name| name.to_string_lossy().into_owned());
+        let bytes = remote.read(&name, offset..offset + length as u64)?;
+        match bytes.len() == length {
+            true => Ok(bytes),
+            false => Err(std::io::Error::other(format!(
+                "{} bytes from its remote, not {length}",
+                bytes.len()
+            ))),
+        }
+    }
+}
+
+fn read_at(file: &File, offset: u64, length: usize) -> std::io::Result<Vec<u8>> {
+    let mut bytes = vec![0; length];
+    file.read_exact_at(&mut bytes, offset)?;
+    Ok(bytes)
 }
 
 /// A block's bytes, or a part of them, shared.

@@ -63,9 +63,10 @@ mod store;
 mod tests;
 mod times;
 
+pub use body::Remote;
 pub(crate) use body::{store_reads, Slice, StoreFile};
 pub(crate) use read::{JsonMemo, MetricBlock, UnitBlock};
-pub(crate) use store::Layout;
+pub(crate) use store::{index_region, Layout, Region};
 
 /// Marks a [`StoredRecord`] that locates a sealed record: the rest of `start` is
 /// its block's period counted from the tier's first, and `length` its kind (top bit)

@@ -33,7 +33,29 @@ pub(crate) struct Layout {
 }
 
 /// A region of a store file: where it starts, its length and its XXH3-64.
-type Region = (u64, u32, u64);
+pub(crate) type Region = (u64, u32, u64);
+
+/// Where the index of a sealed store file's `bytes` (the whole file) begins: its
+/// last eight bytes say, after the magic's `skip` bytes.
+fn index_at(bytes: &[u8], skip: usize) -> Result<usize, codec::Corrupt> {
+    let corrupt = codec::Corrupt;
+    let split = (bytes.len().checked_sub(8)).ok_or(corrupt("a sealed file's end"))?;
+    let index = u64::from_le_bytes(bytes[split..].try_into().expect("8 bytes"));
+    usize::try_from(index)
+        .ok()
+        .filter(|index| (skip..=split).contains(index))
+        .ok_or(corrupt("a sealed file's index"))
+}
+
+/// The region of a sealed store file's `bytes` (the whole file) that
+/// [`Sealed::read_index`] reads: from its index to its end.
+pub(crate) fn index_region(bytes: &[u8], skip: usize) -> Result<Region, codec::Corrupt> {
+    let index = index_at(bytes, skip)?;
+    let region = &bytes[index..];
+    let length =
+        u32::try_from(region.len()).map_err(|_| codec::Corrupt("a sealed file's index"))?;
+    Ok((index as u64, length, xxh3_64(region)))
+}
 
 fn write_serials(serials: &[Symbol], out: &mut Vec<u8>) {
     codec::number(out, serials.len() as u64);
@@ -195,14 +217,27 @@ impl Sealed {
         skip: usize,
         file: &Arc<StoreFile>,
     ) -> Result<Sealed, codec::Corrupt> {
+        let index = index_at(bytes, skip)?;
+        Sealed::read_index(&bytes[index..], index as u64, skip, file)
+    }
+
+    /// The tier of a store file from its index alone (`bytes`, from `index` to the
+    /// file's end, checked), its blocks read from `file` when needed: an `s3://`
+    /// store's start fetches only this much of each sealed file (issue 35).
+    pub(crate) fn read_index(
+        bytes: &[u8],
+        index: u64,
+        skip: usize,
+        file: &Arc<StoreFile>,
+    ) -> Result<Sealed, codec::Corrupt> {
         let corrupt = codec::Corrupt;
         let split = (bytes.len().checked_sub(8)).ok_or(corrupt("a sealed file's end"))?;
-        let index = u64::from_le_bytes(bytes[split..].try_into().expect("8 bytes"));
-        let index = usize::try_from(index)
-            .ok()
-            .filter(|index| (skip..=split).contains(index))
-            .ok_or(corrupt("a sealed file's index"))?;
-        let mut decoder = codec::Decoder::new(&bytes[index..split]);
+        if u64::from_le_bytes(bytes[split..].try_into().expect("8 bytes")) != index {
+            return Err(corrupt("a sealed file's index"));
+        }
+        let index = usize::try_from(index).map_err(|_| corrupt("a sealed file's index"))?;
+        let bytes = &bytes[..split];
+        let mut decoder = codec::Decoder::new(bytes);
         // Collected, not inserted one by one: a tree built from a sorted sequence
         // has full nodes, where one that grows at its right end keeps them about
         // half full (a year's 219,000 block headers: 35 MB less).
@@ -249,12 +284,12 @@ impl Sealed {
         let blocks: BTreeMap<i64, Block> = blocks.into_iter().collect();
         // The shared pieces stay in the file, read into the cache when a block is
         // decoded; read here once to check them.
-        let start = index + decoder.position();
+        let start = decoder.position();
         SharedPieces::read_from(&mut decoder)?;
-        let region = &bytes[start..index + decoder.position()];
+        let region = &bytes[start..decoder.position()];
         let shared = IndexPart::stored(
             Arc::clone(file),
-            start as u64,
+            (index + start) as u64,
             u32::try_from(region.len()).map_err(|_| corrupt("a tier's shared pieces"))?,
             xxh3_64(region),
         );
@@ -279,12 +314,12 @@ impl Sealed {
                 Some((end()?, end()?))
             }
         };
-        let start = index + decoder.position();
+        let start = decoder.position();
         read_serials_from(&mut decoder)?;
-        let region = &bytes[start..index + decoder.position()];
+        let region = &bytes[start..decoder.position()];
         let serials = IndexPart::stored(
             Arc::clone(file),
-            start as u64,
+            (index + start) as u64,
             u32::try_from(region.len()).map_err(|_| corrupt("a tier's serials"))?,
             xxh3_64(region),
         );

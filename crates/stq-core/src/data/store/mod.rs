@@ -52,6 +52,8 @@
 
 pub(crate) mod codec;
 
+pub use crate::data::sealed::Remote;
+
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
 use std::io::{self, Read as _, Write as _};
@@ -64,7 +66,7 @@ use xxhash_rust::xxh3::{xxh3_128, xxh3_64};
 use crate::data::catalog::{Catalog, Placement};
 use crate::data::hot::{Hot, Layer, Trees};
 use crate::data::load::files::SourceState;
-use crate::data::sealed::{Layout, Sealed, StoreFile};
+use crate::data::sealed::{index_region, Layout, Region, Sealed, StoreFile};
 use crate::data::shard::ShardData;
 use crate::data::station::StationData;
 use crate::data::symbols::run::{self, Run};
@@ -83,6 +85,24 @@ const MAGIC: &[u8; 8] = b"STQSTOR4";
 /// brings this format does not load every snapshot file again, and the first write
 /// replaces its symbol runs (its other files are as this format writes them).
 const MAGIC_BEFORE: &[u8; 8] = b"STQSTOR3";
+
+/// The manifest's own version, one past its files': a manifest of it also says
+/// where each sealed file's index is, and the index's checksum, so that an `s3://`
+/// store's start fetches the indexes alone (issue 35). A manifest of the version
+/// before ([`MAGIC`]) names the same files and is still read: its sealed files are
+/// read whole, as before.
+const MANIFEST_MAGIC: &[u8; 8] = b"STQSTOR5";
+
+/// Which version wrote a manifest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Format {
+    /// [`MAGIC_BEFORE`]: symbol runs without a hash table, read into the heap.
+    Three,
+    /// [`MAGIC`]: no sealed file's index region.
+    Four,
+    /// [`MANIFEST_MAGIC`]: this one.
+    Five,
+}
 
 /// zstd's level for hot layers, a recent one written again at every append to its
 /// station: the fastest (other levels not compared yet).
@@ -128,6 +148,9 @@ pub(crate) enum StoreError {
 #[derive(Clone, Debug)]
 pub(crate) struct Store {
     directory: PathBuf,
+    /// Where the files the directory lacks are read from: an `s3://` store's
+    /// bucket, whose sealed files a start fetches only the indexes of.
+    remote: Option<Arc<dyn Remote>>,
 }
 
 /// What a store is written for: a start with other settings does not use it.
@@ -203,14 +226,23 @@ impl WrittenRun {
 struct WrittenStation {
     settled: (Weak<Trees>, FileRef),
     recent: (Weak<Trees>, FileRef),
-    sealed: Option<(Weak<Sealed>, FileRef)>,
+    /// Its sealed tier, its file and where the file's index is.
+    sealed: Option<(Weak<Sealed>, (FileRef, Region))>,
 }
 
 /// The generation the manifest of the store in `directory` describes, every file
 /// checked against its hash, if it was written for `settings`: what a start
 /// rebuilds from (`crate::data::load::start`).
-pub(crate) fn read(directory: &Path, settings: &StoreSettings) -> Result<Restored, StoreError> {
-    Store::new(directory).read(settings)
+pub(crate) fn read(
+    directory: &Path,
+    remote: Option<Arc<dyn Remote>>,
+    settings: &StoreSettings,
+) -> Result<Restored, StoreError> {
+    Store {
+        directory: directory.to_path_buf(),
+        remote,
+    }
+    .read(settings)
 }
 
 /// A writer of the store in `directory` (which its first write makes if missing)
@@ -225,6 +257,7 @@ impl Store {
     pub(crate) fn new(directory: &Path) -> Store {
         Store {
             directory: directory.to_path_buf(),
+            remote: None,
         }
     }
 
@@ -255,11 +288,11 @@ impl Store {
             )));
         }
         let mut written = Written::default();
-        let symbols = match manifest.before {
+        let symbols = match manifest.format {
             // Read into the heap; the writer writes them again as this format's
             // run (it holds none of the store's), and the manifest after them.
-            true => self.symbols_before(&manifest.symbols)?,
-            false => {
+            Format::Three => self.symbols_before(&manifest.symbols)?,
+            Format::Four | Format::Five => {
                 for (first, file) in &manifest.symbols {
                     let run = self.symbol_run(file)?;
                     if run.first() != *first {
@@ -335,16 +368,19 @@ impl Store {
         );
         let hot = Hot::of_layers(settled, recent)
             .map_err(|corrupt| self.damaged(&station.recent, corrupt))?;
-        let sealed = match &station.sealed {
-            None => Sealed::default(),
-            Some(file) => self.sealed(file)?,
+        let (sealed, sealed_file) = match &station.sealed {
+            None => (Sealed::default(), None),
+            Some((file, index)) => {
+                let (sealed, index) = self.sealed(file, *index)?;
+                (sealed, Some((file.clone(), index)))
+            }
         };
         let sealed = Arc::new(sealed);
         let data = Arc::new(StationData::of_tiers(hot, Arc::clone(&sealed)));
         let written = WrittenStation {
             settled: written_layers.0,
             recent: written_layers.1,
-            sealed: (station.sealed.clone()).map(|file| (Arc::downgrade(&sealed), file)),
+            sealed: sealed_file.map(|file| (Arc::downgrade(&sealed), file)),
         };
         Ok((data, written))
     }
@@ -381,18 +417,50 @@ impl Store {
         Ok(bytes)
     }
 
-    /// The sealed tier in `file`, checked whole: its blocks stay in the file, read
-    /// through the handle it was checked through when a query needs them.
-    fn sealed(&self, file: &FileRef) -> Result<Sealed, StoreError> {
+    /// The sealed tier in `file`, whose index the manifest says is at `index`
+    /// (not in a manifest of the format before), and that region. In the
+    /// directory, the file is checked whole: its blocks stay in it, read through the
+    /// handle it was checked through when a query needs them. Not there, with a
+    /// remote: its index alone, which the pull fetched beside it
+    /// ([`index_file_name`]), checked against the manifest; its blocks are read
+    /// from the remote, each checked against its header, until the file arrives.
+    fn sealed(
+        &self,
+        file: &FileRef,
+        index: Option<Region>,
+    ) -> Result<(Sealed, Region), StoreError> {
         let path = self.directory.join(&file.name);
-        let io = |source: io::Error| StoreError::Io {
+        let io = |path: &Path, source: io::Error| StoreError::Io {
             path: path.display().to_string(),
             source,
         };
-        let opened = StoreFile::open(&path).map_err(io)?;
-        let bytes = self.check(file, opened.read_all().map_err(io)?)?;
-        Sealed::read_file(&bytes, MAGIC.len(), &opened)
-            .map_err(|corrupt| self.damaged(file, corrupt))
+        let opened = match (StoreFile::open(&path), &self.remote, index) {
+            (Ok(opened), _, _) => opened,
+            (Err(error), Some(remote), Some(index)) if error.kind() == io::ErrorKind::NotFound => {
+                let index_path = self.directory.join(index_file_name(&file.name));
+                let bytes = fs::read(&index_path).map_err(|source| io(&index_path, source))?;
+                let whole = index.0 + u64::from(index.1) == file.length;
+                if !whole || bytes.len() != index.1 as usize || xxh3_64(&bytes) != index.2 {
+                    return Err(StoreError::Damaged {
+                        path: index_path.display().to_string(),
+                        reason: "its checksum does not match".into(),
+                    });
+                }
+                let opened = StoreFile::remote(&path, Arc::clone(remote));
+                let sealed = Sealed::read_index(&bytes, index.0, MAGIC.len(), &opened)
+                    .map_err(|corrupt| self.damaged(file, corrupt))?;
+                return Ok((sealed, index));
+            }
+            (Err(error), _, _) => return Err(io(&path, error)),
+        };
+        let bytes = self.check(file, opened.read_all().map_err(|error| io(&path, error))?)?;
+        let damaged = |corrupt| self.damaged(file, corrupt);
+        let region = index_region(&bytes, MAGIC.len()).map_err(damaged)?;
+        if index.is_some_and(|index| index != region) {
+            return Err(damaged(codec::Corrupt("a sealed file's index region")));
+        }
+        let sealed = Sealed::read_file(&bytes, MAGIC.len(), &opened).map_err(damaged)?;
+        Ok((sealed, region))
     }
 
     /// The symbol run in `file`, checked whole, then mapped from it
@@ -492,12 +560,54 @@ impl Store {
 /// The files `manifest` names, each with its length, if the manifest is whole: what
 /// a copy of the store (`--store s3://`'s local one) must hold for a start to use it.
 pub fn manifest_files(manifest: &[u8]) -> Result<Vec<(String, u64)>, String> {
+    let files = named_files(manifest)?.into_iter();
+    Ok(files.map(|file| (file.name, file.length)).collect())
+}
+
+/// A file a manifest names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NamedFile {
+    /// Its name in the store.
+    pub name: String,
+    /// Its length in bytes.
+    pub length: u64,
+    /// For a sealed file (in a manifest of this format): where its index begins,
+    /// its length and its XXH3-64, which a start reads without the rest
+    /// ([`index_file_name`]).
+    pub index: Option<(u64, u32, u64)>,
+    /// The station whose tier it holds (none for a symbol run).
+    pub station: Option<Box<str>>,
+}
+
+/// Every file the manifest `manifest` (its bytes) names, if its checksum matches.
+pub fn named_files(manifest: &[u8]) -> Result<Vec<NamedFile>, String> {
     let body = checked_manifest(manifest)?;
     let manifest = Manifest::read(body).map_err(|corrupt| corrupt.to_string())?;
-    let files = (manifest.symbols.iter().map(|(_, file)| file))
-        .chain((manifest.stations.iter()).flat_map(ManifestStation::files))
-        .map(|file| (file.name.clone(), file.length));
-    Ok(files.collect())
+    let named = |file: &FileRef, index, station: Option<&Box<str>>| NamedFile {
+        name: file.name.clone(),
+        length: file.length,
+        index,
+        station: station.cloned(),
+    };
+    let mut files: Vec<NamedFile> = (manifest.symbols.iter())
+        .map(|(_, file)| named(file, None, None))
+        .collect();
+    for station in &manifest.stations {
+        for file in [&station.settled, &station.recent] {
+            files.push(named(file, None, Some(&station.name)));
+        }
+        if let Some((file, index)) = &station.sealed {
+            files.push(named(file, *index, Some(&station.name)));
+        }
+    }
+    Ok(files)
+}
+
+/// The name under which a store directory holds the index of its sealed file
+/// `name` alone (issue 35): what an `s3://` store's pull fetches of a sealed file,
+/// for the start to read; deleted once the whole file is there.
+pub fn index_file_name(name: &str) -> String {
+    format!("{name}.index")
 }
 
 /// Whether `bytes` are what the store file `name` was written with: its name holds
@@ -536,8 +646,7 @@ fn check_placements(
 
 /// What the manifest says.
 struct Manifest {
-    /// Written by the format before this one ([`MAGIC_BEFORE`]).
-    before: bool,
+    format: Format,
     settings: StoreSettings,
     symbols: Vec<(u32, FileRef)>,
     sources: Vec<SourceState>,
@@ -549,7 +658,9 @@ struct ManifestStation {
     placement: Placement,
     settled: FileRef,
     recent: FileRef,
-    sealed: Option<FileRef>,
+    /// Its sealed file, and where that file's index is (not in a manifest of the
+    /// formats before).
+    sealed: Option<(FileRef, Option<Region>)>,
 }
 
 impl ManifestStation {
@@ -557,15 +668,16 @@ impl ManifestStation {
     fn files(&self) -> impl Iterator<Item = &FileRef> {
         [&self.settled, &self.recent]
             .into_iter()
-            .chain(self.sealed.as_ref())
+            .chain(self.sealed.as_ref().map(|(file, _)| file))
     }
 }
 
 impl Manifest {
     fn write(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(match self.before {
-            true => MAGIC_BEFORE,
-            false => MAGIC,
+        out.extend_from_slice(match self.format {
+            Format::Three => MAGIC_BEFORE,
+            Format::Four => MAGIC,
+            Format::Five => MANIFEST_MAGIC,
         });
         let settings = &self.settings;
         codec::bytes(out, settings.snapshots.to_string_lossy().as_bytes());
@@ -596,9 +708,16 @@ impl Manifest {
             write_ref(out, &station.recent);
             match &station.sealed {
                 None => out.push(0),
-                Some(file) => {
+                Some((file, index)) => {
                     out.push(1);
                     write_ref(out, file);
+                    if self.format == Format::Five {
+                        let (offset, length, check) =
+                            index.expect("this format's manifest knows each index");
+                        codec::number(out, offset);
+                        codec::number(out, u64::from(length));
+                        out.extend_from_slice(&check.to_le_bytes());
+                    }
                 }
             }
         }
@@ -608,9 +727,10 @@ impl Manifest {
 
     fn read(body: &[u8]) -> Result<Manifest, codec::Corrupt> {
         let mut decoder = codec::Decoder::new(body);
-        let before = match decoder.take(MAGIC.len())? {
-            magic if magic == MAGIC => false,
-            magic if magic == MAGIC_BEFORE => true,
+        let format = match decoder.take(MAGIC.len())? {
+            magic if magic == MANIFEST_MAGIC => Format::Five,
+            magic if magic == MAGIC => Format::Four,
+            magic if magic == MAGIC_BEFORE => Format::Three,
             _ => return Err(codec::Corrupt("not a manifest of this version")),
         };
         let snapshots = PathBuf::from(decoder.text()?);
@@ -638,7 +758,16 @@ impl Manifest {
             let recent = read_ref(&mut decoder)?;
             let sealed = match decoder.take(1)?[0] {
                 0 => None,
-                _ => Some(read_ref(&mut decoder)?),
+                _ => {
+                    let file = read_ref(&mut decoder)?;
+                    let index = match format {
+                        Format::Five => {
+                            Some((decoder.number()?, decoder.u32()?, decoder.u64_le()?))
+                        }
+                        Format::Three | Format::Four => None,
+                    };
+                    Some((file, index))
+                }
             };
             stations.push(ManifestStation {
                 name,
@@ -650,7 +779,7 @@ impl Manifest {
         }
         decoder.finished()?;
         Ok(Manifest {
-            before,
+            format,
             settings: StoreSettings {
                 snapshots,
                 shards,
@@ -823,9 +952,11 @@ impl StoreWriter {
                     }
                     _ => {
                         let (bytes, layout) = station.sealed.file(MAGIC);
+                        let index = index_region(&bytes, MAGIC.len())
+                            .expect("a sealed file just made has its index");
                         let file = write("sealed", &bytes)?;
                         stored.push((Arc::clone(&station.sealed), file.name.clone(), layout));
-                        file
+                        (file, index)
                     }
                 }),
             };
@@ -843,11 +974,11 @@ impl StoreWriter {
                 placement: *placement,
                 settled,
                 recent,
-                sealed,
+                sealed: sealed.map(|(file, index)| (file, Some(index))),
             });
         }
         let manifest = Manifest {
-            before: false,
+            format: Format::Five,
             settings: self.settings.clone(),
             symbols: runs.iter().map(WrittenRun::named).collect(),
             sources: catalog.sources.clone(),
@@ -944,7 +1075,13 @@ impl StoreWriter {
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };
             let ours = name.ends_with(".stq") || name.ends_with(".tmp");
-            if ours && !named.contains(name) && fs::remove_file(entry.path()).is_ok() {
+            // A sealed file's index alone (an `s3://` store's pull) is needed until
+            // the whole file is there.
+            let needless_index = (name.strip_suffix(".index")).is_some_and(|whole| {
+                !named.contains(whole) || self.store.directory.join(whole).exists()
+            });
+            let unnamed = ours && !named.contains(name);
+            if (unnamed || needless_index) && fs::remove_file(entry.path()).is_ok() {
                 deleted += 1;
             }
         }

@@ -2,6 +2,7 @@
 //! damaged store does. The property test of starts from the store among reloads
 //! is with the reload's (`load/reload/tests.rs`), whose machinery it shares.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
@@ -383,7 +384,7 @@ fn station_files(manifest: &Manifest, station: &str) -> [Option<String>; 3] {
     [
         Some(station.settled.name.clone()),
         Some(station.recent.name.clone()),
-        station.sealed.as_ref().map(|file| file.name.clone()),
+        station.sealed.as_ref().map(|(file, _)| file.name.clone()),
     ]
 }
 
@@ -699,7 +700,11 @@ fn rewrite_as_the_format_before(directory: &Path, symbols: &Symbols) {
     for station in &mut manifest.stations {
         let files = [Some(&mut station.settled), Some(&mut station.recent)]
             .into_iter()
-            .chain([station.sealed.as_mut()]);
+            .chain([station.sealed.as_mut().map(|(file, index)| {
+                // The formats before name no index region.
+                *index = None;
+                file
+            })]);
         for file in files.flatten() {
             if let Some(new) = renamed.get(&file.name) {
                 *file = new.clone();
@@ -723,7 +728,7 @@ fn rewrite_as_the_format_before(directory: &Path, symbols: &Symbols) {
     for old in renamed.keys() {
         fs::remove_file(directory.join(old)).unwrap();
     }
-    manifest.before = true;
+    manifest.format = Format::Three;
     let mut bytes = Vec::new();
     manifest.write(&mut bytes);
     fs::write(directory.join(MANIFEST), bytes).unwrap();
@@ -761,7 +766,7 @@ fn issue_32_a_store_of_the_format_before_is_read_and_its_symbols_written_again()
     let report = writer.write(&catalog, &shards).unwrap();
     assert_eq!(report.files_written, 1, "the symbol run: {report:?}");
     let manifest = fixture.manifest();
-    assert!(!manifest.before);
+    assert_eq!(manifest.format, Format::Five);
     let kept: Vec<FileRef> = (manifest.stations.iter())
         .flat_map(|station| station.files().cloned().collect::<Vec<_>>())
         .collect();
@@ -770,4 +775,156 @@ fn issue_32_a_store_of_the_format_before_is_read_and_its_symbols_written_again()
     let (restarted, loaded, files_read) = fixture.restart(3);
     assert_eq!(restarted, loaded);
     assert_eq!(files_read, 0);
+}
+
+/// A remote that reads the files of a directory, standing for an `s3://` store's
+/// bucket (the service's tests read a real S3 server): how many reads it served.
+#[derive(Debug)]
+struct DirectoryRemote {
+    directory: PathBuf,
+    reads: std::sync::atomic::AtomicUsize,
+}
+
+impl Remote for DirectoryRemote {
+    fn read(&self, name: &str, range: std::ops::Range<u64>) -> io::Result<Vec<u8>> {
+        let bytes = fs::read(self.directory.join(name))?;
+        self.reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(bytes[range.start as usize..range.end as usize].to_vec())
+    }
+}
+
+impl DirectoryRemote {
+    fn reads(&self) -> usize {
+        self.reads.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// Moves each sealed file of the store in `store` to `bucket` and leaves its index
+/// alone in the store, as an `s3://` store's pull does; the files' names.
+fn leave_indexes_alone(store: &Path, bucket: &Path) -> Vec<String> {
+    let manifest = fs::read(store.join(MANIFEST)).unwrap();
+    let mut moved = Vec::new();
+    for file in named_files(&manifest).unwrap() {
+        let Some((offset, length, _)) = file.index else {
+            continue;
+        };
+        let bytes = fs::read(store.join(&file.name)).unwrap();
+        let index = &bytes[offset as usize..(offset + u64::from(length)) as usize];
+        fs::write(store.join(index_file_name(&file.name)), index).unwrap();
+        fs::write(bucket.join(&file.name), &bytes).unwrap();
+        fs::remove_file(store.join(&file.name)).unwrap();
+        moved.push(file.name);
+    }
+    moved
+}
+
+/// Issue 35: a start from a store whose sealed files are there as their indexes
+/// alone reads their blocks from the remote, answers as the load it was written
+/// from, and reads from the directory once a file has arrived there whole.
+#[test]
+fn issue_35_a_start_from_sealed_indexes_alone_reads_blocks_from_the_remote() {
+    // No decoded block kept: every read of a block goes to its file.
+    crate::data::sealed::cache::set_capacity(0);
+    let fixture = fixture(3, 300);
+    let bucket = tempfile::tempdir().unwrap();
+    let names = leave_indexes_alone(fixture.store.path(), bucket.path());
+    assert!(!names.is_empty(), "sealed files to move");
+    let remote = Arc::new(DirectoryRemote {
+        directory: bucket.path().to_path_buf(),
+        reads: Default::default(),
+    });
+    let restore = |remote: Option<Arc<dyn Remote>>| {
+        read(
+            fixture.store.path(),
+            remote,
+            &settings(fixture.snapshots.path()),
+        )
+    };
+    // Without a remote, the stations are read from the snapshot files.
+    assert_eq!(restore(None).unwrap().repaired.len(), names.len());
+    let restored = restore(Some(Arc::clone(&remote) as Arc<dyn Remote>)).unwrap();
+    assert!(restored.repaired.is_empty(), "{:?}", restored.repaired);
+    let (generation, report, used) =
+        load_from_store(&options(fixture.snapshots.path(), 1), restored).unwrap();
+    assert!(used && report.files.is_empty(), "{report:?}");
+    assert_eq!(remote.reads(), 0, "a start reads no block");
+    let (catalog, shards) = parts(generation);
+    let expected = everything(&fixture.catalog, &fixture.shards);
+    assert_eq!(everything(&catalog, &shards), expected);
+    let remote_reads = remote.reads();
+    assert!(remote_reads > 0, "blocks read from the remote");
+
+    for name in &names {
+        fs::copy(bucket.path().join(name), fixture.store.path().join(name)).unwrap();
+    }
+    assert_eq!(everything(&catalog, &shards), expected);
+    assert_eq!(remote.reads(), remote_reads, "read from the directory now");
+    // The indexes alone are not needed any more: the next write deletes them.
+    let mut writer = StoreWriter::new(
+        Store::new(fixture.store.path()),
+        settings(fixture.snapshots.path()),
+        Written::default(),
+    );
+    writer.write(&catalog, &shards).unwrap();
+    for name in &names {
+        assert!(!fixture.store.path().join(index_file_name(name)).exists());
+    }
+}
+
+/// Issue 35: an index fetched alone that fails the manifest's checksum is not
+/// used: its station is read from the snapshot files.
+#[test]
+fn issue_35_a_damaged_index_alone_is_not_used() {
+    let fixture = fixture(3, 300);
+    let bucket = tempfile::tempdir().unwrap();
+    let names = leave_indexes_alone(fixture.store.path(), bucket.path());
+    let index = fixture.store.path().join(index_file_name(&names[0]));
+    let mut bytes = fs::read(&index).unwrap();
+    bytes[3] ^= 1;
+    fs::write(&index, bytes).unwrap();
+    let remote: Arc<dyn Remote> = Arc::new(DirectoryRemote {
+        directory: bucket.path().to_path_buf(),
+        reads: Default::default(),
+    });
+    let restored = read(
+        fixture.store.path(),
+        Some(remote),
+        &settings(fixture.snapshots.path()),
+    )
+    .unwrap();
+    assert_eq!(restored.repaired.len(), 1);
+    let message = restored.repaired[0].1.to_string();
+    assert!(message.contains("checksum"), "{message}");
+    let (generation, _, used) =
+        load_from_store(&options(fixture.snapshots.path(), 1), restored).unwrap();
+    assert!(used);
+    let (catalog, shards) = parts(generation);
+    assert_eq!(
+        everything(&catalog, &shards),
+        everything(&fixture.catalog, &fixture.shards)
+    );
+}
+
+/// Issue 35: a repair reads the named stations again from the snapshot files,
+/// dropping what the generation held of them, and serves what a load serves.
+#[test]
+fn issue_35_a_repair_reads_stations_again_from_the_snapshot_files() {
+    let fixture = fixture(3, 300);
+    let stations: BTreeSet<String> = [fixture.catalog.stations[1].to_string()].into();
+    let options = options(fixture.snapshots.path(), 2);
+    let (generation, report) =
+        crate::data::load::repair(&fixture.catalog, &fixture.shards, &stations, &options).unwrap();
+    assert_eq!(report.files.len(), 2, "the station's two files: {report:?}");
+    let (catalog, shards) = parts(generation);
+    assert_eq!(catalog.generation, 2);
+    assert_eq!(
+        everything(&catalog, &shards),
+        everything(&fixture.catalog, &fixture.shards)
+    );
+    let station = &fixture.catalog.placements[1];
+    assert!(!Arc::ptr_eq(
+        &shards[station.shard as usize].stations[station.station_index as usize],
+        &fixture.shards[station.shard as usize].stations[station.station_index as usize]
+    ));
 }
