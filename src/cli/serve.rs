@@ -19,7 +19,7 @@ use stq_objects::{Location, Objects, S3Settings};
 
 use super::{cpus, ServeArgs};
 use crate::engine::{
-    reload_on_change, reload_on_hangup, Engine, Mirror, Reloader, StoreHandle, StorePlace,
+    reload_on_change, reload_on_hangup, Engine, Fill, Mirror, Reloader, StoreHandle, StorePlace,
     StoreStatus, WriterLock,
 };
 use crate::export::{complete_before, ExportHandle};
@@ -48,7 +48,9 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         hot: args.hot.0,
     };
     let status = Arc::new(StoreStatus::default());
-    let place = store_place(&args)?;
+    let mut place = store_place(&args)?;
+    let fill = place.as_mut().map(|place| std::mem::take(&mut place.fill));
+    let remote = place.as_ref().and_then(|place| place.remote.clone());
     let directory = place.as_ref().map(|place| place.directory.as_path());
     if directory.is_some() {
         raise_open_file_limit();
@@ -58,7 +60,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         mut report,
         writer,
         store: from_store,
-    } = match load::start(&options, directory, None) {
+    } = match load::start(&options, directory, remote) {
         Ok(start) => start,
         Err(LoadError::Invalid { report }) => return Err(refused(&args, &report)),
         Err(error) => return Err(error.into()),
@@ -115,6 +117,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         export,
         status,
         started,
+        fill,
     };
     actix_rt::System::new().block_on(run(args, generation, tokens, settings, report))
 }
@@ -180,25 +183,30 @@ fn store_place(args: &ServeArgs) -> anyhow::Result<Option<StorePlace>> {
             mirror: None,
             degraded: false,
             lock,
+            remote: None,
+            fill: Fill::default(),
         }));
     };
     let mut mirror = Mirror::open(location.clone(), directory.clone())
         .with_context(|| format!("--store {location}"))?;
-    let degraded = !lock.is_elsewhere() && !pull(&mut mirror, location, &directory);
+    let mut fill = Fill::default();
+    let degraded = !lock.is_elsewhere() && !pull(&mut mirror, location, &directory, &mut fill);
     Ok(Some(StorePlace {
         directory,
+        remote: Some(mirror.remote()),
         mirror: Some(mirror),
         degraded,
         lock,
+        fill,
     }))
 }
 
 /// Pulls the bucket at `location` into the copy `mirror` keeps in `copy`,
 /// logging what it did; false if the bucket could not be read.
-fn pull(mirror: &mut Mirror, location: &Location, copy: &Path) -> bool {
+fn pull(mirror: &mut Mirror, location: &Location, copy: &Path, fill: &mut Fill) -> bool {
     let begun = std::time::Instant::now();
     match mirror.pull() {
-        Ok(pulled) => {
+        Ok(mut pulled) => {
             for damaged in &pulled.damaged {
                 tracing::warn!(
                     "the store {location}: {damaged} fails its checksum and is not used; its \
@@ -206,13 +214,16 @@ fn pull(mirror: &mut Mirror, location: &Location, copy: &Path) -> bool {
                 );
             }
             tracing::info!(
-                "the store {location}: {} ({} objects, {} bytes fetched into {} in {} ms)",
+                "the store {location}: {} ({} objects, {} bytes fetched into {} in {} ms; {} \
+                 sealed files as their indexes alone, fetched whole after the start)",
                 if pulled.manifest { "read" } else { "empty" },
                 pulled.files,
                 pulled.bytes,
                 copy.display(),
-                begun.elapsed().as_millis()
+                begun.elapsed().as_millis(),
+                pulled.fill.len()
             );
+            *fill = std::mem::take(&mut pulled.fill);
             true
         }
         Err(error) => {
@@ -291,6 +302,8 @@ struct Settings {
     status: Arc<StoreStatus>,
     /// What the ready line says of the store.
     started: String,
+    /// With `--store s3://`: the sealed files to fetch whole after the start.
+    fill: Option<Fill>,
 }
 
 async fn run(
@@ -309,6 +322,7 @@ async fn run(
         export,
         status,
         started,
+        fill,
     } = settings;
     let gauges = Gauges::of(&generation);
     let complete_before = (args.hot.0)
@@ -355,6 +369,10 @@ async fn run(
     }
     .spawn();
     reload_on_hangup(trigger.clone()).context("cannot listen for SIGHUP")?;
+    if let Some(fill) = fill {
+        fill.spawn(trigger.clone())
+            .context("cannot start the store's fill")?;
+    }
     // The watch lasts as long as this value: until the server stops.
     let _watcher = if args.watch {
         Some(

@@ -44,7 +44,7 @@ pub use router::RouterHandle;
 pub(crate) use shard::panic_message;
 pub use slots::{Overloaded, Patience, Slot, SLOT_WAIT};
 pub use store::lock::WriterLock;
-pub use store::mirror::Mirror;
+pub use store::mirror::{Fill, Mirror};
 pub use store::{StoreHandle, StorePlace, StoreStatus, WRITE_INTERVAL};
 pub use watch::{reload_on_change, Watch};
 

@@ -91,6 +91,9 @@ struct Pending {
     everything: bool,
     /// Paths relative to the snapshot directory that the watch saw change.
     paths: BTreeSet<String>,
+    /// Stations whose store files were found damaged after the start: read again
+    /// from the snapshot files ([`load::repair`]).
+    repair: BTreeSet<String>,
 }
 
 impl ReloadTrigger {
@@ -116,6 +119,18 @@ impl ReloadTrigger {
         self.send();
     }
 
+    /// Asks for a reload that reads `stations` again from the snapshot files, whose
+    /// history in the store was found damaged after the start (issue 35); logged.
+    pub fn request_repair(&self, stations: impl IntoIterator<Item = String>) {
+        {
+            let mut pending = self.pending.lock();
+            pending.announce = true;
+            pending.everything = true;
+            pending.repair.extend(stations);
+        }
+        self.send();
+    }
+
     fn send(&self) {
         // A full queue already holds a reload that will see this change too.
         let _ = self.sender.try_send(());
@@ -125,8 +140,12 @@ impl ReloadTrigger {
 impl Reloader {
     /// Builds, installs and swaps in the next generation; returns its number, what
     /// the reload read, and how many files it holds back. It looks for changes
-    /// where `look` says.
-    pub async fn reload(&self, look: Look) -> Result<(u64, LoadReport, u64), ReloadError> {
+    /// where `look` says, and reads the stations `repair` again whole.
+    pub async fn reload(
+        &self,
+        look: Look,
+        repair: BTreeSet<String>,
+    ) -> Result<(u64, LoadReport, u64), ReloadError> {
         let options = LoadOptions {
             directory: self.snapshots.clone(),
             shards: self.engine.shard_count(),
@@ -149,6 +168,9 @@ impl Reloader {
                     .map_err(ReloadError::from)
                     .and_then(|tokens| {
                         let loaded = match &previous {
+                            Some((catalog, shards)) if !repair.is_empty() => {
+                                load::repair(catalog, shards, &repair, &options)
+                            }
                             Some((catalog, shards)) => {
                                 load::reload_looking(catalog, shards, &options, &look)
                             }
@@ -219,7 +241,7 @@ impl Reloader {
                 if announced {
                     crate::systemd::reloading();
                 }
-                let result = self.reload(look).await;
+                let result = self.reload(look, asked.repair).await;
                 if announced {
                     let serving = self.engine.catalog();
                     crate::systemd::ready(&format!(

@@ -247,7 +247,9 @@ fn issue_35_a_bucket_that_goes_away_degrades_the_store_until_it_is_back() {
 /// An object changed in the bucket after it was put (a flipped byte) is not used:
 /// a replica starting from the bucket reads that station from the snapshot files,
 /// answers as a server without a store does, and puts that station's files whole
-/// again, so that the next replica starts from the bucket alone.
+/// again, so that the next replica starts from the bucket alone. Issue 35: the
+/// byte is in a block, which a start does not fetch (it fetches the sealed files'
+/// indexes); the fill after the start finds it, and the station is read again.
 #[test]
 fn issue_35_an_object_damaged_in_the_bucket_is_read_from_the_snapshot_files() {
     let s3 = S3Server::start(ServerKind::S3sFs);
@@ -265,30 +267,25 @@ fn issue_35_an_object_damaged_in_the_bucket_is_read_from_the_snapshot_files() {
     sealed.sort();
     let victim = sealed.first().expect("a sealed object").clone();
     let mut bad = std::fs::read(&victim).unwrap();
-    let middle = bad.len() / 2;
-    bad[middle] ^= 0x20;
+    // In its first block, past the store's magic.
+    bad[10] ^= 0x20;
     std::fs::write(&victim, &bad).unwrap();
 
     let second = floor.replica(&s3, "damage", &copies.path().join("second"));
     let name = victim.file_name().unwrap().to_string_lossy().into_owned();
-    assert!(
-        second
-            .log()
-            .iter()
-            .any(|line| line.contains(&name) && line.contains("checksum")),
-        "the damaged object is logged: {}",
-        second.log().join("\n")
-    );
+    second.wait_for_log(&format!("{name} fails its checksum"), 1);
+    second.wait_for_log("reloaded: generation", 1);
     let plain = Server::spawn(&floor.args(&[]), &[]);
     assert_eq!(answers(&second), answers(&plain));
     // The station's files, written again, are put: a third replica finds every
     // object whole and parses nothing.
-    second.wait_for_log("store pushed to s3://lake/damage", 1);
+    second.wait_for_log("1 damaged replaced", 1);
     let third = floor.replica(&s3, "damage", &copies.path().join("third"));
     let ready = (third.log().into_iter())
         .find(|line| line.contains("records restored"))
         .expect("the third replica used the store");
     assert!(ready.contains(", 0 files (0 bytes) parsed"), "{ready}");
+    third.wait_for_log("fetched whole into the copy", 1);
     assert!(third.log_count("fails its checksum") == 0);
     assert_eq!(answers(&third), answers(&plain));
 }

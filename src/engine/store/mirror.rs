@@ -10,6 +10,15 @@
 //!   fails its hash is not written: the start finds its station's file missing and
 //!   reads that station from the snapshot files, as for a damaged local file, and
 //!   the next push puts it again.
+//! - Of a **sealed file** (three quarters of a store's bytes), the pull fetches its
+//!   index alone, a range the manifest names with its checksum
+//!   ([`stq_core::data::store::index_file_name`]): the start reads the index, and
+//!   queries read blocks from the bucket by range ([`BucketRemote`], each checked
+//!   against its header) until the whole file is in the copy. The **fill**
+//!   ([`Fill`]) fetches those files whole after the start, off the request path,
+//!   each checked against its name; one that fails is not used, and its stations
+//!   are read again from the snapshot files ([`Filled::damaged`]). So a replica is
+//!   ready after fetching about a third of the store (issue 35).
 //! - **Push**, after each write of the copy: the files its manifest names that the
 //!   bucket lacks, each one PUT, then the manifest, last. Store files are named by
 //!   their hash, so two replicas putting at once put the same bytes under a name,
@@ -29,7 +38,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
-use stq_core::data::store::{holds_its_name, manifest_files, MANIFEST};
+use stq_core::data::store::{
+    holds_its_name, index_file_name, manifest_files, named_files, NamedFile, Remote, MANIFEST,
+};
 use stq_objects::{Location, Objects, ObjectsError, S3Settings};
 
 /// How long an object no manifest names stays in the bucket: longer than any
@@ -71,12 +82,67 @@ pub enum MirrorError {
 pub struct Pulled {
     /// Whether the bucket held a manifest (a store another start wrote).
     pub manifest: bool,
-    /// Files fetched into the copy, and their bytes.
+    /// Files fetched into the copy (whole, or a sealed file's index), and their
+    /// bytes.
     pub files: usize,
     pub bytes: u64,
     /// Objects that failed the hash their name holds, not used.
     pub damaged: Vec<String>,
+    /// The sealed files the copy holds the index of alone, for the fill.
+    pub fill: Fill,
 }
+
+/// The sealed files a pull fetched the index of alone, to be fetched whole into
+/// the copy after the start ([`Fill::run`]).
+#[derive(Debug, Default)]
+pub struct Fill {
+    files: Vec<NamedFile>,
+    bucket: Option<Objects>,
+    copy: PathBuf,
+    /// Where it tells the mirror of damaged objects.
+    damaged: Damaged,
+}
+
+/// Objects a fill found damaged, for the mirror's next push to put again (once
+/// their stations, read again, are written to the copy): shared by the two.
+type Damaged = std::sync::Arc<parking_lot::Mutex<Vec<String>>>;
+
+/// What a fill did.
+#[derive(Debug, Default)]
+pub struct Filled {
+    /// Files fetched whole into the copy, and their bytes.
+    pub files: usize,
+    pub bytes: u64,
+    /// Objects that failed the hash their name holds (or were gone), and the
+    /// stations whose history they held, to be read again from the snapshot files.
+    pub damaged: Vec<(String, String)>,
+}
+
+/// Reads a store's files from its bucket by range: what a start from a copy that
+/// holds a sealed file's index alone reads its blocks through.
+#[derive(Debug)]
+pub(crate) struct BucketRemote(Objects);
+
+impl Remote for BucketRemote {
+    /// On a thread of its own: a shard reads blocks on an actix worker, whose
+    /// runtime `stq-objects` will not block on (its client has a runtime of its
+    /// own). The worker waits all the same, as it waits for a disk: only until the
+    /// fill has the file in the copy.
+    fn read(&self, name: &str, range: std::ops::Range<u64>) -> std::io::Result<Vec<u8>> {
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| self.0.get_range(name, range))
+                .join()
+                .map_err(|_| std::io::Error::other("the thread reading the bucket panicked"))?
+                .map_err(std::io::Error::other)
+        })
+    }
+}
+
+/// The suffix of a file the fill is writing: not `.tmp`, which the store's writer
+/// deletes when its manifest does not name it; what a killed fill leaves, the next
+/// pull deletes.
+const FETCHING: &str = ".fetching";
 
 /// What a push did.
 #[derive(Debug, Default)]
@@ -86,6 +152,9 @@ pub struct Pushed {
     pub bytes: u64,
     /// Objects deleted.
     pub deleted: usize,
+    /// Damaged objects (found by the fill) that the bucket no longer needs: put
+    /// again, or their stations' files, read again, put under other names.
+    pub replaced: usize,
     /// How long the push took.
     pub elapsed: Duration,
 }
@@ -102,6 +171,8 @@ pub struct Mirror {
     listed: Option<Instant>,
     /// The manifest pushed last: a push with nothing new puts nothing.
     pushed: Option<Vec<u8>>,
+    /// What the fill found damaged since the last push.
+    damaged: Damaged,
 }
 
 impl Mirror {
@@ -114,6 +185,7 @@ impl Mirror {
             held: HashMap::new(),
             listed: None,
             pushed: None,
+            damaged: Damaged::default(),
         })
     }
 
@@ -127,9 +199,16 @@ impl Mirror {
         &self.copy
     }
 
-    /// Makes the copy hold what the bucket's manifest names, and that manifest.
+    /// What reads the bucket's files by range.
+    pub fn remote(&self) -> std::sync::Arc<dyn Remote> {
+        std::sync::Arc::new(BucketRemote(self.bucket.clone()))
+    }
+
+    /// Makes the copy hold what the bucket's manifest names, and that manifest:
+    /// sealed files as their indexes alone, for [`Pulled::fill`] to complete.
     pub fn pull(&mut self) -> Result<Pulled, MirrorError> {
         fs::create_dir_all(&self.copy).map_err(|source| self.copy_error(&self.copy, source))?;
+        remove_fetching(&self.copy);
         self.list()?;
         let mut pulled = Pulled::default();
         let manifest = match self.bucket.get(MANIFEST) {
@@ -138,7 +217,7 @@ impl Mirror {
             Err(error) => return Err(error.into()),
         };
         pulled.manifest = true;
-        let files = match manifest_files(&manifest) {
+        let files = match named_files(&manifest) {
             Ok(files) => files,
             Err(reason) => {
                 // The copy keeps what it held; the next push puts a whole manifest.
@@ -146,12 +225,27 @@ impl Mirror {
                 return Ok(pulled);
             }
         };
-        let missing: Vec<(String, u64)> = (files.into_iter())
-            .filter(|(name, length)| {
-                fs::metadata(self.copy.join(name)).map_or(true, |file| file.len() != *length)
+        let has = |name: &str, length: u64| {
+            fs::metadata(self.copy.join(name)).is_ok_and(|file| file.len() == length)
+        };
+        let missing: Vec<NamedFile> = (files.into_iter())
+            .filter(|file| !has(&file.name, file.length))
+            .collect();
+        // A sealed file's index is fetched alone, unless the copy has it (the start
+        // checks it against the manifest).
+        let (partial, whole): (Vec<NamedFile>, Vec<NamedFile>) =
+            (missing.into_iter()).partition(|file| file.index.is_some());
+        let indexes: Vec<(String, u64)> = (partial.iter())
+            .filter_map(|file| {
+                let (_, length, _) = file.index?;
+                let index = index_file_name(&file.name);
+                (!has(&index, u64::from(length))).then_some((file.name.clone(), u64::from(length)))
             })
             .collect();
-        let fetched = in_parallel(&missing, |(name, _)| {
+        let whole: Vec<(String, u64)> = (whole.into_iter())
+            .map(|file| (file.name, file.length))
+            .collect();
+        let fetched = in_parallel(&whole, |(name, _)| {
             let bytes = self.bucket.get(name)?;
             if !holds_its_name(name, &bytes) {
                 return Ok(Fetched::Damaged(name.clone()));
@@ -160,6 +254,20 @@ impl Mirror {
             write_unsynced(&path, &bytes).map_err(|source| self.copy_error(&path, source))?;
             Ok(Fetched::Written(bytes.len() as u64))
         })?;
+        let regions: HashMap<&str, (u64, u32, u64)> = (partial.iter())
+            .filter_map(|file| Some((file.name.as_str(), file.index?)))
+            .collect();
+        let fetched_indexes = in_parallel(&indexes, |(name, _)| {
+            let (offset, length, check) = regions[name.as_str()];
+            let bytes = (self.bucket).get_range(name, offset..offset + u64::from(length))?;
+            if xxhash_rust::xxh3::xxh3_64(&bytes) != check {
+                return Ok(Fetched::Damaged(name.clone()));
+            }
+            let path = self.copy.join(index_file_name(name));
+            write_unsynced(&path, &bytes).map_err(|source| self.copy_error(&path, source))?;
+            Ok(Fetched::Written(bytes.len() as u64))
+        })?;
+        let fetched = fetched.into_iter().chain(fetched_indexes);
         for fetched in fetched {
             match fetched {
                 Fetched::Written(bytes) => {
@@ -167,7 +275,8 @@ impl Mirror {
                     pulled.bytes += bytes;
                 }
                 Fetched::Damaged(name) => {
-                    // Not held, as far as pushes go: the next one puts it whole.
+                    // Not held, as far as pushes go: the next one puts it whole
+                    // (its station, read again at the start, is written again).
                     self.held.remove(&name);
                     pulled.damaged.push(name);
                 }
@@ -184,6 +293,12 @@ impl Mirror {
         if pulled.damaged.is_empty() {
             self.pushed = Some(manifest);
         }
+        pulled.fill = Fill {
+            files: partial,
+            bucket: Some(self.bucket.clone()),
+            copy: self.copy.clone(),
+            damaged: std::sync::Arc::clone(&self.damaged),
+        };
         Ok(pulled)
     }
 
@@ -197,20 +312,33 @@ impl Mirror {
         let stale = (self.listed).is_none_or(|listed| listed.elapsed() >= RELIST_INTERVAL);
         if stale {
             self.list()?;
-        } else if self.pushed.as_ref() == Some(&manifest) {
+        }
+        let damaged = std::mem::take(&mut *self.damaged.lock());
+        for name in &damaged {
+            self.held.remove(name);
+        }
+        if !stale && damaged.is_empty() && self.pushed.as_ref() == Some(&manifest) {
             return Ok(pushed);
         }
         let files = manifest_files(&manifest).map_err(|reason| MirrorError::Copy {
             path: path.display().to_string(),
             source: std::io::Error::new(std::io::ErrorKind::InvalidData, reason),
         })?;
-        let missing: Vec<(String, u64)> = (files.iter())
+        let (missing, waiting): (Vec<_>, Vec<_>) = (files.iter())
             .filter(|(name, length)| self.held.get(name).is_none_or(|held| held.0 != *length))
             .cloned()
-            .collect();
+            // A damaged object's station may not be written to the copy yet.
+            .partition(|(name, _)| !damaged.contains(name) || self.copy.join(name).exists());
+        // The others are put again, or their stations now have other files.
+        pushed.replaced = damaged.len() - waiting.len();
+        (self.damaged.lock()).extend(waiting.into_iter().map(|(name, _)| name));
         in_parallel(&missing, |(name, _)| {
             self.bucket.put(name, self.files.get(name)?)?;
             Ok(())
+        })
+        .inspect_err(|_| {
+            // Put again at the next push.
+            self.damaged.lock().extend(damaged.iter().cloned());
         })?;
         let now = SystemTime::now();
         for (name, length) in missing {
@@ -261,6 +389,159 @@ impl Mirror {
             source,
         }
     }
+}
+
+impl Fill {
+    /// How many files it is to fetch.
+    pub fn len(&self) -> usize {
+        self.files.len()
+    }
+
+    /// Whether it has nothing to fetch.
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty()
+    }
+
+    /// Fetches each file whole into the copy, checked against its name, and then
+    /// deletes its index alone; those it could not fetch for an error of the bucket
+    /// or the copy stay in it, for the next run.
+    pub fn run(&mut self) -> (Filled, Option<MirrorError>) {
+        let mut filled = Filled::default();
+        let Some(bucket) = self.bucket.clone() else {
+            return (filled, None);
+        };
+        let items: Vec<(String, u64)> = (self.files.iter())
+            .map(|file| (file.name.clone(), file.length))
+            .collect();
+        let done = std::sync::Mutex::new(Vec::new());
+        let copy = &self.copy;
+        let failed = in_parallel(&items, |(name, _)| {
+            let bytes = match bucket.get(name) {
+                Ok(bytes) => Some(bytes),
+                // Another replica deleted it: its history is read again.
+                Err(error) if error.is_not_found() => None,
+                Err(error) => return Err(error.into()),
+            };
+            let whole = (bytes.as_ref()).filter(|bytes| holds_its_name(name, bytes));
+            if let Some(bytes) = whole {
+                let path = copy.join(name);
+                write_fetched(&path, bytes).map_err(|source| MirrorError::Copy {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+                let _ = fs::remove_file(copy.join(index_file_name(name)));
+            }
+            if whole.is_none() {
+                self.damaged.lock().push(name.clone());
+            }
+            done.lock()
+                .expect("a fill's worker does not panic")
+                .push((name.clone(), whole.map(|bytes| bytes.len() as u64)));
+            Ok(())
+        })
+        .err();
+        let done = done.into_inner().expect("a fill's worker does not panic");
+        let done: HashMap<String, Option<u64>> = done.into_iter().collect();
+        let (finished, left): (Vec<NamedFile>, Vec<NamedFile>) =
+            (self.files.drain(..)).partition(|file| done.contains_key(&file.name));
+        self.files = left;
+        for file in finished {
+            match done[&file.name] {
+                Some(bytes) => {
+                    filled.files += 1;
+                    filled.bytes += bytes;
+                }
+                None => filled.damaged.push((
+                    file.name,
+                    file.station.map(String::from).unwrap_or_default(),
+                )),
+            }
+        }
+        if filled.files > 0 {
+            // The files are whole under their names already; this only makes a
+            // power cut keep them.
+            let _ = sync_file_system(copy);
+        }
+        (filled, failed)
+    }
+}
+
+impl Fill {
+    /// Runs the fill on a thread of its own until every file is in the copy
+    /// (after an error of the bucket, again every [`super::RETRY_INTERVAL`]),
+    /// logging what it did, and asking `trigger` to read again from the snapshot
+    /// files the stations of the objects that fail their checksum.
+    pub fn spawn(mut self, trigger: crate::engine::ReloadTrigger) -> std::io::Result<()> {
+        if self.is_empty() {
+            return Ok(());
+        }
+        let location =
+            (self.bucket.as_ref()).map_or_else(String::new, |bucket| bucket.location().to_string());
+        std::thread::Builder::new()
+            .name("stq-store-fill".into())
+            .spawn(move || {
+                let begun = Instant::now();
+                let mut total = Filled::default();
+                loop {
+                    let (filled, failed) = self.run();
+                    total.files += filled.files;
+                    total.bytes += filled.bytes;
+                    for (name, station) in &filled.damaged {
+                        tracing::warn!(
+                            "the store {location}: {name} fails its checksum (or is gone) and \
+                             is not used; station {station} is read again from the snapshot \
+                             files, and its files in the store written again"
+                        );
+                    }
+                    if !filled.damaged.is_empty() {
+                        trigger
+                            .request_repair(filled.damaged.into_iter().map(|(_, station)| station));
+                    }
+                    match failed {
+                        None => break,
+                        Some(error) => {
+                            tracing::warn!(
+                                "the store {location}: cannot fetch {} sealed files whole: \
+                                 {error}; their blocks are read from the bucket meanwhile, and \
+                                 the fetch is tried again",
+                                self.len()
+                            );
+                            std::thread::sleep(super::RETRY_INTERVAL);
+                        }
+                    }
+                }
+                tracing::info!(
+                    "the store {location}: {} sealed files ({} bytes) fetched whole into the \
+                     copy in {} ms, after the start",
+                    total.files,
+                    total.bytes,
+                    begun.elapsed().as_millis()
+                );
+            })
+            .map(drop)
+    }
+}
+
+/// Deletes what a fill killed while writing left in `copy`.
+fn remove_fetching(copy: &Path) {
+    let Ok(entries) = fs::read_dir(copy) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if entry.file_name().to_string_lossy().ends_with(FETCHING) {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// Writes `bytes` as `path` under a name ending in [`FETCHING`], then renames it.
+fn write_fetched(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut temporary = path.as_os_str().to_owned();
+    temporary.push(FETCHING);
+    fs::write(&temporary, bytes)?;
+    fs::rename(&temporary, path).inspect_err(|_| {
+        let _ = fs::remove_file(&temporary);
+    })
 }
 
 /// What fetching one object did.
@@ -444,10 +725,58 @@ mod tests {
         again.pull().unwrap();
         assert_eq!(again.push().unwrap().files, 0);
 
-        let pulled = mirror(&bucket, &second).pull().unwrap();
+        let mut pulled = mirror(&bucket, &second).pull().unwrap();
         assert!(pulled.manifest && pulled.damaged.is_empty());
         assert_eq!(pulled.files + 1, files(&first).len());
+        // Sealed files come as their indexes, then whole from the fill.
+        let sealed = (files(&first).iter())
+            .filter(|(name, _)| name.starts_with("sealed-"))
+            .count();
+        assert!(sealed > 0);
+        assert_eq!(pulled.fill.len(), sealed);
+        assert_eq!(files(&second).len() + sealed, files(&first).len());
+        let (filled, failed) = pulled.fill.run();
+        assert!(failed.is_none() && filled.damaged.is_empty());
+        assert_eq!(filled.files, sealed);
         assert_eq!(files(&second), files(&first));
+        let indexes = (fs::read_dir(&second).unwrap())
+            .filter(|entry| {
+                let name = entry.as_ref().unwrap().file_name();
+                name.to_string_lossy().ends_with(".index")
+            })
+            .count();
+        assert_eq!(
+            indexes, 0,
+            "an index alone is deleted once its file is whole"
+        );
+    }
+
+    /// Issue 35: a start from a copy that holds the sealed files' indexes alone
+    /// restores every record, its blocks read from the bucket.
+    #[test]
+    fn issue_35_a_start_before_the_fill_reads_blocks_from_the_bucket() {
+        let root = tempfile::tempdir().unwrap();
+        let (bucket, first, second) = (
+            root.path().join("bucket"),
+            root.path().join("first"),
+            root.path().join("second"),
+        );
+        written_store(&first);
+        mirror(&bucket, &first).push().unwrap();
+        let mut pulling = mirror(&bucket, &second);
+        let pulled = pulling.pull().unwrap();
+        assert!(!pulled.fill.is_empty());
+        let start = load::start(&options(), Some(&second), Some(pulling.remote())).unwrap();
+        assert!(matches!(
+            start.store,
+            Some(FromStore::Restored { repaired: 0, .. })
+        ));
+        let fresh = load::load(&options()).unwrap().0;
+        let records = |generation: &stq_core::data::catalog::Generation| {
+            let catalog = generation.catalog();
+            (catalog.summary().units, catalog.summary().metrics)
+        };
+        assert_eq!(records(&start.generation), records(&fresh));
     }
 
     #[test]
@@ -473,13 +802,17 @@ mod tests {
         let (name, mut bytes) = (files(&bucket).into_iter())
             .find(|(name, _)| name.starts_with("sealed-"))
             .expect("a sealed file");
-        let middle = bytes.len() / 2;
-        bytes[middle] ^= 1;
+        // In its first block, past the magic: not in its index.
+        bytes[10] ^= 1;
         fs::write(bucket.join(&name), &bytes).unwrap();
 
         let mut second_mirror = mirror(&bucket, &second);
-        let pulled = second_mirror.pull().unwrap();
-        assert_eq!(pulled.damaged, vec![name.clone()]);
+        let mut pulled = second_mirror.pull().unwrap();
+        // Its index is whole: the fill finds the damage.
+        assert_eq!(pulled.damaged, Vec::<String>::new());
+        let (filled, _) = pulled.fill.run();
+        assert_eq!(filled.damaged.len(), 1);
+        assert_eq!(filled.damaged[0].0, name);
         assert!(!second.join(&name).exists(), "a damaged object is not used");
         // The copy that holds it whole puts it again.
         let mut first_mirror = mirror(&bucket, &first);
@@ -552,8 +885,10 @@ mod tests {
         }
         assert_eq!(from_store(&second), FromStore::Empty, "no manifest yet");
 
-        let pulled = mirror(&bucket, &second).pull().unwrap();
+        let mut pulled = mirror(&bucket, &second).pull().unwrap();
         assert_eq!(pulled.files, named.len() / 2);
+        let (filled, failed) = pulled.fill.run();
+        assert!(failed.is_none() && filled.damaged.is_empty());
         assert_eq!(
             from_store(&second),
             FromStore::Restored {

@@ -103,6 +103,10 @@ pub struct StorePlace {
     pub degraded: bool,
     /// The directory's lock as the start found it ([`lock`]).
     pub lock: WriterLock,
+    /// With `--store s3://`: what the start reads the blocks of sealed files the
+    /// copy holds only the index of through, and the fill that fetches them.
+    pub remote: Option<Arc<dyn stq_core::data::store::Remote>>,
+    pub fill: mirror::Fill,
 }
 
 impl StoreHandle {
@@ -244,14 +248,16 @@ impl Writing {
             Ok(pushed) => {
                 let was = self.status.set(OK);
                 let line = format!(
-                    "store pushed to {}: {} objects ({} bytes) put, {} deleted, in {} ms",
+                    "store pushed to {}: {} objects ({} bytes) put, {} deleted, {} damaged \
+                     replaced, in {} ms",
                     mirror.location(),
                     pushed.files,
                     pushed.bytes,
                     pushed.deleted,
+                    pushed.replaced,
                     pushed.elapsed.as_millis()
                 );
-                if was == DEGRADED || self.first {
+                if was == DEGRADED || self.first || pushed.replaced > 0 {
                     tracing::info!("{line}");
                 } else {
                     tracing::debug!("{line}");
