@@ -228,46 +228,51 @@ impl Mirror {
         let has = |name: &str, length: u64| {
             fs::metadata(self.copy.join(name)).is_ok_and(|file| file.len() == length)
         };
+        // Stations share files (an empty recent layer is one file): each is
+        // fetched once.
+        let mut seen = std::collections::HashSet::new();
         let missing: Vec<NamedFile> = (files.into_iter())
-            .filter(|file| !has(&file.name, file.length))
+            .filter(|file| seen.insert(file.name.clone()) && !has(&file.name, file.length))
             .collect();
         // A sealed file's index is fetched alone, unless the copy has it (the start
-        // checks it against the manifest).
-        let (partial, whole): (Vec<NamedFile>, Vec<NamedFile>) =
-            (missing.into_iter()).partition(|file| file.index.is_some());
-        let indexes: Vec<(String, u64)> = (partial.iter())
-            .filter_map(|file| {
-                let (_, length, _) = file.index?;
-                let index = index_file_name(&file.name);
-                (!has(&index, u64::from(length))).then_some((file.name.clone(), u64::from(length)))
+        // checks it against the manifest); every other file whole. In one pass: a
+        // join is some thousands of small requests, and each pass ends waiting for
+        // its slowest.
+        let jobs: Vec<&NamedFile> = (missing.iter())
+            .filter(|file| match file.index {
+                Some((_, length, _)) => !has(&index_file_name(&file.name), u64::from(length)),
+                None => true,
             })
             .collect();
-        let whole: Vec<(String, u64)> = (whole.into_iter())
-            .map(|file| (file.name, file.length))
-            .collect();
-        let fetched = in_parallel(&whole, |(name, _)| {
-            let bytes = self.bucket.get(name)?;
-            if !holds_its_name(name, &bytes) {
-                return Ok(Fetched::Damaged(name.clone()));
-            }
-            let path = self.copy.join(name);
+        let bytes_of = |file: &&NamedFile| match file.index {
+            Some((_, length, _)) => u64::from(length),
+            None => file.length,
+        };
+        let fetched = in_parallel(&jobs, bytes_of, |file| {
+            let name = &file.name;
+            let (bytes, path) = match file.index {
+                None => {
+                    let bytes = self.bucket.get(name)?;
+                    if !holds_its_name(name, &bytes) {
+                        return Ok(Fetched::Damaged(name.clone()));
+                    }
+                    (bytes, self.copy.join(name))
+                }
+                Some((offset, length, check)) => {
+                    let range = offset..offset + u64::from(length);
+                    let bytes = self.bucket.get_range(name, range)?;
+                    if xxhash_rust::xxh3::xxh3_64(&bytes) != check {
+                        return Ok(Fetched::Damaged(name.clone()));
+                    }
+                    (bytes, self.copy.join(index_file_name(name)))
+                }
+            };
             write_unsynced(&path, &bytes).map_err(|source| self.copy_error(&path, source))?;
             Ok(Fetched::Written(bytes.len() as u64))
         })?;
-        let regions: HashMap<&str, (u64, u32, u64)> = (partial.iter())
-            .filter_map(|file| Some((file.name.as_str(), file.index?)))
+        let partial: Vec<NamedFile> = (missing.into_iter())
+            .filter(|file| file.index.is_some())
             .collect();
-        let fetched_indexes = in_parallel(&indexes, |(name, _)| {
-            let (offset, length, check) = regions[name.as_str()];
-            let bytes = (self.bucket).get_range(name, offset..offset + u64::from(length))?;
-            if xxhash_rust::xxh3::xxh3_64(&bytes) != check {
-                return Ok(Fetched::Damaged(name.clone()));
-            }
-            let path = self.copy.join(index_file_name(name));
-            write_unsynced(&path, &bytes).map_err(|source| self.copy_error(&path, source))?;
-            Ok(Fetched::Written(bytes.len() as u64))
-        })?;
-        let fetched = fetched.into_iter().chain(fetched_indexes);
         for fetched in fetched {
             match fetched {
                 Fetched::Written(bytes) => {
@@ -332,7 +337,7 @@ impl Mirror {
         // The others are put again, or their stations now have other files.
         pushed.replaced = damaged.len() - waiting.len();
         (self.damaged.lock()).extend(waiting.into_iter().map(|(name, _)| name));
-        in_parallel(&missing, |(name, _)| {
+        in_parallel(&missing, |(_, length)| *length, |(name, _)| {
             self.bucket.put(name, self.files.get(name)?)?;
             Ok(())
         })
@@ -415,7 +420,7 @@ impl Fill {
             .collect();
         let done = std::sync::Mutex::new(Vec::new());
         let copy = &self.copy;
-        let failed = in_parallel(&items, |(name, _)| {
+        let failed = in_parallel(&items, |(_, length)| *length, |(name, _)| {
             let bytes = match bucket.get(name) {
                 Ok(bytes) => Some(bytes),
                 // Another replica deleted it: its history is read again.
@@ -550,11 +555,12 @@ enum Fetched {
     Damaged(String),
 }
 
-/// `work` on each of `items` (an object's name and length), [`IN_FLIGHT`] and at
+/// `work` on each of `items` (objects of `bytes` each), [`IN_FLIGHT`] and at
 /// most [`IN_FLIGHT_BYTES`] at a time; the results in no order, or the first error.
-fn in_parallel<R: Send>(
-    items: &[(String, u64)],
-    work: impl Fn(&(String, u64)) -> Result<R, MirrorError> + Sync,
+fn in_parallel<T: Sync, R: Send>(
+    items: &[T],
+    bytes: impl Fn(&T) -> u64 + Sync,
+    work: impl Fn(&T) -> Result<R, MirrorError> + Sync,
 ) -> Result<Vec<R>, MirrorError> {
     let budget = Budget::default();
     let next = std::sync::atomic::AtomicUsize::new(0);
@@ -574,9 +580,10 @@ fn in_parallel<R: Send>(
                             }
                             _ => return Ok(results),
                         };
-                        budget.take(item.1);
+                        let weight = bytes(item);
+                        budget.take(weight);
                         let worked = work(item);
-                        budget.give(item.1);
+                        budget.give(weight);
                         match worked {
                             Ok(result) => results.push(result),
                             Err(error) => {
