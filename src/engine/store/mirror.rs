@@ -337,10 +337,14 @@ impl Mirror {
         // The others are put again, or their stations now have other files.
         pushed.replaced = damaged.len() - waiting.len();
         (self.damaged.lock()).extend(waiting.into_iter().map(|(name, _)| name));
-        in_parallel(&missing, |(_, length)| *length, |(name, _)| {
-            self.bucket.put(name, self.files.get(name)?)?;
-            Ok(())
-        })
+        in_parallel(
+            &missing,
+            |(_, length)| *length,
+            |(name, _)| {
+                self.bucket.put(name, self.files.get(name)?)?;
+                Ok(())
+            },
+        )
         .inspect_err(|_| {
             // Put again at the next push.
             self.damaged.lock().extend(damaged.iter().cloned());
@@ -420,30 +424,34 @@ impl Fill {
             .collect();
         let done = std::sync::Mutex::new(Vec::new());
         let copy = &self.copy;
-        let failed = in_parallel(&items, |(_, length)| *length, |(name, _)| {
-            let bytes = match bucket.get(name) {
-                Ok(bytes) => Some(bytes),
-                // Another replica deleted it: its history is read again.
-                Err(error) if error.is_not_found() => None,
-                Err(error) => return Err(error.into()),
-            };
-            let whole = (bytes.as_ref()).filter(|bytes| holds_its_name(name, bytes));
-            if let Some(bytes) = whole {
-                let path = copy.join(name);
-                write_fetched(&path, bytes).map_err(|source| MirrorError::Copy {
-                    path: path.display().to_string(),
-                    source,
-                })?;
-                let _ = fs::remove_file(copy.join(index_file_name(name)));
-            }
-            if whole.is_none() {
-                self.damaged.lock().push(name.clone());
-            }
-            done.lock()
-                .expect("a fill's worker does not panic")
-                .push((name.clone(), whole.map(|bytes| bytes.len() as u64)));
-            Ok(())
-        })
+        let failed = in_parallel(
+            &items,
+            |(_, length)| *length,
+            |(name, _)| {
+                let bytes = match bucket.get(name) {
+                    Ok(bytes) => Some(bytes),
+                    // Another replica deleted it: its history is read again.
+                    Err(error) if error.is_not_found() => None,
+                    Err(error) => return Err(error.into()),
+                };
+                let whole = (bytes.as_ref()).filter(|bytes| holds_its_name(name, bytes));
+                if let Some(bytes) = whole {
+                    let path = copy.join(name);
+                    write_fetched(&path, bytes).map_err(|source| MirrorError::Copy {
+                        path: path.display().to_string(),
+                        source,
+                    })?;
+                    let _ = fs::remove_file(copy.join(index_file_name(name)));
+                }
+                if whole.is_none() {
+                    self.damaged.lock().push(name.clone());
+                }
+                done.lock()
+                    .expect("a fill's worker does not panic")
+                    .push((name.clone(), whole.map(|bytes| bytes.len() as u64)));
+                Ok(())
+            },
+        )
         .err();
         let done = done.into_inner().expect("a fill's worker does not panic");
         let done: HashMap<String, Option<u64>> = done.into_iter().collect();

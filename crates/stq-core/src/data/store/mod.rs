@@ -20,7 +20,9 @@
 //! - `MANIFEST`: the settings the store was written with (snapshot directory,
 //!   shards, `--hot`), the symbol runs, every snapshot file's state as a reload
 //!   compares it (stamp, where its whole lines end and the digest of its tail,
-//!   counts, stations), and each station's place and files. Written last, then
+//!   counts, stations), and each station's place and files (of its sealed file,
+//!   also where the index is and the index's XXH3-64, so that an `s3://` store's
+//!   start fetches and checks the index alone: issue 35). Written last, then
 //!   the directory fsynced; only then are the files it no longer names deleted.
 //!
 //! `<hash>` is the XXH3-128 of the file's bytes, so a file's name is its checksum:
