@@ -201,6 +201,56 @@ fn issue_35_replicas_share_a_store_on_s3s_fs() {
     replicas_share_the_store(ServerKind::S3sFs);
 }
 
+/// Issue 35: a replica whose copy holds the sealed files' indexes alone, and which
+/// does not fill it (another process holds the copy's lock), answers as a server
+/// without a store does, every sealed block read from the bucket by range; the
+/// copy gains no sealed file.
+#[test]
+fn issue_35_a_replica_reads_sealed_blocks_from_the_bucket_until_its_copy_has_them() {
+    let s3 = S3Server::start(ServerKind::S3sFs);
+    let floor = Floor::new();
+    let copies = temporary_directory();
+    let copy = copies.path().join("copy");
+    let first = floor.replica(&s3, "ranges", &copy);
+    first.wait_for_log("store pushed to s3://lake/ranges", 1);
+    drop(first);
+    // The copy as a pull leaves it: each sealed file's index alone.
+    let manifest = std::fs::read(copy.join("MANIFEST")).unwrap();
+    let mut sealed = 0;
+    for file in stq_core::data::store::named_files(&manifest).unwrap() {
+        let Some((offset, length, _)) = file.index else {
+            continue;
+        };
+        let whole = std::fs::read(copy.join(&file.name)).unwrap();
+        let index = &whole[offset as usize..offset as usize + length as usize];
+        let index_name = stq_core::data::store::index_file_name(&file.name);
+        std::fs::write(copy.join(index_name), index).unwrap();
+        std::fs::remove_file(copy.join(&file.name)).unwrap();
+        sealed += 1;
+    }
+    assert!(sealed > 0, "the floor has sealed history");
+    // Held here, the lock keeps the replica from pulling and filling.
+    let lock = std::fs::File::create(copy.join("LOCK")).unwrap();
+    lock.lock().unwrap();
+    let second = floor.replica(&s3, "ranges", &copy);
+    let ready = (second.log().into_iter())
+        .find(|line| line.contains("records restored"))
+        .expect("the replica used the store");
+    assert!(ready.contains(", 0 files (0 bytes) parsed"), "{ready}");
+    let plain = Server::spawn(&floor.args(&[]), &[]);
+    assert_eq!(answers(&second), answers(&plain));
+    assert!(second.admin_value("stq_store_reads_total") > 0.0);
+    let sealed_files = (std::fs::read_dir(&copy).unwrap())
+        .filter(|entry| {
+            let name = entry.as_ref().unwrap().file_name();
+            let name = name.to_string_lossy();
+            name.starts_with("sealed-") && name.ends_with(".stq")
+        })
+        .count();
+    assert_eq!(sealed_files, 0, "every block came from the bucket");
+    drop(lock);
+}
+
 /// The bucket goes away: stq keeps answering (what was appended meanwhile too),
 /// `/readyz` says `degraded`; it comes back: the store is `ok` again without a
 /// further append, and a new replica starts from what was pushed then. s3s-fs,
