@@ -8,7 +8,6 @@ use chrono::{DateTime, Utc};
 
 use stq_core::data::plan::Answer;
 use stq_core::domain::query::Endpoint;
-use stq_core::domain::record::Kind;
 use stq_core::domain::time::write_timestamp_millis_utc;
 
 /// The envelope's `meta` (docs/api.md section 7).
@@ -78,16 +77,16 @@ fn write_meta(body: &mut Vec<u8>, meta: &Meta) {
     body.push(b'}');
 }
 
-/// `{"data":[...],"message":"...","meta":{...}}` around records already rendered.
+/// `{"data":[...],"message":"...","meta":{...}}` around records of `endpoint`
+/// already rendered.
 pub fn assemble<'a>(
-    kind: Kind,
+    endpoint: Endpoint,
     count: usize,
     records: impl Iterator<Item = &'a [u8]> + Clone,
     meta: &Meta,
 ) -> Vec<u8> {
     let bytes = records.clone().map(<[u8]>::len).sum();
-    let noun = Endpoint::records(kind).spec().noun;
-    assemble_with_data(noun, count, bytes, meta, |body| {
+    assemble_with_data(endpoint.spec().noun, count, bytes, meta, |body| {
         write_rendered(body, records);
     })
     .0
@@ -131,7 +130,7 @@ mod tests {
             query_duration_ms: 3,
             next_cursor: Some(Some("abc")),
         };
-        let body = assemble(Kind::Units, 2, records.iter().copied(), &meta);
+        let body = assemble(Endpoint::Units, 2, records.iter().copied(), &meta);
         let value: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(
             value,
@@ -143,7 +142,7 @@ mod tests {
             next_cursor: None,
             ..meta
         };
-        let body = assemble(Kind::Metrics, 1, records[..1].iter().copied(), &single);
+        let body = assemble(Endpoint::Metrics, 1, records[..1].iter().copied(), &single);
         let value: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(value["message"], "1 metric record");
         assert!(value["meta"].get("next_cursor").is_none());
@@ -152,11 +151,11 @@ mod tests {
             next_cursor: Some(None),
             ..single
         };
-        let body = assemble(Kind::Metrics, 1, records[..1].iter().copied(), &last);
+        let body = assemble(Endpoint::Metrics, 1, records[..1].iter().copied(), &last);
         let value: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(value["meta"]["next_cursor"], Value::Null);
         assert!(value["meta"].get("next_cursor").is_some());
-        let empty = assemble(Kind::Metrics, 0, std::iter::empty::<&[u8]>(), &single);
+        let empty = assemble(Endpoint::Metrics, 0, std::iter::empty::<&[u8]>(), &single);
         assert!(empty.starts_with(br#"{"data":[],"message":"0 metric records""#));
     }
 }

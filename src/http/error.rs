@@ -123,7 +123,7 @@ impl ApiError {
                 },
                 QueryError::UnknownParameter { parameter } => json!({ "parameter": parameter }),
                 QueryError::InvalidWindow { from, to } => {
-                    json!({ "from": from.to_rfc3339(), "to": to.to_rfc3339() })
+                    json!({ "from": from.to_string(), "to": to.to_string() })
                 }
                 QueryError::TooManyStations { count, max } => {
                     json!({ "count": count, "max_stations": max })
@@ -136,8 +136,8 @@ impl ApiError {
                     to,
                     max_window,
                 } => json!({
-                    "from": from.to_rfc3339(),
-                    "to": to.to_rfc3339(),
+                    "from": from.to_string(),
+                    "to": to.to_string(),
                     "max_window": duration_text(*max_window),
                 }),
             },

@@ -331,8 +331,10 @@ impl Endpoint {
         }
     }
 
-    /// The endpoint that returns records of `kind`.
-    pub fn records(kind: Kind) -> Endpoint {
+    /// The endpoint that returns records of `kind`: the parsers' checks ask it
+    /// (the service names its endpoints).
+    #[cfg(any(test, feature = "checks"))]
+    pub(crate) fn records(kind: Kind) -> Endpoint {
         match kind {
             Kind::Units => Endpoint::Units,
             Kind::Metrics => Endpoint::Metrics,

@@ -86,14 +86,19 @@ impl Timestamp {
             None => format!("{}s since the Unix epoch", { self.seconds }),
         }
     }
+}
 
-    /// RFC 3339 in UTC with as many fraction digits as needed, for messages.
-    pub fn to_rfc3339(self) -> String {
+/// RFC 3339 in UTC with as many fraction digits as needed, for messages.
+impl std::fmt::Display for Timestamp {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match DateTime::<Utc>::from_timestamp(self.seconds, self.nanos) {
-            Some(time) => time.to_rfc3339_opts(SecondsFormat::AutoSi, true),
-            None => format!("{}s{}ns since the Unix epoch", { self.seconds }, {
-                self.nanos
-            }),
+            Some(time) => formatter.write_str(&time.to_rfc3339_opts(SecondsFormat::AutoSi, true)),
+            None => write!(
+                formatter,
+                "{}s{}ns since the Unix epoch",
+                { self.seconds },
+                { self.nanos }
+            ),
         }
     }
 }
