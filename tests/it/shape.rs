@@ -33,9 +33,9 @@ use crate::imports::{is_test_only, modules};
 /// looks) and the store (7: its writer, and the manifest's name and checks an
 /// `s3://` store's mirror needs); the catalog (`/files`' body among it), generation
 /// and `StationRecords` (17); the plan and its answer (`plan` 19, 6 of them the
-/// answer's writing; `ShardData` 2, `CursorKey` 3); memory and the cache (7); the
-/// modules (14). Lower it as that shrinks.
-const PUB_ITEMS: usize = 131;
+/// answer's writing; `ShardData` 2, `CursorKey` 3); memory and the cache (6: a part
+/// of memory is a name and its bytes); the modules (14). Lower it as that shrinks.
+const PUB_ITEMS: usize = 130;
 /// A source file's lines, at most, once its inline `#[cfg(test)] mod tests` is
 /// left out.
 const FILE_LINES: usize = 1_200;
