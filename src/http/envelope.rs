@@ -4,11 +4,10 @@
 
 use std::ops::Range;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Datelike as _, SecondsFormat, Timelike as _, Utc};
 
 use stq_core::data::plan::Answer;
 use stq_core::domain::query::Endpoint;
-use stq_core::domain::time::write_timestamp_millis_utc;
 
 /// The envelope's `meta` (docs/api.md section 7).
 pub struct Meta<'a> {
@@ -75,6 +74,40 @@ fn write_meta(body: &mut Vec<u8>, meta: &Meta) {
         }
     }
     body.push(b'}');
+}
+
+/// `YYYY-MM-DDTHH:MM:SS.mmmZ`, the format of `meta.timestamp`.
+fn timestamp_millis_utc(time: DateTime<Utc>) -> String {
+    time.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+/// Appends `time` as [`timestamp_millis_utc`] writes it, without a `String`: every
+/// response's envelope has one.
+fn write_timestamp_millis_utc(out: &mut Vec<u8>, time: DateTime<Utc>) {
+    let year = time.year();
+    let nanos = time.timestamp_subsec_nanos();
+    // Years chrono writes with a sign or more digits, and leap seconds, are chrono's.
+    if !(0..=9999).contains(&year) || nanos >= 1_000_000_000 {
+        out.extend_from_slice(timestamp_millis_utc(time).as_bytes());
+        return;
+    }
+    let mut push = |value: u32, width: usize, after: u8| {
+        let mut digits = [b'0'; 4];
+        let mut rest = value;
+        for digit in digits[..width].iter_mut().rev() {
+            *digit = b'0' + (rest % 10) as u8;
+            rest /= 10;
+        }
+        out.extend_from_slice(&digits[..width]);
+        out.push(after);
+    };
+    push(year as u32, 4, b'-');
+    push(time.month(), 2, b'-');
+    push(time.day(), 2, b'T');
+    push(time.hour(), 2, b':');
+    push(time.minute(), 2, b':');
+    push(time.second(), 2, b'.');
+    push(nanos / 1_000_000, 3, b'Z');
 }
 
 /// `{"data":[...],"message":"...","meta":{...}}` around records of `endpoint`
@@ -157,5 +190,29 @@ mod tests {
         assert!(value["meta"].get("next_cursor").is_some());
         let empty = assemble(Endpoint::Metrics, 0, std::iter::empty::<&[u8]>(), &single);
         assert!(empty.starts_with(br#"{"data":[],"message":"0 metric records""#));
+    }
+
+    #[test]
+    fn meta_timestamps_have_milliseconds() {
+        let time = DateTime::<Utc>::from_timestamp(1_709_294_400, 5_000_000).unwrap();
+        assert_eq!(timestamp_millis_utc(time), "2024-03-01T12:00:00.005Z");
+    }
+
+    proptest::proptest! {
+        /// Issue 10: the envelope's timestamp, written without chrono's formatter,
+        /// is chrono's text for every instant, also outside years 0 to 9999.
+        #[test]
+        fn issue_10_written_timestamps_are_chronos(
+            seconds in -70_000_000_000i64..300_000_000_000,
+            nanos in 0u32..1_000_000_000,
+        ) {
+            let time = DateTime::<Utc>::from_timestamp(seconds, nanos).unwrap();
+            let mut written = b"x".to_vec();
+            write_timestamp_millis_utc(&mut written, time);
+            proptest::prop_assert_eq!(
+                String::from_utf8(written).unwrap(),
+                format!("x{}", timestamp_millis_utc(time))
+            );
+        }
     }
 }
