@@ -28,7 +28,7 @@ use crate::imports::{is_test_only, modules};
 /// `meta.timestamp`; `data::memory` is the block cache's door too. What is left is
 /// what the service, benches, example, fuzz targets and tests name and the types
 /// their signatures reach: the domain (`auth` 14, for bearer tokens and `stq
-/// token`, whose edits of the tokens file are three calls; `query` 14; `time` 8;
+/// token`, whose edits of the tokens file are three calls; `query` 13; `time` 8;
 /// `record` 4; `checks` 2); loading (18: `start` a server's first generation, from
 /// the store if it can; `watch`, `--watch-poll`'s looks) and the store (7: its
 /// writer, and the manifest's name and checks an `s3://` store's mirror needs); the
@@ -36,7 +36,7 @@ use crate::imports::{is_test_only, modules};
 /// plan and its answer (`plan` 19, 6 of them the answer's writing; `ShardData` 2,
 /// `CursorKey` 3); memory and the cache (6: a part of memory is a name and its
 /// bytes); the modules (14). Lower it as that shrinks.
-const PUB_ITEMS: usize = 128;
+const PUB_ITEMS: usize = 127;
 /// A source file's lines, at most, once its inline `#[cfg(test)] mod tests` is
 /// left out.
 const FILE_LINES: usize = 1_200;
