@@ -70,22 +70,6 @@ pub fn reload_looking(
     reload::reload_looking(previous, shards, options, look)
 }
 
-/// `--watch-poll` (docs/api.md section 8): a look at every snapshot file under
-/// `snapshots` and at the tokens file at `tokens` each time it is called, saying
-/// what changed since the look before as what a reload should look at (`None`
-/// when nothing did). The first look compares the snapshot files with how
-/// `catalog`'s loads read them, and the tokens file with how it is now. A look
-/// that cannot read the directory says to look at everything, once; the next look
-/// that can compares with the last one that could.
-pub fn watch(
-    catalog: &Catalog,
-    snapshots: &Path,
-    tokens: &Path,
-) -> impl FnMut() -> Option<Look> + Send + 'static {
-    let mut watched = catalog.watched(snapshots, tokens);
-    move || watched.look()
-}
-
 /// A server's first generation (docs/api.md section 12). With `store` (a
 /// directory), from the generation written there for these options, rebuilt and
 /// then reloaded, so that it reads only the snapshot files that changed since
@@ -143,6 +127,22 @@ pub enum Look {
     /// unchanged without a look. A path that is, or was, a directory makes it a
     /// look at everything.
     Paths(BTreeSet<String>),
+}
+
+/// `--watch-poll` (docs/api.md section 8): a look at every snapshot file under
+/// `snapshots` and at the tokens file at `tokens` each time it is called, saying
+/// what changed since the look before as what a reload should look at (`None`
+/// when nothing did). The first look compares the snapshot files with how
+/// `catalog`'s loads read them, and the tokens file with how it is now. A look
+/// that cannot read the directory says to look at everything, once; the next look
+/// that can compares with the last one that could.
+pub fn watch(
+    catalog: &Catalog,
+    snapshots: &Path,
+    tokens: &Path,
+) -> impl FnMut() -> Option<Look> + Send + 'static {
+    let mut watched = catalog.watched(snapshots, tokens);
+    move || watched.look()
 }
 
 /// How many invalid lines a file's state keeps, and a refused start-up prints.
