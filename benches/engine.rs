@@ -188,7 +188,7 @@ fn assembly(criterion: &mut Criterion) {
             |bencher| {
                 bencher.iter(|| {
                     black_box(assemble(
-                        Kind::Metrics,
+                        Endpoint::Metrics,
                         slice.len(),
                         slice.iter().map(Vec::as_slice),
                         black_box(&meta),
@@ -209,32 +209,26 @@ fn query_parsing(criterion: &mut Criterion) {
     let mut group = criterion.benchmark_group("query parsing");
     let cases = [
         (
-            Kind::Units,
+            Endpoint::Units,
             "Q1",
             "station_ids=ST-042&from=2026-10-30T12:00:00Z&to=2026-10-30T13:00:00Z",
         ),
         (
-            Kind::Metrics,
+            Endpoint::Metrics,
             "Q2",
             "station_ids=ST-001,ST-017,ST-042,ST-063,ST-099&names=voltage_3v3,temperature\
              &from=2026-10-29T00:00:00%2B01:00&to=2026-10-30T00:00:00%2B01:00",
         ),
         (
-            Kind::Units,
+            Endpoint::Units,
             "Q4",
             "station_ids=ST-042&serial_number=SN-ST-042-5CE98331&direction=input&direction=output\
              &from=1761350400000&to=1761955200000&limit=500",
         ),
     ];
-    for (kind, name, text) in cases {
+    for (endpoint, name, text) in cases {
         group.bench_function(name, |bencher| {
-            bencher.iter(|| {
-                black_box(query::parse(
-                    Endpoint::records(kind),
-                    black_box(text),
-                    limits,
-                ))
-            });
+            bencher.iter(|| black_box(query::parse(endpoint, black_box(text), limits)));
         });
     }
     group.finish();

@@ -72,7 +72,7 @@ fn check(directory: &std::path::Path) -> anyhow::Result<ExitCode> {
     };
     for file in &report.files {
         let records = match file.kind {
-            Some(kind) => format!("{} {} records", file.records, kind.noun()),
+            Some(kind) => format!("{} {kind} records", file.records),
             // An OpenHTF file holds both kinds.
             None => format!(
                 "{} unit records, {} metric records",

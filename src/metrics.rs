@@ -544,7 +544,7 @@ impl Collector for CacheCollector {
 
 /// The endpoint label of a request path: one of a fixed set.
 pub fn endpoint_label(path: &str) -> &'static str {
-    if let Some(endpoint) = Endpoint::at(path) {
+    if let Some(endpoint) = Endpoint::ALL.into_iter().find(|known| known.path() == path) {
         return endpoint.path();
     }
     match path {

@@ -1,22 +1,17 @@
 //! `stq token new | list | revoke` (docs/api.md section 1.5): the tokens file edited
 //! from the command line.
 //!
-//! The file is read through the same types a server checks it with
-//! ([`TokensFile`]), so every entry the command does not touch is written back as it
-//! was, in its place. The new file is written beside the old one and renamed over
-//! it: a server reloading meanwhile reads the old file or the new one, never half of
-//! one.
+//! The file is read, edited and written by stq-core (`domain::auth`), through the
+//! same types a server checks it with, so every entry the command does not touch is
+//! written back as it was, in its place, and the new file replaces the old one
+//! whole. Here is what the command prints.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{ErrorKind, Write as _};
-use std::os::unix::fs::MetadataExt as _;
-use std::path::{Path, PathBuf};
+use std::io::Write as _;
+use std::path::Path;
 
 use anyhow::Context as _;
-use rand::rngs::OsRng;
-use rand::RngCore as _;
 
-use stq_core::domain::auth::{Stations, TokensError, TokensFile};
+use stq_core::domain::auth::{list_tokens, new_token, revoke_token};
 use stq_core::domain::time::{parse_rfc3339, Timestamp};
 
 use super::{TokenCommand, TokenNewArgs};
@@ -34,26 +29,7 @@ pub fn token(command: TokenCommand) -> anyhow::Result<()> {
 /// once its entry is in the file.
 fn new(args: TokenNewArgs) -> anyhow::Result<()> {
     let path = &args.file.tokens;
-    let mut file = match read(path) {
-        Ok(file) => file,
-        Err(TokensError::Read { cause, .. }) if cause.kind() == ErrorKind::NotFound => {
-            TokensFile::default()
-        }
-        Err(error) => return Err(error.into()),
-    };
-    let mut random = [0u8; 32];
-    OsRng
-        .try_fill_bytes(&mut random)
-        .context("the operating system's random generator failed")?;
-    let token = file
-        .add_token(
-            args.name.clone(),
-            args.stations,
-            args.expires.clone(),
-            &random,
-        )
-        .with_context(|| format!("{} is unchanged", path.display()))?;
-    write(path, &file)?;
+    let token = new_token(path, args.name.clone(), args.stations, args.expires.clone())?;
 
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "{token}")
@@ -87,37 +63,13 @@ fn new(args: TokenNewArgs) -> anyhow::Result<()> {
 /// Prints each entry's name, stations and expiry, one per line under a header; never
 /// a digest.
 fn list(path: &Path) -> anyhow::Result<()> {
-    let file = read(path)?;
-    let now = Timestamp::now();
-    let rows: Vec<[String; 3]> = file
-        .tokens
-        .iter()
-        .map(|entry| {
-            let stations = match &entry.stations {
-                Stations::Every(star) => star.clone(),
-                Stations::List(stations) if stations.is_empty() => "(none)".to_owned(),
-                Stations::List(stations) => stations.join(","),
-            };
-            let expires = match &entry.expires {
-                None => "never".to_owned(),
-                Some(text) if parse_rfc3339(text).is_some_and(|instant| instant <= now) => {
-                    format!("{text} (expired)")
-                }
-                Some(text) => text.clone(),
-            };
-            [entry.name.clone(), stations, expires]
-        })
-        .collect();
-    print!("{}", table(&rows));
+    print!("{}", table(&list_tokens(path, Timestamp::now())?));
     Ok(())
 }
 
 /// Removes the entry named `name`.
 fn revoke(path: &Path, name: &str) -> anyhow::Result<()> {
-    let mut file = read(path)?;
-    file.revoke(name)
-        .with_context(|| format!("{} is unchanged", path.display()))?;
-    write(path, &file)?;
+    revoke_token(path, name)?;
     println!(
         "revoked token `{name}` in {}; a running stq refuses it after its next reload",
         path.display()
@@ -148,69 +100,6 @@ fn table(rows: &[[String; 3]]) -> String {
         out.push('\n');
     }
     out
-}
-
-/// The tokens file at `path`, checked as `stq serve` checks it.
-fn read(path: &Path) -> Result<TokensFile, TokensError> {
-    let text = fs::read_to_string(path).map_err(|cause| TokensError::Read {
-        path: path.display().to_string(),
-        cause,
-    })?;
-    TokensFile::parse(&text).map_err(|reason| TokensError::Invalid {
-        path: path.display().to_string(),
-        reason,
-    })
-}
-
-/// Writes `file` to a new file beside `path` and renames it over `path` (over the
-/// file a symbolic link at `path` points to, which stays a link).
-fn write(path: &Path, file: &TokensFile) -> anyhow::Result<()> {
-    // Never write a file that `stq serve` would refuse.
-    let json = file
-        .checked_json()
-        .map_err(|reason| anyhow::anyhow!("the new tokens file: {reason}"))?;
-    let target = fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
-    let directory = match target.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent.to_owned(),
-        _ => PathBuf::from("."),
-    };
-    let name = target
-        .file_name()
-        .with_context(|| format!("{} names no file", path.display()))?;
-    let mut suffix = [0u8; 8];
-    OsRng
-        .try_fill_bytes(&mut suffix)
-        .context("the operating system's random generator failed")?;
-    let temporary = directory.join(format!(
-        ".{}.{}.tmp",
-        name.to_string_lossy(),
-        hex::encode(suffix)
-    ));
-    let written = (|| -> std::io::Result<()> {
-        let mut new = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&temporary)?;
-        // The new file keeps the old one's owner and group where this user may give
-        // them (root may: a service reading the file through its group, as the
-        // Debian package's does, still can), and its permissions.
-        if let Ok(old) = fs::metadata(&target) {
-            let _ = std::os::unix::fs::fchown(&new, Some(old.uid()), Some(old.gid()));
-            new.set_permissions(old.permissions())?;
-        }
-        new.write_all(json.as_bytes())?;
-        new.sync_all()?;
-        fs::rename(&temporary, &target)?;
-        // The rename itself survives a crash once the directory is synced; where a
-        // directory cannot be opened, the rename is done all the same.
-        let _ = File::open(&directory).and_then(|directory| directory.sync_all());
-        Ok(())
-    })();
-    written.map_err(|error| {
-        let _ = fs::remove_file(&temporary);
-        anyhow::Error::new(error)
-            .context(format!("cannot write the tokens file {}", path.display()))
-    })
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! notification (inotify, through notify), or, with `--watch-poll` or on a network
 //! or user-space file system (NFS, CIFS/SMB, FUSE, told by statfs(2)'s magic
 //! number), by a look at every file's size, modification time and inode every so
-//! often ([`Watched`]), as a reload itself tells a changed file from an unchanged
+//! often ([`load::watch`]), as a reload itself tells a changed file from an unchanged
 //! one. Notification misses what other hosts write to a shared directory; a look
 //! sees it.
 //!
@@ -25,8 +25,7 @@ use std::time::{Duration, Instant};
 
 use notify::{RecursiveMode, Watcher as _};
 use stq_core::data::catalog::Catalog;
-use stq_core::data::load::files::Watched;
-use stq_core::data::load::Look;
+use stq_core::data::load::{self, Look};
 
 use super::reload::ReloadTrigger;
 
@@ -86,7 +85,7 @@ pub fn reload_on_change(
         Some(every) => {
             let looks = Looks {
                 seen: seen.clone(),
-                watched: catalog.watched(&snapshots, &tokens),
+                look: load::watch(catalog, &snapshots, &tokens),
                 every,
                 stop: Arc::clone(&stop),
             };
@@ -190,14 +189,15 @@ enum Seen {
 
 /// `--watch-poll`: a look at every snapshot file's stamp, and the tokens file's,
 /// every `every`, each compared with the look before.
-struct Looks {
+struct Looks<L> {
     seen: Sender<Seen>,
-    watched: Watched,
+    /// A look at every file: what changed since the look before.
+    look: L,
     every: Duration,
     stop: Arc<AtomicBool>,
 }
 
-impl Looks {
+impl<L: FnMut() -> Option<Look>> Looks<L> {
     /// Looks every `every` (from the start of one look to the next's, so a long
     /// look does not stretch the period) until stopped or nobody listens.
     fn run(mut self) {
@@ -205,7 +205,7 @@ impl Looks {
         while !self.stop.load(Ordering::Relaxed) {
             std::thread::sleep(next.saturating_duration_since(Instant::now()));
             next = (next + self.every).max(Instant::now());
-            let seen: Vec<Seen> = match self.watched.look() {
+            let seen: Vec<Seen> = match (self.look)() {
                 None => Vec::new(),
                 Some(Look::Everything) => vec![Seen::Everything],
                 Some(Look::Paths(paths)) if paths.is_empty() => vec![Seen::Tokens],

@@ -58,7 +58,7 @@ pub enum ExportError {
     #[error("a record of {station} does not read as {kind}: {source}")]
     Record {
         station: String,
-        kind: &'static str,
+        kind: Kind,
         source: serde_json::Error,
     },
 }
@@ -338,7 +338,7 @@ impl<'a> DayWriter<'a> {
         if let Err(source) = self.columns.push(json, instant) {
             return Err(ExportError::Record {
                 station: station_of(json),
-                kind: self.columns.kind.noun(),
+                kind: self.columns.kind,
                 source,
             });
         }

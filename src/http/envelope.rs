@@ -4,12 +4,10 @@
 
 use std::ops::Range;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Datelike as _, SecondsFormat, Timelike as _, Utc};
 
 use stq_core::data::plan::Answer;
 use stq_core::domain::query::Endpoint;
-use stq_core::domain::record::Kind;
-use stq_core::domain::time::write_timestamp_millis_utc;
 
 /// The envelope's `meta` (docs/api.md section 7).
 pub struct Meta<'a> {
@@ -78,16 +76,50 @@ fn write_meta(body: &mut Vec<u8>, meta: &Meta) {
     body.push(b'}');
 }
 
-/// `{"data":[...],"message":"...","meta":{...}}` around records already rendered.
+/// `YYYY-MM-DDTHH:MM:SS.mmmZ`, the format of `meta.timestamp`.
+fn timestamp_millis_utc(time: DateTime<Utc>) -> String {
+    time.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+/// Appends `time` as [`timestamp_millis_utc`] writes it, without a `String`: every
+/// response's envelope has one.
+fn write_timestamp_millis_utc(out: &mut Vec<u8>, time: DateTime<Utc>) {
+    let year = time.year();
+    let nanos = time.timestamp_subsec_nanos();
+    // Years chrono writes with a sign or more digits, and leap seconds, are chrono's.
+    if !(0..=9999).contains(&year) || nanos >= 1_000_000_000 {
+        out.extend_from_slice(timestamp_millis_utc(time).as_bytes());
+        return;
+    }
+    let mut push = |value: u32, width: usize, after: u8| {
+        let mut digits = [b'0'; 4];
+        let mut rest = value;
+        for digit in digits[..width].iter_mut().rev() {
+            *digit = b'0' + (rest % 10) as u8;
+            rest /= 10;
+        }
+        out.extend_from_slice(&digits[..width]);
+        out.push(after);
+    };
+    push(year as u32, 4, b'-');
+    push(time.month(), 2, b'-');
+    push(time.day(), 2, b'T');
+    push(time.hour(), 2, b':');
+    push(time.minute(), 2, b':');
+    push(time.second(), 2, b'.');
+    push(nanos / 1_000_000, 3, b'Z');
+}
+
+/// `{"data":[...],"message":"...","meta":{...}}` around records of `endpoint`
+/// already rendered.
 pub fn assemble<'a>(
-    kind: Kind,
+    endpoint: Endpoint,
     count: usize,
     records: impl Iterator<Item = &'a [u8]> + Clone,
     meta: &Meta,
 ) -> Vec<u8> {
     let bytes = records.clone().map(<[u8]>::len).sum();
-    let noun = Endpoint::records(kind).spec().noun;
-    assemble_with_data(noun, count, bytes, meta, |body| {
+    assemble_with_data(endpoint.spec().noun, count, bytes, meta, |body| {
         write_rendered(body, records);
     })
     .0
@@ -131,7 +163,7 @@ mod tests {
             query_duration_ms: 3,
             next_cursor: Some(Some("abc")),
         };
-        let body = assemble(Kind::Units, 2, records.iter().copied(), &meta);
+        let body = assemble(Endpoint::Units, 2, records.iter().copied(), &meta);
         let value: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(
             value,
@@ -143,7 +175,7 @@ mod tests {
             next_cursor: None,
             ..meta
         };
-        let body = assemble(Kind::Metrics, 1, records[..1].iter().copied(), &single);
+        let body = assemble(Endpoint::Metrics, 1, records[..1].iter().copied(), &single);
         let value: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(value["message"], "1 metric record");
         assert!(value["meta"].get("next_cursor").is_none());
@@ -152,11 +184,35 @@ mod tests {
             next_cursor: Some(None),
             ..single
         };
-        let body = assemble(Kind::Metrics, 1, records[..1].iter().copied(), &last);
+        let body = assemble(Endpoint::Metrics, 1, records[..1].iter().copied(), &last);
         let value: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(value["meta"]["next_cursor"], Value::Null);
         assert!(value["meta"].get("next_cursor").is_some());
-        let empty = assemble(Kind::Metrics, 0, std::iter::empty::<&[u8]>(), &single);
+        let empty = assemble(Endpoint::Metrics, 0, std::iter::empty::<&[u8]>(), &single);
         assert!(empty.starts_with(br#"{"data":[],"message":"0 metric records""#));
+    }
+
+    #[test]
+    fn meta_timestamps_have_milliseconds() {
+        let time = DateTime::<Utc>::from_timestamp(1_709_294_400, 5_000_000).unwrap();
+        assert_eq!(timestamp_millis_utc(time), "2024-03-01T12:00:00.005Z");
+    }
+
+    proptest::proptest! {
+        /// Issue 10: the envelope's timestamp, written without chrono's formatter,
+        /// is chrono's text for every instant, also outside years 0 to 9999.
+        #[test]
+        fn issue_10_written_timestamps_are_chronos(
+            seconds in -70_000_000_000i64..300_000_000_000,
+            nanos in 0u32..1_000_000_000,
+        ) {
+            let time = DateTime::<Utc>::from_timestamp(seconds, nanos).unwrap();
+            let mut written = b"x".to_vec();
+            write_timestamp_millis_utc(&mut written, time);
+            proptest::prop_assert_eq!(
+                String::from_utf8(written).unwrap(),
+                format!("x{}", timestamp_millis_utc(time))
+            );
+        }
     }
 }

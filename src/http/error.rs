@@ -123,7 +123,7 @@ impl ApiError {
                 },
                 QueryError::UnknownParameter { parameter } => json!({ "parameter": parameter }),
                 QueryError::InvalidWindow { from, to } => {
-                    json!({ "from": from.to_rfc3339(), "to": to.to_rfc3339() })
+                    json!({ "from": from.to_string(), "to": to.to_string() })
                 }
                 QueryError::TooManyStations { count, max } => {
                     json!({ "count": count, "max_stations": max })
@@ -136,8 +136,8 @@ impl ApiError {
                     to,
                     max_window,
                 } => json!({
-                    "from": from.to_rfc3339(),
-                    "to": to.to_rfc3339(),
+                    "from": from.to_string(),
+                    "to": to.to_string(),
                     "max_window": duration_text(*max_window),
                 }),
             },
@@ -200,12 +200,14 @@ impl ResponseError for ApiError {
         let mut response = HttpResponse::build(self.status_code());
         match self {
             ApiError::Unauthorized(refusal) => {
-                // An expired token is refused like an unknown one; only the message
-                // says why.
-                let challenge = if refusal.token_presented() {
-                    r#"Bearer realm="stq", error="invalid_token""#
-                } else {
-                    r#"Bearer realm="stq""#
+                // A Bearer token presented (possibly empty) is an invalid one,
+                // known or not: an expired token is refused like an unknown one,
+                // and only the message says why.
+                let challenge = match refusal {
+                    Unauthorized::Missing => r#"Bearer realm="stq""#,
+                    Unauthorized::Unknown | Unauthorized::Expired => {
+                        r#"Bearer realm="stq", error="invalid_token""#
+                    }
                 };
                 response.insert_header((header::WWW_AUTHENTICATE, challenge));
             }

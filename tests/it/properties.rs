@@ -713,11 +713,11 @@ fn uri(query: &Query, extra: &[String], spelling: &mut Spelling) -> String {
     for index in (1..params.len()).rev() {
         params.swap(index, spelling.pick(index + 1));
     }
-    format!(
-        "{}?{}",
-        Endpoint::records(query.kind).path(),
-        params.join("&")
-    )
+    let endpoint = match query.kind {
+        Kind::Units => Endpoint::Units,
+        Kind::Metrics => Endpoint::Metrics,
+    };
+    format!("{}?{}", endpoint.path(), params.join("&"))
 }
 
 // --- Strategies ---------------------------------------------------------------------------------

@@ -189,7 +189,7 @@ impl<'de, C: Capture<'de>> Visitor<'de> for LineSeed<C> {
     type Value = Fields<'de, C>;
 
     fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
-        write!(formatter, "a {} record object", self.kind.noun())
+        write!(formatter, "a {} record object", self.kind)
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {

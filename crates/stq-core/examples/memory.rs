@@ -97,10 +97,10 @@ fn main() {
             bytes / jsonl
         );
     };
-    for part in &usage.parts {
-        row(part.name, part.bytes);
+    for &(name, bytes) in &usage.parts {
+        row(name, bytes);
     }
-    let total: u64 = usage.parts.iter().map(|part| part.bytes).sum();
+    let total: u64 = usage.parts.iter().map(|(_, bytes)| bytes).sum();
     row("sum of the parts", total);
     row("heap not in the parts", heap.saturating_sub(total));
     row("live heap (counted)", heap);

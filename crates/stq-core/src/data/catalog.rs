@@ -125,14 +125,36 @@ impl Catalog {
     /// What `--watch-poll` looks at: the snapshot directory `snapshots`, its
     /// files first compared with how this generation's loads read them, and the
     /// tokens file at `tokens`.
-    pub fn watched(&self, snapshots: &Path, tokens: &Path) -> Watched {
+    pub(crate) fn watched(&self, snapshots: &Path, tokens: &Path) -> Watched {
         Watched::new(snapshots, tokens, Stamps::of_sources(&self.sources))
     }
 
     /// Every snapshot file in path order, as the admin listener's `/files` reports
     /// it: what this generation serves of it and what its last read found.
-    pub fn file_statuses(&self) -> impl Iterator<Item = FileStatus<'_>> {
+    pub(crate) fn file_statuses(&self) -> impl Iterator<Item = FileStatus<'_>> {
         self.sources.iter().map(SourceState::status)
+    }
+
+    /// The admin listener's `/files` body (docs/api.md section 8): `{"files":
+    /// [...]}`, an object per snapshot file in path order, saying what this
+    /// generation serves of it and what its last read found.
+    pub fn files_json(&self) -> String {
+        let files: Vec<serde_json::Value> = self
+            .file_statuses()
+            .map(|file| {
+                serde_json::json!({
+                    "path": file.path,
+                    "kind": file.kind,
+                    "state": if file.held { "held" } else { "loaded" },
+                    "bytes": file.bytes,
+                    "records": file.records,
+                    "skipped_lines": file.skipped_lines,
+                    "pending_lines": file.pending_lines,
+                    "errors": file.errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        serde_json::json!({ "files": files }).to_string()
     }
 
     /// The identity of the record at `position`, as a cursor names it.

@@ -26,20 +26,12 @@ pub fn cache_stats() -> CacheStats {
     cache::stats()
 }
 
-/// The bytes of one part of a generation.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Part {
-    /// What the part is, as the memory table names it.
-    pub name: &'static str,
-    /// Its bytes.
-    pub bytes: u64,
-}
-
 /// A generation's bytes by part, and the records they hold.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MemoryUse {
-    /// Every part, in the order the table shows them.
-    pub parts: Vec<Part>,
+    /// Every part, in the order the table shows them: what it is, as the memory
+    /// table names it, and its bytes.
+    pub parts: Vec<(&'static str, u64)>,
     /// Unit records the parts hold.
     pub units: u64,
     /// Metric records the parts hold.
@@ -63,10 +55,10 @@ impl Generation {
         let mut add = |name: &'static str, bytes: u64| match usage
             .parts
             .iter_mut()
-            .find(|part| part.name == name)
+            .find(|(part, _)| *part == name)
         {
-            Some(part) => part.bytes += bytes,
-            None => usage.parts.push(Part { name, bytes }),
+            Some((_, part_bytes)) => *part_bytes += bytes,
+            None => usage.parts.push((name, bytes)),
         };
         for shard in &self.shards {
             for station in &shard.stations {

@@ -7,16 +7,21 @@
 //! An entry may expire: from that instant on its token is refused like an unknown
 //! one, with a message saying so.
 //!
-//! [`TokensFile`] is the file as written, entry by entry, for `stq token` to edit
-//! without changing the entries it does not touch; [`Tokens`] is what a server
-//! checks requests against.
+//! The file as written, entry by entry, is what `stq token` edits ([`new_token`],
+//! [`revoke_token`], [`list_tokens`]) without changing the entries it does not
+//! touch; [`Tokens`] is what a server checks requests against.
 
 use std::collections::{BTreeSet, HashMap};
-use std::path::Path;
+use std::fs::{self, File, OpenOptions};
+use std::io::Write as _;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
+use rand::rngs::OsRng;
+use rand::RngCore as _;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::{ConditionallySelectable as _, ConstantTimeEq as _};
@@ -35,13 +40,6 @@ pub enum Unauthorized {
     /// A known Bearer token whose entry's `expires` has passed.
     #[error("the bearer token has expired")]
     Expired,
-}
-
-impl Unauthorized {
-    /// A Bearer token was presented (possibly empty), known or not.
-    pub fn token_presented(self) -> bool {
-        !matches!(self, Unauthorized::Missing)
-    }
 }
 
 /// A tokens file that cannot be used: stq refuses to start, or a reload keeps the
@@ -104,24 +102,24 @@ pub struct Principal {
 /// was. [`TokensFile::parse`] checks it as a server would.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct TokensFile {
+pub(crate) struct TokensFile {
     /// The entries, in the file's order.
-    pub tokens: Vec<TokenEntry>,
+    pub(crate) tokens: Vec<TokenEntry>,
 }
 
 /// One entry of the tokens file.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct TokenEntry {
+pub(crate) struct TokenEntry {
     /// The entry's name, unique in the file.
-    pub name: String,
+    pub(crate) name: String,
     /// The token's SHA-256 in hex, as written (either case).
-    pub sha256: String,
+    pub(crate) sha256: String,
     /// The stations its token may see.
-    pub stations: Stations,
+    pub(crate) stations: Stations,
     /// A date-time (docs/api.md section 4), as written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub expires: Option<String>,
+    pub(crate) expires: Option<String>,
 }
 
 /// An entry's `stations` as written: `"*"` or a list of station ids. (A string
@@ -166,7 +164,7 @@ impl std::str::FromStr for Stations {
 
 /// What [`TokensFile::add_token`] and [`TokensFile::revoke`] refuse.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub enum EditError {
+pub(crate) enum EditError {
     /// An entry of this name is in the file already.
     #[error("a token named `{0}` is already in the tokens file")]
     NameTaken(String),
@@ -176,8 +174,13 @@ pub enum EditError {
 }
 
 impl TokensFile {
+    /// The tokens file at `path`, checked as `stq serve` checks it.
+    pub(crate) fn read(path: &Path) -> Result<TokensFile, TokensError> {
+        read_checked(path, TokensFile::parse)
+    }
+
     /// Reads the text of a tokens file and checks it as [`Tokens::parse`] does.
-    pub fn parse(text: &str) -> Result<TokensFile, String> {
+    pub(crate) fn parse(text: &str) -> Result<TokensFile, String> {
         let file: TokensFile = serde_json::from_str(text).map_err(|error| error.to_string())?;
         Tokens::from_file(&file)?;
         Ok(file)
@@ -186,7 +189,7 @@ impl TokensFile {
     /// The file's text, once it is checked as `stq serve` checks it
     /// ([`Tokens::from_file`]): a file the server would refuse is never written. The
     /// error names the entry that is wrong.
-    pub fn checked_json(&self) -> Result<String, String> {
+    pub(crate) fn checked_json(&self) -> Result<String, String> {
         Tokens::from_file(self)?;
         Ok(self.to_json())
     }
@@ -217,7 +220,7 @@ impl TokensFile {
     /// Appends an entry named `name` for a new token made of 32 random bytes
     /// ([`token_text`]), unless the name is taken; the file keeps only the token's
     /// digest, so the token is returned, to be shown once.
-    pub fn add_token(
+    pub(crate) fn add_token(
         &mut self,
         name: String,
         stations: Stations,
@@ -245,7 +248,7 @@ impl TokensFile {
 
     /// Removes every entry named `name` (there is one, unless the file was written
     /// by hand), keeping the others in their order.
-    pub fn revoke(&mut self, name: &str) -> Result<(), EditError> {
+    pub(crate) fn revoke(&mut self, name: &str) -> Result<(), EditError> {
         if !self.has(name) {
             return Err(EditError::UnknownName(name.to_owned()));
         }
@@ -264,14 +267,7 @@ pub struct Tokens {
 impl Tokens {
     /// Reads and validates a tokens file.
     pub fn load(path: &Path) -> Result<Tokens, TokensError> {
-        let text = std::fs::read_to_string(path).map_err(|cause| TokensError::Read {
-            path: path.display().to_string(),
-            cause,
-        })?;
-        Tokens::parse(&text).map_err(|reason| TokensError::Invalid {
-            path: path.display().to_string(),
-            reason,
-        })
+        read_checked(path, Tokens::parse)
     }
 
     /// Reads the text of a tokens file; the error says what is wrong with it.
@@ -361,6 +357,175 @@ impl Tokens {
     }
 }
 
+/// The file at `path` read and checked by `check`; the errors name the file.
+fn read_checked<T>(
+    path: &Path,
+    check: impl FnOnce(&str) -> Result<T, String>,
+) -> Result<T, TokensError> {
+    let text = fs::read_to_string(path).map_err(|cause| TokensError::Read {
+        path: path.display().to_string(),
+        cause,
+    })?;
+    check(&text).map_err(|reason| TokensError::Invalid {
+        path: path.display().to_string(),
+        reason,
+    })
+}
+
+/// Why `stq token` left the tokens file as it was.
+#[derive(Debug, thiserror::Error)]
+pub enum TokensEditError {
+    /// The file could not be read, or is one `stq serve` would refuse.
+    #[error(transparent)]
+    Tokens(#[from] TokensError),
+    /// The edit was refused: the name is taken, or unknown.
+    #[error("{path} is unchanged: {refusal}")]
+    Refused {
+        /// The tokens file's path.
+        path: String,
+        /// Why the edit was refused.
+        refusal: String,
+    },
+    /// The file as edited is one `stq serve` would refuse, so it was not written.
+    #[error("the new tokens file: {0}")]
+    Invalid(String),
+    /// The operating system's random generator failed.
+    #[error("the operating system's random generator failed: {0}")]
+    Random(rand::Error),
+    /// The path names no file (`/`, `..`).
+    #[error("{0} names no file")]
+    NoFile(String),
+    /// The new file could not be written beside the old one, or renamed over it.
+    #[error("cannot write the tokens file {path}: {cause}")]
+    Write {
+        /// The tokens file's path.
+        path: String,
+        /// Why it could not be written.
+        cause: std::io::Error,
+    },
+}
+
+/// `stq token new`: adds an entry named `name` to the tokens file at `path` (a new
+/// file when there is none) for a new token made of 32 bytes from the operating
+/// system's random generator, and returns the token. The file keeps only its
+/// digest, so the token is returned once its entry is in the file, to be shown
+/// once.
+pub fn new_token(
+    path: &Path,
+    name: String,
+    stations: Stations,
+    expires: Option<String>,
+) -> Result<String, TokensEditError> {
+    let mut file = match TokensFile::read(path) {
+        Ok(file) => file,
+        Err(TokensError::Read { cause, .. }) if cause.kind() == std::io::ErrorKind::NotFound => {
+            TokensFile::default()
+        }
+        Err(error) => return Err(error.into()),
+    };
+    let mut random = [0u8; 32];
+    OsRng
+        .try_fill_bytes(&mut random)
+        .map_err(TokensEditError::Random)?;
+    let token = file
+        .add_token(name, stations, expires, &random)
+        .map_err(|refusal| refused(path, &refusal))?;
+    write_file(path, &file)?;
+    Ok(token)
+}
+
+/// `stq token revoke`: removes the entry named `name` from the tokens file at
+/// `path`, keeping the others as they were, in their order.
+pub fn revoke_token(path: &Path, name: &str) -> Result<(), TokensEditError> {
+    let mut file = TokensFile::read(path)?;
+    file.revoke(name)
+        .map_err(|refusal| refused(path, &refusal))?;
+    write_file(path, &file)
+}
+
+/// `stq token list`: each entry of the tokens file at `path`, in its order, as
+/// its name, its stations (`*`, `(none)`, or their ids separated by commas) and
+/// its expiry (`never`, or the date-time as written, followed by `(expired)` once
+/// `now` has reached it); never a digest.
+pub fn list_tokens(path: &Path, now: Timestamp) -> Result<Vec<[String; 3]>, TokensError> {
+    let file = TokensFile::read(path)?;
+    let rows = file.tokens.into_iter().map(|entry| {
+        let stations = match entry.stations {
+            Stations::Every(star) => star,
+            Stations::List(stations) if stations.is_empty() => "(none)".to_owned(),
+            Stations::List(stations) => stations.join(","),
+        };
+        let expires = match entry.expires {
+            None => "never".to_owned(),
+            Some(text) if parse_rfc3339(&text).is_some_and(|instant| instant <= now) => {
+                format!("{text} (expired)")
+            }
+            Some(text) => text,
+        };
+        [entry.name, stations, expires]
+    });
+    Ok(rows.collect())
+}
+
+fn refused(path: &Path, refusal: &EditError) -> TokensEditError {
+    TokensEditError::Refused {
+        path: path.display().to_string(),
+        refusal: refusal.to_string(),
+    }
+}
+
+/// Writes `file` to a new file beside `path` and renames it over `path` (over the
+/// file a symbolic link at `path` points to, which stays a link): a server
+/// reloading meanwhile reads the old file or the new one, never half of one.
+fn write_file(path: &Path, file: &TokensFile) -> Result<(), TokensEditError> {
+    // Never write a file that `stq serve` would refuse.
+    let json = file.checked_json().map_err(TokensEditError::Invalid)?;
+    let target = fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
+    let directory = match target.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    let name = target
+        .file_name()
+        .ok_or_else(|| TokensEditError::NoFile(path.display().to_string()))?;
+    let mut suffix = [0u8; 8];
+    OsRng
+        .try_fill_bytes(&mut suffix)
+        .map_err(TokensEditError::Random)?;
+    let temporary = directory.join(format!(
+        ".{}.{}.tmp",
+        name.to_string_lossy(),
+        hex::encode(suffix)
+    ));
+    let written = (|| -> std::io::Result<()> {
+        let mut new = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&temporary)?;
+        // The new file keeps the old one's owner and group where this user may give
+        // them (root may: a service reading the file through its group, as the
+        // Debian package's does, still can), and its permissions.
+        if let Ok(old) = fs::metadata(&target) {
+            let _ = std::os::unix::fs::fchown(&new, Some(old.uid()), Some(old.gid()));
+            new.set_permissions(old.permissions())?;
+        }
+        new.write_all(json.as_bytes())?;
+        new.sync_all()?;
+        fs::rename(&temporary, &target)?;
+        // The rename itself survives a crash once the directory is synced; where a
+        // directory cannot be opened, the rename is done all the same.
+        let _ = File::open(&directory).and_then(|directory| directory.sync_all());
+        Ok(())
+    })();
+    written.map_err(|cause| {
+        let _ = fs::remove_file(&temporary);
+        TokensEditError::Write {
+            path: path.display().to_string(),
+            cause,
+        }
+    })
+}
+
 /// The token of a `Bearer` credential (scheme case-insensitive), possibly empty;
 /// `None` when there is no header or it names another scheme.
 fn bearer_token(authorization: Option<&[u8]>) -> Option<&[u8]> {
@@ -409,7 +574,7 @@ mod tests {
     }
 
     fn presented(result: Result<Arc<Principal>, Unauthorized>) -> Option<bool> {
-        result.err().map(Unauthorized::token_presented)
+        result.err().map(|refusal| refusal != Unauthorized::Missing)
     }
 
     /// An instant long before any expiry the tests write.
@@ -513,8 +678,6 @@ mod tests {
             check("2027-01-01T00:00:00Z").err(),
             Some(Unauthorized::Expired)
         );
-        // Refused like an unknown token: a Bearer token was presented.
-        assert!(Unauthorized::Expired.token_presented());
         assert!(Unauthorized::Expired.to_string().contains("expired"));
         assert!(!Unauthorized::Unknown.to_string().contains("expired"));
         // An unknown token is unknown, expired entries or not.
@@ -653,5 +816,63 @@ mod tests {
             URL_SAFE_NO_PAD.decode(&token_text(&[7; 32])[4..]).unwrap(),
             [7; 32]
         );
+    }
+
+    #[test]
+    fn issue_24_stq_token_edits_the_file_in_place_and_lists_it() {
+        let directory = tempfile::tempdir().unwrap();
+        let path = directory.path().join("tokens.json");
+        // A new file when there is none; the token printed is the one it holds.
+        let token = new_token(&path, "ops".to_owned(), Stations::every(), None).unwrap();
+        let tokens = Tokens::load(&path).unwrap();
+        let bearer = format!("Bearer {token}");
+        assert_eq!(
+            tokens
+                .authenticate(Some(bearer.as_bytes()), NOW)
+                .unwrap()
+                .name,
+            "ops"
+        );
+        new_token(
+            &path,
+            "old".to_owned(),
+            Stations::List(Vec::new()),
+            Some("2020-01-01T00:00:00Z".to_owned()),
+        )
+        .unwrap();
+        let stations = "ST-01, ST-02".parse().unwrap();
+        let expires = Some("2099-01-01T00:00:00Z".to_owned());
+        new_token(&path, "line".to_owned(), stations, expires).unwrap();
+        assert_eq!(
+            list_tokens(&path, NOW).unwrap(),
+            [
+                ["ops", "*", "never"],
+                ["old", "(none)", "2020-01-01T00:00:00Z (expired)"],
+                ["line", "ST-01,ST-02", "2099-01-01T00:00:00Z"],
+            ]
+            .map(|row| row.map(str::to_owned))
+        );
+        // Refused edits leave the file as it was, and say so.
+        let before = fs::read(&path).unwrap();
+        let taken = new_token(&path, "line".to_owned(), Stations::every(), None);
+        assert_eq!(
+            taken.unwrap_err().to_string(),
+            format!(
+                "{} is unchanged: a token named `line` is already in the tokens file",
+                path.display()
+            )
+        );
+        let unknown = revoke_token(&path, "nobody").unwrap_err().to_string();
+        assert!(
+            unknown.ends_with("no token named `nobody` is in the tokens file"),
+            "{unknown}"
+        );
+        assert_eq!(fs::read(&path).unwrap(), before);
+        revoke_token(&path, "old").unwrap();
+        let names: Vec<String> = (list_tokens(&path, NOW).unwrap().into_iter())
+            .map(|[name, ..]| name)
+            .collect();
+        assert_eq!(names, ["ops", "line"]);
+        assert!(list_tokens(&directory.path().join("none.json"), NOW).is_err());
     }
 }

@@ -28,15 +28,17 @@ pub enum Kind {
     Metrics,
 }
 
-impl Kind {
-    /// The record noun of the envelope's `message`.
-    pub fn noun(self) -> &'static str {
-        match self {
+/// The record noun of the envelope's `message`: `unit`, `metric`.
+impl fmt::Display for Kind {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str(match self {
             Kind::Units => "unit",
             Kind::Metrics => "metric",
-        }
+        })
     }
+}
 
+impl Kind {
     /// The path of the endpoint that returns records of this kind (the endpoint
     /// table, `domain::query`, takes it from here).
     pub(crate) const fn path(self) -> &'static str {
@@ -636,7 +638,7 @@ impl<'de> Visitor<'de> for LineSeed {
     type Value = LineFields<'de>;
 
     fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
-        write!(formatter, "a {} record object", self.kind.noun())
+        write!(formatter, "a {} record object", self.kind)
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {

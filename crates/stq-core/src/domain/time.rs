@@ -6,7 +6,7 @@
 //! precision over the years 0000 to 9999, which does not fit `i64` nanoseconds,
 //! hence the (seconds, nanoseconds) pair.
 
-use chrono::{DateTime, Datelike, NaiveDate, SecondsFormat, Timelike, Utc};
+use chrono::{DateTime, Datelike, NaiveDate, SecondsFormat, Utc};
 
 /// A point on the UTC time line, at nanosecond precision.
 ///
@@ -86,14 +86,19 @@ impl Timestamp {
             None => format!("{}s since the Unix epoch", { self.seconds }),
         }
     }
+}
 
-    /// RFC 3339 in UTC with as many fraction digits as needed, for messages.
-    pub fn to_rfc3339(self) -> String {
+/// RFC 3339 in UTC with as many fraction digits as needed, for messages.
+impl std::fmt::Display for Timestamp {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match DateTime::<Utc>::from_timestamp(self.seconds, self.nanos) {
-            Some(time) => time.to_rfc3339_opts(SecondsFormat::AutoSi, true),
-            None => format!("{}s{}ns since the Unix epoch", { self.seconds }, {
-                self.nanos
-            }),
+            Some(time) => formatter.write_str(&time.to_rfc3339_opts(SecondsFormat::AutoSi, true)),
+            None => write!(
+                formatter,
+                "{}s{}ns since the Unix epoch",
+                { self.seconds },
+                { self.nanos }
+            ),
         }
     }
 }
@@ -116,40 +121,6 @@ pub fn duration_text(duration: std::time::Duration) -> String {
         }
     }
     format!("{nanos}ns")
-}
-
-/// `YYYY-MM-DDTHH:MM:SS.mmmZ`, the format of `meta.timestamp`.
-pub(crate) fn timestamp_millis_utc(time: DateTime<Utc>) -> String {
-    time.to_rfc3339_opts(SecondsFormat::Millis, true)
-}
-
-/// Appends `time` as [`timestamp_millis_utc`] writes it, without a `String`: every
-/// response's envelope has one.
-pub fn write_timestamp_millis_utc(out: &mut Vec<u8>, time: DateTime<Utc>) {
-    let year = time.year();
-    let nanos = time.timestamp_subsec_nanos();
-    // Years chrono writes with a sign or more digits, and leap seconds, are chrono's.
-    if !(0..=9999).contains(&year) || nanos >= 1_000_000_000 {
-        out.extend_from_slice(timestamp_millis_utc(time).as_bytes());
-        return;
-    }
-    let mut push = |value: u32, width: usize, after: u8| {
-        let mut digits = [b'0'; 4];
-        let mut rest = value;
-        for digit in digits[..width].iter_mut().rev() {
-            *digit = b'0' + (rest % 10) as u8;
-            rest /= 10;
-        }
-        out.extend_from_slice(&digits[..width]);
-        out.push(after);
-    };
-    push(year as u32, 4, b'-');
-    push(time.month(), 2, b'-');
-    push(time.day(), 2, b'T');
-    push(time.hour(), 2, b':');
-    push(time.minute(), 2, b':');
-    push(time.second(), 2, b'.');
-    push(nanos / 1_000_000, 3, b'Z');
 }
 
 /// Parses an RFC 3339 section 5.6 date-time as the contract restricts it.
@@ -364,30 +335,6 @@ mod tests {
         );
         for text in ["", "-", "+5", "1e3", "12.5", "99999999999999999999999"] {
             assert_eq!(parse_query_time(text), None, "{text:?} should be rejected");
-        }
-    }
-
-    #[test]
-    fn meta_timestamps_have_milliseconds() {
-        let time = DateTime::<Utc>::from_timestamp(1_709_294_400, 5_000_000).unwrap();
-        assert_eq!(timestamp_millis_utc(time), "2024-03-01T12:00:00.005Z");
-    }
-
-    proptest::proptest! {
-        /// Issue 10: the envelope's timestamp, written without chrono's formatter,
-        /// is chrono's text for every instant, also outside years 0 to 9999.
-        #[test]
-        fn issue_10_written_timestamps_are_chronos(
-            seconds in -70_000_000_000i64..300_000_000_000,
-            nanos in 0u32..1_000_000_000,
-        ) {
-            let time = DateTime::<Utc>::from_timestamp(seconds, nanos).unwrap();
-            let mut written = b"x".to_vec();
-            write_timestamp_millis_utc(&mut written, time);
-            proptest::prop_assert_eq!(
-                String::from_utf8(written).unwrap(),
-                format!("x{}", timestamp_millis_utc(time))
-            );
         }
     }
 }

@@ -489,25 +489,25 @@ impl SourceState {
 /// One snapshot file of a generation as the admin listener's `/files` reports it
 /// (docs/api.md section 8).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FileStatus<'a> {
+pub(crate) struct FileStatus<'a> {
     /// Relative to the snapshot directory, `/`-separated.
-    pub path: &'a str,
+    pub(crate) path: &'a str,
     /// Its format's name: `units`, `metrics` or `openhtf`.
-    pub kind: &'static str,
+    pub(crate) kind: &'static str,
     /// Held for invalid lines: it serves what it served before they came (nothing,
     /// if it never read cleanly).
-    pub held: bool,
+    pub(crate) held: bool,
     /// How far its reads have read it (a held file's, its last read).
-    pub bytes: u64,
+    pub(crate) bytes: u64,
     /// The records served from it.
-    pub records: u64,
+    pub(crate) records: u64,
     /// Its invalid lines skipped (`--on-invalid skip`).
-    pub skipped_lines: u64,
+    pub(crate) skipped_lines: u64,
     /// Its last line without a line end, when it does not parse yet: not loaded,
     /// not counted as invalid.
-    pub pending_lines: u64,
+    pub(crate) pending_lines: u64,
     /// The first invalid lines (at most [`INVALID_LINES_SHOWN`]) of its last read.
-    pub errors: &'a [InvalidLine],
+    pub(crate) errors: &'a [InvalidLine],
 }
 
 /// Every snapshot file under a directory and its stamp, as one look saw them:
@@ -556,7 +556,7 @@ impl Stamps {
 /// What `--watch-poll` looks at (docs/api.md section 8): every snapshot file's
 /// stamp and the tokens file's, each look compared with the one before.
 #[derive(Debug)]
-pub struct Watched {
+pub(crate) struct Watched {
     snapshots: PathBuf,
     tokens: PathBuf,
     /// The snapshot files as the last look that could read the directory saw them.
@@ -586,7 +586,7 @@ impl Watched {
     /// (a reload reads it anyway); everything when the snapshot directory cannot
     /// be read, once (a reload says why; the next look that can read it compares
     /// with the last one that could).
-    pub fn look(&mut self) -> Option<Look> {
+    pub(crate) fn look(&mut self) -> Option<Look> {
         let mut look = None;
         match Stamps::of(&self.snapshots) {
             Ok(files) => {

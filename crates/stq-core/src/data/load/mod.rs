@@ -19,12 +19,12 @@
 //!
 //! This module is the front door: what a load is asked (its options), what it
 //! answers (its report, its errors), the four ways in ([`load`], [`check`],
-//! [`reload_looking`], [`start`]) are declared here, so that the service names
-//! each of them once; of the steps, only [`files`] shows anything: what `/files`
-//! says of a file, and what `--watch-poll` compares.
+//! [`reload_looking`], [`start`]) and `--watch-poll`'s looks ([`watch`]) are
+//! declared here, so that the service names each of them once and none of the
+//! steps (what `/files` says of a file is the catalog's `files_json`).
 
 mod build;
-pub mod files;
+pub(crate) mod files;
 pub(crate) mod format;
 mod full;
 mod read;
@@ -147,6 +147,22 @@ pub enum Look {
     /// unchanged without a look. A path that is, or was, a directory makes it a
     /// look at everything.
     Paths(BTreeSet<String>),
+}
+
+/// `--watch-poll` (docs/api.md section 8): a look at every snapshot file under
+/// `snapshots` and at the tokens file at `tokens` each time it is called, saying
+/// what changed since the look before as what a reload should look at (`None`
+/// when nothing did). The first look compares the snapshot files with how
+/// `catalog`'s loads read them, and the tokens file with how it is now. A look
+/// that cannot read the directory says to look at everything, once; the next look
+/// that can compares with the last one that could.
+pub fn watch(
+    catalog: &Catalog,
+    snapshots: &Path,
+    tokens: &Path,
+) -> impl FnMut() -> Option<Look> + Send + 'static {
+    let mut watched = catalog.watched(snapshots, tokens);
+    move || watched.look()
 }
 
 /// How many invalid lines a file's state keeps, and a refused start-up prints.
