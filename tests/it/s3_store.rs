@@ -218,13 +218,12 @@ fn issue_35_a_replica_reads_sealed_blocks_from_the_bucket_until_its_copy_has_the
     let manifest = std::fs::read(copy.join("MANIFEST")).unwrap();
     let mut sealed = 0;
     for file in stq_core::data::store::named_files(&manifest).unwrap() {
-        let Some((offset, length, _)) = file.index else {
+        let (Some((offset, length, _)), Some(index_file)) = (file.index, file.index_file) else {
             continue;
         };
         let whole = std::fs::read(copy.join(&file.name)).unwrap();
         let index = &whole[offset as usize..offset as usize + length as usize];
-        let index_name = stq_core::data::store::index_file_name(&file.name);
-        std::fs::write(copy.join(index_name), index).unwrap();
+        std::fs::write(copy.join(index_file), index).unwrap();
         std::fs::remove_file(copy.join(&file.name)).unwrap();
         sealed += 1;
     }

@@ -36,7 +36,7 @@ use crate::imports::{is_test_only, modules};
 /// plan and its answer (`plan` 19, 6 of them the answer's writing; `ShardData` 2,
 /// `CursorKey` 3); memory and the cache (6: a part of memory is a name and its
 /// bytes); the modules (14). Lower it as that shrinks.
-const PUB_ITEMS: usize = 127;
+const PUB_ITEMS: usize = 131;
 /// A source file's lines, at most, once its inline `#[cfg(test)] mod tests` is
 /// left out.
 const FILE_LINES: usize = 1_200;

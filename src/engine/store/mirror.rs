@@ -12,7 +12,7 @@
 //!   the next push puts it again.
 //! - Of a **sealed file** (three quarters of a store's bytes), the pull fetches its
 //!   index alone, a range the manifest names with its checksum
-//!   ([`stq_core::data::store::index_file_name`]): the start reads the index, and
+//!   ([`NamedFile::index_file`]): the start reads the index, and
 //!   queries read blocks from the bucket by range ([`BucketRemote`], each checked
 //!   against its header) until the whole file is in the copy. The **fill**
 //!   ([`Fill`]) fetches those files whole after the start, off the request path,
@@ -38,9 +38,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
-use stq_core::data::store::{
-    holds_its_name, index_file_name, manifest_files, named_files, NamedFile, Remote, MANIFEST,
-};
+use stq_core::data::store::{holds_its_name, named_files, NamedFile, Remote, MANIFEST};
 use stq_objects::{Location, Objects, ObjectsError, S3Settings};
 
 /// How long an object no manifest names stays in the bucket: longer than any
@@ -239,9 +237,9 @@ impl Mirror {
         // join is some thousands of small requests, and each pass ends waiting for
         // its slowest.
         let jobs: Vec<&NamedFile> = (missing.iter())
-            .filter(|file| match file.index {
-                Some((_, length, _)) => !has(&index_file_name(&file.name), u64::from(length)),
-                None => true,
+            .filter(|file| match (&file.index, &file.index_file) {
+                (Some((_, length, _)), Some(index_file)) => !has(index_file, u64::from(*length)),
+                _ => true,
             })
             .collect();
         let bytes_of = |file: &&NamedFile| match file.index {
@@ -250,21 +248,21 @@ impl Mirror {
         };
         let fetched = in_parallel(&jobs, bytes_of, |file| {
             let name = &file.name;
-            let (bytes, path) = match file.index {
-                None => {
+            let (bytes, path) = match (file.index, &file.index_file) {
+                (None, _) | (_, None) => {
                     let bytes = self.bucket.get(name)?;
                     if !holds_its_name(name, &bytes) {
                         return Ok(Fetched::Damaged(name.clone()));
                     }
                     (bytes, self.copy.join(name))
                 }
-                Some((offset, length, check)) => {
+                (Some((offset, length, check)), Some(index_file)) => {
                     let range = offset..offset + u64::from(length);
                     let bytes = self.bucket.get_range(name, range)?;
                     if xxhash_rust::xxh3::xxh3_64(&bytes) != check {
                         return Ok(Fetched::Damaged(name.clone()));
                     }
-                    (bytes, self.copy.join(index_file_name(name)))
+                    (bytes, self.copy.join(index_file))
                 }
             };
             write_unsynced(&path, &bytes).map_err(|source| self.copy_error(&path, source))?;
@@ -325,10 +323,13 @@ impl Mirror {
         if !stale && damaged.is_empty() && self.pushed.as_ref() == Some(&manifest) {
             return Ok(pushed);
         }
-        let files = manifest_files(&manifest).map_err(|reason| MirrorError::Copy {
+        let files = named_files(&manifest).map_err(|reason| MirrorError::Copy {
             path: path.display().to_string(),
             source: std::io::Error::new(std::io::ErrorKind::InvalidData, reason),
         })?;
+        let files: Vec<(String, u64)> = (files.into_iter())
+            .map(|file| (file.name, file.length))
+            .collect();
         let (missing, waiting): (Vec<_>, Vec<_>) = (files.iter())
             .filter(|(name, length)| self.held.get(name).is_none_or(|held| held.0 != *length))
             .cloned()
@@ -419,15 +420,13 @@ impl Fill {
         let Some(bucket) = self.bucket.clone() else {
             return (filled, None);
         };
-        let items: Vec<(String, u64)> = (self.files.iter())
-            .map(|file| (file.name.clone(), file.length))
-            .collect();
         let done = std::sync::Mutex::new(Vec::new());
         let copy = &self.copy;
         let failed = in_parallel(
-            &items,
-            |(_, length)| *length,
-            |(name, _)| {
+            &self.files,
+            |file| file.length,
+            |file| {
+                let name = &file.name;
                 let bytes = match bucket.get(name) {
                     Ok(bytes) => Some(bytes),
                     // Another replica deleted it: its history is read again.
@@ -441,7 +440,9 @@ impl Fill {
                         path: path.display().to_string(),
                         source,
                     })?;
-                    let _ = fs::remove_file(copy.join(index_file_name(name)));
+                    if let Some(index_file) = &file.index_file {
+                        let _ = fs::remove_file(copy.join(index_file));
+                    }
                 }
                 if whole.is_none() {
                     self.damaged.lock().push(name.clone());
@@ -864,9 +865,9 @@ mod tests {
             bucket.join(young).exists(),
             "another replica may be about to name it"
         );
-        let named = manifest_files(&fs::read(copy.join(MANIFEST)).unwrap()).unwrap();
-        for (name, _) in named {
-            assert!(bucket.join(&name).exists(), "{name}");
+        let named = named_files(&fs::read(copy.join(MANIFEST)).unwrap()).unwrap();
+        for file in named {
+            assert!(bucket.join(&file.name).exists(), "{}", file.name);
         }
     }
 
@@ -893,10 +894,10 @@ mod tests {
             b"an object of a push cut off before its manifest",
         )
         .unwrap();
-        let named = manifest_files(&fs::read(bucket.join(MANIFEST)).unwrap()).unwrap();
+        let named = named_files(&fs::read(bucket.join(MANIFEST)).unwrap()).unwrap();
         fs::create_dir_all(&second).unwrap();
-        for (name, _) in named.iter().step_by(2) {
-            fs::copy(bucket.join(name), second.join(name)).unwrap();
+        for file in named.iter().step_by(2) {
+            fs::copy(bucket.join(&file.name), second.join(&file.name)).unwrap();
         }
         assert_eq!(from_store(&second), FromStore::Empty, "no manifest yet");
 

@@ -93,7 +93,7 @@ pub fn repair(
 /// what changed; it then refuses to start as a start without a store does), or
 /// the store holds files a reload held back (a start does not hold files back).
 /// With `remote` (an `s3://` store's bucket), a sealed file the directory holds
-/// only the index of ([`crate::data::store::index_file_name`]) has its blocks read
+/// only the index of ([`crate::data::store::NamedFile::index_file`]) has its blocks read
 /// from there until the whole file is in the directory.
 pub fn start(
     options: &LoadOptions,

@@ -50,7 +50,7 @@ use body::{Body, IndexPart, IndexPartAt};
 use columns::Sealable;
 use encode::encode;
 
-mod body;
+pub(crate) mod body;
 pub(crate) mod cache;
 mod columns;
 mod decode;
@@ -63,7 +63,6 @@ mod store;
 mod tests;
 mod times;
 
-pub use body::Remote;
 pub(crate) use body::{store_reads, Slice, StoreFile};
 pub(crate) use read::{JsonMemo, MetricBlock, UnitBlock};
 pub(crate) use store::{index_region, Layout, Region};

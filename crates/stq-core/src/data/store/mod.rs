@@ -54,7 +54,7 @@
 
 pub(crate) mod codec;
 
-pub use crate::data::sealed::Remote;
+pub use crate::data::sealed::body::Remote;
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
@@ -561,11 +561,6 @@ impl Store {
 
 /// The files `manifest` names, each with its length, if the manifest is whole: what
 /// a copy of the store (`--store s3://`'s local one) must hold for a start to use it.
-pub fn manifest_files(manifest: &[u8]) -> Result<Vec<(String, u64)>, String> {
-    let files = named_files(manifest)?.into_iter();
-    Ok(files.map(|file| (file.name, file.length)).collect())
-}
-
 /// A file a manifest names.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NamedFile {
@@ -574,9 +569,12 @@ pub struct NamedFile {
     /// Its length in bytes.
     pub length: u64,
     /// For a sealed file (in a manifest of this format): where its index begins,
-    /// its length and its XXH3-64, which a start reads without the rest
-    /// ([`index_file_name`]).
+    /// its length and its XXH3-64, which a start reads without the rest.
     pub index: Option<(u64, u32, u64)>,
+    /// With `index`: the name under which a store directory holds that index
+    /// alone (an `s3://` store's pull fetches it so; deleted once the whole file is
+    /// there).
+    pub index_file: Option<String>,
     /// The station whose tier it holds (none for a symbol run).
     pub station: Option<Box<str>>,
 }
@@ -585,10 +583,11 @@ pub struct NamedFile {
 pub fn named_files(manifest: &[u8]) -> Result<Vec<NamedFile>, String> {
     let body = checked_manifest(manifest)?;
     let manifest = Manifest::read(body).map_err(|corrupt| corrupt.to_string())?;
-    let named = |file: &FileRef, index, station: Option<&Box<str>>| NamedFile {
+    let named = |file: &FileRef, index: Option<Region>, station: Option<&Box<str>>| NamedFile {
         name: file.name.clone(),
         length: file.length,
         index,
+        index_file: index.map(|_| index_file_name(&file.name)),
         station: station.cloned(),
     };
     let mut files: Vec<NamedFile> = (manifest.symbols.iter())
@@ -608,7 +607,7 @@ pub fn named_files(manifest: &[u8]) -> Result<Vec<NamedFile>, String> {
 /// The name under which a store directory holds the index of its sealed file
 /// `name` alone (issue 35): what an `s3://` store's pull fetches of a sealed file,
 /// for the start to read; deleted once the whole file is there.
-pub fn index_file_name(name: &str) -> String {
+pub(crate) fn index_file_name(name: &str) -> String {
     format!("{name}.index")
 }
 
