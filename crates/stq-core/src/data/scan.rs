@@ -8,7 +8,7 @@ use std::ops::Bound;
 
 use crate::data::key::{Position, RecordKey};
 use crate::data::merge::merge_sorted;
-use crate::data::sealed::{is_sealed, JsonMemo};
+use crate::data::sealed::{any_remote, is_sealed, prefetch, JsonMemo};
 use crate::data::shard::ShardData;
 use crate::data::station::{MetricEntry, StationData, UnitEntry};
 use crate::data::stored::{RecordJson, StoredRecord};
@@ -164,6 +164,30 @@ pub(crate) struct SealedJson {
 }
 
 impl ShardData {
+    /// Fetches at once what reading `stations`' records in `window` would fetch
+    /// from a remote one request after another: on an `s3://` store's replica
+    /// whose copy does not hold their sealed files yet (issue 35); else nothing.
+    pub(crate) fn fetch_ahead(&self, stations: &[ShardStation], window: &Window) {
+        if !any_remote() {
+            return;
+        }
+        let key = |instant| RecordKey {
+            instant,
+            load_order: 0,
+        };
+        let range = (
+            Bound::Included(key(window.from)),
+            Bound::Excluded(key(window.to)),
+        );
+        let mut reads = Vec::new();
+        for station in stations {
+            if let Some(data) = self.stations.get(station.station_index as usize) {
+                data.sealed.ask_ahead(range, &mut reads);
+            }
+        }
+        prefetch(reads);
+    }
+
     /// The first `request.cap` matching records of the requested stations, in order,
     /// with the JSON of those that are sealed.
     pub(crate) fn scan(&self, request: &ScanRequest) -> ScanAnswer {

@@ -81,6 +81,14 @@ impl ShardQuestion {
     /// The answer of `data`, the shard's data of the question's generation.
     pub fn answer(self, data: Arc<ShardData>) -> ShardAnswer {
         debug_assert_eq!(data.generation(), self.generation());
+        match &self.asked {
+            Asked::Records(request) => data.fetch_ahead(&request.stations, &request.window),
+            Asked::Summary(request) => {
+                if let Some(window) = request.question.window() {
+                    data.fetch_ahead(&request.stations, window);
+                }
+            }
+        }
         ShardAnswer(match &self.asked {
             Asked::Records(request) => Answered::Records {
                 answer: data.scan(request),

@@ -33,6 +33,16 @@ static READ_BYTES: AtomicU64 = AtomicU64::new(0);
 /// The number a block's body is known by in the cache: no two bodies share one.
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
+/// Store files read from a remote still: while there are none (always, but for an
+/// `s3://` store's replica in the seconds after it joins), a query asks nothing
+/// ahead and pays nothing for it.
+static REMOTE_FILES: AtomicU64 = AtomicU64::new(0);
+
+/// Whether any store file is read from a remote still.
+pub(crate) fn any_remote() -> bool {
+    REMOTE_FILES.load(Ordering::Relaxed) > 0
+}
+
 /// How many reads of block parts the store has served, and their bytes.
 pub(crate) fn store_reads() -> (u64, u64) {
     (
@@ -57,7 +67,31 @@ pub trait Remote: Send + Sync + std::fmt::Debug {
 pub(crate) struct StoreFile {
     path: PathBuf,
     source: RwLock<Source>,
+    /// Of a remote file: what was fetched ahead ([`prefetch`]).
+    ahead: parking_lot::Mutex<Ahead>,
 }
+
+/// The ranges of a remote file fetched ahead of the reads that need them, and
+/// which were asked for: each range once, so that a query answered from the cache
+/// asks for nothing.
+#[derive(Debug, Default)]
+struct Ahead {
+    asked: std::collections::HashSet<u64>,
+    fetched: Vec<(u64, Arc<[u8]>)>,
+    bytes: usize,
+}
+
+/// The bytes fetched ahead that one remote file keeps at most: past them, what it
+/// kept is dropped (read again by range when needed).
+const AHEAD_BYTES: usize = 16 << 20;
+
+/// How many ranges [`prefetch`] fetches at once: a request's time is mostly
+/// waiting for the bucket's first byte, as for the pull (`IN_FLIGHT` there).
+const AHEAD_IN_FLIGHT: usize = 64;
+
+/// The bytes one [`prefetch`] fetches at most: a query over months on a replica
+/// that has just joined leaves the rest to its reads (and to the fill).
+const AHEAD_PER_QUERY: u64 = 64 << 20;
 
 #[derive(Debug)]
 enum Source {
@@ -72,14 +106,17 @@ impl StoreFile {
         Ok(Arc::new(StoreFile {
             path: path.to_path_buf(),
             source: RwLock::new(Source::Local(File::open(path)?)),
+            ahead: parking_lot::Mutex::default(),
         }))
     }
 
     /// The file at `path`, read from `remote` until it is in its directory.
     pub(crate) fn remote(path: &Path, remote: Arc<dyn Remote>) -> Arc<StoreFile> {
+        REMOTE_FILES.fetch_add(1, Ordering::Relaxed);
         Arc::new(StoreFile {
             path: path.to_path_buf(),
             source: RwLock::new(Source::Remote(remote)),
+            ahead: parking_lot::Mutex::default(),
         })
     }
 
@@ -116,20 +153,111 @@ impl StoreFile {
             Source::Remote(remote) => Arc::clone(remote),
         };
         // Once the file has arrived in the directory, it is read from there.
-        if let Ok(file) = File::open(&self.path) {
-            let bytes = read_at(&file, offset, length);
-            *self.source.write() = Source::Local(file);
-            return bytes;
+        if let Some(file) = self.arrived() {
+            return read_at(&file, offset, length);
         }
-        let name = (self.path.file_name())
-            .map_or_else(String::new, |name| name.to_string_lossy().into_owned());
-        let bytes = remote.read(&name, offset..offset + length as u64)?;
+        let end = offset + length as u64;
+        let ahead = (self.ahead.lock().fetched.iter())
+            .find(|(start, bytes)| *start <= offset && end <= start + bytes.len() as u64)
+            .map(|(start, bytes)| {
+                bytes[(offset - start) as usize..(end - start) as usize].to_vec()
+            });
+        if let Some(bytes) = ahead {
+            return Ok(bytes);
+        }
+        let bytes = remote.read(&self.name(), offset..end)?;
         match bytes.len() == length {
             true => Ok(bytes),
             false => Err(std::io::Error::other(format!(
                 "{} bytes from its remote, not {length}",
                 bytes.len()
             ))),
+        }
+    }
+}
+
+impl StoreFile {
+    /// The file in the directory, if a remote one has arrived there: from then on
+    /// it is read from there, and what was fetched ahead is dropped.
+    fn arrived(&self) -> Option<File> {
+        let file = File::open(&self.path).ok()?;
+        let local = Source::Local(file.try_clone().ok()?);
+        if matches!(
+            std::mem::replace(&mut *self.source.write(), local),
+            Source::Remote(_)
+        ) {
+            REMOTE_FILES.fetch_sub(1, Ordering::Relaxed);
+        }
+        *self.ahead.lock() = Ahead::default();
+        Some(file)
+    }
+
+    fn name(&self) -> String {
+        (self.path.file_name()).map_or_else(String::new, |name| name.to_string_lossy().into_owned())
+    }
+
+    /// Whether `range` is to be fetched ahead: the file is remote still, and the
+    /// range was not asked for before.
+    fn asks_ahead(&self, range: &Range<u64>) -> bool {
+        if !matches!(*self.source.read(), Source::Remote(_)) || self.arrived().is_some() {
+            return false;
+        }
+        !self.ahead.lock().asked.contains(&range.start)
+    }
+
+    /// Keeps `bytes`, fetched ahead from `start`.
+    fn keep_ahead(&self, start: u64, bytes: Vec<u8>) {
+        let mut ahead = self.ahead.lock();
+        if ahead.bytes + bytes.len() > AHEAD_BYTES {
+            ahead.fetched.clear();
+            ahead.bytes = 0;
+        }
+        ahead.bytes += bytes.len();
+        ahead.fetched.push((start, Arc::from(bytes)));
+    }
+}
+
+/// Fetches `reads` (ranges of remote files) at once, [`AHEAD_IN_FLIGHT`] at a
+/// time, for the reads about to need them (issue 35): a query over many stations
+/// on a replica whose copy does not hold their sealed files yet would otherwise
+/// wait on one request to the bucket after another (1000 stations' quarter of an
+/// hour from s3s-fs: 37 s, past the request's time limit; 3.9 s 32 at a time:
+/// BENCHMARKS.md). A range that fails is left to the read that needs it.
+pub(crate) fn prefetch(mut reads: Vec<(Arc<StoreFile>, Range<u64>)>) {
+    if reads.len() < 2 {
+        return;
+    }
+    let mut budget = AHEAD_PER_QUERY;
+    reads.retain(|(file, range)| {
+        let length = range.end - range.start;
+        let kept = length <= budget && file.ahead.lock().asked.insert(range.start);
+        budget = budget.saturating_sub(length);
+        kept
+    });
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..AHEAD_IN_FLIGHT.min(reads.len()) {
+            scope.spawn(|| {
+                while let Some((file, range)) = reads.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    let remote = match &*file.source.read() {
+                        Source::Remote(remote) => Arc::clone(remote),
+                        Source::Local(_) => continue,
+                    };
+                    if let Ok(bytes) = remote.read(&file.name(), range.clone()) {
+                        if bytes.len() as u64 == range.end - range.start {
+                            file.keep_ahead(range.start, bytes);
+                        }
+                    }
+                }
+            });
+        }
+    });
+}
+
+impl Drop for StoreFile {
+    fn drop(&mut self) {
+        if matches!(*self.source.get_mut(), Source::Remote(_)) {
+            REMOTE_FILES.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }
@@ -226,6 +354,17 @@ impl Body {
         Slice {
             range: 0..bytes.len(),
             bytes: Arc::from(bytes),
+        }
+    }
+
+    /// Adds its first `length` bytes to `reads` if they are in a remote file and
+    /// were not asked for before ([`prefetch`]).
+    pub(crate) fn ask_ahead(&self, length: u32, reads: &mut Vec<(Arc<StoreFile>, Range<u64>)>) {
+        if let Place::Stored { file, offset } = &*self.place.read() {
+            let range = *offset..offset + u64::from(length);
+            if file.asks_ahead(&range) {
+                reads.push((Arc::clone(file), range));
+            }
         }
     }
 

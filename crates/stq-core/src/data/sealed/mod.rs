@@ -63,7 +63,7 @@ mod store;
 mod tests;
 mod times;
 
-pub(crate) use body::{store_reads, Slice, StoreFile};
+pub(crate) use body::{any_remote, prefetch, store_reads, Slice, StoreFile};
 pub(crate) use read::{JsonMemo, MetricBlock, UnitBlock};
 pub(crate) use store::{index_region, Layout, Region};
 

@@ -3,12 +3,12 @@
 //! [`JsonMemo`], and the blocks a summary reads by their digests.
 
 use std::mem::size_of;
-use std::ops::Bound;
+use std::ops::{Bound, Range};
 use std::sync::Arc;
 
 use foldhash::HashMap;
 
-use super::body::{IndexPart, IndexPartAt};
+use super::body::{IndexPart, IndexPartAt, StoreFile};
 use super::cache::{self, BlockKey, CachedBlock};
 use super::columns::Sealable;
 use super::rendered::Rendered;
@@ -259,6 +259,30 @@ impl Sealed {
 }
 
 impl Sealed {
+    /// Adds to `reads` what a read of `range` would fetch from a remote one
+    /// request after another (its blocks, whole, and the tier's shared pieces and
+    /// serial list), if its store file is remote still: for [`super::body::prefetch`]
+    /// to fetch at once (issue 35).
+    pub(crate) fn ask_ahead(&self, range: KeyRange, reads: &mut Vec<(Arc<StoreFile>, Range<u64>)>) {
+        let before = reads.len();
+        for (_, block) in self.blocks_in(range) {
+            block.body.ask_ahead(block.length, reads);
+        }
+        if reads.len() > before {
+            let shared = match self.shared.place() {
+                IndexPartAt::Stored(body, length, _) => Some((body, length)),
+                IndexPartAt::Resident(_) => None,
+            };
+            let serials = match self.serials.place() {
+                IndexPartAt::Stored(body, length, _) => Some((body, length)),
+                IndexPartAt::Resident(_) => None,
+            };
+            for (body, length) in shared.into_iter().chain(serials) {
+                body.ask_ahead(length, reads);
+            }
+        }
+    }
+
     /// `block`'s records of kind `E` (of `period`), rendered for reading: from
     /// the process's cache ([`cache`]), else decompressed and rendered now and
     /// kept there.

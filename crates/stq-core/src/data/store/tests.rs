@@ -9,6 +9,7 @@ use std::time::Duration;
 use super::*;
 use crate::data::catalog::Generation;
 use crate::data::load::{load, load_from_store, reload, LoadOptions, OnInvalid};
+use crate::data::scan::ShardStation;
 use crate::data::tier::Tier as _;
 
 /// A unit line and a metric line of `station` at `minute` past 2026-11-24T00:00Z.
@@ -927,4 +928,68 @@ fn issue_35_a_repair_reads_stations_again_from_the_snapshot_files() {
         &shards[station.shard as usize].stations[station.station_index as usize],
         &fixture.shards[station.shard as usize].stations[station.station_index as usize]
     ));
+}
+
+/// Issue 35: on a start from indexes alone, a query's blocks are fetched from the
+/// remote at once, ahead of its reads, which then ask the remote for nothing; a
+/// second query asks nothing ahead again.
+#[test]
+fn issue_35_a_query_fetches_its_remote_blocks_ahead_at_once() {
+    crate::data::sealed::cache::set_capacity(0);
+    let fixture = fixture(3, 300);
+    let bucket = tempfile::tempdir().unwrap();
+    leave_indexes_alone(fixture.store.path(), bucket.path());
+    let remote = Arc::new(DirectoryRemote {
+        directory: bucket.path().to_path_buf(),
+        reads: Default::default(),
+    });
+    let restored = read(
+        fixture.store.path(),
+        Some(Arc::clone(&remote) as Arc<dyn Remote>),
+        &settings(fixture.snapshots.path()),
+    )
+    .unwrap();
+    let (generation, _, _) =
+        load_from_store(&options(fixture.snapshots.path(), 1), restored).unwrap();
+    let (catalog, shards) = parts(generation);
+    let window = crate::domain::time::Window {
+        from: crate::domain::time::Timestamp {
+            seconds: 0,
+            nanos: 0,
+        },
+        to: crate::domain::time::Timestamp {
+            seconds: 4_000_000_000,
+            nanos: 0,
+        },
+    };
+    let fetch_ahead = || {
+        for (shard_index, shard) in shards.iter().enumerate() {
+            let stations: Vec<ShardStation> = (catalog.placements.iter().enumerate())
+                .filter(|(_, placement)| placement.shard as usize == shard_index)
+                .map(|(rank, placement)| ShardStation {
+                    rank: rank as u32,
+                    station_index: placement.station_index,
+                })
+                .collect();
+            shard.fetch_ahead(&stations, &window);
+        }
+    };
+    fetch_ahead();
+    let ahead = remote.reads();
+    assert!(ahead > 0, "blocks fetched ahead");
+    fetch_ahead();
+    assert_eq!(
+        remote.reads(),
+        ahead,
+        "what was asked for is not asked again"
+    );
+    assert_eq!(
+        everything(&catalog, &shards),
+        everything(&fixture.catalog, &fixture.shards)
+    );
+    assert_eq!(
+        remote.reads(),
+        ahead,
+        "every read found its bytes fetched ahead"
+    );
 }

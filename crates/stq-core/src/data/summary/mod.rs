@@ -72,6 +72,17 @@ pub(crate) enum Question {
     Stations,
 }
 
+impl Question {
+    /// The window its records must fall in; none for `/stations`.
+    pub(crate) fn window(&self) -> Option<&Window> {
+        match self {
+            Question::Units(question) => Some(&question.window),
+            Question::Metrics(question) => Some(&question.window),
+            Question::Stations => None,
+        }
+    }
+}
+
 /// How rows are grouped: by these fields, in this order, and into these buckets,
 /// cut at the wall clock of `zone`.
 #[derive(Clone, Debug, PartialEq, Eq)]
