@@ -700,6 +700,12 @@ mod tests {
             .unwrap()
     }
 
+    /// A bucket and two copies under `root`.
+    fn places(root: &Path) -> (PathBuf, PathBuf, PathBuf) {
+        let place = |name| root.join(name);
+        (place("bucket"), place("first"), place("second"))
+    }
+
     /// A directory stands for the bucket: `stq-objects` gives both one API.
     fn mirror(bucket: &Path, copy: &Path) -> Mirror {
         Mirror::open(
@@ -726,11 +732,7 @@ mod tests {
     #[test]
     fn a_pushed_store_is_pulled_whole_into_another_copy() {
         let root = tempfile::tempdir().unwrap();
-        let (bucket, first, second) = (
-            root.path().join("bucket"),
-            root.path().join("first"),
-            root.path().join("second"),
-        );
+        let (bucket, first, second) = places(root.path());
         written_store(&first);
         let pushed = mirror(&bucket, &first).push().unwrap();
         assert_eq!(pushed.files, files(&first).len());
@@ -772,11 +774,7 @@ mod tests {
     #[test]
     fn issue_35_a_start_before_the_fill_reads_blocks_from_the_bucket() {
         let root = tempfile::tempdir().unwrap();
-        let (bucket, first, second) = (
-            root.path().join("bucket"),
-            root.path().join("first"),
-            root.path().join("second"),
-        );
+        let (bucket, first, second) = places(root.path());
         written_store(&first);
         mirror(&bucket, &first).push().unwrap();
         let mut pulling = mirror(&bucket, &second);
@@ -808,11 +806,7 @@ mod tests {
     #[test]
     fn an_object_that_fails_its_checksum_is_not_pulled_and_is_put_again() {
         let root = tempfile::tempdir().unwrap();
-        let (bucket, first, second) = (
-            root.path().join("bucket"),
-            root.path().join("first"),
-            root.path().join("second"),
-        );
+        let (bucket, first, second) = places(root.path());
         written_store(&first);
         mirror(&bucket, &first).push().unwrap();
         let (name, mut bytes) = (files(&bucket).into_iter())
@@ -878,11 +872,7 @@ mod tests {
     #[test]
     fn a_push_or_a_pull_cut_off_between_its_writes_leaves_a_store_the_next_start_uses() {
         let root = tempfile::tempdir().unwrap();
-        let (bucket, first, second) = (
-            root.path().join("bucket"),
-            root.path().join("first"),
-            root.path().join("second"),
-        );
+        let (bucket, first, second) = places(root.path());
         written_store(&first);
         let FromStore::Restored { records, .. } = from_store(&first) else {
             panic!("the store is not used");
