@@ -360,6 +360,12 @@ fn issue_32_a_damaged_store_is_not_used_and_is_written_again() {
                     name.starts_with(kind) && (kind != "MANIFEST" || name == "MANIFEST")
                 })
                 .collect();
+            // A recent layer has a file only once a reload appended to its station
+            // (issue 35): a store written by a start has none, and its damage is
+            // the unit test `issue_32_a_damaged_or_mismatched_layer_file_has_its_station_read_again`'s.
+            if kind == "recent-" && of_kind.is_empty() {
+                continue;
+            }
             assert!(!of_kind.is_empty(), "no {kind} file: {files:?}");
             let victim = of_kind[rng.gen_range(0..of_kind.len())];
             let context = format!("{damage} in {}", victim.display());

@@ -148,6 +148,24 @@ impl LayerDigests {
 }
 
 impl Layer {
+    /// A layer of no records after `settled`: what a station's recent layer is
+    /// until a reload appends to it.
+    pub(crate) fn empty_after(settled: &Layer) -> Layer {
+        Layer {
+            offset: settled.arena.len() as u32,
+            ..Layer::default()
+        }
+    }
+
+    /// Whether it holds nothing: no record, no arena, no piece.
+    pub(crate) fn is_empty(&self) -> bool {
+        let trees = &self.trees;
+        trees.units.is_empty()
+            && trees.metrics.is_empty()
+            && self.arena.is_empty()
+            && self.pieces.as_bytes().is_empty()
+    }
+
     /// A record of this layer as its own arena addresses it.
     pub(crate) fn local(&self, record: StoredRecord) -> StoredRecord {
         StoredRecord {

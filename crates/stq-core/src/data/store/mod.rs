@@ -5,7 +5,9 @@
 //!
 //! The files, each written whole under a temporary name, fsynced, then renamed:
 //! - `settled-<hash>.stq` and `recent-<hash>.stq`: a station's hot tier, a file
-//!   per layer ([`crate::data::hot`]): the settled layer, which changes only when a
+//!   per layer ([`crate::data::hot`]; none for an empty recent layer, issue 35:
+//!   a thousand stations at rest made a thousand 24-byte files, each a request of
+//!   a joining replica): the settled layer, which changes only when a
 //!   reload folds the appended records into it (and seals what left the hot
 //!   window), and the recent one, the records appended since (small); each as it
 //!   is in memory (arena, pieces, each record's key and entry), zstd-compressed;
@@ -227,7 +229,8 @@ impl WrittenRun {
 #[derive(Debug)]
 struct WrittenStation {
     settled: (Weak<Trees>, FileRef),
-    recent: (Weak<Trees>, FileRef),
+    /// Its recent layer and file; none for an empty one.
+    recent: Option<(Weak<Trees>, FileRef)>,
     /// Its sealed tier, its file and where the file's index is.
     sealed: Option<(Weak<Sealed>, (FileRef, Region))>,
 }
@@ -363,13 +366,17 @@ impl Store {
         station: &ManifestStation,
     ) -> Result<(Arc<StationData>, WrittenStation), StoreError> {
         let settled = self.layer(&station.settled)?;
-        let recent = self.layer(&station.recent)?;
+        let recent = match &station.recent {
+            Some(file) => self.layer(file)?,
+            None => Layer::empty_after(&settled),
+        };
         let written_layers = (
             (Arc::downgrade(&settled.trees), station.settled.clone()),
-            (Arc::downgrade(&recent.trees), station.recent.clone()),
+            (station.recent.clone()).map(|file| (Arc::downgrade(&recent.trees), file)),
         );
-        let hot = Hot::of_layers(settled, recent)
-            .map_err(|corrupt| self.damaged(&station.recent, corrupt))?;
+        let hot = Hot::of_layers(settled, recent).map_err(|corrupt| {
+            self.damaged(station.recent.as_ref().unwrap_or(&station.settled), corrupt)
+        })?;
         let (sealed, sealed_file) = match &station.sealed {
             None => (Sealed::default(), None),
             Some((file, index)) => {
@@ -594,7 +601,10 @@ pub fn named_files(manifest: &[u8]) -> Result<Vec<NamedFile>, String> {
         .map(|(_, file)| named(file, None, None))
         .collect();
     for station in &manifest.stations {
-        for file in [&station.settled, &station.recent] {
+        for file in [Some(&station.settled), station.recent.as_ref()]
+            .into_iter()
+            .flatten()
+        {
             files.push(named(file, None, Some(&station.name)));
         }
         if let Some((file, index)) = &station.sealed {
@@ -658,7 +668,10 @@ struct ManifestStation {
     name: Box<str>,
     placement: Placement,
     settled: FileRef,
-    recent: FileRef,
+    /// Its recent layer's file; none for an empty layer (in a manifest of this
+    /// format: the formats before name a file for each, and an empty one is a file
+    /// of its own for each station, since it holds its settled layer's length).
+    recent: Option<FileRef>,
     /// Its sealed file, and where that file's index is (not in a manifest of the
     /// formats before).
     sealed: Option<(FileRef, Option<Region>)>,
@@ -667,8 +680,9 @@ struct ManifestStation {
 impl ManifestStation {
     /// The files it names.
     fn files(&self) -> impl Iterator<Item = &FileRef> {
-        [&self.settled, &self.recent]
+        [Some(&self.settled), self.recent.as_ref()]
             .into_iter()
+            .flatten()
             .chain(self.sealed.as_ref().map(|(file, _)| file))
     }
 }
@@ -706,7 +720,19 @@ impl Manifest {
             codec::number(out, u64::from(station.placement.shard));
             codec::number(out, u64::from(station.placement.station_index));
             write_ref(out, &station.settled);
-            write_ref(out, &station.recent);
+            match (self.format, &station.recent) {
+                (Format::Five, None) => out.push(0),
+                (Format::Five, Some(file)) => {
+                    out.push(1);
+                    write_ref(out, file);
+                }
+                (Format::Three | Format::Four, recent) => {
+                    write_ref(
+                        out,
+                        recent.as_ref().expect("the formats before name each layer"),
+                    );
+                }
+            }
             match &station.sealed {
                 None => out.push(0),
                 Some((file, index)) => {
@@ -756,7 +782,13 @@ impl Manifest {
                 station_index: decoder.u32()?,
             };
             let settled = read_ref(&mut decoder)?;
-            let recent = read_ref(&mut decoder)?;
+            let recent = match format {
+                Format::Five => match decoder.take(1)?[0] {
+                    0 => None,
+                    _ => Some(read_ref(&mut decoder)?),
+                },
+                Format::Three | Format::Four => Some(read_ref(&mut decoder)?),
+            };
             let sealed = match decoder.take(1)?[0] {
                 0 => None,
                 _ => {
@@ -938,11 +970,17 @@ impl StoreWriter {
                 &station.hot.settled,
                 before.map(|before| &before.settled),
             )?;
-            let recent = layer(
-                "recent",
-                &station.hot.recent,
-                before.map(|before| &before.recent),
-            )?;
+            // An empty recent layer is named by no file (its station's settled
+            // layer says all it holds), unless the store holds one for it already
+            // (a store of the format before).
+            let recent_before = before.and_then(|before| before.recent.as_ref());
+            let kept = recent_before.is_some_and(|(trees, _)| {
+                std::ptr::eq(trees.as_ptr(), Arc::as_ptr(&station.hot.recent.trees))
+            });
+            let recent = match kept || !station.hot.recent.is_empty() {
+                true => Some(layer("recent", &station.hot.recent, recent_before)?),
+                false => None,
+            };
             let sealed = match station.sealed.last_period() {
                 None => None,
                 Some(_) => Some(match before.and_then(|before| before.sealed.as_ref()) {
@@ -966,7 +1004,7 @@ impl StoreWriter {
                 name.clone(),
                 WrittenStation {
                     settled: (Arc::downgrade(&hot.settled.trees), settled.clone()),
-                    recent: (Arc::downgrade(&hot.recent.trees), recent.clone()),
+                    recent: (recent.clone()).map(|file| (Arc::downgrade(&hot.recent.trees), file)),
                     sealed: (sealed.clone()).map(|file| (Arc::downgrade(&station.sealed), file)),
                 },
             );
