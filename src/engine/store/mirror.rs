@@ -770,9 +770,10 @@ mod tests {
     }
 
     /// Issue 35: a start from a copy that holds the sealed files' indexes alone
-    /// restores every record, its blocks read from the bucket.
+    /// restores every station from the store, none read again (its blocks' reads
+    /// from the bucket are stq-core's and `tests/it/s3_store.rs`'s tests).
     #[test]
-    fn issue_35_a_start_before_the_fill_reads_blocks_from_the_bucket() {
+    fn issue_35_a_start_before_the_fill_restores_every_station_from_the_indexes() {
         let root = tempfile::tempdir().unwrap();
         let (bucket, first, second) = places(root.path());
         written_store(&first);

@@ -47,6 +47,24 @@ fn index_at(bytes: &[u8], skip: usize) -> Result<usize, codec::Corrupt> {
         .ok_or(corrupt("a sealed file's index"))
 }
 
+/// A part of a tier's index that stays in its file (`what`: its shared pieces, its
+/// serial list), read by `read` from `decoder` over `bytes` (the index, at `index`
+/// in the file) once to check it: where it is in the file, its length and its
+/// XXH3-64.
+fn stored_part(
+    decoder: &mut codec::Decoder<'_>,
+    bytes: &[u8],
+    index: usize,
+    what: &'static str,
+    read: impl FnOnce(&mut codec::Decoder<'_>) -> Result<(), codec::Corrupt>,
+) -> Result<Region, codec::Corrupt> {
+    let start = decoder.position();
+    read(decoder)?;
+    let region = &bytes[start..decoder.position()];
+    let length = u32::try_from(region.len()).map_err(|_| codec::Corrupt(what))?;
+    Ok(((index + start) as u64, length, xxh3_64(region)))
+}
+
 /// The region of a sealed store file's `bytes` (the whole file) that
 /// [`Sealed::read_index`] reads: from its index to its end.
 pub(crate) fn index_region(bytes: &[u8], skip: usize) -> Result<Region, codec::Corrupt> {
@@ -284,15 +302,16 @@ impl Sealed {
         let blocks: BTreeMap<i64, Block> = blocks.into_iter().collect();
         // The shared pieces stay in the file, read into the cache when a block is
         // decoded; read here once to check them.
-        let start = decoder.position();
-        SharedPieces::read_from(&mut decoder)?;
-        let region = &bytes[start..decoder.position()];
-        let shared = IndexPart::stored(
-            Arc::clone(file),
-            (index + start) as u64,
-            u32::try_from(region.len()).map_err(|_| corrupt("a tier's shared pieces"))?,
-            xxh3_64(region),
-        );
+        // The shared pieces stay in the file, read into the cache when a block is
+        // decoded.
+        let (offset, length, check) = stored_part(
+            &mut decoder,
+            bytes,
+            index,
+            "a tier's shared pieces",
+            |decoder| SharedPieces::read_from(decoder).map(drop),
+        )?;
+        let shared = IndexPart::stored(Arc::clone(file), offset, length, check);
         let ends = match decoder.take(1)?[0] {
             0 => None,
             _ => {
@@ -314,15 +333,11 @@ impl Sealed {
                 Some((end()?, end()?))
             }
         };
-        let start = decoder.position();
-        read_serials_from(&mut decoder)?;
-        let region = &bytes[start..decoder.position()];
-        let serials = IndexPart::stored(
-            Arc::clone(file),
-            (index + start) as u64,
-            u32::try_from(region.len()).map_err(|_| corrupt("a tier's serials"))?,
-            xxh3_64(region),
-        );
+        let (offset, length, check) =
+            stored_part(&mut decoder, bytes, index, "a tier's serials", |decoder| {
+                read_serials_from(decoder).map(drop)
+            })?;
+        let serials = IndexPart::stored(Arc::clone(file), offset, length, check);
         let shared_serials = read_serials_from(&mut decoder)?;
         decoder.finished()?;
         let mut sealed = Sealed {
