@@ -213,14 +213,24 @@ fn pull(mirror: &mut Mirror, location: &Location, copy: &Path, fill: &mut Fill) 
                      history is read from the snapshot files, and the object put again"
                 );
             }
+            if pulled.pack_damaged {
+                tracing::warn!(
+                    "the store {location}: its pack did not give every file it names (a part \
+                     damaged or gone); those files were fetched on their own, and the next push \
+                     writes a new pack"
+                );
+            }
             tracing::info!(
-                "the store {location}: {} ({} objects, {} bytes fetched into {} in {} ms; {} \
-                 sealed files as their indexes alone, fetched whole after the start)",
+                "the store {location}: {} ({} files, {} bytes fetched into {} in {} ms, {} of \
+                 them from {} parts of its pack; {} sealed files as their indexes alone, \
+                 fetched whole after the start)",
                 if pulled.manifest { "read" } else { "empty" },
                 pulled.files,
                 pulled.bytes,
                 copy.display(),
                 begun.elapsed().as_millis(),
+                pulled.packed,
+                pulled.parts,
                 pulled.fill.len()
             );
             *fill = std::mem::take(&mut pulled.fill);

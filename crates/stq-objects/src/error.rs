@@ -38,6 +38,9 @@ pub enum ObjectsError {
         /// object_store's message and its causes, secrets redacted.
         message: String,
     },
+    /// What [`crate::Objects::get_each`]'s sink returned, which ended the read.
+    #[error("{0}")]
+    Sink(io::Error),
     /// The settings do not make an S3 client (an invalid variable's value, say).
     #[error("{location}: {message}")]
     Settings { location: String, message: String },

@@ -126,6 +126,21 @@ impl Objects {
         }
     }
 
+    /// Object `name` in pieces as they arrive, each given to `sink` in order, so
+    /// that a large object is never whole in memory; its size. An error `sink`
+    /// returns ends the read, as [`ObjectsError::Sink`].
+    pub fn get_each(
+        &self,
+        name: &str,
+        sink: &mut dyn FnMut(&[u8]) -> io::Result<()>,
+    ) -> Result<u64, ObjectsError> {
+        check(name)?;
+        match &*self.backend {
+            Backend::Directory(directory) => directory.get_each(name, sink),
+            Backend::S3(bucket) => bucket.get_each(name, sink),
+        }
+    }
+
     /// Bytes `range` of object `name`: a range that is empty or ends past the
     /// object's end is an error ([`ObjectsError::Range`]).
     pub fn get_range(&self, name: &str, range: Range<u64>) -> Result<Vec<u8>, ObjectsError> {

@@ -78,6 +78,26 @@ impl Directory {
         fs::read(&path).map_err(|error| self.failed(name, &path, error))
     }
 
+    pub(crate) fn get_each(
+        &self,
+        name: &str,
+        sink: &mut dyn FnMut(&[u8]) -> io::Result<()>,
+    ) -> Result<u64, ObjectsError> {
+        let path = self.path(name);
+        let failed = |error| self.failed(name, &path, error);
+        let mut file = File::open(&path).map_err(failed)?;
+        let mut buffer = vec![0; 1 << 20];
+        let mut size = 0;
+        loop {
+            let read = file.read(&mut buffer).map_err(failed)?;
+            if read == 0 {
+                return Ok(size);
+            }
+            size += read as u64;
+            sink(&buffer[..read]).map_err(ObjectsError::Sink)?;
+        }
+    }
+
     pub(crate) fn get_range(&self, name: &str, range: Range<u64>) -> Result<Vec<u8>, ObjectsError> {
         let path = self.path(name);
         let failed = |error| self.failed(name, &path, error);

@@ -194,6 +194,32 @@ impl Bucket {
         Ok(bytes.into())
     }
 
+    pub(crate) fn get_each(
+        &self,
+        name: &str,
+        sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
+    ) -> Result<u64, ObjectsError> {
+        let key = self.key(name);
+        // What the sink refused, kept apart from the bucket's own errors.
+        let mut refused = None;
+        let size = self.block_on(name, "get", async {
+            let mut stream = self.store.get(&key).await?.into_stream();
+            let mut size = 0;
+            while let Some(chunk) = stream.try_next().await? {
+                size += chunk.len() as u64;
+                if let Err(error) = sink(&chunk) {
+                    refused = Some(error);
+                    break;
+                }
+            }
+            Ok(size)
+        })?;
+        match refused {
+            Some(error) => Err(ObjectsError::Sink(error)),
+            None => Ok(size),
+        }
+    }
+
     pub(crate) fn get_range(&self, name: &str, range: Range<u64>) -> Result<Vec<u8>, ObjectsError> {
         let key = self.key(name);
         let (start, end) = (range.start, range.end);

@@ -112,6 +112,28 @@ fn a_directory_puts_gets_lists_and_deletes_objects() {
     assert!(root.path().join("lake").is_dir(), "the root stays");
 }
 
+/// Issue 35: an object read in pieces gives its bytes in order, and an error of
+/// the sink ends the read as that error.
+#[test]
+fn an_object_is_read_in_pieces_until_the_sink_refuses() {
+    let root = tempfile::tempdir().unwrap();
+    let objects = directory(root.path());
+    let bytes: Vec<u8> = (0..(3 << 20) + 5).map(|at| (at % 251) as u8).collect();
+    objects.put("pack-1.pack", bytes.clone()).unwrap();
+    let mut read = Vec::new();
+    let size = (objects.get_each("pack-1.pack", &mut |piece| {
+        read.extend_from_slice(piece);
+        Ok(())
+    }))
+    .unwrap();
+    assert_eq!((size, read.len()), (bytes.len() as u64, bytes.len()));
+    assert!(read == bytes);
+    let refused = objects.get_each("pack-1.pack", &mut |_| Err(io::Error::other("full")));
+    assert!(matches!(refused, Err(ObjectsError::Sink(error)) if error.to_string() == "full"));
+    let missing = objects.get_each("pack-2.pack", &mut |_| Ok(()));
+    assert!(missing.unwrap_err().is_not_found());
+}
+
 #[test]
 fn a_writer_puts_its_object_when_finished_and_nothing_otherwise() {
     let root = tempfile::tempdir().unwrap();

@@ -25,7 +25,12 @@
 //!   or different names: never a torn or mixed object. Then objects named by no
 //!   manifest are deleted, once older than [`GRACE`]: another replica may be
 //!   between putting its files and its manifest.
-//! - What the bucket holds is known from a listing, refreshed every
+//! - **The pack** ([`pack`]): the push also keeps what a pull of an empty copy
+//!   fetches gathered in a few objects, so that a join is some ten requests
+//!   rather than one a file; a pull takes from it what it holds, each file
+//!   checked, and fetches the rest on its own.
+//! - What the bucket holds is known from a listing (made by the first push),
+//!   refreshed every
 //!   [`RELIST_INTERVAL`] (a replica's deletions are then seen, and what they took
 //!   is put again) and kept current with this process's own puts.
 //!
@@ -40,6 +45,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use stq_core::data::store::{holds_its_name, named_files, NamedFile, Remote, MANIFEST};
 use stq_objects::{Location, Objects, ObjectsError, S3Settings};
+
+use super::pack;
 
 /// How long an object no manifest names stays in the bucket: longer than any
 /// replica takes from putting a write's files to putting the manifest that names
@@ -60,6 +67,9 @@ const IN_FLIGHT: usize = 64;
 /// The bytes of the objects in flight, at most (one larger object goes alone): a
 /// year's sealed files are some 15 MB each, and 64 of them would hold a gigabyte.
 const IN_FLIGHT_BYTES: u64 = 256 << 20;
+
+/// The bytes of the parts a push builds at once: each is whole in memory.
+const PACK_IN_FLIGHT_BYTES: u64 = 4 * pack::PART_BYTES;
 
 /// Why a pull or a push did not finish.
 #[derive(Debug, thiserror::Error)]
@@ -84,6 +94,12 @@ pub struct Pulled {
     /// bytes.
     pub files: usize,
     pub bytes: u64,
+    /// Of those files, how many came from the pack, and its parts fetched.
+    pub packed: usize,
+    pub parts: usize,
+    /// Whether the pack failed to give a file it names (a part damaged or gone):
+    /// the file was fetched on its own, and the next push writes a new pack.
+    pub pack_damaged: bool,
     /// Objects that failed the hash their name holds, not used.
     pub damaged: Vec<String>,
     /// The sealed files the copy holds the index of alone, for the fill.
@@ -153,6 +169,8 @@ pub struct Pushed {
     /// Damaged objects (found by the fill) that the bucket no longer needs: put
     /// again, or their stations' files, read again, put under other names.
     pub replaced: usize,
+    /// When it wrote a new pack: the parts it put, and their bytes.
+    pub pack: Option<(usize, u64)>,
     /// How long the push took.
     pub elapsed: Duration,
 }
@@ -171,6 +189,15 @@ pub struct Mirror {
     pushed: Option<Vec<u8>>,
     /// What the fill found damaged since the last push.
     damaged: Damaged,
+    /// The bucket's pack ([`pack`]), as read or written last (none if it has
+    /// none, or none whole), once `pack_read`.
+    pack: Option<pack::Table>,
+    pack_read: bool,
+    /// Whether a pull found the pack failing to give a file it names: the next
+    /// push writes it again whole, every part put.
+    pack_failed: bool,
+    /// When this process wrote a pack last.
+    packed_at: Option<Instant>,
 }
 
 impl Mirror {
@@ -184,6 +211,10 @@ impl Mirror {
             listed: None,
             pushed: None,
             damaged: Damaged::default(),
+            pack: None,
+            pack_read: false,
+            pack_failed: false,
+            packed_at: None,
         })
     }
 
@@ -207,7 +238,6 @@ impl Mirror {
     pub fn pull(&mut self) -> Result<Pulled, MirrorError> {
         fs::create_dir_all(&self.copy).map_err(|source| self.copy_error(&self.copy, source))?;
         remove_fetching(&self.copy);
-        self.list()?;
         let mut pulled = Pulled::default();
         let manifest = match self.bucket.get(MANIFEST) {
             Ok(manifest) => manifest,
@@ -233,50 +263,26 @@ impl Mirror {
             .filter(|file| seen.insert(file.name.clone()) && !has(&file.name, file.length))
             .collect();
         // A sealed file's index is fetched alone, unless the copy has it (the start
-        // checks it against the manifest); every other file whole. In one pass: a
-        // join is some thousands of small requests, and each pass ends waiting for
-        // its slowest.
+        // checks it against the manifest); every other file whole.
         let jobs: Vec<&NamedFile> = (missing.iter())
             .filter(|file| match (&file.index, &file.index_file) {
                 (Some((_, length, _)), Some(index_file)) => !has(index_file, u64::from(*length)),
                 _ => true,
             })
             .collect();
-        let bytes_of = |file: &&NamedFile| match file.index {
-            Some((_, length, _)) => u64::from(length),
-            None => file.length,
-        };
-        let fetched = in_parallel(&jobs, bytes_of, |file| {
-            let name = &file.name;
-            let (bytes, path) = match (file.index, &file.index_file) {
-                (None, _) | (_, None) => {
-                    let bytes = self.bucket.get(name)?;
-                    if !holds_its_name(name, &bytes) {
-                        return Ok(Fetched::Damaged(name.clone()));
-                    }
-                    (bytes, self.copy.join(name))
-                }
-                (Some((offset, length, check)), Some(index_file)) => {
-                    let range = offset..offset + u64::from(length);
-                    let bytes = self.bucket.get_range(name, range)?;
-                    if xxhash_rust::xxh3::xxh3_64(&bytes) != check {
-                        return Ok(Fetched::Damaged(name.clone()));
-                    }
-                    (bytes, self.copy.join(index_file))
-                }
-            };
-            write_unsynced(&path, &bytes).map_err(|source| self.copy_error(&path, source))?;
-            Ok(Fetched::Written(bytes.len() as u64))
-        })?;
+        let (fetched, pack_damaged) = self.fetch(&jobs)?;
+        pulled.pack_damaged = pack_damaged;
         let partial: Vec<NamedFile> = (missing.into_iter())
             .filter(|file| file.index.is_some())
             .collect();
         for fetched in fetched {
             match fetched {
-                Fetched::Written(bytes) => {
+                Fetched::Written { bytes, packed } => {
                     pulled.files += 1;
                     pulled.bytes += bytes;
+                    pulled.packed += usize::from(packed);
                 }
+                Fetched::Part => pulled.parts += 1,
                 Fetched::Damaged(name) => {
                     // Not held, as far as pushes go: the next one puts it whole
                     // (its station, read again at the start, is written again).
@@ -315,20 +321,31 @@ impl Mirror {
         let stale = (self.listed).is_none_or(|listed| listed.elapsed() >= RELIST_INTERVAL);
         if stale {
             self.list()?;
+            // Another replica may have written a pack since.
+            self.pack_read = false;
         }
         let damaged = std::mem::take(&mut *self.damaged.lock());
         for name in &damaged {
             self.held.remove(name);
         }
-        if !stale && damaged.is_empty() && self.pushed.as_ref() == Some(&manifest) {
+        let unchanged_manifest = self.pushed.as_ref() == Some(&manifest);
+        let unchanged = !stale && damaged.is_empty() && unchanged_manifest;
+        // A bucket without a pack (one a replica of an older stq filled) gets one
+        // though its manifest is the same.
+        if unchanged && self.pack_read && self.pack.is_some() && !self.pack_failed {
             return Ok(pushed);
         }
-        let files = named_files(&manifest).map_err(|reason| MirrorError::Copy {
+        let named = named_files(&manifest).map_err(|reason| MirrorError::Copy {
             path: path.display().to_string(),
             source: std::io::Error::new(std::io::ErrorKind::InvalidData, reason),
         })?;
-        let files: Vec<(String, u64)> = (files.into_iter())
-            .map(|file| (file.name, file.length))
+        if unchanged {
+            pushed.pack = self.write_pack(&named)?;
+            pushed.elapsed = begun.elapsed();
+            return Ok(pushed);
+        }
+        let files: Vec<(String, u64)> = (named.iter())
+            .map(|file| (file.name.clone(), file.length))
             .collect();
         let (missing, waiting): (Vec<_>, Vec<_>) = (files.iter())
             .filter(|(name, length)| self.held.get(name).is_none_or(|held| held.0 != *length))
@@ -341,6 +358,7 @@ impl Mirror {
         in_parallel(
             &missing,
             |(_, length)| *length,
+            IN_FLIGHT_BYTES,
             |(name, _)| {
                 self.bucket.put(name, self.files.get(name)?)?;
                 Ok(())
@@ -351,21 +369,32 @@ impl Mirror {
             self.damaged.lock().extend(damaged.iter().cloned());
         })?;
         let now = SystemTime::now();
+        let missing_none = missing.is_empty();
         for (name, length) in missing {
             pushed.files += 1;
             pushed.bytes += length;
             self.held.insert(name, (length, now));
         }
-        pushed.files += 1;
-        pushed.bytes += manifest.len() as u64;
-        self.bucket.put(MANIFEST, manifest.clone())?;
+        // A relist alone (nothing put, the manifest the one pulled or pushed last)
+        // puts no manifest: another replica may have put a newer one since.
+        if !(unchanged_manifest && missing_none && damaged.is_empty()) {
+            pushed.files += 1;
+            pushed.bytes += manifest.len() as u64;
+            self.bucket.put(MANIFEST, manifest.clone())?;
+        }
+        pushed.pack = self.write_pack(&named)?;
         let named: std::collections::HashSet<&str> =
             files.iter().map(|(name, _)| name.as_str()).collect();
+        let packed: std::collections::HashSet<&str> = (self.pack.iter())
+            .flat_map(|table| table.parts.iter().map(|(name, _)| name.as_str()))
+            .collect();
         let old: Vec<String> = (self.held.iter())
             .filter(|(name, (_, put))| {
-                name.ends_with(".stq")
-                    && !named.contains(name.as_str())
-                    && now.duration_since(*put).unwrap_or_default() >= GRACE
+                let needed = match name.ends_with(".stq") {
+                    true => named.contains(name.as_str()),
+                    false => !pack::is_part(name) || packed.contains(name.as_str()),
+                };
+                !needed && now.duration_since(*put).unwrap_or_default() >= GRACE
             })
             .map(|(name, _)| name.clone())
             .collect();
@@ -381,6 +410,262 @@ impl Mirror {
         self.pushed = Some(manifest);
         pushed.elapsed = begun.elapsed();
         Ok(pushed)
+    }
+
+    /// Fetches `files` into the copy: those the bucket's pack holds from its parts,
+    /// the others (and any a part fails to give) from their own objects; and
+    /// whether the pack failed to give a file it names.
+    fn fetch(&mut self, files: &[&NamedFile]) -> Result<(Vec<Fetched>, bool), MirrorError> {
+        if files.is_empty() {
+            return Ok((Vec::new(), false));
+        }
+        self.read_pack()?;
+        let table = self.pack.clone().unwrap_or_default();
+        let lookup = table.lookup();
+        let mut in_parts: HashMap<usize, Vec<(&NamedFile, &pack::Entry)>> = HashMap::new();
+        let mut jobs = Vec::new();
+        for &file in files {
+            let (piece, length) = pack::Piece::of(file);
+            match lookup.get(&(file.name.as_str(), piece)) {
+                Some(&entry) if entry.length == length => {
+                    in_parts.entry(entry.part).or_default().push((file, entry));
+                }
+                _ => jobs.push(Job::Object(file)),
+            }
+        }
+        for (part, files) in in_parts {
+            let (name, length) = &table.parts[part];
+            let wanted: u64 = files.iter().map(|(_, entry)| entry.length).sum();
+            // A part of files mostly in the copy already is not worth its bytes.
+            if wanted * 2 >= *length {
+                let length = *length;
+                jobs.push(Job::Part {
+                    name,
+                    length,
+                    files,
+                });
+            } else {
+                jobs.extend(files.into_iter().map(|(file, _)| Job::Object(file)));
+            }
+        }
+        let damaged = std::sync::atomic::AtomicBool::new(false);
+        let done = in_parallel(&jobs, Job::bytes, IN_FLIGHT_BYTES, |job| match job {
+            Job::Object(file) => Ok((vec![self.fetch_object(file)?], Vec::new())),
+            Job::Part {
+                name,
+                length: _,
+                files,
+            } => self.fetch_part(name, files, &damaged),
+        })?;
+        let mut fetched = Vec::with_capacity(files.len());
+        let mut left = Vec::new();
+        for (written, unpacked) in done {
+            fetched.extend(written);
+            left.extend(unpacked);
+        }
+        let by_itself = |file: &&NamedFile| self.fetch_object(file);
+        let piece_bytes = |file: &&NamedFile| pack::Piece::of(file).1;
+        fetched.extend(in_parallel(&left, piece_bytes, IN_FLIGHT_BYTES, by_itself)?);
+        let damaged = damaged.into_inner();
+        if damaged {
+            self.pack = None;
+            self.pack_failed = true;
+        }
+        Ok((fetched, damaged))
+    }
+
+    /// Fetches `file` (of a sealed file, its index) from its own object into the
+    /// copy, checked.
+    fn fetch_object(&self, file: &NamedFile) -> Result<Fetched, MirrorError> {
+        let (piece, _) = pack::Piece::of(file);
+        let bytes = match file.index {
+            None => self.bucket.get(&file.name)?,
+            Some((offset, length, _)) => {
+                let range = offset..offset + u64::from(length);
+                self.bucket.get_range(&file.name, range)?
+            }
+        };
+        if !pack::holds(file, piece, &bytes) {
+            return Ok(Fetched::Damaged(file.name.clone()));
+        }
+        self.write_piece(file, piece, &bytes)?;
+        Ok(Fetched::Written {
+            bytes: bytes.len() as u64,
+            packed: false,
+        })
+    }
+
+    /// Fetches part `name` of the pack and writes `files` from it into the copy,
+    /// each checked, as the part's bytes arrive (a part is never whole in memory);
+    /// those it cannot give (the part damaged or gone, or a file in it failing its
+    /// check) are returned, to be fetched on their own, and `damaged` set.
+    fn fetch_part<'a>(
+        &self,
+        name: &str,
+        files: &[(&'a NamedFile, &pack::Entry)],
+        damaged: &std::sync::atomic::AtomicBool,
+    ) -> Result<(Vec<Fetched>, Vec<&'a NamedFile>), MirrorError> {
+        let mut wanted = files.to_vec();
+        wanted.sort_by_key(|(_, entry)| entry.offset);
+        let mut fetched = Vec::with_capacity(files.len() + 1);
+        let mut left = Vec::new();
+        // Where the next byte lies in the part, the next file wanted, and the
+        // bytes of it so far. The part is not checked against its name: each file
+        // taken from it is, on its own, which costs hashing its bytes once.
+        let (mut at, mut next, mut piece) = (0, 0, Vec::new());
+        let mut failed = None;
+        let mut sink = |mut chunk: &[u8]| -> std::io::Result<()> {
+            while let (false, Some(&(file, entry))) = (chunk.is_empty(), wanted.get(next)) {
+                if at < entry.offset {
+                    let skipped = chunk.len().min((entry.offset - at) as usize);
+                    chunk = &chunk[skipped..];
+                    at += skipped as u64;
+                    continue;
+                }
+                let taken = chunk.len().min(entry.length as usize - piece.len());
+                piece.extend_from_slice(&chunk[..taken]);
+                chunk = &chunk[taken..];
+                at += taken as u64;
+                if piece.len() as u64 == entry.length {
+                    if pack::holds(file, entry.piece, &piece) {
+                        if let Err(error) = self.write_piece(file, entry.piece, &piece) {
+                            failed = Some(error);
+                            return Err(std::io::Error::other("the copy refused a file"));
+                        }
+                        fetched.push(Fetched::Written {
+                            bytes: entry.length,
+                            packed: true,
+                        });
+                    } else {
+                        left.push(file);
+                    }
+                    piece.clear();
+                    next += 1;
+                }
+            }
+            Ok(())
+        };
+        match self.bucket.get_each(name, &mut sink) {
+            Ok(_) => fetched.push(Fetched::Part),
+            Err(error) if error.is_not_found() => {}
+            Err(ObjectsError::Sink(_)) if failed.is_some() => {
+                return Err(failed.expect("the sink's own error"));
+            }
+            Err(error) => return Err(error.into()),
+        }
+        // What the part did not hold whole (it is shorter than its table says).
+        left.extend(wanted[next..].iter().map(|(file, _)| *file));
+        if !left.is_empty() {
+            damaged.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok((fetched, left))
+    }
+
+    /// Writes `piece` of `file` into the copy: a whole file under its name, an
+    /// index alone under its own.
+    fn write_piece(
+        &self,
+        file: &NamedFile,
+        piece: pack::Piece,
+        bytes: &[u8],
+    ) -> Result<(), MirrorError> {
+        let name = match (piece, &file.index_file) {
+            (pack::Piece::Index, Some(index_file)) => index_file,
+            _ => &file.name,
+        };
+        let path = self.copy.join(name);
+        write_unsynced(&path, bytes).map_err(|source| self.copy_error(&path, source))
+    }
+
+    /// Reads the bucket's pack's table, unless read already: a table that is not
+    /// whole is as none (the next push writes one).
+    fn read_pack(&mut self) -> Result<(), ObjectsError> {
+        if self.pack_read {
+            return Ok(());
+        }
+        self.pack = match self.bucket.get(pack::POINTER) {
+            Ok(bytes) => pack::Table::parse(&bytes).ok(),
+            Err(error) if error.is_not_found() => None,
+            Err(error) => return Err(error),
+        };
+        self.pack_read = true;
+        Ok(())
+    }
+
+    /// Writes a new pack of what a join fetches of the store whose manifest names
+    /// `named`, when one is [`pack::due`] and this process wrote none in the last
+    /// [`pack::INTERVAL`] (unless the bucket has none): the parts put and their
+    /// bytes, if it wrote one.
+    fn write_pack(&mut self, named: &[NamedFile]) -> Result<Option<(usize, u64)>, MirrorError> {
+        self.read_pack()?;
+        let mut seen = std::collections::HashSet::new();
+        let files: Vec<NamedFile> = (named.iter())
+            .filter(|file| seen.insert(file.name.as_str()))
+            .cloned()
+            .collect();
+        let recent = (self.packed_at).is_some_and(|at| at.elapsed() < pack::INTERVAL);
+        let failed = self.pack_failed;
+        if !failed && (!pack::due(self.pack.as_ref(), &files) || (recent && self.pack.is_some())) {
+            return Ok(None);
+        }
+        let parts = pack::plan(&files);
+        let part_bytes = |part: &Vec<&NamedFile>| -> u64 {
+            part.iter().map(|file| pack::Piece::of(file).1).sum()
+        };
+        let written = in_parallel(&parts, part_bytes, PACK_IN_FLIGHT_BYTES, |part| {
+            let mut bytes = Vec::with_capacity(part_bytes(part) as usize);
+            let mut entries = Vec::with_capacity(part.len());
+            for &file in part {
+                let (piece, _) = pack::Piece::of(file);
+                // A file the copy lacks, or holds damaged, is left out: a join
+                // fetches it on its own.
+                let Ok(piece_bytes) = pack::read(&self.copy, file, piece) else {
+                    continue;
+                };
+                let at = bytes.len() as u64;
+                entries.push((file.name.clone(), piece, at, piece_bytes.len() as u64));
+                bytes.extend_from_slice(&piece_bytes);
+            }
+            if entries.is_empty() {
+                return Ok(None);
+            }
+            let name = pack::part_name(&bytes);
+            let length = bytes.len() as u64;
+            // A part of the same bytes as a damaged one has its name: put again.
+            let put = failed || self.held.get(&name).is_none_or(|held| held.0 != length);
+            if put {
+                self.bucket.put(&name, bytes)?;
+            }
+            Ok(Some((name, length, entries, put)))
+        })?;
+        let mut written: Vec<_> = written.into_iter().flatten().collect();
+        written.sort_by(|one, other| one.0.cmp(&other.0));
+        let mut table = pack::Table::default();
+        let (mut parts_put, mut bytes_put) = (0, 0);
+        let now = SystemTime::now();
+        for (name, length, entries, put) in written {
+            let part = table.parts.len();
+            for (file, piece, offset, file_length) in entries {
+                table.entries.push(pack::Entry {
+                    name: file,
+                    piece,
+                    part,
+                    offset,
+                    length: file_length,
+                });
+            }
+            if put {
+                parts_put += 1;
+                bytes_put += length;
+                self.held.insert(name.clone(), (length, now));
+            }
+            table.parts.push((name, length));
+        }
+        self.bucket.put(pack::POINTER, table.to_bytes())?;
+        self.pack = Some(table);
+        self.pack_failed = false;
+        self.packed_at = Some(Instant::now());
+        Ok(Some((parts_put, bytes_put)))
     }
 
     /// Learns what the bucket holds.
@@ -425,6 +710,7 @@ impl Fill {
         let failed = in_parallel(
             &self.files,
             |file| file.length,
+            IN_FLIGHT_BYTES,
             |file| {
                 let name = &file.name;
                 let bytes = match bucket.get(name) {
@@ -560,18 +846,48 @@ fn write_fetched(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 
 /// What fetching one object did.
 enum Fetched {
-    Written(u64),
+    /// A file (or a sealed file's index) written into the copy, from a part of the
+    /// pack or from its own object.
+    Written { bytes: u64, packed: bool },
+    /// A part of the pack fetched (each file taken from it is `Written` besides).
+    Part,
+    /// An object that failed the hash its name holds, not used.
     Damaged(String),
 }
 
+/// What a pull fetches in one request.
+enum Job<'a> {
+    /// A file's object, or of a sealed file the index's range.
+    Object(&'a NamedFile),
+    /// A part of the pack, for these of its files.
+    Part {
+        name: &'a str,
+        length: u64,
+        files: Vec<(&'a NamedFile, &'a pack::Entry)>,
+    },
+}
+
+impl Job<'_> {
+    fn bytes(&self) -> u64 {
+        match self {
+            Job::Object(file) => pack::Piece::of(file).1,
+            Job::Part { length, .. } => *length,
+        }
+    }
+}
+
 /// `work` on each of `items` (objects of `bytes` each), [`IN_FLIGHT`] and at
-/// most [`IN_FLIGHT_BYTES`] at a time; the results in no order, or the first error.
+/// most `budget` bytes at a time; the results in no order, or the first error.
 fn in_parallel<T: Sync, R: Send>(
     items: &[T],
     bytes: impl Fn(&T) -> u64 + Sync,
+    budget: u64,
     work: impl Fn(&T) -> Result<R, MirrorError> + Sync,
 ) -> Result<Vec<R>, MirrorError> {
-    let budget = Budget::default();
+    let budget = Budget {
+        limit: budget,
+        ..Budget::default()
+    };
     let next = std::sync::atomic::AtomicUsize::new(0);
     // After an error, no worker begins another item.
     let failing = std::sync::atomic::AtomicBool::new(false);
@@ -619,9 +935,10 @@ fn in_parallel<T: Sync, R: Send>(
     })
 }
 
-/// The bytes of the objects in flight, bounded by [`IN_FLIGHT_BYTES`].
+/// The bytes of the objects in flight, bounded by `limit`.
 #[derive(Default)]
 struct Budget {
+    limit: u64,
     used: parking_lot::Mutex<u64>,
     freed: parking_lot::Condvar,
 }
@@ -630,7 +947,7 @@ impl Budget {
     /// Waits until `bytes` more fit, or nothing else is in flight.
     fn take(&self, bytes: u64) {
         let mut used = self.used.lock();
-        while *used > 0 && *used + bytes > IN_FLIGHT_BYTES {
+        while *used > 0 && *used + bytes > self.limit {
             self.freed.wait(&mut used);
         }
         *used += bytes;
@@ -902,6 +1219,147 @@ mod tests {
                 records,
                 repaired: 0
             }
+        );
+    }
+
+    /// The bucket's pack parts, by name.
+    fn parts(bucket: &Path) -> Vec<String> {
+        let mut parts: Vec<String> = (fs::read_dir(bucket).unwrap())
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| pack::is_part(name))
+            .collect();
+        parts.sort();
+        parts
+    }
+
+    /// Issue 35: the first push writes a pack of what a join fetches; a pull of an
+    /// empty copy takes every file from it, and the copy is the same as one
+    /// fetched file by file.
+    #[test]
+    fn issue_35_a_join_takes_every_file_from_the_pack() {
+        let root = tempfile::tempdir().unwrap();
+        let (bucket, first, second) = places(root.path());
+        written_store(&first);
+        let pushed = mirror(&bucket, &first).push().unwrap();
+        let (parts_put, _) = pushed.pack.expect("the first push writes a pack");
+        assert_eq!(parts_put, parts(&bucket).len());
+        assert!(parts_put > 0);
+
+        let pulled = mirror(&bucket, &second).pull().unwrap();
+        assert!(pulled.files > 0 && !pulled.pack_damaged);
+        assert_eq!(pulled.packed, pulled.files, "every file from the pack");
+        assert_eq!(pulled.parts, parts_put);
+
+        // Without the pack, file by file: the same copy.
+        let third = root.path().join("third");
+        fs::remove_file(bucket.join(pack::POINTER)).unwrap();
+        let unpacked = mirror(&bucket, &third).pull().unwrap();
+        assert_eq!((unpacked.files, unpacked.packed), (pulled.files, 0));
+        let every_file = |directory: &Path| {
+            let mut files: Vec<(String, Vec<u8>)> = (fs::read_dir(directory).unwrap())
+                .map(|entry| entry.unwrap())
+                .map(|entry| {
+                    let name = entry.file_name().to_string_lossy().into_owned();
+                    (name, fs::read(entry.path()).unwrap())
+                })
+                .collect();
+            files.sort();
+            files
+        };
+        assert_eq!(every_file(&second), every_file(&third));
+    }
+
+    /// Issue 35: a pack part damaged or gone costs requests, never a file: the pull
+    /// fetches what it cannot give on its own, says so, and the next push writes a
+    /// whole pack again.
+    #[test]
+    fn issue_35_a_damaged_or_lost_pack_part_is_fetched_around_and_written_again() {
+        let root = tempfile::tempdir().unwrap();
+        let (bucket, first, _) = places(root.path());
+        written_store(&first);
+        mirror(&bucket, &first).push().unwrap();
+        let whole = mirror(&bucket, &root.path().join("whole")).pull().unwrap();
+        let part = parts(&bucket)[0].clone();
+        let mut bytes = fs::read(bucket.join(&part)).unwrap();
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 1;
+        fs::write(bucket.join(&part), &bytes).unwrap();
+
+        let damaged_copy = root.path().join("damaged");
+        let mut pulling = mirror(&bucket, &damaged_copy);
+        let pulled = pulling.pull().unwrap();
+        assert!(pulled.pack_damaged);
+        assert!(
+            pulled.damaged.is_empty(),
+            "the store's own objects are whole"
+        );
+        assert_eq!(pulled.files, whole.files);
+        assert!(pulled.packed < pulled.files);
+        let mut pulled = pulled;
+        pulled.fill.run();
+        assert_eq!(files(&damaged_copy), files(&first));
+        // The replica that found it writes a new pack at its next push.
+        let pushed = pulling.push().unwrap();
+        assert!(pushed.pack.is_some());
+        let lost = root.path().join("lost");
+        for part in parts(&bucket) {
+            fs::remove_file(bucket.join(part)).unwrap();
+        }
+        let pulled = mirror(&bucket, &lost).pull().unwrap();
+        assert!(pulled.pack_damaged);
+        assert_eq!((pulled.files, pulled.packed), (whole.files, 0));
+
+        // A table that is not whole is as none: the next push writes one.
+        let table = bucket.join(pack::POINTER);
+        let mut bytes = fs::read(&table).unwrap();
+        bytes.truncate(bytes.len() / 2);
+        fs::write(&table, &bytes).unwrap();
+        let fresh = mirror(&bucket, &root.path().join("fresh")).pull().unwrap();
+        assert_eq!((fresh.files, fresh.packed), (whole.files, 0));
+        assert!(mirror(&bucket, &first).push().unwrap().pack.is_some());
+        let packed = mirror(&bucket, &root.path().join("packed")).pull().unwrap();
+        assert_eq!(packed.packed, whole.files);
+    }
+
+    /// Issue 35: a pack is not written again while most of what a join fetches is
+    /// in it, and parts no table names are deleted once older than the grace.
+    #[test]
+    fn issue_35_a_pack_is_kept_while_current_and_old_parts_are_deleted() {
+        let root = tempfile::tempdir().unwrap();
+        let (bucket, copy) = (root.path().join("bucket"), root.path().join("copy"));
+        written_store(&copy);
+        let mut pushing = mirror(&bucket, &copy);
+        assert!(pushing.push().unwrap().pack.is_some());
+        let current = parts(&bucket);
+        // A new mirror reads the table and finds it current.
+        let mut again = mirror(&bucket, &copy);
+        again.listed = Some(Instant::now());
+        again.pushed = Some(fs::read(copy.join(MANIFEST)).unwrap());
+        assert_eq!(again.push().unwrap().pack, None);
+
+        let old = format!("pack-{:032x}.pack", 7);
+        let young = format!("pack-{:032x}.pack", 8);
+        for name in [&old, &young] {
+            fs::write(bucket.join(name), b"a part of an older pack").unwrap();
+        }
+        let long_ago = SystemTime::now() - GRACE - Duration::from_secs(60);
+        for name in current.iter().chain([&old]) {
+            (fs::File::options()
+                .write(true)
+                .open(bucket.join(name))
+                .unwrap())
+            .set_modified(long_ago)
+            .unwrap();
+        }
+        let pushed = mirror(&bucket, &copy).push().unwrap();
+        assert_eq!(pushed.deleted, 1);
+        let mut kept = current.clone();
+        kept.push(young);
+        kept.sort();
+        assert_eq!(
+            parts(&bucket),
+            kept,
+            "the table's parts and the young one stay"
         );
     }
 }

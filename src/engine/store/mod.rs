@@ -31,6 +31,7 @@
 
 pub(crate) mod lock;
 pub(crate) mod mirror;
+pub(crate) mod pack;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -247,9 +248,15 @@ impl Writing {
         match mirror.push() {
             Ok(pushed) => {
                 let was = self.status.set(OK);
+                let pack = match pushed.pack {
+                    Some((parts, bytes)) => {
+                        format!(", a new pack ({parts} parts, {bytes} bytes, put)")
+                    }
+                    None => String::new(),
+                };
                 let line = format!(
                     "store pushed to {}: {} objects ({} bytes) put, {} deleted, {} damaged \
-                     replaced, in {} ms",
+                     replaced{pack}, in {} ms",
                     mirror.location(),
                     pushed.files,
                     pushed.bytes,
@@ -257,7 +264,7 @@ impl Writing {
                     pushed.replaced,
                     pushed.elapsed.as_millis()
                 );
-                if was == DEGRADED || self.first || pushed.replaced > 0 {
+                if was == DEGRADED || self.first || pushed.replaced > 0 || pushed.pack.is_some() {
                     tracing::info!("{line}");
                 } else {
                     tracing::debug!("{line}");
