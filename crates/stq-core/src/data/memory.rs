@@ -11,10 +11,8 @@
 //! every generation: its bound (`--cache-size`) and its figures.
 
 use crate::data::catalog::Generation;
-use crate::data::sealed::cache;
+use crate::data::sealed::cache::{self, CacheStats};
 use crate::data::tier::tree_bytes;
-
-pub use crate::data::sealed::cache::CacheStats;
 
 /// Sets the bytes the process's cache of decoded blocks may hold (`--cache-size`).
 pub fn set_cache_capacity(bytes: u64) {
@@ -22,6 +20,7 @@ pub fn set_cache_capacity(bytes: u64) {
 }
 
 /// What the process's cache of decoded blocks holds and has done (`/metrics`).
+/// The caller reads its fields and never names its type, which no path exports.
 pub fn cache_stats() -> CacheStats {
     cache::stats()
 }
