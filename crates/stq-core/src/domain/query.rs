@@ -686,11 +686,6 @@ fn limit(value: &str, limits: &Limits) -> Result<usize, QueryError> {
 }
 
 impl QueryParams {
-    /// `limit`: a page's size; `None` answers every record at once.
-    pub fn limit(&self) -> Option<usize> {
-        self.limit
-    }
-
     /// Summaries only: the names of the row's group fields, in the order given,
     /// each once.
     pub(crate) fn group_names(&self) -> impl Iterator<Item = &'static str> + '_ {

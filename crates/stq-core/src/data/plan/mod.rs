@@ -133,6 +133,8 @@ enum Elements {
 pub(crate) struct Page {
     parts: Vec<page::Part>,
     hits: Vec<page::PartHit>,
+    /// Whether the query asked for pages (`limit`).
+    paged: bool,
     next_cursor: Option<String>,
 }
 
