@@ -14,8 +14,7 @@ use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criteri
 
 use stq::http::{assemble, Meta};
 use stq_core::data::catalog::{Catalog, Generation};
-use stq_core::data::cursor::CursorKey;
-use stq_core::data::plan::{Plan, Request, Settings, ShardAnswer};
+use stq_core::data::plan::{CursorKey, Plan, Request, Settings, ShardAnswer};
 use stq_core::data::shard::ShardData;
 use stq_core::domain::auth::{hash_token, Tokens};
 use stq_core::domain::query::{self, Endpoint, Limits};
@@ -46,7 +45,7 @@ fn settings() -> Settings {
             max_window: None,
             ..Limits::default()
         },
-        cursor_key: CursorKey::random(),
+        cursor_key: CursorKey::new(None).expect("a random key"),
         pass_results: vec!["pass".to_owned()],
     }
 }

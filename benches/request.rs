@@ -25,7 +25,7 @@ mod support;
 
 use stq::engine::Engine;
 use stq::http::{app, AppState};
-use stq_core::data::cursor::CursorKey;
+use stq_core::data::plan::CursorKey;
 use stq_core::domain::auth::{hash_token, Tokens};
 use stq_core::domain::query::Limits;
 
@@ -44,7 +44,7 @@ fn engine() -> (Engine, PathBuf) {
         generation,
         Arc::new(Tokens::parse(&tokens).expect("the tokens parse")),
         Limits::default(),
-        CursorKey::random(),
+        CursorKey::new(None).expect("a random key"),
         Default::default(),
     );
     (engine, directory)

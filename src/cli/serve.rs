@@ -9,10 +9,10 @@ use std::sync::Arc;
 use actix_web::web;
 use anyhow::Context as _;
 use stq_core::data::catalog::Generation;
-use stq_core::data::cursor::CursorKey;
 use stq_core::data::load::{
     self, FromStore, LoadError, LoadOptions, LoadReport, Start, INVALID_LINES_SHOWN,
 };
+use stq_core::data::plan::CursorKey;
 use stq_core::domain::auth::Tokens;
 use stq_core::domain::query::Limits;
 use stq_objects::{Location, Objects, S3Settings};
@@ -29,10 +29,7 @@ use crate::metrics::{Gauges, Metrics};
 /// Loads everything, then serves until the process is stopped.
 pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // Read before the snapshot, so a wrong key file fails at once, not after a load.
-    let cursor_key = match &args.cursor_key_file {
-        None => CursorKey::random(),
-        Some(path) => CursorKey::read(path).map_err(anyhow::Error::msg)?,
-    };
+    let cursor_key = CursorKey::new(args.cursor_key_file.as_deref()).map_err(anyhow::Error::msg)?;
     let tokens = Tokens::load(&args.tokens)?;
     if tokens.is_empty() {
         tracing::warn!(path = %args.tokens.display(), "the tokens file holds no tokens: every request will get 401");

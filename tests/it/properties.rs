@@ -61,8 +61,8 @@ use crate::common;
 
 use stq::engine::Engine;
 use stq::http::{app, AppState};
-use stq_core::data::cursor::CursorKey;
 use stq_core::data::load::{load, LoadOptions, OnInvalid};
+use stq_core::data::plan::CursorKey;
 use stq_core::domain::auth::{hash_token, Tokens};
 use stq_core::domain::query::{Endpoint, Limits};
 use stq_core::domain::record::Kind;
@@ -1058,7 +1058,7 @@ impl Server {
                 max_stations: 1000,
                 ..Limits::default()
             },
-            CursorKey::random(),
+            CursorKey::new(None).expect("a random key"),
             Default::default(),
         );
         let state = web::Data::new(AppState::new(engine.clone()));

@@ -67,8 +67,8 @@ use crate::common::summary::{self as model, Ordered, SummaryQuery};
 
 use stq::engine::Engine;
 use stq::http::{app, AppState};
-use stq_core::data::cursor::CursorKey;
 use stq_core::data::load::{load, LoadOptions, OnInvalid};
+use stq_core::data::plan::CursorKey;
 use stq_core::domain::auth::{hash_token, Tokens};
 use stq_core::domain::query::Limits;
 
@@ -788,7 +788,7 @@ impl Server {
                 max_records,
                 ..Limits::default()
             },
-            CursorKey::random(),
+            CursorKey::new(None).expect("a random key"),
             Default::default(),
         )
         .with_pass_results(pass_results.to_vec());

@@ -14,7 +14,7 @@
 //! the engine names those, not the scans, summaries and cursors behind them.
 
 pub mod catalog;
-pub mod cursor;
+pub(crate) mod cursor;
 pub(crate) mod digest;
 pub(crate) mod hot;
 pub(crate) mod key;

@@ -173,7 +173,7 @@ impl Page {
                     .scope
                     .as_deref()
                     .expect("paged queries have a cursor scope");
-                Some(cursor.encode(&settings.cursor_key, scope))
+                Some(cursor.encode(&settings.cursor_key.0, scope))
             }
             Some(_) => None,
         };
