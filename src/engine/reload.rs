@@ -92,7 +92,7 @@ struct Pending {
     /// Paths relative to the snapshot directory that the watch saw change.
     paths: BTreeSet<String>,
     /// Stations whose store files were found damaged after the start: read again
-    /// from the snapshot files ([`load::repair`]).
+    /// from the snapshot files ([`load::reload_looking`]).
     repair: BTreeSet<String>,
 }
 
@@ -168,11 +168,8 @@ impl Reloader {
                     .map_err(ReloadError::from)
                     .and_then(|tokens| {
                         let loaded = match &previous {
-                            Some((catalog, shards)) if !repair.is_empty() => {
-                                load::repair(catalog, shards, &repair, &options)
-                            }
                             Some((catalog, shards)) => {
-                                load::reload_looking(catalog, shards, &options, &look)
+                                load::reload_looking(catalog, shards, &options, &look, &repair)
                             }
                             None => load::load(&options),
                         };

@@ -58,29 +58,23 @@ pub fn check(directory: &Path, threads: usize) -> Result<LoadReport, LoadError> 
 
 /// Builds the generation after `previous` (whose shards are `shards`) from what
 /// changed in the directory since `previous` was read, looking for changes only
-/// where `look` says, as `options` say; what it serves is what [`full::load`] of
-/// the same files would serve. The report counts what this reload read, and the
-/// totals of the data it holds.
+/// where `look` says, as `options` say; what it serves is what [`load`] of the
+/// same files would serve. The stations of `repair` (none, as a rule) are read
+/// again from their snapshot files, and then every file is looked at: their
+/// store files were found damaged after the start used them (an `s3://` store's
+/// object that fails its checksum once fetched whole, issue 35). The report
+/// counts what this reload read, and the totals of the data it holds.
 pub fn reload_looking(
     previous: &Catalog,
     shards: &[Arc<ShardData>],
     options: &LoadOptions,
     look: &Look,
+    repair: &BTreeSet<String>,
 ) -> Result<(Generation, LoadReport), LoadError> {
-    reload::reload_looking(previous, shards, options, look)
-}
-
-/// The generation after `previous` (whose shards are `shards`) in which
-/// `stations` are read again from the snapshot files, with whatever else changed:
-/// their store files were found damaged after the start used them (an `s3://`
-/// store's object that fails its checksum once fetched whole, issue 35).
-pub fn repair(
-    previous: &Catalog,
-    shards: &[Arc<ShardData>],
-    stations: &BTreeSet<String>,
-    options: &LoadOptions,
-) -> Result<(Generation, LoadReport), LoadError> {
-    reload::repair(previous, shards, stations, options)
+    match repair.is_empty() {
+        true => reload::reload_looking(previous, shards, options, look),
+        false => reload::repair(previous, shards, repair, options),
+    }
 }
 
 /// A server's first generation (docs/api.md section 12). With `store` (a

@@ -930,8 +930,14 @@ fn issue_35_a_repair_reads_stations_again_from_the_snapshot_files() {
     let fixture = fixture(3, 300);
     let stations: BTreeSet<String> = [fixture.catalog.stations[1].to_string()].into();
     let options = options(fixture.snapshots.path(), 2);
-    let (generation, report) =
-        crate::data::load::repair(&fixture.catalog, &fixture.shards, &stations, &options).unwrap();
+    let (generation, report) = crate::data::load::reload_looking(
+        &fixture.catalog,
+        &fixture.shards,
+        &options,
+        &crate::data::load::Look::Paths(BTreeSet::new()),
+        &stations,
+    )
+    .unwrap();
     assert_eq!(report.files.len(), 2, "the station's two files: {report:?}");
     let (catalog, shards) = parts(generation);
     assert_eq!(catalog.generation, 2);
