@@ -391,7 +391,7 @@ async fn run(
         "stq ready: {} records ({} units, {} metrics; {} sealed), {} stations, {} shards, \
          {} invalid lines skipped, {} files held, loaded in {} ms ({:.1} MB at {:.0} MB/s)\
          {started}, listening on {}",
-        report.records(),
+        report.units + report.metrics,
         report.units,
         report.metrics,
         report.sealed,
@@ -409,7 +409,7 @@ async fn run(
     // Bound, and a stop from now on is graceful: systemd may count stq as started.
     crate::systemd::ready(&format!(
         "serving generation 1: {} records, {} stations",
-        report.records(),
+        report.units + report.metrics,
         stations
     ));
     actix_rt::spawn(admin);

@@ -264,7 +264,7 @@ impl Reloader {
                             "generation {generation}, {} records ({} units, {} metrics; {} \
                              sealed), {} stations, {} pending lines, {} new invalid lines \
                              skipped; read {} files ({} bytes) in {} ms",
-                            report.records(),
+                            report.units + report.metrics,
                             report.units,
                             report.metrics,
                             report.sealed,

@@ -262,7 +262,7 @@ pub struct LoadReport {
 
 impl LoadReport {
     /// Records loaded, units and metrics.
-    pub fn records(&self) -> u64 {
+    pub(crate) fn records(&self) -> u64 {
         self.units + self.metrics
     }
 
