@@ -59,7 +59,7 @@ fn planned(catalog: &Arc<Catalog>, endpoint: Endpoint, query: &str, settings: &S
         hash_token(TOKEN)
     );
     let arrived = at(support::END);
-    let principal = (Tokens::parse(&tokens).expect("the tokens parse"))
+    let principal = (tokens.parse::<Tokens>().expect("the tokens parse"))
         .authenticate(Some(format!("Bearer {TOKEN}").as_bytes()), arrived)
         .expect("the token is known");
     let request = Request {

@@ -42,7 +42,7 @@ fn engine() -> (Engine, PathBuf) {
     );
     let engine = Engine::start(
         generation,
-        Arc::new(Tokens::parse(&tokens).expect("the tokens parse")),
+        Arc::new(tokens.parse::<Tokens>().expect("the tokens parse")),
         Limits::default(),
         CursorKey::new(None).expect("a random key"),
         Default::default(),

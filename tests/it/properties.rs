@@ -1047,8 +1047,9 @@ impl Server {
             snapshot.count(Kind::Metrics),
             "metric records loaded"
         );
-        let tokens =
-            Tokens::parse(&tokens_file(tokens)).map_err(|error| failure("tokens", error))?;
+        let tokens = tokens_file(tokens)
+            .parse::<Tokens>()
+            .map_err(|error| failure("tokens", error))?;
 
         let engine = Engine::start(
             generation,

@@ -779,8 +779,9 @@ impl Server {
             hot: (shards != 3).then_some(std::time::Duration::from_secs(1)),
         })
         .map_err(|error| failure("loading the snapshot", error))?;
-        let tokens =
-            Tokens::parse(&tokens_file(tokens)).map_err(|error| failure("tokens", error))?;
+        let tokens = tokens_file(tokens)
+            .parse::<Tokens>()
+            .map_err(|error| failure("tokens", error))?;
         let engine = Engine::start(
             generation,
             Arc::new(tokens),

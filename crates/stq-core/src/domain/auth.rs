@@ -271,7 +271,8 @@ impl Tokens {
     }
 
     /// Reads the text of a tokens file; the error says what is wrong with it.
-    pub fn parse(text: &str) -> Result<Tokens, String> {
+    /// Outside this crate, `str::parse` (its `FromStr`).
+    pub(crate) fn parse(text: &str) -> Result<Tokens, String> {
         let file: TokensFile = serde_json::from_str(text).map_err(|error| error.to_string())?;
         Tokens::from_file(&file)
     }
@@ -354,6 +355,15 @@ impl Tokens {
             return Err(Unauthorized::Expired);
         }
         Ok(Arc::clone(principal))
+    }
+}
+
+/// The text of a tokens file, read as [`Tokens::load`] reads the file's.
+impl std::str::FromStr for Tokens {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Tokens, String> {
+        Tokens::parse(text)
     }
 }
 
