@@ -19,7 +19,7 @@ use stq_core::data::shard::ShardData;
 use stq_core::domain::auth::{hash_token, Tokens};
 use stq_core::domain::query::{self, Endpoint, Limits};
 use stq_core::domain::record::{parse_line, Kind};
-use stq_core::domain::time::{parse_rfc3339, Timestamp};
+use stq_core::domain::time::Timestamp;
 
 #[path = "support/dataset.rs"]
 mod support;
@@ -79,7 +79,7 @@ fn answers(plan: &Plan, shards: &[Arc<ShardData>]) -> Vec<ShardAnswer> {
 }
 
 fn at(text: &str) -> Timestamp {
-    parse_rfc3339(text).unwrap()
+    text.parse().unwrap()
 }
 
 /// A shard's scan, as the shard actor runs it: the answer to its question.

@@ -12,7 +12,7 @@ use std::path::Path;
 use anyhow::Context as _;
 
 use stq_core::domain::auth::{list_tokens, new_token, revoke_token};
-use stq_core::domain::time::{parse_rfc3339, Timestamp};
+use stq_core::domain::time::Timestamp;
 
 use super::{TokenCommand, TokenNewArgs};
 
@@ -50,7 +50,10 @@ fn new(args: TokenNewArgs) -> anyhow::Result<()> {
         path.display()
     );
     if let Some(expires) = &args.expires {
-        if parse_rfc3339(expires).is_some_and(|instant| instant <= Timestamp::now()) {
+        if expires
+            .parse::<Timestamp>()
+            .is_ok_and(|instant| instant <= Timestamp::now())
+        {
             eprintln!(
                 "stq: warning: token `{}` has already expired ({expires})",
                 args.name

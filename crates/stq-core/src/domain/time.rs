@@ -123,10 +123,21 @@ pub fn duration_text(duration: std::time::Duration) -> String {
     format!("{nanos}ns")
 }
 
+/// An RFC 3339 section 5.6 date-time as the contract restricts it (docs/api.md
+/// section 4), read by [`parse_rfc3339`].
+impl std::str::FromStr for Timestamp {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Timestamp, String> {
+        parse_rfc3339(text).ok_or_else(|| format!("not an RFC 3339 date-time: {text:?}"))
+    }
+}
+
 /// Parses an RFC 3339 section 5.6 date-time as the contract restricts it.
+/// Outside this crate, `str::parse` (its `FromStr`).
 ///
 /// Returns `None` for anything outside the grammar or the calendar.
-pub fn parse_rfc3339(text: &str) -> Option<Timestamp> {
+pub(crate) fn parse_rfc3339(text: &str) -> Option<Timestamp> {
     let bytes = text.as_bytes();
     // The shortest valid form is `YYYY-MM-DDTHH:MM:SSZ`.
     if bytes.len() < 20 {
