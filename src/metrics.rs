@@ -544,8 +544,8 @@ impl Collector for CacheCollector {
 
 /// The endpoint label of a request path: one of a fixed set.
 pub fn endpoint_label(path: &str) -> &'static str {
-    if let Some(endpoint) = Endpoint::ALL.into_iter().find(|known| known.path() == path) {
-        return endpoint.path();
+    if let Some(endpoint) = (Endpoint::ALL.into_iter()).find(|known| known.spec().path == path) {
+        return endpoint.spec().path;
     }
     match path {
         "/healthz" => "/healthz",
@@ -654,7 +654,7 @@ mod tests {
         assert_eq!(endpoint_label("/units/summary"), "/units/summary");
         assert_eq!(endpoint_label("/stations"), "/stations");
         for endpoint in Endpoint::ALL {
-            assert_eq!(endpoint_label(endpoint.path()), endpoint.path());
+            assert_eq!(endpoint_label(endpoint.spec().path), endpoint.spec().path);
         }
         assert_eq!(endpoint_label("/ui/app.js"), "/ui/");
         assert_eq!(endpoint_label("/ui/../x"), "/ui/");

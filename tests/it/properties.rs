@@ -717,7 +717,7 @@ fn uri(query: &Query, extra: &[String], spelling: &mut Spelling) -> String {
         Kind::Units => Endpoint::Units,
         Kind::Metrics => Endpoint::Metrics,
     };
-    format!("{}?{}", endpoint.path(), params.join("&"))
+    format!("{}?{}", endpoint.spec().path, params.join("&"))
 }
 
 // --- Strategies ---------------------------------------------------------------------------------

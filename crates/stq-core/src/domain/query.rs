@@ -226,8 +226,9 @@ impl Endpoint {
 /// each.
 #[derive(Debug)]
 pub struct EndpointSpec {
-    /// Its path, which is also its label in the metrics.
-    pub(crate) path: &'static str,
+    /// Its path, as a request names it (`/units/summary`), which is also its
+    /// label in the metrics.
+    pub path: &'static str,
     /// The query parameters it accepts.
     parameters: &'static [Parameter],
     /// The fields its rows may be grouped by; none for records and `/stations`.
@@ -339,11 +340,6 @@ impl Endpoint {
             Kind::Units => Endpoint::Units,
             Kind::Metrics => Endpoint::Metrics,
         }
-    }
-
-    /// Its path, as a request names it (`/units/summary`).
-    pub fn path(self) -> &'static str {
-        self.spec().path
     }
 
     /// Whether it answers with rows that need a default grouping.
@@ -901,10 +897,11 @@ mod tests {
             }
         };
         for endpoint in Endpoint::ALL {
+            let path = endpoint.spec().path;
             let same_path = Endpoint::ALL
                 .iter()
-                .filter(|other| other.path() == endpoint.path());
-            assert_eq!(same_path.count(), 1, "{}", endpoint.path());
+                .filter(|other| other.spec().path == path);
+            assert_eq!(same_path.count(), 1, "{path}");
             let spec = endpoint.spec();
             let (parameters, group_fields) = contract(endpoint);
             for name in [
