@@ -32,7 +32,7 @@ fn dataset() -> (PathBuf, Generation) {
 /// The data on `shards` shards: its catalog and each shard's data.
 fn sharded(shards: usize) -> (Arc<Catalog>, Vec<Arc<ShardData>>) {
     let (_, generation) = support::dataset(shards);
-    let (catalog, data) = generation.into_parts();
+    let (catalog, data) = (generation.catalog, generation.shards);
     (catalog, data.into_iter().map(Arc::new).collect())
 }
 

@@ -242,7 +242,7 @@ type StationNewest = (Box<str>, f64);
 
 impl Gauges {
     pub fn of(generation: &Generation) -> Gauges {
-        let catalog = generation.catalog();
+        let catalog = &generation.catalog;
         let newest = (generation.newest_records().into_iter())
             .map(|(station, instant)| {
                 let seconds = instant.seconds as f64 + f64::from(instant.nanos) / 1e9;

@@ -135,7 +135,7 @@ impl Engine {
         cursor_key: CursorKey,
         restarts: Counter,
     ) -> Engine {
-        let (catalog, shards) = generation.into_parts();
+        let Generation { catalog, shards } = generation;
         let shards = shards
             .into_iter()
             .enumerate()
@@ -222,7 +222,10 @@ impl Engine {
     /// the new catalog must find the new data in every replica.
     pub async fn install(&self, generation: Generation, tokens: Arc<Tokens>) {
         let shards = &self.inner.shards;
-        let (catalog, data) = generation.into_parts();
+        let Generation {
+            catalog,
+            shards: data,
+        } = generation;
         assert_eq!(
             data.len(),
             shards.len(),

@@ -182,7 +182,7 @@ impl Reloader {
             .await
             .map_err(|error| ReloadError::Loader(error.to_string()))??;
         let gauges = Gauges::of(&generation);
-        let number = generation.catalog().generation();
+        let number = generation.catalog.generation();
         let held_files = gauges.held_files();
         let complete_before = (self.hot)
             .filter(|_| self.export.is_some())

@@ -440,7 +440,7 @@ mod tests {
             hot: None,
         })
         .unwrap();
-        let (_, mut shards) = generation.into_parts();
+        let mut shards = generation.shards;
         Arc::new(shards.remove(0))
     }
 

@@ -95,7 +95,7 @@ pub fn export(
     options: &ExportOptions,
 ) -> Result<ExportReport, ExportError> {
     let started = Instant::now();
-    let (catalog, shards) = generation.into_parts();
+    let Generation { catalog, shards } = generation;
     let generation = &Data::of(&catalog, shards.iter().collect());
     let window = Window {
         from: options.from.unwrap_or(Timestamp::MIN),

@@ -125,7 +125,7 @@ fn with_store(options: &LoadOptions, directory: &std::path::Path) -> (Generation
         load::start(options, Some(directory), None).unwrap_or_else(|error| fail(&error));
     if let Some(why @ (FromStore::Empty | FromStore::NotUsed)) = start.store {
         // Dropped before the start from what it wrote.
-        let (catalog, shards) = start.generation.into_parts();
+        let (catalog, shards) = (start.generation.catalog, start.generation.shards);
         let shards: Vec<Arc<ShardData>> = shards.into_iter().map(Arc::new).collect();
         let mut writer = start.writer.expect("a start from a store has its writer");
         let written = writer

@@ -687,7 +687,7 @@ mod tests {
     /// A store of the repository's sample snapshot written in `copy`.
     fn written_store(copy: &Path) {
         let start = load::start(&options(), Some(copy), None).unwrap();
-        let (catalog, shards) = start.generation.into_parts();
+        let (catalog, shards) = (start.generation.catalog, start.generation.shards);
         let shards: Vec<_> = shards.into_iter().map(Arc::new).collect();
         start.writer.unwrap().write(&catalog, &shards).unwrap();
     }
@@ -788,7 +788,7 @@ mod tests {
         ));
         let fresh = load::load(&options()).unwrap().0;
         let records = |generation: &stq_core::data::catalog::Generation| {
-            let catalog = generation.catalog();
+            let catalog = &generation.catalog;
             (catalog.summary().units, catalog.summary().metrics)
         };
         assert_eq!(records(&start.generation), records(&fresh));

@@ -241,19 +241,18 @@ impl Catalog {
     }
 }
 
-/// An immutable, complete snapshot of the data: what one load produces.
+/// An immutable, complete snapshot of the data: what one load produces, a
+/// catalog and the shards it places stations on. The engine takes it apart, the
+/// catalog shared and each shard handed to its actor.
 #[derive(Debug, Default)]
 pub struct Generation {
-    pub(crate) catalog: Arc<Catalog>,
-    pub(crate) shards: Vec<ShardData>,
+    /// Its catalog: the stations and where each lives.
+    pub catalog: Arc<Catalog>,
+    /// Each shard's data, in shard order.
+    pub shards: Vec<ShardData>,
 }
 
 impl Generation {
-    /// Its catalog: the stations and where each lives.
-    pub fn catalog(&self) -> &Arc<Catalog> {
-        &self.catalog
-    }
-
     /// How many of its records are in sealed blocks.
     pub(crate) fn sealed_records(&self) -> u64 {
         (self.shards.iter().flat_map(|shard| &shard.stations))
@@ -265,11 +264,6 @@ impl Generation {
     #[cfg(test)]
     pub(crate) fn shards(&self) -> &[ShardData] {
         &self.shards
-    }
-
-    /// The catalog, and the shards for the engine to hand out.
-    pub fn into_parts(self) -> (Arc<Catalog>, Vec<ShardData>) {
-        (self.catalog, self.shards)
     }
 
     /// Every station's id and the instant of its newest record, in rank order

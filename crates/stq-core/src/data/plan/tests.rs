@@ -43,7 +43,7 @@ fn generation(shards: usize) -> (Arc<Catalog>, Vec<Arc<ShardData>>) {
         hot: None,
     })
     .unwrap();
-    let (catalog, shards) = generation.into_parts();
+    let (catalog, shards) = (generation.catalog, generation.shards);
     (catalog, shards.into_iter().map(Arc::new).collect())
 }
 

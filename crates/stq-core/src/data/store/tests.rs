@@ -76,7 +76,7 @@ fn settings(directory: &Path) -> StoreSettings {
 }
 
 fn parts(generation: Generation) -> (Arc<Catalog>, Vec<Arc<ShardData>>) {
-    let (catalog, shards) = generation.into_parts();
+    let (catalog, shards) = (generation.catalog, generation.shards);
     (catalog, shards.into_iter().map(Arc::new).collect())
 }
 

@@ -69,7 +69,7 @@ pub(super) fn rendered(
     reverse: bool,
     digests: Digests,
 ) -> Vec<Vec<u8>> {
-    let catalog = generation.catalog();
+    let catalog = &generation.catalog;
     let mut partials: Vec<Partial> = (0..catalog.shard_count())
         .map(|shard| {
             let request = SummaryRequest {

@@ -68,7 +68,7 @@ struct Served {
 /// What `generation` serves; also checks what must hold within it: cursors'
 /// positions, the shard-wide trees, the symbols of the entries.
 fn served(generation: &Generation) -> Served {
-    let catalog = generation.catalog();
+    let catalog = &generation.catalog;
     let text = |record: &Value, field: &str| record[field].as_str().unwrap_or("").to_owned();
     let mut units = Vec::new();
     let mut metrics = Vec::new();
@@ -384,7 +384,7 @@ impl Writer {
 
 /// A generation's parts as the engine holds them between reloads.
 fn parts(generation: Generation) -> (Arc<Catalog>, Vec<Arc<ShardData>>) {
-    let (catalog, shards) = generation.into_parts();
+    let (catalog, shards) = (generation.catalog, generation.shards);
     (catalog, shards.into_iter().map(Arc::new).collect())
 }
 
