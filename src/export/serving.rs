@@ -67,7 +67,10 @@ const FINGERPRINTS_HEADER: &str = "stq export fingerprints 1";
 pub fn complete_before(generation: &Generation, hot: Duration) -> Option<Timestamp> {
     let hot = i64::try_from(hot.as_secs()).unwrap_or(i64::MAX);
     (generation.newest_records().into_iter())
-        .map(|(_, newest)| newest.add_seconds(-hot))
+        .map(|(_, newest)| Timestamp {
+            seconds: newest.seconds.saturating_sub(hot),
+            ..newest
+        })
         .min()
 }
 

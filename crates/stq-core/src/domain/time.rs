@@ -65,7 +65,7 @@ impl Timestamp {
     }
 
     /// This instant moved by whole seconds, saturating at the ends of the time line.
-    pub fn add_seconds(self, seconds: i64) -> Timestamp {
+    pub(crate) fn add_seconds(self, seconds: i64) -> Timestamp {
         Timestamp {
             seconds: self.seconds.saturating_add(seconds),
             nanos: self.nanos,
