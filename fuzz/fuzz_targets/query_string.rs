@@ -18,7 +18,7 @@ use libfuzzer_sys::fuzz_target;
 use stq_core::domain::checks::check_query;
 use stq_core::domain::query::Limits;
 use stq_core::domain::record::Kind;
-use stq_core::domain::time::Timestamp;
+use stq_core::domain::time::{Timestamp, Window};
 
 const MAX_RECORDS: [usize; 5] = [100_000, 1, 2, 3, 10];
 const MAX_STATIONS: [usize; 5] = [1000, 0, 1, 2, 3];
@@ -50,8 +50,8 @@ const NOW: [Timestamp; 6] = [
         seconds: 253_402_300_799,
         nanos: 999_999_999,
     },
-    Timestamp::MIN,
-    Timestamp::MAX,
+    Window::ALL.from,
+    Window::ALL.to,
 ];
 
 fn pick<T: Copy>(table: &[T], byte: u8) -> T {

@@ -98,8 +98,8 @@ pub fn export(
     let Generation { catalog, shards } = generation;
     let generation = &Data::of(&catalog, shards.iter().collect());
     let window = Window {
-        from: options.from.unwrap_or(Timestamp::MIN),
-        to: options.to.unwrap_or(Timestamp::MAX),
+        from: options.from.unwrap_or(Window::ALL.from),
+        to: options.to.unwrap_or(Window::ALL.to),
     };
     let stations = stations(generation, options.stations.as_deref());
     let mut days = BTreeSet::new();
@@ -185,7 +185,7 @@ fn span(generation: &Data<'_>, stations: &[u32], kind: Kind, window: Window) -> 
         // The last: the first record of the latest day that has one, found by
         // halving the days between the first and the window's end.
         let mut low = day_of(first);
-        let mut high = day_of(window.to).min(day_of(Timestamp::MAX) - 1);
+        let mut high = day_of(window.to).min(day_of(Window::ALL.to) - 1);
         while low < high {
             let middle = low + (high - low + 1) / 2;
             let from = start_of(middle).max(window.from);

@@ -161,13 +161,10 @@ impl Exporter {
         // Days before the one that holds that instant end by it.
         let end = day_of(complete_before);
         let window = Window {
-            from: Timestamp::MIN,
             to: start_of(end),
+            ..Window::ALL
         };
-        let every = Window {
-            from: Timestamp::MIN,
-            to: Timestamp::MAX,
-        };
+        let every = Window::ALL;
         let stations = stations(data, None);
         let current = fingerprints(data, &stations, window);
         let mut due: Vec<Partition> = (current.iter())

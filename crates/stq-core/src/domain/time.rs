@@ -34,14 +34,23 @@ pub struct Window {
 /// Seconds in the default window (docs/api.md section 5).
 pub(crate) const DAY_SECONDS: i64 = 24 * 60 * 60;
 
+impl Window {
+    /// The whole time line: every instant a timestamp holds, from the earliest,
+    /// but the latest, which is `to` (the first instant after a window).
+    pub const ALL: Window = Window {
+        from: Timestamp::MIN,
+        to: Timestamp::MAX,
+    };
+}
+
 impl Timestamp {
     /// The earliest instant a timestamp holds.
-    pub const MIN: Timestamp = Timestamp {
+    pub(crate) const MIN: Timestamp = Timestamp {
         seconds: i64::MIN,
         nanos: 0,
     };
     /// The latest instant a timestamp holds.
-    pub const MAX: Timestamp = Timestamp {
+    pub(crate) const MAX: Timestamp = Timestamp {
         seconds: i64::MAX,
         nanos: 999_999_999,
     };
