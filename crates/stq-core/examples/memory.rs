@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use stq_core::data::catalog::Generation;
 use stq_core::data::load::{self, FromStore, LoadOptions, LoadReport, OnInvalid};
+use stq_core::data::memory::MemoryUse;
 use stq_core::data::shard::ShardData;
 
 /// The system allocator (what `stq` uses), counting the bytes it has handed out.
@@ -76,7 +77,7 @@ fn main() {
         Some(store) => with_store(&options, std::path::Path::new(&store)),
     };
     let heap = LIVE.load(Ordering::Relaxed) as u64;
-    let usage = generation.memory_use();
+    let usage = MemoryUse::from(&generation);
     let records = (usage.units + usage.metrics).max(1) as f64;
     let jsonl = report.bytes as f64;
     println!(

@@ -41,15 +41,15 @@ pub struct MemoryUse {
     pub mapped: u64,
 }
 
-impl Generation {
-    /// This generation's bytes by part. Data shared with another generation is
-    /// counted as this one's.
-    pub fn memory_use(&self) -> MemoryUse {
+/// A generation's bytes by part. Data shared with another generation is counted
+/// as this one's.
+impl From<&Generation> for MemoryUse {
+    fn from(generation: &Generation) -> MemoryUse {
         let mut usage = MemoryUse {
             parts: Vec::new(),
             units: 0,
             metrics: 0,
-            mapped: self.catalog.symbols.mapped_bytes(),
+            mapped: generation.catalog.symbols.mapped_bytes(),
         };
         let mut add = |name: &'static str, bytes: u64| match usage
             .parts
@@ -59,20 +59,21 @@ impl Generation {
             Some((_, part_bytes)) => *part_bytes += bytes,
             None => usage.parts.push((name, bytes)),
         };
-        for shard in &self.shards {
+        for shard in &generation.shards {
             for station in &shard.stations {
                 station.memory(&mut add);
             }
         }
         add(
             "shard-wide unit tree",
-            self.shards
+            generation
+                .shards
                 .iter()
                 .map(|shard| tree_bytes(&shard.units) + tree_bytes(&shard.recent))
                 .sum(),
         );
-        add("symbols", self.catalog.symbols.heap_bytes());
-        let stations = || self.shards.iter().flat_map(|shard| &shard.stations);
+        add("symbols", generation.catalog.symbols.heap_bytes());
+        let stations = || generation.shards.iter().flat_map(|shard| &shard.stations);
         usage.units = stations().map(|station| station.unit_count() as u64).sum();
         usage.metrics = stations()
             .map(|station| station.metric_count() as u64)
