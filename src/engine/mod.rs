@@ -33,7 +33,7 @@ use parking_lot::RwLock;
 use prometheus_client::metrics::counter::Counter;
 use stq_core::data::catalog::{Catalog, Generation};
 use stq_core::data::plan::{CursorKey, Plan, PlanError, Refusal, Request, Settings};
-use stq_core::data::shard::ShardData;
+use stq_core::data::ShardData;
 use stq_core::domain::auth::Tokens;
 use stq_core::domain::query::{Limits, QueryError};
 

@@ -28,7 +28,7 @@ use parking_lot::{Mutex, RwLock};
 use prometheus_client::metrics::counter::Counter;
 
 use stq_core::data::plan::{ShardAnswer, ShardQuestion};
-use stq_core::data::shard::ShardData;
+use stq_core::data::ShardData;
 
 use super::fault::ShardFault;
 use super::slots::{Overloaded, Patience, Slots};

@@ -37,7 +37,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use stq_core::data::catalog::{Catalog, Generation};
-use stq_core::data::shard::ShardData;
+use stq_core::data::ShardData;
 use stq_core::domain::record::Kind;
 use stq_core::domain::time::{Timestamp, Window};
 use stq_objects::Objects;

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use stq_core::data::catalog::Generation;
 use stq_core::data::load::{self, FromStore, LoadOptions, LoadReport, OnInvalid};
 use stq_core::data::memory::MemoryUse;
-use stq_core::data::shard::ShardData;
+use stq_core::data::ShardData;
 
 /// The system allocator (what `stq` uses), counting the bytes it has handed out.
 struct Counting;

@@ -38,8 +38,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use stq_core::data::catalog::Catalog;
-use stq_core::data::shard::ShardData;
 use stq_core::data::store::StoreWriter;
+use stq_core::data::ShardData;
 
 use crate::newest::Newest;
 use lock::WriterLock;

@@ -9,9 +9,9 @@ use crate::data::cursor::RecordIdentity;
 use crate::data::key::{load_order, Position};
 use crate::data::load::files::{FileStatus, SourceState, Stamps, Watched};
 use crate::data::scan::{Matcher, RecordFilter, ScanAnswer, ScanRequest, ShardStation};
-use crate::data::shard::ShardData;
 use crate::data::symbols::Symbols;
 use crate::data::tier::Tier as _;
+use crate::data::ShardData;
 use crate::domain::record::{Directions, Kind};
 use crate::domain::time::{Timestamp, Window};
 

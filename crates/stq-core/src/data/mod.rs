@@ -11,7 +11,14 @@
 //!
 //! The front door for queries is [`plan`]: a request planned, what each shard is
 //! asked and answers, and the merge into a page or rows, in a handful of types;
-//! the engine names those, not the scans, summaries and cursors behind them.
+//! the engine names those, not the scans, summaries and cursors behind them. What
+//! else it names of a module that stays private is declared here: the
+//! [`ShardData`] each shard actor owns.
+
+use std::sync::Arc;
+
+use crate::data::shard::ShardUnits;
+use crate::data::station::StationData;
 
 pub mod catalog;
 pub(crate) mod cursor;
@@ -24,7 +31,7 @@ pub(crate) mod merge;
 pub mod plan;
 pub(crate) mod scan;
 pub(crate) mod sealed;
-pub mod shard;
+pub(crate) mod shard;
 pub(crate) mod station;
 pub mod store;
 pub(crate) mod stored;
@@ -32,3 +39,18 @@ pub(crate) mod summary;
 pub(crate) mod symbols;
 pub(crate) mod threads;
 pub(crate) mod tier;
+
+/// The stations of one shard, in the order the catalog's `Placement::station_index`
+/// names: what one shard actor of the engine owns. Declared here, where the engine
+/// names it; what it holds and does is [`shard`]'s.
+#[derive(Debug, Default)]
+pub struct ShardData {
+    pub(crate) generation: u64,
+    pub(crate) stations: Vec<Arc<StationData>>,
+    /// Every unit record of the shard in the contract's order, for queries over many
+    /// of its stations: one range walk instead of a search and a merge per station.
+    /// Those appended since its last whole build are in `recent` instead.
+    pub(crate) units: Arc<ShardUnits>,
+    /// The units of records appended since `units` was built; often empty.
+    pub(crate) recent: Arc<ShardUnits>,
+}

@@ -42,8 +42,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::data::catalog::{Catalog, Generation};
-use crate::data::shard::ShardData;
 use crate::data::store::{Remote, StoreWriter};
+use crate::data::ShardData;
 use crate::domain::record::Kind;
 
 /// Loads a snapshot directory into a generation spread over `options.shards` shards.

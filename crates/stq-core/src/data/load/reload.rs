@@ -80,11 +80,12 @@ use crate::data::catalog::{Catalog, Generation, Placement};
 use crate::data::hot::Hot;
 use crate::data::key::{Position, RecordKey};
 use crate::data::sealed::SEALED;
-use crate::data::shard::{shard_unit, Origin, ShardData, ShardUnit};
+use crate::data::shard::{shard_unit, Origin, ShardUnit};
 use crate::data::station::{StationData, UnitEntry};
 use crate::data::store::Restored;
 use crate::data::symbols::Symbols;
 use crate::data::threads;
+use crate::data::ShardData;
 
 /// [`reload_looking`] with a look at everything.
 pub(crate) fn reload(

@@ -71,11 +71,11 @@ use crate::data::catalog::{Catalog, Placement};
 use crate::data::hot::{Hot, Layer, Trees};
 use crate::data::load::files::SourceState;
 use crate::data::sealed::{index_region, Layout, Region, Sealed, StoreFile};
-use crate::data::shard::ShardData;
 use crate::data::station::StationData;
 use crate::data::symbols::run::{self, Run};
 use crate::data::symbols::{Symbol, Symbols};
 use crate::data::threads;
+use crate::data::ShardData;
 
 /// The manifest's name in the store's directory.
 pub const MANIFEST: &str = "MANIFEST";
