@@ -38,7 +38,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
-use stq_core::data::store::{holds_its_name, named_files, NamedFile, Remote, MANIFEST};
+use stq_core::data::store::{holds_its_name, named_files, NamedFile, MANIFEST};
+use stq_core::data::Remote;
 use stq_objects::{Location, Objects, ObjectsError, S3Settings};
 
 /// How long an object no manifest names stays in the bucket: longer than any

@@ -105,7 +105,7 @@ pub struct StorePlace {
     pub lock: WriterLock,
     /// With `--store s3://`: what the start reads the blocks of sealed files the
     /// copy holds only the index of through, and the fill that fetches them.
-    pub remote: Option<Arc<dyn stq_core::data::store::Remote>>,
+    pub remote: Option<Arc<dyn stq_core::data::Remote>>,
     pub fill: mirror::Fill,
 }
 

@@ -13,8 +13,10 @@
 //! asked and answers, and the merge into a page or rows, in a handful of types;
 //! the engine names those, not the scans, summaries and cursors behind them. What
 //! else it names of a module that stays private is declared here: the
-//! [`ShardData`] each shard actor owns.
+//! [`ShardData`] each shard actor owns, and the [`Remote`] that the service's
+//! `s3://` store supplies.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use crate::data::shard::ShardUnits;
@@ -53,4 +55,14 @@ pub struct ShardData {
     pub(crate) units: Arc<ShardUnits>,
     /// The units of records appended since `units` was built; often empty.
     pub(crate) recent: Arc<ShardUnits>,
+}
+
+/// Where the store's files are fetched from when its directory does not hold them
+/// (an `s3://` store's bucket, issue 35): a start from a copy that holds only the
+/// sealed files' indexes reads their blocks by range until the whole file is in
+/// the copy (`sealed`). The service supplies it, so that this crate stays free of
+/// the network.
+pub trait Remote: Send + Sync + std::fmt::Debug {
+    /// The bytes of the file `name` in `range`.
+    fn read(&self, name: &str, range: Range<u64>) -> std::io::Result<Vec<u8>>;
 }

@@ -42,7 +42,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::data::catalog::{Catalog, Generation};
-use crate::data::store::{Remote, StoreWriter};
+use crate::data::store::StoreWriter;
+use crate::data::Remote;
 use crate::data::ShardData;
 use crate::domain::record::Kind;
 

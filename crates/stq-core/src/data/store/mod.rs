@@ -56,8 +56,6 @@
 
 pub(crate) mod codec;
 
-pub use crate::data::sealed::body::Remote;
-
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
 use std::io::{self, Read as _, Write as _};
@@ -75,6 +73,7 @@ use crate::data::station::StationData;
 use crate::data::symbols::run::{self, Run};
 use crate::data::symbols::{Symbol, Symbols};
 use crate::data::threads;
+use crate::data::Remote;
 use crate::data::ShardData;
 
 /// The manifest's name in the store's directory.
