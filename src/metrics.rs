@@ -487,7 +487,7 @@ struct CacheCollector;
 
 impl Collector for CacheCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let stats = stq_core::data::memory::cache_stats();
+        let stats = stq_core::data::cache_stats();
         let gauges = [
             (
                 "cache_bytes",

@@ -17,7 +17,7 @@ const CACHE_BYTES: u64 = 64 << 20;
 
 /// Loads the snapshot and writes its records under `args.parquet`.
 pub fn export(args: ExportArgs) -> anyhow::Result<()> {
-    stq_core::data::memory::set_cache_capacity(CACHE_BYTES);
+    stq_core::data::set_cache_capacity(CACHE_BYTES);
     // Before the load: settings S3 cannot use stop the export at once.
     let destination = Objects::open(args.parquet.clone(), &S3Settings::from_env())
         .with_context(|| format!("exporting to {}", args.parquet))?;

@@ -34,7 +34,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if tokens.is_empty() {
         tracing::warn!(path = %args.tokens.display(), "the tokens file holds no tokens: every request will get 401");
     }
-    stq_core::data::memory::set_cache_capacity(args.cache_size);
+    stq_core::data::set_cache_capacity(args.cache_size);
     let shards = args.shards.map_or_else(cpus, std::num::NonZero::get);
     let options = LoadOptions {
         directory: args.snapshots.clone(),

@@ -3,7 +3,7 @@
 //! `cargo run --release -p stq-core --example memory -- DIRECTORY [SHARDS]` loads
 //! DIRECTORY as `stq serve` does and prints, per part of the index, its bytes and
 //! its bytes per record, beside the live heap a counting allocator saw and the
-//! process's RSS. The parts are [`stq_core::data::memory`]'s; the heap not in any
+//! process's RSS. The parts are a [`stq_core::data::MemoryUse`]'s; the heap not in any
 //! part is the loader's leftovers, the catalog and the allocator's own bookkeeping.
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use stq_core::data::catalog::Generation;
 use stq_core::data::load::{self, FromStore, LoadOptions, LoadReport, OnInvalid};
-use stq_core::data::memory::MemoryUse;
+use stq_core::data::MemoryUse;
 use stq_core::data::ShardData;
 
 /// The system allocator (what `stq` uses), counting the bytes it has handed out.

@@ -1,45 +1,16 @@
 //! Where a generation's bytes go, part by part (BENCHMARKS.md, issue 12): the
-//! records' stored form, each tree of the index, and the symbols.
+//! records' stored form, each tree of the index, and the symbols, as a
+//! [`MemoryUse`] (declared at the data layer's door, `crate::data`).
 //!
 //! Each tier of a station says what it holds ([`crate::data::tier::Tier::memory`]):
 //! arenas and blocks are counted exactly; a tree's bytes are worked out from std's
 //! B-tree node layout ([`crate::data::tier::tree_bytes`]), close estimates. What the
 //! allocator keeps beyond these (slack, fragmentation) is the difference to the
 //! heap or RSS a caller measures.
-//!
-//! And the decoded-block cache that sealed blocks are read through, shared by
-//! every generation: its bound (`--cache-size`) and its figures.
 
 use crate::data::catalog::Generation;
-use crate::data::sealed::cache::{self, CacheStats};
 use crate::data::tier::tree_bytes;
-
-/// Sets the bytes the process's cache of decoded blocks may hold (`--cache-size`).
-pub fn set_cache_capacity(bytes: u64) {
-    cache::set_capacity(bytes);
-}
-
-/// What the process's cache of decoded blocks holds and has done (`/metrics`).
-/// The caller reads its fields and never names its type, which no path exports.
-pub fn cache_stats() -> CacheStats {
-    cache::stats()
-}
-
-/// A generation's bytes by part, and the records they hold.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MemoryUse {
-    /// Every part, in the order the table shows them: what it is, as the memory
-    /// table names it, and its bytes.
-    pub parts: Vec<(&'static str, u64)>,
-    /// Unit records the parts hold.
-    pub units: u64,
-    /// Metric records the parts hold.
-    pub metrics: u64,
-    /// Bytes of store files mapped rather than read into the heap (the symbol
-    /// table's runs after a start from the store): in memory only as far as
-    /// lookups touched them, and not in `parts`.
-    pub mapped: u64,
-}
+use crate::data::MemoryUse;
 
 /// A generation's bytes by part. Data shared with another generation is counted
 /// as this one's.

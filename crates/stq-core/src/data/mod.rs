@@ -13,12 +13,15 @@
 //! asked and answers, and the merge into a page or rows, in a handful of types;
 //! the engine names those, not the scans, summaries and cursors behind them. What
 //! else it names of a module that stays private is declared here: the
-//! [`ShardData`] each shard actor owns, and the [`Remote`] that the service's
-//! `s3://` store supplies.
+//! [`ShardData`] each shard actor owns, the [`Remote`] that the service's `s3://`
+//! store supplies, the bound and figures of the decoded-block cache
+//! ([`set_cache_capacity`], [`cache_stats`]) and a generation's [`MemoryUse`]
+//! (`memory`).
 
 use std::ops::Range;
 use std::sync::Arc;
 
+use crate::data::sealed::cache::{self, CacheStats};
 use crate::data::shard::ShardUnits;
 use crate::data::station::StationData;
 
@@ -28,7 +31,7 @@ pub(crate) mod digest;
 pub(crate) mod hot;
 pub(crate) mod key;
 pub mod load;
-pub mod memory;
+pub(crate) mod memory;
 pub(crate) mod merge;
 pub mod plan;
 pub(crate) mod scan;
@@ -65,4 +68,33 @@ pub struct ShardData {
 pub trait Remote: Send + Sync + std::fmt::Debug {
     /// The bytes of the file `name` in `range`.
     fn read(&self, name: &str, range: Range<u64>) -> std::io::Result<Vec<u8>>;
+}
+
+/// Sets the bytes the process's cache of decoded blocks may hold (`--cache-size`):
+/// the cache sealed blocks are read through, shared by every generation.
+pub fn set_cache_capacity(bytes: u64) {
+    cache::set_capacity(bytes);
+}
+
+/// What the process's cache of decoded blocks holds and has done (`/metrics`).
+/// The caller reads its fields and never names its type, which no path exports.
+pub fn cache_stats() -> CacheStats {
+    cache::stats()
+}
+
+/// A generation's bytes by part, and the records they hold (`memory`: made from a
+/// generation by `From`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemoryUse {
+    /// Every part, in the order the table shows them: what it is, as the memory
+    /// table names it, and its bytes.
+    pub parts: Vec<(&'static str, u64)>,
+    /// Unit records the parts hold.
+    pub units: u64,
+    /// Metric records the parts hold.
+    pub metrics: u64,
+    /// Bytes of store files mapped rather than read into the heap (the symbol
+    /// table's runs after a start from the store): in memory only as far as
+    /// lookups touched them, and not in `parts`.
+    pub mapped: u64,
 }

@@ -35,7 +35,7 @@ use lru::LruCache;
 use parking_lot::Mutex;
 
 /// What the cache reports (the admin listener's `/metrics`): `pub` for
-/// [`crate::data::memory::cache_stats`], which returns it, and named by no path
+/// [`crate::data::cache_stats`], which returns it, and named by no path
 /// outside this crate.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CacheStats {
