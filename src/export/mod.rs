@@ -168,10 +168,13 @@ fn stations(generation: &Data<'_>, only: Option<&[String]>) -> Vec<u32> {
     match only {
         None => (0..catalog.stations().len() as u32).collect(),
         Some(names) => {
-            let mut ranks: Vec<u32> = names.iter().filter_map(|name| catalog.rank(name)).collect();
-            ranks.sort_unstable();
-            ranks.dedup();
-            ranks
+            // A station's rank is its index in the catalog's list.
+            let only: BTreeSet<&str> = names.iter().map(String::as_str).collect();
+            (0..)
+                .zip(catalog.stations())
+                .filter(|(_, id)| only.contains(&***id))
+                .map(|(rank, _)| rank)
+                .collect()
         }
     }
 }

@@ -233,7 +233,7 @@ impl Catalog {
 
     /// The rank of the station with this id (its index in byte order), if the
     /// generation has it.
-    pub fn rank(&self, station: &str) -> Option<u32> {
+    pub(crate) fn rank(&self, station: &str) -> Option<u32> {
         self.stations
             .binary_search_by(|probe| probe.as_bytes().cmp(station.as_bytes()))
             .ok()
