@@ -38,7 +38,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
-use stq_core::data::store::{holds_its_name, named_files, NamedFile, MANIFEST};
+use stq_core::data::store::{named_files, NamedFile, MANIFEST};
 use stq_core::data::Remote;
 use stq_objects::{Location, Objects, ObjectsError, S3Settings};
 
@@ -252,7 +252,7 @@ impl Mirror {
             let (bytes, path) = match (file.index, &file.index_file) {
                 (None, _) | (_, None) => {
                     let bytes = self.bucket.get(name)?;
-                    if !holds_its_name(name, &bytes) {
+                    if file.digest != Some(xxhash_rust::xxh3::xxh3_128(&bytes)) {
                         return Ok(Fetched::Damaged(name.clone()));
                     }
                     (bytes, self.copy.join(name))
@@ -434,7 +434,8 @@ impl Fill {
                     Err(error) if error.is_not_found() => None,
                     Err(error) => return Err(error.into()),
                 };
-                let whole = (bytes.as_ref()).filter(|bytes| holds_its_name(name, bytes));
+                let whole = (bytes.as_ref())
+                    .filter(|bytes| file.digest == Some(xxhash_rust::xxh3::xxh3_128(bytes)));
                 if let Some(bytes) = whole {
                     let path = copy.join(name);
                     write_fetched(&path, bytes).map_err(|source| MirrorError::Copy {

@@ -574,6 +574,9 @@ pub struct NamedFile {
     pub name: String,
     /// Its length in bytes.
     pub length: u64,
+    /// The XXH3-128 of its bytes, which its name holds (as every name the store
+    /// writes does): a copy fetched whole is the file when its bytes have it.
+    pub digest: Option<u128>,
     /// For a sealed file (in a manifest of this format): where its index begins,
     /// its length and its XXH3-64, which a start reads without the rest.
     pub index: Option<(u64, u32, u64)>,
@@ -592,6 +595,7 @@ pub fn named_files(manifest: &[u8]) -> Result<Vec<NamedFile>, String> {
     let named = |file: &FileRef, index: Option<Region>, station: Option<&Box<str>>| NamedFile {
         name: file.name.clone(),
         length: file.length,
+        digest: digest_in_name(&file.name),
         index,
         index_file: index.map(|_| index_file_name(&file.name)),
         station: station.cloned(),
@@ -620,9 +624,20 @@ pub(crate) fn index_file_name(name: &str) -> String {
     format!("{name}.index")
 }
 
+/// The XXH3-128 that the store file name `name` holds, `{kind}-{32 hex
+/// digits}.stq`, if it holds one.
+fn digest_in_name(name: &str) -> Option<u128> {
+    let (_, hex) = name.strip_suffix(".stq")?.rsplit_once('-')?;
+    let digits = hex.len() == 32
+        && hex
+            .bytes()
+            .all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f'));
+    digits.then(|| u128::from_str_radix(hex, 16).ok()).flatten()
+}
+
 /// Whether `bytes` are what the store file `name` was written with: its name holds
 /// their XXH3-128.
-pub fn holds_its_name(name: &str, bytes: &[u8]) -> bool {
+pub(crate) fn holds_its_name(name: &str, bytes: &[u8]) -> bool {
     name.contains(&format!("-{:032x}.", xxh3_128(bytes)))
 }
 

@@ -836,6 +836,36 @@ fn leave_indexes_alone(store: &Path, bucket: &Path) -> Vec<String> {
     moved
 }
 
+/// Issue 33: each file a manifest names has the digest its name holds, which is
+/// its bytes' XXH3-128 (what a mirror checks a fetched file with); a name that
+/// holds none has none, and no bytes hold it.
+#[test]
+fn issue_33_a_named_file_has_the_digest_of_its_bytes() {
+    let fixture = fixture(3, 300);
+    let manifest = fs::read(fixture.store.path().join(MANIFEST)).unwrap();
+    let files = named_files(&manifest).unwrap();
+    assert!(files.len() > 3, "{files:?}");
+    for file in files {
+        let bytes = fs::read(fixture.store.path().join(&file.name)).unwrap();
+        assert_eq!(file.digest, Some(xxh3_128(&bytes)), "{}", file.name);
+        assert!(holds_its_name(&file.name, &bytes));
+    }
+    let digest = format!("{:032x}", xxh3_128(b"x"));
+    for name in [
+        "sealed.stq".to_owned(),
+        format!("sealed-{}.stq", &digest[1..]),
+        format!("sealed-{}.stq", digest.to_uppercase()),
+        format!("sealed-{digest}.stq.index"),
+        format!("sealed+{digest}.stq"),
+    ] {
+        assert_eq!(digest_in_name(&name), None, "{name}");
+    }
+    assert_eq!(
+        digest_in_name(&format!("sealed-{digest}.stq")),
+        Some(xxh3_128(b"x"))
+    );
+}
+
 /// Issue 35: a start from a store whose sealed files are there as their indexes
 /// alone reads their blocks from the remote, answers as the load it was written
 /// from, and reads from the directory once a file has arrived there whole.
