@@ -14,7 +14,7 @@ use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criteri
 
 use stq::http::{assemble, Meta};
 use stq_core::data::catalog::{Catalog, Generation};
-use stq_core::data::plan::{CursorKey, Plan, Request, Settings, ShardAnswer};
+use stq_core::data::plan::{Plan, Request, Settings, ShardAnswer};
 use stq_core::data::ShardData;
 use stq_core::domain::auth::{hash_token, Tokens};
 use stq_core::domain::query::{self, Endpoint, Limits};
@@ -38,16 +38,13 @@ fn sharded(shards: usize) -> (Arc<Catalog>, Vec<Arc<ShardData>>) {
 
 /// What the benches plan under: room for every record of the data, in any window.
 fn settings() -> Settings {
-    Settings {
-        limits: Limits {
-            max_records: 100_000,
-            max_stations: 1000,
-            max_window: None,
-            ..Limits::default()
-        },
-        cursor_key: CursorKey::new(None).expect("a random key"),
-        pass_results: vec!["pass".to_owned()],
-    }
+    let limits = Limits {
+        max_records: 100_000,
+        max_stations: 1000,
+        max_window: None,
+        ..Limits::default()
+    };
+    Settings::new(limits, None).expect("a random cursor key")
 }
 
 /// `query` of `endpoint` planned on `catalog` as the engine plans a request: by

@@ -25,7 +25,7 @@ mod support;
 
 use stq::engine::Engine;
 use stq::http::{app, AppState};
-use stq_core::data::plan::CursorKey;
+use stq_core::data::plan::Settings;
 use stq_core::domain::auth::{hash_token, Tokens};
 use stq_core::domain::query::Limits;
 
@@ -43,8 +43,7 @@ fn engine() -> (Engine, PathBuf) {
     let engine = Engine::start(
         generation,
         Arc::new(tokens.parse::<Tokens>().expect("the tokens parse")),
-        Limits::default(),
-        CursorKey::new(None).expect("a random key"),
+        Settings::new(Limits::default(), None).expect("a random cursor key"),
         Default::default(),
     );
     (engine, directory)

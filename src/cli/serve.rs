@@ -12,7 +12,7 @@ use stq_core::data::catalog::Generation;
 use stq_core::data::load::{
     self, FromStore, LoadError, LoadOptions, LoadReport, Start, INVALID_LINES_SHOWN,
 };
-use stq_core::data::plan::CursorKey;
+use stq_core::data::plan;
 use stq_core::domain::auth::Tokens;
 use stq_core::domain::query::Limits;
 use stq_objects::{Location, Objects, S3Settings};
@@ -28,8 +28,15 @@ use crate::metrics::{Gauges, Metrics};
 
 /// Loads everything, then serves until the process is stopped.
 pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let limits = Limits {
+        max_records: args.max_records.get(),
+        max_stations: args.max_stations.get(),
+        max_query_bytes: args.max_query_bytes.get(),
+        max_window: args.max_window,
+    };
     // Read before the snapshot, so a wrong key file fails at once, not after a load.
-    let cursor_key = CursorKey::new(args.cursor_key_file.as_deref()).map_err(anyhow::Error::msg)?;
+    let plan =
+        plan::Settings::new(limits, args.cursor_key_file.as_deref()).map_err(anyhow::Error::msg)?;
     let tokens = Tokens::load(&args.tokens)?;
     if tokens.is_empty() {
         tracing::warn!(path = %args.tokens.display(), "the tokens file holds no tokens: every request will get 401");
@@ -86,12 +93,6 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         ),
     };
 
-    let limits = Limits {
-        max_records: args.max_records.get(),
-        max_stations: args.max_stations.get(),
-        max_query_bytes: args.max_query_bytes.get(),
-        max_window: args.max_window,
-    };
     let export = match (&args.export, args.hot.0) {
         (None, _) => None,
         (Some(_), None) => anyhow::bail!(
@@ -106,8 +107,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let workers = args.workers.map_or_else(cpus, std::num::NonZero::get);
     let settings = Settings {
-        limits,
-        cursor_key,
+        plan,
         shards,
         workers,
         store,
@@ -288,8 +288,8 @@ fn refused(args: &ServeArgs, report: &LoadReport) -> anyhow::Error {
 
 /// What the engine and the listener are started with, besides the data.
 struct Settings {
-    limits: Limits,
-    cursor_key: CursorKey,
+    /// What queries are planned under.
+    plan: plan::Settings,
     shards: usize,
     workers: usize,
     /// `--store`: the thread that writes it, and what `/readyz` says of it.
@@ -311,8 +311,7 @@ async fn run(
     report: LoadReport,
 ) -> anyhow::Result<()> {
     let Settings {
-        limits,
-        cursor_key,
+        plan,
         shards,
         workers,
         store,
@@ -329,8 +328,7 @@ async fn run(
     let engine = Engine::start(
         generation,
         Arc::new(tokens),
-        limits,
-        cursor_key,
+        plan,
         metrics.shard_restarts.clone(),
     )
     .with_pass_results(args.pass_results.clone())

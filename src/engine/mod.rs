@@ -32,7 +32,7 @@ use futures_util::future::join_all;
 use parking_lot::RwLock;
 use prometheus_client::metrics::counter::Counter;
 use stq_core::data::catalog::{Catalog, Generation};
-use stq_core::data::plan::{CursorKey, Plan, PlanError, Refusal, Request, Settings};
+use stq_core::data::plan::{Plan, PlanError, Refusal, Request, Settings};
 use stq_core::data::ShardData;
 use stq_core::domain::auth::Tokens;
 use stq_core::domain::query::{Limits, QueryError};
@@ -125,14 +125,13 @@ struct Current {
 }
 
 impl Engine {
-    /// The engine over `generation`; its shard actors start with the routers
-    /// ([`Engine::router`]). `restarts` counts the shard actors that die and are
-    /// started again.
+    /// The engine over `generation`, planning under `settings`; its shard actors
+    /// start with the routers ([`Engine::router`]). `restarts` counts the shard
+    /// actors that die and are started again.
     pub fn start(
         generation: Generation,
         tokens: Arc<Tokens>,
-        limits: Limits,
-        cursor_key: CursorKey,
+        settings: Settings,
         restarts: Counter,
     ) -> Engine {
         let Generation { catalog, shards } = generation;
@@ -146,11 +145,7 @@ impl Engine {
                 shards,
                 replicas: Mutex::new(Vec::new()),
                 current: RwLock::new(Current { catalog, tokens }),
-                settings: Settings {
-                    limits,
-                    cursor_key,
-                    pass_results: vec!["pass".to_owned()],
-                },
+                settings,
                 slots: Arc::default(),
             }),
         }

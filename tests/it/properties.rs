@@ -62,7 +62,7 @@ use crate::common;
 use stq::engine::Engine;
 use stq::http::{app, AppState};
 use stq_core::data::load::{load, LoadOptions, OnInvalid};
-use stq_core::data::plan::CursorKey;
+use stq_core::data::plan::Settings;
 use stq_core::domain::auth::{hash_token, Tokens};
 use stq_core::domain::query::{Endpoint, Limits};
 use stq_core::domain::record::Kind;
@@ -1054,12 +1054,15 @@ impl Server {
         let engine = Engine::start(
             generation,
             Arc::new(tokens),
-            Limits {
-                max_records,
-                max_stations: 1000,
-                ..Limits::default()
-            },
-            CursorKey::new(None).expect("a random key"),
+            Settings::new(
+                Limits {
+                    max_records,
+                    max_stations: 1000,
+                    ..Limits::default()
+                },
+                None,
+            )
+            .expect("a random cursor key"),
             Default::default(),
         );
         let state = web::Data::new(AppState::new(engine.clone()));

@@ -68,7 +68,7 @@ use crate::common::summary::{self as model, Ordered, SummaryQuery};
 use stq::engine::Engine;
 use stq::http::{app, AppState};
 use stq_core::data::load::{load, LoadOptions, OnInvalid};
-use stq_core::data::plan::CursorKey;
+use stq_core::data::plan::Settings;
 use stq_core::domain::auth::{hash_token, Tokens};
 use stq_core::domain::query::Limits;
 
@@ -785,11 +785,14 @@ impl Server {
         let engine = Engine::start(
             generation,
             Arc::new(tokens),
-            Limits {
-                max_records,
-                ..Limits::default()
-            },
-            CursorKey::new(None).expect("a random key"),
+            Settings::new(
+                Limits {
+                    max_records,
+                    ..Limits::default()
+                },
+                None,
+            )
+            .expect("a random cursor key"),
             Default::default(),
         )
         .with_pass_results(pass_results.to_vec());

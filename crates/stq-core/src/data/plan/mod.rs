@@ -12,7 +12,7 @@
 //! left out of it.
 //!
 //! - this module: the [`Request`], the [`Plan`] and the planning, the errors,
-//!   and the [`CursorKey`] pages are sealed with;
+//!   and the [`Settings`] with the [`CursorKey`] pages are sealed with;
 //! - [`shard`]: what one shard is asked and answers;
 //! - [`page`]: the merge of the shards' answers, the page and its cursor, and the
 //!   reading of a page's records that every answer format goes through;
@@ -60,18 +60,31 @@ pub struct Settings {
     /// `--max-records` and the other limits of a query.
     pub limits: Limits,
     /// What cursors are sealed with.
-    pub cursor_key: CursorKey,
+    pub(crate) cursor_key: CursorKey,
     /// `--pass-results`: the `result` values that count as a pass in summaries.
     pub pass_results: Vec<String>,
 }
 
+impl Settings {
+    /// The settings of `limits`, with `pass` the only result that passes, and
+    /// cursors sealed with the key the file `cursor_key_file` holds
+    /// (`--cursor-key-file`), or without one a key drawn for this process; else
+    /// why the file holds no key, naming it.
+    pub fn new(limits: Limits, cursor_key_file: Option<&Path>) -> Result<Settings, String> {
+        Ok(Settings {
+            limits,
+            cursor_key: CursorKey::new(cursor_key_file)?,
+            pass_results: vec!["pass".to_owned()],
+        })
+    }
+}
+
 /// The key that makes cursors unforgeable: drawn per process, or read from
 /// `--cursor-key-file` so that replicas sharing the file accept each other's.
-/// Declared here, with the settings that hold it, rather than with the cursors
-/// (`crate::data::cursor`), which take its secret: the service names it, and no
-/// other part of the cursors.
+/// Held by the [`Settings`], with which it is declared; the cursors
+/// (`crate::data::cursor`) take its secret.
 #[derive(Clone)]
-pub struct CursorKey(Box<[u8]>);
+pub(crate) struct CursorKey(Box<[u8]>);
 
 /// The shortest secret a cursor key file may hold.
 const MINIMUM_KEY_BYTES: usize = 32;
@@ -88,7 +101,7 @@ impl CursorKey {
     /// least [`MINIMUM_KEY_BYTES`] long; else why not, naming the file. Without a
     /// file, a key drawn from the thread's random generator, for a process whose
     /// cursors need not survive it.
-    pub fn new(file: Option<&Path>) -> Result<CursorKey, String> {
+    pub(crate) fn new(file: Option<&Path>) -> Result<CursorKey, String> {
         let Some(path) = file else {
             return Ok(CursorKey(Box::new(rand::random::<[u8; 32]>())));
         };
