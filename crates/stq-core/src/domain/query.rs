@@ -149,8 +149,9 @@ pub struct QueryParams {
     /// default UTC); without a bucket it changes nothing.
     pub(crate) zone: Zone,
     /// How the answer is written (`format`, every endpoint); `None`: not given, so
-    /// the `Accept` header decides. Presentation only: no filter, no cursor scope.
-    pub(crate) format: Option<Format>,
+    /// the `Accept` header decides. Presentation only: no filter, no cursor scope,
+    /// and the one field the HTTP layer reads.
+    pub format: Option<Format>,
 }
 
 /// How an answer is written (docs/api.md section 7).
@@ -692,12 +693,6 @@ impl QueryParams {
     /// `bucket_start`.
     pub(crate) fn has_bucket(&self) -> bool {
         self.bucket.is_some()
-    }
-
-    /// How the answer is written (`format`); `None`: not given, so the `Accept`
-    /// header decides.
-    pub fn format(&self) -> Option<Format> {
-        self.format
     }
 
     /// The window of docs/api.md section 5, with `now` the time the request arrived,
