@@ -5,10 +5,10 @@
 //! written, 1 with a message otherwise.
 
 use anyhow::Context as _;
-use stq_core::data::load::{self, LoadError, LoadOptions, INVALID_LINES_SHOWN};
+use stq_core::data::load::{self, LoadError, LoadOptions};
 use stq_objects::{Objects, S3Settings};
 
-use super::{cpus, ExportArgs};
+use super::{cpus, ExportArgs, INVALID_LINES_SHOWN};
 use crate::export::{self as parquet_export, ExportOptions};
 
 /// Sealed blocks a scan keeps decoded: an export reads each block about once, so

@@ -24,6 +24,10 @@ pub use token::token;
 /// Where `stq serve` and `stq token` find the tokens file by default.
 pub const DEFAULT_TOKENS_FILE: &str = "snapshots/tokens.json";
 
+/// How many invalid lines a start that refuses its snapshot prints (`serve`,
+/// `export` under `--on-invalid fail`): as many as `/files` shows of a file.
+const INVALID_LINES_SHOWN: usize = 20;
+
 /// `--on-invalid`: what a load does with invalid lines (the loader's [`OnInvalid`],
 /// spelled for the command line).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

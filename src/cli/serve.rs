@@ -9,15 +9,13 @@ use std::sync::Arc;
 use actix_web::web;
 use anyhow::Context as _;
 use stq_core::data::catalog::Generation;
-use stq_core::data::load::{
-    self, FromStore, LoadError, LoadOptions, LoadReport, Start, INVALID_LINES_SHOWN,
-};
+use stq_core::data::load::{self, FromStore, LoadError, LoadOptions, LoadReport, Start};
 use stq_core::data::plan;
 use stq_core::domain::auth::Tokens;
 use stq_core::domain::query::Limits;
 use stq_objects::{Location, Objects, S3Settings};
 
-use super::{cpus, ServeArgs};
+use super::{cpus, ServeArgs, INVALID_LINES_SHOWN};
 use crate::engine::{
     reload_on_change, reload_on_hangup, Engine, Fill, Mirror, Reloader, StoreHandle, StorePlace,
     StoreStatus, WriterLock,

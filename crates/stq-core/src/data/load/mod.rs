@@ -160,8 +160,8 @@ pub fn watch(
     move || watched.look()
 }
 
-/// How many invalid lines a file's state keeps, and a refused start-up prints.
-pub const INVALID_LINES_SHOWN: usize = 20;
+/// How many invalid lines a file's state keeps, which `/files` shows.
+pub(crate) const INVALID_LINES_SHOWN: usize = 20;
 
 /// What to do with an invalid line (docs/api.md section 2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
