@@ -30,8 +30,8 @@ pub fn export(args: ExportArgs) -> anyhow::Result<()> {
         // The default hot window: memory bounded as `serve`'s, whatever the history.
         hot: Some(std::time::Duration::from_secs(24 * 60 * 60)),
     };
-    let (generation, mut report) = match load::load(&options) {
-        Ok(loaded) => loaded,
+    let (generation, mut report) = match load::start(&options, None, None) {
+        Ok(start) => (start.generation, start.report),
         Err(LoadError::Invalid { report }) => {
             for line in report.invalid.iter().take(INVALID_LINES_SHOWN) {
                 eprintln!("{line}");

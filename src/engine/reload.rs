@@ -171,7 +171,8 @@ impl Reloader {
                             Some((catalog, shards)) => {
                                 load::reload_looking(catalog, shards, &options, &look, &repair)
                             }
-                            None => load::load(&options),
+                            None => load::start(&options, None, None)
+                                .map(|start| (start.generation, start.report)),
                         };
                         Ok((tokens, loaded?))
                     });

@@ -73,7 +73,10 @@ fn main() {
         hot,
     };
     let (generation, report) = match std::env::var_os("STQ_MEMORY_STORE") {
-        None => load::load(&options).unwrap_or_else(|error| fail(&error)),
+        None => {
+            let start = load::start(&options, None, None).unwrap_or_else(|error| fail(&error));
+            (start.generation, start.report)
+        }
         Some(store) => with_store(&options, std::path::Path::new(&store)),
     };
     let heap = LIVE.load(Ordering::Relaxed) as u64;

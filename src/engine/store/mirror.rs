@@ -788,7 +788,7 @@ mod tests {
             start.store,
             Some(FromStore::Restored { repaired: 0, .. })
         ));
-        let fresh = load::load(&options()).unwrap().0;
+        let fresh = load::start(&options(), None, None).unwrap().generation;
         let records = |generation: &stq_core::data::catalog::Generation| {
             let catalog = &generation.catalog;
             (catalog.summary().units, catalog.summary().metrics)

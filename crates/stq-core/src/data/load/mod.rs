@@ -12,14 +12,14 @@
 //!
 //! The callers: [`full`] (start-up, `stq check`, and a reload that cannot build on
 //! the previous generation) reads every file; [`reload`] reads what changed and
-//! shares the rest; [`start`] makes a server's first generation, from the store
+//! shares the rest; [`start`] makes a process's first generation, from the store
 //! through [`reload`] when it can, else through [`full`]. No module here imports one that imports it back: [`files`]
 //! (which the catalog keeps) imports only [`format`] and this module, [`format`]
 //! nothing of loading, and only [`full`] and [`reload`] import the catalog.
 //!
 //! This module is the front door: what a load is asked (its options), what it
-//! answers (its report, its errors), the four ways in ([`load`], [`check`],
-//! [`reload_looking`], [`start`]) and `--watch-poll`'s looks ([`watch`]) are
+//! answers (its report, its errors), the three ways in ([`start`], [`check`],
+//! [`reload_looking`]) and `--watch-poll`'s looks ([`watch`]) are
 //! declared here, so that the service names each of them once and none of the
 //! steps (what `/files` says of a file is the catalog's `files_json`).
 
@@ -31,6 +31,8 @@ mod read;
 mod reload;
 mod start;
 
+#[cfg(test)]
+pub(crate) use full::load;
 #[cfg(test)]
 pub(crate) use reload::{load_from_store, reload};
 
@@ -47,11 +49,6 @@ use crate::data::Remote;
 use crate::data::ShardData;
 use crate::domain::record::Kind;
 
-/// Loads a snapshot directory into a generation spread over `options.shards` shards.
-pub fn load(options: &LoadOptions) -> Result<(Generation, LoadReport), LoadError> {
-    full::load(options)
-}
-
 /// Validates every line without building an index (`stq check`).
 pub fn check(directory: &Path, threads: usize) -> Result<LoadReport, LoadError> {
     full::check(directory, threads)
@@ -59,8 +56,8 @@ pub fn check(directory: &Path, threads: usize) -> Result<LoadReport, LoadError> 
 
 /// Builds the generation after `previous` (whose shards are `shards`) from what
 /// changed in the directory since `previous` was read, looking for changes only
-/// where `look` says, as `options` say; what it serves is what [`load`] of the
-/// same files would serve. The stations of `repair` (none, as a rule) are read
+/// where `look` says, as `options` say; what it serves is what [`start`] without
+/// a store would of the same files. The stations of `repair` (none, as a rule) are read
 /// again from their snapshot files, and then every file is looked at: their
 /// store files were found damaged after the start used them (an `s3://` store's
 /// object that fails its checksum once fetched whole, issue 35). The report
@@ -78,11 +75,13 @@ pub fn reload_looking(
     }
 }
 
-/// A server's first generation (docs/api.md section 12). With `store` (a
-/// directory), from the generation written there for these options, rebuilt and
-/// then reloaded, so that it reads only the snapshot files that changed since
-/// and serves what [`load`] of the same files would; else, as without `store`,
-/// from every file: when the store is empty or cannot be used (logged, as is
+/// A process's first generation, loaded from the snapshot directory
+/// `options.directory` into `options.shards` shards: from every file (`stq
+/// export`, and `stq serve` without `--store`); with `store` (a directory,
+/// docs/api.md section 12), from the generation written there for these
+/// options, rebuilt and then reloaded, so that it reads only the snapshot files
+/// that changed since and serves what a start without it would; else, as without
+/// `store`, from every file: when the store is empty or cannot be used (logged, as is
 /// each damaged station, whose files are read again), or when a start under
 /// `--on-invalid fail` would meet invalid lines (in the store's history or in
 /// what changed; it then refuses to start as a start without a store does), or
@@ -98,7 +97,7 @@ pub fn start(
     start::start(options, store, remote)
 }
 
-/// A server's first generation, as [`start`] made it.
+/// A first generation, as [`start`] made it.
 pub struct Start {
     /// The generation.
     pub generation: Generation,
