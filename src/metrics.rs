@@ -252,7 +252,7 @@ impl Gauges {
         Gauges {
             generation: catalog.generation(),
             shard_records: generation.shard_records(),
-            held_files: catalog.summary().held_files,
+            held_files: catalog.summary.held_files,
             newest,
         }
     }

@@ -245,7 +245,7 @@ impl Reloader {
                     crate::systemd::ready(&format!(
                         "serving generation {}: {} records, {} stations",
                         serving.generation(),
-                        serving.summary().units + serving.summary().metrics,
+                        serving.summary.units + serving.summary.metrics,
                         serving.stations().len()
                     ));
                 }

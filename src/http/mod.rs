@@ -198,7 +198,7 @@ async fn openapi() -> HttpResponse {
 /// binds only once the first snapshot has loaded, so it is always ready here.
 async fn readiness(state: web::Data<AppState>) -> HttpResponse {
     let catalog = state.engine.catalog();
-    let summary = catalog.summary();
+    let summary = &catalog.summary;
     let body = serde_json::json!({
         "status": "ready",
         "generation": catalog.generation(),

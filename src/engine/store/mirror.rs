@@ -791,7 +791,7 @@ mod tests {
         let fresh = load::start(&options(), None, None).unwrap().generation;
         let records = |generation: &stq_core::data::catalog::Generation| {
             let catalog = &generation.catalog;
-            (catalog.summary().units, catalog.summary().metrics)
+            (catalog.summary.units, catalog.summary.metrics)
         };
         assert_eq!(records(&start.generation), records(&fresh));
     }

@@ -34,7 +34,10 @@ pub struct Catalog {
     pub(crate) placements: Vec<Placement>,
     pub(crate) symbols: Arc<Symbols>,
     pub(crate) shard_count: usize,
-    pub(crate) summary: LoadSummary,
+    /// What the load that made this generation found (`/readyz`, the metrics):
+    /// figures to read, public where the other fields, which must agree with each
+    /// other, are this crate's.
+    pub summary: LoadSummary,
     /// Snapshot files' paths relative to the directory, in load order.
     pub(crate) files: Vec<Box<str>>,
     /// Each file's ordinal, the first half of its lines' load order: ascending like
@@ -115,11 +118,6 @@ impl Catalog {
     /// How many shards the stations are spread over.
     pub(crate) fn shard_count(&self) -> usize {
         self.shard_count
-    }
-
-    /// What the load that made this generation found, for `/readyz`.
-    pub fn summary(&self) -> &LoadSummary {
-        &self.summary
     }
 
     /// What `--watch-poll` looks at: the snapshot directory `snapshots`, its

@@ -249,7 +249,7 @@ fn a_bad_openhtf_file_is_one_invalid_line() {
     let (generation, report) = load(&options(&directory, OnInvalid::Skip)).unwrap();
     assert_eq!(report.invalid.len(), 4);
     assert_eq!((report.units, report.metrics), (2, 14));
-    assert_eq!(generation.catalog.summary().skipped_lines, 4);
+    assert_eq!(generation.catalog.summary.skipped_lines, 4);
     for file in &report.files {
         let good = file.path.ends_with("good.openhtf.json");
         assert_eq!(file.invalid, u64::from(!good), "{}", file.path);
@@ -392,7 +392,7 @@ fn everything(
     entries.push(format!("{report:?}"));
     let summary = LoadSummary {
         loaded_at: String::new(),
-        ..catalog.summary().clone()
+        ..catalog.summary.clone()
     };
     entries.push(format!("{summary:?}"));
     entries.push(format!("{:?}", catalog.sources));
@@ -654,7 +654,7 @@ fn issue_34_hold_starts_without_the_files_with_invalid_lines() {
     assert_eq!(report.held, std::slice::from_ref(&broken.display));
     assert_eq!(report.invalid.len(), 1, "{:?}", report.invalid);
     assert!(report.sealed > 0, "records were sealed");
-    let summary = generation.catalog.summary();
+    let summary = &generation.catalog.summary;
     assert_eq!((summary.held_files, summary.skipped_lines), (1, 0));
 
     // The same files but the broken one, loaded whole.
@@ -673,7 +673,7 @@ fn issue_34_hold_starts_without_the_files_with_invalid_lines() {
     let served = records_by_path(&generation);
     assert!(served.iter().all(|(path, _, _)| *path != broken.relative));
     assert!(served == records_by_path(&clean), "the records differ");
-    let clean_summary = clean.catalog.summary();
+    let clean_summary = &clean.catalog.summary;
     assert_eq!(
         (
             summary.units,

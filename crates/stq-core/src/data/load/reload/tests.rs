@@ -151,7 +151,7 @@ fn served(generation: &Generation) -> Served {
             })
             .collect()
     };
-    let summary = catalog.summary();
+    let summary = &catalog.summary;
     Served {
         units: identified(units),
         metrics: identified(metrics),
