@@ -2,7 +2,7 @@
 //! (docs/api.md sections 4, 5 and 9), for both endpoints. It must never panic, and a query it accepts
 //! must respect every limit: length, distinct stations, `limit`, `cursor` only
 //! with `limit`, normalized lists, and a window no longer than `--max-window`.
-//! The invariants are stq-core's `domain::checks` (its `checks` feature), shared
+//! The invariants are stq-core's `Kind::check_query` (its `checks` feature), shared
 //! with its proptest properties (`domain/parser_properties.rs`).
 //!
 //! Input: five header bytes choosing the limits and the request's arrival time,
@@ -15,7 +15,6 @@
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
-use stq_core::domain::checks::check_query;
 use stq_core::domain::query::Limits;
 use stq_core::domain::record::Kind;
 use stq_core::domain::time::{Timestamp, Window};
@@ -74,6 +73,6 @@ fuzz_target!(|data: &[u8]| {
     };
     let now = pick(&NOW, header[4]);
     for kind in [Kind::Units, Kind::Metrics] {
-        check_query(kind, query, limits, now);
+        kind.check_query(query, limits, now);
     }
 });
