@@ -141,7 +141,7 @@ async fn answer_in_time(
     router: &RouterHandle,
     started: Instant,
 ) -> Result<HttpResponse, ApiError> {
-    let arrived = Timestamp::now();
+    let arrived = Timestamp::from(Utc::now());
     let deadline = state.admission.deadline(started);
     let request_id = RequestId::of(request);
     let engine = &state.engine;

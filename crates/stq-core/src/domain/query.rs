@@ -1268,7 +1268,7 @@ mod tests {
 
     #[test]
     fn an_empty_or_reversed_window_is_invalid() {
-        let now = Timestamp::now();
+        let now = Timestamp::from(chrono::Utc::now());
         let same = units("from=2024-01-01T00:00:00Z&to=2024-01-01T01:00:00+01:00").unwrap();
         assert_eq!(code(same.window(now, None)), "invalid_window");
         let reversed = units("from=2024-01-02T00:00:00Z&to=2024-01-01T00:00:00Z").unwrap();

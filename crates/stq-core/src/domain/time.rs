@@ -64,15 +64,6 @@ impl Timestamp {
         }
     }
 
-    /// The system clock's current instant.
-    pub fn now() -> Timestamp {
-        let now = Utc::now();
-        Timestamp {
-            seconds: now.timestamp(),
-            nanos: now.timestamp_subsec_nanos(),
-        }
-    }
-
     /// This instant moved by whole seconds, saturating at the ends of the time line.
     pub(crate) fn add_seconds(self, seconds: i64) -> Timestamp {
         Timestamp {
@@ -93,6 +84,17 @@ impl Timestamp {
         match DateTime::<Utc>::from_timestamp(self.seconds, 0) {
             Some(time) => time.to_rfc3339_opts(SecondsFormat::Secs, true),
             None => format!("{}s since the Unix epoch", { self.seconds }),
+        }
+    }
+}
+
+/// The instant a UTC date-time names: `Timestamp::from(Utc::now())` is the system
+/// clock's current instant.
+impl From<DateTime<Utc>> for Timestamp {
+    fn from(time: DateTime<Utc>) -> Timestamp {
+        Timestamp {
+            seconds: time.timestamp(),
+            nanos: time.timestamp_subsec_nanos(),
         }
     }
 }
