@@ -47,7 +47,7 @@ impl<'a> Data<'a> {
     fn of(catalog: &'a Catalog, shards: Vec<&'a ShardData>) -> Data<'a> {
         Data {
             catalog,
-            records: StationRecords::new(catalog, shards),
+            records: StationRecords { catalog, shards },
         }
     }
 }

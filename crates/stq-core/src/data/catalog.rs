@@ -287,16 +287,13 @@ impl Generation {
 /// window, in the contract's order, as `stq export` writes them. A query reads
 /// through [`crate::data::plan`] instead.
 pub struct StationRecords<'a> {
-    catalog: &'a Catalog,
-    shards: Vec<&'a ShardData>,
+    /// The catalog of the generation the records are read from.
+    pub catalog: &'a Catalog,
+    /// Its shards' data, in shard order.
+    pub shards: Vec<&'a ShardData>,
 }
 
 impl<'a> StationRecords<'a> {
-    /// The records of `catalog`'s stations, which `shards` (in shard order) hold.
-    pub fn new(catalog: &'a Catalog, shards: Vec<&'a ShardData>) -> StationRecords<'a> {
-        StationRecords { catalog, shards }
-    }
-
     /// The station of `rank` as its shard's scan names it, and that shard.
     fn station(&self, rank: u32) -> (&'a ShardData, ShardStation) {
         let placement = self.catalog.placement(rank);
