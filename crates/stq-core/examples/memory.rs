@@ -133,7 +133,7 @@ fn with_store(options: &LoadOptions, directory: &std::path::Path) -> (Generation
         let shards: Vec<Arc<ShardData>> = shards.into_iter().map(Arc::new).collect();
         let mut writer = start.writer.expect("a start from a store has its writer");
         let written = writer
-            .write(&catalog, &shards)
+            .write(&catalog, &shards, false)
             .unwrap_or_else(|error| fail(&error));
         eprintln!("memory: no store to start from ({why:?}): a load wrote it: {written:?}");
         drop((catalog, shards, writer));

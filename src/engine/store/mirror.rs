@@ -691,7 +691,11 @@ mod tests {
         let start = load::start(&options(), Some(copy), None).unwrap();
         let (catalog, shards) = (start.generation.catalog, start.generation.shards);
         let shards: Vec<_> = shards.into_iter().map(Arc::new).collect();
-        start.writer.unwrap().write(&catalog, &shards).unwrap();
+        start
+            .writer
+            .unwrap()
+            .write(&catalog, &shards, false)
+            .unwrap();
     }
 
     /// What a start from the store in `copy` had from it.

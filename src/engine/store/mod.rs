@@ -126,6 +126,7 @@ impl StoreHandle {
             mirror: place.mirror,
             status,
             first: true,
+            whole: false,
             lock: place.lock,
         };
         std::thread::Builder::new()
@@ -149,6 +150,9 @@ struct Writing {
     mirror: Option<Mirror>,
     status: Arc<StoreStatus>,
     first: bool,
+    /// Whether the next write writes every file: this process took the store over
+    /// from another, which may have deleted any since this one's start.
+    whole: bool,
     /// The directory's lock, as this process last found it.
     lock: WriterLock,
 }
@@ -175,7 +179,8 @@ impl Writing {
                 last_ended = Some(Instant::now());
                 continue;
             }
-            match self.writer.write(&catalog, &shards) {
+            let whole = std::mem::take(&mut self.whole);
+            match self.writer.write(&catalog, &shards, whole) {
                 Ok(report) => {
                     let line = format!(
                         "store written: generation {generation}, {} files ({} bytes) written, \
@@ -227,7 +232,7 @@ impl Writing {
             );
             // What the other process deleted since this one's start is not known
             // here: the first write after it writes every file.
-            self.writer.forget();
+            self.whole = true;
         }
         self.lock = lock;
         !self.lock.is_elsewhere()

@@ -936,20 +936,21 @@ impl StoreWriter {
         }
     }
 
-    /// Forgets what the store holds, so that the next write writes every file: for
-    /// a writer taking over from another process, which may have deleted any.
-    pub fn forget(&mut self) {
-        self.written = Written::default();
-    }
-
     /// Writes the generation of `catalog` and `shards`: the files of what changed
-    /// since the last write, the manifest, then deletes what it no longer names. On
-    /// an error, the store still holds the last generation written whole.
+    /// since the last write, or with `whole` every file (for a writer taking over
+    /// from another process, which may have deleted any), the manifest, then
+    /// deletes what it no longer names. On an error, the store still holds the
+    /// last generation written whole.
     pub fn write(
         &mut self,
         catalog: &Catalog,
         shards: &[Arc<ShardData>],
+        whole: bool,
     ) -> io::Result<WriteReport> {
+        if whole {
+            // What the store holds is not known: nothing is taken as written.
+            self.written = Written::default();
+        }
         let started = Instant::now();
         fs::create_dir_all(&self.store.directory)?;
         let mut report = WriteReport::default();

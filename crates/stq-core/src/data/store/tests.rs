@@ -133,7 +133,7 @@ fn fixture(stations: u32, minutes: u32) -> Fixture {
         settings(snapshots.path()),
         Written::default(),
     );
-    writer.write(&catalog, &shards).unwrap();
+    writer.write(&catalog, &shards, false).unwrap();
     Fixture {
         snapshots,
         store,
@@ -173,7 +173,9 @@ impl Fixture {
         let options = options(self.snapshots.path(), generation);
         let (next, _) = reload(&self.catalog, &self.shards, &options).unwrap();
         (self.catalog, self.shards) = parts(next);
-        self.writer.write(&self.catalog, &self.shards).unwrap()
+        self.writer
+            .write(&self.catalog, &self.shards, false)
+            .unwrap()
     }
 
     /// A start from the store against a load without one, of the files as they are
@@ -248,7 +250,7 @@ fn issue_32_the_writer_writes_only_what_changed_and_deletes_what_it_no_longer_na
         load_from_store(&options(fixture.snapshots.path(), 1), restored).unwrap();
     let (catalog, shards) = parts(generation);
     let mut writer = StoreWriter::new(store, settings(fixture.snapshots.path()), written);
-    let report = writer.write(&catalog, &shards).unwrap();
+    let report = writer.write(&catalog, &shards, false).unwrap();
     assert!(
         (1..=3).contains(&report.files_written),
         "a hot tier, perhaps the sealed one and symbols: {report:?}"
@@ -261,7 +263,7 @@ fn issue_32_the_writer_writes_only_what_changed_and_deletes_what_it_no_longer_na
     );
     assert_eq!(report.files_deleted, before.len() - kept);
     // Nothing changed: nothing but the manifest is written.
-    let report = writer.write(&catalog, &shards).unwrap();
+    let report = writer.write(&catalog, &shards, false).unwrap();
     assert_eq!((report.files_written, report.files_deleted), (0, 0));
     assert_eq!(fixture.files(), after);
 }
@@ -363,7 +365,7 @@ fn issue_32_measure() {
     let store_directory = tempfile::tempdir_in(std::env::current_dir().unwrap()).unwrap();
     let store = Store::new(store_directory.path());
     let mut writer = StoreWriter::new(store.clone(), settings.clone(), Written::default());
-    let report = writer.write(&catalog, &shards).unwrap();
+    let report = writer.write(&catalog, &shards, false).unwrap();
     let started = Instant::now();
     let restored = store.read(&settings).unwrap();
     let read = started.elapsed();
@@ -557,7 +559,7 @@ fn issue_32_sealed_blocks_leave_memory_once_stored_and_are_read_from_their_files
         settings(snapshots.path()),
         Written::default(),
     );
-    let report = writer.write(&catalog, &shards).unwrap();
+    let report = writer.write(&catalog, &shards, false).unwrap();
     assert_eq!(report.tiers_stored, 4, "{report:?}");
     assert_eq!(resident_block_bytes(&shards), 0);
     // The outputs' serials leave too; those in more than one block stay.
@@ -568,7 +570,10 @@ fn issue_32_sealed_blocks_leave_memory_once_stored_and_are_read_from_their_files
     assert_eq!(everything(&catalog, &shards), loaded);
     assert!(crate::data::sealed::cache::stats().store_reads > reads);
     // A second write keeps the files: nothing changed.
-    assert_eq!(writer.write(&catalog, &shards).unwrap().tiers_stored, 0);
+    assert_eq!(
+        writer.write(&catalog, &shards, false).unwrap().tiers_stored,
+        0
+    );
     let restored = Store::new(store.path())
         .read(&settings(snapshots.path()))
         .unwrap();
@@ -780,7 +785,7 @@ fn issue_32_a_store_of_the_format_before_is_read_and_its_symbols_written_again()
         settings(fixture.snapshots.path()),
         written,
     );
-    let report = writer.write(&catalog, &shards).unwrap();
+    let report = writer.write(&catalog, &shards, false).unwrap();
     assert_eq!(report.files_written, 1, "the symbol run: {report:?}");
     let manifest = fixture.manifest();
     assert_eq!(manifest.format, Format::Five);
@@ -913,7 +918,7 @@ fn issue_35_a_start_from_sealed_indexes_alone_reads_blocks_from_the_remote() {
         settings(fixture.snapshots.path()),
         Written::default(),
     );
-    writer.write(&catalog, &shards).unwrap();
+    writer.write(&catalog, &shards, false).unwrap();
     for name in &names {
         assert!(!fixture.store.path().join(index_file_name(name)).exists());
     }

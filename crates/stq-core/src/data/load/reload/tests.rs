@@ -501,7 +501,7 @@ fn run_changes_restarting(name: &str, changes: &[(Change, bool)]) -> Result<(), 
     let (generation, _) = full::load(&options(&writer.directory, OnInvalid::Skip, 1)).unwrap();
     let (mut catalog, mut shards) = parts(generation);
     let mut store_writer = StoreWriter::new(store.clone(), settings.clone(), Written::default());
-    store_writer.write(&catalog, &shards).unwrap();
+    store_writer.write(&catalog, &shards, false).unwrap();
     for (step, (change, restart)) in changes.iter().enumerate() {
         writer.apply(change);
         let number = step as u64 + 2;
@@ -526,7 +526,7 @@ fn run_changes_restarting(name: &str, changes: &[(Change, bool)]) -> Result<(), 
             if *restart { "restarted" } else { "reloaded" }
         );
         (catalog, shards) = parts(next);
-        store_writer.write(&catalog, &shards).unwrap();
+        store_writer.write(&catalog, &shards, false).unwrap();
     }
     Ok(())
 }
@@ -1205,7 +1205,7 @@ fn issue_32_a_store_with_a_held_file_is_not_used_at_a_start() {
         hot: HOT,
     };
     StoreWriter::new(store.clone(), settings.clone(), Written::default())
-        .write(&catalog, &shards)
+        .write(&catalog, &shards, false)
         .unwrap();
     let skip = options(&writer.directory, OnInvalid::Skip, 1);
     let (generation, _, used) = load_from_store(&skip, store.read(&settings).unwrap()).unwrap();
