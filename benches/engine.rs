@@ -13,9 +13,9 @@ use std::sync::Arc;
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
 
 use stq::http::{assemble, Meta};
-use stq_core::data::catalog::{Catalog, Generation};
 use stq_core::data::plan::{Plan, Request, Settings, ShardAnswer};
 use stq_core::data::ShardData;
+use stq_core::data::{Catalog, Generation};
 use stq_core::domain::auth::{hash_token, Tokens};
 use stq_core::domain::query::{self, Endpoint, Limits};
 use stq_core::domain::record::{parse_line, Kind};

@@ -19,8 +19,8 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::exponential_buckets;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
-use stq_core::data::catalog::Generation;
 use stq_core::data::load::LoadReport;
+use stq_core::data::Generation;
 use stq_core::domain::query::Endpoint;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

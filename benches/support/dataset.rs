@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
-use stq_core::data::catalog::Generation;
 use stq_core::data::load::{start, LoadOptions, OnInvalid};
+use stq_core::data::Generation;
 use stq_gen::{generate, GenOptions};
 
 /// The end of the generated span: the data is the same on every run.

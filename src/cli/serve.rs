@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use actix_web::web;
 use anyhow::Context as _;
-use stq_core::data::catalog::Generation;
 use stq_core::data::load::{self, FromStore, LoadError, LoadOptions, LoadReport, Start};
 use stq_core::data::plan;
+use stq_core::data::Generation;
 use stq_core::domain::auth::Tokens;
 use stq_core::domain::query::Limits;
 use stq_objects::{Location, Objects, S3Settings};

@@ -31,9 +31,9 @@ use std::sync::Arc;
 use futures_util::future::join_all;
 use parking_lot::RwLock;
 use prometheus_client::metrics::counter::Counter;
-use stq_core::data::catalog::{Catalog, Generation};
 use stq_core::data::plan::{Plan, PlanError, Refusal, Request, Settings};
 use stq_core::data::ShardData;
+use stq_core::data::{Catalog, Generation};
 use stq_core::domain::auth::Tokens;
 use stq_core::domain::query::{Limits, QueryError};
 

@@ -26,8 +26,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use stq_core::data::catalog::{Catalog, Generation, StationRecords};
 use stq_core::data::ShardData;
+use stq_core::data::{Catalog, Generation, StationRecords};
 use stq_core::domain::record::Kind;
 use stq_core::domain::time::{Timestamp, Window};
 use stq_objects::Objects;

@@ -36,8 +36,8 @@ use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use stq_core::data::catalog::{Catalog, Generation};
 use stq_core::data::ShardData;
+use stq_core::data::{Catalog, Generation};
 use stq_core::domain::record::Kind;
 use stq_core::domain::time::{Timestamp, Window};
 use stq_objects::Objects;

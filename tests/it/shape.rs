@@ -333,7 +333,7 @@ fn issue_33_the_shape_reading_sees_items_files_and_functions() {
     let items = public_items(workspace());
     for expected in [
         "crates/stq-core/src/lib.rs: mod data",
-        "crates/stq-core/src/data/catalog.rs: struct Catalog",
+        "crates/stq-core/src/data/mod.rs: struct Catalog",
         "crates/stq-core/src/data/catalog.rs: fn Catalog::stations",
     ] {
         assert!(items.iter().any(|item| item == expected), "{expected}");

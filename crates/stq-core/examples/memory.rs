@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use std::sync::Arc;
 
-use stq_core::data::catalog::Generation;
 use stq_core::data::load::{self, FromStore, LoadOptions, LoadReport, OnInvalid};
+use stq_core::data::Generation;
 use stq_core::data::MemoryUse;
 use stq_core::data::ShardData;
 

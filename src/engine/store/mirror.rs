@@ -793,7 +793,7 @@ mod tests {
             Some(FromStore::Restored { repaired: 0, .. })
         ));
         let fresh = load::start(&options(), None, None).unwrap().generation;
-        let records = |generation: &stq_core::data::catalog::Generation| {
+        let records = |generation: &stq_core::data::Generation| {
             let catalog = &generation.catalog;
             (catalog.summary.units, catalog.summary.metrics)
         };

@@ -37,8 +37,8 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use stq_core::data::catalog::Catalog;
 use stq_core::data::store::StoreWriter;
+use stq_core::data::Catalog;
 use stq_core::data::ShardData;
 
 use crate::newest::Newest;

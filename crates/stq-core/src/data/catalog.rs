@@ -1,5 +1,8 @@
 //! A generation: the immutable result of one load. Its catalog lists the stations
-//! in byte order and says where each one lives; its shards hold the records.
+//! in byte order and says where each one lives; its shards hold the records. The
+//! types ([`Generation`], [`Catalog`], [`StationRecords`]) are declared at the
+//! data layer's door (`crate::data`), where the service names them; what they do
+//! is here.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -11,7 +14,7 @@ use crate::data::load::files::{FileStatus, SourceState, Stamps, Watched};
 use crate::data::scan::{Matcher, RecordFilter, ScanAnswer, ScanRequest, ShardStation};
 use crate::data::symbols::Symbols;
 use crate::data::tier::Tier as _;
-use crate::data::ShardData;
+use crate::data::{Catalog, Generation, LoadSummary, ShardData, StationRecords};
 use crate::domain::record::{Directions, Kind};
 use crate::domain::time::{Timestamp, Window};
 
@@ -22,49 +25,6 @@ pub(crate) struct Placement {
     pub shard: u32,
     /// The station's index among its shard's stations.
     pub station_index: u32,
-}
-
-/// Every station of a generation and where it lives. A station lives in exactly one
-/// shard.
-#[derive(Debug, Default)]
-pub struct Catalog {
-    pub(crate) generation: u64,
-    /// Station ids in ascending byte order; a station's rank is its index here.
-    pub(crate) stations: Vec<Box<str>>,
-    pub(crate) placements: Vec<Placement>,
-    pub(crate) symbols: Arc<Symbols>,
-    pub(crate) shard_count: usize,
-    /// What the load that made this generation found (`/readyz`, the metrics):
-    /// figures to read, public where the other fields, which must agree with each
-    /// other, are this crate's.
-    pub summary: LoadSummary,
-    /// Snapshot files' paths relative to the directory, in load order.
-    pub(crate) files: Vec<Box<str>>,
-    /// Each file's ordinal, the first half of its lines' load order: ascending like
-    /// the paths, with gaps a reload can put new files into (see
-    /// `crate::data::load::files`).
-    pub(crate) file_ordinals: Vec<u32>,
-    /// What was read of each file, for the next reload to read only what changed.
-    pub(crate) sources: Vec<SourceState>,
-}
-
-/// What the load that made a generation found, as `/readyz` reports it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct LoadSummary {
-    /// RFC 3339, UTC.
-    pub loaded_at: String,
-    /// Unit records loaded.
-    pub units: u64,
-    /// Metric records loaded.
-    pub metrics: u64,
-    /// Invalid lines skipped (`--on-invalid skip`).
-    pub skipped_lines: u64,
-    /// Last lines without a line end that do not parse yet (docs/api.md section 8).
-    pub pending_lines: u64,
-    /// Files held for invalid lines, which serve what they served before (nothing
-    /// if they never read cleanly): by a reload under `--on-invalid fail` or
-    /// `hold`, or a start-up under `hold` (docs/api.md sections 2 and 8).
-    pub held_files: u64,
 }
 
 impl Catalog {
@@ -239,17 +199,6 @@ impl Catalog {
     }
 }
 
-/// An immutable, complete snapshot of the data: what one load produces, a
-/// catalog and the shards it places stations on. The engine takes it apart, the
-/// catalog shared and each shard handed to its actor.
-#[derive(Debug, Default)]
-pub struct Generation {
-    /// Its catalog: the stations and where each lives.
-    pub catalog: Arc<Catalog>,
-    /// Each shard's data, in shard order.
-    pub shards: Vec<ShardData>,
-}
-
 impl Generation {
     /// How many of its records are in sealed blocks.
     pub(crate) fn sealed_records(&self) -> u64 {
@@ -281,16 +230,6 @@ impl Generation {
     pub fn shard_records(&self) -> Vec<usize> {
         self.shards.iter().map(ShardData::record_count).collect()
     }
-}
-
-/// A generation's records read a station at a time: every record of a kind in a
-/// window, in the contract's order, as `stq export` writes them. A query reads
-/// through [`crate::data::plan`] instead.
-pub struct StationRecords<'a> {
-    /// The catalog of the generation the records are read from.
-    pub catalog: &'a Catalog,
-    /// Its shards' data, in shard order.
-    pub shards: Vec<&'a ShardData>,
 }
 
 impl<'a> StationRecords<'a> {

@@ -8,8 +8,8 @@
 //! allocator keeps beyond these (slack, fragmentation) is the difference to the
 //! heap or RSS a caller measures.
 
-use crate::data::catalog::Generation;
 use crate::data::tier::tree_bytes;
+use crate::data::Generation;
 use crate::data::MemoryUse;
 
 /// A generation's bytes by part. Data shared with another generation is counted

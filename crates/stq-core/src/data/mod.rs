@@ -1,9 +1,9 @@
 //! The data layer: records held in memory and read back in the contract's order.
 //!
-//! A snapshot is loaded ([`load`]) into an immutable [`catalog::Generation`]:
-//! each station's records in time order ([`station`]: the recent ones in B-tree
-//! maps, older ones in compressed blocks) grouped into shards ([`shard`]), and a
-//! catalog that says where each station lives. A query is a
+//! A snapshot is loaded ([`load`]) into an immutable [`Generation`]: each
+//! station's records in time order ([`station`]: the recent ones in B-tree maps,
+//! older ones in compressed blocks) grouped into shards ([`shard`]), and a
+//! [`catalog`] that says where each station lives. A query is a
 //! [`scan`] of each shard it touches and a [`merge`] of their sorted hits; a page
 //! ends in a [`cursor`] that says where the next one starts. A [`summary`] is
 //! computed by each shard over its own stations and merged. The [`store`] keeps a
@@ -11,21 +11,27 @@
 //!
 //! The front door for queries is [`plan`]: a request planned, what each shard is
 //! asked and answers, and the merge into a page or rows, in a handful of types;
-//! the engine names those, not the scans, summaries and cursors behind them. What
-//! else it names of a module that stays private is declared here: the
-//! [`ShardData`] each shard actor owns, the [`Remote`] that the service's `s3://`
-//! store supplies, the bound and figures of the decoded-block cache
-//! ([`set_cache_capacity`], [`cache_stats`]) and a generation's [`MemoryUse`]
-//! (`memory`).
+//! the engine names those, not the scans, summaries and cursors behind them. The
+//! other public modules are those whose functions the service calls ([`load`],
+//! [`store`]). What else it names, of modules that stay private, is declared
+//! here, each module holding what its types do: a [`Generation`], its
+//! [`Catalog`] and [`LoadSummary`] and each shard's [`ShardData`], and a
+//! station's records read through [`StationRecords`] (`catalog`, `shard`); the
+//! [`Remote`] that the service's `s3://` store supplies (`sealed`); the bound and
+//! figures of the decoded-block cache ([`set_cache_capacity`], [`cache_stats`])
+//! and a generation's [`MemoryUse`] (`memory`).
 
 use std::ops::Range;
 use std::sync::Arc;
 
+use crate::data::catalog::Placement;
+use crate::data::load::files::SourceState;
 use crate::data::sealed::cache::{self, CacheStats};
 use crate::data::shard::ShardUnits;
 use crate::data::station::StationData;
+use crate::data::symbols::Symbols;
 
-pub mod catalog;
+pub(crate) mod catalog;
 pub(crate) mod cursor;
 pub(crate) mod digest;
 pub(crate) mod hot;
@@ -44,6 +50,70 @@ pub(crate) mod summary;
 pub(crate) mod symbols;
 pub(crate) mod threads;
 pub(crate) mod tier;
+
+/// Every station of a generation and where it lives. A station lives in exactly one
+/// shard.
+#[derive(Debug, Default)]
+pub struct Catalog {
+    pub(crate) generation: u64,
+    /// Station ids in ascending byte order; a station's rank is its index here.
+    pub(crate) stations: Vec<Box<str>>,
+    pub(crate) placements: Vec<Placement>,
+    pub(crate) symbols: Arc<Symbols>,
+    pub(crate) shard_count: usize,
+    /// What the load that made this generation found (`/readyz`, the metrics):
+    /// figures to read, public where the other fields, which must agree with each
+    /// other, are this crate's.
+    pub summary: LoadSummary,
+    /// Snapshot files' paths relative to the directory, in load order.
+    pub(crate) files: Vec<Box<str>>,
+    /// Each file's ordinal, the first half of its lines' load order: ascending like
+    /// the paths, with gaps a reload can put new files into (see
+    /// `crate::data::load::files`).
+    pub(crate) file_ordinals: Vec<u32>,
+    /// What was read of each file, for the next reload to read only what changed.
+    pub(crate) sources: Vec<SourceState>,
+}
+
+/// What the load that made a generation found, as `/readyz` reports it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LoadSummary {
+    /// RFC 3339, UTC.
+    pub loaded_at: String,
+    /// Unit records loaded.
+    pub units: u64,
+    /// Metric records loaded.
+    pub metrics: u64,
+    /// Invalid lines skipped (`--on-invalid skip`).
+    pub skipped_lines: u64,
+    /// Last lines without a line end that do not parse yet (docs/api.md section 8).
+    pub pending_lines: u64,
+    /// Files held for invalid lines, which serve what they served before (nothing
+    /// if they never read cleanly): by a reload under `--on-invalid fail` or
+    /// `hold`, or a start-up under `hold` (docs/api.md sections 2 and 8).
+    pub held_files: u64,
+}
+
+/// An immutable, complete snapshot of the data: what one load produces, a
+/// catalog and the shards it places stations on. The engine takes it apart, the
+/// catalog shared and each shard handed to its actor.
+#[derive(Debug, Default)]
+pub struct Generation {
+    /// Its catalog: the stations and where each lives.
+    pub catalog: Arc<Catalog>,
+    /// Each shard's data, in shard order.
+    pub shards: Vec<ShardData>,
+}
+
+/// A generation's records read a station at a time: every record of a kind in a
+/// window, in the contract's order, as `stq export` writes them. A query reads
+/// through [`crate::data::plan`] instead.
+pub struct StationRecords<'a> {
+    /// The catalog of the generation the records are read from.
+    pub catalog: &'a Catalog,
+    /// Its shards' data, in shard order.
+    pub shards: Vec<&'a ShardData>,
+}
 
 /// The stations of one shard, in the order the catalog's `Placement::station_index`
 /// names: what one shard actor of the engine owns. Declared here, where the engine

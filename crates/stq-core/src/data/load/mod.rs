@@ -43,10 +43,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::data::catalog::{Catalog, Generation};
 use crate::data::store::StoreWriter;
 use crate::data::Remote;
 use crate::data::ShardData;
+use crate::data::{Catalog, Generation};
 use crate::domain::record::Kind;
 
 /// Validates every line without building an index (`stq check`).

@@ -76,7 +76,7 @@ use super::format;
 use super::full;
 use super::read::{self, LoadState, SharedSymbols};
 use super::{LoadError, LoadOptions, LoadReport, Look, OnInvalid};
-use crate::data::catalog::{Catalog, Generation, Placement};
+use crate::data::catalog::Placement;
 use crate::data::hot::Hot;
 use crate::data::key::{Position, RecordKey};
 use crate::data::sealed::SEALED;
@@ -86,6 +86,7 @@ use crate::data::store::Restored;
 use crate::data::symbols::Symbols;
 use crate::data::threads;
 use crate::data::ShardData;
+use crate::data::{Catalog, Generation};
 
 /// [`reload_looking`] with a look at everything.
 pub(crate) fn reload(

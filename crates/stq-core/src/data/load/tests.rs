@@ -13,8 +13,8 @@ use super::files::{self, discover, FileStatus, Start};
 use super::full::load_with;
 use super::read::{read_all_into, LoadState, Split};
 use super::*;
-use crate::data::catalog::{Generation, LoadSummary};
 use crate::data::key::RecordKey;
+use crate::data::{Generation, LoadSummary};
 use crate::domain::record::Kind;
 
 /// A fresh directory under the system's temporary directory, removed when dropped.

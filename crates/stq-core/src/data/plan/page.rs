@@ -10,12 +10,12 @@ use super::{
     Answer, Elements, Page, Plan, PlanError, Question, RecordQuestion, Refusal, Settings,
     ShardAnswer,
 };
-use crate::data::catalog::Catalog;
 use crate::data::cursor::Cursor;
 use crate::data::merge::merge_sorted;
 use crate::data::scan::{Hit, SealedJson};
 use crate::data::stored::{Parts, RecordJson};
 use crate::data::summary::{PartialSummary, Question as Summary, Rows};
+use crate::data::Catalog;
 use crate::data::ShardData;
 
 /// One shard's reply: its data, and the blocks of its hits that are sealed records.

@@ -6,9 +6,9 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
 use super::*;
-use crate::data::catalog::Generation;
 use crate::data::load::{load, LoadOptions, OnInvalid};
 use crate::data::station::StationData;
+use crate::data::Generation;
 
 /// 2026-11-24T00:00:00Z.
 const START: i64 = 1_795_478_400;

@@ -65,7 +65,7 @@ use std::time::{Duration, Instant};
 
 use xxhash_rust::xxh3::{xxh3_128, xxh3_64};
 
-use crate::data::catalog::{Catalog, Placement};
+use crate::data::catalog::Placement;
 use crate::data::hot::{Hot, Layer, Trees};
 use crate::data::load::files::SourceState;
 use crate::data::sealed::{index_region, Layout, Region, Sealed, StoreFile};
@@ -73,6 +73,7 @@ use crate::data::station::StationData;
 use crate::data::symbols::run::{self, Run};
 use crate::data::symbols::{Symbol, Symbols};
 use crate::data::threads;
+use crate::data::Catalog;
 use crate::data::Remote;
 use crate::data::ShardData;
 

@@ -7,10 +7,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::*;
-use crate::data::catalog::Generation;
 use crate::data::load::{load, load_from_store, reload, LoadOptions, OnInvalid};
 use crate::data::scan::ShardStation;
 use crate::data::tier::Tier as _;
+use crate::data::Generation;
 
 /// A unit line and a metric line of `station` at `minute` past 2026-11-24T00:00Z.
 fn lines(station: u32, minute: u32) -> (String, String) {

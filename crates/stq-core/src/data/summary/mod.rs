@@ -31,10 +31,10 @@
 use std::cmp::Ordering;
 use std::ops::Range;
 
-use crate::data::catalog::Catalog;
 use crate::data::key::{Position, RecordKey};
 use crate::data::scan::ShardStation;
 use crate::data::symbols::{Symbol, Symbols};
+use crate::data::Catalog;
 use crate::data::ShardData;
 use crate::domain::query::{Bucket, GroupField};
 use crate::domain::time::Window;
