@@ -13,14 +13,13 @@ use std::sync::Arc;
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
 
 use stq::http::{assemble, Meta};
-use stq_core::data::catalog::{Catalog, Generation};
-use stq_core::data::cursor::CursorKey;
 use stq_core::data::plan::{Plan, Request, Settings, ShardAnswer};
-use stq_core::data::shard::ShardData;
+use stq_core::data::ShardData;
+use stq_core::data::{Catalog, Generation};
 use stq_core::domain::auth::{hash_token, Tokens};
 use stq_core::domain::query::{self, Endpoint, Limits};
 use stq_core::domain::record::{parse_line, Kind};
-use stq_core::domain::time::{parse_rfc3339, Timestamp};
+use stq_core::domain::time::Timestamp;
 
 #[path = "support/dataset.rs"]
 mod support;
@@ -33,22 +32,19 @@ fn dataset() -> (PathBuf, Generation) {
 /// The data on `shards` shards: its catalog and each shard's data.
 fn sharded(shards: usize) -> (Arc<Catalog>, Vec<Arc<ShardData>>) {
     let (_, generation) = support::dataset(shards);
-    let (catalog, data) = generation.into_parts();
+    let (catalog, data) = (generation.catalog, generation.shards);
     (catalog, data.into_iter().map(Arc::new).collect())
 }
 
 /// What the benches plan under: room for every record of the data, in any window.
 fn settings() -> Settings {
-    Settings {
-        limits: Limits {
-            max_records: 100_000,
-            max_stations: 1000,
-            max_window: None,
-            ..Limits::default()
-        },
-        cursor_key: CursorKey::random(),
-        pass_results: vec!["pass".to_owned()],
-    }
+    let limits = Limits {
+        max_records: 100_000,
+        max_stations: 1000,
+        max_window: None,
+        ..Limits::default()
+    };
+    Settings::new(limits, None).expect("a random cursor key")
 }
 
 /// `query` of `endpoint` planned on `catalog` as the engine plans a request: by
@@ -60,7 +56,7 @@ fn planned(catalog: &Arc<Catalog>, endpoint: Endpoint, query: &str, settings: &S
         hash_token(TOKEN)
     );
     let arrived = at(support::END);
-    let principal = (Tokens::parse(&tokens).expect("the tokens parse"))
+    let principal = (tokens.parse::<Tokens>().expect("the tokens parse"))
         .authenticate(Some(format!("Bearer {TOKEN}").as_bytes()), arrived)
         .expect("the token is known");
     let request = Request {
@@ -80,7 +76,7 @@ fn answers(plan: &Plan, shards: &[Arc<ShardData>]) -> Vec<ShardAnswer> {
 }
 
 fn at(text: &str) -> Timestamp {
-    parse_rfc3339(text).unwrap()
+    text.parse().unwrap()
 }
 
 /// A shard's scan, as the shard actor runs it: the answer to its question.

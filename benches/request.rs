@@ -25,7 +25,7 @@ mod support;
 
 use stq::engine::Engine;
 use stq::http::{app, AppState};
-use stq_core::data::cursor::CursorKey;
+use stq_core::data::plan::Settings;
 use stq_core::domain::auth::{hash_token, Tokens};
 use stq_core::domain::query::Limits;
 
@@ -42,9 +42,8 @@ fn engine() -> (Engine, PathBuf) {
     );
     let engine = Engine::start(
         generation,
-        Arc::new(Tokens::parse(&tokens).expect("the tokens parse")),
-        Limits::default(),
-        CursorKey::random(),
+        Arc::new(tokens.parse::<Tokens>().expect("the tokens parse")),
+        Settings::new(Limits::default(), None).expect("a random cursor key"),
         Default::default(),
     );
     (engine, directory)

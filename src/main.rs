@@ -87,7 +87,7 @@ fn check(directory: &std::path::Path) -> anyhow::Result<ExitCode> {
     println!(
         "{} files, {} records ({} units, {} metrics), {} stations, {} invalid lines",
         report.files.len(),
-        report.records(),
+        report.units + report.metrics,
         report.units,
         report.metrics,
         report.stations,

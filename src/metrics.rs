@@ -19,8 +19,8 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::exponential_buckets;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
-use stq_core::data::catalog::Generation;
 use stq_core::data::load::LoadReport;
+use stq_core::data::Generation;
 use stq_core::domain::query::Endpoint;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -242,7 +242,7 @@ type StationNewest = (Box<str>, f64);
 
 impl Gauges {
     pub fn of(generation: &Generation) -> Gauges {
-        let catalog = generation.catalog();
+        let catalog = &generation.catalog;
         let newest = (generation.newest_records().into_iter())
             .map(|(station, instant)| {
                 let seconds = instant.seconds as f64 + f64::from(instant.nanos) / 1e9;
@@ -252,7 +252,7 @@ impl Gauges {
         Gauges {
             generation: catalog.generation(),
             shard_records: generation.shard_records(),
-            held_files: catalog.summary().held_files,
+            held_files: catalog.summary.held_files,
             newest,
         }
     }
@@ -487,7 +487,7 @@ struct CacheCollector;
 
 impl Collector for CacheCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let stats = stq_core::data::memory::cache_stats();
+        let stats = stq_core::data::cache_stats();
         let gauges = [
             (
                 "cache_bytes",
@@ -544,8 +544,8 @@ impl Collector for CacheCollector {
 
 /// The endpoint label of a request path: one of a fixed set.
 pub fn endpoint_label(path: &str) -> &'static str {
-    if let Some(endpoint) = Endpoint::ALL.into_iter().find(|known| known.path() == path) {
-        return endpoint.path();
+    if let Some(endpoint) = (Endpoint::ALL.into_iter()).find(|known| known.spec().path == path) {
+        return endpoint.spec().path;
     }
     match path {
         "/healthz" => "/healthz",
@@ -654,7 +654,7 @@ mod tests {
         assert_eq!(endpoint_label("/units/summary"), "/units/summary");
         assert_eq!(endpoint_label("/stations"), "/stations");
         for endpoint in Endpoint::ALL {
-            assert_eq!(endpoint_label(endpoint.path()), endpoint.path());
+            assert_eq!(endpoint_label(endpoint.spec().path), endpoint.spec().path);
         }
         assert_eq!(endpoint_label("/ui/app.js"), "/ui/");
         assert_eq!(endpoint_label("/ui/../x"), "/ui/");

@@ -2,7 +2,7 @@
 //! (docs/api.md sections 4, 5 and 9), for both endpoints. It must never panic, and a query it accepts
 //! must respect every limit: length, distinct stations, `limit`, `cursor` only
 //! with `limit`, normalized lists, and a window no longer than `--max-window`.
-//! The invariants are stq-core's `domain::checks` (its `checks` feature), shared
+//! The invariants are stq-core's `Kind::check_query` (its `checks` feature), shared
 //! with its proptest properties (`domain/parser_properties.rs`).
 //!
 //! Input: five header bytes choosing the limits and the request's arrival time,
@@ -15,10 +15,9 @@
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
-use stq_core::domain::checks::check_query;
 use stq_core::domain::query::Limits;
 use stq_core::domain::record::Kind;
-use stq_core::domain::time::Timestamp;
+use stq_core::domain::time::{Timestamp, Window};
 
 const MAX_RECORDS: [usize; 5] = [100_000, 1, 2, 3, 10];
 const MAX_STATIONS: [usize; 5] = [1000, 0, 1, 2, 3];
@@ -50,8 +49,8 @@ const NOW: [Timestamp; 6] = [
         seconds: 253_402_300_799,
         nanos: 999_999_999,
     },
-    Timestamp::MIN,
-    Timestamp::MAX,
+    Window::ALL.from,
+    Window::ALL.to,
 ];
 
 fn pick<T: Copy>(table: &[T], byte: u8) -> T {
@@ -74,6 +73,6 @@ fuzz_target!(|data: &[u8]| {
     };
     let now = pick(&NOW, header[4]);
     for kind in [Kind::Units, Kind::Metrics] {
-        check_query(kind, query, limits, now);
+        kind.check_query(query, limits, now);
     }
 });

@@ -3,13 +3,12 @@
 //! a `*.metrics.jsonl` file. It must never panic; an accepted line must render a
 //! JSON record with exactly its kind's fields, each as the line wrote it
 //! (`time_created` verbatim); a rejected line must leave the output buffer alone.
-//! The invariants are stq-core's `domain::checks` (its `checks` feature), shared
+//! The invariants are stq-core's `Kind::check_line` (its `checks` feature), shared
 //! with its proptest properties (`domain/parser_properties.rs`).
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use stq_core::domain::checks::check_line;
 use stq_core::domain::record::Kind;
 
 fuzz_target!(|data: &[u8]| {
@@ -17,6 +16,6 @@ fuzz_target!(|data: &[u8]| {
     let Ok(line) = std::str::from_utf8(data) else {
         return;
     };
-    check_line(Kind::Units, line);
-    check_line(Kind::Metrics, line);
+    Kind::Units.check_line(line);
+    Kind::Metrics.check_line(line);
 });

@@ -5,10 +5,10 @@
 //! written, 1 with a message otherwise.
 
 use anyhow::Context as _;
-use stq_core::data::load::{self, LoadError, LoadOptions, INVALID_LINES_SHOWN};
+use stq_core::data::load::{self, LoadError, LoadOptions};
 use stq_objects::{Objects, S3Settings};
 
-use super::{cpus, ExportArgs};
+use super::{cpus, ExportArgs, INVALID_LINES_SHOWN};
 use crate::export::{self as parquet_export, ExportOptions};
 
 /// Sealed blocks a scan keeps decoded: an export reads each block about once, so
@@ -17,7 +17,7 @@ const CACHE_BYTES: u64 = 64 << 20;
 
 /// Loads the snapshot and writes its records under `args.parquet`.
 pub fn export(args: ExportArgs) -> anyhow::Result<()> {
-    stq_core::data::memory::set_cache_capacity(CACHE_BYTES);
+    stq_core::data::set_cache_capacity(CACHE_BYTES);
     // Before the load: settings S3 cannot use stop the export at once.
     let destination = Objects::open(args.parquet.clone(), &S3Settings::from_env())
         .with_context(|| format!("exporting to {}", args.parquet))?;
@@ -30,8 +30,8 @@ pub fn export(args: ExportArgs) -> anyhow::Result<()> {
         // The default hot window: memory bounded as `serve`'s, whatever the history.
         hot: Some(std::time::Duration::from_secs(24 * 60 * 60)),
     };
-    let (generation, mut report) = match load::load(&options) {
-        Ok(loaded) => loaded,
+    let (generation, mut report) = match load::start(&options, None, None) {
+        Ok(start) => (start.generation, start.report),
         Err(LoadError::Invalid { report }) => {
             for line in report.invalid.iter().take(INVALID_LINES_SHOWN) {
                 eprintln!("{line}");

@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand};
 
 use stq_core::data::load::OnInvalid;
 use stq_core::domain::auth::Stations;
-use stq_core::domain::time::{parse_rfc3339, Timestamp};
+use stq_core::domain::time::Timestamp;
 use stq_objects::Location;
 
 mod export;
@@ -23,6 +23,10 @@ pub use token::token;
 
 /// Where `stq serve` and `stq token` find the tokens file by default.
 pub const DEFAULT_TOKENS_FILE: &str = "snapshots/tokens.json";
+
+/// How many invalid lines a start that refuses its snapshot prints (`serve`,
+/// `export` under `--on-invalid fail`): as many as `/files` shows of a file.
+const INVALID_LINES_SHOWN: usize = 20;
 
 /// `--on-invalid`: what a load does with invalid lines (the loader's [`OnInvalid`],
 /// spelled for the command line).
@@ -445,14 +449,14 @@ fn parse_token_name(text: &str) -> Result<String, String> {
 /// `--expires`: a date-time in the grammar of the contract's section 4, kept as
 /// written.
 fn parse_instant(text: &str) -> Result<Timestamp, String> {
-    parse_rfc3339(text)
-        .ok_or_else(|| "not an RFC 3339 date-time; write e.g. `2026-11-24T00:00:00Z`".to_owned())
+    text.parse()
+        .map_err(|_| "not an RFC 3339 date-time; write e.g. `2026-11-24T00:00:00Z`".to_owned())
 }
 
 fn parse_expires(text: &str) -> Result<String, String> {
-    match parse_rfc3339(text) {
-        Some(_) => Ok(text.to_owned()),
-        None => Err(
+    match text.parse::<Timestamp>() {
+        Ok(_) => Ok(text.to_owned()),
+        Err(_) => Err(
             "not an RFC 3339 date-time; write e.g. `2027-01-01T00:00:00Z` or \
              `2027-01-01T08:00:00+01:00`"
                 .to_owned(),

@@ -8,16 +8,14 @@ use std::sync::Arc;
 
 use actix_web::web;
 use anyhow::Context as _;
-use stq_core::data::catalog::Generation;
-use stq_core::data::cursor::CursorKey;
-use stq_core::data::load::{
-    self, FromStore, LoadError, LoadOptions, LoadReport, Start, INVALID_LINES_SHOWN,
-};
+use stq_core::data::load::{self, FromStore, LoadError, LoadOptions, LoadReport, Start};
+use stq_core::data::plan;
+use stq_core::data::Generation;
 use stq_core::domain::auth::Tokens;
 use stq_core::domain::query::Limits;
 use stq_objects::{Location, Objects, S3Settings};
 
-use super::{cpus, ServeArgs};
+use super::{cpus, ServeArgs, INVALID_LINES_SHOWN};
 use crate::engine::{
     reload_on_change, reload_on_hangup, Engine, Fill, Mirror, Reloader, StoreHandle, StorePlace,
     StoreStatus, WriterLock,
@@ -28,16 +26,20 @@ use crate::metrics::{Gauges, Metrics};
 
 /// Loads everything, then serves until the process is stopped.
 pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    // Read before the snapshot, so a wrong key file fails at once, not after a load.
-    let cursor_key = match &args.cursor_key_file {
-        None => CursorKey::random(),
-        Some(path) => CursorKey::read(path).map_err(anyhow::Error::msg)?,
+    let limits = Limits {
+        max_records: args.max_records.get(),
+        max_stations: args.max_stations.get(),
+        max_query_bytes: args.max_query_bytes.get(),
+        max_window: args.max_window,
     };
+    // Read before the snapshot, so a wrong key file fails at once, not after a load.
+    let plan =
+        plan::Settings::new(limits, args.cursor_key_file.as_deref()).map_err(anyhow::Error::msg)?;
     let tokens = Tokens::load(&args.tokens)?;
     if tokens.is_empty() {
         tracing::warn!(path = %args.tokens.display(), "the tokens file holds no tokens: every request will get 401");
     }
-    stq_core::data::memory::set_cache_capacity(args.cache_size);
+    stq_core::data::set_cache_capacity(args.cache_size);
     let shards = args.shards.map_or_else(cpus, std::num::NonZero::get);
     let options = LoadOptions {
         directory: args.snapshots.clone(),
@@ -89,12 +91,6 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         ),
     };
 
-    let limits = Limits {
-        max_records: args.max_records.get(),
-        max_stations: args.max_stations.get(),
-        max_query_bytes: args.max_query_bytes.get(),
-        max_window: args.max_window,
-    };
     let export = match (&args.export, args.hot.0) {
         (None, _) => None,
         (Some(_), None) => anyhow::bail!(
@@ -109,8 +105,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let workers = args.workers.map_or_else(cpus, std::num::NonZero::get);
     let settings = Settings {
-        limits,
-        cursor_key,
+        plan,
         shards,
         workers,
         store,
@@ -301,8 +296,8 @@ fn refused(args: &ServeArgs, report: &LoadReport) -> anyhow::Error {
 
 /// What the engine and the listener are started with, besides the data.
 struct Settings {
-    limits: Limits,
-    cursor_key: CursorKey,
+    /// What queries are planned under.
+    plan: plan::Settings,
     shards: usize,
     workers: usize,
     /// `--store`: the thread that writes it, and what `/readyz` says of it.
@@ -324,8 +319,7 @@ async fn run(
     report: LoadReport,
 ) -> anyhow::Result<()> {
     let Settings {
-        limits,
-        cursor_key,
+        plan,
         shards,
         workers,
         store,
@@ -342,8 +336,7 @@ async fn run(
     let engine = Engine::start(
         generation,
         Arc::new(tokens),
-        limits,
-        cursor_key,
+        plan,
         metrics.shard_restarts.clone(),
     )
     .with_pass_results(args.pass_results.clone())
@@ -404,7 +397,7 @@ async fn run(
         "stq ready: {} records ({} units, {} metrics; {} sealed), {} stations, {} shards, \
          {} invalid lines skipped, {} files held, loaded in {} ms ({:.1} MB at {:.0} MB/s)\
          {started}, listening on {}",
-        report.records(),
+        report.units + report.metrics,
         report.units,
         report.metrics,
         report.sealed,
@@ -422,7 +415,7 @@ async fn run(
     // Bound, and a stop from now on is graceful: systemd may count stq as started.
     crate::systemd::ready(&format!(
         "serving generation 1: {} records, {} stations",
-        report.records(),
+        report.units + report.metrics,
         stations
     ));
     actix_rt::spawn(admin);

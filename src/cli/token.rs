@@ -10,9 +10,10 @@ use std::io::Write as _;
 use std::path::Path;
 
 use anyhow::Context as _;
+use chrono::Utc;
 
 use stq_core::domain::auth::{list_tokens, new_token, revoke_token};
-use stq_core::domain::time::{parse_rfc3339, Timestamp};
+use stq_core::domain::time::Timestamp;
 
 use super::{TokenCommand, TokenNewArgs};
 
@@ -50,7 +51,10 @@ fn new(args: TokenNewArgs) -> anyhow::Result<()> {
         path.display()
     );
     if let Some(expires) = &args.expires {
-        if parse_rfc3339(expires).is_some_and(|instant| instant <= Timestamp::now()) {
+        if expires
+            .parse::<Timestamp>()
+            .is_ok_and(|instant| instant <= Timestamp::from(Utc::now()))
+        {
             eprintln!(
                 "stq: warning: token `{}` has already expired ({expires})",
                 args.name
@@ -63,7 +67,10 @@ fn new(args: TokenNewArgs) -> anyhow::Result<()> {
 /// Prints each entry's name, stations and expiry, one per line under a header; never
 /// a digest.
 fn list(path: &Path) -> anyhow::Result<()> {
-    print!("{}", table(&list_tokens(path, Timestamp::now())?));
+    print!(
+        "{}",
+        table(&list_tokens(path, Timestamp::from(Utc::now()))?)
+    );
     Ok(())
 }
 

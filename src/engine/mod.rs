@@ -31,10 +31,9 @@ use std::sync::Arc;
 use futures_util::future::join_all;
 use parking_lot::RwLock;
 use prometheus_client::metrics::counter::Counter;
-use stq_core::data::catalog::{Catalog, Generation};
-use stq_core::data::cursor::CursorKey;
 use stq_core::data::plan::{Plan, PlanError, Refusal, Request, Settings};
-use stq_core::data::shard::ShardData;
+use stq_core::data::ShardData;
+use stq_core::data::{Catalog, Generation};
 use stq_core::domain::auth::Tokens;
 use stq_core::domain::query::{Limits, QueryError};
 
@@ -126,17 +125,16 @@ struct Current {
 }
 
 impl Engine {
-    /// The engine over `generation`; its shard actors start with the routers
-    /// ([`Engine::router`]). `restarts` counts the shard actors that die and are
-    /// started again.
+    /// The engine over `generation`, planning under `settings`; its shard actors
+    /// start with the routers ([`Engine::router`]). `restarts` counts the shard
+    /// actors that die and are started again.
     pub fn start(
         generation: Generation,
         tokens: Arc<Tokens>,
-        limits: Limits,
-        cursor_key: CursorKey,
+        settings: Settings,
         restarts: Counter,
     ) -> Engine {
-        let (catalog, shards) = generation.into_parts();
+        let Generation { catalog, shards } = generation;
         let shards = shards
             .into_iter()
             .enumerate()
@@ -147,11 +145,7 @@ impl Engine {
                 shards,
                 replicas: Mutex::new(Vec::new()),
                 current: RwLock::new(Current { catalog, tokens }),
-                settings: Settings {
-                    limits,
-                    cursor_key,
-                    pass_results: vec!["pass".to_owned()],
-                },
+                settings,
                 slots: Arc::default(),
             }),
         }
@@ -223,7 +217,10 @@ impl Engine {
     /// the new catalog must find the new data in every replica.
     pub async fn install(&self, generation: Generation, tokens: Arc<Tokens>) {
         let shards = &self.inner.shards;
-        let (catalog, data) = generation.into_parts();
+        let Generation {
+            catalog,
+            shards: data,
+        } = generation;
         assert_eq!(
             data.len(),
             shards.len(),

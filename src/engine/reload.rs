@@ -92,7 +92,7 @@ struct Pending {
     /// Paths relative to the snapshot directory that the watch saw change.
     paths: BTreeSet<String>,
     /// Stations whose store files were found damaged after the start: read again
-    /// from the snapshot files ([`load::repair`]).
+    /// from the snapshot files ([`load::reload_looking`]).
     repair: BTreeSet<String>,
 }
 
@@ -168,13 +168,11 @@ impl Reloader {
                     .map_err(ReloadError::from)
                     .and_then(|tokens| {
                         let loaded = match &previous {
-                            Some((catalog, shards)) if !repair.is_empty() => {
-                                load::repair(catalog, shards, &repair, &options)
-                            }
                             Some((catalog, shards)) => {
-                                load::reload_looking(catalog, shards, &options, &look)
+                                load::reload_looking(catalog, shards, &options, &look, &repair)
                             }
-                            None => load::load(&options),
+                            None => load::start(&options, None, None)
+                                .map(|start| (start.generation, start.report)),
                         };
                         Ok((tokens, loaded?))
                     });
@@ -185,7 +183,7 @@ impl Reloader {
             .await
             .map_err(|error| ReloadError::Loader(error.to_string()))??;
         let gauges = Gauges::of(&generation);
-        let number = generation.catalog().generation();
+        let number = generation.catalog.generation();
         let held_files = gauges.held_files();
         let complete_before = (self.hot)
             .filter(|_| self.export.is_some())
@@ -247,7 +245,7 @@ impl Reloader {
                     crate::systemd::ready(&format!(
                         "serving generation {}: {} records, {} stations",
                         serving.generation(),
-                        serving.summary().units + serving.summary().metrics,
+                        serving.summary.units + serving.summary.metrics,
                         serving.stations().len()
                     ));
                 }
@@ -267,7 +265,7 @@ impl Reloader {
                             "generation {generation}, {} records ({} units, {} metrics; {} \
                              sealed), {} stations, {} pending lines, {} new invalid lines \
                              skipped; read {} files ({} bytes) in {} ms",
-                            report.records(),
+                            report.units + report.metrics,
                             report.units,
                             report.metrics,
                             report.sealed,

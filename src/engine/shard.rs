@@ -28,7 +28,7 @@ use parking_lot::{Mutex, RwLock};
 use prometheus_client::metrics::counter::Counter;
 
 use stq_core::data::plan::{ShardAnswer, ShardQuestion};
-use stq_core::data::shard::ShardData;
+use stq_core::data::ShardData;
 
 use super::fault::ShardFault;
 use super::slots::{Overloaded, Patience, Slots};
@@ -431,16 +431,16 @@ mod tests {
     /// A shard's data of generation `number`: one shard of an empty directory.
     fn generation(number: u64) -> Arc<ShardData> {
         let directory = tempfile::tempdir().unwrap();
-        let (generation, _) = stq_core::data::load::load(&stq_core::data::load::LoadOptions {
+        let options = stq_core::data::load::LoadOptions {
             directory: directory.path().to_owned(),
             shards: 1,
             on_invalid: stq_core::data::load::OnInvalid::Fail,
             generation: number,
             threads: 1,
             hot: None,
-        })
-        .unwrap();
-        let (_, mut shards) = generation.into_parts();
+        };
+        let start = stq_core::data::load::start(&options, None, None).unwrap();
+        let mut shards = start.generation.shards;
         Arc::new(shards.remove(0))
     }
 

@@ -24,8 +24,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use notify::{RecursiveMode, Watcher as _};
-use stq_core::data::catalog::Catalog;
 use stq_core::data::load::{self, Look};
+use stq_core::data::Catalog;
 
 use super::reload::ReloadTrigger;
 

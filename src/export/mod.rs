@@ -26,8 +26,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use stq_core::data::catalog::{Catalog, Generation, StationRecords};
-use stq_core::data::shard::ShardData;
+use stq_core::data::ShardData;
+use stq_core::data::{Catalog, Generation, StationRecords};
 use stq_core::domain::record::Kind;
 use stq_core::domain::time::{Timestamp, Window};
 use stq_objects::Objects;
@@ -47,7 +47,7 @@ impl<'a> Data<'a> {
     fn of(catalog: &'a Catalog, shards: Vec<&'a ShardData>) -> Data<'a> {
         Data {
             catalog,
-            records: StationRecords::new(catalog, shards),
+            records: StationRecords { catalog, shards },
         }
     }
 }
@@ -95,11 +95,11 @@ pub fn export(
     options: &ExportOptions,
 ) -> Result<ExportReport, ExportError> {
     let started = Instant::now();
-    let (catalog, shards) = generation.into_parts();
+    let Generation { catalog, shards } = generation;
     let generation = &Data::of(&catalog, shards.iter().collect());
     let window = Window {
-        from: options.from.unwrap_or(Timestamp::MIN),
-        to: options.to.unwrap_or(Timestamp::MAX),
+        from: options.from.unwrap_or(Window::ALL.from),
+        to: options.to.unwrap_or(Window::ALL.to),
     };
     let stations = stations(generation, options.stations.as_deref());
     let mut days = BTreeSet::new();
@@ -168,10 +168,13 @@ fn stations(generation: &Data<'_>, only: Option<&[String]>) -> Vec<u32> {
     match only {
         None => (0..catalog.stations().len() as u32).collect(),
         Some(names) => {
-            let mut ranks: Vec<u32> = names.iter().filter_map(|name| catalog.rank(name)).collect();
-            ranks.sort_unstable();
-            ranks.dedup();
-            ranks
+            // A station's rank is its index in the catalog's list.
+            let only: BTreeSet<&str> = names.iter().map(String::as_str).collect();
+            (0..)
+                .zip(catalog.stations())
+                .filter(|(_, id)| only.contains(&***id))
+                .map(|(rank, _)| rank)
+                .collect()
         }
     }
 }
@@ -185,7 +188,7 @@ fn span(generation: &Data<'_>, stations: &[u32], kind: Kind, window: Window) -> 
         // The last: the first record of the latest day that has one, found by
         // halving the days between the first and the window's end.
         let mut low = day_of(first);
-        let mut high = day_of(window.to).min(day_of(Timestamp::MAX) - 1);
+        let mut high = day_of(window.to).min(day_of(Window::ALL.to) - 1);
         while low < high {
             let middle = low + (high - low + 1) / 2;
             let from = start_of(middle).max(window.from);

@@ -36,8 +36,8 @@ use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use stq_core::data::catalog::{Catalog, Generation};
-use stq_core::data::shard::ShardData;
+use stq_core::data::ShardData;
+use stq_core::data::{Catalog, Generation};
 use stq_core::domain::record::Kind;
 use stq_core::domain::time::{Timestamp, Window};
 use stq_objects::Objects;
@@ -67,7 +67,10 @@ const FINGERPRINTS_HEADER: &str = "stq export fingerprints 1";
 pub fn complete_before(generation: &Generation, hot: Duration) -> Option<Timestamp> {
     let hot = i64::try_from(hot.as_secs()).unwrap_or(i64::MAX);
     (generation.newest_records().into_iter())
-        .map(|(_, newest)| newest.add_seconds(-hot))
+        .map(|(_, newest)| Timestamp {
+            seconds: newest.seconds.saturating_sub(hot),
+            ..newest
+        })
         .min()
 }
 
@@ -158,13 +161,10 @@ impl Exporter {
         // Days before the one that holds that instant end by it.
         let end = day_of(complete_before);
         let window = Window {
-            from: Timestamp::MIN,
             to: start_of(end),
+            ..Window::ALL
         };
-        let every = Window {
-            from: Timestamp::MIN,
-            to: Timestamp::MAX,
-        };
+        let every = Window::ALL;
         let stations = stations(data, None);
         let current = fingerprints(data, &stations, window);
         let mut due: Vec<Partition> = (current.iter())

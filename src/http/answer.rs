@@ -141,7 +141,7 @@ async fn answer_in_time(
     router: &RouterHandle,
     started: Instant,
 ) -> Result<HttpResponse, ApiError> {
-    let arrived = Timestamp::now();
+    let arrived = Timestamp::from(Utc::now());
     let deadline = state.admission.deadline(started);
     let request_id = RequestId::of(request);
     let engine = &state.engine;
@@ -151,7 +151,6 @@ async fn answer_in_time(
     let presentation = Presentation::of(request, endpoint, &params);
     let engine_error =
         |error| ApiError::from_engine(error, &request_id, state.admission.request_timeout());
-    let paged = params.limit().is_some();
     let query = Arc::new(Request {
         endpoint,
         params,
@@ -173,16 +172,15 @@ async fn answer_in_time(
         .map_err(engine_error)?;
 
     let slot = assembly_slot(state, &patience, fault).await?;
-    let mut meta = Meta {
+    let meta = Meta {
         timestamp: Utc::now(),
         request_id: &request_id,
         query_duration_ms: started.elapsed().as_millis() as u64,
-        next_cursor: None,
+        // With `limit` (records only), always there: the cursor, or null on the
+        // last page.
+        next_cursor: answer.next_cursor(),
     };
-    // With `limit` (records only), always there: the cursor, or null on the
-    // last page.
-    meta.next_cursor = paged.then(|| answer.next_cursor());
-    let (more, count) = (answer.next_cursor().is_some(), answer.count());
+    let (more, count) = (meta.next_cursor.flatten().is_some(), answer.count());
     let written = format::write(&presentation, endpoint, request, &answer, &meta);
     drop(slot);
     // Assembly runs on this thread without a pause the timer could act in.

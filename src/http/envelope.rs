@@ -20,16 +20,20 @@ pub struct Meta<'a> {
     pub next_cursor: Option<Option<&'a str>>,
 }
 
-/// Assembles the success body of `endpoint` around `answer`'s `data`; also
-/// returns where in it the `data` array lies, which the `ETag` hashes.
+/// What a body holds before its `data` array.
+const BEFORE_DATA: &[u8] = b"{\"data\":";
+
+/// The bytes a body is sized for beyond its elements and their commas: what
+/// surrounds them, `message` and `meta` among it. Bodies are sized once.
+const AROUND_DATA: usize = 256;
+
+/// Assembles the success body of `endpoint` around `answer`'s `data`, which the
+/// answer writes into a body it sizes; also returns where in it the `data` array
+/// lies, which the `ETag` hashes.
 pub fn envelope(endpoint: Endpoint, answer: &Answer, meta: &Meta) -> (Vec<u8>, Range<usize>) {
-    assemble_with_data(
-        endpoint.spec().noun,
-        answer.count(),
-        answer.json_bytes(),
-        meta,
-        |body| answer.write_json(body),
-    )
+    let (mut body, data) = answer.json(BEFORE_DATA, AROUND_DATA);
+    write_after_data(&mut body, answer.count(), endpoint.spec().noun, meta);
+    (body, data)
 }
 
 /// Writes rendered elements, comma-separated.
@@ -118,35 +122,24 @@ pub fn assemble<'a>(
     records: impl Iterator<Item = &'a [u8]> + Clone,
     meta: &Meta,
 ) -> Vec<u8> {
-    let bytes = records.clone().map(<[u8]>::len).sum();
-    assemble_with_data(endpoint.spec().noun, count, bytes, meta, |body| {
-        write_rendered(body, records);
-    })
-    .0
+    let bytes: usize = records.clone().map(<[u8]>::len).sum();
+    let mut body = Vec::with_capacity(bytes + count + AROUND_DATA);
+    body.extend_from_slice(BEFORE_DATA);
+    body.push(b'[');
+    write_rendered(&mut body, records);
+    body.push(b']');
+    write_after_data(&mut body, count, endpoint.spec().noun, meta);
+    body
 }
 
-/// The envelope of `count` elements of `bytes` bytes in all, which `write_data`
-/// writes comma-separated, and the range of the body that is the `data` array.
-fn assemble_with_data(
-    noun: &str,
-    count: usize,
-    bytes: usize,
-    meta: &Meta,
-    write_data: impl FnOnce(&mut Vec<u8>),
-) -> (Vec<u8>, Range<usize>) {
-    let mut body = Vec::with_capacity(bytes + count + 256);
-    body.extend_from_slice(b"{\"data\":");
-    let data_start = body.len();
-    body.push(b'[');
-    write_data(&mut body);
-    body.push(b']');
-    let data = data_start..body.len();
+/// What follows the `data` array of `count` elements, each a `noun`: the
+/// `message` and `meta`, and the envelope's end.
+fn write_after_data(body: &mut Vec<u8>, count: usize, noun: &str, meta: &Meta) {
     body.extend_from_slice(b",\"message\":\"");
-    write_counted(&mut body, count, noun);
+    write_counted(body, count, noun);
     body.extend_from_slice(b"\",\"meta\":");
-    write_meta(&mut body, meta);
+    write_meta(body, meta);
     body.push(b'}');
-    (body, data)
 }
 
 #[cfg(test)]

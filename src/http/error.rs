@@ -236,7 +236,7 @@ impl From<Overloaded> for ApiError {
 fn endpoint_paths() -> String {
     let paths: Vec<&str> = Endpoint::ALL
         .iter()
-        .map(|endpoint| endpoint.path())
+        .map(|endpoint| endpoint.spec().path)
         .collect();
     match paths.split_last() {
         Some((last, [])) => (*last).to_owned(),

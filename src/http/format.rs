@@ -40,7 +40,7 @@ impl Presentation {
     /// when `text/csv` is listed with a higher preference than both
     /// `application/json` and `*/*`, JSON otherwise.
     pub(super) fn of(request: &HttpRequest, endpoint: Endpoint, params: &QueryParams) -> Self {
-        let format = params.format().unwrap_or_else(|| accepted_format(request));
+        let format = params.format.unwrap_or_else(|| accepted_format(request));
         match format {
             Format::Json => Presentation::Json,
             Format::Csv => Presentation::Csv {

@@ -134,7 +134,7 @@ pub fn app(
 /// An endpoint of the API, answered on GET and HEAD.
 fn query_endpoint(endpoint: Endpoint) -> actix_web::Resource {
     get_and_head(
-        endpoint.path(),
+        endpoint.spec().path,
         move |request: HttpRequest, state: web::Data<AppState>, router: web::Data<RouterHandle>| async move {
             isolated(&request, answer(endpoint, &request, &state, &router)).await
         },
@@ -198,7 +198,7 @@ async fn openapi() -> HttpResponse {
 /// binds only once the first snapshot has loaded, so it is always ready here.
 async fn readiness(state: web::Data<AppState>) -> HttpResponse {
     let catalog = state.engine.catalog();
-    let summary = catalog.summary();
+    let summary = &catalog.summary;
     let body = serde_json::json!({
         "status": "ready",
         "generation": catalog.generation(),

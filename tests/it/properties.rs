@@ -1,7 +1,7 @@
 //! Property tests of the query path, over random snapshots and random queries.
 //!
 //! Every case writes a random snapshot to a temporary directory, loads it with the
-//! real loader (`stq_core::data::load::load`), starts the real sharded, actor-backed engine
+//! real loader (`stq_core::data::load::start`), starts the real sharded, actor-backed engine
 //! (`stq::engine::Engine`) and drives the real HTTP app (`stq::http::app`) in-process.
 //! What it proves, for every generated case:
 //!
@@ -61,8 +61,8 @@ use crate::common;
 
 use stq::engine::Engine;
 use stq::http::{app, AppState};
-use stq_core::data::cursor::CursorKey;
-use stq_core::data::load::{load, LoadOptions, OnInvalid};
+use stq_core::data::load::{start, LoadOptions, OnInvalid, Start};
+use stq_core::data::plan::Settings;
 use stq_core::domain::auth::{hash_token, Tokens};
 use stq_core::domain::query::{Endpoint, Limits};
 use stq_core::domain::record::Kind;
@@ -717,7 +717,7 @@ fn uri(query: &Query, extra: &[String], spelling: &mut Spelling) -> String {
         Kind::Units => Endpoint::Units,
         Kind::Metrics => Endpoint::Metrics,
     };
-    format!("{}?{}", endpoint.path(), params.join("&"))
+    format!("{}?{}", endpoint.spec().path, params.join("&"))
 }
 
 // --- Strategies ---------------------------------------------------------------------------------
@@ -1028,15 +1028,17 @@ impl Server {
         snapshot
             .write(directory.path())
             .map_err(|error| failure("writing the snapshot", error))?;
-        let (generation, report) = load(&LoadOptions {
+        let options = LoadOptions {
             directory: directory.path().to_path_buf(),
             shards,
             on_invalid: OnInvalid::Fail,
             generation: 1,
             threads: 2,
             hot: snapshot.hot,
-        })
-        .map_err(|error| failure("loading the snapshot", error))?;
+        };
+        let Start {
+            generation, report, ..
+        } = start(&options, None, None).map_err(|error| failure("loading the snapshot", error))?;
         prop_assert_eq!(
             report.units,
             snapshot.count(Kind::Units),
@@ -1047,18 +1049,22 @@ impl Server {
             snapshot.count(Kind::Metrics),
             "metric records loaded"
         );
-        let tokens =
-            Tokens::parse(&tokens_file(tokens)).map_err(|error| failure("tokens", error))?;
+        let tokens = tokens_file(tokens)
+            .parse::<Tokens>()
+            .map_err(|error| failure("tokens", error))?;
 
         let engine = Engine::start(
             generation,
             Arc::new(tokens),
-            Limits {
-                max_records,
-                max_stations: 1000,
-                ..Limits::default()
-            },
-            CursorKey::random(),
+            Settings::new(
+                Limits {
+                    max_records,
+                    max_stations: 1000,
+                    ..Limits::default()
+                },
+                None,
+            )
+            .expect("a random cursor key"),
             Default::default(),
         );
         let state = web::Data::new(AppState::new(engine.clone()));

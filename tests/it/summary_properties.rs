@@ -67,8 +67,8 @@ use crate::common::summary::{self as model, Ordered, SummaryQuery};
 
 use stq::engine::Engine;
 use stq::http::{app, AppState};
-use stq_core::data::cursor::CursorKey;
-use stq_core::data::load::{load, LoadOptions, OnInvalid};
+use stq_core::data::load::{start, LoadOptions, OnInvalid};
+use stq_core::data::plan::Settings;
 use stq_core::domain::auth::{hash_token, Tokens};
 use stq_core::domain::query::Limits;
 
@@ -767,7 +767,7 @@ impl Server {
         snapshot
             .write(directory.path())
             .map_err(|error| failure("writing the snapshot", error))?;
-        let (generation, _report) = load(&LoadOptions {
+        let options = LoadOptions {
             directory: directory.path().to_path_buf(),
             shards,
             on_invalid: OnInvalid::Fail,
@@ -777,18 +777,24 @@ impl Server {
             // sealed, so that summaries read both tiers, but for one shard count in
             // four, which keeps every record hot.
             hot: (shards != 3).then_some(std::time::Duration::from_secs(1)),
-        })
-        .map_err(|error| failure("loading the snapshot", error))?;
-        let tokens =
-            Tokens::parse(&tokens_file(tokens)).map_err(|error| failure("tokens", error))?;
+        };
+        let generation = start(&options, None, None)
+            .map_err(|error| failure("loading the snapshot", error))?
+            .generation;
+        let tokens = tokens_file(tokens)
+            .parse::<Tokens>()
+            .map_err(|error| failure("tokens", error))?;
         let engine = Engine::start(
             generation,
             Arc::new(tokens),
-            Limits {
-                max_records,
-                ..Limits::default()
-            },
-            CursorKey::random(),
+            Settings::new(
+                Limits {
+                    max_records,
+                    ..Limits::default()
+                },
+                None,
+            )
+            .expect("a random cursor key"),
             Default::default(),
         )
         .with_pass_results(pass_results.to_vec());

@@ -3,7 +3,7 @@
 //! `cargo run --release -p stq-core --example memory -- DIRECTORY [SHARDS]` loads
 //! DIRECTORY as `stq serve` does and prints, per part of the index, its bytes and
 //! its bytes per record, beside the live heap a counting allocator saw and the
-//! process's RSS. The parts are [`stq_core::data::memory`]'s; the heap not in any
+//! process's RSS. The parts are a [`stq_core::data::MemoryUse`]'s; the heap not in any
 //! part is the loader's leftovers, the catalog and the allocator's own bookkeeping.
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -12,9 +12,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use std::sync::Arc;
 
-use stq_core::data::catalog::Generation;
 use stq_core::data::load::{self, FromStore, LoadOptions, LoadReport, OnInvalid};
-use stq_core::data::shard::ShardData;
+use stq_core::data::Generation;
+use stq_core::data::MemoryUse;
+use stq_core::data::ShardData;
 
 /// The system allocator (what `stq` uses), counting the bytes it has handed out.
 struct Counting;
@@ -72,11 +73,14 @@ fn main() {
         hot,
     };
     let (generation, report) = match std::env::var_os("STQ_MEMORY_STORE") {
-        None => load::load(&options).unwrap_or_else(|error| fail(&error)),
+        None => {
+            let start = load::start(&options, None, None).unwrap_or_else(|error| fail(&error));
+            (start.generation, start.report)
+        }
         Some(store) => with_store(&options, std::path::Path::new(&store)),
     };
     let heap = LIVE.load(Ordering::Relaxed) as u64;
-    let usage = generation.memory_use();
+    let usage = MemoryUse::from(&generation);
     let records = (usage.units + usage.metrics).max(1) as f64;
     let jsonl = report.bytes as f64;
     println!(
@@ -125,11 +129,11 @@ fn with_store(options: &LoadOptions, directory: &std::path::Path) -> (Generation
         load::start(options, Some(directory), None).unwrap_or_else(|error| fail(&error));
     if let Some(why @ (FromStore::Empty | FromStore::NotUsed)) = start.store {
         // Dropped before the start from what it wrote.
-        let (catalog, shards) = start.generation.into_parts();
+        let (catalog, shards) = (start.generation.catalog, start.generation.shards);
         let shards: Vec<Arc<ShardData>> = shards.into_iter().map(Arc::new).collect();
         let mut writer = start.writer.expect("a start from a store has its writer");
         let written = writer
-            .write(&catalog, &shards)
+            .write(&catalog, &shards, false)
             .unwrap_or_else(|error| fail(&error));
         eprintln!("memory: no store to start from ({why:?}): a load wrote it: {written:?}");
         drop((catalog, shards, writer));

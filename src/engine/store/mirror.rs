@@ -43,7 +43,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
-use stq_core::data::store::{holds_its_name, named_files, NamedFile, Remote, MANIFEST};
+use stq_core::data::store::{named_files, NamedFile, MANIFEST};
+use stq_core::data::Remote;
 use stq_objects::{Location, Objects, ObjectsError, S3Settings};
 
 use super::pack;
@@ -719,7 +720,8 @@ impl Fill {
                     Err(error) if error.is_not_found() => None,
                     Err(error) => return Err(error.into()),
                 };
-                let whole = (bytes.as_ref()).filter(|bytes| holds_its_name(name, bytes));
+                let whole = (bytes.as_ref())
+                    .filter(|bytes| file.digest == Some(xxhash_rust::xxh3::xxh3_128(bytes)));
                 if let Some(bytes) = whole {
                     let path = copy.join(name);
                     write_fetched(&path, bytes).map_err(|source| MirrorError::Copy {
@@ -1004,9 +1006,13 @@ mod tests {
     /// A store of the repository's sample snapshot written in `copy`.
     fn written_store(copy: &Path) {
         let start = load::start(&options(), Some(copy), None).unwrap();
-        let (catalog, shards) = start.generation.into_parts();
+        let (catalog, shards) = (start.generation.catalog, start.generation.shards);
         let shards: Vec<_> = shards.into_iter().map(Arc::new).collect();
-        start.writer.unwrap().write(&catalog, &shards).unwrap();
+        start
+            .writer
+            .unwrap()
+            .write(&catalog, &shards, false)
+            .unwrap();
     }
 
     /// What a start from the store in `copy` had from it.
@@ -1103,10 +1109,10 @@ mod tests {
             start.store,
             Some(FromStore::Restored { repaired: 0, .. })
         ));
-        let fresh = load::load(&options()).unwrap().0;
-        let records = |generation: &stq_core::data::catalog::Generation| {
-            let catalog = generation.catalog();
-            (catalog.summary().units, catalog.summary().metrics)
+        let fresh = load::start(&options(), None, None).unwrap().generation;
+        let records = |generation: &stq_core::data::Generation| {
+            let catalog = &generation.catalog;
+            (catalog.summary.units, catalog.summary.metrics)
         };
         assert_eq!(records(&start.generation), records(&fresh));
     }

@@ -38,9 +38,9 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use stq_core::data::catalog::Catalog;
-use stq_core::data::shard::ShardData;
 use stq_core::data::store::StoreWriter;
+use stq_core::data::Catalog;
+use stq_core::data::ShardData;
 
 use crate::newest::Newest;
 use lock::WriterLock;
@@ -106,7 +106,7 @@ pub struct StorePlace {
     pub lock: WriterLock,
     /// With `--store s3://`: what the start reads the blocks of sealed files the
     /// copy holds only the index of through, and the fill that fetches them.
-    pub remote: Option<Arc<dyn stq_core::data::store::Remote>>,
+    pub remote: Option<Arc<dyn stq_core::data::Remote>>,
     pub fill: mirror::Fill,
 }
 
@@ -127,6 +127,7 @@ impl StoreHandle {
             mirror: place.mirror,
             status,
             first: true,
+            whole: false,
             lock: place.lock,
         };
         std::thread::Builder::new()
@@ -150,6 +151,9 @@ struct Writing {
     mirror: Option<Mirror>,
     status: Arc<StoreStatus>,
     first: bool,
+    /// Whether the next write writes every file: this process took the store over
+    /// from another, which may have deleted any since this one's start.
+    whole: bool,
     /// The directory's lock, as this process last found it.
     lock: WriterLock,
 }
@@ -176,7 +180,8 @@ impl Writing {
                 last_ended = Some(Instant::now());
                 continue;
             }
-            match self.writer.write(&catalog, &shards) {
+            let whole = std::mem::take(&mut self.whole);
+            match self.writer.write(&catalog, &shards, whole) {
                 Ok(report) => {
                     let line = format!(
                         "store written: generation {generation}, {} files ({} bytes) written, \
@@ -228,7 +233,7 @@ impl Writing {
             );
             // What the other process deleted since this one's start is not known
             // here: the first write after it writes every file.
-            self.writer.forget();
+            self.whole = true;
         }
         self.lock = lock;
         !self.lock.is_elsewhere()

@@ -32,7 +32,7 @@ use std::os::unix::fs::FileExt as _;
 use std::path::Path;
 use std::time::Duration;
 
-use stq_core::data::store::{holds_its_name, NamedFile};
+use stq_core::data::store::NamedFile;
 use xxhash_rust::xxh3::{xxh3_128, xxh3_64};
 
 /// The table's object name, beside the manifest.
@@ -222,7 +222,7 @@ pub(crate) fn plan(files: &[NamedFile]) -> Vec<Vec<&NamedFile>> {
 /// index to the manifest's checksum of it.
 pub(crate) fn holds(file: &NamedFile, piece: Piece, bytes: &[u8]) -> bool {
     match (piece, file.index) {
-        (Piece::Whole, _) => holds_its_name(&file.name, bytes),
+        (Piece::Whole, _) => file.digest == Some(xxh3_128(bytes)),
         (Piece::Index, Some((_, length, check))) => {
             bytes.len() == length as usize && xxh3_64(bytes) == check
         }
@@ -280,6 +280,10 @@ mod tests {
             index,
             index_file: index.map(|_| format!("{name}.index")),
             station: None,
+            digest: name
+                .split(['-', '.'])
+                .nth(1)
+                .and_then(|hex| u128::from_str_radix(hex, 16).ok()),
         }
     }
 

@@ -1,5 +1,8 @@
 //! A generation: the immutable result of one load. Its catalog lists the stations
-//! in byte order and says where each one lives; its shards hold the records.
+//! in byte order and says where each one lives; its shards hold the records. The
+//! types ([`Generation`], [`Catalog`], [`StationRecords`]) are declared at the
+//! data layer's door (`crate::data`), where the service names them; what they do
+//! is here.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -9,9 +12,9 @@ use crate::data::cursor::RecordIdentity;
 use crate::data::key::{load_order, Position};
 use crate::data::load::files::{FileStatus, SourceState, Stamps, Watched};
 use crate::data::scan::{Matcher, RecordFilter, ScanAnswer, ScanRequest, ShardStation};
-use crate::data::shard::ShardData;
 use crate::data::symbols::Symbols;
 use crate::data::tier::Tier as _;
+use crate::data::{Catalog, Generation, LoadSummary, ShardData, StationRecords};
 use crate::domain::record::{Directions, Kind};
 use crate::domain::time::{Timestamp, Window};
 
@@ -22,46 +25,6 @@ pub(crate) struct Placement {
     pub shard: u32,
     /// The station's index among its shard's stations.
     pub station_index: u32,
-}
-
-/// Every station of a generation and where it lives. A station lives in exactly one
-/// shard.
-#[derive(Debug, Default)]
-pub struct Catalog {
-    pub(crate) generation: u64,
-    /// Station ids in ascending byte order; a station's rank is its index here.
-    pub(crate) stations: Vec<Box<str>>,
-    pub(crate) placements: Vec<Placement>,
-    pub(crate) symbols: Arc<Symbols>,
-    pub(crate) shard_count: usize,
-    pub(crate) summary: LoadSummary,
-    /// Snapshot files' paths relative to the directory, in load order.
-    pub(crate) files: Vec<Box<str>>,
-    /// Each file's ordinal, the first half of its lines' load order: ascending like
-    /// the paths, with gaps a reload can put new files into (see
-    /// `crate::data::load::files`).
-    pub(crate) file_ordinals: Vec<u32>,
-    /// What was read of each file, for the next reload to read only what changed.
-    pub(crate) sources: Vec<SourceState>,
-}
-
-/// What the load that made a generation found, as `/readyz` reports it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct LoadSummary {
-    /// RFC 3339, UTC.
-    pub loaded_at: String,
-    /// Unit records loaded.
-    pub units: u64,
-    /// Metric records loaded.
-    pub metrics: u64,
-    /// Invalid lines skipped (`--on-invalid skip`).
-    pub skipped_lines: u64,
-    /// Last lines without a line end that do not parse yet (docs/api.md section 8).
-    pub pending_lines: u64,
-    /// Files held for invalid lines, which serve what they served before (nothing
-    /// if they never read cleanly): by a reload under `--on-invalid fail` or
-    /// `hold`, or a start-up under `hold` (docs/api.md sections 2 and 8).
-    pub held_files: u64,
 }
 
 impl Catalog {
@@ -115,11 +78,6 @@ impl Catalog {
     /// How many shards the stations are spread over.
     pub(crate) fn shard_count(&self) -> usize {
         self.shard_count
-    }
-
-    /// What the load that made this generation found, for `/readyz`.
-    pub fn summary(&self) -> &LoadSummary {
-        &self.summary
     }
 
     /// What `--watch-poll` looks at: the snapshot directory `snapshots`, its
@@ -233,7 +191,7 @@ impl Catalog {
 
     /// The rank of the station with this id (its index in byte order), if the
     /// generation has it.
-    pub fn rank(&self, station: &str) -> Option<u32> {
+    pub(crate) fn rank(&self, station: &str) -> Option<u32> {
         self.stations
             .binary_search_by(|probe| probe.as_bytes().cmp(station.as_bytes()))
             .ok()
@@ -241,19 +199,7 @@ impl Catalog {
     }
 }
 
-/// An immutable, complete snapshot of the data: what one load produces.
-#[derive(Debug, Default)]
-pub struct Generation {
-    pub(crate) catalog: Arc<Catalog>,
-    pub(crate) shards: Vec<ShardData>,
-}
-
 impl Generation {
-    /// Its catalog: the stations and where each lives.
-    pub fn catalog(&self) -> &Arc<Catalog> {
-        &self.catalog
-    }
-
     /// How many of its records are in sealed blocks.
     pub(crate) fn sealed_records(&self) -> u64 {
         (self.shards.iter().flat_map(|shard| &shard.stations))
@@ -265,11 +211,6 @@ impl Generation {
     #[cfg(test)]
     pub(crate) fn shards(&self) -> &[ShardData] {
         &self.shards
-    }
-
-    /// The catalog, and the shards for the engine to hand out.
-    pub fn into_parts(self) -> (Arc<Catalog>, Vec<ShardData>) {
-        (self.catalog, self.shards)
     }
 
     /// Every station's id and the instant of its newest record, in rank order
@@ -291,20 +232,7 @@ impl Generation {
     }
 }
 
-/// A generation's records read a station at a time: every record of a kind in a
-/// window, in the contract's order, as `stq export` writes them. A query reads
-/// through [`crate::data::plan`] instead.
-pub struct StationRecords<'a> {
-    catalog: &'a Catalog,
-    shards: Vec<&'a ShardData>,
-}
-
 impl<'a> StationRecords<'a> {
-    /// The records of `catalog`'s stations, which `shards` (in shard order) hold.
-    pub fn new(catalog: &'a Catalog, shards: Vec<&'a ShardData>) -> StationRecords<'a> {
-        StationRecords { catalog, shards }
-    }
-
     /// The station of `rank` as its shard's scan names it, and that shard.
     fn station(&self, rank: u32) -> (&'a ShardData, ShardStation) {
         let placement = self.catalog.placement(rank);

@@ -12,8 +12,6 @@
 //! hand fails the same single check, and a cursor can never widen what its token may
 //! see.
 
-use std::path::Path;
-
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
@@ -38,57 +36,6 @@ const TAG_LEN: usize = 16;
 /// The fixed part: version, kind, three instants, the line, two lengths.
 const FIXED_LEN: usize = 1 + 1 + 3 * 12 + 4 + 2 + 2;
 
-/// The key that makes cursors unforgeable: drawn per process, or read from
-/// `--cursor-key-file` so that replicas sharing the file accept each other's.
-#[derive(Clone)]
-pub struct CursorKey(Box<[u8]>);
-
-/// The shortest secret a cursor key file may hold.
-pub(crate) const MINIMUM_KEY_BYTES: usize = 32;
-
-/// Why a secret cannot be a cursor key.
-#[derive(Debug, thiserror::Error)]
-#[error("a cursor key needs at least {MINIMUM_KEY_BYTES} bytes; this one has {length}")]
-struct ShortKey {
-    length: usize,
-}
-
-impl CursorKey {
-    /// A key drawn from the thread's random generator, for a process whose cursors
-    /// need not survive it.
-    pub fn random() -> CursorKey {
-        CursorKey(Box::new(rand::random::<[u8; 32]>()))
-    }
-
-    /// The key the file at `path` holds (`--cursor-key-file`): its whole content,
-    /// at least [`MINIMUM_KEY_BYTES`] long; else why not, naming the file.
-    pub fn read(path: &Path) -> Result<CursorKey, String> {
-        let secret = std::fs::read(path).map_err(|error| {
-            format!(
-                "cannot read the cursor key file {}: {error}",
-                path.display()
-            )
-        })?;
-        CursorKey::from_secret(secret)
-            .map_err(|short| format!("the cursor key file {}: {short}", path.display()))
-    }
-
-    /// A key whose whole content is `secret`, at least [`MINIMUM_KEY_BYTES`] long.
-    fn from_secret(secret: Vec<u8>) -> Result<CursorKey, ShortKey> {
-        if secret.len() < MINIMUM_KEY_BYTES {
-            return Err(ShortKey {
-                length: secret.len(),
-            });
-        }
-        Ok(CursorKey(secret.into_boxed_slice()))
-    }
-
-    #[cfg(test)]
-    pub(crate) fn fixed(byte: u8) -> CursorKey {
-        CursorKey(Box::new([byte; 32]))
-    }
-}
-
 /// A record's identity, the same in every generation and process that loads the
 /// same file: what a cursor names as the last record it returned.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -112,16 +59,19 @@ pub(crate) struct Cursor {
 }
 
 impl Cursor {
-    /// Seals the cursor to `scope`: the normalized filters and token it is valid for.
-    pub(crate) fn encode(&self, key: &CursorKey, scope: &[u8]) -> String {
+    /// Seals the cursor to `scope`, the normalized filters and token it is valid
+    /// for, under `key`: the secret of the service's
+    /// [`CursorKey`](crate::data::plan::CursorKey), which the plan holds.
+    pub(crate) fn encode(&self, key: &[u8], scope: &[u8]) -> String {
         let mut text = self.payload();
         let tag = tag(key, &text, scope);
         text.extend_from_slice(&tag);
         URL_SAFE_NO_PAD.encode(text)
     }
 
-    /// Opens a cursor made for `scope`; anything else is `invalid_cursor`.
-    pub(crate) fn decode(text: &str, key: &CursorKey, scope: &[u8]) -> Result<Cursor, CursorError> {
+    /// Opens a cursor made for `scope` under `key`; anything else is
+    /// `invalid_cursor`.
+    pub(crate) fn decode(text: &str, key: &[u8], scope: &[u8]) -> Result<Cursor, CursorError> {
         let malformed = || CursorError {
             reason: "not a cursor this service issued",
         };
@@ -196,14 +146,14 @@ impl Cursor {
     }
 }
 
-fn mac(key: &CursorKey, payload: &[u8], scope: &[u8]) -> HmacSha256 {
-    let mut mac = HmacSha256::new_from_slice(&key.0).expect("HMAC takes any key length");
+fn mac(key: &[u8], payload: &[u8], scope: &[u8]) -> HmacSha256 {
+    let mut mac = HmacSha256::new_from_slice(key).expect("HMAC takes any key length");
     mac.update(payload);
     mac.update(scope);
     mac
 }
 
-fn tag(key: &CursorKey, payload: &[u8], scope: &[u8]) -> [u8; TAG_LEN] {
+fn tag(key: &[u8], payload: &[u8], scope: &[u8]) -> [u8; TAG_LEN] {
     let full = mac(key, payload, scope).finalize().into_bytes();
     full[..TAG_LEN]
         .try_into()
@@ -282,7 +232,7 @@ mod tests {
 
     #[test]
     fn a_cursor_round_trips_within_its_scope() {
-        let key = CursorKey::fixed(1);
+        let key = [1; 32];
         let text = cursor().encode(&key, b"scope");
         assert!(text
             .bytes()
@@ -292,12 +242,12 @@ mod tests {
 
     #[test]
     fn another_scope_or_key_or_an_edit_is_rejected() {
-        let key = CursorKey::fixed(1);
+        let key = [1; 32];
         let text = cursor().encode(&key, b"scope");
         let rejected =
-            |text: &str, key: &CursorKey, scope: &[u8]| Cursor::decode(text, key, scope).is_err();
+            |text: &str, key: &[u8], scope: &[u8]| Cursor::decode(text, key, scope).is_err();
         assert!(rejected(&text, &key, b"other scope"));
-        assert!(rejected(&text, &CursorKey::fixed(2), b"scope"));
+        assert!(rejected(&text, &[2; 32], b"scope"));
         let mut edited = text.clone().into_bytes();
         edited[10] = if edited[10] == b'A' { b'B' } else { b'A' };
         assert!(rejected(

@@ -9,10 +9,10 @@ use std::ops::Bound;
 use crate::data::key::{Position, RecordKey};
 use crate::data::merge::merge_sorted;
 use crate::data::sealed::{any_remote, is_sealed, prefetch, JsonMemo};
-use crate::data::shard::ShardData;
 use crate::data::station::{MetricEntry, StationData, UnitEntry};
 use crate::data::stored::{RecordJson, StoredRecord};
 use crate::data::symbols::Symbol;
+use crate::data::ShardData;
 use crate::domain::record::Directions;
 use crate::domain::time::{Timestamp, Window};
 

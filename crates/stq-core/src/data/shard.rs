@@ -1,4 +1,5 @@
-//! A shard's stations, and every unit record of the shard once more in one tree in
+//! A shard's stations ([`ShardData`], declared with the data layer's other
+//! types the engine names: `crate::data`), and every unit record of the shard once more in one tree in
 //! the contract's order. A shard is what one shard actor of the engine owns.
 //!
 //! Its stations and its shard-wide tree are reference-counted so that the next
@@ -17,6 +18,7 @@ use itertools::{Either, Itertools as _};
 
 use crate::data::key::{Position, RecordKey};
 use crate::data::station::{StationData, UnitEntry};
+use crate::data::ShardData;
 use crate::domain::record::Kind;
 use crate::domain::time::Window;
 
@@ -48,19 +50,6 @@ const RECENT_SHARE: usize = 16;
 /// In tests, as large as the other: the few records of a test then take both ways.
 #[cfg(test)]
 const RECENT_SHARE: usize = 1;
-
-/// The stations of one shard, in the order the catalog's `Placement::station_index` names.
-#[derive(Debug, Default)]
-pub struct ShardData {
-    pub(crate) generation: u64,
-    pub(crate) stations: Vec<Arc<StationData>>,
-    /// Every unit record of the shard in the contract's order, for queries over many
-    /// of its stations: one range walk instead of a search and a merge per station.
-    /// Those appended since its last whole build are in `recent` instead.
-    pub(crate) units: Arc<ShardUnits>,
-    /// The units of records appended since `units` was built; often empty.
-    pub(crate) recent: Arc<ShardUnits>,
-}
 
 impl ShardData {
     /// The generation this shard's data belongs to.

@@ -43,7 +43,8 @@ pub enum Unauthorized {
 }
 
 /// A tokens file that cannot be used: stq refuses to start, or a reload keeps the
-/// tokens it has.
+/// tokens it has; or that `stq token` left as it was (`Read` and `Invalid` too, of
+/// the file it was to edit, and the variants after them, its own).
 #[derive(Debug, thiserror::Error)]
 pub enum TokensError {
     /// The file could not be read. The cause is part of the message, not a
@@ -62,6 +63,31 @@ pub enum TokensError {
         path: String,
         /// What is wrong with it.
         reason: String,
+    },
+    /// An edit was refused: the name is taken, or unknown.
+    #[error("{path} is unchanged: {refusal}")]
+    Refused {
+        /// The tokens file's path.
+        path: String,
+        /// Why the edit was refused.
+        refusal: String,
+    },
+    /// The file as edited is one `stq serve` would refuse, so it was not written.
+    #[error("the new tokens file: {0}")]
+    Unservable(String),
+    /// The operating system's random generator failed.
+    #[error("the operating system's random generator failed: {0}")]
+    Random(rand::Error),
+    /// The path names no file (`/`, `..`).
+    #[error("{0} names no file")]
+    NoFile(String),
+    /// The new file could not be written beside the old one, or renamed over it.
+    #[error("cannot write the tokens file {path}: {cause}")]
+    Write {
+        /// The tokens file's path.
+        path: String,
+        /// Why it could not be written.
+        cause: std::io::Error,
     },
 }
 
@@ -271,7 +297,8 @@ impl Tokens {
     }
 
     /// Reads the text of a tokens file; the error says what is wrong with it.
-    pub fn parse(text: &str) -> Result<Tokens, String> {
+    /// Outside this crate, `str::parse` (its `FromStr`).
+    pub(crate) fn parse(text: &str) -> Result<Tokens, String> {
         let file: TokensFile = serde_json::from_str(text).map_err(|error| error.to_string())?;
         Tokens::from_file(&file)
     }
@@ -357,6 +384,15 @@ impl Tokens {
     }
 }
 
+/// The text of a tokens file, read as [`Tokens::load`] reads the file's.
+impl std::str::FromStr for Tokens {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Tokens, String> {
+        Tokens::parse(text)
+    }
+}
+
 /// The file at `path` read and checked by `check`; the errors name the file.
 fn read_checked<T>(
     path: &Path,
@@ -372,39 +408,6 @@ fn read_checked<T>(
     })
 }
 
-/// Why `stq token` left the tokens file as it was.
-#[derive(Debug, thiserror::Error)]
-pub enum TokensEditError {
-    /// The file could not be read, or is one `stq serve` would refuse.
-    #[error(transparent)]
-    Tokens(#[from] TokensError),
-    /// The edit was refused: the name is taken, or unknown.
-    #[error("{path} is unchanged: {refusal}")]
-    Refused {
-        /// The tokens file's path.
-        path: String,
-        /// Why the edit was refused.
-        refusal: String,
-    },
-    /// The file as edited is one `stq serve` would refuse, so it was not written.
-    #[error("the new tokens file: {0}")]
-    Invalid(String),
-    /// The operating system's random generator failed.
-    #[error("the operating system's random generator failed: {0}")]
-    Random(rand::Error),
-    /// The path names no file (`/`, `..`).
-    #[error("{0} names no file")]
-    NoFile(String),
-    /// The new file could not be written beside the old one, or renamed over it.
-    #[error("cannot write the tokens file {path}: {cause}")]
-    Write {
-        /// The tokens file's path.
-        path: String,
-        /// Why it could not be written.
-        cause: std::io::Error,
-    },
-}
-
 /// `stq token new`: adds an entry named `name` to the tokens file at `path` (a new
 /// file when there is none) for a new token made of 32 bytes from the operating
 /// system's random generator, and returns the token. The file keeps only its
@@ -415,18 +418,18 @@ pub fn new_token(
     name: String,
     stations: Stations,
     expires: Option<String>,
-) -> Result<String, TokensEditError> {
+) -> Result<String, TokensError> {
     let mut file = match TokensFile::read(path) {
         Ok(file) => file,
         Err(TokensError::Read { cause, .. }) if cause.kind() == std::io::ErrorKind::NotFound => {
             TokensFile::default()
         }
-        Err(error) => return Err(error.into()),
+        Err(error) => return Err(error),
     };
     let mut random = [0u8; 32];
     OsRng
         .try_fill_bytes(&mut random)
-        .map_err(TokensEditError::Random)?;
+        .map_err(TokensError::Random)?;
     let token = file
         .add_token(name, stations, expires, &random)
         .map_err(|refusal| refused(path, &refusal))?;
@@ -436,7 +439,7 @@ pub fn new_token(
 
 /// `stq token revoke`: removes the entry named `name` from the tokens file at
 /// `path`, keeping the others as they were, in their order.
-pub fn revoke_token(path: &Path, name: &str) -> Result<(), TokensEditError> {
+pub fn revoke_token(path: &Path, name: &str) -> Result<(), TokensError> {
     let mut file = TokensFile::read(path)?;
     file.revoke(name)
         .map_err(|refusal| refused(path, &refusal))?;
@@ -467,8 +470,8 @@ pub fn list_tokens(path: &Path, now: Timestamp) -> Result<Vec<[String; 3]>, Toke
     Ok(rows.collect())
 }
 
-fn refused(path: &Path, refusal: &EditError) -> TokensEditError {
-    TokensEditError::Refused {
+fn refused(path: &Path, refusal: &EditError) -> TokensError {
+    TokensError::Refused {
         path: path.display().to_string(),
         refusal: refusal.to_string(),
     }
@@ -477,9 +480,9 @@ fn refused(path: &Path, refusal: &EditError) -> TokensEditError {
 /// Writes `file` to a new file beside `path` and renames it over `path` (over the
 /// file a symbolic link at `path` points to, which stays a link): a server
 /// reloading meanwhile reads the old file or the new one, never half of one.
-fn write_file(path: &Path, file: &TokensFile) -> Result<(), TokensEditError> {
+fn write_file(path: &Path, file: &TokensFile) -> Result<(), TokensError> {
     // Never write a file that `stq serve` would refuse.
-    let json = file.checked_json().map_err(TokensEditError::Invalid)?;
+    let json = file.checked_json().map_err(TokensError::Unservable)?;
     let target = fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
     let directory = match target.parent() {
         Some(parent) if !parent.as_os_str().is_empty() => parent.to_owned(),
@@ -487,11 +490,11 @@ fn write_file(path: &Path, file: &TokensFile) -> Result<(), TokensEditError> {
     };
     let name = target
         .file_name()
-        .ok_or_else(|| TokensEditError::NoFile(path.display().to_string()))?;
+        .ok_or_else(|| TokensError::NoFile(path.display().to_string()))?;
     let mut suffix = [0u8; 8];
     OsRng
         .try_fill_bytes(&mut suffix)
-        .map_err(TokensEditError::Random)?;
+        .map_err(TokensError::Random)?;
     let temporary = directory.join(format!(
         ".{}.{}.tmp",
         name.to_string_lossy(),
@@ -519,7 +522,7 @@ fn write_file(path: &Path, file: &TokensFile) -> Result<(), TokensEditError> {
     })();
     written.map_err(|cause| {
         let _ = fs::remove_file(&temporary);
-        TokensEditError::Write {
+        TokensError::Write {
             path: path.display().to_string(),
             cause,
         }

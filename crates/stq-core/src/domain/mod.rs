@@ -3,7 +3,7 @@
 
 pub mod auth;
 #[cfg(any(test, feature = "checks"))]
-pub mod checks;
+mod checks;
 pub(crate) mod openhtf;
 #[cfg(test)]
 mod parser_properties;

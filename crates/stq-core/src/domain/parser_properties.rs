@@ -36,7 +36,7 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
-use crate::domain::checks::{self, check_line, check_query};
+use crate::domain::checks;
 use crate::domain::query::{Limits, QueryParams};
 use crate::domain::record::{Direction, Directions, Kind};
 use crate::domain::time::{parse_query_time, parse_rfc3339, Timestamp};
@@ -296,7 +296,7 @@ proptest! {
         now in now(),
     ) {
         for kind in [Kind::Units, Kind::Metrics] {
-            check_query(kind, &query, limits, now);
+            kind.check_query(&query, limits, now);
         }
     }
 
@@ -307,7 +307,7 @@ proptest! {
         now in now(),
     ) {
         for kind in [Kind::Units, Kind::Metrics] {
-            check_query(kind, &query, limits, now);
+            kind.check_query(&query, limits, now);
         }
     }
 
@@ -318,7 +318,7 @@ proptest! {
         now in now(),
         kind in kind(),
     ) {
-        check_query(kind, &seed, limits, now);
+        kind.check_query(&seed, limits, now);
     }
 }
 
@@ -583,7 +583,7 @@ proptest! {
                     .expect_err("too many stations");
                 prop_assert_eq!(checks::code(&error), "too_many_stations", "{}", query);
             } else {
-                let params = check_query(request.kind, query, limits, now);
+                let params = request.kind.check_query(query, limits, now);
                 prop_assert_eq!(params.as_ref(), Some(&expected), "{}", query);
             }
         }
@@ -838,8 +838,8 @@ proptest! {
     fn arbitrary_text_never_breaks_the_line_parser(
         line in prop_oneof![any::<String>(), "[{}\\[\\]\":,0-9a-z_ .+-]{0,120}"],
     ) {
-        check_line(Kind::Units, &line);
-        check_line(Kind::Metrics, &line);
+        Kind::Units.check_line(&line);
+        Kind::Metrics.check_line(&line);
     }
 
     #[test]
@@ -850,13 +850,13 @@ proptest! {
         for mutation in &mutations {
             mutate(&mut line, mutation);
         }
-        check_line(Kind::Units, &line);
-        check_line(Kind::Metrics, &line);
+        Kind::Units.check_line(&line);
+        Kind::Metrics.check_line(&line);
     }
 
     #[test]
     fn valid_lines_are_accepted_as_written((kind, line) in valid_line()) {
-        prop_assert!(check_line(kind, &line), "valid line rejected: {}", line);
+        prop_assert!(kind.check_line(&line), "valid line rejected: {}", line);
     }
 
     #[test]
@@ -867,8 +867,8 @@ proptest! {
         for mutation in &mutations {
             mutate(&mut line, mutation);
         }
-        check_line(Kind::Units, &line);
-        check_line(Kind::Metrics, &line);
+        Kind::Units.check_line(&line);
+        Kind::Metrics.check_line(&line);
     }
 
     #[test]
@@ -910,7 +910,7 @@ fn seed_lines_taken_from_snapshots_are_accepted() {
         } else {
             Kind::Metrics
         };
-        assert!(check_line(kind, &line), "{name} rejected");
+        assert!(kind.check_line(&line), "{name} rejected");
         accepted += 1;
     }
     assert!(accepted >= 3, "only {accepted} seeds from snapshots");
@@ -927,10 +927,10 @@ fn deeply_nested_values_are_kept_without_overflowing_the_stack() {
             "[".repeat(depth),
             "]".repeat(depth)
         );
-        assert!(check_line(Kind::Units, &line), "metadata at depth {depth}");
+        assert!(Kind::Units.check_line(&line), "metadata at depth {depth}");
         let line = line.replace("metadata", "unknown");
         assert!(
-            check_line(Kind::Units, &line),
+            Kind::Units.check_line(&line),
             "unknown field at depth {depth}"
         );
     }

@@ -149,8 +149,9 @@ pub struct QueryParams {
     /// default UTC); without a bucket it changes nothing.
     pub(crate) zone: Zone,
     /// How the answer is written (`format`, every endpoint); `None`: not given, so
-    /// the `Accept` header decides. Presentation only: no filter, no cursor scope.
-    pub(crate) format: Option<Format>,
+    /// the `Accept` header decides. Presentation only: no filter, no cursor scope,
+    /// and the one field the HTTP layer reads.
+    pub format: Option<Format>,
 }
 
 /// How an answer is written (docs/api.md section 7).
@@ -226,8 +227,9 @@ impl Endpoint {
 /// each.
 #[derive(Debug)]
 pub struct EndpointSpec {
-    /// Its path, which is also its label in the metrics.
-    pub(crate) path: &'static str,
+    /// Its path, as a request names it (`/units/summary`), which is also its
+    /// label in the metrics.
+    pub path: &'static str,
     /// The query parameters it accepts.
     parameters: &'static [Parameter],
     /// The fields its rows may be grouped by; none for records and `/stations`.
@@ -339,11 +341,6 @@ impl Endpoint {
             Kind::Units => Endpoint::Units,
             Kind::Metrics => Endpoint::Metrics,
         }
-    }
-
-    /// Its path, as a request names it (`/units/summary`).
-    pub fn path(self) -> &'static str {
-        self.spec().path
     }
 
     /// Whether it answers with rows that need a default grouping.
@@ -686,11 +683,6 @@ fn limit(value: &str, limits: &Limits) -> Result<usize, QueryError> {
 }
 
 impl QueryParams {
-    /// `limit`: a page's size; `None` answers every record at once.
-    pub fn limit(&self) -> Option<usize> {
-        self.limit
-    }
-
     /// Summaries only: the names of the row's group fields, in the order given,
     /// each once.
     pub(crate) fn group_names(&self) -> impl Iterator<Item = &'static str> + '_ {
@@ -701,12 +693,6 @@ impl QueryParams {
     /// `bucket_start`.
     pub(crate) fn has_bucket(&self) -> bool {
         self.bucket.is_some()
-    }
-
-    /// How the answer is written (`format`); `None`: not given, so the `Accept`
-    /// header decides.
-    pub fn format(&self) -> Option<Format> {
-        self.format
     }
 
     /// The window of docs/api.md section 5, with `now` the time the request arrived,
@@ -906,10 +892,11 @@ mod tests {
             }
         };
         for endpoint in Endpoint::ALL {
+            let path = endpoint.spec().path;
             let same_path = Endpoint::ALL
                 .iter()
-                .filter(|other| other.path() == endpoint.path());
-            assert_eq!(same_path.count(), 1, "{}", endpoint.path());
+                .filter(|other| other.spec().path == path);
+            assert_eq!(same_path.count(), 1, "{path}");
             let spec = endpoint.spec();
             let (parameters, group_fields) = contract(endpoint);
             for name in [
@@ -1281,7 +1268,7 @@ mod tests {
 
     #[test]
     fn an_empty_or_reversed_window_is_invalid() {
-        let now = Timestamp::now();
+        let now = Timestamp::from(chrono::Utc::now());
         let same = units("from=2024-01-01T00:00:00Z&to=2024-01-01T01:00:00+01:00").unwrap();
         assert_eq!(code(same.window(now, None)), "invalid_window");
         let reversed = units("from=2024-01-02T00:00:00Z&to=2024-01-01T00:00:00Z").unwrap();

@@ -34,14 +34,23 @@ pub struct Window {
 /// Seconds in the default window (docs/api.md section 5).
 pub(crate) const DAY_SECONDS: i64 = 24 * 60 * 60;
 
+impl Window {
+    /// The whole time line: every instant a timestamp holds, from the earliest,
+    /// but the latest, which is `to` (the first instant after a window).
+    pub const ALL: Window = Window {
+        from: Timestamp::MIN,
+        to: Timestamp::MAX,
+    };
+}
+
 impl Timestamp {
     /// The earliest instant a timestamp holds.
-    pub const MIN: Timestamp = Timestamp {
+    pub(crate) const MIN: Timestamp = Timestamp {
         seconds: i64::MIN,
         nanos: 0,
     };
     /// The latest instant a timestamp holds.
-    pub const MAX: Timestamp = Timestamp {
+    pub(crate) const MAX: Timestamp = Timestamp {
         seconds: i64::MAX,
         nanos: 999_999_999,
     };
@@ -55,17 +64,8 @@ impl Timestamp {
         }
     }
 
-    /// The system clock's current instant.
-    pub fn now() -> Timestamp {
-        let now = Utc::now();
-        Timestamp {
-            seconds: now.timestamp(),
-            nanos: now.timestamp_subsec_nanos(),
-        }
-    }
-
     /// This instant moved by whole seconds, saturating at the ends of the time line.
-    pub fn add_seconds(self, seconds: i64) -> Timestamp {
+    pub(crate) fn add_seconds(self, seconds: i64) -> Timestamp {
         Timestamp {
             seconds: self.seconds.saturating_add(seconds),
             nanos: self.nanos,
@@ -84,6 +84,17 @@ impl Timestamp {
         match DateTime::<Utc>::from_timestamp(self.seconds, 0) {
             Some(time) => time.to_rfc3339_opts(SecondsFormat::Secs, true),
             None => format!("{}s since the Unix epoch", { self.seconds }),
+        }
+    }
+}
+
+/// The instant a UTC date-time names: `Timestamp::from(Utc::now())` is the system
+/// clock's current instant.
+impl From<DateTime<Utc>> for Timestamp {
+    fn from(time: DateTime<Utc>) -> Timestamp {
+        Timestamp {
+            seconds: time.timestamp(),
+            nanos: time.timestamp_subsec_nanos(),
         }
     }
 }
@@ -123,10 +134,21 @@ pub fn duration_text(duration: std::time::Duration) -> String {
     format!("{nanos}ns")
 }
 
+/// An RFC 3339 section 5.6 date-time as the contract restricts it (docs/api.md
+/// section 4), read by [`parse_rfc3339`].
+impl std::str::FromStr for Timestamp {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Timestamp, String> {
+        parse_rfc3339(text).ok_or_else(|| format!("not an RFC 3339 date-time: {text:?}"))
+    }
+}
+
 /// Parses an RFC 3339 section 5.6 date-time as the contract restricts it.
+/// Outside this crate, `str::parse` (its `FromStr`).
 ///
 /// Returns `None` for anything outside the grammar or the calendar.
-pub fn parse_rfc3339(text: &str) -> Option<Timestamp> {
+pub(crate) fn parse_rfc3339(text: &str) -> Option<Timestamp> {
     let bytes = text.as_bytes();
     // The shortest valid form is `YYYY-MM-DDTHH:MM:SSZ`.
     if bytes.len() < 20 {

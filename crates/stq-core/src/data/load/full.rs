@@ -14,10 +14,11 @@ use super::build::{self, StationBuilder};
 use super::files::{self, SnapshotFile, SourceState};
 use super::read::{self, LoadState, Split};
 use super::{LoadError, LoadOptions, LoadReport, OnInvalid};
-use crate::data::catalog::{Catalog, Generation, LoadSummary, Placement};
-use crate::data::shard::ShardData;
+use crate::data::catalog::Placement;
 use crate::data::symbols::Symbols;
 use crate::data::threads;
+use crate::data::ShardData;
+use crate::data::{Catalog, Generation, LoadSummary};
 
 /// Loads a snapshot directory into a generation spread over `options.shards` shards.
 pub(crate) fn load(options: &LoadOptions) -> Result<(Generation, LoadReport), LoadError> {

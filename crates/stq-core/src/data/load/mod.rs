@@ -12,14 +12,14 @@
 //!
 //! The callers: [`full`] (start-up, `stq check`, and a reload that cannot build on
 //! the previous generation) reads every file; [`reload`] reads what changed and
-//! shares the rest; [`start`] makes a server's first generation, from the store
+//! shares the rest; [`start`] makes a process's first generation, from the store
 //! through [`reload`] when it can, else through [`full`]. No module here imports one that imports it back: [`files`]
 //! (which the catalog keeps) imports only [`format`] and this module, [`format`]
 //! nothing of loading, and only [`full`] and [`reload`] import the catalog.
 //!
 //! This module is the front door: what a load is asked (its options), what it
-//! answers (its report, its errors), the four ways in ([`load`], [`check`],
-//! [`reload_looking`], [`start`]) and `--watch-poll`'s looks ([`watch`]) are
+//! answers (its report, its errors), the three ways in ([`start`], [`check`],
+//! [`reload_looking`]) and `--watch-poll`'s looks ([`watch`]) are
 //! declared here, so that the service names each of them once and none of the
 //! steps (what `/files` says of a file is the catalog's `files_json`).
 
@@ -32,6 +32,8 @@ mod reload;
 mod start;
 
 #[cfg(test)]
+pub(crate) use full::load;
+#[cfg(test)]
 pub(crate) use reload::{load_from_store, reload};
 
 use std::collections::BTreeSet;
@@ -41,15 +43,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::data::catalog::{Catalog, Generation};
-use crate::data::shard::ShardData;
-use crate::data::store::{Remote, StoreWriter};
+use crate::data::store::StoreWriter;
+use crate::data::Remote;
+use crate::data::ShardData;
+use crate::data::{Catalog, Generation};
 use crate::domain::record::Kind;
-
-/// Loads a snapshot directory into a generation spread over `options.shards` shards.
-pub fn load(options: &LoadOptions) -> Result<(Generation, LoadReport), LoadError> {
-    full::load(options)
-}
 
 /// Validates every line without building an index (`stq check`).
 pub fn check(directory: &Path, threads: usize) -> Result<LoadReport, LoadError> {
@@ -58,36 +56,32 @@ pub fn check(directory: &Path, threads: usize) -> Result<LoadReport, LoadError> 
 
 /// Builds the generation after `previous` (whose shards are `shards`) from what
 /// changed in the directory since `previous` was read, looking for changes only
-/// where `look` says, as `options` say; what it serves is what [`full::load`] of
-/// the same files would serve. The report counts what this reload read, and the
-/// totals of the data it holds.
+/// where `look` says, as `options` say; what it serves is what [`start`] without
+/// a store would of the same files. The stations of `repair` (none, as a rule) are read
+/// again from their snapshot files, and then every file is looked at: their
+/// store files were found damaged after the start used them (an `s3://` store's
+/// object that fails its checksum once fetched whole, issue 35). The report
+/// counts what this reload read, and the totals of the data it holds.
 pub fn reload_looking(
     previous: &Catalog,
     shards: &[Arc<ShardData>],
     options: &LoadOptions,
     look: &Look,
+    repair: &BTreeSet<String>,
 ) -> Result<(Generation, LoadReport), LoadError> {
-    reload::reload_looking(previous, shards, options, look)
+    match repair.is_empty() {
+        true => reload::reload_looking(previous, shards, options, look),
+        false => reload::repair(previous, shards, repair, options),
+    }
 }
 
-/// The generation after `previous` (whose shards are `shards`) in which
-/// `stations` are read again from the snapshot files, with whatever else changed:
-/// their store files were found damaged after the start used them (an `s3://`
-/// store's object that fails its checksum once fetched whole, issue 35).
-pub fn repair(
-    previous: &Catalog,
-    shards: &[Arc<ShardData>],
-    stations: &BTreeSet<String>,
-    options: &LoadOptions,
-) -> Result<(Generation, LoadReport), LoadError> {
-    reload::repair(previous, shards, stations, options)
-}
-
-/// A server's first generation (docs/api.md section 12). With `store` (a
-/// directory), from the generation written there for these options, rebuilt and
-/// then reloaded, so that it reads only the snapshot files that changed since
-/// and serves what [`load`] of the same files would; else, as without `store`,
-/// from every file: when the store is empty or cannot be used (logged, as is
+/// A process's first generation, loaded from the snapshot directory
+/// `options.directory` into `options.shards` shards: from every file (`stq
+/// export`, and `stq serve` without `--store`); with `store` (a directory,
+/// docs/api.md section 12), from the generation written there for these
+/// options, rebuilt and then reloaded, so that it reads only the snapshot files
+/// that changed since and serves what a start without it would; else, as without
+/// `store`, from every file: when the store is empty or cannot be used (logged, as is
 /// each damaged station, whose files are read again), or when a start under
 /// `--on-invalid fail` would meet invalid lines (in the store's history or in
 /// what changed; it then refuses to start as a start without a store does), or
@@ -103,7 +97,7 @@ pub fn start(
     start::start(options, store, remote)
 }
 
-/// A server's first generation, as [`start`] made it.
+/// A first generation, as [`start`] made it.
 pub struct Start {
     /// The generation.
     pub generation: Generation,
@@ -165,8 +159,8 @@ pub fn watch(
     move || watched.look()
 }
 
-/// How many invalid lines a file's state keeps, and a refused start-up prints.
-pub const INVALID_LINES_SHOWN: usize = 20;
+/// How many invalid lines a file's state keeps, which `/files` shows.
+pub(crate) const INVALID_LINES_SHOWN: usize = 20;
 
 /// What to do with an invalid line (docs/api.md section 2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -268,7 +262,7 @@ pub struct LoadReport {
 
 impl LoadReport {
     /// Records loaded, units and metrics.
-    pub fn records(&self) -> u64 {
+    pub(crate) fn records(&self) -> u64 {
         self.units + self.metrics
     }
 

@@ -76,15 +76,17 @@ use super::format;
 use super::full;
 use super::read::{self, LoadState, SharedSymbols};
 use super::{LoadError, LoadOptions, LoadReport, Look, OnInvalid};
-use crate::data::catalog::{Catalog, Generation, Placement};
+use crate::data::catalog::Placement;
 use crate::data::hot::Hot;
 use crate::data::key::{Position, RecordKey};
 use crate::data::sealed::SEALED;
-use crate::data::shard::{shard_unit, Origin, ShardData, ShardUnit};
+use crate::data::shard::{shard_unit, Origin, ShardUnit};
 use crate::data::station::{StationData, UnitEntry};
 use crate::data::store::Restored;
 use crate::data::symbols::Symbols;
 use crate::data::threads;
+use crate::data::ShardData;
+use crate::data::{Catalog, Generation};
 
 /// [`reload_looking`] with a look at everything.
 pub(crate) fn reload(

@@ -13,8 +13,8 @@ use super::files::{self, discover, FileStatus, Start};
 use super::full::load_with;
 use super::read::{read_all_into, LoadState, Split};
 use super::*;
-use crate::data::catalog::{Generation, LoadSummary};
 use crate::data::key::RecordKey;
+use crate::data::{Generation, LoadSummary};
 use crate::domain::record::Kind;
 
 /// A fresh directory under the system's temporary directory, removed when dropped.
@@ -78,7 +78,7 @@ fn options(directory: &TempDirectory, on_invalid: OnInvalid) -> LoadOptions {
 /// Every record of a generation as (file index in path order, line, response
 /// JSON), in load order.
 fn records(generation: &Generation) -> Vec<(u32, u32, Value)> {
-    let catalog = generation.catalog();
+    let catalog = &generation.catalog;
     let mut found = Vec::new();
     for rank in 0..catalog.stations().len() {
         let placement = catalog.placement(rank as u32);
@@ -142,7 +142,7 @@ fn openhtf_files_load_in_path_order_beside_json_lines() {
         ]
     );
     assert_eq!(
-        generation.catalog().files,
+        generation.catalog.files,
         [
             "a/first.units.jsonl".into(),
             "a/passing.openhtf.json".into(),
@@ -249,7 +249,7 @@ fn a_bad_openhtf_file_is_one_invalid_line() {
     let (generation, report) = load(&options(&directory, OnInvalid::Skip)).unwrap();
     assert_eq!(report.invalid.len(), 4);
     assert_eq!((report.units, report.metrics), (2, 14));
-    assert_eq!(generation.catalog().summary().skipped_lines, 4);
+    assert_eq!(generation.catalog.summary.skipped_lines, 4);
     for file in &report.files {
         let good = file.path.ends_with("good.openhtf.json");
         assert_eq!(file.invalid, u64::from(!good), "{}", file.path);
@@ -353,7 +353,7 @@ fn everything(
     generation: &Generation,
     report: &LoadReport,
 ) -> (Vec<(u32, u32, Value)>, Vec<String>) {
-    let catalog = generation.catalog();
+    let catalog = &generation.catalog;
     let symbols = catalog.symbols();
     let text = |symbol| symbols.text(symbol);
     let mut entries = Vec::new();
@@ -392,7 +392,7 @@ fn everything(
     entries.push(format!("{report:?}"));
     let summary = LoadSummary {
         loaded_at: String::new(),
-        ..catalog.summary().clone()
+        ..catalog.summary.clone()
     };
     entries.push(format!("{summary:?}"));
     entries.push(format!("{:?}", catalog.sources));
@@ -600,7 +600,7 @@ fn issue_22_a_load_seals_while_reading_and_builds_the_same() {
 /// Every record of a generation as (its file's relative path, line, response JSON),
 /// in load order: comparable between loads that number their files otherwise.
 fn records_by_path(generation: &Generation) -> Vec<(String, u32, Value)> {
-    let files = &generation.catalog().files;
+    let files = &generation.catalog.files;
     (records(generation).into_iter())
         .map(|(file, line, json)| (files[file as usize].to_string(), line, json))
         .collect()
@@ -654,7 +654,7 @@ fn issue_34_hold_starts_without_the_files_with_invalid_lines() {
     assert_eq!(report.held, std::slice::from_ref(&broken.display));
     assert_eq!(report.invalid.len(), 1, "{:?}", report.invalid);
     assert!(report.sealed > 0, "records were sealed");
-    let summary = generation.catalog().summary();
+    let summary = &generation.catalog.summary;
     assert_eq!((summary.held_files, summary.skipped_lines), (1, 0));
 
     // The same files but the broken one, loaded whole.
@@ -673,17 +673,17 @@ fn issue_34_hold_starts_without_the_files_with_invalid_lines() {
     let served = records_by_path(&generation);
     assert!(served.iter().all(|(path, _, _)| *path != broken.relative));
     assert!(served == records_by_path(&clean), "the records differ");
-    let clean_summary = clean.catalog().summary();
+    let clean_summary = &clean.catalog.summary;
     assert_eq!(
         (
             summary.units,
             summary.metrics,
-            generation.catalog().stations().len()
+            generation.catalog.stations().len()
         ),
         (
             clean_summary.units,
             clean_summary.metrics,
-            clean.catalog().stations().len()
+            clean.catalog.stations().len()
         )
     );
     assert_eq!(
@@ -691,7 +691,7 @@ fn issue_34_hold_starts_without_the_files_with_invalid_lines() {
         (summary.units, summary.metrics)
     );
 
-    let statuses: Vec<FileStatus> = generation.catalog().file_statuses().collect();
+    let statuses: Vec<FileStatus> = generation.catalog.file_statuses().collect();
     assert_eq!(statuses.len(), files.len());
     for status in &statuses {
         let held = status.path == broken.relative;
@@ -754,7 +754,7 @@ fn issue_34_a_file_shows_its_first_twenty_invalid_lines() {
     directory.write("a.units.jsonl", text.as_bytes());
     let options = options(&directory, OnInvalid::Skip);
     let (generation, _) = load_with(&options, SMALL).unwrap();
-    let status = generation.catalog().file_statuses().next().unwrap();
+    let status = generation.catalog.file_statuses().next().unwrap();
     assert_eq!(
         (status.held, status.records, status.skipped_lines),
         (false, 30, 30)

@@ -1,9 +1,11 @@
 //! An [`Answer`] written in the format asked for (docs/api.md section 7): its
-//! elements as the inside of the envelope's `data` array (records' stored parts
-//! or a summary's rendered rows, copied comma-separated), or as CSV
+//! elements as the envelope's `data` array (records' stored parts or a summary's
+//! rendered rows, copied comma-separated), or as CSV
 //! ([`super::csv`]). The envelope around `data` (`message`, `meta`) and the
 //! headers each format adds are the HTTP layer's; what an answer holds is this
 //! module's alone, so that the HTTP layer names no page, row or record part.
+
+use std::ops::Range;
 
 use super::csv;
 use super::{Answer, Elements};
@@ -18,33 +20,36 @@ impl Answer {
         }
     }
 
-    /// The next page's cursor; `None` on the last page, without `limit`, and for
-    /// a summary's rows, which are never paged.
-    pub fn next_cursor(&self) -> Option<&str> {
+    /// The next page's cursor as the envelope's `meta.next_cursor` says it: without
+    /// `limit` (and for a summary's rows, which are never paged) `None`; with it,
+    /// the cursor, or `Some(None)` on the last page.
+    pub fn next_cursor(&self) -> Option<Option<&str>> {
         match &self.0 {
-            Elements::Page(page) => page.next_cursor(),
+            Elements::Page(page) => page.paged().then(|| page.next_cursor()),
             Elements::Rows(_) => None,
         }
     }
 
-    /// The length of its elements' JSON, all told, known before any is written:
-    /// what a body is sized by.
-    pub fn json_bytes(&self) -> usize {
-        match &self.0 {
+    /// A body of `prefix`, then its elements' JSON in an array, comma-separated:
+    /// the envelope's `data`. The body is sized once, before anything is written,
+    /// for all of that and `room` bytes more (what follows the array); also
+    /// returns where the array lies in it.
+    pub fn json(&self, prefix: &[u8], room: usize) -> (Vec<u8>, Range<usize>) {
+        // Every element's length is known before any is written.
+        let bytes: usize = match &self.0 {
             Elements::Page(page) => page.json_bytes(),
             Elements::Rows(rows) => rows.rows().map(<[u8]>::len).sum(),
-        }
-    }
-
-    /// Appends its elements' JSON, comma-separated: what the envelope's `data`
-    /// array holds.
-    pub fn write_json(&self, body: &mut Vec<u8>) {
+        };
+        let mut body = Vec::with_capacity(bytes + self.count() + room);
+        body.extend_from_slice(prefix);
+        let start = body.len();
+        body.push(b'[');
         match &self.0 {
             Elements::Page(page) => page.each_record(|index, parts| {
                 if index > 0 {
                     body.push(b',');
                 }
-                parts.write_to(body);
+                parts.write_to(&mut body);
             }),
             Elements::Rows(rows) => {
                 for (index, row) in rows.rows().enumerate() {
@@ -55,6 +60,9 @@ impl Answer {
                 }
             }
         }
+        body.push(b']');
+        let data = start..body.len();
+        (body, data)
     }
 
     /// The CSV header row's names of an answer of `endpoint` to `params`: the

@@ -11,20 +11,22 @@
 //! sealed to (`scope`): every filter of the query, so that a new filter cannot be
 //! left out of it.
 //!
-//! - this module: the [`Request`], the [`Plan`] and the planning, the errors;
+//! - this module: the [`Request`], the [`Plan`] and the planning, the errors,
+//!   and the [`Settings`] with the [`CursorKey`] pages are sealed with;
 //! - [`shard`]: what one shard is asked and answers;
 //! - [`page`]: the merge of the shards' answers, the page and its cursor, and the
 //!   reading of a page's records that every answer format goes through;
 //! - [`answer`]: the [`Answer`] written as the envelope's `data` or as CSV
 //!   ([`csv`]), so that the HTTP layer names no page, row or record part.
 
+use std::path::Path;
 use std::sync::Arc;
 
-use crate::data::catalog::Catalog;
-use crate::data::cursor::{Cursor, CursorError, CursorKey};
+use crate::data::cursor::{Cursor, CursorError};
 use crate::data::key::Position;
 use crate::data::scan::{Matcher, RecordFilter};
 use crate::data::summary::{self, Grouping, MetricQuestion, Rows, UnitQuestion};
+use crate::data::Catalog;
 use crate::domain::auth::{Principal, Scope};
 use crate::domain::query::{Endpoint, Limits, QueryError, QueryParams};
 use crate::domain::record::Kind;
@@ -58,9 +60,75 @@ pub struct Settings {
     /// `--max-records` and the other limits of a query.
     pub limits: Limits,
     /// What cursors are sealed with.
-    pub cursor_key: CursorKey,
+    pub(crate) cursor_key: CursorKey,
     /// `--pass-results`: the `result` values that count as a pass in summaries.
     pub pass_results: Vec<String>,
+}
+
+impl Settings {
+    /// The settings of `limits`, with `pass` the only result that passes, and
+    /// cursors sealed with the key the file `cursor_key_file` holds
+    /// (`--cursor-key-file`), or without one a key drawn for this process; else
+    /// why the file holds no key, naming it.
+    pub fn new(limits: Limits, cursor_key_file: Option<&Path>) -> Result<Settings, String> {
+        Ok(Settings {
+            limits,
+            cursor_key: CursorKey::new(cursor_key_file)?,
+            pass_results: vec!["pass".to_owned()],
+        })
+    }
+}
+
+/// The key that makes cursors unforgeable: drawn per process, or read from
+/// `--cursor-key-file` so that replicas sharing the file accept each other's.
+/// Held by the [`Settings`], with which it is declared; the cursors
+/// (`crate::data::cursor`) take its secret.
+#[derive(Clone)]
+pub(crate) struct CursorKey(Box<[u8]>);
+
+/// The shortest secret a cursor key file may hold.
+const MINIMUM_KEY_BYTES: usize = 32;
+
+/// Why a secret cannot be a cursor key.
+#[derive(Debug, thiserror::Error)]
+#[error("a cursor key needs at least {MINIMUM_KEY_BYTES} bytes; this one has {length}")]
+struct ShortKey {
+    length: usize,
+}
+
+impl CursorKey {
+    /// The key the file `file` holds (`--cursor-key-file`): its whole content, at
+    /// least [`MINIMUM_KEY_BYTES`] long; else why not, naming the file. Without a
+    /// file, a key drawn from the thread's random generator, for a process whose
+    /// cursors need not survive it.
+    pub(crate) fn new(file: Option<&Path>) -> Result<CursorKey, String> {
+        let Some(path) = file else {
+            return Ok(CursorKey(Box::new(rand::random::<[u8; 32]>())));
+        };
+        let secret = std::fs::read(path).map_err(|error| {
+            format!(
+                "cannot read the cursor key file {}: {error}",
+                path.display()
+            )
+        })?;
+        CursorKey::from_secret(secret)
+            .map_err(|short| format!("the cursor key file {}: {short}", path.display()))
+    }
+
+    /// A key whose whole content is `secret`, at least [`MINIMUM_KEY_BYTES`] long.
+    fn from_secret(secret: Vec<u8>) -> Result<CursorKey, ShortKey> {
+        if secret.len() < MINIMUM_KEY_BYTES {
+            return Err(ShortKey {
+                length: secret.len(),
+            });
+        }
+        Ok(CursorKey(secret.into_boxed_slice()))
+    }
+
+    #[cfg(test)]
+    pub(crate) fn fixed(byte: u8) -> CursorKey {
+        CursorKey(Box::new([byte; 32]))
+    }
 }
 
 /// A request planned against one generation's catalog: which stations, and what
@@ -133,6 +201,8 @@ enum Elements {
 pub(crate) struct Page {
     parts: Vec<page::Part>,
     hits: Vec<page::PartHit>,
+    /// Whether the query asked for pages (`limit`).
+    paged: bool,
     next_cursor: Option<String>,
 }
 
@@ -270,7 +340,7 @@ fn records(
         .map(|_| scope::cursor_scope(kind, params, principal));
     let (window, after) = match (&params.cursor, &scope) {
         (Some(text), Some(scope)) => {
-            let cursor = Cursor::decode(text, &settings.cursor_key, scope)?;
+            let cursor = Cursor::decode(text, &settings.cursor_key.0, scope)?;
             if cursor.kind != kind {
                 return Err(CursorError {
                     reason: "it belongs to another endpoint",

@@ -10,13 +10,13 @@ use super::{
     Answer, Elements, Page, Plan, PlanError, Question, RecordQuestion, Refusal, Settings,
     ShardAnswer,
 };
-use crate::data::catalog::Catalog;
 use crate::data::cursor::Cursor;
 use crate::data::merge::merge_sorted;
 use crate::data::scan::{Hit, SealedJson};
-use crate::data::shard::ShardData;
 use crate::data::stored::{Parts, RecordJson};
 use crate::data::summary::{PartialSummary, Question as Summary, Rows};
+use crate::data::Catalog;
+use crate::data::ShardData;
 
 /// One shard's reply: its data, and the blocks of its hits that are sealed records.
 #[derive(Debug)]
@@ -107,6 +107,7 @@ fn merge_records(answers: Vec<ShardAnswer>, cap: usize) -> Result<Page, PlanErro
     Ok(Page {
         hits: merge_sorted(streams, cap),
         parts,
+        paged: false,
         next_cursor: None,
     })
 }
@@ -149,6 +150,7 @@ impl Page {
         settings: &Settings,
     ) -> Result<Page, Refusal> {
         let max_records = settings.limits.max_records;
+        self.paged = question.limit.is_some();
         self.next_cursor = match question.limit {
             None if self.hits.len() > max_records => {
                 return Err(Refusal::ResultTooLarge { max_records })
@@ -171,7 +173,7 @@ impl Page {
                     .scope
                     .as_deref()
                     .expect("paged queries have a cursor scope");
-                Some(cursor.encode(&settings.cursor_key, scope))
+                Some(cursor.encode(&settings.cursor_key.0, scope))
             }
             Some(_) => None,
         };
@@ -194,6 +196,12 @@ impl Page {
     /// The next page's cursor; `None` on the last page or without `limit`.
     pub(crate) fn next_cursor(&self) -> Option<&str> {
         self.next_cursor.as_deref()
+    }
+
+    /// Whether the query asked for pages (`limit`): then a page without a next
+    /// cursor is the last.
+    pub(crate) fn paged(&self) -> bool {
+        self.paged
     }
 
     /// Hands each record's parts, in order, to `write`, with its index.

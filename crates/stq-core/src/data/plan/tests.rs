@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::*;
 use crate::data::load::{load, LoadOptions, OnInvalid};
-use crate::data::shard::ShardData;
+use crate::data::ShardData;
 use crate::domain::auth::{hash_token, Tokens};
 use crate::domain::query::parse;
 use crate::domain::time::parse_rfc3339;
@@ -43,7 +43,7 @@ fn generation(shards: usize) -> (Arc<Catalog>, Vec<Arc<ShardData>>) {
         hot: None,
     })
     .unwrap();
-    let (catalog, shards) = generation.into_parts();
+    let (catalog, shards) = (generation.catalog, generation.shards);
     (catalog, shards.into_iter().map(Arc::new).collect())
 }
 

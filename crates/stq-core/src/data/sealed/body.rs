@@ -26,6 +26,8 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 use xxhash_rust::xxh3::xxh3_64;
 
+use crate::data::Remote;
+
 /// Reads of block parts from store files since the process started, and their bytes.
 static READS: AtomicU64 = AtomicU64::new(0);
 static READ_BYTES: AtomicU64 = AtomicU64::new(0);
@@ -49,15 +51,6 @@ pub(crate) fn store_reads() -> (u64, u64) {
         READS.load(Ordering::Relaxed),
         READ_BYTES.load(Ordering::Relaxed),
     )
-}
-
-/// Where the store's files are fetched from when its directory does not hold them
-/// (an `s3://` store's bucket, issue 35): a start from a copy that holds only the
-/// sealed files' indexes reads their blocks by range until the whole file is in
-/// the copy. The service supplies it, so that this crate stays free of the network.
-pub trait Remote: Send + Sync + std::fmt::Debug {
-    /// The bytes of the file `name` in `range`.
-    fn read(&self, name: &str, range: Range<u64>) -> std::io::Result<Vec<u8>>;
 }
 
 /// A store file that blocks are read from, open for as long as a block points at

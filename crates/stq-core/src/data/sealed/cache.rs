@@ -34,7 +34,9 @@ use std::sync::LazyLock;
 use lru::LruCache;
 use parking_lot::Mutex;
 
-/// What the cache reports (the admin listener's `/metrics`).
+/// What the cache reports (the admin listener's `/metrics`): `pub` for
+/// [`crate::data::cache_stats`], which returns it, and named by no path
+/// outside this crate.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CacheStats {
     /// Reads of block parts from store files (issue 32).

@@ -6,9 +6,9 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
 use super::*;
-use crate::data::catalog::Generation;
 use crate::data::load::{load, LoadOptions, OnInvalid};
 use crate::data::station::StationData;
+use crate::data::Generation;
 
 /// 2026-11-24T00:00:00Z.
 const START: i64 = 1_795_478_400;
@@ -275,7 +275,7 @@ fn issue_22_dropping_whole_blocks_keeps_the_first_and_last_record() {
     let both = loaded_files(&[("a", &early), ("b", &late)], hot);
     let only_late = loaded_files(&[("b", &late)], hot);
     // `a.metrics` and `a.units` are the first two files in path order.
-    let last_of_a = both.catalog().file_ordinals[1];
+    let last_of_a = both.catalog.file_ordinals[1];
     let sealed = &station(&both).sealed;
     let kept = sealed
         .without(&|order| (order >> 32) as u32 <= last_of_a, &|lowest, _| {

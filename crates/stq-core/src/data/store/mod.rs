@@ -56,8 +56,6 @@
 
 pub(crate) mod codec;
 
-pub use crate::data::sealed::body::Remote;
-
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
 use std::io::{self, Read as _, Write as _};
@@ -67,15 +65,17 @@ use std::time::{Duration, Instant};
 
 use xxhash_rust::xxh3::{xxh3_128, xxh3_64};
 
-use crate::data::catalog::{Catalog, Placement};
+use crate::data::catalog::Placement;
 use crate::data::hot::{Hot, Layer, Trees};
 use crate::data::load::files::SourceState;
 use crate::data::sealed::{index_region, Layout, Region, Sealed, StoreFile};
-use crate::data::shard::ShardData;
 use crate::data::station::StationData;
 use crate::data::symbols::run::{self, Run};
 use crate::data::symbols::{Symbol, Symbols};
 use crate::data::threads;
+use crate::data::Catalog;
+use crate::data::Remote;
+use crate::data::ShardData;
 
 /// The manifest's name in the store's directory.
 pub const MANIFEST: &str = "MANIFEST";
@@ -575,6 +575,9 @@ pub struct NamedFile {
     pub name: String,
     /// Its length in bytes.
     pub length: u64,
+    /// The XXH3-128 of its bytes, which its name holds (as every name the store
+    /// writes does): a copy fetched whole is the file when its bytes have it.
+    pub digest: Option<u128>,
     /// For a sealed file (in a manifest of this format): where its index begins,
     /// its length and its XXH3-64, which a start reads without the rest.
     pub index: Option<(u64, u32, u64)>,
@@ -593,6 +596,7 @@ pub fn named_files(manifest: &[u8]) -> Result<Vec<NamedFile>, String> {
     let named = |file: &FileRef, index: Option<Region>, station: Option<&Box<str>>| NamedFile {
         name: file.name.clone(),
         length: file.length,
+        digest: digest_in_name(&file.name),
         index,
         index_file: index.map(|_| index_file_name(&file.name)),
         station: station.cloned(),
@@ -621,9 +625,20 @@ pub(crate) fn index_file_name(name: &str) -> String {
     format!("{name}.index")
 }
 
+/// The XXH3-128 that the store file name `name` holds, `{kind}-{32 hex
+/// digits}.stq`, if it holds one.
+fn digest_in_name(name: &str) -> Option<u128> {
+    let (_, hex) = name.strip_suffix(".stq")?.rsplit_once('-')?;
+    let digits = hex.len() == 32
+        && hex
+            .bytes()
+            .all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f'));
+    digits.then(|| u128::from_str_radix(hex, 16).ok()).flatten()
+}
+
 /// Whether `bytes` are what the store file `name` was written with: its name holds
 /// their XXH3-128.
-pub fn holds_its_name(name: &str, bytes: &[u8]) -> bool {
+pub(crate) fn holds_its_name(name: &str, bytes: &[u8]) -> bool {
     name.contains(&format!("-{:032x}.", xxh3_128(bytes)))
 }
 
@@ -922,20 +937,21 @@ impl StoreWriter {
         }
     }
 
-    /// Forgets what the store holds, so that the next write writes every file: for
-    /// a writer taking over from another process, which may have deleted any.
-    pub fn forget(&mut self) {
-        self.written = Written::default();
-    }
-
     /// Writes the generation of `catalog` and `shards`: the files of what changed
-    /// since the last write, the manifest, then deletes what it no longer names. On
-    /// an error, the store still holds the last generation written whole.
+    /// since the last write, or with `whole` every file (for a writer taking over
+    /// from another process, which may have deleted any), the manifest, then
+    /// deletes what it no longer names. On an error, the store still holds the
+    /// last generation written whole.
     pub fn write(
         &mut self,
         catalog: &Catalog,
         shards: &[Arc<ShardData>],
+        whole: bool,
     ) -> io::Result<WriteReport> {
+        if whole {
+            // What the store holds is not known: nothing is taken as written.
+            self.written = Written::default();
+        }
         let started = Instant::now();
         fs::create_dir_all(&self.store.directory)?;
         let mut report = WriteReport::default();

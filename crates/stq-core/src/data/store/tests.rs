@@ -7,10 +7,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::*;
-use crate::data::catalog::Generation;
 use crate::data::load::{load, load_from_store, reload, LoadOptions, OnInvalid};
 use crate::data::scan::ShardStation;
 use crate::data::tier::Tier as _;
+use crate::data::Generation;
 
 /// A unit line and a metric line of `station` at `minute` past 2026-11-24T00:00Z.
 fn lines(station: u32, minute: u32) -> (String, String) {
@@ -76,7 +76,7 @@ fn settings(directory: &Path) -> StoreSettings {
 }
 
 fn parts(generation: Generation) -> (Arc<Catalog>, Vec<Arc<ShardData>>) {
-    let (catalog, shards) = generation.into_parts();
+    let (catalog, shards) = (generation.catalog, generation.shards);
     (catalog, shards.into_iter().map(Arc::new).collect())
 }
 
@@ -133,7 +133,7 @@ fn fixture(stations: u32, minutes: u32) -> Fixture {
         settings(snapshots.path()),
         Written::default(),
     );
-    writer.write(&catalog, &shards).unwrap();
+    writer.write(&catalog, &shards, false).unwrap();
     Fixture {
         snapshots,
         store,
@@ -173,7 +173,9 @@ impl Fixture {
         let options = options(self.snapshots.path(), generation);
         let (next, _) = reload(&self.catalog, &self.shards, &options).unwrap();
         (self.catalog, self.shards) = parts(next);
-        self.writer.write(&self.catalog, &self.shards).unwrap()
+        self.writer
+            .write(&self.catalog, &self.shards, false)
+            .unwrap()
     }
 
     /// A start from the store against a load without one, of the files as they are
@@ -248,7 +250,7 @@ fn issue_32_the_writer_writes_only_what_changed_and_deletes_what_it_no_longer_na
         load_from_store(&options(fixture.snapshots.path(), 1), restored).unwrap();
     let (catalog, shards) = parts(generation);
     let mut writer = StoreWriter::new(store, settings(fixture.snapshots.path()), written);
-    let report = writer.write(&catalog, &shards).unwrap();
+    let report = writer.write(&catalog, &shards, false).unwrap();
     assert!(
         (1..=3).contains(&report.files_written),
         "a hot tier, perhaps the sealed one and symbols: {report:?}"
@@ -261,7 +263,7 @@ fn issue_32_the_writer_writes_only_what_changed_and_deletes_what_it_no_longer_na
     );
     assert_eq!(report.files_deleted, before.len() - kept);
     // Nothing changed: nothing but the manifest is written.
-    let report = writer.write(&catalog, &shards).unwrap();
+    let report = writer.write(&catalog, &shards, false).unwrap();
     assert_eq!((report.files_written, report.files_deleted), (0, 0));
     assert_eq!(fixture.files(), after);
 }
@@ -363,7 +365,7 @@ fn issue_32_measure() {
     let store_directory = tempfile::tempdir_in(std::env::current_dir().unwrap()).unwrap();
     let store = Store::new(store_directory.path());
     let mut writer = StoreWriter::new(store.clone(), settings.clone(), Written::default());
-    let report = writer.write(&catalog, &shards).unwrap();
+    let report = writer.write(&catalog, &shards, false).unwrap();
     let started = Instant::now();
     let restored = store.read(&settings).unwrap();
     let read = started.elapsed();
@@ -557,7 +559,7 @@ fn issue_32_sealed_blocks_leave_memory_once_stored_and_are_read_from_their_files
         settings(snapshots.path()),
         Written::default(),
     );
-    let report = writer.write(&catalog, &shards).unwrap();
+    let report = writer.write(&catalog, &shards, false).unwrap();
     assert_eq!(report.tiers_stored, 4, "{report:?}");
     assert_eq!(resident_block_bytes(&shards), 0);
     // The outputs' serials leave too; those in more than one block stay.
@@ -568,7 +570,10 @@ fn issue_32_sealed_blocks_leave_memory_once_stored_and_are_read_from_their_files
     assert_eq!(everything(&catalog, &shards), loaded);
     assert!(crate::data::sealed::cache::stats().store_reads > reads);
     // A second write keeps the files: nothing changed.
-    assert_eq!(writer.write(&catalog, &shards).unwrap().tiers_stored, 0);
+    assert_eq!(
+        writer.write(&catalog, &shards, false).unwrap().tiers_stored,
+        0
+    );
     let restored = Store::new(store.path())
         .read(&settings(snapshots.path()))
         .unwrap();
@@ -780,7 +785,7 @@ fn issue_32_a_store_of_the_format_before_is_read_and_its_symbols_written_again()
         settings(fixture.snapshots.path()),
         written,
     );
-    let report = writer.write(&catalog, &shards).unwrap();
+    let report = writer.write(&catalog, &shards, false).unwrap();
     assert_eq!(report.files_written, 1, "the symbol run: {report:?}");
     let manifest = fixture.manifest();
     assert_eq!(manifest.format, Format::Five);
@@ -836,6 +841,36 @@ fn leave_indexes_alone(store: &Path, bucket: &Path) -> Vec<String> {
     moved
 }
 
+/// Issue 33: each file a manifest names has the digest its name holds, which is
+/// its bytes' XXH3-128 (what a mirror checks a fetched file with); a name that
+/// holds none has none, and no bytes hold it.
+#[test]
+fn issue_33_a_named_file_has_the_digest_of_its_bytes() {
+    let fixture = fixture(3, 300);
+    let manifest = fs::read(fixture.store.path().join(MANIFEST)).unwrap();
+    let files = named_files(&manifest).unwrap();
+    assert!(files.len() > 3, "{files:?}");
+    for file in files {
+        let bytes = fs::read(fixture.store.path().join(&file.name)).unwrap();
+        assert_eq!(file.digest, Some(xxh3_128(&bytes)), "{}", file.name);
+        assert!(holds_its_name(&file.name, &bytes));
+    }
+    let digest = format!("{:032x}", xxh3_128(b"x"));
+    for name in [
+        "sealed.stq".to_owned(),
+        format!("sealed-{}.stq", &digest[1..]),
+        format!("sealed-{}.stq", digest.to_uppercase()),
+        format!("sealed-{digest}.stq.index"),
+        format!("sealed+{digest}.stq"),
+    ] {
+        assert_eq!(digest_in_name(&name), None, "{name}");
+    }
+    assert_eq!(
+        digest_in_name(&format!("sealed-{digest}.stq")),
+        Some(xxh3_128(b"x"))
+    );
+}
+
 /// Issue 35: a start from a store whose sealed files are there as their indexes
 /// alone reads their blocks from the remote, answers as the load it was written
 /// from, and reads from the directory once a file has arrived there whole.
@@ -883,7 +918,7 @@ fn issue_35_a_start_from_sealed_indexes_alone_reads_blocks_from_the_remote() {
         settings(fixture.snapshots.path()),
         Written::default(),
     );
-    writer.write(&catalog, &shards).unwrap();
+    writer.write(&catalog, &shards, false).unwrap();
     for name in &names {
         assert!(!fixture.store.path().join(index_file_name(name)).exists());
     }
@@ -930,8 +965,14 @@ fn issue_35_a_repair_reads_stations_again_from_the_snapshot_files() {
     let fixture = fixture(3, 300);
     let stations: BTreeSet<String> = [fixture.catalog.stations[1].to_string()].into();
     let options = options(fixture.snapshots.path(), 2);
-    let (generation, report) =
-        crate::data::load::repair(&fixture.catalog, &fixture.shards, &stations, &options).unwrap();
+    let (generation, report) = crate::data::load::reload_looking(
+        &fixture.catalog,
+        &fixture.shards,
+        &options,
+        &crate::data::load::Look::Paths(BTreeSet::new()),
+        &stations,
+    )
+    .unwrap();
     assert_eq!(report.files.len(), 2, "the station's two files: {report:?}");
     let (catalog, shards) = parts(generation);
     assert_eq!(catalog.generation, 2);

@@ -68,7 +68,7 @@ struct Served {
 /// What `generation` serves; also checks what must hold within it: cursors'
 /// positions, the shard-wide trees, the symbols of the entries.
 fn served(generation: &Generation) -> Served {
-    let catalog = generation.catalog();
+    let catalog = &generation.catalog;
     let text = |record: &Value, field: &str| record[field].as_str().unwrap_or("").to_owned();
     let mut units = Vec::new();
     let mut metrics = Vec::new();
@@ -151,7 +151,7 @@ fn served(generation: &Generation) -> Served {
             })
             .collect()
     };
-    let summary = catalog.summary();
+    let summary = &catalog.summary;
     Served {
         units: identified(units),
         metrics: identified(metrics),
@@ -384,7 +384,7 @@ impl Writer {
 
 /// A generation's parts as the engine holds them between reloads.
 fn parts(generation: Generation) -> (Arc<Catalog>, Vec<Arc<ShardData>>) {
-    let (catalog, shards) = generation.into_parts();
+    let (catalog, shards) = (generation.catalog, generation.shards);
     (catalog, shards.into_iter().map(Arc::new).collect())
 }
 
@@ -501,7 +501,7 @@ fn run_changes_restarting(name: &str, changes: &[(Change, bool)]) -> Result<(), 
     let (generation, _) = full::load(&options(&writer.directory, OnInvalid::Skip, 1)).unwrap();
     let (mut catalog, mut shards) = parts(generation);
     let mut store_writer = StoreWriter::new(store.clone(), settings.clone(), Written::default());
-    store_writer.write(&catalog, &shards).unwrap();
+    store_writer.write(&catalog, &shards, false).unwrap();
     for (step, (change, restart)) in changes.iter().enumerate() {
         writer.apply(change);
         let number = step as u64 + 2;
@@ -526,7 +526,7 @@ fn run_changes_restarting(name: &str, changes: &[(Change, bool)]) -> Result<(), 
             if *restart { "restarted" } else { "reloaded" }
         );
         (catalog, shards) = parts(next);
-        store_writer.write(&catalog, &shards).unwrap();
+        store_writer.write(&catalog, &shards, false).unwrap();
     }
     Ok(())
 }
@@ -1205,7 +1205,7 @@ fn issue_32_a_store_with_a_held_file_is_not_used_at_a_start() {
         hot: HOT,
     };
     StoreWriter::new(store.clone(), settings.clone(), Written::default())
-        .write(&catalog, &shards)
+        .write(&catalog, &shards, false)
         .unwrap();
     let skip = options(&writer.directory, OnInvalid::Skip, 1);
     let (generation, _, used) = load_from_store(&skip, store.read(&settings).unwrap()).unwrap();

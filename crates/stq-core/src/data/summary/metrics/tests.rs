@@ -185,7 +185,7 @@ proptest::proptest! {
         }
         let hot = generation_sealing(&files, shards, None);
         let sealed = generation_sealing(&files, shards, Some(std::time::Duration::from_secs(1)));
-        let symbols = sealed.catalog().symbols();
+        let symbols = sealed.catalog.symbols();
         let names = match names {
             0 => Matcher::Any,
             1 => Matcher::OneOf(symbols.lookup("n1").into_iter().collect()),

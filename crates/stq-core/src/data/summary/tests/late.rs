@@ -42,7 +42,10 @@ fn late_reload(files: &[(String, String)], late: &[(String, String)], shards: us
     for (name, text) in files {
         append(name, text);
     }
-    let (catalog, first) = load(&options(1, sealing)).unwrap().0.into_parts();
+    let Generation {
+        catalog,
+        shards: first,
+    } = load(&options(1, sealing)).unwrap().0;
     let first: Vec<Arc<ShardData>> = first.into_iter().map(Arc::new).collect();
     for (name, text) in late {
         append(name, text);
@@ -88,7 +91,7 @@ impl LateReload {
     /// The station `name` before the reload and after it.
     fn station(&self, name: &str) -> (&StationData, &StationData) {
         let of = |catalog: &Catalog| catalog.placement(catalog.rank(name).unwrap());
-        let (before, after) = (of(&self.catalog), of(self.reloaded.catalog()));
+        let (before, after) = (of(&self.catalog), of(&self.reloaded.catalog));
         (
             &self.shards[before.shard as usize].stations[before.station_index as usize],
             &self.reloaded.shards()[after.shard as usize].stations[after.station_index as usize],
@@ -123,11 +126,11 @@ impl LateReload {
     /// load's, its texts and counts still exactly.
     fn assert_same_rows(&self, question: impl Fn(&Symbols) -> Question) -> Vec<Value> {
         let rows = |generation: &Generation, reverse, digests| {
-            let question = question(generation.catalog().symbols());
+            let question = question(generation.catalog.symbols());
             rendered(generation, &question, reverse, digests)
         };
         let decoded = rows(&self.reloaded, false, Digests::Decode);
-        let (is_units, by_station) = match question(self.hot.catalog().symbols()) {
+        let (is_units, by_station) = match question(self.hot.catalog.symbols()) {
             Question::Units(_) => (true, true),
             Question::Metrics(MetricQuestion { grouping, .. }) => {
                 (false, grouping.fields.contains(&GroupField::StationId))
@@ -142,7 +145,7 @@ impl LateReload {
         for (what, got) in same {
             assert_eq!(texts(&got), texts(&decoded), "{what}");
         }
-        let placed = |generation: &Generation| generation.catalog().placements.to_vec();
+        let placed = |generation: &Generation| generation.catalog.placements.to_vec();
         for (what, fresh) in [("all hot", &self.hot), ("resealed", &self.resealed)] {
             let expected = rows(fresh, false, Digests::Read);
             if by_station || placed(fresh) == placed(&self.reloaded) {
@@ -167,7 +170,7 @@ impl LateReload {
         let listing = |generation: &Generation, page| {
             texts(&listed(
                 generation,
-                &filter(generation.catalog().symbols()),
+                &filter(generation.catalog.symbols()),
                 window,
                 page,
             ))
@@ -188,7 +191,7 @@ fn listed(
     window: Window,
     page: usize,
 ) -> Vec<Vec<u8>> {
-    let catalog = generation.catalog();
+    let catalog = &generation.catalog;
     let mut listed = Vec::new();
     let mut after = None;
     loop {

@@ -9,7 +9,7 @@ use crate::domain::zone::Zone;
 #[test]
 fn a_unit_tried_on_two_shards_counts_once_with_its_first_and_last_attempt() {
     let generation = generation(&[("a.units.jsonl", UNITS_A), ("b.units.jsonl", UNITS_B)], 2);
-    let catalog = generation.catalog();
+    let catalog = &generation.catalog;
     assert_ne!(
         catalog.placement(0).shard,
         catalog.placement(1).shard,
@@ -256,7 +256,7 @@ proptest::proptest! {
         }
         let hot = generation_sealing(&files, shards, None);
         let sealed = generation_sealing(&files, shards, Some(std::time::Duration::from_secs(1)));
-        let symbols = sealed.catalog().symbols();
+        let symbols = sealed.catalog.symbols();
         let unit_types = match types {
             0 => Matcher::Any,
             1 => Matcher::OneOf(symbols.lookup("t0").into_iter().collect()),
