@@ -131,6 +131,8 @@ fn replicas_share_the_store(kind: ServerKind) {
     let first = floor.replica(&s3, "plant-1", &copies.path().join("first"));
     first.wait_for_log("store pushed to s3://lake/plant-1", 1);
     assert_eq!(store_status(&first), "ok");
+    // The first push writes the pack a join fetches (issue 35).
+    assert_eq!(first.log_count(", a new pack ("), 1, "{kind:?}: no pack");
     let second = floor.replica(&s3, "plant-1", &copies.path().join("second"));
     let ready = second
         .log()
@@ -140,6 +142,18 @@ fn replicas_share_the_store(kind: ServerKind) {
     assert!(
         ready.contains(", 0 files (0 bytes) parsed"),
         "{kind:?}: the second replica parsed files: {ready}"
+    );
+    // Every file it fetched came from the pack: no request a file.
+    let pulled = (second.log().into_iter())
+        .find(|line| line.contains("fetched into"))
+        .expect("the second replica's pull");
+    let counts: Vec<&str> = (pulled.split(['(', ' ', ','].as_ref()))
+        .filter(|word| word.parse::<u64>().is_ok())
+        .collect();
+    assert_eq!(
+        counts.first(),
+        counts.get(3),
+        "{kind:?}: files fetched, then as many from the pack: {pulled}"
     );
     let plain = Server::spawn(&floor.args(&[]), &[]);
     let want = answers(&plain);
