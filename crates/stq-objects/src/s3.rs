@@ -13,7 +13,8 @@ use futures_util::TryStreamExt as _;
 use object_store::aws::{AmazonS3, AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::path::Path as StorePath;
 use object_store::{
-    BackoffConfig, ClientOptions, ObjectStore as _, ObjectStoreExt as _, PutPayload, RetryConfig,
+    BackoffConfig, ClientOptions, GetOptions, ObjectStore as _, ObjectStoreExt as _, PutPayload,
+    RetryConfig,
 };
 
 use crate::error::chain;
@@ -224,11 +225,22 @@ impl Bucket {
         let key = self.key(name);
         let (start, end) = (range.start, range.end);
         let (bytes, size) = self.block_on(name, "read", async {
-            let meta = self.store.head(&key).await?;
-            if start >= end || end > meta.size {
-                return Ok((None, meta.size));
+            if start >= end {
+                return Ok((None, self.store.head(&key).await?.size));
             }
-            Ok((Some(self.store.get_range(&key, range).await?), meta.size))
+            // One request, not a HEAD for the size and then the GET: a replica
+            // reads its blocks from the bucket so until its copy has them.
+            let options = GetOptions {
+                range: Some(range.into()),
+                ..GetOptions::default()
+            };
+            let result = self.store.get_opts(&key, options).await?;
+            let size = result.meta.size;
+            // A range that ends past the object's end comes back shorter.
+            if end > size {
+                return Ok((None, size));
+            }
+            Ok((Some(result.bytes().await?), size))
         })?;
         match bytes {
             Some(bytes) => Ok(bytes.into()),
