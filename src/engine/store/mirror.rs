@@ -5,7 +5,8 @@
 //!
 //! - **Pull**, at a start: the bucket's manifest, then every file it names that the
 //!   copy lacks, each checked against the hash its name holds before it is written
-//!   (whole: a temporary name, fsync, rename); the manifest last. A start against a
+//!   (whole: a temporary name, then a rename; one syncfs(2) for them all); the
+//!   manifest last. A start against a
 //!   store another replica filled then reads it instead of parsing. An object that
 //!   fails its hash is not written: the start finds its station's file missing and
 //!   reads that station from the snapshot files, as for a damaged local file, and
@@ -391,9 +392,10 @@ impl Mirror {
             .collect();
         let old: Vec<String> = (self.held.iter())
             .filter(|(name, (_, put))| {
-                let needed = match name.ends_with(".stq") {
-                    true => named.contains(name.as_str()),
-                    false => !pack::is_part(name) || packed.contains(name.as_str()),
+                let needed = if name.ends_with(".stq") {
+                    named.contains(name.as_str())
+                } else {
+                    !pack::is_part(name) || packed.contains(name.as_str())
                 };
                 !needed && now.duration_since(*put).unwrap_or_default() >= GRACE
             })
@@ -599,14 +601,18 @@ impl Mirror {
     /// bytes, if it wrote one.
     fn write_pack(&mut self, named: &[NamedFile]) -> Result<Option<(usize, u64)>, MirrorError> {
         self.read_pack()?;
-        let mut seen = std::collections::HashSet::new();
-        let files: Vec<NamedFile> = (named.iter())
-            .filter(|file| seen.insert(file.name.as_str()))
-            .cloned()
-            .collect();
-        let recent = (self.packed_at).is_some_and(|at| at.elapsed() < pack::INTERVAL);
         let failed = self.pack_failed;
-        if !failed && (!pack::due(self.pack.as_ref(), &files) || (recent && self.pack.is_some())) {
+        let recent = (self.packed_at).is_some_and(|at| at.elapsed() < pack::INTERVAL);
+        // A push comes after every write of the copy: within the interval it
+        // looks no further.
+        if !failed && recent && self.pack.is_some() {
+            return Ok(None);
+        }
+        let mut seen = std::collections::HashSet::new();
+        let files: Vec<&NamedFile> = (named.iter())
+            .filter(|file| seen.insert(file.name.as_str()))
+            .collect();
+        if !failed && !pack::due(self.pack.as_ref(), &files) {
             return Ok(None);
         }
         let parts = pack::plan(&files);

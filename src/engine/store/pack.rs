@@ -181,7 +181,7 @@ fn check_line(body: &str) -> String {
 /// Whether a push should write a new pack for a store whose manifest names
 /// `files`: when the bucket has none, or more than a quarter of the bytes a join
 /// fetches are not in it.
-pub(crate) fn due(table: Option<&Table>, files: &[NamedFile]) -> bool {
+pub(crate) fn due(table: Option<&Table>, files: &[&NamedFile]) -> bool {
     let Some(table) = table else {
         return !files.is_empty();
     };
@@ -199,10 +199,10 @@ pub(crate) fn due(table: Option<&Table>, files: &[NamedFile]) -> bool {
 }
 
 /// `files` (each once) in parts of about [`PART_BYTES`], in their order.
-pub(crate) fn plan(files: &[NamedFile]) -> Vec<Vec<&NamedFile>> {
+pub(crate) fn plan<'a>(files: &[&'a NamedFile]) -> Vec<Vec<&'a NamedFile>> {
     let mut parts: Vec<Vec<&NamedFile>> = Vec::new();
     let mut bytes = 0;
-    for file in files {
+    for &file in files {
         let (_, length) = Piece::of(file);
         match parts.last_mut() {
             Some(part) if bytes + length <= PART_BYTES => {
@@ -287,6 +287,11 @@ mod tests {
         }
     }
 
+    /// `files` as the functions take them.
+    fn refs(files: &[NamedFile]) -> Vec<&NamedFile> {
+        files.iter().collect()
+    }
+
     fn table() -> Table {
         Table {
             parts: vec![(format!("pack-{:032x}.pack", 1), 300)],
@@ -342,17 +347,23 @@ mod tests {
             file("settled-a.stq", 200, None),
             file("sealed-b.stq", 1000, Some((900, 100, 7))),
         ];
-        assert!(due(None, &files));
+        assert!(due(None, &refs(&files)));
         assert!(!due(None, &[]));
-        assert!(!due(Some(&table()), &files));
+        assert!(!due(Some(&table()), &refs(&files)));
         let mut grown = files.to_vec();
         grown.push(file("settled-c.stq", 100, None));
-        assert!(!due(Some(&table()), &grown), "100 of 400 bytes missing");
+        assert!(
+            !due(Some(&table()), &refs(&grown)),
+            "100 of 400 bytes missing"
+        );
         grown.push(file("recent-d.stq", 1, None));
-        assert!(due(Some(&table()), &grown), "101 of 401 bytes missing");
+        assert!(
+            due(Some(&table()), &refs(&grown)),
+            "101 of 401 bytes missing"
+        );
         // A file of another length under the same name is not the packed one.
         let changed = [file("settled-a.stq", 201, None), files[1].clone()];
-        assert!(due(Some(&table()), &changed));
+        assert!(due(Some(&table()), &refs(&changed)));
     }
 
     #[test]
@@ -365,7 +376,7 @@ mod tests {
             file("d", 3 * PART_BYTES, None),
             file("e", 10, Some((0, 10, 0))),
         ];
-        let names: Vec<Vec<&str>> = (plan(&files).iter())
+        let names: Vec<Vec<&str>> = (plan(&refs(&files)).iter())
             .map(|part| part.iter().map(|file| file.name.as_str()).collect())
             .collect();
         assert_eq!(names, [vec!["a"], vec!["b", "c"], vec!["d"], vec!["e"]]);
