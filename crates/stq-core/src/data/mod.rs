@@ -27,7 +27,7 @@ use std::sync::Arc;
 use crate::data::catalog::Placement;
 use crate::data::load::files::SourceState;
 use crate::data::sealed::cache::{self, CacheStats};
-use crate::data::shard::ShardUnits;
+use crate::data::shard::{ShardTiers, ShardUnits};
 use crate::data::station::StationData;
 use crate::data::symbols::Symbols;
 
@@ -128,6 +128,9 @@ pub struct ShardData {
     pub(crate) units: Arc<ShardUnits>,
     /// The units of records appended since `units` was built; often empty.
     pub(crate) recent: Arc<ShardUnits>,
+    /// What names its stations' sealed tiers together, for their units merged
+    /// by period.
+    pub(crate) sealed: Arc<ShardTiers>,
 }
 
 /// Where the store's files are fetched from when its directory does not hold them

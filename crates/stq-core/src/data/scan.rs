@@ -5,10 +5,15 @@
 //! and never changed; a scan only reads it.
 
 use std::ops::Bound;
+use std::sync::Arc;
+
+use itertools::Either;
 
 use crate::data::key::{Position, RecordKey};
 use crate::data::merge::merge_sorted;
-use crate::data::sealed::{any_remote, is_sealed, prefetch, JsonMemo};
+use crate::data::sealed::{
+    any_remote, is_sealed, period_of, period_start, prefetch, JsonMemo, PeriodUnits,
+};
 use crate::data::station::{MetricEntry, StationData, UnitEntry};
 use crate::data::stored::{RecordJson, StoredRecord};
 use crate::data::symbols::Symbol;
@@ -191,29 +196,27 @@ impl ShardData {
     /// The first `request.cap` matching records of the requested stations, in order,
     /// with the JSON of those that are sealed.
     pub(crate) fn scan(&self, request: &ScanRequest) -> ScanAnswer {
-        let mut hits = self.scan_hits(request);
         let mut memo = JsonMemo::default();
-        for hit in hits.iter_mut().filter(|hit| is_sealed(hit.bytes)) {
-            hit.bytes = self.stations[hit.station_index as usize].locate_json(hit.bytes, &mut memo);
-        }
+        let hits = self.scan_hits(request, &mut memo);
         ScanAnswer {
             hits,
             sealed: SealedJson { memo },
         }
     }
 
-    /// The first `request.cap` matching records of the requested stations, in order;
-    /// a sealed one's `bytes` locate it in its block.
+    /// The first `request.cap` matching records of the requested stations, in
+    /// order; a sealed one's `bytes` locate it among `memo`'s blocks.
     ///
     /// Picks the tree that reads least: a serial number or metric names are exact
     /// ranges of the per-station secondary trees; units of many stations are one walk
-    /// of the shard-wide tree; anything else walks each station's time range.
-    fn scan_hits(&self, request: &ScanRequest) -> Vec<Hit> {
+    /// of the shard-wide tree and of their sealed units merged by period; anything
+    /// else walks each station's time range.
+    fn scan_hits(&self, request: &ScanRequest, memo: &mut JsonMemo) -> Vec<Hit> {
         if request.cap == 0 || request.filter.is_impossible() {
             return Vec::new();
         }
         let filter = &request.filter;
-        match filter {
+        let mut hits = match filter {
             RecordFilter::Units {
                 unit_serial: Matcher::OneOf(serials),
                 ..
@@ -226,7 +229,7 @@ impl ShardData {
                 }))
             }),
             RecordFilter::Units { .. } if request.stations.len() * 4 >= self.stations.len() => {
-                self.scan_shard_units(request)
+                return self.scan_shard_units(request, memo);
             }
             RecordFilter::Units { .. } => {
                 self.merge_stations(request, |data, station, lower, upper| {
@@ -265,7 +268,11 @@ impl ShardData {
                     )
                 })
             }
+        };
+        for hit in hits.iter_mut().filter(|hit| is_sealed(hit.bytes)) {
+            hit.bytes = self.stations[hit.station_index as usize].locate_json(hit.bytes, memo);
         }
+        hits
     }
 
     /// Merges one stream per requested station, each made by `stream` from the
@@ -289,8 +296,10 @@ impl ShardData {
     }
 
     /// Units of many stations: one walk of the shard-wide tree, which is already in
-    /// the contract's order.
-    fn scan_shard_units(&self, request: &ScanRequest) -> Vec<Hit> {
+    /// the contract's order, merged with their sealed units, a period of the
+    /// shard's stations merged at a time ([`PeriodUnits`]); sealed hits are
+    /// located among `memo`'s blocks.
+    fn scan_shard_units(&self, request: &ScanRequest, memo: &mut JsonMemo) -> Vec<Hit> {
         let mut wanted = vec![false; self.stations.len()];
         for station in &request.stations {
             if let Some(slot) = wanted.get_mut(station.station_index as usize) {
@@ -318,40 +327,78 @@ impl ShardData {
         if empty {
             return Vec::new();
         }
+        let wanted = |station_index: u32, entry: &UnitEntry| {
+            wanted[station_index as usize] && request.filter.matches_unit(entry)
+        };
         let hot = self
             .units_in((lower, Bound::Excluded(end)))
-            .filter(|(_, unit)| {
-                wanted[unit.station_index as usize] && request.filter.matches_unit(&unit.entry)
-            })
+            .filter(|(_, unit)| wanted(unit.station_index, &unit.entry))
             .map(|(position, unit)| Hit {
                 position: *position,
                 station_index: unit.station_index,
                 bytes: unit.entry.bytes,
             });
-        // The shard-wide tree holds hot units only: a station's sealed ones in the
-        // window are one more stream each, merged in.
-        let filter = &request.filter;
-        let sealed = request.stations.iter().filter_map(|&station| {
-            let data = self.stations.get(station.station_index as usize)?;
-            let (lower, upper) = station_bounds(request, station.rank)?;
-            let stream = data
-                .sealed_units_in(lower..upper)
-                .filter(move |(_, entry)| filter.matches_unit(entry))
-                .map(move |(key, entry)| station.hit(&key, entry.bytes))
-                .peekable();
-            Some(stream)
-        });
-        let mut streams: Vec<Box<dyn Iterator<Item = Hit> + '_>> = Vec::new();
-        for mut stream in sealed {
-            if stream.peek().is_some() {
-                streams.push(Box::new(stream));
-            }
-        }
-        if streams.is_empty() {
+        let sealed = self.sealed_units(lower, end, request.cap, &wanted, memo);
+        if sealed.is_empty() {
             return hot.take(request.cap).collect();
         }
-        streams.push(Box::new(hot));
-        merge_sorted(streams, request.cap)
+        merge_sorted(
+            vec![Either::Left(sealed.into_iter()), Either::Right(hot)],
+            request.cap,
+        )
+    }
+
+    /// The first `cap` sealed units after `lower` and before `end` that `wanted`
+    /// keeps (by station index and entry), in order, located among `memo`'s
+    /// blocks: a period of the shard's stations at a time.
+    fn sealed_units(
+        &self,
+        lower: Bound<Position>,
+        end: Position,
+        cap: usize,
+        wanted: &dyn Fn(u32, &UnitEntry) -> bool,
+        memo: &mut JsonMemo,
+    ) -> Vec<Hit> {
+        // The period of the last instant before `end`.
+        let last = match period_start(period_of(end.instant)) < end.instant {
+            true => period_of(end.instant),
+            false => period_of(end.instant) - 1,
+        };
+        let periods = self.sealed.periods();
+        let first = match lower {
+            Bound::Included(position) | Bound::Excluded(position) => {
+                periods.partition_point(|period| *period < period_of(position.instant))
+            }
+            Bound::Unbounded => 0,
+        };
+        let mut hits = Vec::new();
+        for &period in periods[first..]
+            .iter()
+            .take_while(|period| **period <= last)
+        {
+            let merged = PeriodUnits::of(self.sealed.key(), period, || {
+                (self.sealed.ranks().zip(&self.stations))
+                    .map(|(rank, station)| (rank, &*station.sealed))
+                    .collect()
+            });
+            let mut slot = None;
+            for index in merged.indexes_in(lower, end) {
+                let (position, station_index, entry) = merged.record(index);
+                if !wanted(station_index, entry) {
+                    continue;
+                }
+                let slot = *slot.get_or_insert_with(|| memo.hold(Arc::clone(&merged)));
+                hits.push(Hit {
+                    position,
+                    station_index,
+                    bytes: JsonMemo::locator(slot, index as u32),
+                });
+                if hits.len() == cap {
+                    return hits;
+                }
+            }
+        }
+        hits
     }
 
     /// A hit's response JSON; `sealed` is the [`ScanAnswer::sealed`] of the scan
@@ -614,5 +661,135 @@ mod tests {
             directions: Directions::BOTH,
         };
         assert!(shard().scan(&unknown_type).hits.is_empty());
+    }
+
+    /// Issue 32: units of many stations, read with their sealed units merged by
+    /// period ([`PeriodUnits`]), are the records, JSON and order that a read
+    /// station by station gives, whatever the window, cursor, cap, stations and
+    /// filter; and a reload that leaves the sealed tiers alone keeps what names
+    /// the merged periods, while one that seals more does not.
+    #[test]
+    fn issue_32_units_merged_by_period_read_as_station_by_station() {
+        use proptest::prelude::*;
+        use proptest::test_runner::{Config, TestRunner};
+
+        let directory = tempfile::tempdir().unwrap();
+        stq_gen::generate(&stq_gen::GenOptions {
+            out: directory.path().to_path_buf(),
+            stations: 6,
+            days: 1,
+            units_per_hour: 6,
+            seed: 32,
+            end: "2026-11-20T00:00:00Z".parse().unwrap(),
+        })
+        .unwrap();
+        let options = crate::data::load::LoadOptions {
+            directory: directory.path().to_path_buf(),
+            shards: 2,
+            on_invalid: crate::data::load::OnInvalid::Fail,
+            generation: 1,
+            threads: 2,
+            hot: Some(std::time::Duration::from_secs(3 * 3600)),
+        };
+        let (generation, _) = crate::data::load::load(&options).unwrap();
+        assert!(generation.sealed_records() > 0);
+        let catalog = &generation.catalog;
+        let first = generation.shards()[0].sealed.periods()[0];
+        let start = period_start(first).seconds;
+        let direction = catalog.symbols().lookup("output");
+        let strategy = (
+            0..2usize,
+            proptest::collection::vec(any::<bool>(), 6),
+            0..30 * 3600i64,
+            1..8 * 3600i64,
+            1..400usize,
+            any::<bool>(),
+            0..20usize,
+        );
+        let mut runner = TestRunner::new(Config::with_cases(96));
+        runner
+            .run(
+                &strategy,
+                |(shard_index, chosen, from, length, cap, only_outputs, resume)| {
+                    let shard = &generation.shards()[shard_index];
+                    let stations: Vec<ShardStation> = (catalog.placements.iter().enumerate())
+                        .filter(|(rank, placement)| {
+                            placement.shard as usize == shard_index && chosen[*rank]
+                        })
+                        .map(|(rank, placement)| ShardStation {
+                            rank: rank as u32,
+                            station_index: placement.station_index,
+                        })
+                        .collect();
+                    let window = Window {
+                        from: instant(start + from),
+                        to: instant(start + from + length),
+                    };
+                    let filter = RecordFilter::Units {
+                        unit_types: Matcher::Any,
+                        unit_serial: Matcher::Any,
+                        results: Matcher::Any,
+                        directions: match (only_outputs, direction) {
+                            (true, Some(_)) => Directions::of(&[Direction::Output]),
+                            _ => Directions::BOTH,
+                        },
+                    };
+                    let mut request = ScanRequest {
+                        stations,
+                        window,
+                        after: None,
+                        filter,
+                        cap,
+                    };
+                    // Station by station: what the merged read must equal.
+                    let expected = |request: &ScanRequest| -> Vec<(Position, Vec<u8>)> {
+                        let filter = &request.filter;
+                        let hits = shard.merge_stations(request, |data, station, lower, upper| {
+                            Box::new(
+                                data.units_in(lower..upper)
+                                    .filter(|(_, entry)| filter.matches_unit(entry))
+                                    .map(move |(key, entry)| station.hit(&key, entry.bytes)),
+                            )
+                        });
+                        (hits.iter())
+                            .map(|hit| {
+                                let mut json = Vec::new();
+                                shard.stations[hit.station_index as usize]
+                                    .write_json(hit.bytes, &mut json);
+                                (hit.position, json)
+                            })
+                            .collect()
+                    };
+                    let merged = |request: &ScanRequest| -> Vec<(Position, Vec<u8>)> {
+                        let mut memo = JsonMemo::default();
+                        let hits = shard.scan_shard_units(request, &mut memo);
+                        let sealed = SealedJson { memo };
+                        (hits.iter())
+                            .map(|hit| {
+                                let mut json = Vec::new();
+                                shard.json(hit, &sealed).write_to(&mut json);
+                                (hit.position, json)
+                            })
+                            .collect()
+                    };
+                    let all = expected(&request);
+                    prop_assert_eq!(merged(&request), all.clone());
+                    // Resuming after any of them reads the rest.
+                    if let Some((after, _)) = all.get(resume) {
+                        request.after = Some(*after);
+                        prop_assert_eq!(merged(&request), expected(&request));
+                    }
+                    Ok(())
+                },
+            )
+            .unwrap();
+
+        // What names the merged periods: kept by a shard that shares its
+        // stations, and new for the same stations with their tiers sealed anew.
+        let shard = &generation.shards()[0];
+        let shared = ShardData::shared(2, shard);
+        assert!(Arc::ptr_eq(&shared.sealed, &shard.sealed));
+        let again = crate::data::load::load(&options).unwrap().0;
+        assert_ne!(again.shards()[0].sealed.key(), shard.sealed.key());
     }
 }

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use itertools::{Either, Itertools as _};
 
 use crate::data::key::{Position, RecordKey};
+use crate::data::sealed::fresh_id;
 use crate::data::station::{StationData, UnitEntry};
 use crate::data::ShardData;
 use crate::domain::record::Kind;
@@ -39,6 +40,62 @@ pub(crate) enum Origin {
     Extended,
     /// Built anew: changed or new.
     Built,
+}
+
+/// What names a shard's sealed tiers together, for their units merged by period
+/// ([`crate::data::sealed::PeriodUnits`]): each station's rank and its tier's
+/// identity, by station index, and the periods they hold.
+#[derive(Debug, Default)]
+pub(crate) struct ShardTiers {
+    tiers: Vec<(u32, u64)>,
+    /// Every period any of them holds, in order: history may have gaps of
+    /// years (a station's clock once wrong), which a read walks past.
+    periods: Vec<i64>,
+    /// What the merged periods of these tiers are known by: kept while the
+    /// tiers and ranks are the same, new when any is not.
+    key: u64,
+}
+
+impl ShardTiers {
+    /// Those of `stations`, whose ranks are `ranks`: `previous`'s if the same.
+    fn of(
+        stations: &[Arc<StationData>],
+        ranks: impl Iterator<Item = u32>,
+        previous: Option<&Arc<ShardTiers>>,
+    ) -> Arc<ShardTiers> {
+        let tiers: Vec<(u32, u64)> = (ranks.zip(stations))
+            .map(|(rank, station)| (rank, station.sealed.identity()))
+            .collect();
+        if let Some(previous) = previous.filter(|previous| previous.tiers == tiers) {
+            return Arc::clone(previous);
+        }
+        let mut periods: Vec<i64> = (stations.iter())
+            .flat_map(|station| station.sealed.periods())
+            .collect();
+        periods.sort_unstable();
+        periods.dedup();
+        periods.shrink_to_fit();
+        Arc::new(ShardTiers {
+            tiers,
+            periods,
+            key: fresh_id(),
+        })
+    }
+
+    /// Every period any of its tiers holds, in order.
+    pub(crate) fn periods(&self) -> &[i64] {
+        &self.periods
+    }
+
+    /// What the merged periods of its tiers are known by.
+    pub(crate) fn key(&self) -> u64 {
+        self.key
+    }
+
+    /// Each station's rank, by station index.
+    pub(crate) fn ranks(&self) -> impl Iterator<Item = u32> + '_ {
+        self.tiers.iter().map(|(rank, _)| *rank)
+    }
 }
 
 /// The shard-wide tree's entries.
@@ -81,6 +138,7 @@ impl ShardData {
             .collect();
         ShardData {
             generation,
+            sealed: ShardTiers::of(&stations, ranks.iter().copied(), None),
             stations,
             units: Arc::new(units),
             recent: Arc::default(),
@@ -138,6 +196,7 @@ impl ShardData {
             .collect();
         ShardData {
             generation,
+            sealed: ShardTiers::of(&stations, ranks.iter().copied(), Some(&previous.sealed)),
             stations,
             units: Arc::new(units),
             recent: Arc::default(),
@@ -156,9 +215,11 @@ impl ShardData {
     ) -> ShardData {
         let mut recent = ShardUnits::clone(&previous.recent);
         recent.extend(appended);
+        let sealed = ShardTiers::of(&stations, previous.sealed.ranks(), Some(&previous.sealed));
         if recent.len() * RECENT_SHARE <= previous.units.len() {
             return ShardData {
                 generation,
+                sealed,
                 stations,
                 units: Arc::clone(&previous.units),
                 recent: Arc::new(recent),
@@ -172,6 +233,7 @@ impl ShardData {
             .collect();
         ShardData {
             generation,
+            sealed,
             stations,
             units: Arc::new(units),
             recent: Arc::default(),
@@ -182,6 +244,7 @@ impl ShardData {
     pub(crate) fn shared(generation: u64, previous: &ShardData) -> ShardData {
         ShardData {
             generation,
+            sealed: Arc::clone(&previous.sealed),
             stations: previous.stations.clone(),
             units: Arc::clone(&previous.units),
             recent: Arc::clone(&previous.recent),

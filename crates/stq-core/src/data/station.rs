@@ -342,19 +342,6 @@ impl StationData {
         self.hot.units_in((Bound::Unbounded, Bound::Unbounded))
     }
 
-    /// The sealed tier's units with keys in `range`, in time order: those a walk
-    /// of the shard-wide tree does not see.
-    pub(crate) fn sealed_units_in(
-        &self,
-        range: impl RangeBounds<RecordKey>,
-    ) -> impl Iterator<Item = (RecordKey, UnitEntry)> + '_ {
-        let range = key_range(range);
-        self.reads_sealed(&range)
-            .then(|| self.sealed.units_in(range))
-            .into_iter()
-            .flatten()
-    }
-
     /// The units of serial number `serial` with keys in `range`, in time order.
     pub(crate) fn units_of_serial(
         &self,

@@ -32,8 +32,14 @@ use crate::data::Remote;
 static READS: AtomicU64 = AtomicU64::new(0);
 static READ_BYTES: AtomicU64 = AtomicU64::new(0);
 
-/// The number a block's body is known by in the cache: no two bodies share one.
+/// The number a block's body is known by in the cache, or a sealed tier's blocks
+/// together ([`fresh_id`]): no two share one.
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A number no body and no other sealed tier is known by.
+pub(crate) fn fresh_id() -> u64 {
+    NEXT_ID.fetch_add(1, Ordering::Relaxed)
+}
 
 /// Store files read from a remote still: while there are none (always, but for an
 /// `s3://` store's replica in the seconds after it joins), a query asks nothing
@@ -309,7 +315,7 @@ impl Body {
 
     fn new(place: Place) -> Arc<Body> {
         Arc::new(Body {
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            id: fresh_id(),
             place: RwLock::new(place),
         })
     }

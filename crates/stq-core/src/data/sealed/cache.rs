@@ -214,6 +214,24 @@ pub(crate) fn with_blocks<T>(read: impl FnOnce(&DecodedCache<BlockKey, CachedBlo
     BLOCKS.with(read)
 }
 
+/// The value the process's cache holds under `key`, else the one `make` gives
+/// (with the heap bytes it weighs), kept there.
+pub(super) fn cached<T: Send + Sync + 'static>(
+    key: BlockKey,
+    make: impl FnOnce() -> (T, u64),
+) -> Arc<T> {
+    let cached =
+        with_blocks(|blocks| blocks.get(&key)).and_then(|cached| cached.downcast::<T>().ok());
+    if let Some(value) = cached {
+        return value;
+    }
+    let (value, weight) = make();
+    let value = Arc::new(value);
+    let kept = Arc::clone(&value) as CachedBlock;
+    with_blocks(|blocks| blocks.insert(key, kept, weight + ENTRY_BYTES));
+    value
+}
+
 /// Sets the bytes the process's cache of decoded blocks may hold (`--cache-size`).
 pub(crate) fn set_capacity(bytes: u64) {
     with_blocks(|cache| cache.set_capacity(bytes));

@@ -56,6 +56,7 @@ mod columns;
 mod decode;
 mod encode;
 mod payload;
+mod period;
 mod read;
 mod rendered;
 mod store;
@@ -63,7 +64,8 @@ mod store;
 mod tests;
 mod times;
 
-pub(crate) use body::{any_remote, prefetch, store_reads, Slice, StoreFile};
+pub(crate) use body::{any_remote, fresh_id, prefetch, store_reads, Slice, StoreFile};
+pub(crate) use period::PeriodUnits;
 pub(crate) use read::{JsonMemo, MetricBlock, UnitBlock};
 pub(crate) use store::{index_region, Layout, Region};
 
@@ -273,6 +275,8 @@ pub(crate) struct Sealed {
     /// store holds the tier ([`Sealed::serials`]).
     serials: Arc<IndexPart<SerialList>>,
     shared_serials: Box<[Symbol]>,
+    /// What names its blocks together ([`Sealed::identity`]).
+    identity: u64,
 }
 
 /// A block's records of one kind, decompressed: their keys, entries (whose
@@ -314,6 +318,19 @@ impl Sealed {
     /// The serials of outputs in more than one of its blocks, in order.
     pub(crate) fn shared_serials(&self) -> &[Symbol] {
         &self.shared_serials
+    }
+
+    /// A number that names its blocks together: a tier with other blocks (sealed
+    /// into, without some, or read from another store file) has another, and a
+    /// copy has the same. What a shard's units merged by period are cached by
+    /// ([`period`]). An empty tier's is 0.
+    pub(crate) fn identity(&self) -> u64 {
+        self.identity
+    }
+
+    /// The periods it holds records of, in order.
+    pub(crate) fn periods(&self) -> impl Iterator<Item = i64> + '_ {
+        self.blocks.keys().copied()
     }
 
     /// The last period it holds records of.
@@ -382,6 +399,7 @@ impl Sealed {
             ends: None,
             serials: Arc::default(),
             shared_serials: Box::default(),
+            identity: 0,
         };
         for (period, mut group) in groups {
             group.units.sort_unstable_by_key(|record| record.key);
@@ -574,9 +592,13 @@ impl Sealed {
         }
     }
 
-    /// Finds its first and last record and its outputs' serials, and sets the base
-    /// period.
+    /// Finds its first and last record and its outputs' serials, sets the base
+    /// period, and gives it a new identity.
     fn settle(&mut self) {
+        self.identity = match self.blocks.is_empty() {
+            true => 0,
+            false => fresh_id(),
+        };
         self.base = self
             .blocks
             .first_key_value()

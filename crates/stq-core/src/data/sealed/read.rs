@@ -9,9 +9,10 @@ use std::sync::Arc;
 use foldhash::HashMap;
 
 use super::body::{IndexPart, IndexPartAt, StoreFile};
-use super::cache::{self, BlockKey, CachedBlock};
+use super::cache::{cached, BlockKey};
 use super::columns::Sealable;
-use super::rendered::Rendered;
+use super::period::PeriodUnits;
+use super::rendered::{Rendered, WholeJson};
 use super::store::read_serials;
 use super::{
     period_of, period_start, Block, Part, Sealed, SerialList, SharedPieces, Slice, SEALED,
@@ -27,21 +28,6 @@ use crate::domain::time::Timestamp;
 /// beside its blocks' kinds (0 and 1) and parts (2 to 5).
 const SHARED_PIECES: u32 = 6;
 const SERIALS: u32 = 7;
-
-/// The value the process's cache holds under `key`, else the one `make` gives
-/// (with the heap bytes it weighs), kept there.
-fn cached<T: Send + Sync + 'static>(key: BlockKey, make: impl FnOnce() -> (T, u64)) -> Arc<T> {
-    let cached = cache::with_blocks(|blocks| blocks.get(&key))
-        .and_then(|cached| cached.downcast::<T>().ok());
-    if let Some(value) = cached {
-        return value;
-    }
-    let (value, weight) = make();
-    let value = Arc::new(value);
-    let kept = Arc::clone(&value) as CachedBlock;
-    cache::with_blocks(|blocks| blocks.insert(key, kept, weight + cache::ENTRY_BYTES));
-    value
-}
 
 /// What `part` holds: from memory, or through the process's cache (known by its
 /// body and `kind`, weighing `weight` of it) from its region of a store file, which
@@ -341,10 +327,7 @@ impl Sealed {
             0 => memo.slot::<UnitEntry>(self, period, block),
             _ => memo.slot::<MetricEntry>(self, period, block),
         };
-        StoredRecord {
-            start: SEALED | slot,
-            length: index,
-        }
+        JsonMemo::locator(slot, index)
     }
 }
 
@@ -380,21 +363,24 @@ impl JsonMemo {
         slot
     }
 
+    /// Keeps `block` among its blocks; its record `index` is then located by
+    /// [`JsonMemo::locator`] of the slot this returns.
+    pub(crate) fn hold(&mut self, block: Arc<PeriodUnits>) -> u32 {
+        self.blocks.push(block);
+        (self.blocks.len() - 1) as u32
+    }
+
+    /// What locates record `index` of the block in `slot` for [`JsonMemo::json`].
+    pub(crate) fn locator(slot: u32, index: u32) -> StoredRecord {
+        StoredRecord {
+            start: SEALED | slot,
+            length: index,
+        }
+    }
+
     /// The JSON of the record that `record` (made by [`Sealed::locate_json`] with
-    /// this memo) locates.
+    /// this memo, or by [`JsonMemo::locator`]) locates.
     pub(crate) fn json(&self, record: StoredRecord) -> &[u8] {
         self.blocks[(record.start & !SEALED) as usize].json(record.length as usize)
-    }
-}
-
-/// A rendered block of either kind, as an answer reads its records' JSON.
-trait WholeJson: Send + Sync {
-    /// The JSON of its record `index`.
-    fn json(&self, index: usize) -> &[u8];
-}
-
-impl<E: Send + Sync> WholeJson for Rendered<E> {
-    fn json(&self, index: usize) -> &[u8] {
-        Rendered::json(self, index)
     }
 }

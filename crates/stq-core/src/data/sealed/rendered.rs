@@ -95,7 +95,7 @@ impl<E: Sealable> Rendered<E> {
                 .first()
                 .map_or(0, |entry| entry.bytes().start),
             symbol_keys,
-            time: TimeIndex::new(&decoded.keys, start),
+            time: TimeIndex::new(&decoded.keys, start, |key| key.instant.seconds),
             keys: decoded.keys,
             entries: decoded.entries,
             json,
@@ -174,6 +174,18 @@ impl<E> Rendered<E> {
     }
 }
 
+/// A rendered block of either kind, as an answer reads its records' JSON.
+pub(super) trait WholeJson: Send + Sync {
+    /// The JSON of its record `index`.
+    fn json(&self, index: usize) -> &[u8];
+}
+
+impl<E: Send + Sync> WholeJson for Rendered<E> {
+    fn json(&self, index: usize) -> &[u8] {
+        Rendered::json(self, index)
+    }
+}
+
 /// The indexes of `count` ordered keys that lie in `range`, given `point(key,
 /// through)`: how many of them are before `key`, or, `through`, not after it.
 fn bounded(
@@ -205,12 +217,13 @@ pub(super) struct TimeIndex {
 }
 
 impl TimeIndex {
-    /// The index of `keys` (in order, all in the period starting at `start`).
-    pub(super) fn new(keys: &[RecordKey], start: Timestamp) -> TimeIndex {
+    /// The index of `keys` (in order, all in the period starting at `start`),
+    /// whose instants' seconds `seconds` gives.
+    pub(super) fn new<K>(keys: &[K], start: Timestamp, seconds: impl Fn(&K) -> i64) -> TimeIndex {
         let mut firsts = [0u32; SLOTS + 1];
         for (slot, first) in firsts.iter_mut().enumerate() {
             let second = start.seconds.saturating_add(slot as i64 * SLOT_SECONDS);
-            *first = keys.partition_point(|key| key.instant.seconds < second) as u32;
+            *first = keys.partition_point(|key| seconds(key) < second) as u32;
         }
         firsts[SLOTS] = keys.len() as u32;
         TimeIndex {
@@ -222,23 +235,24 @@ impl TimeIndex {
     /// The indexes of `keys` (those it was made from) in `range`.
     pub(super) fn indexes_in(&self, keys: &[RecordKey], range: KeyRange) -> Range<usize> {
         bounded(range, keys.len(), |key, through| {
-            self.position(keys, key, |probe| {
+            self.position(keys, key.instant.seconds, |probe| {
                 *probe < key || (through && *probe == key)
             })
         })
     }
 
     /// The partition point of `before` in `keys`, searched among the keys of the
-    /// sixteenth `key` falls in: every key of an earlier one is before it, and
-    /// none of a later one (`before` is `< key` or `<= key`).
-    fn position(
+    /// sixteenth the second `seconds` falls in: every key of an earlier one is
+    /// before the bound `before` tests against (`before` is `< bound` or `<=
+    /// bound`, whose instant's second is `seconds`), and none of a later one.
+    pub(super) fn position<K>(
         &self,
-        keys: &[RecordKey],
-        key: RecordKey,
-        before: impl Fn(&RecordKey) -> bool,
+        keys: &[K],
+        seconds: i64,
+        before: impl Fn(&K) -> bool,
     ) -> usize {
         // A bound may be any instant, the ends of time included.
-        let slot = (key.instant.seconds.saturating_sub(self.start)).div_euclid(SLOT_SECONDS);
+        let slot = (seconds.saturating_sub(self.start)).div_euclid(SLOT_SECONDS);
         if slot < 0 {
             return 0;
         }
@@ -275,7 +289,7 @@ mod tests {
         let keys: Vec<RecordKey> = (0..10)
             .map(|second| key(start.seconds + second * 300))
             .collect();
-        let index = TimeIndex::new(&keys, start);
+        let index = TimeIndex::new(&keys, start, |key| key.instant.seconds);
         for (bound, expected) in [(i64::MIN, 0..10), (i64::MAX, 10..10)] {
             let range = (Bound::Included(key(bound)), Bound::Unbounded);
             assert_eq!(index.indexes_in(&keys, range), expected);

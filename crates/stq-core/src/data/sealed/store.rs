@@ -350,6 +350,9 @@ impl Sealed {
         };
         sealed.base = (sealed.blocks.first_key_value()).map_or(0, |(period, _)| *period);
         sealed.count();
+        if !sealed.blocks.is_empty() {
+            sealed.identity = super::fresh_id();
+        }
         Ok(sealed)
     }
 }

@@ -236,7 +236,9 @@ proptest! {
                         continue;
                     }
                     let range = (bound(keys, start), bound(keys, end));
-                    let index = rendered::TimeIndex::new(keys, period_start(*period));
+                    let index = rendered::TimeIndex::new(keys, period_start(*period), |key| {
+                        key.instant.seconds
+                    });
                     let indexed: Vec<RecordKey> =
                         index.indexes_in(keys, range).map(|index| keys[index]).collect();
                     let filtered: Vec<RecordKey> =

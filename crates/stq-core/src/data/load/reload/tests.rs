@@ -126,7 +126,8 @@ fn served(generation: &Generation) -> Served {
     for (rank, placement) in catalog.placements.iter().enumerate() {
         let station =
             &generation.shards[placement.shard as usize].stations[placement.station_index as usize];
-        for (key, entry) in station.sealed_units_in(..) {
+        let everything = (std::ops::Bound::Unbounded, std::ops::Bound::Unbounded);
+        for (key, entry) in crate::data::tier::Tier::units_in(&*station.sealed, everything) {
             let mut json = Vec::new();
             station.write_json(entry.bytes, &mut json);
             let position = Position {

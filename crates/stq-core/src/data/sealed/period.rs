@@ -1,0 +1,170 @@
+//! A shard's sealed units of one period, every station's, merged in the
+//! contract's order (issue 32): what a read of units over many stations reads,
+//! as the hot tier's shard-wide tree lets it read hot units.
+//!
+//! **Why.** Station by station, fifteen minutes of a hundred stations is a block
+//! each: a lookup in the shared cache, then the first touch of each block's
+//! time index, keys and JSON, each likely a miss of the CPU's cache. That made
+//! such a read cost 2.4 x its CPU all hot (BENCHMARKS.md, session 21). Merged,
+//! it is a lookup and a search a period, and records whose keys and JSON lie
+//! together.
+//!
+//! **What names one.** The shard's stations' ranks and their sealed tiers'
+//! identities ([`super::Sealed::identity`]) together, as a number the shard
+//! keeps ([`crate::data::ShardData`]'s `sealed`), and the period. A reload that
+//! leaves every sealed tier of a shard alone (a floor appending to its hot
+//! tier) keeps the number, so the merged periods stay in the cache; one that
+//! seals or drops records of a station gives another, and the old ones leave
+//! the cache as least recently used.
+//!
+//! **What it costs.** A merged period is built from its stations' blocks
+//! decoded for it alone (the per-station cache is neither read nor filled), so
+//! the cache holds each record's JSON once for such reads; it weighs what a
+//! block per station would, and is bounded by `--cache-size` as they are.
+
+use std::ops::{Bound, Range};
+use std::sync::Arc;
+
+use super::cache::cached;
+use super::rendered::{TimeIndex, WholeJson};
+use super::{period_start, Decoded, Sealed};
+use crate::data::key::Position;
+use crate::data::tier::UnitEntry;
+
+/// What merged periods are known by in the cache, beside a block's kinds and
+/// parts, and a tier's index parts (0 to 7, `read`).
+const PERIOD_UNITS: u32 = 8;
+
+/// The sealed units of one period of a shard's stations, in the contract's
+/// order (see the module's doc).
+#[derive(Debug)]
+pub(crate) struct PeriodUnits {
+    positions: Vec<Position>,
+    /// Each record's station, by its index in the shard.
+    stations: Vec<u32>,
+    entries: Vec<UnitEntry>,
+    /// Each record's JSON, one after another.
+    json: Vec<u8>,
+    /// Where each record's JSON ends in `json`.
+    ends: Vec<u32>,
+    time: TimeIndex,
+}
+
+impl PeriodUnits {
+    /// The units of `period` of the tiers `tiers` gives (each station's rank and
+    /// sealed tier, by its index in the shard), merged: from the process's cache,
+    /// where `key` (what names those tiers together) and the period name them,
+    /// else merged now and kept there.
+    pub(crate) fn of<'a>(
+        key: u64,
+        period: i64,
+        tiers: impl FnOnce() -> Vec<(u32, &'a Sealed)>,
+    ) -> Arc<PeriodUnits> {
+        cached((key, PERIOD_UNITS, period), || {
+            let merged = PeriodUnits::merge(period, &tiers());
+            let weight = merged.heap_bytes();
+            (merged, weight)
+        })
+    }
+
+    fn merge(period: i64, tiers: &[(u32, &Sealed)]) -> PeriodUnits {
+        let blocks: Vec<(u32, u32, &Sealed, Decoded<UnitEntry>)> = (tiers.iter().enumerate())
+            .filter_map(|(station, &(rank, sealed))| {
+                let block = sealed.blocks.get(&period).filter(|block| block.units > 0)?;
+                Some((
+                    station as u32,
+                    rank,
+                    sealed,
+                    sealed.decode(period, block, true),
+                ))
+            })
+            .collect();
+        // (position, which block, which record of it)
+        let mut order: Vec<(Position, u32, u32)> = (blocks.iter().enumerate())
+            .flat_map(|(slot, (_, rank, _, decoded))| {
+                (decoded.keys.iter().enumerate()).map(move |(index, key)| {
+                    let position = Position {
+                        instant: key.instant,
+                        station_rank: *rank,
+                        load_order: key.load_order,
+                    };
+                    (position, slot as u32, index as u32)
+                })
+            })
+            .collect();
+        order.sort_unstable_by_key(|(position, ..)| *position);
+        let bytes = (blocks
+            .iter()
+            .flat_map(|block| block.3.spans.iter().flatten()))
+        .map(|span| span.length as usize)
+        .sum();
+        let mut merged = PeriodUnits {
+            positions: Vec::with_capacity(order.len()),
+            stations: Vec::with_capacity(order.len()),
+            entries: Vec::with_capacity(order.len()),
+            json: Vec::with_capacity(bytes),
+            ends: Vec::with_capacity(order.len()),
+            time: TimeIndex::new::<Position>(&[], period_start(period), |_| 0),
+        };
+        for (position, slot, index) in order {
+            let (station, _, sealed, decoded) = &blocks[slot as usize];
+            merged.positions.push(position);
+            merged.stations.push(*station);
+            merged.entries.push(decoded.entries[index as usize]);
+            for span in decoded.spans[index as usize] {
+                merged.json.extend_from_slice(sealed.span(decoded, span));
+            }
+            merged.ends.push(merged.json.len() as u32);
+        }
+        merged.time = TimeIndex::new(&merged.positions, period_start(period), |position| {
+            position.instant.seconds
+        });
+        merged
+    }
+
+    /// Its bytes on the heap and itself: what the cache weighs it by.
+    fn heap_bytes(&self) -> u64 {
+        (size_of::<Self>()
+            + self.positions.capacity() * size_of::<Position>()
+            + self.stations.capacity() * size_of::<u32>()
+            + self.entries.capacity() * size_of::<UnitEntry>()
+            + self.json.capacity()
+            + self.ends.capacity() * size_of::<u32>()) as u64
+    }
+
+    /// The indexes of its records after `lower` and before `upper`.
+    pub(crate) fn indexes_in(&self, lower: Bound<Position>, upper: Position) -> Range<usize> {
+        let point = |bound: Position, through: bool| {
+            self.time
+                .position(&self.positions, bound.instant.seconds, |probe| {
+                    *probe < bound || (through && *probe == bound)
+                })
+        };
+        let first = match lower {
+            Bound::Included(position) => point(position, false),
+            Bound::Excluded(position) => point(position, true),
+            Bound::Unbounded => 0,
+        };
+        first..point(upper, false).max(first)
+    }
+
+    /// Its record `index`: its position, its station's index in the shard, and
+    /// its entry.
+    pub(crate) fn record(&self, index: usize) -> (Position, u32, &UnitEntry) {
+        (
+            self.positions[index],
+            self.stations[index],
+            &self.entries[index],
+        )
+    }
+}
+
+impl WholeJson for PeriodUnits {
+    fn json(&self, index: usize) -> &[u8] {
+        let start = match index {
+            0 => 0,
+            _ => self.ends[index - 1] as usize,
+        };
+        &self.json[start..self.ends[index] as usize]
+    }
+}
