@@ -168,6 +168,13 @@ pub(crate) struct SealedJson {
     memo: JsonMemo,
 }
 
+impl SealedJson {
+    /// The length of the JSON of the sealed hit whose `bytes` are `record`.
+    pub(crate) fn length(&self, record: StoredRecord) -> usize {
+        self.memo.json(record).len()
+    }
+}
+
 impl ShardData {
     /// Fetches at once what reading `stations`' records in `window` would fetch
     /// from a remote one request after another: on an `s3://` store's replica

@@ -13,6 +13,7 @@ use super::{
 use crate::data::cursor::Cursor;
 use crate::data::merge::merge_sorted;
 use crate::data::scan::{Hit, SealedJson};
+use crate::data::sealed::is_sealed;
 use crate::data::stored::{Parts, RecordJson};
 use crate::data::summary::{PartialSummary, Question as Summary, Rows};
 use crate::data::Catalog;
@@ -188,8 +189,12 @@ impl Page {
     /// The length of its records' JSON, all told, known without reading a record:
     /// what an answer's buffer is sized by.
     pub(crate) fn json_bytes(&self) -> usize {
-        (self.hits.iter())
-            .map(|part_hit| part_hit.hit.bytes.length as usize)
+        self.records()
+            .map(|record| match is_sealed(record.hit.bytes) {
+                // A sealed hit's `bytes` locate its JSON among its scan's blocks.
+                true => record.sealed.length(record.hit.bytes),
+                false => record.hit.bytes.length as usize,
+            })
             .sum()
     }
 
