@@ -20,6 +20,13 @@
 //! **The symbol index.** The records of each serial number (units) or metric name
 //! (metrics), in time order: a query that filters by one reads its records only,
 //! as the hot tier's per-symbol trees let it, not every record of the window.
+//!
+//! **Metrics' JSON by name.** A metric block's JSON is written in its symbol
+//! index's order, each name's records together: a `names=` read copies runs of
+//! bytes that lie together, where in time order each record's JSON lay between
+//! other names' (a dashboard plots a measurement; a read of all names in time
+//! order pays a lookup a record instead). Units' JSON stays in time order, as
+//! most unit reads are.
 
 use std::ops::{Bound, Range};
 
@@ -31,6 +38,11 @@ use crate::data::symbols::Symbol;
 use crate::data::tier::KeyRange;
 use crate::domain::time::Timestamp;
 
+/// Marks a locator's index ([`super::locator`]) as a position in a block's
+/// symbol index rather than a record's index: a read by metric name locates its
+/// records' JSON where it lies, without the index of each.
+const BY_SYMBOL: u32 = 1 << 30;
+
 /// The parts of a period the time index marks.
 const SLOTS: usize = 16;
 /// The seconds of one of them.
@@ -41,10 +53,14 @@ const SLOT_SECONDS: i64 = PERIOD_SECONDS / SLOTS as i64;
 pub(crate) struct Rendered<E> {
     pub(crate) keys: Vec<RecordKey>,
     pub(crate) entries: Vec<E>,
-    /// Each record's JSON, one after another.
+    /// Each record's JSON, one after another: in time order, or (metrics) in
+    /// the symbol index's order.
     json: Vec<u8>,
-    /// Where each record's JSON ends in `json`.
+    /// Where each record's JSON ends in `json`, in the order it is written.
     ends: Vec<u32>,
+    /// Of JSON written in the symbol index's order, where each record's is in
+    /// that order, by its index; else empty.
+    written_at: Vec<u32>,
     time: TimeIndex,
     /// Record indexes grouped by their symbol ([`Sealable::filtered`]), each
     /// group in time order; `runs` says where each symbol's group starts.
@@ -64,18 +80,7 @@ impl<E: Sealable> Rendered<E> {
     /// rendered: every record's JSON written out whole.
     pub(super) fn new(sealed: &Sealed, decoded: Decoded<E>, start: Timestamp) -> Rendered<E> {
         let count = decoded.keys.len();
-        let mut json = Vec::with_capacity(
-            (decoded.spans.iter().flatten())
-                .map(|span| span.length as usize)
-                .sum(),
-        );
-        let mut ends = Vec::with_capacity(count);
-        for spans in &decoded.spans {
-            for span in spans {
-                json.extend_from_slice(sealed.span(&decoded, *span));
-            }
-            ends.push(json.len() as u32);
-        }
+        debug_assert!(count < BY_SYMBOL as usize);
         let mut by_symbol: Vec<u32> = (0..count as u32).collect();
         by_symbol.sort_by_key(|&index| (decoded.entries[index as usize].filtered(), index));
         let mut runs: Vec<(Symbol, u32)> = Vec::new();
@@ -89,6 +94,31 @@ impl<E: Sealable> Rendered<E> {
         let symbol_keys = (by_symbol.iter())
             .map(|&index| decoded.keys[index as usize])
             .collect();
+        // Metrics' JSON by name (see the module's doc), units' by time.
+        let grouped = E::KIND == 1;
+        let mut json = Vec::with_capacity(
+            (decoded.spans.iter().flatten())
+                .map(|span| span.length as usize)
+                .sum(),
+        );
+        let mut ends = Vec::with_capacity(count);
+        let order: Box<dyn Iterator<Item = u32>> = match grouped {
+            true => Box::new(by_symbol.iter().copied()),
+            false => Box::new(0..count as u32),
+        };
+        for index in order {
+            for span in &decoded.spans[index as usize] {
+                json.extend_from_slice(sealed.span(&decoded, *span));
+            }
+            ends.push(json.len() as u32);
+        }
+        let mut written_at = Vec::new();
+        if grouped {
+            written_at = vec![0; count];
+            for (position, &index) in by_symbol.iter().enumerate() {
+                written_at[index as usize] = position as u32;
+            }
+        }
         Rendered {
             block: decoded
                 .entries
@@ -100,6 +130,7 @@ impl<E: Sealable> Rendered<E> {
             entries: decoded.entries,
             json,
             ends,
+            written_at,
             by_symbol,
             runs,
         }
@@ -110,10 +141,11 @@ impl<E: Sealable> Rendered<E> {
     /// The key of the record at `position` of its symbol index, and its locator:
     /// what its entry's `bytes` say, without reading its entry.
     pub(super) fn located_by_symbol(&self, position: usize) -> (RecordKey, StoredRecord) {
-        (
-            self.symbol_keys[position],
-            locator::<E>(self.block, self.by_symbol[position]),
-        )
+        let index = match self.written_at.is_empty() {
+            true => self.by_symbol[position],
+            false => position as u32 | BY_SYMBOL,
+        };
+        (self.symbol_keys[position], locator::<E>(self.block, index))
     }
 }
 
@@ -125,6 +157,7 @@ impl<E> Rendered<E> {
             + self.entries.capacity() * size_of::<E>()
             + self.json.capacity()
             + self.ends.capacity() * size_of::<u32>()
+            + self.written_at.capacity() * size_of::<u32>()
             + self.by_symbol.capacity() * size_of::<u32>()
             + self.symbol_keys.capacity() * size_of::<RecordKey>()
             + self.runs.capacity() * size_of::<(Symbol, u32)>()) as u64
@@ -164,13 +197,19 @@ impl<E> Rendered<E> {
         out.extend_from_slice(self.json(index));
     }
 
-    /// The JSON of its record `index`.
+    /// The JSON of its record `index`, or, with [`BY_SYMBOL`] set, of the
+    /// record at that position of its symbol index.
     pub(super) fn json(&self, index: usize) -> &[u8] {
-        let start = match index {
-            0 => 0,
-            _ => self.ends[index - 1] as usize,
+        let written = match (index & BY_SYMBOL as usize, self.written_at.is_empty()) {
+            (0, true) => index,
+            (0, false) => self.written_at[index] as usize,
+            _ => index & !(BY_SYMBOL as usize),
         };
-        &self.json[start..self.ends[index] as usize]
+        let start = match written {
+            0 => 0,
+            _ => self.ends[written - 1] as usize,
+        };
+        &self.json[start..self.ends[written] as usize]
     }
 }
 
