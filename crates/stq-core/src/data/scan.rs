@@ -200,6 +200,37 @@ impl ShardData {
         prefetch(reads);
     }
 
+    /// Fetches ahead what reading `request` would fetch ([`ShardData::fetch_ahead`]):
+    /// of every station of the shard when it reads their sealed units merged by
+    /// period, which reads the blocks of stations it was not asked for too.
+    pub(crate) fn fetch_ahead_records(&self, request: &ScanRequest) {
+        if !any_remote() {
+            return;
+        }
+        if !self.reads_merged(request) {
+            return self.fetch_ahead(&request.stations, &request.window);
+        }
+        let every: Vec<ShardStation> = (self.sealed.ranks().enumerate())
+            .map(|(station_index, rank)| ShardStation {
+                rank,
+                station_index: station_index as u32,
+            })
+            .collect();
+        self.fetch_ahead(&every, &request.window);
+    }
+
+    /// Whether `request` reads units of many stations: one walk of the
+    /// shard-wide tree and of their sealed units merged by period.
+    fn reads_merged(&self, request: &ScanRequest) -> bool {
+        matches!(
+            request.filter,
+            RecordFilter::Units {
+                unit_serial: Matcher::Any,
+                ..
+            }
+        ) && request.stations.len() * 4 >= self.stations.len()
+    }
+
     /// The first `request.cap` matching records of the requested stations, in order,
     /// with the JSON of those that are sealed.
     pub(crate) fn scan(&self, request: &ScanRequest) -> ScanAnswer {
@@ -235,7 +266,7 @@ impl ShardData {
                         .map(move |(key, entry)| station.hit(&key, entry.bytes))
                 }))
             }),
-            RecordFilter::Units { .. } if request.stations.len() * 4 >= self.stations.len() => {
+            RecordFilter::Units { .. } if self.reads_merged(request) => {
                 return self.scan_shard_units(request, memo);
             }
             RecordFilter::Units { .. } => {

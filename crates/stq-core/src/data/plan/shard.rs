@@ -82,7 +82,7 @@ impl ShardQuestion {
     pub fn answer(self, data: Arc<ShardData>) -> ShardAnswer {
         debug_assert_eq!(data.generation(), self.generation());
         match &self.asked {
-            Asked::Records(request) => data.fetch_ahead(&request.stations, &request.window),
+            Asked::Records(request) => data.fetch_ahead_records(request),
             Asked::Summary(request) => {
                 if let Some(window) = request.question.window() {
                     data.fetch_ahead(&request.stations, window);
