@@ -220,15 +220,18 @@ impl ShardData {
     }
 
     /// Whether `request` reads units of many stations: one walk of the
-    /// shard-wide tree and of their sealed units merged by period.
+    /// shard-wide tree and of their sealed units merged by period (unless a
+    /// merged period of this shard was too heavy for the cache).
     fn reads_merged(&self, request: &ScanRequest) -> bool {
-        matches!(
-            request.filter,
-            RecordFilter::Units {
-                unit_serial: Matcher::Any,
-                ..
-            }
-        ) && request.stations.len() * 4 >= self.stations.len()
+        !self.sealed.unmerged()
+            && matches!(
+                request.filter,
+                RecordFilter::Units {
+                    unit_serial: Matcher::Any,
+                    ..
+                }
+            )
+            && request.stations.len() * 4 >= self.stations.len()
     }
 
     /// The first `request.cap` matching records of the requested stations, in order,
@@ -414,11 +417,14 @@ impl ShardData {
             .iter()
             .take_while(|period| **period <= last)
         {
-            let merged = PeriodUnits::of(self.sealed.key(), period, || {
+            let (merged, kept) = PeriodUnits::of(self.sealed.key(), period, || {
                 (self.sealed.ranks().zip(&self.stations))
                     .map(|(rank, station)| (rank, &*station.sealed))
                     .collect()
             });
+            if !kept {
+                self.sealed.set_unmerged();
+            }
             let mut slot = None;
             for index in merged.indexes_in(lower, end) {
                 let (position, station_index, entry) = merged.record(index);
@@ -829,5 +835,41 @@ mod tests {
         assert!(Arc::ptr_eq(&shared.sealed, &shard.sealed));
         let again = crate::data::load::load(&options).unwrap().0;
         assert_ne!(again.shards()[0].sealed.key(), shard.sealed.key());
+
+        // A merged period the cache cannot keep is answered, and the shard then
+        // reads station by station, with the same answer.
+        crate::data::sealed::cache::set_capacity(0);
+        let shard = &again.shards()[0];
+        let every: Vec<ShardStation> = (catalog.placements.iter().enumerate())
+            .filter(|(_, placement)| placement.shard == 0)
+            .map(|(rank, placement)| ShardStation {
+                rank: rank as u32,
+                station_index: placement.station_index,
+            })
+            .collect();
+        let request = ScanRequest {
+            stations: every,
+            window: Window {
+                from: instant(start),
+                to: instant(start + 30 * 3600),
+            },
+            after: None,
+            filter: RecordFilter::Units {
+                unit_types: Matcher::Any,
+                unit_serial: Matcher::Any,
+                results: Matcher::Any,
+                directions: Directions::BOTH,
+            },
+            cap: 100_000,
+        };
+        let positions = |answer: ScanAnswer| -> Vec<Position> {
+            answer.hits.iter().map(|hit| hit.position).collect()
+        };
+        assert!(shard.reads_merged(&request));
+        let merged = positions(shard.scan(&request));
+        assert!(shard.sealed.unmerged() && !shard.reads_merged(&request));
+        assert!(!merged.is_empty());
+        assert_eq!(positions(shard.scan(&request)), merged);
+        crate::data::sealed::cache::set_capacity(crate::data::sealed::cache::DEFAULT_CAPACITY);
     }
 }

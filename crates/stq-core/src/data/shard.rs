@@ -12,6 +12,7 @@
 //! sixteenth of the other, the two are merged.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use itertools::{Either, Itertools as _};
@@ -54,6 +55,9 @@ pub(crate) struct ShardTiers {
     /// What the merged periods of these tiers are known by: kept while the
     /// tiers and ranks are the same, new when any is not.
     key: u64,
+    /// Set once a merged period of these tiers weighed more than the cache
+    /// keeps: reads then go station by station, whose blocks it keeps.
+    unmerged: AtomicBool,
 }
 
 impl ShardTiers {
@@ -79,12 +83,23 @@ impl ShardTiers {
             tiers,
             periods,
             key: fresh_id(),
+            unmerged: AtomicBool::new(false),
         })
     }
 
     /// Every period any of its tiers holds, in order.
     pub(crate) fn periods(&self) -> &[i64] {
         &self.periods
+    }
+
+    /// Whether a merged period of its tiers weighed more than the cache keeps.
+    pub(crate) fn unmerged(&self) -> bool {
+        self.unmerged.load(Ordering::Relaxed)
+    }
+
+    /// Notes that a merged period of its tiers weighed more than the cache keeps.
+    pub(crate) fn set_unmerged(&self) {
+        self.unmerged.store(true, Ordering::Relaxed);
     }
 
     /// What the merged periods of its tiers are known by.

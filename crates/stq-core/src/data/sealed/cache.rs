@@ -122,14 +122,14 @@ impl<K: Hash + Eq, V: Clone> DecodedCache<K, V> {
 
     /// Keeps `value`, weighing `weight` bytes, under `key`, as the most recently
     /// used of its shard; the least recently used leave until it fits. A value
-    /// heavier than a shard's whole share is not kept.
-    pub(crate) fn insert(&self, key: K, value: V, weight: u64) {
+    /// heavier than a shard's whole share is not kept: then it returns false.
+    pub(crate) fn insert(&self, key: K, value: V, weight: u64) -> bool {
         let mut shard = self.shard(&key).lock();
         if let Some((_, old)) = shard.entries.pop(&key) {
             shard.bytes -= old;
         }
         if weight > shard.capacity {
-            return;
+            return false;
         }
         while shard.bytes + weight > shard.capacity {
             let Some((_, (_, evicted))) = shard.entries.pop_lru() else {
@@ -139,6 +139,7 @@ impl<K: Hash + Eq, V: Clone> DecodedCache<K, V> {
         }
         shard.bytes += weight;
         shard.entries.put(key, (value, weight));
+        true
     }
 
     /// Sets the bytes it may hold, dropping the least recently used entries of
@@ -220,16 +221,25 @@ pub(super) fn cached<T: Send + Sync + 'static>(
     key: BlockKey,
     make: impl FnOnce() -> (T, u64),
 ) -> Arc<T> {
+    cached_if_kept(key, make).0
+}
+
+/// As [`cached`], and whether the value is in the cache: one heavier than a
+/// shard of the cache holds is made, returned and not kept.
+pub(super) fn cached_if_kept<T: Send + Sync + 'static>(
+    key: BlockKey,
+    make: impl FnOnce() -> (T, u64),
+) -> (Arc<T>, bool) {
     let cached =
         with_blocks(|blocks| blocks.get(&key)).and_then(|cached| cached.downcast::<T>().ok());
     if let Some(value) = cached {
-        return value;
+        return (value, true);
     }
     let (value, weight) = make();
     let value = Arc::new(value);
     let kept = Arc::clone(&value) as CachedBlock;
-    with_blocks(|blocks| blocks.insert(key, kept, weight + ENTRY_BYTES));
-    value
+    let kept = with_blocks(|blocks| blocks.insert(key, kept, weight + ENTRY_BYTES));
+    (value, kept)
 }
 
 /// Sets the bytes the process's cache of decoded blocks may hold (`--cache-size`).

@@ -25,7 +25,7 @@
 use std::ops::{Bound, Range};
 use std::sync::Arc;
 
-use super::cache::cached;
+use super::cache::cached_if_kept;
 use super::rendered::{TimeIndex, WholeJson};
 use super::{period_start, Decoded, Sealed};
 use crate::data::key::Position;
@@ -54,13 +54,14 @@ impl PeriodUnits {
     /// The units of `period` of the tiers `tiers` gives (each station's rank and
     /// sealed tier, by its index in the shard), merged: from the process's cache,
     /// where `key` (what names those tiers together) and the period name them,
-    /// else merged now and kept there.
+    /// else merged now and kept there; and whether the cache holds it (one
+    /// heavier than a shard of the cache holds is not kept).
     pub(crate) fn of<'a>(
         key: u64,
         period: i64,
         tiers: impl FnOnce() -> Vec<(u32, &'a Sealed)>,
-    ) -> Arc<PeriodUnits> {
-        cached((key, PERIOD_UNITS, period), || {
+    ) -> (Arc<PeriodUnits>, bool) {
+        cached_if_kept((key, PERIOD_UNITS, period), || {
             let merged = PeriodUnits::merge(period, &tiers());
             let weight = merged.heap_bytes();
             (merged, weight)
