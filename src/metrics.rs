@@ -511,12 +511,12 @@ impl Collector for CacheCollector {
         let counters = [
             (
                 "cache_hits",
-                "Reads of a sealed block that found it decoded in the cache.",
+                "Reads of a sealed block, or of a shard's merged four hours, that found it decoded in the cache.",
                 stats.hits,
             ),
             (
                 "cache_misses",
-                "Reads of a sealed block that decoded it (then kept it in the cache if it fit).",
+                "Reads of a sealed block, or of a shard's merged four hours, that decoded it (then kept it in the cache if it fit).",
                 stats.misses,
             ),
             (

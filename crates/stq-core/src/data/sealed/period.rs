@@ -30,7 +30,7 @@ use std::ops::{Bound, Range};
 use std::sync::Arc;
 
 use super::cache::cached_if_kept;
-use super::rendered::{TimeIndex, WholeJson};
+use super::rendered::{written, TimeIndex, WholeJson};
 use super::{period_start, Decoded, Sealed};
 use crate::data::key::Position;
 use crate::data::tier::UnitEntry;
@@ -103,28 +103,31 @@ impl PeriodUnits {
             .flat_map(|block| block.3.spans.iter().flatten()))
         .map(|span| span.length as usize)
         .sum();
-        let mut merged = PeriodUnits {
-            positions: Vec::with_capacity(order.len()),
-            stations: Vec::with_capacity(order.len()),
-            entries: Vec::with_capacity(order.len()),
-            json: Vec::with_capacity(bytes),
-            ends: Vec::with_capacity(order.len()),
-            time: TimeIndex::new::<Position>(&[], period_start(period), |_| 0),
-        };
+        let mut positions = Vec::with_capacity(order.len());
+        let mut stations = Vec::with_capacity(order.len());
+        let mut entries = Vec::with_capacity(order.len());
+        let mut json = Vec::with_capacity(bytes);
+        let mut ends = Vec::with_capacity(order.len());
         for (position, slot, index) in order {
             let (station, _, sealed, decoded) = &blocks[slot as usize];
-            merged.positions.push(position);
-            merged.stations.push(*station);
-            merged.entries.push(decoded.entries[index as usize]);
+            positions.push(position);
+            stations.push(*station);
+            entries.push(decoded.entries[index as usize]);
             for span in decoded.spans[index as usize] {
-                merged.json.extend_from_slice(sealed.span(decoded, span));
+                json.extend_from_slice(sealed.span(decoded, span));
             }
-            merged.ends.push(merged.json.len() as u32);
+            ends.push(json.len() as u32);
         }
-        merged.time = TimeIndex::new(&merged.positions, period_start(period), |position| {
-            position.instant.seconds
-        });
-        merged
+        PeriodUnits {
+            time: TimeIndex::new(&positions, period_start(period), |position| {
+                position.instant.seconds
+            }),
+            positions,
+            stations,
+            entries,
+            json,
+            ends,
+        }
     }
 
     /// Its bytes on the heap and itself: what the cache weighs it by.
@@ -166,10 +169,6 @@ impl PeriodUnits {
 
 impl WholeJson for PeriodUnits {
     fn json(&self, index: usize) -> &[u8] {
-        let start = match index {
-            0 => 0,
-            _ => self.ends[index - 1] as usize,
-        };
-        &self.json[start..self.ends[index] as usize]
+        written(&self.json, &self.ends, index)
     }
 }

@@ -200,17 +200,23 @@ impl<E> Rendered<E> {
     /// The JSON of its record `index`, or, with [`BY_SYMBOL`] set, of the
     /// record at that position of its symbol index.
     pub(super) fn json(&self, index: usize) -> &[u8] {
-        let written = match (index & BY_SYMBOL as usize, self.written_at.is_empty()) {
+        let at = match (index & BY_SYMBOL as usize, self.written_at.is_empty()) {
             (0, true) => index,
             (0, false) => self.written_at[index] as usize,
             _ => index & !(BY_SYMBOL as usize),
         };
-        let start = match written {
-            0 => 0,
-            _ => self.ends[written - 1] as usize,
-        };
-        &self.json[start..self.ends[written] as usize]
+        written(&self.json, &self.ends, at)
     }
+}
+
+/// The `at`-th JSON written one after another into `json`, each ending where
+/// `ends` says.
+pub(super) fn written<'a>(json: &'a [u8], ends: &[u32], at: usize) -> &'a [u8] {
+    let start = match at {
+        0 => 0,
+        _ => ends[at - 1] as usize,
+    };
+    &json[start..ends[at] as usize]
 }
 
 /// A rendered block of either kind, as an answer reads its records' JSON.
