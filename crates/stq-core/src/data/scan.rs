@@ -837,9 +837,13 @@ mod tests {
         assert_ne!(again.shards()[0].sealed.key(), shard.sealed.key());
 
         // A merged period the cache cannot keep is answered, and the shard then
-        // reads station by station, with the same answer.
-        crate::data::sealed::cache::set_capacity(0);
+        // reads station by station, with the same answer: known before one is
+        // made when even its records' fixed bytes would not fit, else once one
+        // was refused.
         let shard = &again.shards()[0];
+        let floor = shard.sealed.most_units() * PeriodUnits::RECORD_BYTES;
+        let capacity = |share: u64| crate::data::sealed::cache::set_capacity(16 * share);
+        capacity(floor + crate::data::sealed::cache::ENTRY_BYTES + 1024);
         let every: Vec<ShardStation> = (catalog.placements.iter().enumerate())
             .filter(|(_, placement)| placement.shard == 0)
             .map(|(rank, placement)| ShardStation {
@@ -869,6 +873,12 @@ mod tests {
         let merged = positions(shard.scan(&request));
         assert!(shard.sealed.unmerged() && !shard.reads_merged(&request));
         assert!(!merged.is_empty());
+        assert_eq!(positions(shard.scan(&request)), merged);
+        let fresh = crate::data::load::load(&options).unwrap().0;
+        let shard = &fresh.shards()[0];
+        assert!(shard.reads_merged(&request));
+        capacity(floor / 2);
+        assert!(!shard.reads_merged(&request));
         assert_eq!(positions(shard.scan(&request)), merged);
         crate::data::sealed::cache::set_capacity(crate::data::sealed::cache::DEFAULT_CAPACITY);
     }

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use itertools::{Either, Itertools as _};
 
 use crate::data::key::{Position, RecordKey};
-use crate::data::sealed::fresh_id;
+use crate::data::sealed::{fresh_id, largest_kept, PeriodUnits};
 use crate::data::station::{StationData, UnitEntry};
 use crate::data::ShardData;
 use crate::domain::record::Kind;
@@ -52,6 +52,8 @@ pub(crate) struct ShardTiers {
     /// Every period any of them holds, in order: history may have gaps of
     /// years (a station's clock once wrong), which a read walks past.
     periods: Vec<i64>,
+    /// The most units any one period of them holds.
+    most_units: u64,
     /// What the merged periods of these tiers are known by: kept while the
     /// tiers and ranks are the same, new when any is not.
     key: u64,
@@ -73,15 +75,20 @@ impl ShardTiers {
         if let Some(previous) = previous.filter(|previous| previous.tiers == tiers) {
             return Arc::clone(previous);
         }
-        let mut periods: Vec<i64> = (stations.iter())
+        let mut units: Vec<(i64, u32)> = (stations.iter())
             .flat_map(|station| station.sealed.periods())
             .collect();
-        periods.sort_unstable();
-        periods.dedup();
-        periods.shrink_to_fit();
+        units.sort_unstable_by_key(|(period, _)| *period);
+        let mut periods = Vec::new();
+        let mut most_units = 0;
+        for same in units.chunk_by(|left, right| left.0 == right.0) {
+            periods.push(same[0].0);
+            most_units = most_units.max(same.iter().map(|(_, units)| u64::from(*units)).sum());
+        }
         Arc::new(ShardTiers {
             tiers,
             periods,
+            most_units,
             key: fresh_id(),
             unmerged: AtomicBool::new(false),
         })
@@ -92,14 +99,23 @@ impl ShardTiers {
         &self.periods
     }
 
-    /// Whether a merged period of its tiers weighed more than the cache keeps.
+    /// Whether a merged period of its tiers would weigh more than the cache
+    /// keeps: its largest would at least ([`PeriodUnits::RECORD_BYTES`] a
+    /// record), or one did.
     pub(crate) fn unmerged(&self) -> bool {
-        self.unmerged.load(Ordering::Relaxed)
+        self.most_units.saturating_mul(PeriodUnits::RECORD_BYTES) > largest_kept()
+            || self.unmerged.load(Ordering::Relaxed)
     }
 
     /// Notes that a merged period of its tiers weighed more than the cache keeps.
     pub(crate) fn set_unmerged(&self) {
         self.unmerged.store(true, Ordering::Relaxed);
+    }
+
+    /// The most units any one period of its tiers holds.
+    #[cfg(test)]
+    pub(crate) fn most_units(&self) -> u64 {
+        self.most_units
     }
 
     /// What the merged periods of its tiers are known by.

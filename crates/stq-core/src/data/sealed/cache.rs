@@ -27,6 +27,7 @@
 
 use std::any::Any;
 use std::hash::{BuildHasher as _, Hash};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 #[cfg(not(test))]
 use std::sync::LazyLock;
@@ -66,6 +67,8 @@ const SHARDS: usize = 16;
 pub(crate) struct DecodedCache<K, V> {
     shards: Box<[Mutex<Shard<K, V>>]>,
     hasher: foldhash::fast::FixedState,
+    /// Each shard's capacity, read without a lock ([`DecodedCache::share`]).
+    share: AtomicU64,
 }
 
 struct Shard<K, V> {
@@ -96,6 +99,7 @@ impl<K: Hash + Eq, V: Clone> DecodedCache<K, V> {
                 })
                 .collect(),
             hasher: foldhash::fast::FixedState::with_seed(0x5eed),
+            share: AtomicU64::new(share),
         }
     }
 
@@ -146,6 +150,7 @@ impl<K: Hash + Eq, V: Clone> DecodedCache<K, V> {
     /// each shard down to its new share.
     pub(crate) fn set_capacity(&self, capacity: u64) {
         let share = capacity / self.shards.len() as u64;
+        self.share.store(share, Ordering::Relaxed);
         for shard in &self.shards {
             let mut shard = shard.lock();
             shard.capacity = share;
@@ -156,6 +161,11 @@ impl<K: Hash + Eq, V: Clone> DecodedCache<K, V> {
                 shard.bytes -= evicted;
             }
         }
+    }
+
+    /// The most one value may weigh to be kept: a shard's capacity.
+    pub(crate) fn share(&self) -> u64 {
+        self.share.load(Ordering::Relaxed)
     }
 
     /// Its bytes, capacity, hits and misses, summed over its shards.
@@ -245,6 +255,12 @@ pub(super) fn cached_if_kept<T: Send + Sync + 'static>(
 /// Sets the bytes the process's cache of decoded blocks may hold (`--cache-size`).
 pub(crate) fn set_capacity(bytes: u64) {
     with_blocks(|cache| cache.set_capacity(bytes));
+}
+
+/// The most one value may weigh (its entry's own bytes included) to be kept in
+/// the process's cache of decoded blocks.
+pub(crate) fn largest_kept() -> u64 {
+    with_blocks(|cache| cache.share()).saturating_sub(ENTRY_BYTES)
 }
 
 /// What the process's cache of decoded blocks holds and has done.

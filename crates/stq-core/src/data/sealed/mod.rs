@@ -65,6 +65,7 @@ mod tests;
 mod times;
 
 pub(crate) use body::{any_remote, fresh_id, prefetch, store_reads, Slice, StoreFile};
+pub(crate) use cache::largest_kept;
 pub(crate) use period::PeriodUnits;
 pub(crate) use read::{JsonMemo, MetricBlock, UnitBlock};
 pub(crate) use store::{index_region, Layout, Region};
@@ -328,9 +329,12 @@ impl Sealed {
         self.identity
     }
 
-    /// The periods it holds records of, in order.
-    pub(crate) fn periods(&self) -> impl Iterator<Item = i64> + '_ {
-        self.blocks.keys().copied()
+    /// The periods it holds records of, in order, each with how many units it
+    /// holds of it.
+    pub(crate) fn periods(&self) -> impl Iterator<Item = (i64, u32)> + '_ {
+        self.blocks
+            .iter()
+            .map(|(period, block)| (*period, block.units))
     }
 
     /// The last period it holds records of.

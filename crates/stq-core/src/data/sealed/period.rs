@@ -55,6 +55,11 @@ pub(crate) struct PeriodUnits {
 }
 
 impl PeriodUnits {
+    /// What a merged period weighs at least for each of its records, its JSON
+    /// aside: whether the cache could keep one is known before it is made.
+    pub(crate) const RECORD_BYTES: u64 =
+        (size_of::<Position>() + size_of::<UnitEntry>() + 2 * size_of::<u32>()) as u64;
+
     /// The units of `period` of the tiers `tiers` gives (each station's rank and
     /// sealed tier, by its index in the shard), merged: from the process's cache,
     /// where `key` (what names those tiers together) and the period name them,
