@@ -154,7 +154,10 @@ impl StationData {
         let mut hot = self.hot.units_in(keys).peekable();
         if self.reads_sealed(&keys) {
             let mut blocks = (self.sealed.unit_blocks(keys))
-                .map(|block| (block, block.digest()))
+                .map(|block| {
+                    let digest = block.digest();
+                    (block, digest)
+                })
                 .peekable();
             while let Some((block, digest)) = blocks.next() {
                 // Each block's digest is its own allocation, away from the last

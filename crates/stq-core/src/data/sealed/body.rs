@@ -1,9 +1,11 @@
 //! Where a sealed block's bytes are (issue 32): in memory, as sealing made them, or
 //! in a store file, read when a query needs them. A block is sealed in memory; once
 //! the store has written its station's sealed tier, the block points at that file
-//! and its bytes leave the heap; a start from the store makes every block so. So
-//! memory holds a block's header (its counts, filters and checksums) and the
-//! decoded blocks of the cache, not history.
+//! and its bytes leave the heap; a start from the store makes every block so, and
+//! its headers (counts, filters and checksums) are rows of the mapped file
+//! ([`super::headers`]). So memory holds the decoded blocks of the cache, and
+//! the headers of blocks sealed since the store last wrote their tier, not
+//! history.
 //!
 //! Each part of a block (its two frames and its two digests) has the XXH3-64 of
 //! its bytes in the block's header, checked on every read from a file: a store file
@@ -117,6 +119,24 @@ impl StoreFile {
             source: RwLock::new(Source::Remote(remote)),
             ahead: parking_lot::Mutex::default(),
         })
+    }
+
+    /// The file mapped ([`memmap2`]), if it is in the store's directory.
+    pub(crate) fn map(&self) -> std::io::Result<memmap2::Mmap> {
+        let Source::Local(file) = &*self.source.read() else {
+            return Err(std::io::Error::other(
+                "the file is not in the store's directory",
+            ));
+        };
+        // SAFETY: a store file is written whole under a temporary name and never
+        // written again once named; what another process might do to it is
+        // `super::headers`' (every row read is checked against its hash).
+        unsafe { memmap2::Mmap::map(file) }
+    }
+
+    /// Where it is in the store's directory.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
     }
 
     /// The whole file.
@@ -342,28 +362,14 @@ impl Body {
             }
             Place::Stored { file, offset } => (Arc::clone(file), *offset),
         };
-        let bytes = file.read(offset + range.start as u64, range.len());
-        if xxh3_64(&bytes) != check {
-            panic!(
-                "the store file {} is damaged: a block's part at {} fails its checksum",
-                file.path.display(),
-                offset + range.start as u64
-            );
-        }
-        Slice {
-            range: 0..bytes.len(),
-            bytes: Arc::from(bytes),
-        }
+        read_stored(&file, offset, range, check)
     }
 
     /// Adds its first `length` bytes to `reads` if they are in a remote file and
     /// were not asked for before ([`prefetch`]).
     pub(crate) fn ask_ahead(&self, length: u32, reads: &mut Vec<(Arc<StoreFile>, Range<u64>)>) {
         if let Place::Stored { file, offset } = &*self.place.read() {
-            let range = *offset..offset + u64::from(length);
-            if file.asks_ahead(&range) {
-                reads.push((Arc::clone(file), range));
-            }
+            ask_ahead(file, *offset, length, reads);
         }
     }
 
@@ -371,6 +377,90 @@ impl Body {
     /// memory once no reader holds them.
     pub(crate) fn store_at(&self, file: Arc<StoreFile>, offset: u64) {
         *self.place.write() = Place::Stored { file, offset };
+    }
+}
+
+/// Adds `length` bytes at `offset` in `file` to `reads` if the file is remote and
+/// they were not asked for before ([`prefetch`]).
+fn ask_ahead(
+    file: &Arc<StoreFile>,
+    offset: u64,
+    length: u32,
+    reads: &mut Vec<(Arc<StoreFile>, Range<u64>)>,
+) {
+    let range = offset..offset + u64::from(length);
+    if file.asks_ahead(&range) {
+        reads.push((Arc::clone(file), range));
+    }
+}
+
+/// `range` of the bytes at `offset` in `file`, which hash to `check`.
+fn read_stored(file: &StoreFile, offset: u64, range: Range<usize>, check: u64) -> Slice {
+    let bytes = file.read(offset + range.start as u64, range.len());
+    if xxh3_64(&bytes) != check {
+        panic!(
+            "the store file {} is damaged: a block's part at {} fails its checksum",
+            file.path.display(),
+            offset + range.start as u64
+        );
+    }
+    Slice {
+        range: 0..bytes.len(),
+        bytes: Arc::from(bytes),
+    }
+}
+
+/// Where a block's bytes are, as its header says: a [`Body`] that every tier
+/// holding the block shares (a block sealed in memory, perhaps pointed at a store
+/// file since), or a place in a store file whose index rows are mapped
+/// ([`super::headers`]), known in the cache by the number its row was given.
+#[derive(Clone, Debug)]
+pub(crate) enum BlockBody {
+    Shared(Arc<Body>),
+    Mapped {
+        file: Arc<StoreFile>,
+        offset: u64,
+        id: u64,
+    },
+}
+
+impl BlockBody {
+    /// What names it in the cache.
+    pub(crate) fn id(&self) -> u64 {
+        match self {
+            BlockBody::Shared(body) => body.id(),
+            BlockBody::Mapped { id, .. } => *id,
+        }
+    }
+
+    /// Whether its bytes are in memory.
+    pub(crate) fn is_resident(&self) -> bool {
+        match self {
+            BlockBody::Shared(body) => body.is_resident(),
+            BlockBody::Mapped { .. } => false,
+        }
+    }
+
+    /// Its bytes in `range`, which hash to `check`.
+    pub(crate) fn read(&self, range: Range<u32>, check: u64) -> Slice {
+        match self {
+            BlockBody::Shared(body) => body.read(range, check),
+            BlockBody::Mapped { file, offset, .. } => read_stored(
+                file,
+                *offset,
+                range.start as usize..range.end as usize,
+                check,
+            ),
+        }
+    }
+
+    /// Adds its first `length` bytes to `reads` if they are in a remote file and
+    /// were not asked for before ([`prefetch`]).
+    pub(crate) fn ask_ahead(&self, length: u32, reads: &mut Vec<(Arc<StoreFile>, Range<u64>)>) {
+        match self {
+            BlockBody::Shared(body) => body.ask_ahead(length, reads),
+            BlockBody::Mapped { file, offset, .. } => ask_ahead(file, *offset, length, reads),
+        }
     }
 }
 

@@ -31,7 +31,9 @@
 //! (what queries read: blocks by key range, rendered ([`rendered`]) through
 //! [`cache`]); and
 //! [`store`] (the tier in a store file), with [`body`] (where a block's bytes
-//! are: in memory, or in that file, read when a query needs them).
+//! are: in memory, or in that file, read when a query needs them) and
+//! [`headers`] (where the blocks' headers are: in a map, or rows of that file,
+//! read where they lie).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -43,18 +45,20 @@ use crate::data::digest::{self, UnitDigest};
 use crate::data::key::RecordKey;
 use crate::data::stored::{Piece, StoredRecord};
 use crate::data::symbols::Symbol;
-use crate::data::tier::{tree_bytes, KeyRange, MetricEntry, Tier, UnitEntry};
+use crate::data::tier::{KeyRange, MetricEntry, Tier, UnitEntry};
 use crate::domain::record::Kind;
 use crate::domain::time::Timestamp;
-use body::{Body, IndexPart, IndexPartAt};
+use body::{BlockBody, Body, IndexPart, IndexPartAt};
 use columns::Sealable;
 use encode::encode;
+use headers::{Blocks, Rows};
 
 pub(crate) mod body;
 pub(crate) mod cache;
 mod columns;
 mod decode;
 mod encode;
+mod headers;
 mod payload;
 mod period;
 mod read;
@@ -156,7 +160,7 @@ struct Block {
     /// The zstd frames of its units and of its metrics, then its unit digest and
     /// its metric digest ([`crate::data::digest`]), one after the other: in memory
     /// or in a store file ([`body`]).
-    body: Arc<Body>,
+    body: BlockBody,
     /// Where the metrics' frame starts.
     split: u32,
     /// Where the unit digest starts, the metric digest, and where it ends.
@@ -197,7 +201,7 @@ impl Block {
         let checks = [0, 1, 2, 3]
             .map(|part| xxh3_64(&bytes[bounds[part] as usize..bounds[part + 1] as usize]));
         Block {
-            body: Body::resident(bytes),
+            body: BlockBody::Shared(Body::resident(bytes)),
             split,
             unit_digest,
             metric_digest,
@@ -259,7 +263,7 @@ type SerialList = Box<[Symbol]>;
 /// A station's sealed records. Cloning one shares its blocks.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Sealed {
-    blocks: BTreeMap<i64, Block>,
+    blocks: Blocks,
     /// The pieces its blocks share: in memory, or in its store file ([`Sealed::shared`]).
     shared: Arc<IndexPart<SharedPieces>>,
     /// The period locators count from: the first block's.
@@ -278,6 +282,10 @@ pub(crate) struct Sealed {
     shared_serials: Box<[Symbol]>,
     /// What names its blocks together ([`Sealed::identity`]).
     identity: u64,
+    /// Its blocks as rows of the store file written of it, once the store has
+    /// ([`Sealed::stored_in`]): what the tier sealed into next starts from, so
+    /// that only blocks sealed since are headers in the heap.
+    written: std::sync::OnceLock<Arc<Rows>>,
 }
 
 /// A block's records of one kind, decompressed: their keys, entries (whose
@@ -329,17 +337,36 @@ impl Sealed {
         self.identity
     }
 
+    /// Whether its block headers are all rows of a store file ([`headers`]): not
+    /// so for a tier sealed in memory, or read from a file of the format before.
+    pub(crate) fn headers_in_rows(&self) -> bool {
+        self.blocks.all_rows()
+    }
+
+    /// How many of its block headers are in the heap, not rows of a store file.
+    #[cfg(test)]
+    pub(crate) fn headers_in_heap(&self) -> usize {
+        self.blocks.in_memory().count()
+    }
+
     /// The periods it holds records of, in order, each with how many units it
     /// holds of it.
     pub(crate) fn periods(&self) -> impl Iterator<Item = (i64, u32)> + '_ {
-        self.blocks
-            .iter()
-            .map(|(period, block)| (*period, block.units))
+        self.blocks.unit_counts()
     }
 
     /// The last period it holds records of.
     pub(crate) fn last_period(&self) -> Option<i64> {
-        self.blocks.last_key_value().map(|(period, _)| *period)
+        self.blocks.last_period()
+    }
+
+    /// Its blocks, to seal into or drop from: as rows of its store file, if the
+    /// store has written it.
+    fn blocks_to_change(&self) -> Blocks {
+        match self.written.get() {
+            Some(rows) => Blocks::of_rows(Arc::clone(rows)),
+            None => self.blocks.clone(),
+        }
     }
 
     /// This tier with `units` and `metrics` sealed too, in any order. A record in an
@@ -363,11 +390,11 @@ impl Sealed {
         let again: Vec<(i64, Decoded<UnitEntry>, Decoded<MetricEntry>)> = periods
             .iter()
             .filter_map(|period| {
-                let block = self.blocks.get(period)?;
+                let block = self.blocks.get(*period)?;
                 Some((
                     *period,
-                    self.decode(*period, block, true),
-                    self.decode(*period, block, true),
+                    self.decode(*period, &block, true),
+                    self.decode(*period, &block, true),
                 ))
             })
             .collect();
@@ -395,24 +422,18 @@ impl Sealed {
         let shared = Arc::new(self.shared_with(&groups));
         let known = shared.known();
         let mut sealed = Sealed {
-            blocks: self.blocks.clone(),
+            blocks: self.blocks_to_change(),
             shared: IndexPart::resident(Arc::clone(&shared)),
-            base: 0,
             unit_count: self.unit_count + added_units,
             metric_count: self.metric_count + added_metrics,
-            ends: None,
-            serials: Arc::default(),
-            shared_serials: Box::default(),
-            identity: 0,
+            ..Sealed::default()
         };
         for (period, mut group) in groups {
             group.units.sort_unstable_by_key(|record| record.key);
             group.metrics.sort_unstable_by_key(|record| record.key);
             sealed.blocks.insert(period, encode(period, &group, &known));
         }
-        // Built again from its sorted entries, which fills its nodes: inserted at
-        // its right end, a tree's nodes stay about half full (BENCHMARKS.md).
-        sealed.blocks = std::mem::take(&mut sealed.blocks).into_iter().collect();
+        sealed.blocks.compact();
         sealed.settle();
         sealed
     }
@@ -425,18 +446,13 @@ impl Sealed {
         dropped: &dyn Fn(u64) -> bool,
         touched: &dyn Fn(u32, u32) -> bool,
     ) -> Option<Sealed> {
-        let periods: Vec<i64> = (self.blocks.iter())
+        let decoded: Vec<(i64, Decoded<UnitEntry>, Decoded<MetricEntry>)> = (self.blocks.iter())
             .filter(|(_, block)| touched(block.files.0, block.files.1))
-            .map(|(period, _)| *period)
-            .collect();
-        let decoded: Vec<(i64, Decoded<UnitEntry>, Decoded<MetricEntry>)> = periods
-            .iter()
-            .map(|&period| {
-                let block = &self.blocks[&period];
+            .map(|(period, block)| {
                 (
                     period,
-                    self.decode(period, block, true),
-                    self.decode(period, block, true),
+                    self.decode(period, &block, true),
+                    self.decode(period, &block, true),
                 )
             })
             .collect();
@@ -448,14 +464,14 @@ impl Sealed {
             return None;
         }
         let mut kept = Sealed {
-            blocks: self.blocks.clone(),
+            blocks: self.blocks_to_change(),
             shared: Arc::clone(&self.shared),
             ..Sealed::default()
         };
         let mut units = Vec::new();
         let mut metrics = Vec::new();
         for (period, old_units, old_metrics) in &decoded {
-            kept.blocks.remove(period);
+            kept.blocks.remove(*period);
             units.extend(
                 (self.unsealed(old_units)).filter(|record| !dropped(record.key.load_order)),
             );
@@ -479,15 +495,15 @@ impl Sealed {
         unit: &mut dyn FnMut(Unsealed<'_, UnitEntry>),
         metric: &mut dyn FnMut(Unsealed<'_, MetricEntry>),
     ) {
-        for (&period, block) in &self.blocks {
+        for (period, block) in self.blocks.iter() {
             if !touched(block.files.0, block.files.1) {
                 continue;
             }
-            let units: Decoded<UnitEntry> = self.decode(period, block, true);
+            let units: Decoded<UnitEntry> = self.decode(period, &block, true);
             (self.unsealed(&units))
                 .filter(|record| wanted(record.key.load_order))
                 .for_each(&mut *unit);
-            let metrics: Decoded<MetricEntry> = self.decode(period, block, true);
+            let metrics: Decoded<MetricEntry> = self.decode(period, &block, true);
             (self.unsealed(&metrics))
                 .filter(|record| wanted(record.key.load_order))
                 .for_each(&mut *metric);
@@ -577,7 +593,11 @@ impl Sealed {
             shared.update(&piece.length.to_le_bytes());
         }
         let shared = shared.digest128().to_le_bytes();
-        for (&period, stored) in self.blocks.range(first..end) {
+        let periods = (
+            std::ops::Bound::Included(first),
+            std::ops::Bound::Excluded(end),
+        );
+        for (period, stored) in self.blocks.range(periods) {
             let part = match kind {
                 Kind::Units if stored.units > 0 => Part::Units,
                 Kind::Metrics if stored.metrics > 0 => Part::Metrics,
@@ -603,30 +623,30 @@ impl Sealed {
             true => 0,
             false => fresh_id(),
         };
-        self.base = self
-            .blocks
-            .first_key_value()
-            .map_or(0, |(period, _)| *period);
+        self.base = self.blocks.first_period().unwrap_or(0);
         // Every block's digest read once: its outputs' serials, with its period.
         let mut outputs: Vec<(Symbol, i64)> = Vec::new();
         let mut buffer = UnitDigest::default();
-        for (&period, block) in &self.blocks {
+        for (period, block) in self.blocks.iter() {
             let bytes = block.read(Part::UnitDigest);
             digest::unit_serials(period_start(period), &bytes, &mut buffer, &mut |serial| {
                 outputs.push((serial, period));
             });
         }
         let (shared, sharing) = digest::shared_serials(&mut outputs);
-        for (period, block) in &mut self.blocks {
-            block.shares = sharing.binary_search(period).is_ok();
+        let periods: Vec<i64> = self.blocks.iter().map(|(period, _)| period).collect();
+        for period in periods {
+            (self.blocks).set_shares(period, sharing.binary_search(&period).is_ok());
         }
         let mut serials: Vec<Symbol> = outputs.iter().map(|(serial, _)| *serial).collect();
         serials.dedup();
         self.serials = IndexPart::resident(Arc::new(serials.into()));
         self.shared_serials = shared.into();
         self.ends = None;
-        let (Some((&first_period, first)), Some((&last_period, last))) =
-            (self.blocks.first_key_value(), self.blocks.last_key_value())
+        let last =
+            (self.blocks.last_period()).and_then(|period| Some((period, self.blocks.get(period)?)));
+        let (Some((first_period, first)), Some((last_period, last))) =
+            (self.blocks.iter().next(), last)
         else {
             return;
         };
@@ -644,8 +664,8 @@ impl Sealed {
             }
         };
         if let (Some(first), Some(last)) = (
-            ends(first_period, first, false),
-            ends(last_period, last, true),
+            ends(first_period, &first, false),
+            ends(last_period, &last, true),
         ) {
             self.ends = Some((first, last));
         }
@@ -653,10 +673,12 @@ impl Sealed {
 
     /// Counts its records from its blocks.
     fn count(&mut self) {
-        self.unit_count = self.blocks.values().map(|block| block.units as usize).sum();
-        self.metric_count = (self.blocks.values())
-            .map(|block| block.metrics as usize)
-            .sum();
+        let (mut units, mut metrics) = (0, 0);
+        for (_, block) in self.blocks.iter() {
+            units += block.units as usize;
+            metrics += block.metrics as usize;
+        }
+        (self.unit_count, self.metric_count) = (units, metrics);
     }
 }
 
@@ -700,11 +722,7 @@ impl Tier for Sealed {
     fn memory(&self, add: &mut dyn FnMut(&'static str, u64)) {
         // Only what is in memory: a stored block's bytes are its file's. An
         // `Arc<[u8]>` holds two counts before its bytes.
-        let resident = || {
-            self.blocks
-                .values()
-                .filter(|block| block.body.is_resident())
-        };
+        let resident = || (self.blocks.in_memory()).filter(|block| block.body.is_resident());
         let blocks = resident()
             .map(|block| u64::from(block.unit_digest) + 16)
             .sum();
@@ -721,11 +739,9 @@ impl Tier for Sealed {
                 .map(|block| u64::from(block.length - block.metric_digest))
                 .sum(),
         );
-        // A body's header: its id, lock and place, and the `Arc`'s counts.
-        let bodies = self.blocks.len() * (size_of::<Body>() + 16);
         add(
             "sealed block index",
-            tree_bytes(&self.blocks) + bodies as u64,
+            self.blocks.heap_bytes(size_of::<Body>() + 16),
         );
         let serials = match self.serials.place() {
             IndexPartAt::Resident(serials) => serials.len(),

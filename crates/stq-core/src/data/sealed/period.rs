@@ -80,12 +80,12 @@ impl PeriodUnits {
     fn merge(period: i64, tiers: &[(u32, &Sealed)]) -> PeriodUnits {
         let blocks: Vec<(u32, u32, &Sealed, Decoded<UnitEntry>)> = (tiers.iter().enumerate())
             .filter_map(|(station, &(rank, sealed))| {
-                let block = sealed.blocks.get(&period).filter(|block| block.units > 0)?;
+                let block = sealed.blocks.get(period).filter(|block| block.units > 0)?;
                 Some((
                     station as u32,
                     rank,
                     sealed,
-                    sealed.decode(period, block, true),
+                    sealed.decode(period, &block, true),
                 ))
             })
             .collect();

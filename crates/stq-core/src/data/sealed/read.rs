@@ -53,9 +53,10 @@ fn through_cache<T: Send + Sync + 'static>(
 
 impl Sealed {
     /// The block of a locator, and its period.
-    fn block_of(&self, record: StoredRecord) -> (i64, &Block) {
+    fn block_of(&self, record: StoredRecord) -> (i64, Block) {
         let period = self.base + i64::from(record.start & !SEALED);
-        (period, &self.blocks[&period])
+        let block = (self.blocks.get(period)).expect("a sealed record's locator names its block");
+        (period, block)
     }
 
     /// Appends the JSON of the sealed record `record` locates.
@@ -63,13 +64,15 @@ impl Sealed {
         let (period, block) = self.block_of(record);
         let index = (record.length & !SEALED) as usize;
         match record.length >> 31 {
-            0 => self.decoded::<UnitEntry>(period, block).write(index, out),
-            _ => self.decoded::<MetricEntry>(period, block).write(index, out),
+            0 => self.decoded::<UnitEntry>(period, &block).write(index, out),
+            _ => self
+                .decoded::<MetricEntry>(period, &block)
+                .write(index, out),
         }
     }
 
     /// The blocks that may hold records with keys in `range`, with their periods.
-    fn blocks_in(&self, (start, end): KeyRange) -> impl Iterator<Item = (i64, &Block)> + '_ {
+    fn blocks_in(&self, (start, end): KeyRange) -> impl Iterator<Item = (i64, Block)> + '_ {
         let period = |bound: Bound<RecordKey>| bound.map(|key| period_of(key.instant));
         let lower = match period(start) {
             Bound::Excluded(period) => Bound::Included(period),
@@ -87,7 +90,6 @@ impl Sealed {
             .then(|| self.blocks.range((lower, upper)))
             .into_iter()
             .flatten()
-            .map(|(period, block)| (*period, block))
     }
 
     /// The records of kind `E` in `range` of the blocks `keep` keeps.
@@ -99,7 +101,7 @@ impl Sealed {
         self.blocks_in(range)
             .filter(move |(_, block)| keep(block))
             .flat_map(move |(period, block)| {
-                let decoded: Arc<Rendered<E>> = self.decoded(period, block);
+                let decoded: Arc<Rendered<E>> = self.decoded(period, &block);
                 // A window's records are found through the block's time index,
                 // not by reading its four hours.
                 decoded
@@ -120,7 +122,7 @@ impl Sealed {
                 0 => block.serials.may_hold(symbol),
                 _ => block.names.may_hold(symbol),
             })
-            .map(move |(period, block)| self.decoded(period, block))
+            .map(move |(period, block)| self.decoded(period, &block))
     }
 
     /// The records of kind `E` whose serial (units) or name (metrics) is `symbol`
@@ -157,11 +159,11 @@ impl Sealed {
 
 /// A sealed block that holds unit records, as a unit summary reads it: by its
 /// digest when that will do, else record by record.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct UnitBlock<'a> {
     sealed: &'a Sealed,
     period: i64,
-    block: &'a Block,
+    block: Block,
 }
 
 impl<'a> UnitBlock<'a> {
@@ -171,7 +173,7 @@ impl<'a> UnitBlock<'a> {
 
     /// Its unit digest ([`crate::data::digest`]).
     pub(crate) fn digest(&self) -> Slice {
-        self.sealed.digest(self.block, Part::UnitDigest)
+        self.sealed.digest(&self.block, Part::UnitDigest)
     }
 
     /// Whether another block of the station has outputs of a serial it has
@@ -187,18 +189,18 @@ impl<'a> UnitBlock<'a> {
 
     /// Its unit records, in key order.
     pub(crate) fn records(&self) -> impl Iterator<Item = (RecordKey, UnitEntry)> + 'a {
-        let decoded: Arc<Rendered<UnitEntry>> = self.sealed.decoded(self.period, self.block);
+        let decoded: Arc<Rendered<UnitEntry>> = self.sealed.decoded(self.period, &self.block);
         (0..decoded.keys.len()).map(move |index| (decoded.keys[index], decoded.entries[index]))
     }
 }
 
 /// A sealed block that holds metric records, as a metric summary reads it: by
 /// its digest when that will do, else record by record.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct MetricBlock<'a> {
     sealed: &'a Sealed,
     period: i64,
-    block: &'a Block,
+    block: Block,
 }
 
 impl<'a> MetricBlock<'a> {
@@ -208,12 +210,12 @@ impl<'a> MetricBlock<'a> {
 
     /// Its metric digest ([`crate::data::digest`]).
     pub(crate) fn digest(&self) -> Slice {
-        self.sealed.digest(self.block, Part::MetricDigest)
+        self.sealed.digest(&self.block, Part::MetricDigest)
     }
 
     /// Its metric records, in key order.
     pub(crate) fn records(&self) -> impl Iterator<Item = (RecordKey, MetricEntry)> + 'a {
-        let decoded: Arc<Rendered<MetricEntry>> = self.sealed.decoded(self.period, self.block);
+        let decoded: Arc<Rendered<MetricEntry>> = self.sealed.decoded(self.period, &self.block);
         (0..decoded.keys.len()).map(move |index| (decoded.keys[index], decoded.entries[index]))
     }
 }
@@ -324,8 +326,8 @@ impl Sealed {
         let (period, block) = self.block_of(record);
         let index = record.length & !SEALED;
         let slot = match record.length >> 31 {
-            0 => memo.slot::<UnitEntry>(self, period, block),
-            _ => memo.slot::<MetricEntry>(self, period, block),
+            0 => memo.slot::<UnitEntry>(self, period, &block),
+            _ => memo.slot::<MetricEntry>(self, period, &block),
         };
         JsonMemo::locator(slot, index)
     }

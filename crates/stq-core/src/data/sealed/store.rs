@@ -8,13 +8,21 @@
 //! blocks (its first and last record, its outputs' serials), so that a start
 //! reads the index and no block: blocks are read when a query needs them
 //! ([`super::body`]).
+//!
+//! The index starts with [`ROWS`], then the count of blocks (u64, little-endian)
+//! and their headers as rows of a fixed length, read where they lie in the mapped
+//! file ([`super::headers`]). An index of the format before (written before
+//! session 26) starts with the count as a LEB128 number and each header in
+//! LEB128 numbers; it is still read, its headers into the heap, and the store's
+//! first write replaces the file.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use xxhash_rust::xxh3::xxh3_64;
 
-use super::body::IndexPart;
+use super::body::{BlockBody, IndexPart};
+use super::headers::{write_row, Blocks, Rows, ROW};
 use super::{Block, Filter, Part, Sealed, SerialList, SharedPieces, StoreFile};
 use crate::data::key::RecordKey;
 use crate::data::store::codec;
@@ -22,12 +30,18 @@ use crate::data::stored::{Piece, StoredRecord};
 use crate::data::symbols::Symbol;
 use crate::domain::time::Timestamp;
 
+/// What starts an index of rows: no index of the format before starts so, whose
+/// first bytes are a LEB128 number written in the fewest bytes (`0x80 0x00` is
+/// a zero written in two).
+const ROWS: [u8; 8] = [0x80, 0x00, b'R', b'O', b'W', b'S', 0, 1];
+
 /// Where a tier's parts are in the store file [`Sealed::file`] made of it: each
-/// block's bytes, in period order, and the regions of its shared pieces and its
-/// serial list.
+/// block's bytes, in period order, its rows (where they start, and a copy of
+/// them), and the regions of its shared pieces and its serial list.
 #[derive(Debug)]
 pub(crate) struct Layout {
     blocks: Vec<u64>,
+    rows: (usize, Vec<u8>),
     shared: Region,
     serials: Region,
 }
@@ -138,7 +152,7 @@ impl Sealed {
     pub(crate) fn file(&self, magic: &[u8]) -> (Vec<u8>, Layout) {
         let mut out = magic.to_vec();
         let mut offsets = Vec::with_capacity(self.blocks.len());
-        for block in self.blocks.values() {
+        for (_, block) in self.blocks.iter() {
             offsets.push(out.len() as u64);
             for part in [
                 Part::Units,
@@ -152,7 +166,9 @@ impl Sealed {
         let index = out.len() as u64;
         let (shared, serials) = self.write_index(&offsets, &mut out);
         out.extend_from_slice(&index.to_le_bytes());
+        let rows = index as usize + ROWS.len() + 8;
         let layout = Layout {
+            rows: (rows, out[rows..rows + offsets.len() * ROW].to_vec()),
             blocks: offsets,
             shared,
             serials,
@@ -163,29 +179,10 @@ impl Sealed {
     /// Writes the index; where its shared pieces and its serial list are in
     /// `out`, how long, and their checksums.
     fn write_index(&self, offsets: &[u64], out: &mut Vec<u8>) -> (Region, Region) {
-        codec::number(out, self.blocks.len() as u64);
-        for ((&period, block), offset) in self.blocks.iter().zip(offsets) {
-            codec::signed(out, period);
-            codec::number(out, *offset);
-            for number in [
-                block.split,
-                block.unit_digest,
-                block.metric_digest,
-                block.length,
-                block.units,
-                block.metrics,
-                block.files.0,
-                block.files.1,
-            ] {
-                codec::number(out, u64::from(number));
-            }
-            let words = (block.checks.iter())
-                .chain(&block.serials.0)
-                .chain(&block.names.0);
-            for word in words {
-                out.extend_from_slice(&word.to_le_bytes());
-            }
-            out.push(u8::from(block.shares));
+        out.extend_from_slice(&ROWS);
+        out.extend_from_slice(&(self.blocks.len() as u64).to_le_bytes());
+        for ((period, block), offset) in self.blocks.iter().zip(offsets) {
+            write_row(period, *offset, &block, out);
         }
         let start = out.len();
         self.shared().write_to(out);
@@ -215,10 +212,33 @@ impl Sealed {
 
     /// Points every block at its bytes in `file`, and the shared pieces and the
     /// serial list at their regions, where `layout` ([`Sealed::file`]) says: they
-    /// leave memory.
+    /// leave memory. The tier sealed into next starts from the file's rows, each
+    /// block known by the number it is known by now, so that the cache's entries
+    /// of it stay.
     pub(crate) fn stored_in(&self, file: &Arc<StoreFile>, layout: &Layout) {
-        for (block, offset) in self.blocks.values().zip(&layout.blocks) {
-            block.body.store_at(Arc::clone(file), *offset);
+        let mut ids = Vec::with_capacity(layout.blocks.len());
+        for ((_, block), offset) in self.blocks.iter().zip(&layout.blocks) {
+            if let BlockBody::Shared(body) = &block.body {
+                body.store_at(Arc::clone(file), *offset);
+            }
+            ids.push(block.body.id());
+        }
+        // Not mapped (no mapping left, say): the next tier keeps its headers in
+        // the heap, as this one does.
+        if let Ok(map) = file.map() {
+            let (start, rows) = &layout.rows;
+            let skip = layout.blocks.first().copied().unwrap_or(0);
+            let bounds = (skip, *start as u64);
+            if let Ok(rows) = Rows::read(
+                rows,
+                ids.len(),
+                bounds,
+                file,
+                Some((map, *start)),
+                Some(ids.into()),
+            ) {
+                let _ = self.written.set(Arc::new(rows));
+            }
         }
         let (offset, length, check) = layout.shared;
         self.shared
@@ -236,17 +256,21 @@ impl Sealed {
         file: &Arc<StoreFile>,
     ) -> Result<Sealed, codec::Corrupt> {
         let index = index_at(bytes, skip)?;
-        Sealed::read_index(&bytes[index..], index as u64, skip, file)
+        // Not mapped (no mapping left, say): its rows are copied into the heap.
+        let map = (file.map().ok()).filter(|map| map.len() == bytes.len());
+        Sealed::read_index(&bytes[index..], index as u64, skip, file, map)
     }
 
     /// The tier of a store file from its index alone (`bytes`, from `index` to the
     /// file's end, checked), its blocks read from `file` when needed: an `s3://`
-    /// store's start fetches only this much of each sealed file (issue 35).
+    /// store's start fetches only this much of each sealed file (issue 35). Its
+    /// rows are read where they lie in `map`, the whole file mapped, if given.
     pub(crate) fn read_index(
         bytes: &[u8],
         index: u64,
         skip: usize,
         file: &Arc<StoreFile>,
+        map: Option<memmap2::Mmap>,
     ) -> Result<Sealed, codec::Corrupt> {
         let corrupt = codec::Corrupt;
         let split = (bytes.len().checked_sub(8)).ok_or(corrupt("a sealed file's end"))?;
@@ -256,54 +280,21 @@ impl Sealed {
         let index = usize::try_from(index).map_err(|_| corrupt("a sealed file's index"))?;
         let bytes = &bytes[..split];
         let mut decoder = codec::Decoder::new(bytes);
-        // Collected, not inserted one by one: a tree built from a sorted sequence
-        // has full nodes, where one that grows at its right end keeps them about
-        // half full (a year's 219,000 block headers: 35 MB less).
-        let mut blocks = Vec::new();
-        for _ in 0..decoder.count(8)? {
-            let period = decoder.signed()?;
-            let offset = decoder.number()?;
-            let mut numbers = [0u32; 8];
-            for number in &mut numbers {
-                *number = decoder.u32()?;
+        let blocks = match bytes.starts_with(&ROWS) {
+            true => {
+                decoder.take(ROWS.len())?;
+                let count = u64::from_le_bytes(decoder.take(8)?.try_into().expect("8 bytes"));
+                let count = usize::try_from(count).map_err(|_| corrupt("a sealed file's rows"))?;
+                let at = index + decoder.position();
+                let rows = decoder.take(count.checked_mul(ROW).ok_or(corrupt("rows"))?)?;
+                let map = map.map(|map| (map, at));
+                let bounds = (skip as u64, index as u64);
+                Blocks::of_rows(Arc::new(Rows::read(rows, count, bounds, file, map, None)?))
             }
-            let [split, unit_digest, metric_digest, length, units, metrics, lowest, highest] =
-                numbers;
-            let inside = (offset.checked_add(u64::from(length)))
-                .is_some_and(|end| offset >= skip as u64 && end <= index as u64);
-            let ordered =
-                split <= unit_digest && unit_digest <= metric_digest && metric_digest <= length;
-            if !(ordered && inside) {
-                return Err(corrupt("a sealed block's parts"));
-            }
-            let mut words = [0u64; 12];
-            for word in &mut words {
-                *word = decoder.u64_le()?;
-            }
-            let block = Block {
-                body: super::Body::stored(Arc::clone(file), offset),
-                split,
-                unit_digest,
-                metric_digest,
-                length,
-                checks: [words[0], words[1], words[2], words[3]],
-                units,
-                metrics,
-                serials: Filter([words[4], words[5], words[6], words[7]]),
-                names: Filter([words[8], words[9], words[10], words[11]]),
-                files: (lowest, highest),
-                shares: decoder.take(1)?[0] != 0,
-            };
-            if (blocks.last()).is_some_and(|(last, _)| *last >= period) {
-                return Err(corrupt("sealed periods out of order"));
-            }
-            blocks.push((period, block));
-        }
-        let blocks: BTreeMap<i64, Block> = blocks.into_iter().collect();
+            false => Blocks::of_tree(Sealed::read_headers(&mut decoder, index, skip, file)?),
+        };
         // The shared pieces stay in the file, read into the cache when a block is
         // decoded; read here once to check them.
-        // The shared pieces stay in the file, read into the cache when a block is
-        // decoded.
         let (offset, length, check) = stored_part(
             &mut decoder,
             bytes,
@@ -348,11 +339,107 @@ impl Sealed {
             shared_serials,
             ..Sealed::default()
         };
-        sealed.base = (sealed.blocks.first_key_value()).map_or(0, |(period, _)| *period);
+        sealed.base = sealed.blocks.first_period().unwrap_or(0);
         sealed.count();
         if !sealed.blocks.is_empty() {
             sealed.identity = super::fresh_id();
         }
         Ok(sealed)
+    }
+
+    /// Block headers of an index of the format before (each in LEB128 numbers),
+    /// from `decoder`; `index` is where the index starts in the file, whose magic
+    /// is `skip` bytes.
+    fn read_headers(
+        decoder: &mut codec::Decoder<'_>,
+        index: usize,
+        skip: usize,
+        file: &Arc<StoreFile>,
+    ) -> Result<BTreeMap<i64, Block>, codec::Corrupt> {
+        let corrupt = codec::Corrupt;
+        // Collected, not inserted one by one: a tree built from a sorted sequence
+        // has full nodes, where one that grows at its right end keeps them about
+        // half full (a year's 219,000 block headers: 35 MB less).
+        let mut blocks = Vec::new();
+        for _ in 0..decoder.count(8)? {
+            let period = decoder.signed()?;
+            let offset = decoder.number()?;
+            let mut numbers = [0u32; 8];
+            for number in &mut numbers {
+                *number = decoder.u32()?;
+            }
+            let [split, unit_digest, metric_digest, length, units, metrics, lowest, highest] =
+                numbers;
+            let inside = (offset.checked_add(u64::from(length)))
+                .is_some_and(|end| offset >= skip as u64 && end <= index as u64);
+            let ordered =
+                split <= unit_digest && unit_digest <= metric_digest && metric_digest <= length;
+            if !(ordered && inside) {
+                return Err(corrupt("a sealed block's parts"));
+            }
+            let mut words = [0u64; 12];
+            for word in &mut words {
+                *word = decoder.u64_le()?;
+            }
+            let block = Block {
+                body: BlockBody::Shared(super::Body::stored(Arc::clone(file), offset)),
+                split,
+                unit_digest,
+                metric_digest,
+                length,
+                checks: [words[0], words[1], words[2], words[3]],
+                units,
+                metrics,
+                serials: Filter([words[4], words[5], words[6], words[7]]),
+                names: Filter([words[8], words[9], words[10], words[11]]),
+                files: (lowest, highest),
+                shares: decoder.take(1)?[0] != 0,
+            };
+            if (blocks.last()).is_some_and(|(last, _)| *last >= period) {
+                return Err(corrupt("sealed periods out of order"));
+            }
+            blocks.push((period, block));
+        }
+        Ok(blocks.into_iter().collect())
+    }
+}
+
+#[cfg(test)]
+impl Sealed {
+    /// The tier as a store file of the format before rows (each header in LEB128
+    /// numbers), after `magic`: what a store written before session 26 holds.
+    pub(crate) fn file_before(&self, magic: &[u8]) -> Vec<u8> {
+        let (file, layout) = self.file(magic);
+        let index = index_at(&file, magic.len()).expect("a file just made");
+        let mut out = file[..index].to_vec();
+        codec::number(&mut out, self.blocks.len() as u64);
+        for ((period, block), offset) in self.blocks.iter().zip(&layout.blocks) {
+            codec::signed(&mut out, period);
+            codec::number(&mut out, *offset);
+            for number in [
+                block.split,
+                block.unit_digest,
+                block.metric_digest,
+                block.length,
+                block.units,
+                block.metrics,
+                block.files.0,
+                block.files.1,
+            ] {
+                codec::number(&mut out, u64::from(number));
+            }
+            let words = (block.checks.iter())
+                .chain(&block.serials.0)
+                .chain(&block.names.0);
+            for word in words {
+                out.extend_from_slice(&word.to_le_bytes());
+            }
+            out.push(u8::from(block.shares));
+        }
+        // The rest of the index is as this format writes it.
+        let rest = index + ROWS.len() + 8 + layout.blocks.len() * ROW;
+        out.extend_from_slice(&file[rest..file.len() - 8]);
+        out.extend_from_slice(&(index as u64).to_le_bytes());
+        out
     }
 }

@@ -227,16 +227,16 @@ proptest! {
                 _ => Unbounded,
             }
         };
-        for (period, block) in &sealed.blocks {
-            let units: Decoded<UnitEntry> = sealed.decode(*period, block, false);
-            let metrics: Decoded<MetricEntry> = sealed.decode(*period, block, false);
+        for (period, block) in sealed.blocks.iter() {
+            let units: Decoded<UnitEntry> = sealed.decode(period, &block, false);
+            let metrics: Decoded<MetricEntry> = sealed.decode(period, &block, false);
             for &(start, end) in &windows {
                 for keys in [&units.keys, &metrics.keys] {
                     if keys.is_empty() {
                         continue;
                     }
                     let range = (bound(keys, start), bound(keys, end));
-                    let index = rendered::TimeIndex::new(keys, period_start(*period), |key| {
+                    let index = rendered::TimeIndex::new(keys, period_start(period), |key| {
                         key.instant.seconds
                     });
                     let indexed: Vec<RecordKey> =

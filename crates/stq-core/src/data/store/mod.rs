@@ -386,6 +386,9 @@ impl Store {
         };
         let sealed = Arc::new(sealed);
         let data = Arc::new(StationData::of_tiers(hot, Arc::clone(&sealed)));
+        // A sealed file of the format before (headers in LEB128, read into the
+        // heap) is not the writer's: its first write replaces it.
+        let sealed_file = sealed_file.filter(|_| sealed.headers_in_rows());
         let written = WrittenStation {
             settled: written_layers.0,
             recent: written_layers.1,
@@ -456,7 +459,7 @@ impl Store {
                     });
                 }
                 let opened = StoreFile::remote(&path, Arc::clone(remote));
-                let sealed = Sealed::read_index(&bytes, index.0, MAGIC.len(), &opened)
+                let sealed = Sealed::read_index(&bytes, index.0, MAGIC.len(), &opened, None)
                     .map_err(|corrupt| self.damaged(file, corrupt))?;
                 return Ok((sealed, index));
             }

@@ -1050,3 +1050,112 @@ fn issue_35_a_query_fetches_its_remote_blocks_ahead_at_once() {
         "every read found its bytes fetched ahead"
     );
 }
+
+/// Each station's sealed tier in `shards`, by name, with how many blocks it holds
+/// and how many of their headers are in the heap.
+fn headers(catalog: &Catalog, shards: &[Arc<ShardData>]) -> Vec<(String, usize, usize)> {
+    let mut tiers = Vec::new();
+    for (rank, name) in catalog.stations().iter().enumerate() {
+        let placement = catalog.placement(rank as u32);
+        let station = &shards[placement.shard as usize].stations[placement.station_index as usize];
+        let sealed = &station.sealed;
+        tiers.push((
+            name.to_string(),
+            sealed.periods().count(),
+            sealed.headers_in_heap(),
+        ));
+    }
+    tiers.sort();
+    tiers
+}
+
+/// Issue 32: a start from the store reads no block header into the heap (they
+/// are rows of the mapped sealed files); a tier sealed into after the store wrote
+/// it starts from those rows, so that only the blocks sealed since are headers in
+/// the heap, and the write after that makes them rows too.
+#[test]
+fn issue_32_block_headers_are_rows_of_their_store_file_but_those_sealed_since() {
+    let mut fixture = fixture(3, 300);
+    let loaded = headers(&fixture.catalog, &fixture.shards);
+    assert!(loaded
+        .iter()
+        .all(|(_, blocks, heap)| blocks == heap && *blocks > 2));
+    // ST-1 seals eight more hours: its tier starts from its file's rows.
+    fixture.append(1, 300..800);
+    fixture.reload_and_write(2);
+    let sealed_into = headers(&fixture.catalog, &fixture.shards);
+    let (_, blocks, heap) = &sealed_into[1];
+    let (_, blocks_before, _) = &loaded[1];
+    assert_eq!(sealed_into[1].0, "ST-1");
+    assert!(
+        *heap > 0 && *heap <= blocks - blocks_before + 1,
+        "{sealed_into:?}"
+    );
+    assert_eq!(sealed_into[0], loaded[0], "untouched");
+    fixture.append(1, 800..900);
+    fixture.reload_and_write(3);
+    let (_, blocks_then, heap) = &headers(&fixture.catalog, &fixture.shards)[1];
+    assert!(*heap <= blocks_then - blocks + 1);
+    let (restarted, loaded, files_read) = fixture.restart(4);
+    assert_eq!(restarted, loaded);
+    assert_eq!(files_read, 0);
+    let restored = fixture.read().unwrap();
+    for (name, _, station) in &restored.stations {
+        assert!(station.sealed.headers_in_rows(), "{name}");
+        assert_eq!(station.sealed.headers_in_heap(), 0, "{name}");
+    }
+}
+
+/// Issue 32: a store whose sealed files are of the format before rows (each
+/// header in LEB128 numbers) is still read at a start, its headers into the
+/// heap, and answers as a load does; the first write replaces those files, and
+/// the start after it maps their rows.
+#[test]
+fn issue_32_sealed_files_of_the_format_before_rows_are_read_and_written_again() {
+    let fixture = fixture(3, 300);
+    let directory = fixture.store.path();
+    let restored = fixture.read().unwrap();
+    let mut manifest = fixture.manifest();
+    for station in &mut manifest.stations {
+        let (_, _, data) = (restored.stations.iter())
+            .find(|(name, ..)| *name == station.name)
+            .unwrap();
+        let (file, index) = station.sealed.as_mut().unwrap();
+        let bytes = data.sealed.file_before(MAGIC);
+        fs::remove_file(directory.join(&file.name)).unwrap();
+        file.name = format!("sealed-{:032x}.stq", xxh3_128(&bytes));
+        file.length = bytes.len() as u64;
+        *index = Some(index_region(&bytes, MAGIC.len()).unwrap());
+        fs::write(directory.join(&file.name), &bytes).unwrap();
+    }
+    drop(restored);
+    let mut bytes = Vec::new();
+    manifest.write(&mut bytes);
+    fs::write(directory.join(MANIFEST), bytes).unwrap();
+    let (restarted, loaded, files_read) = fixture.restart(2);
+    assert_eq!(restarted, loaded);
+    assert_eq!(files_read, 0, "the store holds it all");
+    let mut restored = fixture.read().unwrap();
+    for (name, _, station) in &restored.stations {
+        assert!(!station.sealed.headers_in_rows(), "{name}");
+        assert!(station.sealed.headers_in_heap() > 2, "{name}");
+    }
+    let written = std::mem::take(&mut restored.written);
+    let options = options(fixture.snapshots.path(), 2);
+    let (generation, _, used) = load_from_store(&options, restored).unwrap();
+    assert!(used);
+    let (catalog, shards) = parts(generation);
+    let mut writer = StoreWriter::new(
+        Store::new(directory),
+        settings(fixture.snapshots.path()),
+        written,
+    );
+    let report = writer.write(&catalog, &shards, false).unwrap();
+    assert_eq!(report.tiers_stored, 3, "{report:?}");
+    for (name, _, station) in &fixture.read().unwrap().stations {
+        assert!(station.sealed.headers_in_rows(), "{name}");
+    }
+    let (restarted, loaded, files_read) = fixture.restart(3);
+    assert_eq!(restarted, loaded);
+    assert_eq!(files_read, 0);
+}
