@@ -43,6 +43,12 @@ pub(crate) fn fresh_id() -> u64 {
     NEXT_ID.fetch_add(1, Ordering::Relaxed)
 }
 
+/// The first of `count` numbers in a row that no body and no other sealed tier is
+/// known by.
+pub(crate) fn fresh_ids(count: u64) -> u64 {
+    NEXT_ID.fetch_add(count, Ordering::Relaxed)
+}
+
 /// Store files read from a remote still: while there are none (always, but for an
 /// `s3://` store's replica in the seconds after it joins), a query asks nothing
 /// ahead and pays nothing for it.

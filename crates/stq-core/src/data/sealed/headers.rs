@@ -19,8 +19,8 @@
 //! where it is read (a request fails; its shard restarts), as a damaged block part
 //! does ([`super::body`]).
 //!
-//! The heap keeps each row's period (to find a key range's rows) and the number
-//! the cache knows its block by: 16 bytes a block. A tier sealed into keeps its
+//! The heap keeps each row's period (to find a key range's rows) and its unit
+//! count (what a shard plans its merged reads by): 8 bytes a block. A tier sealed into keeps its
 //! rows and holds the new and changed blocks in its map beside them
 //! ([`Blocks`]); once the store has written it, the tier sealed into next starts
 //! from the rows of that file ([`super::Sealed::stored_in`]).
@@ -122,12 +122,22 @@ impl Deref for RowBytes {
 pub(super) struct Rows {
     bytes: RowBytes,
     file: Arc<StoreFile>,
-    /// Each row's period, in order, and its block's unit count (what a shard's
-    /// merged periods are planned by: `crate::data::shard`).
-    periods: Box<[i64]>,
+    /// Each row's period, in order, as periods after the first; and its block's
+    /// unit count (what a shard's merged periods are planned by:
+    /// `crate::data::shard`).
+    first: i64,
+    after: Box<[u32]>,
     units: Box<[u32]>,
     /// The number each row's block is known by in the cache.
-    ids: Box<[u64]>,
+    ids: Ids,
+}
+
+/// The numbers rows' blocks are known by in the cache: from a first one on, or
+/// each its own (those a tier's blocks had before the store wrote them).
+#[derive(Debug)]
+enum Ids {
+    From(u64),
+    Listed(Box<[u64]>),
 }
 
 impl Rows {
@@ -181,10 +191,17 @@ impl Rows {
             units.push(block.units);
         }
         let ids = match ids {
-            Some(ids) if ids.len() == count => ids,
+            Some(ids) if ids.len() == count => Ids::Listed(ids),
             Some(_) => return Err(Corrupt("a sealed file's rows")),
-            None => (0..count).map(|_| super::fresh_id()).collect(),
+            None => Ids::From(super::body::fresh_ids(count as u64)),
         };
+        let first = periods.first().copied().unwrap_or(0);
+        // Four bytes a period: a tier's periods span at most some 22 million
+        // (four hours each, from year 1 to year 9999).
+        let after = (periods.iter())
+            .map(|period| u32::try_from(period - first))
+            .collect::<Result<_, _>>()
+            .map_err(|_| Corrupt("sealed periods too far apart"))?;
         let bytes = match map {
             Some((map, start)) if map.len() >= start + bytes.len() => RowBytes::Mapped(map, start),
             Some(_) => return Err(Corrupt("a sealed file's mapping")),
@@ -193,7 +210,8 @@ impl Rows {
         Ok(Rows {
             bytes,
             file: Arc::clone(file),
-            periods: periods.into(),
+            first,
+            after,
             units: units.into(),
             ids,
         })
@@ -210,33 +228,59 @@ impl Rows {
             panic!(
                 "the store file {} is damaged: the row of period {} fails its check",
                 self.file.path().display(),
-                self.periods[index]
+                self.period(index)
             );
         }
         read_row(row, |offset| BlockBody::Mapped {
             file: Arc::clone(&self.file),
             offset,
-            id: self.ids[index],
+            id: match &self.ids {
+                Ids::From(first) => first + index as u64,
+                Ids::Listed(ids) => ids[index],
+            },
+        })
+    }
+
+    fn len(&self) -> usize {
+        self.after.len()
+    }
+
+    /// Row `index`'s period.
+    fn period(&self, index: usize) -> i64 {
+        self.first + i64::from(self.after[index])
+    }
+
+    /// Its periods, in order.
+    fn periods(&self) -> impl DoubleEndedIterator<Item = i64> + '_ {
+        (self.after.iter()).map(|after| self.first + i64::from(*after))
+    }
+
+    /// How many of its rows are of periods before `period`, or up to it.
+    fn before(&self, period: i64, including: bool) -> usize {
+        (self.after).partition_point(|after| {
+            let row = self.first + i64::from(*after);
+            row < period || (including && row == period)
         })
     }
 
     /// The indexes of its rows whose periods are in `range`.
     fn indexes(&self, range: impl RangeBounds<i64>) -> std::ops::Range<usize> {
         let start = match range.start_bound() {
-            Bound::Included(first) => self.periods.partition_point(|period| period < first),
-            Bound::Excluded(first) => self.periods.partition_point(|period| period <= first),
+            Bound::Included(first) => self.before(*first, false),
+            Bound::Excluded(first) => self.before(*first, true),
             Bound::Unbounded => 0,
         };
         let end = match range.end_bound() {
-            Bound::Included(last) => self.periods.partition_point(|period| period <= last),
-            Bound::Excluded(last) => self.periods.partition_point(|period| period < last),
-            Bound::Unbounded => self.periods.len(),
+            Bound::Included(last) => self.before(*last, true),
+            Bound::Excluded(last) => self.before(*last, false),
+            Bound::Unbounded => self.len(),
         };
         start..end.max(start)
     }
 
     fn find(&self, period: i64) -> Option<usize> {
-        self.periods.binary_search(&period).ok()
+        let index = self.before(period, false);
+        (index < self.len() && self.period(index) == period).then_some(index)
     }
 
     /// What it holds on the heap.
@@ -245,7 +289,11 @@ impl Rows {
             RowBytes::Mapped(..) => 0,
             RowBytes::Heap(bytes) => bytes.len(),
         };
-        (copied + self.periods.len() * 20) as u64
+        let ids = match &self.ids {
+            Ids::From(_) => 0,
+            Ids::Listed(ids) => ids.len() * 8,
+        };
+        (copied + self.len() * 8 + ids) as u64
     }
 }
 
@@ -283,7 +331,7 @@ impl Blocks {
     }
 
     pub(super) fn len(&self) -> usize {
-        let rows = self.rows.as_ref().map_or(0, |rows| rows.periods.len());
+        let rows = self.rows.as_ref().map_or(0, |rows| rows.len());
         rows - self.hidden.len() + self.tree.len()
     }
 
@@ -311,7 +359,7 @@ impl Blocks {
         let tree = (self.tree.range(range)).map(|(period, block)| (*period, block.clone()));
         let rows = (self.rows.iter()).flat_map(move |rows| {
             (rows.indexes(range))
-                .filter(|index| !self.hidden.contains(&rows.periods[*index]))
+                .filter(|index| !self.hidden.contains(&rows.period(*index)))
                 .map(|index| rows.block(index))
         });
         tree.merge_by(rows, |tree, row| tree.0 < row.0)
@@ -326,9 +374,8 @@ impl Blocks {
     pub(super) fn unit_counts(&self) -> impl Iterator<Item = (i64, u32)> + '_ {
         let tree = (self.tree.iter()).map(|(period, block)| (*period, block.units));
         let rows = (self.rows.iter()).flat_map(move |rows| {
-            (rows.periods.iter().zip(&rows.units))
+            (rows.periods().zip(rows.units.iter().copied()))
                 .filter(|(period, _)| !self.hidden.contains(period))
-                .map(|(period, units)| (*period, *units))
         });
         tree.merge_by(rows, |tree, row| tree.0 < row.0)
     }
@@ -346,9 +393,9 @@ impl Blocks {
     pub(super) fn last_period(&self) -> Option<i64> {
         let tree = self.tree.last_key_value().map(|(period, _)| *period);
         let rows = (self.rows.iter())
-            .flat_map(|rows| rows.periods.iter().rev())
+            .flat_map(|rows| rows.periods().rev())
             .find(|period| !self.hidden.contains(period));
-        tree.max(rows.copied())
+        tree.max(rows)
     }
 
     /// Sets the block of `period`.
