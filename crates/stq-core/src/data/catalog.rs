@@ -46,11 +46,6 @@ impl Catalog {
             symbols,
             shard_count,
             summary,
-            files: sources
-                .iter()
-                .map(|source| source.relative.clone())
-                .collect(),
-            file_ordinals: sources.iter().map(|source| source.ordinal).collect(),
             sources,
         }
     }
@@ -142,18 +137,18 @@ impl Catalog {
             0
         } else {
             match self
-                .files
-                .binary_search_by(|probe| by_bytes(probe, &identity.path))
+                .sources
+                .binary_search_by(|probe| by_bytes(&probe.relative, &identity.path))
             {
-                Ok(index) => load_order(self.file_ordinals[index], identity.line),
+                Ok(index) => load_order(self.sources[index].ordinal, identity.line),
                 // Before every line of the file the path would precede, or after
                 // every line of every file (ordinals stay below `u32::MAX`).
-                Err(index) => match self.file_ordinals.get(index) {
-                    Some(&ordinal) => load_order(ordinal, 0),
+                Err(index) => match self.sources.get(index) {
+                    Some(source) => load_order(source.ordinal, 0),
                     None => self
-                        .file_ordinals
+                        .sources
                         .last()
-                        .map_or(0, |&last| load_order(last.saturating_add(1), 0)),
+                        .map_or(0, |last| load_order(last.ordinal.saturating_add(1), 0)),
                 },
             }
         };
@@ -168,10 +163,10 @@ impl Catalog {
     fn file_of(&self, load_order: u64) -> &str {
         let ordinal = (load_order >> 32) as u32;
         let index = self
-            .file_ordinals
-            .binary_search(&ordinal)
+            .sources
+            .binary_search_by_key(&ordinal, |source| source.ordinal)
             .expect("a record's file is in its generation's catalog");
-        &self.files[index]
+        &self.sources[index].relative
     }
 
     /// A list filter's values as symbols: any value when none is given; a value
@@ -318,8 +313,10 @@ mod tests {
     fn catalog() -> Catalog {
         Catalog {
             stations: vec!["ST-01".into(), "ST-03".into()],
-            files: vec!["a.units.jsonl".into(), "c.units.jsonl".into()],
-            file_ordinals: vec![1 << 20, 2 << 20],
+            sources: vec![
+                SourceState::named("a.units.jsonl", 1 << 20),
+                SourceState::named("c.units.jsonl", 2 << 20),
+            ],
             ..Catalog::default()
         }
     }
@@ -338,15 +335,13 @@ mod tests {
 
     /// A record's position in `catalog`, which holds its station and file.
     fn at(catalog: &Catalog, station: &str, path: &str, line: u32) -> Position {
-        let file = catalog
-            .files
-            .iter()
-            .position(|file| &**file == path)
+        let file = (catalog.sources.iter())
+            .find(|file| &*file.relative == path)
             .unwrap();
         Position {
             instant: identity(station, path, line).instant,
             station_rank: catalog.rank(station).unwrap(),
-            load_order: load_order(catalog.file_ordinals[file], line),
+            load_order: load_order(file.ordinal, line),
         }
     }
 

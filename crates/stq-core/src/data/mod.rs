@@ -65,12 +65,6 @@ pub struct Catalog {
     /// figures to read, public where the other fields, which must agree with each
     /// other, are this crate's.
     pub summary: LoadSummary,
-    /// Snapshot files' paths relative to the directory, in load order.
-    pub(crate) files: Vec<Box<str>>,
-    /// Each file's ordinal, the first half of its lines' load order: ascending like
-    /// the paths, with gaps a reload can put new files into (see
-    /// `crate::data::load::files`).
-    pub(crate) file_ordinals: Vec<u32>,
     /// What was read of each file, for the next reload to read only what changed.
     pub(crate) sources: Vec<SourceState>,
 }

@@ -162,7 +162,7 @@ pub(crate) fn reload_looking(
     let started = Instant::now();
     // A reload builds on the previous shards: with another number of them, the
     // stations are placed again.
-    if shards.len() != options.shards.max(1) || previous.sources.len() != previous.files.len() {
+    if shards.len() != options.shards.max(1) {
         return renumbered(previous, shards, options);
     }
     let Some(Looked { mut plans, jobs }) = self::look(previous, options, look)? else {
@@ -419,10 +419,10 @@ impl Looked {
             source,
         })?;
         let stamp = FileStamp::of(&metadata);
-        let unchanged = match source.held {
+        let unchanged = match &source.held {
             None => stamp == source.stamp,
             // Held back, and still as it was then: it would be held again.
-            Some(held) => stamp == held,
+            Some(held) => stamp == **held,
         };
         if unchanged {
             self.plans.push(Plan::Keep(index));

@@ -90,7 +90,9 @@ fn records(generation: &Generation) -> Vec<(u32, u32, Value)> {
             .map(|(key, entry)| (key, entry.bytes));
         for (key, bytes) in units.chain(metrics) {
             let ordinal = (key.load_order >> 32) as u32;
-            let file = catalog.file_ordinals.binary_search(&ordinal).unwrap();
+            let file = (catalog.sources)
+                .binary_search_by_key(&ordinal, |source| source.ordinal)
+                .unwrap();
             let mut json = Vec::new();
             station.write_json(bytes, &mut json);
             found.push((
@@ -141,12 +143,15 @@ fn openhtf_files_load_in_path_order_beside_json_lines() {
             ("openhtf", 4, 2, 2),
         ]
     );
+    let paths: Vec<&str> = (generation.catalog.sources.iter())
+        .map(|source| &*source.relative)
+        .collect();
     assert_eq!(
-        generation.catalog.files,
+        paths,
         [
-            "a/first.units.jsonl".into(),
-            "a/passing.openhtf.json".into(),
-            "b/erroring.openhtf.json.gz".into()
+            "a/first.units.jsonl",
+            "a/passing.openhtf.json",
+            "b/erroring.openhtf.json.gz"
         ]
     );
 
@@ -600,9 +605,9 @@ fn issue_22_a_load_seals_while_reading_and_builds_the_same() {
 /// Every record of a generation as (its file's relative path, line, response JSON),
 /// in load order: comparable between loads that number their files otherwise.
 fn records_by_path(generation: &Generation) -> Vec<(String, u32, Value)> {
-    let files = &generation.catalog.files;
+    let files = &generation.catalog.sources;
     (records(generation).into_iter())
-        .map(|(file, line, json)| (files[file as usize].to_string(), line, json))
+        .map(|(file, line, json)| (files[file as usize].relative.to_string(), line, json))
         .collect()
 }
 

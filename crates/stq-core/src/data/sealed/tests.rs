@@ -277,7 +277,7 @@ fn issue_22_dropping_whole_blocks_keeps_the_first_and_last_record() {
     let both = loaded_files(&[("a", &early), ("b", &late)], hot);
     let only_late = loaded_files(&[("b", &late)], hot);
     // `a.metrics` and `a.units` are the first two files in path order.
-    let last_of_a = both.catalog.file_ordinals[1];
+    let last_of_a = both.catalog.sources[1].ordinal;
     let sealed = &station(&both).sealed;
     let kept = sealed
         .without(&|order| (order >> 32) as u32 <= last_of_a, &|lowest, _| {

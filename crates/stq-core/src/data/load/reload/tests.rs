@@ -876,7 +876,14 @@ fn new_files_between_others_keep_the_others_ordinals_until_no_gap_is_left() {
     });
     let (generation, _) = full::load(&options(&writer.directory, OnInvalid::Fail, 1)).unwrap();
     let (mut catalog, mut shards) = parts(generation);
-    let first = catalog.file_ordinals.clone();
+    let ordinals = |catalog: &Catalog| -> Vec<u32> {
+        catalog
+            .sources
+            .iter()
+            .map(|source| source.ordinal)
+            .collect()
+    };
+    let first = ordinals(&catalog);
     // Each new file sorts right after a.units.jsonl: the gap halves each time.
     for step in 0..40u32 {
         let name = format!("a{:02}.units.jsonl", 99 - step);
@@ -888,7 +895,7 @@ fn new_files_between_others_keep_the_others_ordinals_until_no_gap_is_left() {
         let fresh = full::load(&options).unwrap().0;
         assert_eq!(served(&reloaded), served(&fresh), "step {step}");
         (catalog, shards) = parts(reloaded);
-        let ordinals = &catalog.file_ordinals;
+        let ordinals = &ordinals(&catalog);
         assert!(ordinals.windows(2).all(|pair| pair[0] < pair[1]));
         if step == 0 {
             assert_eq!(
@@ -914,19 +921,23 @@ fn a_new_file_per_station_and_day_keeps_every_ordinal_for_months() {
     write_day(0);
     let (generation, _) = full::load(&options(&directory, OnInvalid::Fail, 1)).unwrap();
     let (mut catalog, mut shards) = parts(generation);
-    let first = catalog.file_ordinals.clone();
+    let ordinals = |catalog: &Catalog| -> Vec<u32> {
+        catalog
+            .sources
+            .iter()
+            .map(|source| source.ordinal)
+            .collect()
+    };
+    let first = ordinals(&catalog);
     for day in 1..120 {
         write_day(day);
         let options = options(&directory, OnInvalid::Fail, u64::from(day) + 1);
         let (reloaded, _) = reload(&catalog, &shards, &options).unwrap();
         (catalog, shards) = parts(reloaded);
         // No full load came between: the first day's files kept their ordinals.
-        let kept: Vec<u32> = catalog
-            .files
-            .iter()
-            .zip(&catalog.file_ordinals)
-            .filter(|(path, _)| path.ends_with("day-000.units.jsonl"))
-            .map(|(_, ordinal)| *ordinal)
+        let kept: Vec<u32> = (catalog.sources.iter())
+            .filter(|source| source.relative.ends_with("day-000.units.jsonl"))
+            .map(|source| source.ordinal)
             .collect();
         assert_eq!(kept, first, "day {day}");
     }
@@ -1131,7 +1142,7 @@ fn issue_21_a_reload_that_numbers_the_files_afresh_still_holds_back_a_broken_fil
     let before = format!("{}\n{}\n", line(broken, 2, 1, 1), line(broken, 2, 2, 2));
     write(broken, &before);
     let (generation, _) = full::load(&options(&directory, OnInvalid::Fail, 1)).unwrap();
-    let first_ordinal = generation.catalog.file_ordinals[0];
+    let first_ordinal = generation.catalog.sources[0].ordinal;
     let (mut catalog, mut shards) = parts(generation);
 
     // The broken writer: held back from here on.
@@ -1144,7 +1155,7 @@ fn issue_21_a_reload_that_numbers_the_files_afresh_still_holds_back_a_broken_fil
     // Each new file sorts just after the first, taking a sixteenth of the gap left
     // before the one added last, until no ordinal is left between them.
     let mut number = 2;
-    while catalog.file_ordinals[0] == first_ordinal {
+    while catalog.sources[0].ordinal == first_ordinal {
         number += 1;
         assert!(number < 100, "the ordinals were never spread again");
         let relative = format!("b/{:04}.units.jsonl", 1000 - number);
