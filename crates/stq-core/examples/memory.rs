@@ -112,6 +112,10 @@ fn main() {
     if let Some(rss) = resident_bytes() {
         row("RSS", rss);
     }
+    // What of the RSS is mapped store files, by kind (`sealed-`, `symbols-`).
+    for (kind, bytes) in mapped_resident_bytes() {
+        row(&format!("RSS of mapped {kind}files"), bytes);
+    }
     drop(generation);
 }
 
@@ -154,4 +158,31 @@ fn resident_bytes() -> Option<u64> {
     let line = status.lines().find(|line| line.starts_with("VmRSS:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
+}
+
+/// The resident bytes of each kind of store file mapped (by the name before its
+/// hash), from `/proc/self/smaps` (Linux only).
+fn mapped_resident_bytes() -> Vec<(String, u64)> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap_or_default();
+    let mut kinds: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
+    let mut kind: Option<String> = None;
+    for line in smaps.lines() {
+        let mut words = line.split_whitespace();
+        match words.next() {
+            Some("Rss:") => {
+                if let (Some(kind), Some(kib)) = (&kind, words.next()) {
+                    let kib: u64 = kib.parse().unwrap_or(0);
+                    *kinds.entry(kind.clone()).or_default() += kib * 1024;
+                }
+            }
+            Some(word) if word.contains('-') && !word.ends_with(':') => {
+                let path = line.split_whitespace().nth(5).unwrap_or("");
+                let name = path.rsplit('/').next().unwrap_or("");
+                kind = (name.ends_with(".stq"))
+                    .then(|| name.split('-').next().unwrap_or("").to_owned() + "-");
+            }
+            _ => {}
+        }
+    }
+    kinds.into_iter().collect()
 }

@@ -128,6 +128,9 @@ pub(super) struct Rows {
     first: i64,
     after: Box<[u32]>,
     units: Box<[u32]>,
+    /// How many metric records its rows hold in all, so that a start reads no
+    /// mapped row to count them.
+    metrics: usize,
     /// The number each row's block is known by in the cache.
     ids: Ids,
 }
@@ -163,6 +166,7 @@ impl Rows {
             .ok_or(Corrupt("a sealed file's rows"))?;
         let mut periods = Vec::with_capacity(count);
         let mut units = Vec::with_capacity(count);
+        let mut metrics = 0;
         for row in bytes.chunks_exact(ROW) {
             let hash = u64::from_le_bytes(row[FIELDS..].try_into().expect("8 bytes"));
             if xxh3_64(&row[..FIELDS]) != hash {
@@ -189,6 +193,7 @@ impl Rows {
             }
             periods.push(period);
             units.push(block.units);
+            metrics += block.metrics as usize;
         }
         let ids = match ids {
             Some(ids) if ids.len() == count => Ids::Listed(ids),
@@ -213,6 +218,7 @@ impl Rows {
             first,
             after,
             units: units.into(),
+            metrics,
             ids,
         })
     }
@@ -380,6 +386,39 @@ impl Blocks {
         tree.merge_by(rows, |tree, row| tree.0 < row.0)
     }
 
+    /// How many unit and metric records its blocks hold: of rows none hides,
+    /// without reading them.
+    pub(super) fn counts(&self) -> (usize, usize) {
+        let mut units = 0;
+        let mut metrics = 0;
+        for block in self.tree.values() {
+            units += block.units as usize;
+            metrics += block.metrics as usize;
+        }
+        if let Some(rows) = &self.rows {
+            match self.hidden.is_empty() {
+                true => {
+                    units += rows
+                        .units
+                        .iter()
+                        .map(|units| *units as usize)
+                        .sum::<usize>();
+                    metrics += rows.metrics;
+                }
+                false => {
+                    for index in 0..rows.len() {
+                        if !self.hidden.contains(&rows.period(index)) {
+                            let (_, block) = rows.block(index);
+                            units += block.units as usize;
+                            metrics += block.metrics as usize;
+                        }
+                    }
+                }
+            }
+        }
+        (units, metrics)
+    }
+
     /// Its blocks in its map, not its rows: those sealed in memory.
     pub(super) fn in_memory(&self) -> impl Iterator<Item = &Block> + '_ {
         self.tree.values()
@@ -537,6 +576,9 @@ mod tests {
             prop_assert_eq!(&all, &expected);
             prop_assert_eq!(blocks.unit_counts().collect::<Vec<_>>(), expected);
             prop_assert_eq!(blocks.len(), model.len());
+            let units: u32 = model.values().sum();
+            let counts = (units as usize, model.values().map(|units| *units as usize / 2).sum());
+            prop_assert_eq!(blocks.counts(), counts);
             prop_assert_eq!(blocks.is_empty(), model.is_empty());
             prop_assert_eq!(blocks.first_period(), model.keys().next().copied());
             prop_assert_eq!(blocks.last_period(), model.keys().next_back().copied());

@@ -673,12 +673,7 @@ impl Sealed {
 
     /// Counts its records from its blocks.
     fn count(&mut self) {
-        let (mut units, mut metrics) = (0, 0);
-        for (_, block) in self.blocks.iter() {
-            units += block.units as usize;
-            metrics += block.metrics as usize;
-        }
-        (self.unit_count, self.metric_count) = (units, metrics);
+        (self.unit_count, self.metric_count) = self.blocks.counts();
     }
 }
 
