@@ -13,8 +13,10 @@
 //!   is in memory (arena, pieces, each record's key and entry), zstd-compressed;
 //! - `sealed-<hash>.stq`: a station's sealed tier, its blocks (compressed already,
 //!   with their digests), then an index of them with its shared pieces
-//!   ([`crate::data::sealed`]): a start reads the index, and queries read blocks
-//!   from the file once the writer or a start has pointed the tier at it;
+//!   ([`crate::data::sealed`]): a start reads the index, maps the file and reads
+//!   the blocks' headers where they lie in it (rows of a fixed length), and
+//!   queries read blocks from the file once the writer or a start has pointed
+//!   the tier at it;
 //! - `symbols-<hash>.stq`: a run of the symbol table's strings, numbered from a
 //!   first symbol, with a hash table of them; the table is the manifest's runs in
 //!   order, mapped from these files by a start rather than read into the heap
