@@ -12,7 +12,9 @@
 # the noise. Also prints the decoded-block cache's bytes a miss (what a rendered
 # block weighs) from the admin listener. SNAPSHOTS=DIR serves another layout of the
 # same records (`python3 benches/day_files.py target/load/snapshot DIR`: one file
-# per day for all stations).
+# per day for all stations). STORE=DIR serves each build but `:hot` ones with
+# `--store DIR/NAME` (NAME: the binary's file name), a store of its own: start
+# each build once before, so that the runs measured start warm from it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 query=$1
@@ -28,6 +30,7 @@ for build in "$@"; do
     binary=${build%:hot}
     arguments=()
     [[ $build == *:hot ]] && arguments=(--hot all)
+    [[ -n ${STORE:-} && $build != *:hot ]] && arguments+=(--store "$STORE/$(basename "$binary")")
     "$binary" serve --listen 127.0.0.1:7311 --admin-listen 127.0.0.1:7312 \
         --snapshots "${SNAPSHOTS:-target/load/snapshot}" --tokens target/load/tokens.json \
         "${arguments[@]}" >/dev/null 2>&1 &
