@@ -25,11 +25,12 @@
 //! ([`Blocks`]); once the store has written it, the tier sealed into next starts
 //! from the rows of that file ([`super::Sealed::stored_in`]).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::{Bound, Deref, RangeBounds};
 use std::sync::Arc;
 
-use itertools::Itertools as _;
+use itertools::{Either, Itertools as _};
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::body::{BlockBody, StoreFile};
@@ -240,11 +241,16 @@ impl Rows {
         read_row(row, |offset| BlockBody::Mapped {
             file: Arc::clone(&self.file),
             offset,
-            id: match &self.ids {
-                Ids::From(first) => first + index as u64,
-                Ids::Listed(ids) => ids[index],
-            },
+            id: self.id(index),
         })
+    }
+
+    /// The number row `index`'s block is known by in the cache.
+    fn id(&self, index: usize) -> u64 {
+        match &self.ids {
+            Ids::From(first) => first + index as u64,
+            Ids::Listed(ids) => ids[index],
+        }
     }
 
     fn len(&self) -> usize {
@@ -345,34 +351,61 @@ impl Blocks {
         self.len() == 0
     }
 
-    /// The block of `period`.
-    pub(super) fn get(&self, period: i64) -> Option<Block> {
+    /// The block of `period`: borrowed from its map, or read from its row.
+    pub(super) fn get(&self, period: i64) -> Option<Cow<'_, Block>> {
         if let Some(block) = self.tree.get(&period) {
-            return Some(block.clone());
+            return Some(Cow::Borrowed(block));
         }
         let rows = self.rows.as_ref()?;
         let index = rows
             .find(period)
             .filter(|_| !self.hidden.contains(&period))?;
-        Some(rows.block(index).1)
+        Some(Cow::Owned(rows.block(index).1))
+    }
+
+    /// The number the block of `period` is known by in the cache, its header not
+    /// read.
+    pub(super) fn id_of(&self, period: i64) -> Option<u64> {
+        if let Some(block) = self.tree.get(&period) {
+            return Some(block.body.id());
+        }
+        let rows = self.rows.as_ref()?;
+        let index = rows
+            .find(period)
+            .filter(|_| !self.hidden.contains(&period))?;
+        Some(rows.id(index))
     }
 
     /// The blocks whose periods are in `range`, in order.
     pub(super) fn range(
         &self,
         range: (Bound<i64>, Bound<i64>),
-    ) -> impl Iterator<Item = (i64, Block)> + '_ {
-        let tree = (self.tree.range(range)).map(|(period, block)| (*period, block.clone()));
-        let rows = (self.rows.iter()).flat_map(move |rows| {
-            (rows.indexes(range))
-                .filter(|index| !self.hidden.contains(&rows.period(*index)))
-                .map(|index| rows.block(index))
-        });
-        tree.merge_by(rows, |tree, row| tree.0 < row.0)
+    ) -> impl Iterator<Item = (i64, Cow<'_, Block>)> + '_ {
+        // Borrowed from the map: a clone of each (its body's count shared by the
+        // workers) cost Q4 a third more CPU without a store (BENCHMARKS.md).
+        let tree = (self.tree.range(range)).map(|(period, block)| (*period, Cow::Borrowed(block)));
+        let row = |rows: &Rows, index: usize| {
+            let (period, block) = rows.block(index);
+            (period, Cow::Owned(block))
+        };
+        // Alone, as after a start (rows) or without a store (a map), neither is
+        // merged with the other (a merge cost Q4 a few percent: BENCHMARKS.md).
+        match &self.rows {
+            None => Either::Left(Either::Left(tree)),
+            Some(rows) if self.tree.is_empty() && self.hidden.is_empty() => Either::Left(
+                Either::Right(rows.indexes(range).map(move |index| row(rows, index))),
+            ),
+            Some(rows) => {
+                let rows = (rows.indexes(range))
+                    .filter(|index| !self.hidden.contains(&rows.period(*index)))
+                    .map(move |index| row(rows, index));
+                Either::Right(tree.merge_by(rows, |tree, row| tree.0 < row.0))
+            }
+        }
     }
 
     /// Every block, in order.
-    pub(super) fn iter(&self) -> impl Iterator<Item = (i64, Block)> + '_ {
+    pub(super) fn iter(&self) -> impl Iterator<Item = (i64, Cow<'_, Block>)> + '_ {
         self.range((Bound::Unbounded, Bound::Unbounded))
     }
 
@@ -470,7 +503,8 @@ impl Blocks {
             block.shares = shares;
             return;
         }
-        if let Some(mut block) = self.get(period).filter(|block| block.shares != shares) {
+        if let Some(block) = self.get(period).filter(|block| block.shares != shares) {
+            let mut block = block.into_owned();
             block.shares = shares;
             self.insert(period, block);
         }
@@ -566,7 +600,7 @@ mod tests {
                 }
             }
             blocks.compact();
-            let read = |(period, block): (i64, Block)| {
+            let read = |(period, block): (i64, Cow<'_, Block>)| {
                 assert_eq!(block.metrics, block.units / 2);
                 assert_eq!(block.files, (block.units, block.units + 1));
                 (period, block.units)
@@ -583,7 +617,9 @@ mod tests {
             prop_assert_eq!(blocks.first_period(), model.keys().next().copied());
             prop_assert_eq!(blocks.last_period(), model.keys().next_back().copied());
             for period in -1..45 {
-                prop_assert_eq!(blocks.get(period).map(|block| block.units), model.get(&period).copied());
+                let block = blocks.get(period);
+                prop_assert_eq!(block.as_ref().map(|block| block.units), model.get(&period).copied());
+                prop_assert_eq!(block.map(|block| block.body.id()), blocks.id_of(period));
             }
             for (lower, low, upper, high) in ranges {
                 let range = (bound(lower, low), bound(upper, high));

@@ -2,6 +2,7 @@
 //! decoded through the process's cache ([`super::cache`]) or a scan's
 //! [`JsonMemo`], and the blocks a summary reads by their digests.
 
+use std::borrow::Cow;
 use std::mem::size_of;
 use std::ops::{Bound, Range};
 use std::sync::Arc;
@@ -53,8 +54,12 @@ fn through_cache<T: Send + Sync + 'static>(
 
 impl Sealed {
     /// The block of a locator, and its period.
-    fn block_of(&self, record: StoredRecord) -> (i64, Block) {
-        let period = self.base + i64::from(record.start & !SEALED);
+    fn block_of(&self, record: StoredRecord) -> (i64, Cow<'_, Block>) {
+        self.block_of_period(self.base + i64::from(record.start & !SEALED))
+    }
+
+    /// The block of `period`, which a locator named.
+    fn block_of_period(&self, period: i64) -> (i64, Cow<'_, Block>) {
         let block = (self.blocks.get(period)).expect("a sealed record's locator names its block");
         (period, block)
     }
@@ -72,7 +77,10 @@ impl Sealed {
     }
 
     /// The blocks that may hold records with keys in `range`, with their periods.
-    fn blocks_in(&self, (start, end): KeyRange) -> impl Iterator<Item = (i64, Block)> + '_ {
+    fn blocks_in(
+        &self,
+        (start, end): KeyRange,
+    ) -> impl Iterator<Item = (i64, Cow<'_, Block>)> + '_ {
         let period = |bound: Bound<RecordKey>| bound.map(|key| period_of(key.instant));
         let lower = match period(start) {
             Bound::Excluded(period) => Bound::Included(period),
@@ -163,7 +171,7 @@ impl Sealed {
 pub(crate) struct UnitBlock<'a> {
     sealed: &'a Sealed,
     period: i64,
-    block: Block,
+    block: Cow<'a, Block>,
 }
 
 impl<'a> UnitBlock<'a> {
@@ -200,7 +208,7 @@ impl<'a> UnitBlock<'a> {
 pub(crate) struct MetricBlock<'a> {
     sealed: &'a Sealed,
     period: i64,
-    block: Block,
+    block: Cow<'a, Block>,
 }
 
 impl<'a> MetricBlock<'a> {
@@ -275,7 +283,7 @@ impl Sealed {
     /// the process's cache ([`cache`]), else decompressed and rendered now and
     /// kept there.
     fn decoded<E: Sealable>(&self, period: i64, block: &Block) -> Arc<Rendered<E>> {
-        cached(self.cache_key::<E>(block), || {
+        cached(self.cache_key::<E>(block.body.id()), || {
             let decoded = self.decode::<E>(period, block, true);
             let rendered = Rendered::new(self, decoded, period_start(period));
             let weight = rendered.heap_bytes();
@@ -313,21 +321,21 @@ impl Sealed {
         Slice::clone(&digest)
     }
 
-    /// What names `block`'s records of kind `E` decoded, in the cache and in a
-    /// [`JsonMemo`].
-    fn cache_key<E: Sealable>(&self, block: &Block) -> BlockKey {
-        (block.body.id(), E::KIND, self.base)
+    /// What names the records of kind `E` decoded of the block known by `id`, in
+    /// the cache and in a [`JsonMemo`].
+    fn cache_key<E: Sealable>(&self, id: u64) -> BlockKey {
+        (id, E::KIND, self.base)
     }
 
     /// Where the JSON of the sealed record `record` locates is among `memo`'s
     /// blocks, which takes its block (from the process's cache, or decoded now)
     /// unless an earlier record of the same scan took it.
     pub(crate) fn locate_json(&self, record: StoredRecord, memo: &mut JsonMemo) -> StoredRecord {
-        let (period, block) = self.block_of(record);
+        let period = self.base + i64::from(record.start & !SEALED);
         let index = record.length & !SEALED;
         let slot = match record.length >> 31 {
-            0 => memo.slot::<UnitEntry>(self, period, &block),
-            _ => memo.slot::<MetricEntry>(self, period, &block),
+            0 => memo.slot::<UnitEntry>(self, period),
+            _ => memo.slot::<MetricEntry>(self, period),
         };
         JsonMemo::locator(slot, index)
     }
@@ -353,14 +361,18 @@ impl std::fmt::Debug for JsonMemo {
 }
 
 impl JsonMemo {
-    /// The slot of `block`'s records of kind `E` among its blocks.
-    fn slot<E: Sealable>(&mut self, sealed: &Sealed, period: i64, block: &Block) -> u32 {
-        let key = sealed.cache_key::<E>(block);
+    /// The slot of the records of kind `E` of `sealed`'s block of `period` among
+    /// its blocks. A scan's hits are mostly in blocks an earlier hit took: those
+    /// are found by the number the block is known by, its header not read.
+    fn slot<E: Sealable>(&mut self, sealed: &Sealed, period: i64) -> u32 {
+        let id = (sealed.blocks.id_of(period)).expect("a sealed record's locator names its block");
+        let key = sealed.cache_key::<E>(id);
         if let Some(slot) = self.slots.get(&key) {
             return *slot;
         }
+        let (_, block) = sealed.block_of_period(period);
         let slot = self.blocks.len() as u32;
-        self.blocks.push(sealed.decoded::<E>(period, block));
+        self.blocks.push(sealed.decoded::<E>(period, &block));
         self.slots.insert(key, slot);
         slot
     }
