@@ -20,7 +20,8 @@
 //! does ([`super::body`]).
 //!
 //! The heap keeps each row's period (to find a key range's rows) and its unit
-//! count (what a shard plans its merged reads by): 8 bytes a block. A tier sealed into keeps its
+//! count (what a shard plans its merged reads by): 8 bytes a block, and 8 more
+//! for the rows of a file the store just wrote (the number each block had). A tier sealed into keeps its
 //! rows and holds the new and changed blocks in its map beside them
 //! ([`Blocks`]); once the store has written it, the tier sealed into next starts
 //! from the rows of that file ([`super::Sealed::stored_in`]).
@@ -459,7 +460,14 @@ impl Blocks {
 
     /// The first and the last period it holds a block of.
     pub(super) fn first_period(&self) -> Option<i64> {
-        self.iter().next().map(|(period, _)| period)
+        let tree = self.tree.first_key_value().map(|(period, _)| *period);
+        let rows = (self.rows.iter())
+            .flat_map(|rows| rows.periods())
+            .find(|period| !self.hidden.contains(period));
+        match (tree, rows) {
+            (Some(tree), Some(rows)) => Some(tree.min(rows)),
+            (tree, rows) => tree.or(rows),
+        }
     }
 
     pub(super) fn last_period(&self) -> Option<i64> {
