@@ -4,6 +4,7 @@
 //! Pure and immutable: a generation's index is built once by the snapshot loader
 //! and never changed; a scan only reads it.
 
+use std::cell::RefCell;
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -285,18 +286,25 @@ impl ShardData {
                 names: Matcher::OneOf(names),
                 unit_serial: Matcher::Any,
             } => {
-                // One stream per (station, name): each is an exact range in time order.
+                // One stream per (station, name): each is an exact range in time
+                // order. Their sealed hits are located among the memo's blocks as
+                // each block is read, not hit by hit afterwards.
+                let located = RefCell::new(std::mem::take(memo));
                 let streams = request.stations.iter().flat_map(|&station| {
+                    let located = &located;
                     names.iter().filter_map(move |&name| {
                         let data = self.stations.get(station.station_index as usize)?;
                         let (lower, upper) = station_bounds(request, station.rank)?;
-                        Some(
-                            data.metrics_of_name(name, lower..upper)
+                        let stream: Box<dyn Iterator<Item = Hit>> = Box::new(
+                            data.metrics_of_name(name, lower..upper, located)
                                 .map(move |(key, bytes)| station.hit(&key, bytes)),
-                        )
+                        );
+                        Some(stream)
                     })
                 });
-                merge_sorted(streams.collect(), request.cap)
+                let hits = merge_sorted(streams.collect(), request.cap);
+                *memo = located.into_inner();
+                return hits;
             }
             // A serial number on metrics has no tree of its own: the time range,
             // filtered (a unit's measurements are a few of a station's records).
@@ -454,11 +462,15 @@ impl ShardData {
         }
     }
 
-    /// Asks the CPU for what [`ShardData::json`] reads of `hit`'s station (where its
-    /// arena and pieces are), for a record written a few records later: an answer
-    /// over many stations otherwise waits on each station's cache miss in turn.
-    pub(crate) fn prefetch_station(&self, hit: &Hit) {
-        self.stations[hit.station_index as usize].prefetch_locations();
+    /// Asks the CPU for what [`ShardData::json`] reads first of `hit` (where its
+    /// station's arena and pieces are; of a sealed hit, where its JSON ends in
+    /// its block), for a record written a few records later: an answer over many
+    /// stations or blocks otherwise waits on each one's cache miss in turn.
+    pub(crate) fn prefetch_station(&self, hit: &Hit, sealed: &SealedJson) {
+        match is_sealed(hit.bytes) {
+            true => sealed.memo.prefetch(hit.bytes),
+            false => self.stations[hit.station_index as usize].prefetch_locations(),
+        }
     }
 }
 

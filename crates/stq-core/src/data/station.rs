@@ -4,6 +4,7 @@
 //! goes through the [`Tier`] both implement and merges them by key; no reader
 //! knows which tier holds a record.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::ops::{Bound, Range, RangeBounds};
 
@@ -122,14 +123,15 @@ impl StationData {
         self.hot.prefetch_locations();
     }
 
-    /// Whether a read of `range` may find sealed records.
+    /// Whether a read of `range` may find sealed records: by the tier's last
+    /// record, which it keeps, not its last block's header, which may be a
+    /// tree's walk or a row's read.
     fn reads_sealed(&self, range: &KeyRange) -> bool {
-        match (self.sealed.last_period(), range.0) {
+        match (self.sealed.first_and_last(), range.0) {
             (None, _) => false,
             (Some(_), Bound::Unbounded) => true,
-            (Some(last), Bound::Included(key) | Bound::Excluded(key)) => {
-                period_of(key.instant) <= last
-            }
+            (Some((_, (last, _))), Bound::Included(key)) => key <= last,
+            (Some((_, (last, _))), Bound::Excluded(key)) => key < last,
         }
     }
 
@@ -372,16 +374,19 @@ impl StationData {
         )
     }
 
-    /// The metrics named `name` with keys in `range`, in time order.
-    pub(crate) fn metrics_of_name(
-        &self,
+    /// The metric records named `name` with keys in `range`, in time order; a
+    /// sealed one located among `memo`'s blocks ([`JsonMemo::json`]), where the
+    /// scan's answer writes its JSON from.
+    pub(crate) fn metrics_of_name<'a>(
+        &'a self,
         name: Symbol,
         range: impl RangeBounds<RecordKey>,
-    ) -> impl Iterator<Item = (RecordKey, StoredRecord)> + '_ {
+        memo: &'a RefCell<JsonMemo>,
+    ) -> impl Iterator<Item = (RecordKey, StoredRecord)> + 'a {
         let range = key_range(range);
         merged(
-            self.reads_sealed(&range)
-                .then(|| self.sealed.metrics_of_name(name, range)),
+            (self.reads_sealed(&range))
+                .then(|| (self.sealed).metrics_of_name_in_memo(name, range, memo)),
             self.hot.metrics_of_name(name, range),
         )
     }

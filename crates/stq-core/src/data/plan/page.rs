@@ -286,6 +286,6 @@ impl<'a> Record<'a> {
     /// Hints the CPU to load what locates its stored form (see
     /// [`ShardData::prefetch_station`]).
     fn prefetch_station(&self) {
-        self.data.prefetch_station(self.hit);
+        self.data.prefetch_station(self.hit, self.sealed);
     }
 }

@@ -422,7 +422,10 @@ fn read_stored(file: &StoreFile, offset: u64, range: Range<usize>, check: u64) -
 /// ([`super::headers`]), known in the cache by the number its row was given.
 #[derive(Clone, Debug)]
 pub(crate) enum BlockBody {
-    Shared(Arc<Body>),
+    /// Its body, and the body's number beside it: a query finds a block in the
+    /// cache by that number, and reading it through the pointer would be one more
+    /// miss of the CPU's cache a block.
+    Shared { body: Arc<Body>, id: u64 },
     Mapped {
         file: Arc<StoreFile>,
         offset: u64,
@@ -431,10 +434,18 @@ pub(crate) enum BlockBody {
 }
 
 impl BlockBody {
+    /// `body`, shared.
+    pub(crate) fn shared(body: Arc<Body>) -> BlockBody {
+        BlockBody::Shared {
+            id: body.id(),
+            body,
+        }
+    }
+
     /// What names it in the cache.
     pub(crate) fn id(&self) -> u64 {
         match self {
-            BlockBody::Shared(body) => body.id(),
+            BlockBody::Shared { id, .. } => *id,
             BlockBody::Mapped { id, .. } => *id,
         }
     }
@@ -442,7 +453,7 @@ impl BlockBody {
     /// Whether its bytes are in memory.
     pub(crate) fn is_resident(&self) -> bool {
         match self {
-            BlockBody::Shared(body) => body.is_resident(),
+            BlockBody::Shared { body, .. } => body.is_resident(),
             BlockBody::Mapped { .. } => false,
         }
     }
@@ -450,7 +461,7 @@ impl BlockBody {
     /// Its bytes in `range`, which hash to `check`.
     pub(crate) fn read(&self, range: Range<u32>, check: u64) -> Slice {
         match self {
-            BlockBody::Shared(body) => body.read(range, check),
+            BlockBody::Shared { body, .. } => body.read(range, check),
             BlockBody::Mapped { file, offset, .. } => read_stored(
                 file,
                 *offset,
@@ -464,7 +475,7 @@ impl BlockBody {
     /// were not asked for before ([`prefetch`]).
     pub(crate) fn ask_ahead(&self, length: u32, reads: &mut Vec<(Arc<StoreFile>, Range<u64>)>) {
         match self {
-            BlockBody::Shared(body) => body.ask_ahead(length, reads),
+            BlockBody::Shared { body, .. } => body.ask_ahead(length, reads),
             BlockBody::Mapped { file, offset, .. } => ask_ahead(file, *offset, length, reads),
         }
     }

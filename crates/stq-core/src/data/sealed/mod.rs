@@ -201,7 +201,7 @@ impl Block {
         let checks = [0, 1, 2, 3]
             .map(|part| xxh3_64(&bytes[bounds[part] as usize..bounds[part + 1] as usize]));
         Block {
-            body: BlockBody::Shared(Body::resident(bytes)),
+            body: BlockBody::shared(Body::resident(bytes)),
             split,
             unit_digest,
             metric_digest,

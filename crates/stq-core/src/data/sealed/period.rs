@@ -33,6 +33,7 @@ use super::cache::cached_if_kept;
 use super::rendered::{written, TimeIndex, WholeJson};
 use super::{period_start, Decoded, Sealed};
 use crate::data::key::Position;
+use crate::data::stored::prefetch_value;
 use crate::data::tier::UnitEntry;
 
 /// What merged periods are known by in the cache, beside a block's kinds and
@@ -175,5 +176,11 @@ impl PeriodUnits {
 impl WholeJson for PeriodUnits {
     fn json(&self, index: usize) -> &[u8] {
         written(&self.json, &self.ends, index)
+    }
+
+    fn prefetch(&self, index: usize) {
+        if let Some(end) = self.ends.get(index) {
+            prefetch_value(end);
+        }
     }
 }

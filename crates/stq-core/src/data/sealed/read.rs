@@ -3,6 +3,7 @@
 //! [`JsonMemo`], and the blocks a summary reads by their digests.
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::mem::size_of;
 use std::ops::{Bound, Range};
 use std::sync::Arc;
@@ -161,6 +162,30 @@ impl Sealed {
             .flat_map(move |decoded: Arc<Rendered<E>>| {
                 (decoded.positions_of(symbol, range))
                     .map(move |position| decoded.located_by_symbol(position))
+            })
+    }
+
+    /// The keys of the metric records named `name` in `range`, each located
+    /// among `memo`'s blocks ([`JsonMemo::json`]): what a scan that writes their
+    /// JSON reads. A block is taken into the memo when a read first reaches it, so
+    /// that its records are not each looked up there again ([`Sealed::locate_json`])
+    /// and a read of another name finds it there, not in the process's cache.
+    pub(crate) fn metrics_of_name_in_memo<'a>(
+        &'a self,
+        name: Symbol,
+        range: KeyRange,
+        memo: &'a RefCell<JsonMemo>,
+    ) -> impl Iterator<Item = (RecordKey, StoredRecord)> + 'a {
+        self.blocks_in(range)
+            .filter(move |(_, block)| block.names.may_hold(name))
+            .flat_map(move |(period, block)| {
+                let key = self.cache_key::<MetricEntry>(block.body.id());
+                let (slot, decoded) =
+                    (memo.borrow_mut()).metric_block(key, || self.decoded(period, &block));
+                (decoded.positions_of(name, range)).map(move |position| {
+                    let (key, located) = decoded.located_by_symbol(position);
+                    (key, JsonMemo::locator(slot, located.length & !SEALED))
+                })
             })
     }
 }
@@ -349,6 +374,9 @@ impl Sealed {
 pub(crate) struct JsonMemo {
     slots: HashMap<BlockKey, u32>,
     blocks: Vec<Arc<dyn WholeJson>>,
+    /// The metric blocks reads by name took ([`JsonMemo::metric_block`]), with
+    /// their slots in `blocks`, by what the cache knows them by.
+    metric_blocks: HashMap<BlockKey, (u32, Arc<Rendered<MetricEntry>>)>,
 }
 
 impl std::fmt::Debug for JsonMemo {
@@ -377,6 +405,23 @@ impl JsonMemo {
         slot
     }
 
+    /// The metric block the cache knows by `key` and its slot among its blocks:
+    /// one an earlier read by name took, else the one `read` gives, taken now.
+    fn metric_block(
+        &mut self,
+        key: BlockKey,
+        read: impl FnOnce() -> Arc<Rendered<MetricEntry>>,
+    ) -> (u32, Arc<Rendered<MetricEntry>>) {
+        if let Some((slot, block)) = self.metric_blocks.get(&key) {
+            return (*slot, Arc::clone(block));
+        }
+        let block = read();
+        let slot = self.blocks.len() as u32;
+        self.blocks.push(Arc::clone(&block) as Arc<dyn WholeJson>);
+        self.metric_blocks.insert(key, (slot, Arc::clone(&block)));
+        (slot, block)
+    }
+
     /// Keeps `block` among its blocks; its record `index` is then located by
     /// [`JsonMemo::locator`] of the slot this returns.
     pub(crate) fn hold(&mut self, block: Arc<PeriodUnits>) -> u32 {
@@ -396,5 +441,12 @@ impl JsonMemo {
     /// this memo, or by [`JsonMemo::locator`]) locates.
     pub(crate) fn json(&self, record: StoredRecord) -> &[u8] {
         self.blocks[(record.start & !SEALED) as usize].json(record.length as usize)
+    }
+
+    /// Hints the CPU to load what [`JsonMemo::json`] of `record` reads first.
+    pub(crate) fn prefetch(&self, record: StoredRecord) {
+        if let Some(block) = self.blocks.get((record.start & !SEALED) as usize) {
+            block.prefetch(record.length as usize);
+        }
     }
 }

@@ -28,12 +28,12 @@
 //! order pays a lookup a record instead). Units' JSON stays in time order, as
 //! most unit reads are.
 
-use std::ops::{Bound, Range};
+use std::ops::{Bound, Range, RangeBounds as _};
 
 use super::columns::Sealable;
 use super::{locator, Decoded, Sealed, PERIOD_SECONDS};
 use crate::data::key::RecordKey;
-use crate::data::stored::StoredRecord;
+use crate::data::stored::{prefetch_value, StoredRecord};
 use crate::data::symbols::Symbol;
 use crate::data::tier::KeyRange;
 use crate::domain::time::Timestamp;
@@ -181,6 +181,13 @@ impl<E> Rendered<E> {
         let start = self.runs[run].1 as usize;
         let end = (self.runs.get(run + 1)).map_or(self.by_symbol.len(), |next| next.1 as usize);
         let group = &self.symbol_keys[start..end];
+        // Most blocks of a window hours long lie in it whole: their group needs
+        // no search, whose probes would each be a likely miss of the CPU's cache.
+        let whole = (group.first()).is_some_and(|first| range.contains(first))
+            && (group.last()).is_some_and(|last| range.contains(last));
+        if whole {
+            return start..end;
+        }
         let within = bounded(range, group.len(), |key, through| {
             group.partition_point(|probe| *probe < key || (through && *probe == key))
         });
@@ -200,12 +207,17 @@ impl<E> Rendered<E> {
     /// The JSON of its record `index`, or, with [`BY_SYMBOL`] set, of the
     /// record at that position of its symbol index.
     pub(super) fn json(&self, index: usize) -> &[u8] {
-        let at = match (index & BY_SYMBOL as usize, self.written_at.is_empty()) {
+        written(&self.json, &self.ends, self.written_as(index))
+    }
+
+    /// Where the JSON of its record `index` (or, with [`BY_SYMBOL`] set, of the
+    /// record at that position of its symbol index) is among those written.
+    fn written_as(&self, index: usize) -> usize {
+        match (index & BY_SYMBOL as usize, self.written_at.is_empty()) {
             (0, true) => index,
             (0, false) => self.written_at[index] as usize,
             _ => index & !(BY_SYMBOL as usize),
-        };
-        written(&self.json, &self.ends, at)
+        }
     }
 }
 
@@ -223,11 +235,21 @@ pub(super) fn written<'a>(json: &'a [u8], ends: &[u32], at: usize) -> &'a [u8] {
 pub(super) trait WholeJson: Send + Sync {
     /// The JSON of its record `index`.
     fn json(&self, index: usize) -> &[u8];
+
+    /// Hints the CPU to load where the JSON of its record `index` ends, which
+    /// [`WholeJson::json`] reads first.
+    fn prefetch(&self, index: usize);
 }
 
 impl<E: Send + Sync> WholeJson for Rendered<E> {
     fn json(&self, index: usize) -> &[u8] {
         Rendered::json(self, index)
+    }
+
+    fn prefetch(&self, index: usize) {
+        if let Some(end) = self.ends.get(self.written_as(index)) {
+            prefetch_value(end);
+        }
     }
 }
 

@@ -218,7 +218,7 @@ impl Sealed {
     pub(crate) fn stored_in(&self, file: &Arc<StoreFile>, layout: &Layout) {
         let mut ids = Vec::with_capacity(layout.blocks.len());
         for ((_, block), offset) in self.blocks.iter().zip(&layout.blocks) {
-            if let BlockBody::Shared(body) = &block.body {
+            if let BlockBody::Shared { body, .. } = &block.body {
                 body.store_at(Arc::clone(file), *offset);
             }
             ids.push(block.body.id());
@@ -382,7 +382,7 @@ impl Sealed {
                 *word = decoder.u64_le()?;
             }
             let block = Block {
-                body: BlockBody::Shared(super::Body::stored(Arc::clone(file), offset)),
+                body: BlockBody::shared(super::Body::stored(Arc::clone(file), offset)),
                 split,
                 unit_digest,
                 metric_digest,

@@ -118,8 +118,17 @@ fn reads(station: &StationData, range: KeyRange) -> Vec<String> {
         let symbol = Symbol(serial);
         let units = station.units_of_serial(symbol, range);
         read.extend(units.map(|(key, entry)| format!("{key:?}") + &json(station, entry.bytes)));
-        let metrics = station.metrics_of_name(symbol, range);
-        read.extend(metrics.map(|(key, bytes)| format!("{key:?}") + &json(station, bytes)));
+        // A sealed metric read by name is located among the scan's memo.
+        let memo = std::cell::RefCell::new(JsonMemo::default());
+        let metrics: Vec<_> = station.metrics_of_name(symbol, range, &memo).collect();
+        let memo = memo.into_inner();
+        read.extend(metrics.into_iter().map(|(key, bytes)| {
+            let json = match is_sealed(bytes) {
+                true => String::from_utf8(memo.json(bytes).to_vec()).unwrap(),
+                false => json(station, bytes),
+            };
+            format!("{key:?}") + &json
+        }));
     }
     let metrics = station.metrics_in(range).map(|(key, entry)| {
         let numbers = [entry.value, entry.limit_lower, entry.limit_upper].map(f64::to_bits);
