@@ -114,17 +114,17 @@ fn reads(station: &StationData, range: KeyRange) -> Vec<String> {
     read.extend(units);
     // Every symbol these records intern (fewer than 48): serials, names and the
     // rest, which no record has as its serial or name.
+    // A sealed metric read by name is located among a scan's memo, which the
+    // reads of every name share, as a scan's of several names do.
+    let memo = std::cell::RefCell::new(JsonMemo::default());
     for serial in 0..48 {
         let symbol = Symbol(serial);
         let units = station.units_of_serial(symbol, range);
         read.extend(units.map(|(key, entry)| format!("{key:?}") + &json(station, entry.bytes)));
-        // A sealed metric read by name is located among the scan's memo.
-        let memo = std::cell::RefCell::new(JsonMemo::default());
         let metrics: Vec<_> = station.metrics_of_name(symbol, range, &memo).collect();
-        let memo = memo.into_inner();
         read.extend(metrics.into_iter().map(|(key, bytes)| {
             let json = match is_sealed(bytes) {
-                true => String::from_utf8(memo.json(bytes).to_vec()).unwrap(),
+                true => String::from_utf8(memo.borrow().json(bytes).to_vec()).unwrap(),
                 false => json(station, bytes),
             };
             format!("{key:?}") + &json
