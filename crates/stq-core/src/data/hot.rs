@@ -319,6 +319,24 @@ impl Hot {
     }
 }
 
+impl Hot {
+    /// The metrics named `name` with keys in `range`: their keys and where their
+    /// JSON is, from the tier's trees by name.
+    pub(crate) fn metrics_of_name(
+        &self,
+        name: Symbol,
+        range: KeyRange,
+    ) -> impl Iterator<Item = (RecordKey, StoredRecord)> + '_ {
+        let range = by_symbol(name, range);
+        merged(
+            self.settled.trees.metrics_by_name.range(range),
+            &self.recent.trees.metrics_by_name,
+            move |recent| recent.range(range),
+        )
+        .map(|((_, key), bytes)| (*key, *bytes))
+    }
+}
+
 impl Tier for Hot {
     fn units_in(&self, range: KeyRange) -> impl Iterator<Item = (RecordKey, UnitEntry)> + '_ {
         merged(
@@ -350,20 +368,6 @@ impl Tier for Hot {
             move |recent| recent.range(range),
         )
         .map(|(key, entry)| (*key, *entry))
-    }
-
-    fn metrics_of_name(
-        &self,
-        name: Symbol,
-        range: KeyRange,
-    ) -> impl Iterator<Item = (RecordKey, StoredRecord)> + '_ {
-        let range = by_symbol(name, range);
-        merged(
-            self.settled.trees.metrics_by_name.range(range),
-            &self.recent.trees.metrics_by_name,
-            move |recent| recent.range(range),
-        )
-        .map(|((_, key), bytes)| (*key, *bytes))
     }
 
     fn first_and_last(&self) -> Option<((RecordKey, StoredRecord), (RecordKey, StoredRecord))> {

@@ -466,7 +466,7 @@ impl ShardData {
     /// station's arena and pieces are; of a sealed hit, where its JSON ends in
     /// its block), for a record written a few records later: an answer over many
     /// stations or blocks otherwise waits on each one's cache miss in turn.
-    pub(crate) fn prefetch_station(&self, hit: &Hit, sealed: &SealedJson) {
+    pub(crate) fn prefetch_location(&self, hit: &Hit, sealed: &SealedJson) {
         match is_sealed(hit.bytes) {
             true => sealed.memo.prefetch(hit.bytes),
             false => self.stations[hit.station_index as usize].prefetch_locations(),

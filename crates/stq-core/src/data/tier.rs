@@ -56,6 +56,8 @@ pub(crate) fn key_range(range: impl RangeBounds<RecordKey>) -> KeyRange {
 
 /// The records of one tier of a station, in time order (by [`RecordKey`]), each
 /// read as its key and its entry, whose `bytes` the station's `json` reads.
+/// Metrics by name are each tier's own: the sealed tier locates them among a
+/// scan's memo as it reads them ([`crate::data::sealed::JsonMemo`]).
 pub(crate) trait Tier {
     /// The units with keys in `range`.
     fn units_in(&self, range: KeyRange) -> impl Iterator<Item = (RecordKey, UnitEntry)> + '_;
@@ -69,14 +71,6 @@ pub(crate) trait Tier {
 
     /// The metrics with keys in `range`.
     fn metrics_in(&self, range: KeyRange) -> impl Iterator<Item = (RecordKey, MetricEntry)> + '_;
-
-    /// The metrics named `name` with keys in `range`: their keys and where their
-    /// JSON is.
-    fn metrics_of_name(
-        &self,
-        name: Symbol,
-        range: KeyRange,
-    ) -> impl Iterator<Item = (RecordKey, StoredRecord)> + '_;
 
     /// Its first and last record of either kind, by key.
     fn first_and_last(&self) -> Option<((RecordKey, StoredRecord), (RecordKey, StoredRecord))>;

@@ -213,13 +213,14 @@ impl Page {
     ///
     /// A record's bytes lie behind three places (its station, which says where
     /// its station's arena and pieces are; its stored form; its pieces), each a
-    /// cache miss that waits on the one before. Asking for each a few records
+    /// cache miss that waits on the one before; a sealed one's behind where its
+    /// JSON ends in its block. Asking for each a few records
     /// ahead lets the misses of several records overlap. Each record's station
     /// and stored form are read once: the stages hand on what they read in two
     /// small rings.
     pub(crate) fn each_record<'a>(&'a self, mut write: impl FnMut(usize, Parts<'a>)) {
         let records = self.records();
-        let mut stations = records.clone().skip(STATION_AHEAD);
+        let mut locations = records.clone().skip(LOCATION_AHEAD);
         let mut located = records.map(|record| {
             let json = record.json();
             json.prefetch_stored();
@@ -241,8 +242,8 @@ impl Page {
             };
             // The hints go out before this record is written, so that their misses
             // overlap the writing.
-            if let Some(ahead) = stations.next() {
-                ahead.prefetch_station();
+            if let Some(ahead) = locations.next() {
+                ahead.prefetch_location();
             }
             stored[index % STORED_AHEAD] = located.next();
             let next = index + PIECES_AHEAD;
@@ -264,9 +265,9 @@ impl Page {
     }
 }
 
-/// How many records ahead [`Page::each_record`] asks for a record's station, its
-/// stored form, and its pieces.
-const STATION_AHEAD: usize = 12;
+/// How many records ahead [`Page::each_record`] asks for what locates a record
+/// (its station, or a sealed one's JSON end), its stored form, and its pieces.
+const LOCATION_AHEAD: usize = 12;
 const STORED_AHEAD: usize = 8;
 const PIECES_AHEAD: usize = 4;
 
@@ -283,9 +284,9 @@ impl<'a> Record<'a> {
         self.data.json(self.hit, self.sealed)
     }
 
-    /// Hints the CPU to load what locates its stored form (see
-    /// [`ShardData::prefetch_station`]).
-    fn prefetch_station(&self) {
-        self.data.prefetch_station(self.hit, self.sealed);
+    /// Hints the CPU to load what locates its JSON (see
+    /// [`ShardData::prefetch_location`]).
+    fn prefetch_location(&self) {
+        self.data.prefetch_location(self.hit, self.sealed);
     }
 }

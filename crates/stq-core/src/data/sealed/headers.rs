@@ -357,10 +357,7 @@ impl Blocks {
         if let Some(block) = self.tree.get(&period) {
             return Some(Cow::Borrowed(block));
         }
-        let rows = self.rows.as_ref()?;
-        let index = rows
-            .find(period)
-            .filter(|_| !self.hidden.contains(&period))?;
+        let (rows, index) = self.row_of(period)?;
         Some(Cow::Owned(rows.block(index).1))
     }
 
@@ -370,11 +367,17 @@ impl Blocks {
         if let Some(block) = self.tree.get(&period) {
             return Some(block.body.id());
         }
-        let rows = self.rows.as_ref()?;
+        let (rows, index) = self.row_of(period)?;
+        Some(rows.id(index))
+    }
+
+    /// The row of `period`'s block, unless none is or the map hides it.
+    fn row_of(&self, period: i64) -> Option<(&Rows, usize)> {
+        let rows = self.rows.as_deref()?;
         let index = rows
             .find(period)
             .filter(|_| !self.hidden.contains(&period))?;
-        Some(rows.id(index))
+        Some((rows, index))
     }
 
     /// The blocks whose periods are in `range`, in order.
@@ -430,24 +433,18 @@ impl Blocks {
             metrics += block.metrics as usize;
         }
         if let Some(rows) = &self.rows {
-            match self.hidden.is_empty() {
-                true => {
-                    units += rows
-                        .units
-                        .iter()
-                        .map(|units| *units as usize)
-                        .sum::<usize>();
-                    metrics += rows.metrics;
-                }
-                false => {
-                    for index in 0..rows.len() {
-                        if !self.hidden.contains(&rows.period(index)) {
-                            let (_, block) = rows.block(index);
-                            units += block.units as usize;
-                            metrics += block.metrics as usize;
-                        }
-                    }
-                }
+            units += rows
+                .units
+                .iter()
+                .map(|units| *units as usize)
+                .sum::<usize>();
+            metrics += rows.metrics;
+            // The rows hidden are few (blocks sealed again since the store wrote
+            // the file): only they are read.
+            for index in self.hidden.iter().filter_map(|period| rows.find(*period)) {
+                let (_, block) = rows.block(index);
+                units -= block.units as usize;
+                metrics -= block.metrics as usize;
             }
         }
         (units, metrics)

@@ -694,14 +694,6 @@ impl Tier for Sealed {
         self.records_in(range, |block| block.metrics > 0)
     }
 
-    fn metrics_of_name(
-        &self,
-        name: Symbol,
-        range: KeyRange,
-    ) -> impl Iterator<Item = (RecordKey, StoredRecord)> + '_ {
-        self.located_of::<MetricEntry>(name, range)
-    }
-
     fn first_and_last(&self) -> Option<((RecordKey, StoredRecord), (RecordKey, StoredRecord))> {
         self.ends
     }

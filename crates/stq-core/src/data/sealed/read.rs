@@ -150,21 +150,6 @@ impl Sealed {
             })
     }
 
-    /// The keys and locators of the records of kind `E` whose serial (units)
-    /// or name (metrics) is `symbol` in `range`: what a read that needs no entry
-    /// reads.
-    pub(super) fn located_of<E: Sealable>(
-        &self,
-        symbol: Symbol,
-        range: KeyRange,
-    ) -> impl Iterator<Item = (RecordKey, StoredRecord)> + '_ {
-        self.blocks_of(symbol, range)
-            .flat_map(move |decoded: Arc<Rendered<E>>| {
-                (decoded.positions_of(symbol, range))
-                    .map(move |position| decoded.located_by_symbol(position))
-            })
-    }
-
     /// The keys of the metric records named `name` in `range`, each located
     /// among `memo`'s blocks ([`JsonMemo::json`]): what a scan that writes their
     /// JSON reads. A block is taken into the memo when a read first reaches it, so
