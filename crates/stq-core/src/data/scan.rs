@@ -262,14 +262,21 @@ impl ShardData {
             RecordFilter::Units {
                 unit_serial: Matcher::OneOf(serials),
                 ..
-            } => self.merge_stations(request, |data, station, lower, upper| {
-                // A serial number is single-valued: one exact range.
-                Box::new(serials.iter().flat_map(move |&serial| {
-                    data.units_of_serial(serial, lower..upper)
-                        .filter(|(_, entry)| filter.matches_unit(entry))
-                        .map(move |(key, entry)| station.hit(&key, entry.bytes))
-                }))
-            }),
+            } => {
+                // A serial number is single-valued: one exact range. Sealed hits
+                // are located among the memo's blocks as each block is read.
+                let located = RefCell::new(std::mem::take(memo));
+                let hits = self.merge_stations(request, |data, station, lower, upper| {
+                    let located = &located;
+                    Box::new(serials.iter().flat_map(move |&serial| {
+                        data.units_of_serial_located(serial, lower..upper, located)
+                            .filter(|(_, entry)| filter.matches_unit(entry))
+                            .map(move |(key, entry)| station.hit(&key, entry.bytes))
+                    }))
+                });
+                *memo = located.into_inner();
+                return hits;
+            }
             RecordFilter::Units { .. } if self.reads_merged(request) => {
                 return self.scan_shard_units(request, memo);
             }

@@ -361,6 +361,23 @@ impl StationData {
         )
     }
 
+    /// The units of serial number `serial` with keys in `range`, in time order;
+    /// a sealed one's `bytes` locate it among `memo`'s blocks ([`JsonMemo::json`]),
+    /// where the scan's answer writes its JSON from.
+    pub(crate) fn units_of_serial_located<'a>(
+        &'a self,
+        serial: Symbol,
+        range: impl RangeBounds<RecordKey>,
+        memo: &'a RefCell<JsonMemo>,
+    ) -> impl Iterator<Item = (RecordKey, UnitEntry)> + 'a {
+        let range = key_range(range);
+        merged(
+            (self.reads_sealed(&range))
+                .then(|| (self.sealed).units_of_serial_in_memo(serial, range, memo)),
+            self.hot.units_of_serial(serial, range),
+        )
+    }
+
     /// The metrics with keys in `range`, in time order.
     pub(crate) fn metrics_in(
         &self,

@@ -161,16 +161,63 @@ impl Sealed {
         range: KeyRange,
         memo: &'a RefCell<JsonMemo>,
     ) -> impl Iterator<Item = (RecordKey, StoredRecord)> + 'a {
+        self.of_symbol_in_memo(
+            name,
+            range,
+            memo,
+            |decoded: &Rendered<MetricEntry>, position, slot| {
+                // Located where its JSON lies, its entry not read.
+                let (key, located) = decoded.located_by_symbol(position);
+                (key, JsonMemo::locator(slot, located.length & !SEALED))
+            },
+        )
+    }
+
+    /// The units of serial number `serial` in `range`, each with its `bytes`
+    /// located among `memo`'s blocks, as [`Sealed::metrics_of_name_in_memo`]'s
+    /// are (issue 32: a hit's block was looked up again, and its header read
+    /// again, to locate its JSON after the scan).
+    pub(crate) fn units_of_serial_in_memo<'a>(
+        &'a self,
+        serial: Symbol,
+        range: KeyRange,
+        memo: &'a RefCell<JsonMemo>,
+    ) -> impl Iterator<Item = (RecordKey, UnitEntry)> + 'a {
+        self.of_symbol_in_memo(
+            serial,
+            range,
+            memo,
+            |decoded: &Rendered<UnitEntry>, position, slot| {
+                let index = decoded.by_symbol(position);
+                let entry = decoded.entries[index];
+                let located = JsonMemo::locator(slot, index as u32);
+                (decoded.keys[index], entry.with_bytes(located))
+            },
+        )
+    }
+
+    /// What `pick` makes of each record of kind `E` whose serial (units) or name
+    /// (metrics) is `symbol` in `range`, given its block, its position in the
+    /// block's symbol index and the block's slot among `memo`'s blocks. A block
+    /// is taken into the memo when a read first reaches it.
+    fn of_symbol_in_memo<'a, E: Memoized, T>(
+        &'a self,
+        symbol: Symbol,
+        range: KeyRange,
+        memo: &'a RefCell<JsonMemo>,
+        pick: impl Fn(&Rendered<E>, usize, u32) -> T + Copy + 'a,
+    ) -> impl Iterator<Item = T> + 'a {
         self.blocks_in(range)
-            .filter(move |(_, block)| block.names.may_hold(name))
+            .filter(move |(_, block)| match E::KIND {
+                0 => block.serials.may_hold(symbol),
+                _ => block.names.may_hold(symbol),
+            })
             .flat_map(move |(period, block)| {
-                let key = self.cache_key::<MetricEntry>(block.body.id());
+                let key = self.cache_key::<E>(block.body.id());
                 let (slot, decoded) =
-                    (memo.borrow_mut()).metric_block(key, || self.decoded(period, &block));
-                (decoded.positions_of(name, range)).map(move |position| {
-                    let (key, located) = decoded.located_by_symbol(position);
-                    (key, JsonMemo::locator(slot, located.length & !SEALED))
-                })
+                    (memo.borrow_mut()).typed_block(key, || self.decoded(period, &block));
+                (decoded.positions_of(symbol, range))
+                    .map(move |position| pick(&decoded, position, slot))
             })
     }
 }
@@ -359,9 +406,28 @@ impl Sealed {
 pub(crate) struct JsonMemo {
     slots: HashMap<BlockKey, u32>,
     blocks: Vec<Arc<dyn WholeJson>>,
-    /// The metric blocks reads by name took ([`JsonMemo::metric_block`]), with
-    /// their slots in `blocks`, by what the cache knows them by.
+    /// The blocks reads by serial or name took ([`JsonMemo::typed_block`]),
+    /// with their slots in `blocks`, by what the cache knows them by.
+    unit_blocks: HashMap<BlockKey, (u32, Arc<Rendered<UnitEntry>>)>,
     metric_blocks: HashMap<BlockKey, (u32, Arc<Rendered<MetricEntry>>)>,
+}
+
+/// A kind whose blocks a [`JsonMemo`] keeps typed, for reads by serial (units)
+/// or name (metrics).
+trait Memoized: Sealable {
+    fn blocks(memo: &mut JsonMemo) -> &mut HashMap<BlockKey, (u32, Arc<Rendered<Self>>)>;
+}
+
+impl Memoized for UnitEntry {
+    fn blocks(memo: &mut JsonMemo) -> &mut HashMap<BlockKey, (u32, Arc<Rendered<Self>>)> {
+        &mut memo.unit_blocks
+    }
+}
+
+impl Memoized for MetricEntry {
+    fn blocks(memo: &mut JsonMemo) -> &mut HashMap<BlockKey, (u32, Arc<Rendered<Self>>)> {
+        &mut memo.metric_blocks
+    }
 }
 
 impl std::fmt::Debug for JsonMemo {
@@ -390,20 +456,22 @@ impl JsonMemo {
         slot
     }
 
-    /// The metric block the cache knows by `key` and its slot among its blocks:
-    /// one an earlier read by name took, else the one `read` gives, taken now.
-    fn metric_block(
+    /// The block of kind `E` the cache knows by `key` and its slot among its
+    /// blocks: one an earlier read by serial or name took, else the one `read`
+    /// gives, taken now (a block a filter let through for one symbol may hold
+    /// another that the scan reads next).
+    fn typed_block<E: Memoized>(
         &mut self,
         key: BlockKey,
-        read: impl FnOnce() -> Arc<Rendered<MetricEntry>>,
-    ) -> (u32, Arc<Rendered<MetricEntry>>) {
-        if let Some((slot, block)) = self.metric_blocks.get(&key) {
+        read: impl FnOnce() -> Arc<Rendered<E>>,
+    ) -> (u32, Arc<Rendered<E>>) {
+        if let Some((slot, block)) = E::blocks(self).get(&key) {
             return (*slot, Arc::clone(block));
         }
         let block = read();
         let slot = self.blocks.len() as u32;
         self.blocks.push(Arc::clone(&block) as Arc<dyn WholeJson>);
-        self.metric_blocks.insert(key, (slot, Arc::clone(&block)));
+        E::blocks(self).insert(key, (slot, Arc::clone(&block)));
         (slot, block)
     }
 

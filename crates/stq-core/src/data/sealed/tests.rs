@@ -114,13 +114,31 @@ fn reads(station: &StationData, range: KeyRange) -> Vec<String> {
     read.extend(units);
     // Every symbol these records intern (fewer than 48): serials, names and the
     // rest, which no record has as its serial or name.
-    // A sealed metric read by name is located among a scan's memo, which the
-    // reads of every name share, as a scan's of several names do.
+    // A sealed metric read by name, or unit read by serial, is located among a
+    // scan's memo, which the reads of every symbol share, as a scan's of several
+    // names do.
     let memo = std::cell::RefCell::new(JsonMemo::default());
     for serial in 0..48 {
         let symbol = Symbol(serial);
         let units = station.units_of_serial(symbol, range);
         read.extend(units.map(|(key, entry)| format!("{key:?}") + &json(station, entry.bytes)));
+        // A scan's read by serial: its sealed units located among the memo too.
+        let units: Vec<_> = station
+            .units_of_serial_located(symbol, range, &memo)
+            .collect();
+        read.extend(units.into_iter().map(|(key, entry)| {
+            let json = match is_sealed(entry.bytes) {
+                true => String::from_utf8(memo.borrow().json(entry.bytes).to_vec()).unwrap(),
+                false => json(station, entry.bytes),
+            };
+            format!(
+                "{key:?} {:?}",
+                entry.with_bytes(StoredRecord {
+                    start: 0,
+                    length: 0
+                })
+            ) + &json
+        }));
         let metrics: Vec<_> = station.metrics_of_name(symbol, range, &memo).collect();
         read.extend(metrics.into_iter().map(|(key, bytes)| {
             let json = match is_sealed(bytes) {
