@@ -18,8 +18,8 @@ fi
 # One cargo run for both, so that they share one build of stq's library.
 cargo build --release --locked -p stq -p xtask
 target_dir=${CARGO_TARGET_DIR:-target}
-# `--prepare`: cargo-deb and the release build only (.ci/run makes them while its
-# test passes run, then builds the package from them).
+# `--prepare`: cargo-deb and the release build only (.ci/run makes them beside its
+# own builds and tests, from its start, then builds the package from them).
 [[ ${1:-} == --prepare ]] && exit 0
 
 assets=target/deb-assets
