@@ -14,7 +14,7 @@
 # stops by pid.
 #
 # Cost on a 2-core machine: the release build (9 minutes with other builds running
-# beside it, about 5 alone), cargo-deb's install (about 3 minutes, once), apt-get
+# beside it, about 5 alone), cargo-deb's install (a debug build: about 2 minutes, once), apt-get
 # (lintian and its Perl: about a minute), the checks (35 s).
 set -euo pipefail
 # Under pipefail a pipe into `grep -q` or `head` fails whenever its writer is still

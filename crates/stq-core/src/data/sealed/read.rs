@@ -126,12 +126,22 @@ impl Sealed {
         symbol: Symbol,
         range: KeyRange,
     ) -> impl Iterator<Item = Arc<Rendered<E>>> + '_ {
+        (self.blocks_holding::<E>(symbol, range))
+            .map(move |(period, block)| self.decoded(period, &block))
+    }
+
+    /// The blocks in `range` whose filter of serials (units) or names (metrics)
+    /// may hold `symbol`, with their periods, not yet decoded.
+    fn blocks_holding<E: Sealable>(
+        &self,
+        symbol: Symbol,
+        range: KeyRange,
+    ) -> impl Iterator<Item = (i64, Cow<'_, Block>)> + '_ {
         self.blocks_in(range)
             .filter(move |(_, block)| match E::KIND {
                 0 => block.serials.may_hold(symbol),
                 _ => block.names.may_hold(symbol),
             })
-            .map(move |(period, block)| self.decoded(period, &block))
     }
 
     /// The records of kind `E` whose serial (units) or name (metrics) is `symbol`
@@ -207,18 +217,13 @@ impl Sealed {
         memo: &'a RefCell<JsonMemo>,
         pick: impl Fn(&Rendered<E>, usize, u32) -> T + Copy + 'a,
     ) -> impl Iterator<Item = T> + 'a {
-        self.blocks_in(range)
-            .filter(move |(_, block)| match E::KIND {
-                0 => block.serials.may_hold(symbol),
-                _ => block.names.may_hold(symbol),
-            })
-            .flat_map(move |(period, block)| {
-                let key = self.cache_key::<E>(block.body.id());
-                let (slot, decoded) =
-                    (memo.borrow_mut()).typed_block(key, || self.decoded(period, &block));
-                (decoded.positions_of(symbol, range))
-                    .map(move |position| pick(&decoded, position, slot))
-            })
+        (self.blocks_holding::<E>(symbol, range)).flat_map(move |(period, block)| {
+            let key = self.cache_key::<E>(block.body.id());
+            let (slot, decoded) =
+                (memo.borrow_mut()).typed_block(key, || self.decoded(period, &block));
+            (decoded.positions_of(symbol, range))
+                .map(move |position| pick(&decoded, position, slot))
+        })
     }
 }
 
