@@ -66,6 +66,60 @@ struct OutcomeLabels {
     outcome: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: &'static str,
+}
+
+/// What live answers count (docs/api.md section 14).
+#[derive(Clone, Default)]
+pub struct LiveMetrics {
+    /// Streams open.
+    pub streams: Gauge,
+    /// Requests held by `wait`.
+    pub waiting: Gauge,
+    /// `records` events sent.
+    pub events: Counter,
+    /// Streams ended by stq or by their client: `slow`, `closed` or `token`.
+    pub disconnects: Family<ReasonLabels, Counter>,
+    /// Evaluations of held requests' queries after an install: one per group of
+    /// held requests asking the same thing, not one per request.
+    pub evaluations: Counter,
+}
+
+impl LiveMetrics {
+    fn register(&self, registry: &mut Registry) {
+        registry.register("streams", "Streams open", self.streams.clone());
+        registry.register(
+            "waiting_requests",
+            "Requests held by `wait` until a generation changes their answer",
+            self.waiting.clone(),
+        );
+        registry.register(
+            "stream_events",
+            "Records events sent on streams",
+            self.events.clone(),
+        );
+        registry.register(
+            "stream_disconnects",
+            "Streams ended: slow (more than 4 MiB left unread), closed (by the client, or by SIGTERM) or token (revoked or expired)",
+            self.disconnects.clone(),
+        );
+        registry.register(
+            "wait_evaluations",
+            "Queries of held requests evaluated again after an install, one per group asking the same thing",
+            self.evaluations.clone(),
+        );
+    }
+
+    /// Counts a stream's end.
+    pub fn disconnected(&self, reason: &'static str) {
+        self.disconnects
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
+}
+
 /// Every metric stq keeps, and the registry that exposes them.
 pub struct Metrics {
     registry: Registry,
@@ -85,6 +139,8 @@ pub struct Metrics {
     pub bytes_read: Counter,
     /// Each station's newest record, of the generation served.
     freshness: Freshness,
+    /// Streams and held requests.
+    pub live: LiveMetrics,
 }
 
 impl Default for Metrics {
@@ -155,7 +211,10 @@ impl Default for Metrics {
         );
         let freshness = Freshness::default();
         registry.register_collector(Box::new(freshness.clone()));
+        let live = LiveMetrics::default();
+        live.register(&mut registry);
         Metrics {
+            live,
             freshness,
             registry,
             files_read,

@@ -253,6 +253,20 @@ pub struct ServeArgs {
     #[arg(long, env = "STQ_CLIENT_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
     pub client_timeout: Duration,
 
+    /// Longest `wait` a request may ask for (docs/api.md section 14.1), at most `10m`.
+    #[arg(long, env = "STQ_MAX_WAIT", default_value = "60s", value_parser = parse_max_wait)]
+    pub max_wait: Duration,
+
+    /// Requests held by `wait` at once; beyond it a request is answered at once, as
+    /// without `wait`.
+    #[arg(long, env = "STQ_MAX_WAITING", default_value_t = NonZeroUsize::new(10_000).unwrap())]
+    pub max_waiting: NonZeroUsize,
+
+    /// Streams open at once (`/units/stream`, `/metrics/stream`); beyond it a new one
+    /// is answered 503 `overloaded`.
+    #[arg(long, env = "STQ_MAX_STREAMS", default_value_t = NonZeroUsize::new(10_000).unwrap())]
+    pub max_streams: NonZeroUsize,
+
     /// Directory (made if missing) or `s3://BUCKET/PREFIX` where stq keeps what it
     /// derives from the snapshot files, so that a restart, or a replica on the same
     /// files, reads from it what the files still hold unchanged instead of parsing
@@ -382,6 +396,16 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
             "{error}; write e.g. `10s`, `250ms`, `12h` or `31d`"
         )),
     }
+}
+
+/// `--max-wait`: a duration from 1 s to 10 min, in whole seconds.
+fn parse_max_wait(text: &str) -> Result<Duration, String> {
+    let wait = parse_duration(text)?;
+    if wait < Duration::from_secs(1) || wait > Duration::from_secs(600) || wait.subsec_nanos() != 0
+    {
+        return Err("must be whole seconds from `1s` to `10m`".to_owned());
+    }
+    Ok(wait)
 }
 
 /// A number of bytes, as `bytesize` reads it: `512MiB`, `2GiB`, `1.5 GB`, `65536`.

@@ -21,7 +21,9 @@ use crate::engine::{
     StoreStatus, WriterLock,
 };
 use crate::export::{complete_before, ExportHandle};
-use crate::http::{admin_server, api_server, stop_gracefully_on_signals, Admission, AppState};
+use crate::http::{
+    admin_server, api_server, stop_gracefully_on_signals, Admission, AppState, LiveState,
+};
 use crate::metrics::{Gauges, Metrics};
 
 /// Loads everything, then serves until the process is stopped.
@@ -31,6 +33,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         max_stations: args.max_stations.get(),
         max_query_bytes: args.max_query_bytes.get(),
         max_window: args.max_window,
+        max_wait: args.max_wait,
     };
     // Read before the snapshot, so a wrong key file fails at once, not after a load.
     let plan =
@@ -54,9 +57,9 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let fill = place.as_mut().map(|place| std::mem::take(&mut place.fill));
     let remote = place.as_ref().and_then(|place| place.remote.clone());
     let directory = place.as_ref().map(|place| place.directory.as_path());
-    if directory.is_some() {
-        raise_open_file_limit();
-    }
+    // Streams and held requests are connections that stay open: ten thousand of
+    // them need as many descriptors, and a store's sealed files more.
+    raise_open_file_limit();
     let Start {
         generation,
         mut report,
@@ -133,10 +136,15 @@ fn raise_open_file_limit() {
             libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0
         }
     };
-    if !raised {
+    if raised {
+        tracing::info!(
+            "open files: at most {} (the hard limit): streams, held requests and store files",
+            limit.rlim_cur
+        );
+    } else {
         tracing::warn!(
-            "cannot raise the limit on open files: {}; a sealed tier whose file cannot be \
-             opened stays in memory",
+            "cannot raise the limit on open files: {}; connections beyond it are refused, \
+             and a sealed tier whose file cannot be opened stays in memory",
             std::io::Error::last_os_error()
         );
     }
@@ -347,6 +355,10 @@ async fn run(
             .with_metrics(Arc::clone(&metrics))
             .with_cors_origins(args.cors_origins.clone())
             .with_admission(Admission::new(args.request_timeout))
+            .with_live(LiveState::new(
+                args.max_waiting.get(),
+                args.max_streams.get(),
+            ))
             .with_store_status(status),
     );
     if let Some((store, (catalog, shards))) = store.as_ref().zip(engine.serving()) {
@@ -410,7 +422,7 @@ async fn run(
         report.bytes as f64 / 1e6 / report.elapsed.as_secs_f64().max(1e-9),
         addresses.join(", ")
     );
-    stop_gracefully_on_signals(vec![server.handle(), admin.handle()])
+    stop_gracefully_on_signals(engine.clone(), vec![server.handle(), admin.handle()])
         .context("cannot listen for SIGTERM and SIGINT")?;
     // Bound, and a stop from now on is graceful: systemd may count stq as started.
     crate::systemd::ready(&format!(

@@ -19,6 +19,7 @@
 //! that raced a reload is planned again by its router, not by its caller.
 
 mod fault;
+mod live;
 mod reload;
 mod router;
 mod shard;
@@ -31,6 +32,7 @@ use std::sync::Arc;
 use futures_util::future::join_all;
 use parking_lot::RwLock;
 use prometheus_client::metrics::counter::Counter;
+use stq_core::data::load::Additions;
 use stq_core::data::plan::{Plan, PlanError, Refusal, Request, Settings};
 use stq_core::data::ShardData;
 use stq_core::data::{Catalog, Generation};
@@ -38,6 +40,7 @@ use stq_core::domain::auth::Tokens;
 use stq_core::domain::query::{Limits, QueryError};
 
 pub use fault::{Fault, ShardFault};
+pub use live::{Change, Forgotten};
 pub use reload::{reload_on_hangup, ReloadError, ReloadTrigger, Reloader};
 pub use router::RouterHandle;
 pub(crate) use shard::panic_message;
@@ -68,6 +71,10 @@ pub enum EngineError {
 
     #[error(transparent)]
     Overloaded(#[from] Overloaded),
+
+    /// A stream's step raced two reloads: its stream plans it again.
+    #[error("the query raced two reloads")]
+    Raced,
 
     /// A shard panicked or died, or the query raced more reloads than it retries.
     /// The cause is for the log, not for the client.
@@ -115,6 +122,8 @@ struct Inner {
     settings: Settings,
     /// `--max-concurrent-queries`: taken by every stretch of a query that computes.
     slots: Arc<Slots>,
+    /// What recent generations changed, and the news of the next.
+    live: live::Live,
 }
 
 /// The generation being served, and the tokens read with it.
@@ -135,6 +144,7 @@ impl Engine {
         restarts: Counter,
     ) -> Engine {
         let Generation { catalog, shards } = generation;
+        let live = live::Live::new(catalog.generation());
         let shards = shards
             .into_iter()
             .enumerate()
@@ -147,6 +157,7 @@ impl Engine {
                 current: RwLock::new(Current { catalog, tokens }),
                 settings,
                 slots: Arc::default(),
+                live,
             }),
         }
     }
@@ -214,8 +225,9 @@ impl Engine {
 
     /// Hands every shard its part of a new generation, waits until all replicas
     /// hold it, and only then makes it and `tokens` current: a request planned on
-    /// the new catalog must find the new data in every replica.
-    pub async fn install(&self, generation: Generation, tokens: Arc<Tokens>) {
+    /// the new catalog must find the new data in every replica. Then live answers
+    /// hear of it, and of what it changed (`additions`).
+    pub async fn install(&self, generation: Generation, tokens: Arc<Tokens>, additions: Additions) {
         let shards = &self.inner.shards;
         let Generation {
             catalog,
@@ -241,7 +253,40 @@ impl Engine {
                 .map(|replica| replica.install(Arc::clone(&data[replica.number()]))),
         )
         .await;
+        let number = catalog.generation();
         *self.inner.current.write() = Current { catalog, tokens };
+        self.inner.live.installed(number, additions);
+    }
+
+    /// What every generation after `generation` changed, in order; [`Forgotten`]
+    /// once some of them are no longer kept.
+    pub fn changes_since(&self, generation: u64) -> Result<Vec<Arc<Change>>, Forgotten> {
+        self.inner.live.since(generation)
+    }
+
+    /// The newest generation's number, and news of each install.
+    pub fn generations(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.live.subscribe()
+    }
+
+    /// Ends every stream and held request (SIGTERM).
+    pub fn stop_live(&self) {
+        self.inner.live.stop();
+    }
+
+    /// News of [`Engine::stop_live`].
+    pub fn stopping(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.inner.live.stopping()
+    }
+
+    /// The number this process drew at its start, which its event ids carry.
+    pub fn process(&self) -> u64 {
+        self.inner.live.process()
+    }
+
+    /// What queries are planned and merged with.
+    pub fn plan_settings(&self) -> &Settings {
+        &self.inner.settings
     }
 
     /// Has every shard drop the generation before `generation`, once no request

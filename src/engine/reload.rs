@@ -171,15 +171,18 @@ impl Reloader {
                             Some((catalog, shards)) => {
                                 load::reload_looking(catalog, shards, &options, &look, &repair)
                             }
-                            None => load::start(&options, None, None)
-                                .map(|start| (start.generation, start.report)),
+                            None => load::start(&options, None, None).map(|start| {
+                                let mut report = start.report;
+                                report.additions = load::Additions::whole();
+                                (start.generation, report)
+                            }),
                         };
                         Ok((tokens, loaded?))
                     });
                 let _ = sender.send(loaded);
             })
             .map_err(|error| ReloadError::Loader(error.to_string()))?;
-        let (tokens, (generation, report)) = receiver
+        let (tokens, (generation, mut report)) = receiver
             .await
             .map_err(|error| ReloadError::Loader(error.to_string()))??;
         let gauges = Gauges::of(&generation);
@@ -188,7 +191,10 @@ impl Reloader {
         let complete_before = (self.hot)
             .filter(|_| self.export.is_some())
             .and_then(|hot| complete_before(&generation, hot));
-        self.engine.install(generation, Arc::new(tokens)).await;
+        let additions = std::mem::take(&mut report.additions);
+        self.engine
+            .install(generation, Arc::new(tokens), additions)
+            .await;
         if let Some((store, (catalog, shards))) = self.store.as_ref().zip(self.engine.serving()) {
             store.write(catalog, shards);
         }

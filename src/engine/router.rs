@@ -41,6 +41,10 @@ struct Execute {
     patience: Patience,
     /// Only tests ask for one (see `fault`).
     fault: Option<ShardFault>,
+    /// Whether a query that raced two reloads is planned again from its request;
+    /// a stream's steps, planned otherwise, are not: they fail with
+    /// [`EngineError::Raced`] and are planned again by the stream.
+    replan: bool,
 }
 
 impl Message for Execute {
@@ -83,6 +87,7 @@ async fn execute(
         deadline,
         patience,
         fault,
+        replan,
     } = message;
     let mut retried = false;
     let answers = loop {
@@ -93,6 +98,7 @@ async fn execute(
             join_all(asks).await.into_iter().collect();
         match answers {
             Ok(answers) => break answers,
+            Err(ShardError::OtherGeneration { .. }) if !replan => return Err(EngineError::Raced),
             Err(ShardError::OtherGeneration { .. }) if !retried => {
                 retried = true;
                 plan = engine.plan(&request)?;
@@ -133,14 +139,40 @@ impl RouterHandle {
         patience: Patience,
         fault: Option<ShardFault>,
     ) -> Result<Answer, EngineError> {
+        self.send(Execute {
+            request,
+            plan,
+            deadline,
+            patience,
+            fault,
+            replan: true,
+        })
+        .await
+    }
+
+    /// Answers a plan made for `request` otherwise than from it (a stream's step),
+    /// by `deadline`: from the generation it was planned on, or
+    /// [`EngineError::Raced`] once two reloads passed it.
+    pub async fn execute_planned(
+        &self,
+        request: Arc<Request>,
+        plan: Plan,
+        deadline: Instant,
+    ) -> Result<Answer, EngineError> {
+        self.send(Execute {
+            request,
+            plan,
+            deadline,
+            patience: Patience::default(),
+            fault: None,
+            replan: false,
+        })
+        .await
+    }
+
+    async fn send(&self, execute: Execute) -> Result<Answer, EngineError> {
         self.address
-            .send(Execute {
-                request,
-                plan,
-                deadline,
-                patience,
-                fault,
-            })
+            .send(execute)
             .await
             .map_err(|error| EngineError::Failed(format!("the router's mailbox: {error}")))?
     }

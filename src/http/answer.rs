@@ -14,7 +14,7 @@ use actix_web::{HttpRequest, HttpResponse};
 use chrono::Utc;
 use std::future::Future;
 
-use stq_core::data::plan::Request;
+use stq_core::data::plan::{Answer, Request};
 use stq_core::domain::auth::Principal;
 use stq_core::domain::query::{self, Endpoint};
 use stq_core::domain::time::Timestamp;
@@ -32,25 +32,39 @@ use crate::engine::{Fault, Patience, RouterHandle, Slot};
 #[derive(Clone, Copy, Debug)]
 pub(super) struct RecordCount(pub(super) usize);
 
-/// The answer to a query, or `timeout` once `--request-timeout` has passed.
-pub(super) async fn answer(
+/// The answer to a query as it is now, `wait` or not: 304 if `If-None-Match`
+/// names its tag.
+pub(super) async fn answer_now(
     endpoint: Endpoint,
     request: &HttpRequest,
     state: &AppState,
     router: &RouterHandle,
 ) -> Result<HttpResponse, ApiError> {
+    Ok(evaluate(endpoint, request, state, router)
+        .await?
+        .respond(request))
+}
+
+/// The query evaluated as it is now, or `timeout` once `--request-timeout` has
+/// passed, not yet written as a response.
+pub(super) async fn evaluate(
+    endpoint: Endpoint,
+    request: &HttpRequest,
+    state: &AppState,
+    router: &RouterHandle,
+) -> Result<Reply, ApiError> {
     in_time(state, |started| {
-        answer_in_time(endpoint, request, state, router, started)
+        evaluate_in_time(endpoint, request, state, router, started)
     })
     .await
 }
 
 /// `answering`'s answer, or `timeout` once `--request-timeout` has passed since it
 /// started.
-async fn in_time<F: Future<Output = Result<HttpResponse, ApiError>>>(
+async fn in_time<T, F: Future<Output = Result<T, ApiError>>>(
     state: &AppState,
     answering: impl FnOnce(Instant) -> F,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<T, ApiError> {
     let started = Instant::now();
     match actix_web::rt::time::timeout(state.admission.request_timeout(), answering(started)).await
     {
@@ -98,33 +112,69 @@ async fn assembly_slot<'state>(
     Ok(slot)
 }
 
+/// What a request asks, once it passed its checks: the endpoint, the request as
+/// planned, how its answer is written, and the fault a test asked for.
+pub(super) struct Asked {
+    pub(super) endpoint: Endpoint,
+    pub(super) query: Arc<Request>,
+    pub(super) presentation: Presentation,
+    pub(super) fault: Option<Fault>,
+}
+
+/// An answer computed, and its tag: what held requests asking the same thing
+/// share.
+pub(super) struct Evaluated {
+    pub(super) answer: Arc<Answer>,
+    pub(super) etag: String,
+    /// The generation it was read from (a page's; the catalog's for rows).
+    pub(super) generation: u64,
+    /// How long its query took.
+    pub(super) query_duration_ms: u64,
+}
+
+/// A request's answer, written and ready to send.
+pub(super) struct Reply {
+    pub(super) asked: Asked,
+    pub(super) evaluated: Evaluated,
+    written: Written,
+    count: usize,
+}
+
+impl Reply {
+    /// The 200, or 304 when `If-None-Match` names its tag.
+    pub(super) fn respond(self, request: &HttpRequest) -> HttpResponse {
+        respond(&self.evaluated.etag, request, self.written, self.count)
+    }
+
+    /// The 200, whatever `If-None-Match` says: a held request's new answer.
+    pub(super) fn changed(self) -> HttpResponse {
+        changed(&self.evaluated.etag, self.written, self.count)
+    }
+}
+
 /// The 200 with the `written` answer, or 304 when `If-None-Match` names its tag.
 /// The tag is the answer's own, so the answer must exist first; a match saves
 /// the bytes on the wire. `*` matches any answer, but only an answer: not a
 /// refusal.
-fn respond(
-    endpoint: Endpoint,
-    presentation: &Presentation,
-    request: &HttpRequest,
-    written: Written,
-    more: bool,
-    count: usize,
-) -> HttpResponse {
+fn respond(etag: &str, request: &HttpRequest, written: Written, count: usize) -> HttpResponse {
+    let precondition = IfNoneMatch::of(request.headers());
+    if precondition == IfNoneMatch::Any || precondition.names(etag) {
+        return not_modified(etag.to_owned());
+    }
+    changed(etag, written, count)
+}
+
+fn changed(etag: &str, written: Written, count: usize) -> HttpResponse {
     let Written {
         body,
-        hashed,
         content_type,
         headers,
+        ..
     } = written;
-    let etag = entity_tag(endpoint, presentation.format(), &body[hashed], more);
-    let precondition = IfNoneMatch::of(request.headers());
-    if precondition == IfNoneMatch::Any || precondition.names(&etag) {
-        return not_modified(etag);
-    }
     let mut response = HttpResponse::Ok();
     response
         .content_type(content_type)
-        .insert_header((header::ETAG, etag));
+        .insert_header((header::ETAG, etag.to_owned()));
     for header in headers {
         response.insert_header(header);
     }
@@ -133,66 +183,148 @@ fn respond(
     response
 }
 
-/// The answer, for [`answer`] to bound in time.
-async fn answer_in_time(
+/// The answer, for [`answer`] to bound in time: the checks, then the query.
+async fn evaluate_in_time(
     endpoint: Endpoint,
     request: &HttpRequest,
     state: &AppState,
     router: &RouterHandle,
     started: Instant,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<Reply, ApiError> {
     let arrived = Timestamp::from(Utc::now());
-    let deadline = state.admission.deadline(started);
-    let request_id = RequestId::of(request);
     let engine = &state.engine;
-
     let (principal, fault) = authenticate(request, state, arrived)?;
     let params = query::parse(endpoint, request.query_string(), *engine.limits())?;
     let presentation = Presentation::of(request, endpoint, &params);
+    let asked = Asked {
+        endpoint,
+        query: Arc::new(Request {
+            endpoint,
+            params,
+            principal,
+            arrived,
+        }),
+        presentation,
+        fault,
+    };
+    let computed = compute(&asked, request, state, router, started).await?;
+    write(asked, request, state, computed, started).await
+}
+
+/// The query's answer from the engine: planned on the current generation, asked
+/// of the shards, merged; with the generation it was planned on, and the wait for
+/// slots it began, which its assembly continues.
+pub(super) async fn compute(
+    asked: &Asked,
+    request: &HttpRequest,
+    state: &AppState,
+    router: &RouterHandle,
+    started: Instant,
+) -> Result<(Arc<Answer>, u64, Patience), ApiError> {
+    let deadline = state.admission.deadline(started);
+    let request_id = RequestId::of(request);
+    let engine = &state.engine;
     let engine_error =
         |error| ApiError::from_engine(error, &request_id, state.admission.request_timeout());
-    let query = Arc::new(Request {
-        endpoint,
-        params,
-        principal,
-        arrived,
-    });
-    let plan = engine.plan(&query).map_err(engine_error)?;
-
+    let plan = engine.plan(&asked.query).map_err(engine_error)?;
+    let generation = plan.generation();
     let patience = Patience::default();
     let answer = router
         .execute(
-            query,
+            Arc::clone(&asked.query),
             plan,
             deadline,
             patience.clone(),
-            Fault::in_shard(fault),
+            Fault::in_shard(asked.fault),
         )
         .await
         .map_err(engine_error)?;
+    Ok((Arc::new(answer), generation, patience))
+}
 
-    let slot = assembly_slot(state, &patience, fault).await?;
+/// `answer` written for `request` as `asked` says, in a query slot of its own
+/// (`patience` is the query's wait for slots so far).
+pub(super) async fn write(
+    asked: Asked,
+    request: &HttpRequest,
+    state: &AppState,
+    (answer, generation, patience): (Arc<Answer>, u64, Patience),
+    started: Instant,
+) -> Result<Reply, ApiError> {
+    let slot = assembly_slot(state, &patience, asked.fault).await?;
+    let request_id = RequestId::of(request);
+    let query_duration_ms = started.elapsed().as_millis() as u64;
+    let reply = written(
+        asked,
+        request,
+        answer,
+        generation,
+        &request_id,
+        query_duration_ms,
+    );
+    drop(slot);
+    // Assembly runs on this thread without a pause the timer could act in.
+    if Instant::now() > state.admission.deadline(started) {
+        return Err(state.admission.timed_out());
+    }
+    Ok(reply)
+}
+
+/// `evaluated`'s answer written again for another request that asked the same
+/// (a held request of its group), in a query slot.
+pub(super) async fn rewrite(
+    asked: Asked,
+    request: &HttpRequest,
+    state: &AppState,
+    evaluated: &Evaluated,
+) -> Result<Reply, ApiError> {
+    let slot = assembly_slot(state, &Patience::default(), None).await?;
+    let request_id = RequestId::of(request);
+    let reply = written(
+        asked,
+        request,
+        Arc::clone(&evaluated.answer),
+        evaluated.generation,
+        &request_id,
+        evaluated.query_duration_ms,
+    );
+    drop(slot);
+    Ok(reply)
+}
+
+fn written(
+    asked: Asked,
+    request: &HttpRequest,
+    answer: Arc<Answer>,
+    generation: u64,
+    request_id: &str,
+    query_duration_ms: u64,
+) -> Reply {
     let meta = Meta {
         timestamp: Utc::now(),
-        request_id: &request_id,
-        query_duration_ms: started.elapsed().as_millis() as u64,
+        request_id,
+        query_duration_ms,
         // With `limit` (records only), always there: the cursor, or null on the
         // last page.
         next_cursor: answer.next_cursor(),
     };
     let (more, count) = (meta.next_cursor.flatten().is_some(), answer.count());
-    let written = format::write(&presentation, endpoint, request, &answer, &meta);
-    drop(slot);
-    // Assembly runs on this thread without a pause the timer could act in.
-    if Instant::now() > deadline {
-        return Err(state.admission.timed_out());
-    }
-    Ok(respond(
-        endpoint,
-        &presentation,
-        request,
-        written,
+    let written = format::write(&asked.presentation, asked.endpoint, request, &answer, &meta);
+    let etag = entity_tag(
+        asked.endpoint,
+        asked.presentation.format(),
+        &written.body[written.hashed.clone()],
         more,
+    );
+    Reply {
+        asked,
+        evaluated: Evaluated {
+            answer,
+            etag,
+            generation,
+            query_duration_ms,
+        },
+        written,
         count,
-    ))
+    }
 }

@@ -52,6 +52,9 @@ pub enum ApiError {
     #[error("too many queries at once; retry in a second")]
     Overloaded,
 
+    #[error("{max} streams are open, the most this server keeps; retry in a second")]
+    TooManyStreams { max: usize },
+
     #[error("malformed request: {reason}")]
     InvalidRequest { reason: &'static str },
 
@@ -76,6 +79,12 @@ impl ApiError {
                 after: request_timeout,
             },
             EngineError::Overloaded(overloaded) => overloaded.into(),
+            EngineError::Raced => {
+                tracing::error!(request_id = %request_id, "a stream's step raced two reloads");
+                ApiError::Internal {
+                    request_id: request_id.to_owned(),
+                }
+            }
             EngineError::Failed(cause) => {
                 tracing::error!(request_id = %request_id, error = %cause, "query failed");
                 ApiError::Internal {
@@ -106,7 +115,7 @@ impl ApiError {
             },
             ApiError::NotAcceptable => "not_acceptable",
             ApiError::Timeout { .. } => "timeout",
-            ApiError::Overloaded => "overloaded",
+            ApiError::Overloaded | ApiError::TooManyStreams { .. } => "overloaded",
             ApiError::InvalidRequest { .. } => "invalid_request",
             ApiError::Internal { .. } => "internal_error",
         }
@@ -158,6 +167,7 @@ impl ApiError {
             | ApiError::NotAcceptable
             | ApiError::Overloaded
             | ApiError::InvalidRequest { .. } => Value::Null,
+            ApiError::TooManyStreams { max } => json!({ "max_streams": max }),
         }
     }
 }
@@ -173,30 +183,15 @@ impl ResponseError for ApiError {
             ApiError::Query(_) | ApiError::Engine(_) | ApiError::InvalidRequest { .. } => {
                 StatusCode::BAD_REQUEST
             }
-            ApiError::Timeout { .. } | ApiError::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Timeout { .. } | ApiError::Overloaded | ApiError::TooManyStreams { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ApiError::NotAcceptable => StatusCode::NOT_ACCEPTABLE,
             ApiError::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
     fn error_response(&self) -> HttpResponse {
-        #[derive(Serialize)]
-        struct Body<'a> {
-            error: ErrorBody<'a>,
-        }
-        #[derive(Serialize)]
-        struct ErrorBody<'a> {
-            code: &'a str,
-            message: String,
-            details: Value,
-        }
-        let body = Body {
-            error: ErrorBody {
-                code: self.code(),
-                message: self.to_string(),
-                details: self.details(),
-            },
-        };
         let mut response = HttpResponse::build(self.status_code());
         match self {
             ApiError::Unauthorized(refusal) => {
@@ -214,14 +209,37 @@ impl ResponseError for ApiError {
             ApiError::MethodNotAllowed => {
                 response.insert_header((header::ALLOW, "GET, HEAD"));
             }
-            ApiError::Overloaded => {
+            ApiError::Overloaded | ApiError::TooManyStreams { .. } => {
                 response.insert_header((header::RETRY_AFTER, "1"));
             }
             _ => {}
         }
-        response
-            .content_type(JSON)
-            .body(serde_json::to_vec(&body).expect("serializing plain data cannot fail"))
+        response.content_type(JSON).body(self.body())
+    }
+}
+
+impl ApiError {
+    /// The contract's JSON body of it (docs/api.md section 7), which a stream's
+    /// `error` event carries too.
+    pub(crate) fn body(&self) -> Vec<u8> {
+        #[derive(Serialize)]
+        struct Body<'a> {
+            error: ErrorBody<'a>,
+        }
+        #[derive(Serialize)]
+        struct ErrorBody<'a> {
+            code: &'a str,
+            message: String,
+            details: Value,
+        }
+        let body = Body {
+            error: ErrorBody {
+                code: self.code(),
+                message: self.to_string(),
+                details: self.details(),
+            },
+        };
+        serde_json::to_vec(&body).expect("serializing plain data cannot fail")
     }
 }
 

@@ -27,6 +27,7 @@ const X_QUERY_DURATION_MS: HeaderName = HeaderName::from_static("x-query-duratio
 
 /// How a request's answer is to be written, and what writing it needs to know
 /// that the answer does not say.
+#[derive(Clone)]
 pub(super) enum Presentation {
     Json,
     /// CSV, with the header row's names.

@@ -178,10 +178,13 @@ fn answer_preflight<B>(mut response: ServiceResponse<B>) -> ServiceResponse<Eith
 fn common_headers(headers: &mut HeaderMap, request_id: &str) {
     let request_id = HeaderValue::from_str(request_id).expect("request ids are visible ASCII");
     headers.insert(X_REQUEST_ID, request_id);
-    headers.insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("private, no-cache"),
-    );
+    // A stream says `no-store` itself (section 14.2).
+    if !headers.contains_key(header::CACHE_CONTROL) {
+        headers.insert(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("private, no-cache"),
+        );
+    }
     headers.insert(
         header::VARY,
         // `Accept` chooses between JSON and CSV (section 7).

@@ -22,12 +22,15 @@ mod format;
 mod middleware;
 mod request_id;
 mod server;
+mod stream;
 mod ui;
+mod wait;
 
 pub use admission::Admission;
 pub use envelope::{assemble, envelope, Meta};
 pub use error::ApiError;
 pub use server::{admin_server, api_server, stop_gracefully_on_signals};
+pub use wait::LiveState;
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -40,10 +43,10 @@ use futures_util::FutureExt as _;
 
 use crate::engine::{Engine, RouterHandle, StoreStatus};
 use crate::metrics::Metrics;
-use answer::answer;
 use error::JSON;
 use request_id::RequestId;
 use stq_core::domain::query::Endpoint;
+use wait::answer;
 
 /// What every worker shares: the engine (which holds the current generation and
 /// its tokens) and the HTTP layer's settings.
@@ -56,6 +59,8 @@ pub struct AppState {
     admission: Admission,
     /// What `/readyz` says of the store (`off` without `--store`).
     store: Arc<StoreStatus>,
+    /// Held requests and streams.
+    live: LiveState,
 }
 
 impl AppState {
@@ -66,7 +71,12 @@ impl AppState {
             cors_origins: Vec::new(),
             admission: Admission::default(),
             store: Arc::default(),
+            live: LiveState::default(),
         }
+    }
+
+    pub fn with_live(self, live: LiveState) -> AppState {
+        AppState { live, ..self }
     }
 
     pub fn with_store_status(self, store: Arc<StoreStatus>) -> AppState {
@@ -115,6 +125,7 @@ pub fn app(
             for endpoint in Endpoint::ALL {
                 config.service(query_endpoint(endpoint));
             }
+            stream::routes(config);
         })
         .service(get_and_head("/healthz", health))
         .service(get_and_head("/readyz", readiness))

@@ -123,6 +123,7 @@ pub fn admin_server(
 /// On SIGTERM or SIGINT: stop accepting, let the requests in flight finish, then
 /// end the process.
 pub fn stop_gracefully_on_signals(
+    engine: Engine,
     servers: Vec<actix_web::dev::ServerHandle>,
 ) -> std::io::Result<()> {
     use actix_web::rt::signal::unix::{signal, SignalKind};
@@ -140,6 +141,9 @@ pub fn stop_gracefully_on_signals(
         };
         tracing::info!("{name}: no new connections; finishing the requests in flight");
         crate::systemd::stopping();
+        // Streams never end by themselves, and held requests may wait a minute:
+        // each answers or closes now, so that the stop waits for no one.
+        engine.stop_live();
         futures_util::future::join_all(servers.iter().map(|server| server.stop(true))).await;
     });
     Ok(())

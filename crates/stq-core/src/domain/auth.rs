@@ -123,6 +123,18 @@ pub struct Principal {
     pub(crate) expires: Option<Timestamp>,
 }
 
+impl Principal {
+    /// Whether it sees the stations `other` sees.
+    pub fn sees_as(&self, other: &Principal) -> bool {
+        self.scope == other.scope
+    }
+
+    /// When its token expires, if it does.
+    pub fn expires(&self) -> Option<Timestamp> {
+        self.expires
+    }
+}
+
 /// The tokens file as written (docs/api.md section 3.1): its entries in their order,
 /// each field as the file spells it, so that an edit keeps every other entry as it
 /// was. [`TokensFile::parse`] checks it as a server would.

@@ -229,6 +229,7 @@ fn limits() -> impl Strategy<Value = Limits> {
                 max_stations,
                 max_query_bytes,
                 max_window,
+                ..Limits::default()
             },
         )
 }

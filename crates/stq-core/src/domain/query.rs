@@ -88,6 +88,8 @@ pub struct Limits {
     pub max_query_bytes: usize,
     /// The longest window, the default 24 h included; `None`: any.
     pub max_window: Option<Duration>,
+    /// `--max-wait`: the longest `wait` (docs/api.md section 14.1).
+    pub max_wait: Duration,
 }
 
 impl Default for Limits {
@@ -98,6 +100,7 @@ impl Default for Limits {
             max_stations: 1000,
             max_query_bytes: 8192,
             max_window: None,
+            max_wait: Duration::from_secs(60),
         }
     }
 }
@@ -152,6 +155,12 @@ pub struct QueryParams {
     /// the `Accept` header decides. Presentation only: no filter, no cursor scope,
     /// and the one field the HTTP layer reads.
     pub format: Option<Format>,
+    /// `wait` (every endpoint, docs/api.md section 14.1): how long a request whose
+    /// `If-None-Match` matches may be held for a change. Presentation of time,
+    /// not selection: no filter, no cursor scope.
+    pub(crate) wait: Option<Duration>,
+    /// `last_event_id` (streams only, section 14.2): where a stream resumes.
+    pub(crate) last_event_id: Option<String>,
 }
 
 /// How an answer is written (docs/api.md section 7).
@@ -438,20 +447,39 @@ enum Parameter {
     Bucket,
     Tz,
     Format,
+    Wait,
+    LastEventId,
 }
 
 /// The parameters every endpoint takes besides its own.
-const EVERY_ENDPOINT: &[Parameter] = &[Parameter::Format];
+const EVERY_ENDPOINT: &[Parameter] = &[Parameter::Format, Parameter::Wait];
+
+/// The parameters of the records endpoints that a stream of the same records does
+/// not take (docs/api.md section 14.2): it has no end, no pages and one format.
+const NOT_OF_STREAMS: &[Parameter] = &[
+    Parameter::To,
+    Parameter::Limit,
+    Parameter::Cursor,
+    Parameter::Format,
+];
+
+/// Which parameters a query string may hold: an endpoint's, or a stream's.
+#[derive(Clone, Copy)]
+enum Accepted {
+    Endpoint(Endpoint),
+    Stream(Endpoint),
+}
 
 impl Parameter {
-    /// The parameter `name` names, if `endpoint` takes it.
-    fn of(endpoint: Endpoint, name: &str) -> Option<Parameter> {
-        endpoint
-            .spec()
-            .parameters
-            .iter()
+    /// The parameter `name` names, if `accepted` takes it.
+    fn of(accepted: Accepted, name: &str) -> Option<Parameter> {
+        let (Accepted::Endpoint(endpoint) | Accepted::Stream(endpoint)) = accepted;
+        let stream = matches!(accepted, Accepted::Stream(_));
+        (endpoint.spec().parameters.iter())
             .chain(EVERY_ENDPOINT)
+            .chain(stream.then_some(&Parameter::LastEventId))
             .copied()
+            .filter(|parameter| !stream || !NOT_OF_STREAMS.contains(parameter))
             .find(|parameter| parameter.name() == name)
     }
 
@@ -471,6 +499,8 @@ impl Parameter {
             Parameter::Bucket => "bucket",
             Parameter::Tz => "tz",
             Parameter::Format => "format",
+            Parameter::Wait => "wait",
+            Parameter::LastEventId => "last_event_id",
         }
     }
 
@@ -493,6 +523,27 @@ impl Parameter {
 
 /// Parses and validates the query string of a request to `endpoint`.
 pub fn parse(endpoint: Endpoint, query: &str, limits: Limits) -> Result<QueryParams, QueryError> {
+    parse_accepting(Accepted::Endpoint(endpoint), query, limits)
+}
+
+/// Parses and validates the query string of a stream of `kind`'s records
+/// (`/units/stream`, `/metrics/stream`: docs/api.md section 14.2): the records
+/// endpoint's parameters but `to`, `limit`, `cursor` and `format`, and
+/// `last_event_id`.
+pub fn parse_stream(kind: Kind, query: &str, limits: Limits) -> Result<QueryParams, QueryError> {
+    let endpoint = match kind {
+        Kind::Units => Endpoint::Units,
+        Kind::Metrics => Endpoint::Metrics,
+    };
+    parse_accepting(Accepted::Stream(endpoint), query, limits)
+}
+
+fn parse_accepting(
+    accepted: Accepted,
+    query: &str,
+    limits: Limits,
+) -> Result<QueryParams, QueryError> {
+    let (Accepted::Endpoint(endpoint) | Accepted::Stream(endpoint)) = accepted;
     check_length(query, &limits)?;
     let pairs = || {
         query
@@ -508,7 +559,7 @@ pub fn parse(endpoint: Endpoint, query: &str, limits: Limits) -> Result<QueryPar
         let name = decode(raw_name, false).map_err(|_| QueryError::UnknownParameter {
             parameter: String::from_utf8_lossy(raw_name.as_bytes()).into_owned(),
         })?;
-        Parameter::of(endpoint, &name).ok_or_else(|| QueryError::UnknownParameter {
+        Parameter::of(accepted, &name).ok_or_else(|| QueryError::UnknownParameter {
             parameter: name.into_owned(),
         })
     };
@@ -623,6 +674,19 @@ impl QueryParams {
                         invalid(parameter, Some(&value), "must be `json` or `csv`")
                     })?);
             }
+            Parameter::Wait => {
+                self.wait = Some(wait(&value, limits.max_wait).ok_or_else(|| {
+                    invalid(
+                        parameter,
+                        Some(&value),
+                        &format!(
+                            "must be a duration from `1s` to `{}`: digits without a leading zero, then `s` or `m`",
+                            duration_text(limits.max_wait)
+                        ),
+                    )
+                })?);
+            }
+            Parameter::LastEventId => self.last_event_id = Some(value.into_owned()),
         }
         Ok(())
     }
@@ -665,6 +729,22 @@ impl QueryParams {
     }
 }
 
+/// `wait`: `15s`, `2m`: digits without a leading zero, then `s` or `m`, from 1 s
+/// to `max_wait`.
+fn wait(value: &str, max_wait: Duration) -> Option<Duration> {
+    let unit_seconds = match value.as_bytes().last()? {
+        b's' => 1,
+        b'm' => 60,
+        _ => return None,
+    };
+    let digits = &value[..value.len() - 1];
+    if digits.is_empty() || digits.starts_with('0') || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let seconds = digits.parse::<u64>().ok()?.checked_mul(unit_seconds)?;
+    Some(Duration::from_secs(seconds)).filter(|wait| *wait <= max_wait)
+}
+
 /// `limit`: a whole number from 1 to `--max-records`, in plain digits.
 fn limit(value: &str, limits: &Limits) -> Result<usize, QueryError> {
     value
@@ -683,6 +763,21 @@ fn limit(value: &str, limits: &Limits) -> Result<usize, QueryError> {
 }
 
 impl QueryParams {
+    /// `wait`, if given: how long a request may be held for a change.
+    pub fn wait(&self) -> Option<Duration> {
+        self.wait
+    }
+
+    /// `from`, if given.
+    pub(crate) fn from(&self) -> Option<Timestamp> {
+        self.from
+    }
+
+    /// A stream's `last_event_id`, if given.
+    pub fn last_event_id(&self) -> Option<&str> {
+        self.last_event_id.as_deref()
+    }
+
     /// Summaries only: the names of the row's group fields, in the order given,
     /// each once.
     pub(crate) fn group_names(&self) -> impl Iterator<Item = &'static str> + '_ {
@@ -796,6 +891,7 @@ mod tests {
         max_stations: 3,
         max_query_bytes: 200,
         max_window: None,
+        max_wait: Duration::from_secs(60),
     };
 
     fn units(query: &str) -> Result<QueryParams, QueryError> {

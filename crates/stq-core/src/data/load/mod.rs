@@ -23,6 +23,7 @@
 //! declared here, so that the service names each of them once and none of the
 //! steps (what `/files` says of a file is the catalog's `files_json`).
 
+mod added;
 mod build;
 pub(crate) mod files;
 pub(crate) mod format;
@@ -31,6 +32,7 @@ mod read;
 mod reload;
 mod start;
 
+pub use added::{Additions, Touch};
 #[cfg(test)]
 pub(crate) use full::load;
 #[cfg(test)]
@@ -71,7 +73,12 @@ pub fn reload_looking(
 ) -> Result<(Generation, LoadReport), LoadError> {
     match repair.is_empty() {
         true => reload::reload_looking(previous, shards, options, look),
-        false => reload::repair(previous, shards, repair, options),
+        false => {
+            reload::repair(previous, shards, repair, options).map(|(generation, mut report)| {
+                report.additions = Additions::whole();
+                (generation, report)
+            })
+        }
     }
 }
 
@@ -258,6 +265,9 @@ pub struct LoadReport {
     pub held: Vec<String>,
     /// How long the load took, from the first look at the directory.
     pub elapsed: Duration,
+    /// A reload's: the records it added and the stations whose records it removed
+    /// or changed (docs/api.md section 14); empty for a first load.
+    pub additions: Additions,
 }
 
 impl LoadReport {

@@ -75,10 +75,10 @@ use super::files::{self, FileStamp, SnapshotFile, SourceState, END_STEP, NEAR_LO
 use super::format;
 use super::full;
 use super::read::{self, LoadState, SharedSymbols};
-use super::{LoadError, LoadOptions, LoadReport, Look, OnInvalid};
+use super::{Additions, LoadError, LoadOptions, LoadReport, Look, OnInvalid};
 use crate::data::catalog::Placement;
 use crate::data::hot::Hot;
-use crate::data::key::{Position, RecordKey};
+use crate::data::key::{load_order, Position, RecordKey};
 use crate::data::sealed::SEALED;
 use crate::data::shard::{shard_unit, Origin, ShardUnit};
 use crate::data::station::{StationData, UnitEntry};
@@ -189,6 +189,11 @@ pub(crate) fn reload_looking(
     let (sources, mut changes) = settle(previous, &plans, &jobs, &state);
     let new_records = new_records(&mut state, &held);
     changes.touched.extend(new_records.keys().cloned());
+    let additions = Additions::of_reload(
+        &new_records,
+        &changes.reread,
+        std::mem::take(&mut changes.lost),
+    );
     let symbols = Arc::new(std::mem::take(&mut state.symbols).into_symbols());
 
     let stations = build_stations(previous, shards, &changes, new_records, options.hot)?;
@@ -202,6 +207,7 @@ pub(crate) fn reload_looking(
     }
     report.totals_of(&generation);
     report.elapsed = started.elapsed();
+    report.additions = additions;
     tracing::debug!(
         "reload phases: files looked at by {looked:?}, read by {read:?}, stations built by \
          {built:?}, done in {:?}",
@@ -531,6 +537,10 @@ struct Changes {
     touched: HashSet<Box<str>>,
     /// Touched stations that lose records: rebuilt, where the others are extended.
     shrunk: HashSet<Box<str>>,
+    /// Stations that lose records for good, unlike a last line read again.
+    lost: HashSet<Box<str>>,
+    /// Last lines without a line end read again: their station and load order.
+    reread: Vec<(Box<str>, u64)>,
 }
 
 impl Changes {
@@ -539,6 +549,17 @@ impl Changes {
         self.dropped_from.insert(source.ordinal, from);
         self.touched.extend(stations.iter().cloned());
         self.shrunk.extend(stations.iter().cloned());
+        self.lost.extend(stations.iter().cloned());
+    }
+
+    /// Drops the record of `source`'s last line without a line end, at `line`,
+    /// which is read again.
+    fn read_again(&mut self, source: &SourceState, line: u32, station: &str) {
+        self.dropped_from.insert(source.ordinal, line);
+        self.touched.insert(station.into());
+        self.shrunk.insert(station.into());
+        self.reread
+            .push((station.into(), load_order(source.ordinal, line)));
     }
 
     /// Whether it drops records of a file numbered `lowest` to `highest`.
@@ -599,11 +620,7 @@ fn settle(
                         if let (Some((station, _)), Some(resume)) =
                             (&before.open_record, before.resume)
                         {
-                            changes.drop_from(
-                                before,
-                                resume.start.line,
-                                std::slice::from_ref(station),
-                            );
+                            changes.read_again(before, resume.start.line, station);
                         }
                         before.grown(read)
                     }
@@ -1034,6 +1051,8 @@ fn renumbered(
     let generation = full::generation(stations, symbols, summary, sources, options)?;
     report.totals_of(&generation);
     report.elapsed = started.elapsed();
+    // Every line's load order may have moved: no record is named as it was.
+    report.additions = Additions::whole();
     threads::release_freed_memory();
     Ok((generation, report))
 }

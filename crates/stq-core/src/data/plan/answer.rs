@@ -65,6 +65,43 @@ impl Answer {
         (body, data)
     }
 
+    /// The identity of its last record, if it is a page that holds any.
+    pub(super) fn last_identity(&self) -> Option<crate::data::cursor::RecordIdentity> {
+        match &self.0 {
+            Elements::Page(page) => page.last().cloned(),
+            Elements::Rows(_) => None,
+        }
+    }
+
+    /// The generation a page was read from; `None` for rows.
+    pub fn generation(&self) -> Option<u64> {
+        match &self.0 {
+            Elements::Page(page) => Some(page.generation()),
+            Elements::Rows(_) => None,
+        }
+    }
+
+    /// The JSON array of the records `range` of a page (by index, in order), as
+    /// an event's `data` holds it, after `prefix` and with `suffix` after it.
+    pub fn json_of(&self, range: Range<usize>, prefix: &[u8], suffix: &[u8]) -> Vec<u8> {
+        let mut body = Vec::with_capacity(prefix.len() + suffix.len() + 2 + range.len() * 256);
+        body.extend_from_slice(prefix);
+        body.push(b'[');
+        if let Elements::Page(page) = &self.0 {
+            page.each_record(|index, parts| {
+                if range.contains(&index) {
+                    if index > range.start {
+                        body.push(b',');
+                    }
+                    parts.write_to(&mut body);
+                }
+            });
+        }
+        body.push(b']');
+        body.extend_from_slice(suffix);
+        body
+    }
+
     /// The CSV header row's names of an answer of `endpoint` to `params`: the
     /// fields of each element of its `data`, in their order. Known before the
     /// answer is, so that an empty answer has its header too.

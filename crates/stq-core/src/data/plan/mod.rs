@@ -22,7 +22,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::data::cursor::{Cursor, CursorError};
+use crate::data::cursor::{Cursor, CursorError, RecordIdentity};
 use crate::data::key::Position;
 use crate::data::scan::{Matcher, RecordFilter};
 use crate::data::summary::{self, Grouping, MetricQuestion, Rows, UnitQuestion};
@@ -37,6 +37,8 @@ mod csv;
 mod page;
 mod scope;
 mod shard;
+pub mod stream;
+
 #[cfg(test)]
 mod tests;
 
@@ -164,6 +166,8 @@ struct RecordQuestion {
     limit: Option<usize>,
     /// What a paged query's cursors are sealed to; `None` without `limit`.
     scope: Option<Vec<u8>>,
+    /// A stream's late records: only the records at these positions (sorted).
+    only: Option<Vec<Position>>,
 }
 
 /// What one shard is asked, about its own stations, in the generation the plan
@@ -204,6 +208,10 @@ pub(crate) struct Page {
     /// Whether the query asked for pages (`limit`).
     paged: bool,
     next_cursor: Option<String>,
+    /// The identity of its last record, for a stream's position.
+    last: Option<RecordIdentity>,
+    /// The generation it was read from.
+    generation: u64,
 }
 
 /// Why a request has no answer from the data.
@@ -320,6 +328,54 @@ impl Plan {
     }
 }
 
+impl Plan {
+    /// The generation it was planned on.
+    pub fn generation(&self) -> u64 {
+        self.catalog.generation()
+    }
+}
+
+impl Request {
+    /// The same request by `principal` (the same token, as a reload read it
+    /// again), arriving at `arrived`.
+    pub fn again(&self, principal: Arc<Principal>, arrived: Timestamp) -> Request {
+        Request {
+            endpoint: self.endpoint,
+            params: self.params.clone(),
+            principal,
+            arrived,
+        }
+    }
+
+    /// What requests that ask the same thing of the same token share, whatever
+    /// their spelling and their `wait`: one evaluation serves them all.
+    pub fn sharing_key(&self) -> String {
+        let mut params = self.params.clone();
+        params.wait = None;
+        format!(
+            "{:?} {} {params:?}",
+            self.endpoint,
+            hex_of(&self.principal.digest)
+        )
+    }
+
+    /// Whether its answer reads `station`, in this generation or a later one: the
+    /// token may see it, and the request names it or names none. A change to
+    /// another station cannot change its answer.
+    pub fn reads(&self, station: &str) -> bool {
+        self.principal.scope.allows(station)
+            && (self.params.station_ids.as_ref()).is_none_or(|named| {
+                named
+                    .binary_search_by(|id| id.as_str().cmp(station))
+                    .is_ok()
+            })
+    }
+}
+
+fn hex_of(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
 /// A record query's window, where its cursor resumes it, its filters and cap.
 fn records(
     kind: Kind,
@@ -384,6 +440,7 @@ fn records(
         cap: params.limit.unwrap_or(limits.max_records) + 1,
         limit: params.limit,
         scope,
+        only: None,
     })
 }
 

@@ -10,7 +10,7 @@ use super::{
     Answer, Elements, Page, Plan, PlanError, Question, RecordQuestion, Refusal, Settings,
     ShardAnswer,
 };
-use crate::data::cursor::Cursor;
+use crate::data::cursor::{Cursor, RecordIdentity};
 use crate::data::merge::merge_sorted;
 use crate::data::scan::{Hit, SealedJson};
 use crate::data::sealed::is_sealed;
@@ -53,7 +53,11 @@ impl Plan {
     ) -> Result<Answer, PlanError> {
         match &self.question {
             Question::Records(question) => {
-                let page = merge_records(answers, question.cap)?;
+                let mut page = merge_records(answers, question.cap)?;
+                if let Some(only) = &question.only {
+                    page.hits
+                        .retain(|hit| only.binary_search(&hit.hit.position).is_ok());
+                }
                 let page = page.paginate(&self.catalog, question, settings)?;
                 Ok(Answer(Elements::Page(page)))
             }
@@ -110,6 +114,8 @@ fn merge_records(answers: Vec<ShardAnswer>, cap: usize) -> Result<Page, PlanErro
         parts,
         paged: false,
         next_cursor: None,
+        last: None,
+        generation: 0,
     })
 }
 
@@ -152,6 +158,7 @@ impl Page {
     ) -> Result<Page, Refusal> {
         let max_records = settings.limits.max_records;
         self.paged = question.limit.is_some();
+        self.generation = catalog.generation();
         self.next_cursor = match question.limit {
             None if self.hits.len() > max_records => {
                 return Err(Refusal::ResultTooLarge { max_records })
@@ -178,7 +185,18 @@ impl Page {
             }
             Some(_) => None,
         };
+        self.last = (self.hits.last()).map(|last| catalog.identity_of(last.hit.position));
         Ok(self)
+    }
+
+    /// The identity of its last record.
+    pub(super) fn last(&self) -> Option<&RecordIdentity> {
+        self.last.as_ref()
+    }
+
+    /// The generation it was read from.
+    pub(super) fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// How many records it holds.

@@ -48,6 +48,10 @@ pub(super) fn cursor_scope(kind: Kind, params: &QueryParams, principal: &Princip
         zone: _,
         // Presentation, not selection (docs/api.md section 7).
         format: _,
+        // How long to wait for a change, and where a stream resumes: neither
+        // selects records.
+        wait: _,
+        last_event_id: _,
     } = params;
     serde_json::to_vec(&ScopeOf {
         endpoint: kind.path(),

@@ -1,0 +1,539 @@
+//! Streams (docs/api.md section 14.2): `GET /units/stream` and `/metrics/stream`
+//! in the Server-Sent Events format.
+//!
+//! A stream is checked as a records request is (length, token, parameters, the
+//! plan's stations), then answered with a body fed by a task on the worker it
+//! arrived on. The task sends the backlog (the walk from `from`), then at each
+//! install what the generation added (`stq_core::data::plan::Stream` says
+//! which records, from the generation's [`Change`](crate::engine::Change): no
+//! history is read again), as `records` events whose ids name the stream's
+//! position, so that a client that reconnects with `Last-Event-ID` continues
+//! exactly after its last event. A reload that removes or changes records the
+//! stream reads, an id this process did not issue for this stream, or one whose
+//! generations are no longer kept, sends `reset` and the backlog again.
+//!
+//! A stream costs memory for its unsent bytes only: the walk goes on only while
+//! less than [`WALK_WHILE_UNSENT`] is queued, and a client that leaves more than
+//! [`MOST_UNSENT`] unread is cut off. It ends when its client leaves, when a
+//! reload revokes its token or the token expires (an `error` event), and at
+//! SIGTERM.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use actix_web::http::header::{self, HeaderName, HeaderValue};
+use actix_web::web::{self, Bytes};
+use actix_web::{HttpRequest, HttpResponse};
+use chrono::Utc;
+use stq_core::data::load::Touch;
+use stq_core::data::plan::stream::{Stream, StreamPosition, EVENT_RECORDS};
+use stq_core::data::plan::{Answer, Plan, Request};
+use stq_core::domain::auth::{Principal, Unauthorized};
+use stq_core::domain::query::{self, Endpoint};
+use stq_core::domain::record::Kind;
+use stq_core::domain::time::Timestamp;
+use tokio::sync::Notify;
+
+use super::error::ApiError;
+use super::request_id::RequestId;
+use super::wait::Place;
+use super::AppState;
+use crate::engine::{EngineError, RouterHandle};
+
+/// The walk goes on while less than this is queued for the client.
+const WALK_WHILE_UNSENT: usize = 1 << 20;
+/// A client that leaves more than this unread is cut off (section 14.2).
+const MOST_UNSENT: usize = 4 << 20;
+/// A comment is sent when nothing was for this long.
+const HEARTBEAT: Duration = Duration::from_secs(15);
+/// How long a stream's step may take before it is tried again.
+const STEP_DEADLINE: Duration = Duration::from_secs(30);
+
+const TEXT_EVENT_STREAM: &str = "text/event-stream";
+const X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
+const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
+
+/// The stream endpoints, on GET and HEAD.
+pub(super) fn routes(config: &mut web::ServiceConfig) {
+    for kind in [Kind::Units, Kind::Metrics] {
+        let path = match kind {
+            Kind::Units => "/units/stream",
+            Kind::Metrics => "/metrics/stream",
+        };
+        config.service(super::get_and_head(
+            path,
+            move |request: HttpRequest,
+                  state: web::Data<AppState>,
+                  router: web::Data<RouterHandle>| async move {
+                open(kind, request, state, router).await
+            },
+        ));
+    }
+}
+
+/// A stream's response, or the error the records endpoints would answer, in
+/// their order; 503 beyond `--max-streams`.
+async fn open(
+    kind: Kind,
+    request: HttpRequest,
+    state: web::Data<AppState>,
+    router: web::Data<RouterHandle>,
+) -> Result<HttpResponse, ApiError> {
+    let arrived = Timestamp::from(Utc::now());
+    let engine = &state.engine;
+    query::check_length(request.query_string(), engine.limits())?;
+    let authorization = authorization(&request)?;
+    let principal = engine
+        .tokens()
+        .authenticate(authorization.as_deref(), arrived)?;
+    let params = query::parse_stream(kind, request.query_string(), *engine.limits())?;
+    let last_event_id = (request.headers().get(LAST_EVENT_ID))
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| params.last_event_id().map(str::to_owned));
+    let endpoint = match kind {
+        Kind::Units => Endpoint::Units,
+        Kind::Metrics => Endpoint::Metrics,
+    };
+    let query = Arc::new(Request {
+        endpoint,
+        params,
+        principal,
+        arrived,
+    });
+    let stream = Stream::new(query, engine.process());
+    // The plan's checks (the stations the token may see) before the stream starts.
+    let catalog = engine.catalog();
+    let request_id = RequestId::of(&request);
+    stream
+        .walk(&stream.start(0), catalog, engine.plan_settings())
+        .map_err(|error| {
+            ApiError::from_engine(error.into(), &request_id, state.admission.request_timeout())
+        })?;
+    let place = state.live.open_stream(&state.metrics.live)?;
+    let mut response = HttpResponse::Ok();
+    response
+        .content_type(TEXT_EVENT_STREAM)
+        .insert_header((header::CACHE_CONTROL, HeaderValue::from_static("no-store")))
+        .insert_header((X_ACCEL_BUFFERING, HeaderValue::from_static("no")))
+        // Events are sent as they come: not held back by a compressor's buffer.
+        .insert_header((
+            header::CONTENT_ENCODING,
+            HeaderValue::from_static("identity"),
+        ));
+    if request.method() == actix_web::http::Method::HEAD {
+        return Ok(response.finish());
+    }
+    let queue = Arc::new(Queue::default());
+    let feeder = Feeder {
+        state: state.clone(),
+        router: router.get_ref().clone(),
+        queue: Arc::clone(&queue),
+        authorization,
+        stream,
+        request_id: request_id.to_string(),
+        _place: place,
+    };
+    actix_web::rt::spawn(feeder.run(last_event_id));
+    Ok(response.streaming(Body { queue }))
+}
+
+/// The request's one `Authorization` header, as bytes.
+fn authorization(request: &HttpRequest) -> Result<Option<Vec<u8>>, ApiError> {
+    let mut authorizations = request.headers().get_all(header::AUTHORIZATION);
+    let authorization = authorizations.next().map(|value| value.as_bytes().to_vec());
+    if authorizations.next().is_some() {
+        return Err(ApiError::InvalidRequest {
+            reason: "more than one Authorization header",
+        });
+    }
+    Ok(authorization)
+}
+
+/// What the feeder queued and the body has not yet taken, shared by the two.
+#[derive(Default)]
+struct Queue {
+    pending: parking_lot::Mutex<Pending>,
+    /// Bytes queued.
+    unsent: AtomicUsize,
+    /// The body dropped (the client left).
+    gone: AtomicBool,
+    /// Wakes the feeder when the body took a chunk, or left.
+    to_feeder: Notify,
+}
+
+#[derive(Default)]
+struct Pending {
+    chunks: VecDeque<Bytes>,
+    /// The feeder is done: the body ends once `chunks` is empty.
+    ended: bool,
+    /// The client is cut off: the body fails, which closes the connection.
+    cut: bool,
+    /// The body's task, while it waits for a chunk.
+    waker: Option<Waker>,
+}
+
+impl Queue {
+    /// Changes what is pending and wakes the body.
+    fn push(&self, change: impl FnOnce(&mut Pending)) {
+        let waker = {
+            let mut pending = self.pending.lock();
+            change(&mut pending);
+            pending.waker.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+}
+
+/// The response's body: the chunks the feeder queues, as the connection takes them.
+struct Body {
+    queue: Arc<Queue>,
+}
+
+impl futures_util::Stream for Body {
+    type Item = Result<Bytes, std::io::Error>;
+
+    fn poll_next(self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let queue = &self.queue;
+        let mut pending = queue.pending.lock();
+        if pending.cut {
+            return Poll::Ready(Some(Err(std::io::Error::other(
+                "more than 4 MiB left unread",
+            ))));
+        }
+        if let Some(chunk) = pending.chunks.pop_front() {
+            drop(pending);
+            queue.unsent.fetch_sub(chunk.len(), Ordering::AcqRel);
+            queue.to_feeder.notify_one();
+            return Poll::Ready(Some(Ok(chunk)));
+        }
+        if pending.ended {
+            return Poll::Ready(None);
+        }
+        pending.waker = Some(context.waker().clone());
+        Poll::Pending
+    }
+}
+
+impl Drop for Body {
+    fn drop(&mut self) {
+        self.queue.gone.store(true, Ordering::Release);
+        self.queue.to_feeder.notify_one();
+    }
+}
+
+/// Why a stream ended, as the disconnect counter's label says.
+#[derive(Clone, Copy, Debug)]
+enum End {
+    /// The client left, or the process stops.
+    Closed,
+    /// More than [`MOST_UNSENT`] left unread.
+    Slow,
+    /// The token was revoked or expired.
+    Token,
+}
+
+impl End {
+    fn label(self) -> &'static str {
+        match self {
+            End::Closed => "closed",
+            End::Slow => "slow",
+            End::Token => "token",
+        }
+    }
+}
+
+/// Where a step left the stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Progress {
+    /// There may be more to walk at once.
+    More,
+    /// Everything up to the newest generation is sent.
+    CaughtUp,
+    /// The client has [`WALK_WHILE_UNSENT`] or more to read before the walk goes on.
+    Paused,
+}
+
+/// Why a stream starts over with `reset`.
+struct Reset(&'static str);
+
+/// What a step of the stream met.
+enum Interrupt {
+    End(End),
+    Reset(Reset),
+    /// A reload passed the step: it is taken again.
+    Raced,
+}
+
+impl From<End> for Interrupt {
+    fn from(end: End) -> Interrupt {
+        Interrupt::End(end)
+    }
+}
+
+/// The task that feeds one stream's body.
+struct Feeder {
+    state: web::Data<AppState>,
+    router: RouterHandle,
+    queue: Arc<Queue>,
+    authorization: Option<Vec<u8>>,
+    stream: Stream,
+    request_id: String,
+    /// Held for as long as the stream is open (`--max-streams`).
+    _place: Place,
+}
+
+impl Feeder {
+    /// Feeds the stream until it ends, resuming from `last_event_id` if given.
+    async fn run(mut self, last_event_id: Option<String>) {
+        self.queue_bytes(Bytes::from_static(b"retry: 2000\n\n"));
+        let engine = self.state.engine.clone();
+        let mut position = self.stream.start(engine.catalog().generation());
+        if let Some(id) = last_event_id {
+            match self.stream.resume(&id, engine.plan_settings()) {
+                Ok((stream, resumed)) => {
+                    self.stream = stream;
+                    position = resumed;
+                    if engine.changes_since(position.generation()).is_err()
+                        || position.generation() > engine.catalog().generation()
+                    {
+                        position = self.reset(Reset("the event id is older than the history kept"));
+                    }
+                }
+                Err(_) => {
+                    position = self.reset(Reset(
+                        "the event id was not issued by this process for this stream",
+                    ));
+                }
+            }
+        }
+        let end = self.feed(position).await;
+        self.state.metrics.live.disconnected(end.label());
+        self.queue.push(|pending| pending.ended = true);
+    }
+
+    /// Sends `reset` and starts over from the stream's `from`; the new position.
+    fn reset(&mut self, Reset(reason): Reset) -> StreamPosition {
+        let data = serde_json::json!({ "reason": reason }).to_string();
+        self.queue_bytes(Bytes::from(format!("event: reset\ndata: {data}\n\n")));
+        self.stream.start(self.state.engine.catalog().generation())
+    }
+
+    /// The stream from `position` on, until it ends.
+    async fn feed(&mut self, mut position: StreamPosition) -> End {
+        let engine = self.state.engine.clone();
+        let mut generations = engine.generations();
+        let mut stopping = engine.stopping();
+        let mut last_sent = Instant::now();
+        loop {
+            if *stopping.borrow_and_update() {
+                return End::Closed;
+            }
+            generations.borrow_and_update();
+            let progress = match self.step(&mut position, &mut last_sent).await {
+                Ok(progress) => progress,
+                Err(Interrupt::End(end)) => return end,
+                Err(Interrupt::Reset(reset)) => {
+                    position = self.reset(reset);
+                    continue;
+                }
+                Err(Interrupt::Raced) => continue,
+            };
+            if progress == Progress::More {
+                continue;
+            }
+            // Caught up, or waiting for the client to read: wait for news.
+            let expiry = self.stream.request().principal.expires();
+            loop {
+                let heartbeat = actix_web::rt::time::sleep_until((last_sent + HEARTBEAT).into());
+                let expires = async {
+                    match expiry.map(until) {
+                        Some(left) => actix_web::rt::time::sleep(left).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    changed = generations.changed() => match changed {
+                        Ok(()) => break,
+                        Err(_) => return End::Closed,
+                    },
+                    _ = stopping.changed() => return End::Closed,
+                    () = self.queue.to_feeder.notified() => {
+                        if self.queue.gone.load(Ordering::Acquire) {
+                            return End::Closed;
+                        }
+                        let drained = self.queue.unsent.load(Ordering::Acquire) < WALK_WHILE_UNSENT;
+                        if progress == Progress::Paused && drained {
+                            break;
+                        }
+                    }
+                    () = heartbeat => {
+                        self.queue_bytes(Bytes::from_static(b": keep-alive\n\n"));
+                        last_sent = Instant::now();
+                    }
+                    () = expires => {
+                        self.error(Unauthorized::Expired);
+                        return End::Token;
+                    }
+                }
+            }
+        }
+    }
+
+    /// One step: catch up with the generations installed, then walk one event.
+    async fn step(
+        &mut self,
+        position: &mut StreamPosition,
+        last_sent: &mut Instant,
+    ) -> Result<Progress, Interrupt> {
+        if self.queue.gone.load(Ordering::Acquire) {
+            return Err(End::Closed.into());
+        }
+        let engine = self.state.engine.clone();
+        let changes = engine.changes_since(position.generation()).map_err(|_| {
+            Interrupt::Reset(Reset("the history this stream needs is no longer kept"))
+        })?;
+        if !changes.is_empty() {
+            self.check_token()?;
+        }
+        for change in changes {
+            if change
+                .additions
+                .touch_of(|station| self.stream.request().reads(station))
+                == Touch::Altered
+            {
+                return Err(Interrupt::Reset(Reset(
+                    "a reload removed or changed records this stream reads",
+                )));
+            }
+            let catalog = engine.catalog();
+            let late = self
+                .stream
+                .late(&change.additions, position, catalog, engine.plan_settings())
+                .map_err(|_| Interrupt::Reset(Reset("the stream's stations changed")))?;
+            if let Some(plan) = late {
+                let answer = self.execute(plan).await?;
+                let count = answer.count();
+                let mut sent = position.late() as usize;
+                while sent < count {
+                    let end = (sent + EVENT_RECORDS).min(count);
+                    let next = position.after_sending(&answer, Some(end as u32));
+                    self.event(&answer, sent..end, &next);
+                    *position = next;
+                    sent = end;
+                }
+                *last_sent = Instant::now();
+            }
+            *position = position.next_generation();
+        }
+        let unsent = self.queue.unsent.load(Ordering::Acquire);
+        if unsent > MOST_UNSENT {
+            self.queue.push(|pending| pending.cut = true);
+            return Err(End::Slow.into());
+        }
+        if unsent >= WALK_WHILE_UNSENT {
+            return Ok(Progress::Paused);
+        }
+        let catalog = engine.catalog();
+        if catalog.generation() != position.generation() {
+            // Installed since the look above: its records are accounted for first.
+            return Ok(Progress::More);
+        }
+        let plan = (self.stream.walk(position, catalog, engine.plan_settings()))
+            .map_err(|_| Interrupt::Reset(Reset("the stream's stations changed")))?;
+        let answer = self.execute(plan).await?;
+        if answer.generation() != Some(position.generation()) {
+            return Err(Interrupt::Raced);
+        }
+        let count = answer.count();
+        if count == 0 {
+            return Ok(Progress::CaughtUp);
+        }
+        let next = position.after_sending(&answer, None);
+        self.event(&answer, 0..count, &next);
+        *position = next;
+        *last_sent = Instant::now();
+        match count == EVENT_RECORDS.min(engine.limits().max_records) {
+            true => Ok(Progress::More),
+            false => Ok(Progress::CaughtUp),
+        }
+    }
+
+    /// The token as the tokens read with the current generation say: an `error`
+    /// event and the end if it is gone or expired, a reset if it sees other
+    /// stations than the stream was opened with.
+    fn check_token(&mut self) -> Result<(), Interrupt> {
+        let engine = &self.state.engine;
+        let authenticated = engine
+            .tokens()
+            .authenticate(self.authorization.as_deref(), Timestamp::from(Utc::now()));
+        let principal: Arc<Principal> = match authenticated {
+            Ok(principal) => principal,
+            Err(refusal) => {
+                self.error(refusal);
+                return Err(End::Token.into());
+            }
+        };
+        if !principal.sees_as(&self.stream.request().principal) {
+            let request = self
+                .stream
+                .request()
+                .again(principal, self.stream.request().arrived);
+            self.stream = self.stream.with_request(Arc::new(request));
+            return Err(Interrupt::Reset(Reset("the token's stations changed")));
+        }
+        Ok(())
+    }
+
+    /// Answers a stream step's plan from the generation it was planned on.
+    async fn execute(&self, plan: Plan) -> Result<Answer, Interrupt> {
+        let request = Arc::clone(self.stream.request());
+        let deadline = Instant::now() + STEP_DEADLINE;
+        match self.router.execute_planned(request, plan, deadline).await {
+            Ok(answer) => Ok(answer),
+            Err(EngineError::Raced) => Err(Interrupt::Raced),
+            Err(error) => {
+                tracing::error!(request_id = %self.request_id, %error, "a stream's step failed");
+                // The client reconnects and resumes after its last event.
+                Err(End::Closed.into())
+            }
+        }
+    }
+
+    /// Queues a `records` event of `answer`'s records `range`, whose id names `next`.
+    fn event(&self, answer: &Answer, range: std::ops::Range<usize>, next: &StreamPosition) {
+        let id = self.stream.id(next, self.state.engine.plan_settings());
+        let prefix = format!("event: records\nid: {id}\ndata: ");
+        let event = answer.json_of(range, prefix.as_bytes(), b"\n\n");
+        self.queue_bytes(Bytes::from(event));
+        self.state.metrics.live.events.inc();
+    }
+
+    /// Queues an `error` event with `refusal`'s 401 body.
+    fn error(&self, refusal: Unauthorized) {
+        let body = ApiError::Unauthorized(refusal).body();
+        let mut event = b"event: error\ndata: ".to_vec();
+        event.extend_from_slice(&body);
+        event.extend_from_slice(b"\n\n");
+        self.queue_bytes(Bytes::from(event));
+    }
+
+    fn queue_bytes(&self, bytes: Bytes) {
+        self.queue.unsent.fetch_add(bytes.len(), Ordering::AcqRel);
+        self.queue.push(|pending| pending.chunks.push_back(bytes));
+    }
+}
+
+/// How long until `instant`, from now; zero once it passed.
+fn until(instant: Timestamp) -> Duration {
+    let now = Timestamp::from(Utc::now());
+    let nanos = |time: Timestamp| i128::from(time.seconds) * 1_000_000_000 + i128::from(time.nanos);
+    let left = nanos(instant) - nanos(now);
+    Duration::from_nanos(left.clamp(0, i128::from(u64::MAX)) as u64)
+}
