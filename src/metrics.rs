@@ -89,6 +89,11 @@ pub struct LiveMetrics {
 
 impl LiveMetrics {
     fn register(&self, registry: &mut Registry) {
+        // Each reason shows from the start, at 0, so that a rate over it is defined
+        // before the first stream ends.
+        for reason in ["slow", "closed", "token"] {
+            drop(self.disconnects.get_or_create(&ReasonLabels { reason }));
+        }
         registry.register("streams", "Streams open", self.streams.clone());
         registry.register(
             "waiting_requests",
@@ -102,7 +107,7 @@ impl LiveMetrics {
         );
         registry.register(
             "stream_disconnects",
-            "Streams ended: slow (more than 4 MiB left unread), closed (by the client, or by SIGTERM) or token (revoked or expired)",
+            "Streams ended: slow (left unread: more than 4 MiB queued, or cut off by --client-timeout), closed (by the client, or by SIGTERM) or token (revoked or expired)",
             self.disconnects.clone(),
         );
         registry.register(

@@ -14,7 +14,11 @@
 //!
 //! A stream costs memory for its unsent bytes only: the walk goes on only while
 //! less than [`WALK_WHILE_UNSENT`] is queued, and a client that leaves more than
-//! [`MOST_UNSENT`] unread is cut off. It ends when its client leaves, when a
+//! [`MOST_UNSENT`] queued (late records come whether or not it reads) is cut off.
+//! A client that stops reading altogether fills the socket's buffers, then the
+//! queue up to the walk's pause; the connection's write deadline
+//! (`--client-timeout`, `connection`) then closes it, counted as `slow` too. A
+//! stream that is read, or idle with nothing to send, is never cut off. It ends when its client leaves, when a
 //! reload revokes its token or the token expires (an `error` event), and at
 //! SIGTERM.
 
@@ -178,6 +182,17 @@ struct Pending {
 }
 
 impl Queue {
+    /// Why the client's connection is gone: `slow` if it left what the walk waits
+    /// on unread (the connection's write deadline, `--client-timeout`, closes a
+    /// connection that stops reading: the socket's buffers fill, then the queue),
+    /// else `closed`.
+    fn left(&self) -> End {
+        match self.unsent.load(Ordering::Acquire) >= WALK_WHILE_UNSENT {
+            true => End::Slow,
+            false => End::Closed,
+        }
+    }
+
     /// Changes what is pending and wakes the body.
     fn push(&self, change: impl FnOnce(&mut Pending)) {
         let waker = {
@@ -233,7 +248,8 @@ impl Drop for Body {
 enum End {
     /// The client left, or the process stops.
     Closed,
-    /// More than [`MOST_UNSENT`] left unread.
+    /// More than [`MOST_UNSENT`] queued, or the connection cut while the walk
+    /// waited on the client to read.
     Slow,
     /// The token was revoked or expired.
     Token,
@@ -366,7 +382,7 @@ impl Feeder {
                     _ = stopping.changed() => return End::Closed,
                     () = self.queue.to_feeder.notified() => {
                         if self.queue.gone.load(Ordering::Acquire) {
-                            return End::Closed;
+                            return self.queue.left();
                         }
                         let drained = self.queue.unsent.load(Ordering::Acquire) < WALK_WHILE_UNSENT;
                         if progress == Progress::Paused && drained {
@@ -393,7 +409,7 @@ impl Feeder {
         last_sent: &mut Instant,
     ) -> Result<Progress, Interrupt> {
         if self.queue.gone.load(Ordering::Acquire) {
-            return Err(End::Closed.into());
+            return Err(self.queue.left().into());
         }
         let engine = self.state.engine.clone();
         let changes = engine.changes_since(position.generation()).map_err(|_| {

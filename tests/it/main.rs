@@ -25,6 +25,7 @@
 //! | `s3` | section 13 on S3: `stq export` and `serve --export` to moto's and s3s-fs's servers on loopback, read back by boto3, polars and chDB against the summaries; no credential in any output |
 //! | `s3_store` | section 12 on S3: `--store s3://`, replicas sharing a bucket behind nginx, a bucket that goes away and comes back, a damaged object |
 //! | `replicas` | two replicas behind Debian's nginx: one walk, 304s from both (skips where nginx cannot be had) |
+//! | `live` | section 14: `wait` and streams, read by a Server-Sent Events reader (`common::sse`): the backlog against the walk, live and late records under `--watch`, resume, reset, the token's end, the limits, the slow reader, SIGTERM |
 //! | `limits` | section 9: query length, window, timeouts, client deadlines, the cap |
 //! | `hostile_queries`, `hostile_snapshots` | hostile input of both kinds |
 //! | `imports` | the code's shape: no module of any crate uses one that uses it back (read with syn) |
@@ -54,6 +55,7 @@ mod hostile_queries;
 mod hostile_snapshots;
 mod imports;
 mod limits;
+mod live;
 mod metrics;
 mod openapi;
 mod openhtf;

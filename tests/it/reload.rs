@@ -28,14 +28,14 @@ use serde_json::Value;
 // ---------------------------------------------------------------------------
 
 /// Where the test records start: inside the suite's 2024 window.
-const BASE_TIME: &str = "2024-03-10T10:00:00Z";
+pub(crate) const BASE_TIME: &str = "2024-03-10T10:00:00Z";
 
-fn base_seconds() -> i64 {
+pub(crate) fn base_seconds() -> i64 {
     (instant(BASE_TIME) / SECOND) as i64
 }
 
 /// An output unit record of `station` at `BASE_TIME + offset_seconds`.
-fn unit_line(station: &str, serial: &str, offset_seconds: i64) -> String {
+pub(crate) fn unit_line(station: &str, serial: &str, offset_seconds: i64) -> String {
     format!(
         r#"{{"station_id":"{station}","unit_serial":"{serial}","time_created":"{}","unit_type":"PCB","direction":"output"}}"#,
         rfc3339_from_seconds(base_seconds() + offset_seconds)
@@ -43,7 +43,7 @@ fn unit_line(station: &str, serial: &str, offset_seconds: i64) -> String {
 }
 
 /// JSON Lines text of `lines`, each ended by `\n`.
-fn lines(lines: &[String]) -> String {
+pub(crate) fn lines(lines: &[String]) -> String {
     lines.iter().map(|line| format!("{line}\n")).collect()
 }
 
@@ -59,7 +59,7 @@ fn reference(files: &[FileSpec], query: &Query) -> Vec<Value> {
 
 /// A fixture on disk without reference records, for files the reference loader
 /// cannot or need not read (invalid lines, a large file).
-fn unchecked_fixture(files: &[FileSpec]) -> Fixture {
+pub(crate) fn unchecked_fixture(files: &[FileSpec]) -> Fixture {
     let (directory, snapshots, tokens) = write_snapshot(files);
     Fixture {
         directory,
@@ -72,7 +72,7 @@ fn unchecked_fixture(files: &[FileSpec]) -> Fixture {
 
 /// Writes `text` beside the snapshot directory, then renames it to `target`, so
 /// that a reader sees either no file or the whole file.
-fn write_by_rename(fixture: &Fixture, target: &Path, text: &str) {
+pub(crate) fn write_by_rename(fixture: &Fixture, target: &Path, text: &str) {
     let staging = fixture.directory.path().join(format!(
         "staging-{}",
         target.file_name().unwrap().to_string_lossy()
@@ -81,14 +81,14 @@ fn write_by_rename(fixture: &Fixture, target: &Path, text: &str) {
     std::fs::rename(&staging, target).unwrap();
 }
 
-fn append(path: &Path, text: &str) {
+pub(crate) fn append(path: &Path, text: &str) {
     use std::io::Write as _;
     let mut file = std::fs::OpenOptions::new().append(true).open(path).unwrap();
     file.write_all(text.as_bytes()).unwrap();
 }
 
 /// Three records of ST-01 and one of ST-02.
-fn small_files() -> Vec<FileSpec> {
+pub(crate) fn small_files() -> Vec<FileSpec> {
     vec![FileSpec::plain(
         "first.units.jsonl",
         lines(&[
@@ -101,7 +101,7 @@ fn small_files() -> Vec<FileSpec> {
 }
 
 /// A tokens file with `(token, stations)` entries (`None` = `"*"`).
-fn tokens_file(entries: &[(&str, Option<&[&str]>)]) -> String {
+pub(crate) fn tokens_file(entries: &[(&str, Option<&[&str]>)]) -> String {
     let tokens: Vec<Value> = entries
         .iter()
         .enumerate()
@@ -863,16 +863,20 @@ fn issue_11_a_cursor_continues_after_its_record_across_a_reload() {
 /// The ways `--watch` sees changes: the system's notification, and (issue 34,
 /// CONTRACT revision 4, section 8) a look at every file every second, forced on a
 /// local directory as a network file system would choose it.
-const WATCHES: [&[&str]; 2] = [&["--watch"], &["--watch", "--watch-poll", "1s"]];
+pub(crate) const WATCHES: [&[&str]; 2] = [&["--watch"], &["--watch", "--watch-poll", "1s"]];
 
 /// A server started on `fixture` with the watch of `watch` (one of [`WATCHES`]),
 /// which says in its log that it polls when it does.
-fn start_watching(fixture: &Fixture, watch: &[&str]) -> Server {
+pub(crate) fn start_watching(fixture: &Fixture, watch: &[&str]) -> Server {
     start_watching_with(fixture, watch, &[])
 }
 
 /// [`start_watching`], with extra environment variables.
-fn start_watching_with(fixture: &Fixture, watch: &[&str], variables: &[(&str, &str)]) -> Server {
+pub(crate) fn start_watching_with(
+    fixture: &Fixture,
+    watch: &[&str],
+    variables: &[(&str, &str)],
+) -> Server {
     let server = Server::spawn(
         &serve_args(&fixture.snapshots, &fixture.tokens, watch),
         variables,

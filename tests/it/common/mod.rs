@@ -17,6 +17,7 @@ use std::thread;
 use std::time::{Duration, Instant as StdInstant, SystemTime, UNIX_EPOCH};
 
 pub mod s3;
+pub mod sse;
 pub mod summary;
 
 use serde_json::value::RawValue;
