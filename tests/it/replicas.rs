@@ -24,6 +24,26 @@ pub(crate) fn nginx_binary() -> Option<PathBuf> {
     debian_binary("/usr/sbin/nginx", "nginx-light")
 }
 
+/// The `location` blocks docs/deployment.md gives nginx: for streams (docs/api.md
+/// section 14.2) no buffering, so that each event passes at once, and reads that
+/// outlast the heartbeat; for the rest, reads that outlast the longest `wait`
+/// (`--max-wait`, at most 10 minutes).
+pub(crate) const LOCATIONS: &str = "\
+location / {
+    proxy_pass http://stq;
+    proxy_http_version 1.1;
+    proxy_set_header Connection \"\";
+    proxy_read_timeout 11m;
+}
+location ~ ^/(units|metrics)/stream$ {
+    proxy_pass http://stq;
+    proxy_http_version 1.1;
+    proxy_set_header Connection \"\";
+    proxy_buffering off;
+    proxy_cache off;
+    proxy_read_timeout 1h;
+}";
+
 /// nginx in front of `replicas`, round robin, stopped by pid when dropped.
 pub(crate) struct Balancer {
     child: Child,
@@ -49,7 +69,7 @@ impl Balancer {
              scgi_temp_path {root}/scgi;\n\
              upstream stq {{\n{servers}}}\n\
              server {{\n listen 127.0.0.1:{port};\n\
-             location / {{ proxy_pass http://stq; proxy_http_version 1.1; }}\n}}\n}}\n"
+             {LOCATIONS}\n}}\n}}\n"
         );
         let config_path = directory.path().join("nginx.conf");
         std::fs::write(&config_path, config).unwrap();
@@ -72,7 +92,7 @@ impl Balancer {
         balancer
     }
 
-    fn url(&self, path_and_query: &str) -> String {
+    pub(crate) fn url(&self, path_and_query: &str) -> String {
         format!("http://127.0.0.1:{}{path_and_query}", self.port)
     }
 
@@ -214,5 +234,105 @@ fn issue_11_two_replicas_behind_nginx_serve_one_walk_and_304s() {
     assert!(
         not_modified_by[0] > 0 && not_modified_by[1] > 0,
         "304s per replica: {not_modified_by:?}"
+    );
+}
+
+/// Issue 49: a stream and a held `wait` pass through nginx as the deployment page
+/// configures it, each event and the held answer as soon as a replica sends them;
+/// an event id names a position in its replica's process only, so that another
+/// replica resets the stream rather than guess.
+#[test]
+fn issue_49_a_stream_and_a_wait_pass_through_nginx() {
+    use crate::common::sse::EventStream;
+    use crate::reload::{append, lines, small_files, unit_line, BASE_TIME};
+    let Some(nginx) = nginx_binary() else {
+        return;
+    };
+    let fixture = Fixture::from_files(&small_files());
+    let first = Server::start(&fixture, &["--watch", "--access-log"]);
+    let second = Server::start(&fixture, &["--watch", "--access-log"]);
+    let replicas = [&first, &second];
+    let balancer = Balancer::start(nginx, &replicas);
+    let file = fixture.snapshots.join("first.units.jsonl");
+    let authorization = format!("Bearer {OPS}");
+    let query = format!("/units/stream?from={BASE_TIME}&direction=input,output");
+    let open = |headers: &[(&str, &str)]| {
+        let mut all = vec![("Authorization", authorization.as_str())];
+        all.extend_from_slice(headers);
+        EventStream::open(&balancer.url(&query), &all)
+            .unwrap_or_else(|response| panic!("no stream through nginx: {}", response.context()))
+    };
+    let mut stream = open(&[("X-Request-Id", "stream-0")]);
+    assert_eq!(stream.records(4).len(), 4);
+    append(&file, &lines(&[unit_line("ST-01", "SN-N1", 600)]));
+    assert_eq!(stream.records(1)[0]["unit_serial"], "SN-N1");
+
+    // A held request through nginx, answered by the next generation, once both
+    // replicas serve the same answer (each loads the line on its own).
+    let path = format!("/units?from={BASE_TIME}&to=2200-01-01T00:00:00Z&wait=60s");
+    for replica in replicas {
+        let deadline = Instant::now() + RELOAD_TIMEOUT;
+        while replica.ok(&path).data.len() < 5 {
+            assert!(Instant::now() < deadline, "a replica never loaded SN-N1");
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let tag = balancer.get(&path, &[]).header("etag").unwrap().to_owned();
+    let held = {
+        let url = balancer.url(&path);
+        let (authorization, tag) = (authorization.clone(), tag.clone());
+        thread::spawn(move || {
+            let agent = ureq::AgentBuilder::new().build();
+            call(
+                &agent,
+                "GET",
+                &url,
+                &[("Authorization", &authorization), ("If-None-Match", &tag)],
+            )
+        })
+    };
+    let deadline = Instant::now() + RELOAD_TIMEOUT;
+    while first.admin_value("stq_waiting_requests") + second.admin_value("stq_waiting_requests")
+        < 1.0
+    {
+        assert!(Instant::now() < deadline, "the request was never held");
+        thread::sleep(Duration::from_millis(20));
+    }
+    append(&file, &lines(&[unit_line("ST-01", "SN-N2", 601)]));
+    let response = held.join().unwrap();
+    assert_eq!(response.status, 200, "{}", response.context());
+    assert_ne!(response.header("etag"), Some(tag.as_str()));
+    assert_eq!(stream.records(1)[0]["unit_serial"], "SN-N2");
+
+    // The stream's id on the replica that did not issue it: reset, then the
+    // backlog; on its issuer, the record added since.
+    let id = stream.last_id.clone().unwrap();
+    let issuer = answered_by(&replicas, "stream-0");
+    drop(stream);
+    append(&file, &lines(&[unit_line("ST-01", "SN-N3", 602)]));
+    for replica in replicas {
+        let deadline = Instant::now() + RELOAD_TIMEOUT;
+        while replica.ok(&path).data.len() < 7 {
+            assert!(Instant::now() < deadline, "a replica never loaded SN-N3");
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let mut resets = 0;
+    for attempt in 1..=4 {
+        let request_id = format!("stream-{attempt}");
+        let mut resumed = open(&[("Last-Event-ID", &id), ("X-Request-Id", &request_id)]);
+        let first_event = resumed.next_event().unwrap();
+        match answered_by(&replicas, &request_id) == issuer {
+            true => assert_eq!(first_event.records()[0]["unit_serial"], "SN-N3"),
+            false => {
+                assert_eq!(first_event.kind, "reset", "{first_event:?}");
+                assert_eq!(resumed.records(7).len(), 7);
+                resets += 1;
+            }
+        }
+    }
+    assert!(
+        (1..4).contains(&resets),
+        "round robin reached both: {resets} resets"
     );
 }
