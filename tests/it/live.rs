@@ -661,3 +661,163 @@ fn issue_49_a_quiet_stream_gets_a_comment_and_outlives_the_client_timeout() {
     server.wait_for_generation_after(generation);
     assert_eq!(stream.records(1)[0]["unit_serial"], "SN-H");
 }
+
+// ---------------------------------------------------------------------------
+// A property against the reference: what a client shows is a fresh query's
+// ---------------------------------------------------------------------------
+
+/// One step of the floor a stream's client follows.
+#[derive(Clone, Debug)]
+enum Step {
+    /// Lines appended to a station's file, at these offsets (seconds after
+    /// `BASE_TIME`; small ones are late).
+    Append(usize, Vec<i64>),
+    /// A station's file replaced by its lines but the first.
+    Replace(usize),
+    /// The client drops its connection and resumes from its last event's id.
+    Reconnect,
+    /// The client resumes with an id that is not one.
+    Garbage,
+}
+
+const PROPERTY_STATIONS: [&str; 3] = ["ST-01", "ST-02", "ST-03"];
+
+fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+    use proptest::prelude::*;
+    prop_oneof![
+        5 => (0..3usize, proptest::collection::vec(0..2_000i64, 1..4))
+            .prop_map(|(station, offsets)| Step::Append(station, offsets)),
+        1 => (0..3usize).prop_map(Step::Replace),
+        2 => Just(Step::Reconnect),
+        1 => Just(Step::Garbage),
+    ]
+}
+
+/// Reads events until the client's view, cleared at each `reset`, is `expected`
+/// (as a set): never holding a record twice on the way.
+fn catch_up(stream: &mut EventStream, view: &mut Vec<Value>, expected: &[Value], context: &str) {
+    let key = |record: &Value| record["unit_serial"].as_str().unwrap().to_owned();
+    let mut wanted: Vec<String> = expected.iter().map(key).collect();
+    wanted.sort();
+    loop {
+        let mut shown: Vec<String> = view.iter().map(key).collect();
+        shown.sort();
+        let before = shown.len();
+        shown.dedup();
+        assert_eq!(
+            shown.len(),
+            before,
+            "{context}: a record shown twice: {shown:?}"
+        );
+        if shown == wanted {
+            return;
+        }
+        let event = stream
+            .next_event()
+            .unwrap_or_else(|| panic!("{context}: the stream ended at {shown:?}, not {wanted:?}"));
+        match event.kind.as_str() {
+            "reset" => view.clear(),
+            "records" => view.extend(event.records()),
+            other => panic!("{context}: an event {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn issue_49_a_client_that_clears_on_reset_shows_what_a_fresh_query_shows() {
+    use proptest::test_runner::{Config, TestRunner};
+    let mut runner = TestRunner::new(Config {
+        cases: 24,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let steps = proptest::collection::vec(step(), 1..8);
+    runner
+        .run(&steps, |steps| {
+            run_steps(&steps);
+            Ok(())
+        })
+        .unwrap();
+}
+
+fn run_steps(steps: &[Step]) {
+    let path = |station: usize| format!("{}.units.jsonl", PROPERTY_STATIONS[station]);
+    let mut contents: Vec<Vec<String>> = (0..3)
+        .map(|station| {
+            vec![unit_line(
+                PROPERTY_STATIONS[station],
+                &format!("SN-{station}-0"),
+                1_000,
+            )]
+        })
+        .collect();
+    let files: Vec<FileSpec> = (0..3)
+        .map(|station| FileSpec::plain(&path(station), lines(&contents[station])))
+        .collect();
+    let fixture = Fixture::from_files(&files);
+    let server = Server::start(&fixture, &[]);
+    let query = format!("/units/stream?{}", everything());
+    let mut stream = open(&server, &query, OPS, &[]);
+    let mut view = Vec::new();
+    let fresh =
+        |server: &Server| walk_from(server, "/units", BASE_TIME, "&direction=input,output", OPS);
+    catch_up(&mut stream, &mut view, &fresh(&server), "the backlog");
+    let mut serial = 0;
+    for (index, step) in steps.iter().enumerate() {
+        let context = format!("step {index} of {steps:?}");
+        let reload = |server: &Server| {
+            let generation = server.generation();
+            server.signal("HUP");
+            server.wait_for_generation_after(generation);
+        };
+        match step {
+            Step::Append(station, offsets) => {
+                let added: Vec<String> = (offsets.iter())
+                    .map(|offset| {
+                        serial += 1;
+                        unit_line(
+                            PROPERTY_STATIONS[*station],
+                            &format!("SN-{station}-{serial}"),
+                            *offset,
+                        )
+                    })
+                    .collect();
+                append(&fixture.snapshots.join(path(*station)), &lines(&added));
+                contents[*station].extend(added);
+                reload(&server);
+            }
+            Step::Replace(station) => {
+                if contents[*station].len() > 1 {
+                    contents[*station].remove(0);
+                } else {
+                    serial += 1;
+                    let line = unit_line(
+                        PROPERTY_STATIONS[*station],
+                        &format!("SN-{station}-{serial}"),
+                        5,
+                    );
+                    contents[*station] = vec![line];
+                }
+                write_by_rename(
+                    &fixture,
+                    &fixture.snapshots.join(path(*station)),
+                    &lines(&contents[*station]),
+                );
+                reload(&server);
+            }
+            Step::Reconnect => {
+                let id = stream.last_id.clone();
+                drop(stream);
+                stream = match id {
+                    Some(id) => open(&server, &query, OPS, &[("Last-Event-ID", &id)]),
+                    None => open(&server, &query, OPS, &[]),
+                };
+            }
+            Step::Garbage => {
+                drop(stream);
+                stream = open(&server, &query, OPS, &[("Last-Event-ID", "0.0.nothing")]);
+            }
+        }
+        catch_up(&mut stream, &mut view, &fresh(&server), &context);
+    }
+}
