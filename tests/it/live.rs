@@ -762,6 +762,7 @@ fn run_steps(steps: &[Step]) {
     let fresh =
         |server: &Server| walk_from(server, "/units", BASE_TIME, "&direction=input,output", OPS);
     catch_up(&mut stream, &mut view, &fresh(&server), "the backlog");
+    let mut last_id = stream.last_id.clone();
     let mut serial = 0;
     for (index, step) in steps.iter().enumerate() {
         let context = format!("step {index} of {steps:?}");
@@ -806,7 +807,9 @@ fn run_steps(steps: &[Step]) {
                 reload(&server);
             }
             Step::Reconnect => {
-                let id = stream.last_id.clone();
+                // As EventSource does: the last id received on any connection.
+                let id = stream.last_id.clone().or(last_id.clone());
+                last_id = id.clone();
                 drop(stream);
                 stream = match id {
                     Some(id) => open(&server, &query, OPS, &[("Last-Event-ID", &id)]),
@@ -814,10 +817,12 @@ fn run_steps(steps: &[Step]) {
                 };
             }
             Step::Garbage => {
+                last_id = None;
                 drop(stream);
                 stream = open(&server, &query, OPS, &[("Last-Event-ID", "0.0.nothing")]);
             }
         }
         catch_up(&mut stream, &mut view, &fresh(&server), &context);
+        last_id = stream.last_id.clone().or(last_id);
     }
 }
