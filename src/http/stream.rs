@@ -428,18 +428,23 @@ impl Feeder {
                     "a reload removed or changed records this stream reads",
                 )));
             }
-            let catalog = engine.catalog();
-            let late = self
-                .stream
-                .late(&change.additions, position, catalog, engine.plan_settings())
-                .map_err(|_| Interrupt::Reset(Reset("the stream's stations changed")))?;
-            if let Some(plan) = late {
+            loop {
+                let catalog = engine.catalog();
+                let late = self
+                    .stream
+                    .late(&change.additions, position, catalog, engine.plan_settings())
+                    .map_err(|_| Interrupt::Reset(Reset("the stream's stations changed")))?;
+                let Some(plan) = late else { break };
                 let answer = self.execute(plan).await?;
                 let count = answer.count();
-                let mut sent = position.late() as usize;
+                if count == 0 {
+                    break;
+                }
+                let before = position.late() as usize;
+                let mut sent = 0;
                 while sent < count {
                     let end = (sent + EVENT_RECORDS).min(count);
-                    let next = position.after_sending(&answer, Some(end as u32));
+                    let next = position.after_sending(&answer, Some((before + end) as u32));
                     self.event(&answer, sent..end, &next);
                     *position = next;
                     sent = end;

@@ -826,3 +826,33 @@ fn run_steps(steps: &[Step]) {
         last_id = stream.last_id.clone().or(last_id);
     }
 }
+
+/// Late records among many sent ones, more of them than `--max-records`: each is
+/// sent once, none left behind the cap of one query.
+#[test]
+fn issue_49_late_records_beyond_max_records_are_each_sent_once() {
+    let sent: Vec<String> = (0..20)
+        .map(|offset| unit_line("ST-01", &format!("SN-S{offset}"), offset))
+        .collect();
+    let fixture = Fixture::from_files(&[FileSpec::plain("first.units.jsonl", lines(&sent))]);
+    let server = Server::start(&fixture, &["--max-records", "5"]);
+    let mut stream = open(
+        &server,
+        &format!("/units/stream?{}", everything()),
+        OPS,
+        &[],
+    );
+    assert_eq!(stream.records(20).len(), 20);
+    let late: Vec<String> = (0..12)
+        .map(|offset| unit_line("ST-02", &format!("SN-L{offset}"), offset))
+        .collect();
+    std::fs::write(fixture.snapshots.join("late.units.jsonl"), lines(&late)).unwrap();
+    let generation = server.generation();
+    server.signal("HUP");
+    server.wait_for_generation_after(generation);
+    let serials: Vec<String> = (stream.records(12).iter())
+        .map(|record| record["unit_serial"].as_str().unwrap().to_owned())
+        .collect();
+    let expected: Vec<String> = (0..12).map(|offset| format!("SN-L{offset}")).collect();
+    assert_eq!(serials, expected);
+}

@@ -241,9 +241,11 @@ impl Stream {
         self.plan(self.window(), after, cap, None, catalog)
     }
 
-    /// The plan of the late records `additions` (those of `position`'s next
-    /// generation) holds: the records it added that match and sort before the
-    /// last one sent, in `catalog` (which holds them); `None` when there are none.
+    /// The plan of the next batch of late records `additions` (those of
+    /// `position`'s next generation) holds: the records it added that match and
+    /// sort before the last one sent, in `catalog` (which holds them), after the
+    /// `late` of them already sent, at most `--max-records`; `None` when none are
+    /// left.
     pub fn late(
         &self,
         additions: &Additions,
@@ -275,16 +277,25 @@ impl Stream {
                     .filter(|position| *position <= last_sent),
             );
         }
-        if late.is_empty() {
-            return Ok(None);
-        }
         late.sort_unstable();
-        let window = Window {
-            from: late[0].instant,
-            to: just_after(late[late.len() - 1].instant),
+        // Those not yet sent, at most `--max-records` of them: the next batch.
+        let unsent = late.len().saturating_sub(position.late as usize);
+        let batch: Vec<Position> = (late.into_iter())
+            .skip(position.late as usize)
+            .take(unsent.min(settings.limits.max_records))
+            .collect();
+        let (Some(first), Some(last)) = (batch.first(), batch.last()) else {
+            return Ok(None);
         };
-        let cap = settings.limits.max_records + 1;
-        self.plan(window, None, cap, Some(late), catalog).map(Some)
+        let window = Window {
+            from: first.instant,
+            to: just_after(last.instant),
+        };
+        // The window also holds records sent before: every record in it is
+        // scanned, and the batch's kept (the plan's `only`), so that none of the
+        // batch is left behind a cap.
+        self.plan(window, None, usize::MAX, Some(batch), catalog)
+            .map(Some)
     }
 
     fn plan(
