@@ -410,6 +410,8 @@ fn the_document_is_well_formed_openapi_3_1() {
             "/units/summary",
             "/metrics/summary",
             "/stations",
+            "/units/stream",
+            "/metrics/stream",
             "/healthz",
             "/readyz",
             "/openapi.json"
@@ -439,14 +441,16 @@ fn the_document_is_well_formed_openapi_3_1() {
                 panic!("{method} {path}: no operationId");
             });
             assert!(operation_ids.insert(id), "operationId {id} repeated");
-            // The token is needed exactly by GET and HEAD of the record and summary
-            // endpoints.
+            // The token is needed exactly by GET and HEAD of the record, summary and
+            // stream endpoints.
             let records = [
                 "/units",
                 "/metrics",
                 "/units/summary",
                 "/metrics/summary",
                 "/stations",
+                "/units/stream",
+                "/metrics/stream",
             ]
             .contains(&path.as_str())
                 && (method == "get" || method == "head");
@@ -468,10 +472,19 @@ fn the_document_is_well_formed_openapi_3_1() {
                     "{method} {path} {status}: no description"
                 );
                 let schema = response.pointer("/content/application~1json/schema");
+                // A stream's 200 is `text/event-stream` (issue 49).
+                let stream = path.ends_with("/stream") && status == "200";
                 assert_eq!(
                     schema.is_some(),
-                    method != "head" && status != "304" && status != "204",
+                    method != "head" && status != "304" && status != "204" && !stream,
                     "{method} {path} {status}: a body only for GET answers (and errors)"
+                );
+                assert_eq!(
+                    response
+                        .pointer("/content/text~1event-stream/schema")
+                        .is_some(),
+                    stream && method == "get",
+                    "{method} {path} {status}: an event stream only from GET of a stream"
                 );
             }
         }
@@ -626,6 +639,11 @@ fn every_documented_operation_is_answered_as_documented() {
     for path in doc["paths"].as_object().unwrap().keys() {
         for method in METHODS {
             let method = method.to_ascii_uppercase();
+            // A stream's GET never ends, so it is not read here; its HEAD, the
+            // other methods and its refusals are.
+            if path.ends_with("/stream") && method == "GET" {
+                continue;
+            }
             let token = matches!(method.as_str(), "GET" | "HEAD").then_some(OPS);
             let response = server().request_as(&method, path, token, &[]);
             if response.status == 404 {
@@ -771,7 +789,7 @@ fn summary_answers_match_the_document() {
 fn every_client_error_matches_the_document() {
     // (request, token, status, code; "" for a HEAD, which has no body)
     #[rustfmt::skip]
-    let cases: [(&str, Option<&str>, u16, &str); 34] = [
+    let cases: [(&str, Option<&str>, u16, &str); 39] = [
         ("GET /units?from=yesterday", Some(OPS), 400, "invalid_parameter"),
         // Issue 23: schemathesis found `tz` missing from the parameters an
         // invalid_parameter may name.
@@ -812,6 +830,13 @@ fn every_client_error_matches_the_document() {
         ("DELETE /metrics", None, 405, "method_not_allowed"),
         ("PUT /healthz", None, 405, "method_not_allowed"),
         ("OPTIONS /units", None, 405, "method_not_allowed"),
+        // Issue 49: `wait` beyond `--max-wait` (default 60s), and a stream's refusals,
+        // decided before it starts.
+        ("GET /units?$W&wait=2m", Some(OPS), 400, "invalid_parameter"),
+        ("GET /units/stream?wait=0s", Some(OPS), 400, "invalid_parameter"),
+        ("GET /metrics/stream?to=2024-05-01T00:00:00Z", Some(OPS), 400, "unknown_parameter"),
+        ("GET /units/stream?station_ids=ST-01", None, 401, "unauthorized"),
+        ("GET /metrics/stream?station_ids=ST-03", Some(LINE), 403, "forbidden"),
     ];
     let mut observed = BTreeSet::new();
     for (request, token, status, code) in cases {
@@ -917,6 +942,7 @@ fn the_documented_parameters_are_the_ones_the_server_accepts() {
                 "limit",
                 "cursor",
                 "format",
+                "wait",
             ],
         ),
         (
@@ -930,6 +956,7 @@ fn the_documented_parameters_are_the_ones_the_server_accepts() {
                 "limit",
                 "cursor",
                 "format",
+                "wait",
             ],
         ),
         (
@@ -944,6 +971,7 @@ fn the_documented_parameters_are_the_ones_the_server_accepts() {
                 "bucket",
                 "tz",
                 "format",
+                "wait",
             ],
         ),
         (
@@ -957,9 +985,10 @@ fn the_documented_parameters_are_the_ones_the_server_accepts() {
                 "bucket",
                 "tz",
                 "format",
+                "wait",
             ],
         ),
-        ("/stations", vec!["station_ids", "format"]),
+        ("/stations", vec!["station_ids", "format", "wait"]),
     ];
     for (path, expected) in &contract {
         let documented: BTreeSet<String> =
