@@ -856,3 +856,77 @@ fn issue_49_late_records_beyond_max_records_are_each_sent_once() {
     let expected: Vec<String> = (0..12).map(|offset| format!("SN-L{offset}")).collect();
     assert_eq!(serials, expected);
 }
+
+/// The venv that runs `tests/live/sse_client.py` (httpx and httpx-sse from PyPI,
+/// pinned in `tests/live/requirements.txt`), made once under the target directory.
+fn sse_client_python() -> std::path::PathBuf {
+    let workspace = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let venv = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("sse-venv");
+    let python = venv.join("bin/python");
+    let ready = |python: &std::path::Path| {
+        std::process::Command::new(python)
+            .args(["-c", "import httpx, httpx_sse"])
+            .status()
+            .is_ok_and(|status| status.success())
+    };
+    if !ready(&python) {
+        let made = std::process::Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status()
+            .expect("run python3 -m venv");
+        assert!(made.success(), "python3 -m venv {} failed", venv.display());
+        let installed = std::process::Command::new(venv.join("bin/pip"))
+            .args(["install", "--quiet", "-r"])
+            .arg(workspace.join("tests/live/requirements.txt"))
+            .status()
+            .expect("run pip");
+        assert!(
+            installed.success(),
+            "pip install -r tests/live/requirements.txt failed"
+        );
+    }
+    python
+}
+
+/// docs/api.md section 14.2's Python client, run as the docs show it: it follows a
+/// stream opened now and prints the records appended after it opened, then exits.
+#[test]
+fn issue_49_the_python_client_of_the_docs_follows_a_stream() {
+    let python = sse_client_python();
+    let fixture = Fixture::from_files(&small_files());
+    let server = start_watching(&fixture, &["--watch"]);
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/live/sse_client.py");
+    let client = std::process::Command::new(python)
+        .arg(script)
+        .args(["--count", "2"])
+        .arg(server.url("/units/stream?station_ids=ST-01"))
+        .env("STQ_TOKEN", OPS)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the Python client");
+    wait_for_metric(&server, "stq_streams", 1.0);
+    let now = rfc3339_from_seconds(now_seconds() + 1);
+    let line = |serial: &str| {
+        format!(
+            r#"{{"station_id":"ST-01","unit_serial":"{serial}","time_created":"{now}","unit_type":"PCB","direction":"output"}}"#
+        )
+    };
+    append(
+        &first_file(&fixture),
+        &lines(&[line("SN-PY1"), line("SN-PY2")]),
+    );
+    let output = client.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the client exited {:?}: {stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let serials: Vec<String> = (stdout.lines())
+        .map(|line| serde_json::from_str::<Value>(line).unwrap()["unit_serial"].to_string())
+        .collect();
+    assert_eq!(serials, ["\"SN-PY1\"", "\"SN-PY2\""]);
+}

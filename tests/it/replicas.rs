@@ -24,25 +24,23 @@ pub(crate) fn nginx_binary() -> Option<PathBuf> {
     debian_binary("/usr/sbin/nginx", "nginx-light")
 }
 
-/// The `location` blocks docs/deployment.md gives nginx: for streams (docs/api.md
-/// section 14.2) no buffering, so that each event passes at once, and reads that
-/// outlast the heartbeat; for the rest, reads that outlast the longest `wait`
-/// (`--max-wait`, at most 10 minutes).
-pub(crate) const LOCATIONS: &str = "\
-location / {
-    proxy_pass http://stq;
-    proxy_http_version 1.1;
-    proxy_set_header Connection \"\";
-    proxy_read_timeout 11m;
+/// The `location` blocks of docs/deployment.md's nginx server for streams and
+/// `wait` (docs/api.md section 14), as the page gives them: the test runs the
+/// page's configuration, not a copy of it.
+pub(crate) fn locations() -> String {
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/deployment.md"))
+        .expect("read docs/deployment.md");
+    let block = (page.split("```nginx\n"))
+        .find(|block| block.contains("location ~ ^/(units|metrics)/stream$"))
+        .and_then(|block| block.split("```").next())
+        .expect("docs/deployment.md's nginx block for streams");
+    let server = block
+        .split_once("    listen 80;\n")
+        .expect("its server block listens on port 80")
+        .1;
+    // The server block's own closing brace is its last line.
+    server.trim_end().strip_suffix('}').unwrap().to_owned()
 }
-location ~ ^/(units|metrics)/stream$ {
-    proxy_pass http://stq;
-    proxy_http_version 1.1;
-    proxy_set_header Connection \"\";
-    proxy_buffering off;
-    proxy_cache off;
-    proxy_read_timeout 1h;
-}";
 
 /// nginx in front of `replicas`, round robin, stopped by pid when dropped.
 pub(crate) struct Balancer {
@@ -69,7 +67,8 @@ impl Balancer {
              scgi_temp_path {root}/scgi;\n\
              upstream stq {{\n{servers}}}\n\
              server {{\n listen 127.0.0.1:{port};\n\
-             {LOCATIONS}\n}}\n}}\n"
+             {locations}\n}}\n}}\n",
+            locations = locations()
         );
         let config_path = directory.path().join("nginx.conf");
         std::fs::write(&config_path, config).unwrap();
