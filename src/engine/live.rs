@@ -5,9 +5,10 @@
 //! added, the stations it altered) and then tells every listener the new
 //! generation's number through one `watch` channel: a held request or a stream
 //! costs nothing while no generation comes, and no timer of its own. The history
-//! keeps the changes a stream may resume across: at least the last
-//! [`KEPT_GENERATIONS`] and those of the last [`KEPT_FOR`], within
-//! [`KEPT_RECORDS`] added records beyond the first.
+//! keeps the changes a stream may resume across: the last [`KEPT_GENERATIONS`]
+//! and those of the last [`KEPT_FOR`], as section 14.2 promises. Its memory is
+//! the keys of what those reloads added (about 24 bytes a record): a floor's
+//! quarter of an hour, or one large reload's records until 15 minutes pass.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -21,9 +22,6 @@ use tokio::sync::watch;
 const KEPT_GENERATIONS: usize = 64;
 /// Kept however many (at least the last 15 minutes).
 const KEPT_FOR: Duration = Duration::from_secs(15 * 60);
-/// Beyond the last [`KEPT_GENERATIONS`], the most added records the history holds:
-/// a key is 20 bytes, so about 160 MB at most.
-const KEPT_RECORDS: usize = 8_000_000;
 
 /// What one generation changed, as its reload found.
 #[derive(Debug)]
@@ -47,8 +45,6 @@ pub(crate) struct Live {
 
 struct History {
     changes: VecDeque<Arc<Change>>,
-    /// Added records of all of `changes`.
-    records: usize,
 }
 
 /// The generations since the one asked for are no longer all kept.
@@ -61,7 +57,6 @@ impl Live {
         Live {
             changes: Mutex::new(History {
                 changes: VecDeque::new(),
-                records: 0,
             }),
             newest: watch::Sender::new(generation),
             stopping: watch::Sender::new(false),
@@ -79,15 +74,12 @@ impl Live {
         });
         {
             let mut history = self.changes.lock();
-            history.records += change.additions.record_count();
             history.changes.push_back(change);
             while history.changes.len() > KEPT_GENERATIONS {
                 let oldest = &history.changes[0];
-                let old = oldest.installed.elapsed() > KEPT_FOR;
-                if !old && history.records <= KEPT_RECORDS {
+                if oldest.installed.elapsed() <= KEPT_FOR {
                     break;
                 }
-                history.records -= oldest.additions.record_count();
                 history.changes.pop_front();
             }
         }

@@ -54,6 +54,8 @@ const WALK_WHILE_UNSENT: usize = 1 << 20;
 const MOST_UNSENT: usize = 4 << 20;
 /// A comment is sent when nothing was for this long.
 const HEARTBEAT: Duration = Duration::from_secs(15);
+/// How long a step waits when the queries are all taken before it is tried again.
+const BUSY_PAUSE: Duration = Duration::from_millis(250);
 /// How long a stream's step may take before it is tried again.
 const STEP_DEADLINE: Duration = Duration::from_secs(30);
 
@@ -519,6 +521,12 @@ impl Feeder {
         match self.router.execute_planned(request, plan, deadline).await {
             Ok(answer) => Ok(answer),
             Err(EngineError::Raced) => Err(Interrupt::Raced),
+            // Busy: the step waits its turn and is taken again, rather than end a
+            // stream that every client would then open again at once.
+            Err(EngineError::Overloaded(_) | EngineError::TimedOut) => {
+                actix_web::rt::time::sleep(BUSY_PAUSE).await;
+                Err(Interrupt::Raced)
+            }
             Err(error) => {
                 tracing::error!(request_id = %self.request_id, %error, "a stream's step failed");
                 // The client reconnects and resumes after its last event.

@@ -813,7 +813,11 @@ fn run_steps(steps: &[Step]) {
                 drop(stream);
                 stream = match id {
                     Some(id) => open(&server, &query, OPS, &[("Last-Event-ID", &id)]),
-                    None => open(&server, &query, OPS, &[]),
+                    None => {
+                        // No event received yet: a new stream, a new view.
+                        view.clear();
+                        open(&server, &query, OPS, &[])
+                    }
                 };
             }
             Step::Garbage => {

@@ -120,13 +120,6 @@ impl Additions {
         }
     }
 
-    /// How many records it added.
-    pub fn record_count(&self) -> usize {
-        (self.added.values())
-            .map(|added| added.units.len() + added.metrics.len())
-            .sum()
-    }
-
     /// The stations it added records to, and their keys.
     pub(crate) fn added(&self) -> impl Iterator<Item = (&str, &Added)> {
         self.added
@@ -168,6 +161,5 @@ mod tests {
         assert_eq!(changed.touch_of(|_| true), Touch::Altered);
         assert_eq!(Additions::whole().touch_of(|_| false), Touch::Altered);
         assert_eq!(Additions::default().touch_of(|_| true), Touch::Untouched);
-        assert_eq!(changed.record_count(), 1);
     }
 }
