@@ -102,14 +102,16 @@
     }
   }
 
+  /** The failure a JSON error body names; `fallback` the message when it names none. */
+  function failureOf(body, fallback) {
+    const error = body && body.error;
+    const message = error && typeof error.message === "string" ? error.message : fallback;
+    return new ApiFailure(message, error ? error.code : null);
+  }
+
   /** The failure of a refused call, from its JSON error body (any format's). */
   function refusal(response, body) {
-    const error = body && body.error;
-    const message =
-      error && typeof error.message === "string"
-        ? error.message
-        : response.status + " " + response.statusText;
-    return new ApiFailure(message, error ? error.code : null);
+    return failureOf(body, response.status + " " + response.statusText);
   }
 
   async function json(response) {
@@ -184,6 +186,203 @@
   function summaryParameters(bucket) {
     const parameters = { ...windowParameters(), tz: state.zone };
     return bucket ? { ...parameters, bucket } : parameters;
+  }
+
+  // ---------------------------------------------------------------- streams
+
+  /**
+   * A reader of the Server-Sent Events format (WHATWG HTML, "Server-sent events")
+   * for one connection: `feed(text)` takes the text as it arrives, in pieces of any
+   * size, and calls `on.event(type, data)` at each event's end and
+   * `on.retry(milliseconds)` at each valid `retry` field. `lastEventId()` is the id
+   * of the last event, starting from `lastEventId` (the previous connection's, as
+   * browsers keep it).
+   */
+  function eventReader(on, lastEventId) {
+    let buffer = "";
+    // The last piece ended in CR: an LF at the start of the next ends no other line.
+    let afterCr = false;
+    let type = "";
+    let data = [];
+    let idBuffer = lastEventId;
+
+    function line(text) {
+      if (text === "") {
+        lastEventId = idBuffer;
+        if (data.length > 0) {
+          on.event(type || "message", data.join("\n"));
+        }
+        type = "";
+        data = [];
+        return;
+      }
+      if (text.startsWith(":")) {
+        // A comment: stq's keep-alive.
+        return;
+      }
+      const colon = text.indexOf(":");
+      const name = colon < 0 ? text : text.slice(0, colon);
+      let value = colon < 0 ? "" : text.slice(colon + 1);
+      if (value.startsWith(" ")) {
+        value = value.slice(1);
+      }
+      if (name === "event") {
+        type = value;
+      } else if (name === "data") {
+        data.push(value);
+      } else if (name === "id" && !value.includes("\0")) {
+        idBuffer = value;
+      } else if (name === "retry" && /^\d+$/.test(value)) {
+        on.retry(Number(value));
+      }
+    }
+
+    function feed(text) {
+      buffer += text;
+      let start = afterCr && buffer.startsWith("\n") ? 1 : 0;
+      afterCr = false;
+      // A line ends at CRLF, LF or CR.
+      const ends = /\r\n|\r|\n/g;
+      ends.lastIndex = start;
+      for (let end = ends.exec(buffer); end !== null; end = ends.exec(buffer)) {
+        afterCr = end[0] === "\r" && ends.lastIndex === buffer.length;
+        line(buffer.slice(start, end.index));
+        start = ends.lastIndex;
+      }
+      buffer = buffer.slice(start);
+    }
+
+    return { feed, lastEventId: () => lastEventId };
+  }
+
+  /** Resolves after `milliseconds`, or as soon as `signal` aborts. */
+  function pause(milliseconds, signal) {
+    return new Promise((resolve) => {
+      const timer = setTimeout(resolve, milliseconds);
+      signal.addEventListener(
+        "abort",
+        () => {
+          clearTimeout(timer);
+          resolve();
+        },
+        { once: true }
+      );
+    });
+  }
+
+  /**
+   * Follows one of stq's streams (docs/api.md section 14.2) until `stop()`. It does
+   * what EventSource does, with the token in the Authorization header (which
+   * EventSource cannot send): it reads the events as they come, and when the
+   * connection ends (stq stopped, a proxy cut it), it waits the stream's `retry` and
+   * asks again with the last event's id in Last-Event-ID, and stq continues after
+   * that event. `on.state(name)` hears "connecting", "live", "reconnecting" and
+   * "stopped"; `on.records(records)` and `on.reset(reason)` the events; and
+   * `on.failure(failure)` why it stopped: an `error` event (the token was revoked or
+   * expired), a refusal, or an event it cannot read. An answer of 500 or more
+   * (stq overloaded, a proxy's gateway error) is asked again.
+   */
+  function follow(path, on) {
+    const controller = new AbortController();
+    let retry = 2000;
+    let lastEventId = "";
+    let stopped = false;
+
+    function stop() {
+      stopped = true;
+      controller.abort();
+    }
+
+    function fail(failure) {
+      stop();
+      on.state("stopped");
+      on.failure(failure);
+    }
+
+    function event(type, data) {
+      if (stopped) {
+        return;
+      }
+      let body;
+      try {
+        body = JSON.parse(data);
+      } catch (_) {
+        fail(new ApiFailure("stq sent a " + type + " event that is not JSON", null));
+        return;
+      }
+      if (type === "records") {
+        on.records(body);
+      } else if (type === "reset") {
+        on.reset(body.reason);
+      } else if (type === "error") {
+        fail(failureOf(body, "stq ended the stream"));
+      }
+    }
+
+    /** One connection, until it ends. */
+    async function connect() {
+      const headers = { Authorization: "Bearer " + token(), Accept: "text/event-stream" };
+      if (lastEventId) {
+        headers["Last-Event-ID"] = lastEventId;
+      }
+      const response = await fetch(path, {
+        headers,
+        cache: "no-store",
+        credentials: "omit",
+        signal: controller.signal,
+      });
+      if (!response.ok) {
+        const failure = refusal(response, await json(response));
+        if (response.status < 500) {
+          fail(failure);
+        }
+        return;
+      }
+      if (!(response.headers.get("Content-Type") || "").startsWith("text/event-stream")) {
+        fail(new ApiFailure("stq answered " + path + " without an event stream", null));
+        return;
+      }
+      on.state("live");
+      const events = eventReader(
+        {
+          event,
+          retry: (milliseconds) => {
+            retry = milliseconds;
+          },
+        },
+        lastEventId
+      );
+      const decoder = new TextDecoder();
+      const body = response.body.getReader();
+      try {
+        for (let piece = await body.read(); !piece.done; piece = await body.read()) {
+          events.feed(decoder.decode(piece.value, { stream: true }));
+          if (stopped) {
+            // An error event: the abort has ended the connection.
+            return;
+          }
+        }
+      } finally {
+        lastEventId = events.lastEventId();
+      }
+    }
+
+    (async () => {
+      on.state("connecting");
+      while (!stopped) {
+        try {
+          await connect();
+        } catch (_) {
+          // Unreachable, cut off, or stopped: asked again unless stopped.
+        }
+        if (stopped) {
+          return;
+        }
+        on.state("reconnecting");
+        await pause(retry, controller.signal);
+      }
+    })();
+    return { stop };
   }
 
   // ---------------------------------------------------------------- messages
