@@ -13,6 +13,11 @@
 //! change back from summer time; a zone stq does not know falls back to UTC, said
 //! on the page.
 //!
+//! Issue 49: the page follows `/units/stream` and `/metrics/stream`: a line appended
+//! to a watched snapshot file shows in the yield table or the chart without a reload
+//! of the page, a replaced file (`reset`) and a revoked token (`error`) are handled,
+//! and the indicator says "live", "reconnecting" and "stopped".
+//!
 //! chromium is installed with `apt-get` when it is missing (CI runs as root on
 //! Debian), as `replicas` installs nginx. Where it is missing and cannot be (not
 //! root, or no apt-get), the chromium tests skip, saying which package they need;
@@ -646,7 +651,9 @@ fn issue_13_the_overview_page_in_chromium() {
         serde_json::json!([DEMO_OPS, 0, server.url("/"), ""])
     );
 
-    // The picture without the token field's focus ring.
+    // The picture without the token field's focus ring, once the page follows
+    // its streams (issue 49: the indicator says "live").
+    tab.wait_for_element("#live[data-state='live']").unwrap();
     evaluate(&tab, "document.activeElement.blur()");
     let screenshot = tab
         .capture_screenshot(CaptureScreenshotFormatOption::Png, None, None, true)
@@ -1145,4 +1152,259 @@ fn issue_34_download_csv_saves_each_tables_csv() {
             "{button}"
         );
     }
+}
+
+// ---------------------------------------------------------------------------
+// Issue 49: the page follows the streams
+// ---------------------------------------------------------------------------
+
+/// Where the live tests' records start.
+const LIVE_BASE: &str = "2024-03-10T10:00:00Z";
+const LIVE_UNITS: &str = "line.units.jsonl";
+const LIVE_METRICS: &str = "line.metrics.jsonl";
+
+/// `LIVE_BASE + offset_seconds`, as a record writes it.
+fn live_time(offset_seconds: i64) -> String {
+    rfc3339_from_seconds((instant(LIVE_BASE) / SECOND) as i64 + offset_seconds)
+}
+
+/// An output unit record of `station` as a snapshot line, with its line end.
+fn live_unit(station: &str, serial: &str, result: &str, offset_seconds: i64) -> String {
+    format!(
+        "{{\"station_id\":\"{station}\",\"unit_serial\":\"{serial}\",\"time_created\":\"{}\",\
+         \"unit_type\":\"PCB\",\"direction\":\"output\",\"result\":\"{result}\"}}\n",
+        live_time(offset_seconds)
+    )
+}
+
+/// A `voltage` metric record of ST-01 (limits 3.0 to 3.6) as a snapshot line.
+fn live_voltage(value: &str, offset_seconds: i64) -> String {
+    format!(
+        "{{\"station_id\":\"ST-01\",\"time_created\":\"{}\",\"name\":\"voltage\",\"unit\":\"V\",\
+         \"value\":{value},\"limit_lower\":3.0,\"limit_upper\":3.6}}\n",
+        live_time(offset_seconds)
+    )
+}
+
+/// ST-01's first output record and ST-02's one.
+fn live_first_units() -> String {
+    live_unit("ST-01", "SN-1", "pass", 0) + &live_unit("ST-02", "SN-2", "pass", 60)
+}
+
+/// ST-01's three output records and voltages (one out of limits) and ST-02's one
+/// output record, watched (`--watch`) by a server with the suite's tokens.
+fn live_server() -> (Fixture, Server) {
+    let units = live_first_units()
+        + &live_unit("ST-01", "SN-3", "fail", 120)
+        + &live_unit("ST-01", "SN-3", "pass", 240);
+    let metrics = live_voltage("3.3", 0) + &live_voltage("3.1", 120) + &live_voltage("3.9", 240);
+    let fixture = Fixture::from_files(&[
+        FileSpec::plain(LIVE_UNITS, units),
+        FileSpec::plain(LIVE_METRICS, metrics),
+    ]);
+    let server = Server::start(&fixture, &["--watch"]);
+    (fixture, server)
+}
+
+fn append(path: &Path, text: &str) {
+    use std::io::Write as _;
+    let mut file = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+    file.write_all(text.as_bytes()).unwrap();
+}
+
+/// Replaces `target` whole: `text` is written beside the snapshot directory first.
+fn replace_file(fixture: &Fixture, target: &Path, text: &str) {
+    let staging = fixture.directory.path().join("staging");
+    std::fs::write(&staging, text).unwrap();
+    std::fs::rename(&staging, target).unwrap();
+}
+
+/// The page's tab with its token, once its view is drawn and its streams are open;
+/// a value set in the page at its load, which a reload would lose, is kept in
+/// `window.loadedAt`.
+fn live_page(browser: &Browser, server: &Server) -> Arc<Tab> {
+    let tab = open_page(browser, &server.url("/"));
+    evaluate(&tab, "window.loadedAt = performance.timeOrigin; true");
+    enter_token(&tab, OPS);
+    tab.wait_for_element("#yields[data-state='ready']").unwrap();
+    tab.wait_for_element("#chart[data-state='drawn']").unwrap();
+    tab.wait_for_element("#live[data-state='live']").unwrap();
+    assert_eq!(live_text(&tab), "live");
+    tab
+}
+
+fn live_text(tab: &Tab) -> String {
+    let text = evaluate(tab, "document.getElementById('live').textContent");
+    text.as_str().unwrap().to_string()
+}
+
+/// The output records column of the yield table, by station.
+fn records_shown(tab: &Tab) -> Vec<(String, String)> {
+    table(tab, "#yields")
+        .into_iter()
+        .map(|row| (row[0].clone(), row[1].clone()))
+        .collect()
+}
+
+fn pairs(rows: &[(&str, &str)]) -> Vec<(String, String)> {
+    rows.iter()
+        .map(|(station, records)| (station.to_string(), records.to_string()))
+        .collect()
+}
+
+/// Issue 49 (CONTRACT section 14.2, the page): with the page open, a unit line
+/// appended to a snapshot file shows in the yield table and a metric line in the
+/// chart, as stq answers the page's window, without a reload of the page; a window
+/// from the first to the last record grows to take in a later record; a replaced
+/// file (`reset`) has the view asked for again; a revoked token (`error`) shows the
+/// API's message and the page stops following. The indicator says "live" and then
+/// "stopped". Every wait is for the page to show the change, within `PAGE_TIMEOUT`.
+#[test]
+fn issue_49_the_page_takes_an_appended_record_without_a_reload() {
+    let Some(browser) = browser() else {
+        return;
+    };
+    let (fixture, server) = live_server();
+    let tab = live_page(&browser, &server);
+    assert_eq!(
+        records_shown(&tab),
+        pairs(&[("ST-01", "3"), ("ST-02", "1")])
+    );
+    let window = [value_of(&tab, "from"), value_of(&tab, "to")];
+    assert_eq!(window, ["2024-03-10T10:00", "2024-03-10T10:04:01"]);
+    assert_eq!(
+        [
+            attribute(&tab, "#chart", "data-station"),
+            attribute(&tab, "#chart", "data-metric"),
+            attribute(&tab, "#chart", "data-points"),
+            attribute(&tab, "#chart", "data-out-of-limits"),
+        ],
+        ["ST-01", "voltage", "3", "1"]
+    );
+
+    // A unit line inside the window: the yield table takes it, as stq answers the
+    // page's own call for the same window.
+    append(
+        &fixture.snapshots.join(LIVE_UNITS),
+        &live_unit("ST-01", "SN-4", "pass", 180),
+    );
+    tab.wait_for_element("#yields tr[data-station='ST-01'][data-records='4']")
+        .unwrap();
+    assert_eq!(
+        records_shown(&tab),
+        pairs(&[("ST-01", "4"), ("ST-02", "1")])
+    );
+    assert_yields_answer_the_call(&tab, &server, OPS);
+    assert_eq!([value_of(&tab, "from"), value_of(&tab, "to")], window);
+    // The stations table was asked again too: ST-01 has 4 unit records.
+    assert_eq!(table(&tab, "#stations")[0][..2], ["ST-01", "4"]);
+
+    // A metric line after the last record: the window (first to last record) grows
+    // to take it in, and the chart draws it, out of limits.
+    append(
+        &fixture.snapshots.join(LIVE_METRICS),
+        &live_voltage("3.7", 300),
+    );
+    tab.wait_for_element("#chart[data-state='drawn'][data-points='4']")
+        .unwrap();
+    assert_eq!(attribute(&tab, "#chart", "data-out-of-limits"), "2");
+    assert_eq!(value_of(&tab, "to"), "2024-03-10T10:05:01");
+    tab.wait_for_element("#yields[data-state='ready']").unwrap();
+    let [from, to, _, _] = window_of(&last_call(&tab, "/units/summary"));
+    assert_eq!(
+        [from.as_str(), to.as_str()],
+        ["2024-03-10T10:00:00.000Z", "2024-03-10T10:05:01.000Z"]
+    );
+    assert_yields_answer_the_call(&tab, &server, OPS);
+
+    // The units file replaced by a shorter one: stq resets the stream, and the
+    // page asks for its view again.
+    replace_file(
+        &fixture,
+        &fixture.snapshots.join(LIVE_UNITS),
+        &live_first_units(),
+    );
+    tab.wait_for_element("#yields tr[data-station='ST-01'][data-records='1']")
+        .unwrap();
+    assert_ne!(attribute(&tab, "#live", "data-resets"), "0");
+    assert_eq!(
+        records_shown(&tab),
+        pairs(&[("ST-01", "1"), ("ST-02", "1")])
+    );
+    assert_yields_answer_the_call(&tab, &server, OPS);
+
+    // All of it in the page as loaded: no reload, and still live.
+    assert_eq!(
+        evaluate(&tab, "window.loadedAt === performance.timeOrigin"),
+        Value::Bool(true),
+        "the page was loaded again"
+    );
+    assert_eq!(live_text(&tab), "live");
+    assert_eq!(attribute(&tab, "#live", "data-state"), "live");
+
+    // The token revoked: stq ends the streams with the 401's body, whose message
+    // the page shows, and it follows no more.
+    let others = serde_json::json!({
+        "tokens": [{"name": "ops-2", "sha256": sha256_hex(OPS2), "stations": "*"}]
+    });
+    replace_file(&fixture, &fixture.tokens, &others.to_string());
+    tab.wait_for_element("#live[data-state='stopped']").unwrap();
+    assert_eq!(live_text(&tab), "stopped");
+    let refused = server.get("/stations", Some(OPS));
+    assert_eq!(refused.status, 401, "{}", refused.context());
+    let message = refused.json()["error"]["message"].clone();
+    assert_eq!(
+        evaluate(&tab, "document.getElementById('error').textContent"),
+        message
+    );
+    // What the page showed stays.
+    assert_eq!(
+        records_shown(&tab),
+        pairs(&[("ST-01", "1"), ("ST-02", "1")])
+    );
+    assert_eq!(
+        evaluate(
+            &tab,
+            "document.documentElement.dataset.policyViolations || '0'"
+        ),
+        serde_json::json!("0")
+    );
+}
+
+/// Issue 49: the streams the page follows are the window's, with the token in the
+/// Authorization header only (nothing of it in their URLs); when stq stops
+/// (SIGTERM closes every stream) the indicator says "reconnecting" while the page
+/// asks again, and the view stays.
+#[test]
+fn issue_49_the_page_says_reconnecting_when_its_stream_ends() {
+    let Some(browser) = browser() else {
+        return;
+    };
+    let (_fixture, server) = live_server();
+    let tab = live_page(&browser, &server);
+    server.signal("TERM");
+    tab.wait_for_element("#live[data-state='reconnecting']")
+        .unwrap();
+    assert_eq!(live_text(&tab), "reconnecting");
+    assert_eq!(
+        records_shown(&tab),
+        pairs(&[("ST-01", "3"), ("ST-02", "1")])
+    );
+
+    // The streams ended, so the browser lists them with the page's calls.
+    let from = "2024-03-10T10:00:00.000Z".to_string();
+    let units = calls(&tab, "/units/stream");
+    assert_eq!(
+        parameters(&units[0]),
+        BTreeMap::from([("from".to_string(), from.clone())])
+    );
+    let metrics = calls(&tab, "/metrics/stream");
+    assert_eq!(
+        parameters(&metrics[0]),
+        BTreeMap::from([
+            ("from".to_string(), from),
+            ("names".to_string(), "voltage".to_string()),
+            ("station_ids".to_string(), "ST-01".to_string()),
+        ])
+    );
 }

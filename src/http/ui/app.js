@@ -2,7 +2,9 @@
 // step, served by stq itself like everything the page loads.
 //
 // The token is kept only in this tab's sessionStorage (never localStorage, never a
-// URL) and leaves the page only in the Authorization header of calls to this origin.
+// URL) and leaves the page only in the Authorization header of calls to this origin,
+// the streams the page follows included (so they are read with fetch: EventSource
+// cannot send that header).
 // The page marks what it has drawn in data-* attributes (data-state, counts), so a
 // test can wait for them instead of guessing at timings.
 //
@@ -32,6 +34,7 @@
     forget: element("forget"),
     error: element("error"),
     status: element("status"),
+    live: element("live"),
     overview: element("overview"),
     stations: element("stations"),
     windowForm: element("window-form"),
@@ -102,14 +105,16 @@
     }
   }
 
+  /** The failure a JSON error body names; `fallback` the message when it names none. */
+  function failureOf(body, fallback) {
+    const error = body && body.error;
+    const message = error && typeof error.message === "string" ? error.message : fallback;
+    return new ApiFailure(message, error ? error.code : null);
+  }
+
   /** The failure of a refused call, from its JSON error body (any format's). */
   function refusal(response, body) {
-    const error = body && body.error;
-    const message =
-      error && typeof error.message === "string"
-        ? error.message
-        : response.status + " " + response.statusText;
-    return new ApiFailure(message, error ? error.code : null);
+    return failureOf(body, response.status + " " + response.statusText);
   }
 
   async function json(response) {
@@ -184,6 +189,203 @@
   function summaryParameters(bucket) {
     const parameters = { ...windowParameters(), tz: state.zone };
     return bucket ? { ...parameters, bucket } : parameters;
+  }
+
+  // ---------------------------------------------------------------- streams
+
+  /**
+   * A reader of the Server-Sent Events format (WHATWG HTML, "Server-sent events")
+   * for one connection: `feed(text)` takes the text as it arrives, in pieces of any
+   * size, and calls `on.event(type, data)` at each event's end and
+   * `on.retry(milliseconds)` at each valid `retry` field. `lastEventId()` is the id
+   * of the last event, starting from `lastEventId` (the previous connection's, as
+   * browsers keep it).
+   */
+  function eventReader(on, lastEventId) {
+    let buffer = "";
+    // The last piece ended in CR: an LF at the start of the next ends no other line.
+    let afterCr = false;
+    let type = "";
+    let data = [];
+    let idBuffer = lastEventId;
+
+    function line(text) {
+      if (text === "") {
+        lastEventId = idBuffer;
+        if (data.length > 0) {
+          on.event(type || "message", data.join("\n"));
+        }
+        type = "";
+        data = [];
+        return;
+      }
+      if (text.startsWith(":")) {
+        // A comment: stq's keep-alive.
+        return;
+      }
+      const colon = text.indexOf(":");
+      const name = colon < 0 ? text : text.slice(0, colon);
+      let value = colon < 0 ? "" : text.slice(colon + 1);
+      if (value.startsWith(" ")) {
+        value = value.slice(1);
+      }
+      if (name === "event") {
+        type = value;
+      } else if (name === "data") {
+        data.push(value);
+      } else if (name === "id" && !value.includes("\0")) {
+        idBuffer = value;
+      } else if (name === "retry" && /^\d+$/.test(value)) {
+        on.retry(Number(value));
+      }
+    }
+
+    function feed(text) {
+      buffer += text;
+      let start = afterCr && buffer.startsWith("\n") ? 1 : 0;
+      afterCr = false;
+      // A line ends at CRLF, LF or CR.
+      const ends = /\r\n|\r|\n/g;
+      ends.lastIndex = start;
+      for (let end = ends.exec(buffer); end !== null; end = ends.exec(buffer)) {
+        afterCr = end[0] === "\r" && ends.lastIndex === buffer.length;
+        line(buffer.slice(start, end.index));
+        start = ends.lastIndex;
+      }
+      buffer = buffer.slice(start);
+    }
+
+    return { feed, lastEventId: () => lastEventId };
+  }
+
+  /** Resolves after `milliseconds`, or as soon as `signal` aborts. */
+  function pause(milliseconds, signal) {
+    return new Promise((resolve) => {
+      const timer = setTimeout(resolve, milliseconds);
+      signal.addEventListener(
+        "abort",
+        () => {
+          clearTimeout(timer);
+          resolve();
+        },
+        { once: true }
+      );
+    });
+  }
+
+  /**
+   * Follows one of stq's streams (docs/api.md section 14.2) until `stop()`. It does
+   * what EventSource does, with the token in the Authorization header (which
+   * EventSource cannot send): it reads the events as they come, and when the
+   * connection ends (stq stopped, a proxy cut it), it waits the stream's `retry` and
+   * asks again with the last event's id in Last-Event-ID, and stq continues after
+   * that event. `on.state(name)` hears "connecting", "live", "reconnecting" and
+   * "stopped"; `on.records(records)` and `on.reset(reason)` the events; and
+   * `on.failure(failure)` why it stopped: an `error` event (the token was revoked or
+   * expired), a refusal, or an event it cannot read. An answer of 500 or more
+   * (stq overloaded, a proxy's gateway error) is asked again.
+   */
+  function follow(path, on) {
+    const controller = new AbortController();
+    let retry = 2000;
+    let lastEventId = "";
+    let stopped = false;
+
+    function stop() {
+      stopped = true;
+      controller.abort();
+    }
+
+    function fail(failure) {
+      stop();
+      on.state("stopped");
+      on.failure(failure);
+    }
+
+    function event(type, data) {
+      if (stopped) {
+        return;
+      }
+      let body;
+      try {
+        body = JSON.parse(data);
+      } catch (_) {
+        fail(new ApiFailure("stq sent a " + type + " event that is not JSON", null));
+        return;
+      }
+      if (type === "records") {
+        on.records(body);
+      } else if (type === "reset") {
+        on.reset(body.reason);
+      } else if (type === "error") {
+        fail(failureOf(body, "stq ended the stream"));
+      }
+    }
+
+    /** One connection, until it ends. */
+    async function connect() {
+      const headers = { Authorization: "Bearer " + token(), Accept: "text/event-stream" };
+      if (lastEventId) {
+        headers["Last-Event-ID"] = lastEventId;
+      }
+      const response = await fetch(path, {
+        headers,
+        cache: "no-store",
+        credentials: "omit",
+        signal: controller.signal,
+      });
+      if (!response.ok) {
+        const failure = refusal(response, await json(response));
+        if (response.status < 500) {
+          fail(failure);
+        }
+        return;
+      }
+      if (!(response.headers.get("Content-Type") || "").startsWith("text/event-stream")) {
+        fail(new ApiFailure("stq answered " + path + " without an event stream", null));
+        return;
+      }
+      on.state("live");
+      const events = eventReader(
+        {
+          event,
+          retry: (milliseconds) => {
+            retry = milliseconds;
+          },
+        },
+        lastEventId
+      );
+      const decoder = new TextDecoder();
+      const body = response.body.getReader();
+      try {
+        for (let piece = await body.read(); !piece.done; piece = await body.read()) {
+          events.feed(decoder.decode(piece.value, { stream: true }));
+          if (stopped) {
+            // An error event: the abort has ended the connection.
+            return;
+          }
+        }
+      } finally {
+        lastEventId = events.lastEventId();
+      }
+    }
+
+    (async () => {
+      on.state("connecting");
+      while (!stopped) {
+        try {
+          await connect();
+        } catch (_) {
+          // Unreachable, cut off, or stopped: asked again unless stopped.
+        }
+        if (stopped) {
+          return;
+        }
+        on.state("reconnecting");
+        await pause(retry, controller.signal);
+      }
+    })();
+    return { stop };
   }
 
   // ---------------------------------------------------------------- messages
@@ -576,7 +778,8 @@
             row.dataset.bucketStart = start;
           }
         }
-        cell(row, String(summary ? summary.records : 0), "number");
+        row.dataset.records = String(summary ? summary.records : 0);
+        cell(row, row.dataset.records, "number");
         cell(row, String(summary ? summary.units : 0), "number");
         fractionCell(row, summary, "first_pass_yield", "first_pass", "passed at once");
         fractionCell(
@@ -862,6 +1065,7 @@
     if (current()) {
       renderYields(body.data, bucket);
       shown("yields", path);
+      live.shownOutputs = body.data.reduce((sum, row) => sum + row.records, 0);
     }
   }
 
@@ -882,11 +1086,13 @@
     return true;
   }
 
-  async function loadChart() {
+  /** The chart; `quiet` when the streams brought records: no "Loading" meanwhile. */
+  async function loadChart(quiet = false) {
     const current = ticket("chart");
     const station = ui.chartStation.value;
     const name = ui.chartMetric.value;
     if (!station || !name) {
+      stopChart();
       clearPlot();
       renderStats(null);
       hideChartDays();
@@ -896,12 +1102,18 @@
       setChart("empty", { points: 0, series: 0, outOfLimits: 0 });
       return;
     }
-    setChart("loading");
-    ui.chartSummary.textContent = "Loading " + name + " of " + station + "…";
+    if (!quiet) {
+      // Followed again once drawn: what its stream brought was for the chart before.
+      stopChart();
+      setChart("loading");
+      ui.chartSummary.textContent = "Loading " + name + " of " + station + "…";
+    }
     renderStats(state.metricRows.get(name));
     const bucket = ui.bucket.value;
     if (bucket) {
-      ui.chartDays.dataset.state = "loading";
+      if (!quiet) {
+        ui.chartDays.dataset.state = "loading";
+      }
     } else {
       hideChartDays();
     }
@@ -942,6 +1154,9 @@
       shown("days", daily.path);
     }
     drawPlot(station, name, points.records, points.capped);
+    // A capped chart takes no more records.
+    live.shownPoints = points.capped ? Infinity : points.records.length;
+    followChart(station, name);
   }
 
   /** Runs a load; its failure is shown on the page. */
@@ -956,30 +1171,40 @@
     }
   }
 
-  async function refreshChart() {
-    clearError();
-    // At once, so that what waits for the chart waits for this one.
-    setChart("loading");
+  /** The chart's metric names and the chart; `quiet` as for `loadChart`. */
+  async function refreshChart(quiet = false) {
+    if (!quiet) {
+      clearError();
+      // At once, so that what waits for the chart waits for this one.
+      setChart("loading");
+    }
     await run(async () => {
       if (await loadMetricNames()) {
-        await loadChart();
+        await loadChart(quiet);
       }
     }, ui.chart);
   }
 
-  async function refreshWindow() {
-    clearError();
+  function describeWindow() {
     const count = state.stations.length;
     setStatus(
       count + (count === 1 ? " station, " : " stations, ") +
         zoneText(state.window.from) + " to " + zoneText(state.window.to) +
         (state.zone === "UTC" ? "." : " (" + state.zone + ").")
     );
+  }
+
+  /** The yields and the chart of the window, then following the streams from its start. */
+  async function refreshWindow() {
+    clearError();
+    describeWindow();
     await Promise.all([run(loadYields, ui.yields), refreshChart()]);
+    followUnits();
   }
 
   async function loadOverview() {
     const current = ticket("overview");
+    stopFollowing();
     clearError();
     clearPlot();
     ui.overview.hidden = true;
@@ -1013,6 +1238,264 @@
     await refreshWindow();
   }
 
+  // ---------------------------------------------------------------- live
+
+  // The page follows two streams from the window's start (docs/api.md section
+  // 14.2): /units/stream, every station the token sees, for the stations and the
+  // yield table, and /metrics/stream, the chart's station and metric, for the
+  // chart. The figures stay stq's: a stream tells the page that a part of the view
+  // lacks records, and the page asks for that part again. The stream first sends
+  // again the records the page has already shown (its backlog has no end the page
+  // could see), so the page counts what the streams brought in the window against
+  // what the view shows of it (the yield table's output records, the chart's
+  // records), and asks again only when the streams brought more.
+
+  // The presets whose window moves with the records: every record, and the hours
+  // up to now.
+  const MOVING = ["span", "24h", "7d"];
+  // The indicator's words for a stream's state; of two streams, the first state
+  // of this list that either is in is shown.
+  const LIVE_STATES = {
+    stopped: "stopped",
+    reconnecting: "reconnecting",
+    connecting: "connecting",
+    live: "live",
+  };
+  const LIVE_TITLES = {
+    stopped: "The page no longer follows stq: apply the window to try again.",
+    reconnecting: "The connection to stq was lost; the page is trying again.",
+    connecting: "Connecting to stq's streams.",
+    live: "New records show as stq loads them.",
+  };
+
+  const live = {
+    // Each stop of the streams takes the next epoch: a refresh of an older one
+    // shows nothing.
+    epoch: 0,
+    // Per part ("units", "chart"): `{ scope, from, follower }`, and its state.
+    streams: { units: null, chart: null },
+    states: { units: "off", chart: "off" },
+    // The instants of the output unit records and of the chart's metric records
+    // that the streams brought, and how many of each the view shows.
+    outputs: [],
+    points: [],
+    shownOutputs: 0,
+    shownPoints: 0,
+    resets: 0,
+    // The parts to ask for again ("stations", "yields", "chart"), one round at a time.
+    pending: new Set(),
+    refreshing: false,
+  };
+
+  function showLive() {
+    const states = Object.keys(live.streams)
+      .filter((part) => live.streams[part])
+      .map((part) => live.states[part]);
+    const shown = Object.keys(LIVE_STATES).find((name) => states.includes(name));
+    ui.live.hidden = !shown;
+    ui.live.dataset.state = shown || "off";
+    ui.live.textContent = shown ? LIVE_STATES[shown] : "";
+    ui.live.title = shown ? LIVE_TITLES[shown] : "";
+    ui.live.dataset.resets = String(live.resets);
+  }
+
+  function stopStream(part) {
+    if (live.streams[part]) {
+      live.streams[part].follower.stop();
+      live.streams[part] = null;
+    }
+    live.states[part] = "off";
+  }
+
+  function stopFollowing() {
+    live.epoch += 1;
+    live.pending.clear();
+    stopStream("units");
+    stopStream("chart");
+    showLive();
+  }
+
+  /**
+   * Follows `path` with `filters` from the window's start for `part`, unless its
+   * stream already does: the same filters, from the same start or an earlier one
+   * (the window's start moves later with the hours up to now), and not stopped.
+   */
+  function followPart(part, path, filters, on) {
+    if (!token()) {
+      // Forgotten meanwhile.
+      return;
+    }
+    const from = state.window.from;
+    const scope = path + "?" + query(filters);
+    const current = live.streams[part];
+    const covered = current && current.scope === scope && current.from <= from;
+    if (covered && live.states[part] !== "stopped") {
+      return;
+    }
+    stopStream(part);
+    on.restart();
+    const stream = { scope, from, follower: null };
+    const mine = () => live.streams[part] === stream;
+    const parameters = { ...filters, from: new Date(from).toISOString() };
+    live.streams[part] = stream;
+    stream.follower = follow(path + "?" + query(parameters), {
+      state: (name) => {
+        if (mine()) {
+          live.states[part] = name;
+          showLive();
+        }
+      },
+      records: (records) => {
+        if (mine()) {
+          on.records(records);
+        }
+      },
+      reset: () => {
+        if (mine()) {
+          // What the stream brought is cleared; the view is asked for again.
+          live.resets += 1;
+          showLive();
+          on.restart();
+          refreshLive("stations", "yields", "chart");
+        }
+      },
+      failure: (failure) => {
+        if (mine()) {
+          showError(failure);
+        }
+      },
+    });
+  }
+
+  function followUnits() {
+    followPart("units", "/units/stream", {}, {
+      restart: () => {
+        live.outputs = [];
+      },
+      records: unitsArrived,
+    });
+  }
+
+  function followChart(station, name) {
+    followPart("chart", "/metrics/stream", { station_ids: station, names: name }, {
+      restart: () => {
+        live.points = [];
+      },
+      records: pointsArrived,
+    });
+  }
+
+  function stopChart() {
+    stopStream("chart");
+    live.points = [];
+    showLive();
+  }
+
+  /** How many of `instants` the window holds. */
+  function inWindow(instants) {
+    const { from, to } = state.window;
+    return instants.filter((at) => at >= from && at < to).length;
+  }
+
+  /** Whether a record at `at` past the window's end is in the window moved to take it. */
+  function widens(at) {
+    const preset = ui.preset.value;
+    if (at < state.window.to || !MOVING.includes(preset)) {
+      return false;
+    }
+    return preset === "span" || at < presetWindow(preset).to;
+  }
+
+  /** Output unit records (the stream's default direction) of any station. */
+  function unitsArrived(records) {
+    const known = new Set(state.stations.map((station) => station.station_id));
+    let changed = false;
+    for (const record of records) {
+      const at = instant(record.time_created);
+      live.outputs.push(at);
+      changed = changed || widens(at) || !known.has(record.station_id);
+    }
+    if (changed || inWindow(live.outputs) > live.shownOutputs) {
+      refreshLive("stations", "yields");
+    }
+  }
+
+  /** Metric records of the chart's station and metric. */
+  function pointsArrived(records) {
+    let widened = false;
+    for (const record of records) {
+      const at = instant(record.time_created);
+      live.points.push(at);
+      widened = widened || widens(at);
+    }
+    if (widened) {
+      // The window moves, and the yields and the chart with it.
+      refreshLive("stations");
+    } else if (inWindow(live.points) > live.shownPoints) {
+      refreshLive("stations", "chart");
+    }
+  }
+
+  /** Asks again for `parts` of the view, after what is being asked now. */
+  function refreshLive(...parts) {
+    for (const part of parts) {
+      live.pending.add(part);
+    }
+    if (!live.refreshing) {
+      live.refreshing = true;
+      drainLive();
+    }
+  }
+
+  async function drainLive() {
+    const epoch = live.epoch;
+    while (live.pending.size > 0 && live.epoch === epoch) {
+      const parts = new Set(live.pending);
+      live.pending.clear();
+      if (parts.has("stations") && (await liveStations(epoch))) {
+        parts.add("yields");
+        parts.add("chart");
+      }
+      if (live.epoch !== epoch) {
+        break;
+      }
+      await Promise.all([
+        parts.has("yields") ? run(loadYields, ui.yields) : null,
+        parts.has("chart") ? refreshChart(true) : null,
+      ]);
+    }
+    live.refreshing = false;
+    if (live.pending.size > 0) {
+      refreshLive();
+    }
+  }
+
+  /**
+   * The stations again, and the window where it moves with the records; whether
+   * the window moved.
+   */
+  async function liveStations(epoch) {
+    let body;
+    try {
+      body = await api("/stations");
+    } catch (failure) {
+      showError(failure);
+      return false;
+    }
+    if (live.epoch !== epoch) {
+      return false;
+    }
+    state.stations = body.data;
+    renderStations();
+    const moved = MOVING.includes(ui.preset.value) ? presetWindow(ui.preset.value) : state.window;
+    const changed = moved.from !== state.window.from || moved.to !== state.window.to;
+    if (changed) {
+      setWindow(moved);
+    }
+    describeWindow();
+    return changed;
+  }
+
   // ---------------------------------------------------------------- events
 
   ui.tokenForm.addEventListener("submit", (event) => {
@@ -1031,6 +1514,7 @@
   ui.forget.addEventListener("click", () => {
     sessionStorage.removeItem(TOKEN_KEY);
     state.tickets.overview += 1;
+    stopFollowing();
     clearPlot();
     clearError();
     ui.overview.hidden = true;
