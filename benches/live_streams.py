@@ -48,8 +48,13 @@ DAY = "2026-11-23"
 TOKEN = "stq-demo-ops"
 TOKENS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "snapshots", "tokens.json")
 os.makedirs("/tmp/bench", exist_ok=True)
+# Both ends hold every connection: this process and stq (which inherits the limit and
+# raises its soft limit to it) need room for IDLE_STREAMS + IDLE_WAITS and their files.
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+try:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (65536, max(hard, 65536)))
+except (ValueError, PermissionError):
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def fail(message):
