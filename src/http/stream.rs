@@ -120,6 +120,16 @@ async fn open(
         .map_err(|error| {
             ApiError::from_engine(error.into(), &request_id, state.admission.request_timeout())
         })?;
+    if *engine.stopping().borrow() {
+        // SIGTERM closed every stream: a client that reconnects on a kept-alive
+        // connection is told to come back (to a replica, or after the restart),
+        // and the connection closes, so that the stop is not held up by it.
+        let mut refused = actix_web::ResponseError::error_response(&ApiError::Overloaded);
+        refused
+            .head_mut()
+            .set_connection_type(actix_web::http::ConnectionType::Close);
+        return Ok(refused);
+    }
     let place = state.live.open_stream(&state.metrics.live)?;
     let mut response = HttpResponse::Ok();
     response
