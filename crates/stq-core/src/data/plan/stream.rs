@@ -114,9 +114,10 @@ impl Stream {
     /// for, from its `from` (by default the time it arrived) on, in the process
     /// numbered `process`.
     pub fn new(request: Arc<Request>, process: u64) -> Stream {
+        // Only the records endpoints have streams; a summary's kind is its records'.
         let kind = match request.endpoint {
             Endpoint::Metrics | Endpoint::MetricsSummary => Kind::Metrics,
-            _ => Kind::Units,
+            Endpoint::Units | Endpoint::UnitsSummary | Endpoint::Stations => Kind::Units,
         };
         let from = request.params.from().unwrap_or(request.arrived);
         Stream::with_from(kind, request, from, process)
