@@ -15,39 +15,20 @@ use syn::visit::Visit;
 use crate::imports::{is_test_only, modules};
 
 /// stq-core's items declared `pub`, at most: module-level items, `pub mod`, each
-/// name a `pub use` exports, and the functions and constants of `impl` blocks (not
-/// fields, not variants, not a trait's methods, which are as public as it). Issue
-/// 33 asks for 100. Every item only stq-core uses is `pub(crate)`, and a module
-/// the service names only types of is private, its types declared at the data
-/// layer's door (`data`: a generation, its catalog and shards, the block cache).
-/// A query goes through `data::plan`'s few types, and so do the criterion benches
-/// (the steps the engine runs, not the scans and merge behind them); an `Answer`
-/// writes its `data` array into a body it sizes, or CSV, and says whether it
-/// pages, so that its pages, rows and record parts stay inside; the plan's
-/// `Settings` read the cursor key; `stq export` reads through `StationRecords`;
-/// the parsers' property tests are stq-core's own, the fuzz targets call `Kind`'s
-/// checks (feature `checks`), and the HTTP layer reads `QueryParams`' format; a
-/// `Timestamp` and a `Kind` are shown by `Display`, a `Timestamp` is read by
-/// `FromStr` and made from a chrono date-time by `From`, tokens are read by
-/// `FromStr`, and the envelope writes its own `meta.timestamp`; a `Generation`,
-/// `StationRecords` and a catalog's load summary are read by their fields. What
-/// is left is what the service, benches, example, fuzz targets and tests name and
-/// the types their signatures reach: the domain (`auth` 12, for bearer tokens and
-/// `stq token`, whose edits of the tokens file are three calls; `query` 10;
-/// `time` 4; `record` 4; `Kind`'s checks 2); loading (15: `start` a process's
-/// first generation, from the store if it can; `reload_looking`; `watch`,
-/// `--watch-poll`'s looks) and the store (6: its writer, and the manifest's name
-/// and files an `s3://` store's mirror needs); the data layer's door (10: a
-/// generation, its catalog, shards and `StationRecords`, the `Remote`, the cache
-/// and `MemoryUse`) and what a catalog and a shard do (9, `/files`' body among
-/// it); the plan and its answer (19, 5 of them the answer's writing); the modules
-/// (9). Live answers (docs/api.md section 14) add 34: a stream's steps,
-/// position and ids (`plan::stream`, 16, and its module), what a reload added to
-/// each station (`load`'s `Additions` and `Touch`, 6), `wait` and a stream's
-/// parameters (`query`, 3), a token renewed at a reload (`auth`, 2), a held
-/// request's evaluation again and its sharing key (`plan`, 4), and an answer's
-/// generation and events (2). The aim is 100 again, with room; lower it as the
-/// door shrinks.
+/// name a `pub use` exports (once: a re-export of an item declared `pub` in a
+/// module of its own is that item), and the functions and constants of `impl`
+/// blocks (not fields, not variants, not a trait's methods, which are as public
+/// as it). Every item only stq-core uses is `pub(crate)`; a module the service
+/// names only types of is private, and the layer re-exports those types. What is
+/// left is what the service, benches, example, fuzz targets and tests name and
+/// the types their signatures reach: the domain (tokens and `stq token`'s edits
+/// of the tokens file, the query string and the endpoint table, times, records
+/// and their checks), loading (a process's first generation, a reload, the
+/// `--watch-poll` looks, what a reload added to each station), the store's writer
+/// and the files an `s3://` store's mirror needs, a generation and its catalog
+/// and shards, the block cache's bound and figures, and the plan: a request, its
+/// questions to the shards and their answers, the answer's writing, and a
+/// stream's steps and positions. The aim is 100, with room.
 const PUB_ITEMS: usize = 134;
 /// A source file's lines, at most, once its inline `#[cfg(test)] mod tests` is
 /// left out.
@@ -177,6 +158,16 @@ fn public_items(workspace: &Path) -> Vec<String> {
             }
         }
     }
+    // A `pub use` of an item declared `pub` in a module of its own is that item
+    // again, at a shorter path: counted once.
+    let declared: std::collections::BTreeSet<String> = (found.iter())
+        .filter(|item| !item.contains(": use "))
+        .filter_map(|item| Some(item.rsplit_once(' ')?.1.to_owned()))
+        .collect();
+    found.retain(|item| match item.split_once(": use ") {
+        Some((_, name)) => !declared.contains(name),
+        None => true,
+    });
     found
 }
 
@@ -345,7 +336,7 @@ fn issue_33_the_shape_reading_sees_items_files_and_functions() {
     let items = public_items(workspace());
     for expected in [
         "crates/stq-core/src/lib.rs: mod data",
-        "crates/stq-core/src/data/mod.rs: struct Catalog",
+        "crates/stq-core/src/data/catalog.rs: struct Catalog",
         "crates/stq-core/src/data/catalog.rs: fn Catalog::stations",
     ] {
         assert!(items.iter().any(|item| item == expected), "{expected}");

@@ -1,22 +1,78 @@
 //! A generation: the immutable result of one load. Its catalog lists the stations
-//! in byte order and says where each one lives; its shards hold the records. The
-//! types ([`Generation`], [`Catalog`], [`StationRecords`]) are declared at the
-//! data layer's door (`crate::data`), where the service names them; what they do
-//! is here.
+//! in byte order and says where each one lives; its shards hold the records
+//! ([`Generation`], [`Catalog`]), and a generation's records read a station at a
+//! time ([`StationRecords`]).
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
 
 use crate::data::cursor::RecordIdentity;
 use crate::data::key::{load_order, Position};
-use crate::data::load::files::{FileStatus, SourceState, Stamps, Watched};
 use crate::data::scan::{Matcher, RecordFilter, ScanAnswer, ScanRequest, ShardStation};
+use crate::data::shard::ShardData;
+use crate::data::sources::{FileStatus, SourceState, Stamps};
 use crate::data::symbols::Symbols;
 use crate::data::tier::Tier as _;
-use crate::data::{Catalog, Generation, LoadSummary, ShardData, StationRecords};
 use crate::domain::record::{Directions, Kind};
 use crate::domain::time::{Timestamp, Window};
+
+/// Every station of a generation and where it lives. A station lives in exactly one
+/// shard.
+#[derive(Debug, Default)]
+pub struct Catalog {
+    pub(crate) generation: u64,
+    /// Station ids in ascending byte order; a station's rank is its index here.
+    pub(crate) stations: Vec<Box<str>>,
+    pub(crate) placements: Vec<Placement>,
+    pub(crate) symbols: Arc<Symbols>,
+    pub(crate) shard_count: usize,
+    /// What the load that made this generation found (`/readyz`, the metrics):
+    /// figures to read, public where the other fields, which must agree with each
+    /// other, are this crate's.
+    pub summary: LoadSummary,
+    /// What was read of each file, for the next reload to read only what changed.
+    pub(crate) sources: Vec<SourceState>,
+}
+
+/// What the load that made a generation found, as `/readyz` reports it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LoadSummary {
+    /// RFC 3339, UTC.
+    pub loaded_at: String,
+    /// Unit records loaded.
+    pub units: u64,
+    /// Metric records loaded.
+    pub metrics: u64,
+    /// Invalid lines skipped (`--on-invalid skip`).
+    pub skipped_lines: u64,
+    /// Last lines without a line end that do not parse yet (docs/api.md section 8).
+    pub pending_lines: u64,
+    /// Files held for invalid lines, which serve what they served before (nothing
+    /// if they never read cleanly): by a reload under `--on-invalid fail` or
+    /// `hold`, or a start-up under `hold` (docs/api.md sections 2 and 8).
+    pub held_files: u64,
+}
+
+/// An immutable, complete snapshot of the data: what one load produces, a
+/// catalog and the shards it places stations on. The engine takes it apart, the
+/// catalog shared and each shard handed to its actor.
+#[derive(Debug, Default)]
+pub struct Generation {
+    /// Its catalog: the stations and where each lives.
+    pub catalog: Arc<Catalog>,
+    /// Each shard's data, in shard order.
+    pub shards: Vec<ShardData>,
+}
+
+/// A generation's records read a station at a time: every record of a kind in a
+/// window, in the contract's order, as `stq export` writes them. A query reads
+/// through [`crate::data::plan`] instead.
+pub struct StationRecords<'a> {
+    /// The catalog of the generation the records are read from.
+    pub catalog: &'a Catalog,
+    /// Its shards' data, in shard order.
+    pub shards: Vec<&'a ShardData>,
+}
 
 /// Where a station lives: its shard and its index within that shard.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,11 +131,10 @@ impl Catalog {
         self.shard_count
     }
 
-    /// What `--watch-poll` looks at: the snapshot directory `snapshots`, its
-    /// files first compared with how this generation's loads read them, and the
-    /// tokens file at `tokens`.
-    pub(crate) fn watched(&self, snapshots: &Path, tokens: &Path) -> Watched {
-        Watched::new(snapshots, tokens, Stamps::of_sources(&self.sources))
+    /// Every snapshot file's stamp as this generation's loads read them, which
+    /// `--watch-poll`'s first look compares the files with.
+    pub(crate) fn stamps(&self) -> Stamps {
+        Stamps::of_sources(&self.sources)
     }
 
     /// Every snapshot file in path order, as the admin listener's `/files` reports

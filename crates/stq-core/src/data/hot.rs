@@ -13,10 +13,10 @@ use std::sync::{Arc, OnceLock};
 use bytes::Bytes;
 use itertools::{Either, Itertools as _};
 
+use crate::data::codec;
 use crate::data::digest::{shared_serials, write_unit_digest};
 use crate::data::key::RecordKey;
 use crate::data::sealed::{period_of, period_start};
-use crate::data::store::codec;
 use crate::data::stored::{Pieces, RecordJson, StoredRecord};
 use crate::data::symbols::Symbol;
 use crate::data::tier::{tree_bytes, KeyRange, MetricEntry, Tier, UnitEntry};

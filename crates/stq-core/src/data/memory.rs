@@ -1,6 +1,6 @@
-//! Where a generation's bytes go, part by part (BENCHMARKS.md, issue 12): the
+//! Where a generation's bytes go, part by part (BENCHMARKS.md): the
 //! records' stored form, each tree of the index, and the symbols, as a
-//! [`MemoryUse`] (declared at the data layer's door, `crate::data`).
+//! [`MemoryUse`].
 //!
 //! Each tier of a station says what it holds ([`crate::data::tier::Tier::memory`]):
 //! arenas and blocks are counted exactly; a tree's bytes are worked out from std's
@@ -8,10 +8,25 @@
 //! allocator keeps beyond these (slack, fragmentation) is the difference to the
 //! heap or RSS a caller measures.
 
+use crate::data::catalog::Generation;
 use crate::data::tier::tree_bytes;
-use crate::data::Generation;
-use crate::data::MemoryUse;
 
+/// A generation's bytes by part, and the records they hold (made from a generation
+/// by `From`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemoryUse {
+    /// Every part, in the order the table shows them: what it is, as the memory
+    /// table names it, and its bytes.
+    pub parts: Vec<(&'static str, u64)>,
+    /// Unit records the parts hold.
+    pub units: u64,
+    /// Metric records the parts hold.
+    pub metrics: u64,
+    /// Bytes of store files mapped rather than read into the heap (the symbol
+    /// table's runs after a start from the store): in memory only as far as
+    /// lookups touched them, and not in `parts`.
+    pub mapped: u64,
+}
 /// A generation's bytes by part. Data shared with another generation is counted
 /// as this one's.
 impl From<&Generation> for MemoryUse {

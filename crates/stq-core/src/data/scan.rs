@@ -15,10 +15,10 @@ use crate::data::merge::merge_sorted;
 use crate::data::sealed::{
     any_remote, is_sealed, period_of, period_start, prefetch, JsonMemo, PeriodUnits,
 };
+use crate::data::shard::ShardData;
 use crate::data::station::{MetricEntry, StationData, UnitEntry};
 use crate::data::stored::{RecordJson, StoredRecord};
 use crate::data::symbols::Symbol;
-use crate::data::ShardData;
 use crate::domain::record::Directions;
 use crate::domain::time::{Timestamp, Window};
 
@@ -861,7 +861,7 @@ mod tests {
         // was refused.
         let shard = &again.shards()[0];
         let floor = shard.sealed.most_units() * PeriodUnits::RECORD_BYTES;
-        let capacity = |share: u64| crate::data::sealed::cache::set_capacity(16 * share);
+        let capacity = |share: u64| crate::data::sealed::cache::set_cache_capacity(16 * share);
         capacity(floor + crate::data::sealed::cache::ENTRY_BYTES + 1024);
         let every: Vec<ShardStation> = (catalog.placements.iter().enumerate())
             .filter(|(_, placement)| placement.shard == 0)
@@ -899,6 +899,8 @@ mod tests {
         capacity(floor / 2);
         assert!(!shard.reads_merged(&request));
         assert_eq!(positions(shard.scan(&request)), merged);
-        crate::data::sealed::cache::set_capacity(crate::data::sealed::cache::DEFAULT_CAPACITY);
+        crate::data::sealed::cache::set_cache_capacity(
+            crate::data::sealed::cache::DEFAULT_CAPACITY,
+        );
     }
 }

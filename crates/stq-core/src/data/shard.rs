@@ -1,6 +1,5 @@
-//! A shard's stations ([`ShardData`], declared with the data layer's other
-//! types the engine names: `crate::data`), and every unit record of the shard once more in one tree in
-//! the contract's order. A shard is what one shard actor of the engine owns.
+//! A shard's stations ([`ShardData`]), and every unit record of the shard once
+//! more in one tree in the contract's order. A shard is what one shard actor of the engine owns.
 //!
 //! Its stations and its shard-wide tree are reference-counted so that the next
 //! generation can share what a reload did not change: a station no change touched,
@@ -20,9 +19,25 @@ use itertools::{Either, Itertools as _};
 use crate::data::key::{Position, RecordKey};
 use crate::data::sealed::{fresh_id, largest_kept, PeriodUnits};
 use crate::data::station::{StationData, UnitEntry};
-use crate::data::ShardData;
 use crate::domain::record::Kind;
 use crate::domain::time::Window;
+
+/// The stations of one shard, in the order the catalog's `Placement::station_index`
+/// names: what one shard actor of the engine owns.
+#[derive(Debug, Default)]
+pub struct ShardData {
+    pub(crate) generation: u64,
+    pub(crate) stations: Vec<Arc<StationData>>,
+    /// Every unit record of the shard in the contract's order, for queries over many
+    /// of its stations: one range walk instead of a search and a merge per station.
+    /// Those appended since its last whole build are in `recent` instead.
+    pub(crate) units: Arc<ShardUnits>,
+    /// The units of records appended since `units` was built; often empty.
+    pub(crate) recent: Arc<ShardUnits>,
+    /// What names its stations' sealed tiers together, for their units merged
+    /// by period.
+    pub(crate) sealed: Arc<ShardTiers>,
+}
 
 /// A unit record in a shard-wide tree: which station holds it, and its entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

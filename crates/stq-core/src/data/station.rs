@@ -446,7 +446,7 @@ impl StationData {
 
     /// A fingerprint of each UTC day's records of `kind` in `window` (which starts
     /// and ends at midnights), by day number since 1970-01-01, for the days that
-    /// hold any; see [`crate::data::ShardData::day_fingerprints`].
+    /// hold any; see [`crate::data::shard::ShardData::day_fingerprints`].
     pub(crate) fn day_fingerprints(&self, kind: Kind, window: Window) -> BTreeMap<i64, u64> {
         let mut days: BTreeMap<i64, Xxh3> = BTreeMap::new();
         let day = |instant: Timestamp| instant.seconds.div_euclid(DAY_SECONDS);

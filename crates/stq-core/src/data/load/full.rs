@@ -11,14 +11,17 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::build::{self, StationBuilder};
-use super::files::{self, SnapshotFile, SourceState};
+use super::files::{self, SnapshotFile};
 use super::read::{self, LoadState, Split};
 use super::{LoadError, LoadOptions, LoadReport, OnInvalid};
+use crate::data::catalog::Catalog;
+use crate::data::catalog::Generation;
+use crate::data::catalog::LoadSummary;
 use crate::data::catalog::Placement;
+use crate::data::shard::ShardData;
+use crate::data::sources::SourceState;
 use crate::data::symbols::Symbols;
 use crate::data::threads;
-use crate::data::ShardData;
-use crate::data::{Catalog, Generation, LoadSummary};
 
 /// Loads a snapshot directory into a generation spread over `options.shards` shards.
 pub(crate) fn load(options: &LoadOptions) -> Result<(Generation, LoadReport), LoadError> {

@@ -32,6 +32,7 @@ mod read;
 mod reload;
 mod start;
 
+pub use crate::data::sources::InvalidLine;
 pub use added::{Additions, Touch};
 #[cfg(test)]
 pub(crate) use full::load;
@@ -39,16 +40,16 @@ pub(crate) use full::load;
 pub(crate) use reload::{load_from_store, reload};
 
 use std::collections::BTreeSet;
-use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::data::catalog::Catalog;
+use crate::data::catalog::Generation;
+use crate::data::sealed::Remote;
+use crate::data::shard::ShardData;
 use crate::data::store::StoreWriter;
-use crate::data::Remote;
-use crate::data::ShardData;
-use crate::data::{Catalog, Generation};
 use crate::domain::record::Kind;
 
 /// Validates every line without building an index (`stq check`).
@@ -162,12 +163,9 @@ pub fn watch(
     snapshots: &Path,
     tokens: &Path,
 ) -> impl FnMut() -> Option<Look> + Send + 'static {
-    let mut watched = catalog.watched(snapshots, tokens);
+    let mut watched = files::Watched::new(snapshots, tokens, catalog.stamps());
     move || watched.look()
 }
-
-/// How many invalid lines a file's state keeps, which `/files` shows.
-pub(crate) const INVALID_LINES_SHOWN: usize = 20;
 
 /// What to do with an invalid line (docs/api.md section 2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -200,21 +198,6 @@ pub struct LoadOptions {
     /// this, counted back from its newest record, are sealed; `None` keeps every
     /// record hot.
     pub hot: Option<Duration>,
-}
-
-/// An invalid snapshot line: where it is and why it is invalid; shown as
-/// `path:line: reason`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct InvalidLine {
-    pub(crate) path: String,
-    pub(crate) line: u32,
-    pub(crate) reason: String,
-}
-
-impl fmt::Display for InvalidLine {
-    fn fmt(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
-        write!(formatter, "{}:{}: {}", self.path, self.line, self.reason)
-    }
 }
 
 /// One snapshot file and what was found in it.

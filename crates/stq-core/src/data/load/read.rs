@@ -19,10 +19,12 @@ use flate2::read::MultiGzDecoder;
 use parking_lot::Mutex;
 
 use super::build::StationBuilder;
-use super::files::{self, FileRead, FileStamp, Resume, SnapshotFile, SourceState, Start};
+use super::files::{self, FileRead, SnapshotFile};
 use super::format::{Block, Cut, Records};
-use super::{FileReport, InvalidLine, LoadError, LoadReport, INVALID_LINES_SHOWN};
+use super::{FileReport, InvalidLine, LoadError, LoadReport};
 use crate::data::key::{load_order, RecordKey};
+use crate::data::sources::INVALID_LINES_SHOWN;
+use crate::data::sources::{FileStamp, Resume, SourceState, Start};
 use crate::data::station::{MetricEntry, UnitEntry};
 use crate::data::stored::{self, StoredRecord};
 use crate::data::symbols::{Symbol, Symbols};

@@ -71,22 +71,24 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::build::StationBuilder;
-use super::files::{self, FileStamp, SnapshotFile, SourceState, END_STEP, NEAR_LOWER};
+use super::files::{self, SnapshotFile, END_STEP, NEAR_LOWER};
 use super::format;
 use super::full;
 use super::read::{self, LoadState, SharedSymbols};
 use super::{Additions, LoadError, LoadOptions, LoadReport, Look, OnInvalid};
+use crate::data::catalog::Catalog;
+use crate::data::catalog::Generation;
 use crate::data::catalog::Placement;
 use crate::data::hot::Hot;
 use crate::data::key::{load_order, Position, RecordKey};
 use crate::data::sealed::SEALED;
+use crate::data::shard::ShardData;
 use crate::data::shard::{shard_unit, Origin, ShardUnit};
+use crate::data::sources::{FileStamp, SourceState};
 use crate::data::station::{StationData, UnitEntry};
 use crate::data::store::Restored;
 use crate::data::symbols::Symbols;
 use crate::data::threads;
-use crate::data::ShardData;
-use crate::data::{Catalog, Generation};
 
 /// [`reload_looking`] with a look at everything.
 pub(crate) fn reload(

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::{full, reload, FromStore, LoadError, LoadOptions, Start};
+use crate::data::sealed::Remote;
 use crate::data::store::{self, StoreError, StoreSettings, Written};
-use crate::data::Remote;
 
 /// See [`super::start`].
 pub(super) fn start(

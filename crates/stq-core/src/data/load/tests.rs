@@ -9,12 +9,14 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::files::{self, discover, FileStatus, Start};
+use super::files::{self, discover};
 use super::full::load_with;
 use super::read::{read_all_into, LoadState, Split};
 use super::*;
+use crate::data::catalog::Generation;
+use crate::data::catalog::LoadSummary;
 use crate::data::key::RecordKey;
-use crate::data::{Generation, LoadSummary};
+use crate::data::sources::{FileStatus, Start};
 use crate::domain::record::Kind;
 
 /// A fresh directory under the system's temporary directory, removed when dropped.

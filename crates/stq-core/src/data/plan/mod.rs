@@ -22,11 +22,11 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::data::catalog::Catalog;
 use crate::data::cursor::{Cursor, CursorError, RecordIdentity};
 use crate::data::key::Position;
 use crate::data::scan::{Matcher, RecordFilter};
 use crate::data::summary::{self, Grouping, MetricQuestion, Rows, UnitQuestion};
-use crate::data::Catalog;
 use crate::domain::auth::{Principal, Scope};
 use crate::domain::query::{Endpoint, Limits, QueryError, QueryParams};
 use crate::domain::record::Kind;

@@ -10,14 +10,14 @@ use super::{
     Answer, Elements, Page, Plan, PlanError, Question, RecordQuestion, Refusal, Settings,
     ShardAnswer,
 };
+use crate::data::catalog::Catalog;
 use crate::data::cursor::{Cursor, RecordIdentity};
 use crate::data::merge::merge_sorted;
 use crate::data::scan::{Hit, SealedJson};
 use crate::data::sealed::is_sealed;
+use crate::data::shard::ShardData;
 use crate::data::stored::{Parts, RecordJson};
 use crate::data::summary::{PartialSummary, Question as Summary, Rows};
-use crate::data::Catalog;
-use crate::data::ShardData;
 
 /// One shard's reply: its data, and the blocks of its hits that are sealed records.
 #[derive(Debug)]

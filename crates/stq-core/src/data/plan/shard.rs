@@ -5,10 +5,10 @@
 use std::sync::Arc;
 
 use super::{Plan, Question, ShardAnswer, ShardQuestion};
+use crate::data::catalog::Catalog;
 use crate::data::scan::{ScanAnswer, ScanRequest, ShardStation};
+use crate::data::shard::ShardData;
 use crate::data::summary::{MetricPartial, Partial, StationsPartial, SummaryRequest, UnitPartial};
-use crate::data::Catalog;
-use crate::data::ShardData;
 
 /// What a shard is asked, by the kind of question.
 #[derive(Debug)]

@@ -21,11 +21,11 @@ use std::sync::Arc;
 
 use super::scope::cursor_scope;
 use super::{stations, Plan, PlanError, Question, RecordQuestion, Request, Settings};
+use crate::data::catalog::Catalog;
 use crate::data::cursor::{Cursor, RecordIdentity};
 use crate::data::key::Position;
 use crate::data::load::Additions;
 use crate::data::scan::RecordFilter;
-use crate::data::Catalog;
 use crate::domain::query::Endpoint;
 use crate::domain::record::Kind;
 use crate::domain::time::{Timestamp, Window};

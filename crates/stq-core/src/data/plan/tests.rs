@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::*;
 use crate::data::load::{load, LoadOptions, OnInvalid};
-use crate::data::ShardData;
+use crate::data::shard::ShardData;
 use crate::domain::auth::{hash_token, Tokens};
 use crate::domain::query::parse;
 use crate::domain::time::parse_rfc3339;

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 use xxhash_rust::xxh3::xxh3_64;
 
-use crate::data::Remote;
+use crate::data::sealed::Remote;
 
 /// Reads of block parts from store files since the process started, and their bytes.
 static READS: AtomicU64 = AtomicU64::new(0);

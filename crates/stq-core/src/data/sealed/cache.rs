@@ -36,7 +36,7 @@ use lru::LruCache;
 use parking_lot::Mutex;
 
 /// What the cache reports (the admin listener's `/metrics`): `pub` for
-/// [`crate::data::cache_stats`], which returns it, and named by no path
+/// [`cache_stats`], which returns it, and named by no path
 /// outside this crate.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CacheStats {
@@ -252,8 +252,9 @@ pub(super) fn cached_if_kept<T: Send + Sync + 'static>(
     (value, kept)
 }
 
-/// Sets the bytes the process's cache of decoded blocks may hold (`--cache-size`).
-pub(crate) fn set_capacity(bytes: u64) {
+/// Sets the bytes the process's cache of decoded blocks may hold (`--cache-size`):
+/// the cache sealed blocks are read through, shared by every generation.
+pub fn set_cache_capacity(bytes: u64) {
     with_blocks(|cache| cache.set_capacity(bytes));
 }
 
@@ -263,8 +264,9 @@ pub(crate) fn largest_kept() -> u64 {
     with_blocks(|cache| cache.share()).saturating_sub(ENTRY_BYTES)
 }
 
-/// What the process's cache of decoded blocks holds and has done.
-pub(crate) fn stats() -> CacheStats {
+/// What the process's cache of decoded blocks holds and has done (`/metrics`).
+/// The caller reads its fields and never names its type, which no path exports.
+pub fn cache_stats() -> CacheStats {
     let (store_reads, store_read_bytes) = super::store_reads();
     CacheStats {
         store_reads,

@@ -36,7 +36,7 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use super::body::{BlockBody, StoreFile};
 use super::{Block, Filter};
-use crate::data::store::codec::Corrupt;
+use crate::data::codec::Corrupt;
 use crate::data::tier::tree_bytes;
 
 /// A row's length: its fields, then their hash.

@@ -74,6 +74,16 @@ pub(crate) use period::PeriodUnits;
 pub(crate) use read::{JsonMemo, MetricBlock, UnitBlock};
 pub(crate) use store::{index_region, Layout, Region};
 
+/// Where the store's files are fetched from when its directory does not hold them
+/// (an `s3://` store's bucket): a start from a copy that holds only the
+/// sealed files' indexes reads their blocks by range until the whole file is in
+/// the copy (`sealed`). The service supplies it, so that this crate stays free of
+/// the network.
+pub trait Remote: Send + Sync + std::fmt::Debug {
+    /// The bytes of the file `name` in `range`.
+    fn read(&self, name: &str, range: std::ops::Range<u64>) -> std::io::Result<Vec<u8>>;
+}
+
 /// Marks a [`StoredRecord`] that locates a sealed record: the rest of `start` is
 /// its block's period counted from the tier's first, and `length` its kind (top bit)
 /// and its index in the block. Hot arenas stay below 2 GiB, so no hot record's

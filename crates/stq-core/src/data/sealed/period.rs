@@ -11,7 +11,7 @@
 //!
 //! **What names one.** The shard's stations' ranks and their sealed tiers'
 //! identities ([`super::Sealed::identity`]) together, as a number the shard
-//! keeps ([`crate::data::ShardData`]'s `sealed`), and the period. A reload that
+//! keeps ([`crate::data::shard::ShardData`]'s `sealed`), and the period. A reload that
 //! leaves every sealed tier of a shard alone (a floor appending to its hot
 //! tier) keeps the number, so the merged periods stay in the cache; one that
 //! seals or drops records of a station gives another, and the old ones leave
@@ -24,7 +24,7 @@
 //! shard of many stations makes a heavy one (1000 stations x 7 on two shards:
 //! two merged periods and their tiers' pieces weigh 44 MB). One heavier than a
 //! shard of the cache holds is not kept, and its shard then reads station by
-//! station ([`crate::data::ShardData`]'s `sealed`), whose blocks fit.
+//! station ([`crate::data::shard::ShardData`]'s `sealed`), whose blocks fit.
 
 use std::ops::{Bound, Range};
 use std::sync::Arc;

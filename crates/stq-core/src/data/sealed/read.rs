@@ -19,8 +19,8 @@ use super::store::read_serials;
 use super::{
     period_of, period_start, Block, Part, Sealed, SerialList, SharedPieces, Slice, SEALED,
 };
+use crate::data::codec::Corrupt;
 use crate::data::key::RecordKey;
-use crate::data::store::codec::Corrupt;
 use crate::data::stored::StoredRecord;
 use crate::data::symbols::Symbol;
 use crate::data::tier::{KeyRange, MetricEntry, UnitEntry};

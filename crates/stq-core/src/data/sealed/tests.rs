@@ -6,9 +6,9 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
 use super::*;
+use crate::data::catalog::Generation;
 use crate::data::load::{load, LoadOptions, OnInvalid};
 use crate::data::station::StationData;
-use crate::data::Generation;
 
 /// 2026-11-24T00:00:00Z.
 const START: i64 = 1_795_478_400;
@@ -220,10 +220,10 @@ proptest! {
         ranges in proptest::collection::vec((0i64..5 * 3600, 0i64..5 * 3600, 0u8..3), 1..6),
         capacity in 0u64..16 << 10,
     ) {
-        cache::set_capacity(capacity);
+        cache::set_cache_capacity(capacity);
         let result = reads_the_same(&records, &ranges);
-        let stats = cache::stats();
-        cache::set_capacity(cache::DEFAULT_CAPACITY);
+        let stats = cache::cache_stats();
+        cache::set_cache_capacity(cache::DEFAULT_CAPACITY);
         result?;
         prop_assert!(stats.bytes <= stats.capacity, "{:?}", stats);
     }

@@ -56,8 +56,6 @@
 //! decoding blocks would intern every record's pieces again (not measured
 //! against each other yet).
 
-pub(crate) mod codec;
-
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
 use std::io::{self, Read as _, Write as _};
@@ -67,17 +65,18 @@ use std::time::{Duration, Instant};
 
 use xxhash_rust::xxh3::{xxh3_128, xxh3_64};
 
+use crate::data::catalog::Catalog;
 use crate::data::catalog::Placement;
+use crate::data::codec;
 use crate::data::hot::{Hot, Layer, Trees};
-use crate::data::load::files::SourceState;
+use crate::data::sealed::Remote;
 use crate::data::sealed::{index_region, Layout, Region, Sealed, StoreFile};
+use crate::data::shard::ShardData;
+use crate::data::sources::SourceState;
 use crate::data::station::StationData;
 use crate::data::symbols::run::{self, Run};
 use crate::data::symbols::{Symbol, Symbols};
 use crate::data::threads;
-use crate::data::Catalog;
-use crate::data::Remote;
-use crate::data::ShardData;
 
 /// The manifest's name in the store's directory.
 pub const MANIFEST: &str = "MANIFEST";

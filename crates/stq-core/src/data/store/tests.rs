@@ -7,10 +7,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::*;
+use crate::data::catalog::Generation;
 use crate::data::load::{load, load_from_store, reload, LoadOptions, OnInvalid};
 use crate::data::scan::ShardStation;
 use crate::data::tier::Tier as _;
-use crate::data::Generation;
 
 /// A unit line and a metric line of `station` at `minute` past 2026-11-24T00:00Z.
 fn lines(station: u32, minute: u32) -> (String, String) {
@@ -565,10 +565,10 @@ fn issue_32_sealed_blocks_leave_memory_once_stored_and_are_read_from_their_files
     // The outputs' serials leave too; those in more than one block stay.
     assert!(serial_index(&shards) < serials_loaded);
     // Nothing decoded kept: every block is read again, from its file.
-    crate::data::sealed::cache::set_capacity(0);
-    let reads = crate::data::sealed::cache::stats().store_reads;
+    crate::data::sealed::cache::set_cache_capacity(0);
+    let reads = crate::data::sealed::cache::cache_stats().store_reads;
     assert_eq!(everything(&catalog, &shards), loaded);
-    assert!(crate::data::sealed::cache::stats().store_reads > reads);
+    assert!(crate::data::sealed::cache::cache_stats().store_reads > reads);
     // A second write keeps the files: nothing changed.
     assert_eq!(
         writer.write(&catalog, &shards, false).unwrap().tiers_stored,
@@ -877,7 +877,7 @@ fn issue_33_a_named_file_has_the_digest_of_its_bytes() {
 #[test]
 fn issue_35_a_start_from_sealed_indexes_alone_reads_blocks_from_the_remote() {
     // No decoded block kept: every read of a block goes to its file.
-    crate::data::sealed::cache::set_capacity(0);
+    crate::data::sealed::cache::set_cache_capacity(0);
     let fixture = fixture(3, 300);
     let bucket = tempfile::tempdir().unwrap();
     let names = leave_indexes_alone(fixture.store.path(), bucket.path());
@@ -992,7 +992,7 @@ fn issue_35_a_repair_reads_stations_again_from_the_snapshot_files() {
 /// second query asks nothing ahead again.
 #[test]
 fn issue_35_a_query_fetches_its_remote_blocks_ahead_at_once() {
-    crate::data::sealed::cache::set_capacity(0);
+    crate::data::sealed::cache::set_cache_capacity(0);
     let fixture = fixture(3, 300);
     let bucket = tempfile::tempdir().unwrap();
     leave_indexes_alone(fixture.store.path(), bucket.path());

@@ -24,6 +24,7 @@ use super::{
     finite, group_values, key_range, position, row_order, write_group, Digests, Grouping,
     PartialSummary, RowKey, Rows,
 };
+use crate::data::catalog::Catalog;
 use crate::data::digest::{MetricDigest, Running};
 use crate::data::key::{Position, RecordKey};
 use crate::data::scan::{Matcher, ShardStation};
@@ -31,7 +32,6 @@ use crate::data::sealed::{period_of, period_start, MetricBlock, Slice};
 use crate::data::station::{MetricEntry, MetricReader, StationData};
 use crate::data::stored::StoredRecord;
 use crate::data::symbols::Symbol;
-use crate::data::Catalog;
 use crate::domain::query::GroupField;
 use crate::domain::record::numeric;
 use crate::domain::time::{Timestamp, Window};

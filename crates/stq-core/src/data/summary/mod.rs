@@ -31,11 +31,11 @@
 use std::cmp::Ordering;
 use std::ops::Range;
 
+use crate::data::catalog::Catalog;
 use crate::data::key::{Position, RecordKey};
 use crate::data::scan::ShardStation;
+use crate::data::shard::ShardData;
 use crate::data::symbols::{Symbol, Symbols};
-use crate::data::Catalog;
-use crate::data::ShardData;
 use crate::domain::query::{Bucket, GroupField};
 use crate::domain::time::Window;
 use crate::domain::zone::Zone;

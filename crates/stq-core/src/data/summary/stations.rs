@@ -6,10 +6,10 @@ use std::borrow::Cow;
 use serde::Deserialize;
 
 use super::{PartialSummary, Rows};
+use crate::data::catalog::Catalog;
 use crate::data::scan::ShardStation;
 use crate::data::station::StationData;
 use crate::data::stored::StoredRecord;
-use crate::data::Catalog;
 
 /// One station's line of `/stations`.
 #[derive(Clone, Debug, PartialEq, Eq)]

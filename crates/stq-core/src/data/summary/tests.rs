@@ -6,11 +6,11 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::*;
+use crate::data::catalog::Generation;
 use crate::data::load::{load, LoadOptions, OnInvalid};
 use crate::data::scan::Matcher;
 use crate::data::scan::{Hit, RecordFilter, ScanRequest};
 use crate::data::tier::Tier as _;
-use crate::data::Generation;
 use crate::domain::record::Directions;
 use crate::domain::time::parse_rfc3339;
 use crate::domain::time::Timestamp;

@@ -25,12 +25,12 @@ use super::{
     group_values, key_range, position, ratio, row_order, write_group, Digests, GroupValues,
     Grouping, PartialSummary, RowKey, Rows,
 };
+use crate::data::catalog::Catalog;
 use crate::data::digest::UnitDigest;
 use crate::data::key::{Position, RecordKey};
 use crate::data::scan::{Matcher, ShardStation};
 use crate::data::station::{Elsewhere, StationData, UnitEntry, UnitReader};
 use crate::data::symbols::{Symbol, Symbols};
-use crate::data::Catalog;
 use crate::domain::query::GroupField;
 use crate::domain::record::Direction;
 use crate::domain::time::{Timestamp, Window};

@@ -51,14 +51,6 @@ pub(crate) enum Cut {
     Whole,
 }
 
-/// The name of the format named `name` (`units`, `metrics`, `openhtf`), as a
-/// store's manifest writes it.
-pub(crate) fn named(name: &str) -> Option<&'static str> {
-    (FORMATS.iter())
-        .map(|format| format.name())
-        .find(|known| *known == name)
-}
-
 /// The format of a snapshot file and whether it is gzipped, from its name; `None`
 /// for files to ignore.
 pub(crate) fn of_file_name(name: &str) -> Option<(&'static dyn Format, bool)> {
@@ -139,6 +131,14 @@ mod tests {
             let found = of_file_name(name).map(|(format, gzip)| (format.name(), gzip));
             assert_eq!(found, wanted, "{name}");
         }
+    }
+
+    /// A store's manifest names each file's format by one of the names the
+    /// sources know: every format of the table has one, and no two share it.
+    #[test]
+    fn every_format_has_one_of_the_names_a_manifest_writes() {
+        let names: Vec<&str> = FORMATS.iter().map(|format| format.name()).collect();
+        assert_eq!(names, crate::data::sources::FORMAT_NAMES);
     }
 
     /// Issue 33: the "no files" warning lists the formats from [`FORMATS`].
