@@ -16,4 +16,5 @@ pub mod export;
 pub mod http;
 pub mod metrics;
 mod newest;
+pub mod store;
 pub mod systemd;

@@ -16,15 +16,15 @@ use stq_core::domain::query::Limits;
 use stq_objects::{Location, Objects, S3Settings};
 
 use super::{cpus, ServeArgs, INVALID_LINES_SHOWN};
-use crate::engine::{
-    reload_on_change, reload_on_hangup, Engine, Fill, Mirror, Reloader, StoreHandle, StorePlace,
-    StoreStatus, WriterLock,
-};
+use crate::engine::{reload_on_change, reload_on_hangup, Engine, Reloader};
 use crate::export::{complete_before, ExportHandle};
 use crate::http::{
     admin_server, api_server, stop_gracefully_on_signals, Admission, AppState, LiveState,
 };
 use crate::metrics::{Gauges, Metrics};
+use crate::store::lock::WriterLock;
+use crate::store::mirror::{Fill, Mirror};
+use crate::store::{StoreHandle, StorePlace, StoreStatus};
 
 /// Loads everything, then serves until the process is stopped.
 pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
@@ -385,7 +385,8 @@ async fn run(
     .spawn();
     reload_on_hangup(trigger.clone()).context("cannot listen for SIGHUP")?;
     if let Some(fill) = fill {
-        fill.spawn(trigger.clone())
+        let trigger = trigger.clone();
+        fill.spawn(move |stations| trigger.request_repair(stations))
             .context("cannot start the store's fill")?;
     }
     // The watch lasts as long as this value: until the server stops.

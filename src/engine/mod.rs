@@ -24,7 +24,6 @@ mod reload;
 mod router;
 mod shard;
 mod slots;
-mod store;
 mod watch;
 
 use std::sync::Arc;
@@ -45,9 +44,6 @@ pub use reload::{reload_on_hangup, ReloadError, ReloadTrigger, Reloader};
 pub use router::RouterHandle;
 pub(crate) use shard::panic_message;
 pub use slots::{Overloaded, Patience, Slot, SLOT_WAIT};
-pub use store::lock::WriterLock;
-pub use store::mirror::{Fill, Mirror};
-pub use store::{StoreHandle, StorePlace, StoreStatus, WRITE_INTERVAL};
 pub use watch::{reload_on_change, Watch};
 
 use parking_lot::Mutex;

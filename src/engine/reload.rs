@@ -26,9 +26,10 @@ use stq_core::data::load::{self, LoadError, LoadOptions, LoadReport, Look, OnInv
 use stq_core::domain::auth::{Tokens, TokensError};
 use tokio::sync::mpsc;
 
-use super::{Engine, StoreHandle};
+use super::Engine;
 use crate::export::{complete_before, ExportHandle};
 use crate::metrics::{Gauges, Metrics, Outcome};
+use crate::store::StoreHandle;
 
 /// How long after a request's time limit the generation it may have used is kept.
 const RETIRE_MARGIN: Duration = Duration::from_secs(1);

@@ -4,7 +4,7 @@
 //! station's newest record: the history still open for appends), and written again
 //! when a later generation changes its records.
 //!
-//! Like the store's writer (`crate::engine::StoreHandle`), a thread of its own
+//! Like the store's writer (`crate::store::StoreHandle`), a thread of its own
 //! takes the newest generation served, the start's and each reload's; generations
 //! handed over while it writes replace each other, and a pass begins at least
 //! [`EXPORT_INTERVAL`] after the last one ended. Serving never waits for it.

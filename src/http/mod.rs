@@ -41,8 +41,9 @@ use actix_web::middleware::{Compress, Condition};
 use actix_web::{web, App, HttpRequest, HttpResponse};
 use futures_util::FutureExt as _;
 
-use crate::engine::{Engine, RouterHandle, StoreStatus};
+use crate::engine::{Engine, RouterHandle};
 use crate::metrics::Metrics;
+use crate::store::StoreStatus;
 use error::JSON;
 use request_id::RequestId;
 use stq_core::domain::query::Endpoint;

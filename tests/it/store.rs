@@ -108,7 +108,7 @@ fn assert_same_answers(got: &Server, want: &Server, context: &str) {
 /// after the first waits its turn (`WRITE_INTERVAL` after the one before).
 #[track_caller]
 fn wait_for_writes(server: &Server, writes: usize) {
-    let paced = stq::engine::WRITE_INTERVAL * (writes.saturating_sub(1) as u32);
+    let paced = stq::store::WRITE_INTERVAL * (writes.saturating_sub(1) as u32);
     server.wait_for_log_within("store written", writes, RELOAD_TIMEOUT + paced);
 }
 

@@ -29,8 +29,8 @@
 //! on the same directory asks for the lock before each write it would make, and
 //! writes once it has it.
 
-pub(crate) mod lock;
-pub(crate) mod mirror;
+pub mod lock;
+pub mod mirror;
 pub(crate) mod pack;
 
 use std::path::PathBuf;
