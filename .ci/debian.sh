@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Debian package, end to end (issue 24): builds it (debian/build.sh), checks it
+# The Debian package, end to end: builds it (debian/build.sh), checks it
 # with dpkg-deb and lintian (errors fail, warnings are shown), installs it with
 # dpkg -i, verifies its systemd unit and prints the unit's exposure score, starts
 # the installed binary as the unit would (its user, its environment file, no new

@@ -2,13 +2,12 @@
 # A quick interleaved A/B of two stq binaries on one query of the load test: each
 # round runs wrk against A, B, B, A (ABBA, so that a drift of the machine falls on
 # both alike) and prints each run's requests a second and the CPU time of the
-# server's process per request (user + system, from /proc/PID/stat). BENCHMARKS.md,
-# issue 10.
+# server's process per request (user + system, from /proc/PID/stat). BENCHMARKS.md.
 #
 # Each binary runs as one process for the whole A/B, and one process can run
 # faster than the other throughout: an A/A run (the same binary in both slots)
 # gave the second 2% more on Q2. Run both orders before trusting a difference of a few
-# percent (BENCHMARKS.md, session 8).
+# percent (BENCHMARKS.md).
 #
 # usage: bash benches/ab.sh QUERY SECONDS ROUNDS BINARY_A BINARY_B
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A restart from the store after an hour of appends (issue 32: "a restart after an
+# A restart from the store after an hour of appends ("a restart after an
 # hour of appends costs what those appends cost"). BENCHMARKS.md.
 #
 # usage: bash benches/appends_restart.sh SNAPSHOT_DIRECTORY ROUNDS BINARY

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Rewrites a `stq gen` snapshot (one file per station and day) as a central logger
 would write it: one `DAY.units.jsonl` and one `DAY.metrics.jsonl` per day, holding
-every station's lines of that day, interleaved in time order. BENCHMARKS.md, issue 21.
+every station's lines of that day, interleaved in time order. BENCHMARKS.md.
 
 usage: python3 benches/day_files.py SOURCE_DIRECTORY TARGET_DIRECTORY
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # An interleaved comparison of stq servers on one summary query of the load test's
-# dataset (issue 22): each server (a binary and its flags, `--hot 24h` against
+# dataset: each server (a binary and its flags, `--hot 24h` against
 # `--hot all`, say) runs as one process for the whole comparison; each round runs
 # wrk against every server in order, then in the reverse order, so that a drift of
 # the machine falls on all alike. Prints each run's requests a second and the CPU

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The live-floor benchmark: `stq serve --watch` while stations never stop writing
-and a dashboard polls beside them (issue 21, BENCHMARKS.md).
+and a dashboard polls beside them (BENCHMARKS.md).
 
 usage: python3 benches/live_floor.py STQ_BINARY SNAPSHOT_DIRECTORY LABEL
 knobs: RATES=120,1200 (lines/s)  SECONDS=60 (per rate)  IDLE_SECONDS=60

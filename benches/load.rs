@@ -466,7 +466,7 @@ struct MetricLine {
 impl Dataset {
     /// Reads every `*.units.jsonl` and `*.metrics.jsonl` file below `directory`.
     /// `LOAD_SPAN=last-day`: only the data's last 24 hours, which stq keeps hot at
-    /// its default `--hot 24h` (issue 22's Q1 to Q6 "on the hot window"); windows
+    /// its default `--hot 24h` (Q1 to Q6 "on the hot window"); windows
     /// of 24 hours are then that day, and Q4's serials those with a record in it.
     fn scan(directory: &Path) -> anyhow::Result<Dataset> {
         let last_day = match std::env::var("LOAD_SPAN") {
@@ -728,7 +728,7 @@ fn all_stations_day_of_yields(dataset: &Dataset, random: &mut ChaCha8Rng) -> Str
     format!("/units/summary?from={from}&to={to}&bucket=1h")
 }
 
-/// Q7: Q1 within the last day, the records `--hot 24h` keeps hot (issue 22).
+/// Q7: Q1 within the last day, the records `--hot 24h` keeps hot.
 fn one_station_hour_of_the_last_day(dataset: &Dataset, random: &mut ChaCha8Rng) -> String {
     let station = dataset.random_station(random);
     let from = random.gen_range(dataset.end_second - 23 * 3600..=dataset.end_second - 3600);
@@ -737,7 +737,7 @@ fn one_station_hour_of_the_last_day(dataset: &Dataset, random: &mut ChaCha8Rng) 
 }
 
 /// H1: one station's hour three days before the data's end: sealed at the
-/// default `--hot` (issue 22).
+/// default `--hot`.
 fn one_station_hour_three_days_back(dataset: &Dataset, random: &mut ChaCha8Rng) -> String {
     let station = dataset.random_station(random);
     let three_days_back = dataset.end_second - 3 * 86_400;
@@ -746,7 +746,7 @@ fn one_station_hour_three_days_back(dataset: &Dataset, random: &mut ChaCha8Rng) 
     format!("/units?station_ids={station}&from={from}&to={to}")
 }
 
-/// H2: every station's yield of each day of the week (issue 22); the window starts
+/// H2: every station's yield of each day of the week; the window starts
 /// at a random second of the first hour, so that no two paths are the same.
 fn all_stations_week_of_daily_yields(dataset: &Dataset, random: &mut ChaCha8Rng) -> String {
     let from = dataset.first_second + random.gen_range(0..3600);
@@ -754,14 +754,14 @@ fn all_stations_week_of_daily_yields(dataset: &Dataset, random: &mut ChaCha8Rng)
     format!("/units/summary?from={from}&to={to}&bucket=1d")
 }
 
-/// Q6z: Q6 cut at a plant's local hours (issue 23), the shape its cost target is
+/// Q6z: Q6 cut at a plant's local hours, the shape its cost target is
 /// set on.
 fn all_stations_day_of_local_yields(dataset: &Dataset, random: &mut ChaCha8Rng) -> String {
     all_stations_day_of_yields(dataset, random) + "&tz=Europe/Berlin"
 }
 
-/// Q8: every station's statistics and capability of each measurement over a day
-/// (issue 23), a capability table. By hour it would be 12 MB of rows, which no
+/// Q8: every station's statistics and capability of each measurement over a day,
+/// a capability table. By hour it would be 12 MB of rows, which no
 /// dashboard draws.
 fn all_stations_day_of_measurement_statistics(
     dataset: &Dataset,

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The scale benchmark: load and incremental reload, measured as an operator sees
-them (BENCHMARKS.md, issue 12).
+them (BENCHMARKS.md).
 
 usage: python3 benches/reload.py STQ_BINARY SNAPSHOT_DIRECTORY LABEL
 

@@ -77,7 +77,7 @@ fn queries(serial: &str) -> [(&'static str, String); 9] {
             "/units?station_ids=ST-03&from=2026-10-29T10:00:00Z&to=2026-10-29T11:00:00Z".into(),
         ),
         ("Q2", Q2.into()),
-        // Issue 34: Q2 as CSV, beside its JSON (the target: at most 1.2 x its CPU).
+        // Q2 as CSV, beside its JSON (the target: at most 1.2 x its CPU).
         ("Q2csv", format!("{Q2}&format=csv")),
         (
             "Q3",
@@ -98,14 +98,14 @@ fn queries(serial: &str) -> [(&'static str, String); 9] {
             "Q6",
             "/units/summary?from=2026-10-29T00:00:00Z&to=2026-10-30T00:00:00Z&bucket=1h".into(),
         ),
-        // Issue 23: Q6 in a plant's local hours, which the target is set on.
+        // Q6 in a plant's local hours, which the target is set on.
         (
             "Q6tz",
             "/units/summary?from=2026-10-29T00:00:00Z&to=2026-10-30T00:00:00Z&bucket=1h\
              &tz=Europe/Berlin"
                 .into(),
         ),
-        // Issue 23: the measurements' statistics and capability per station and
+        // The measurements' statistics and capability per station and
         // name, as in the load benchmark.
         (
             "Q8",

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A replica joining against a store in S3 (issue 35), against a restart from a local
+# A replica joining against a store in S3, against a restart from a local
 # store, interleaved: BENCHMARKS.md "A replica joining from an S3 store".
 #
 #   bash benches/s3_replica.sh SNAPSHOTS WORK [ROUNDS]

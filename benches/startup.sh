@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Start-up loads of two stq binaries, interleaved (A B B A per round): the rate from
 # stq's own `loaded in` line, the process's CPU time (user + system) when it
-# appeared, and its peak and current RSS then. BENCHMARKS.md, issues 12 and 22.
+# appeared, and its peak and current RSS then. BENCHMARKS.md.
 #
 # usage: bash benches/startup.sh SNAPSHOT_DIRECTORY ROUNDS cold|warm BINARY_A BINARY_B
 #

@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# A year of history for 100 stations, and the history queries BENCHMARKS.md times on it
-# (issue 32).
+# A year of history for 100 stations, and the history queries BENCHMARKS.md times on it.
 #
 #   bash benches/year.sh DIR                 # writes the year under DIR (1.5 GB of gzip)
 #   bash benches/year.sh DIR queries PORT    # each query twice against stq on PORT
@@ -30,7 +29,7 @@ fi
 
 if [[ ${2:-} == fill ]]; then
     # Units and metrics of all stations over a quarter of an hour, on 40 days of the
-    # year: each reads a block of every station (issue 32's RSS with the cache full).
+    # year: each reads a block of every station (RSS with the cache full).
     port=${3:?the port stq listens on}
     header='Authorization: Bearer stq-demo-ops'
     for day in $(seq 0 39); do

@@ -376,7 +376,7 @@ const DURATION_BUCKETS: usize = 16 + 1;
 /// touches, and a scrape sums them. Counters and a histogram shared by the workers
 /// made every request of one worker take cache lines from the other (a family's
 /// lock, the histogram's lock, the counters): measured, requests without them ran
-/// faster by more than the noise (issue 10, BENCHMARKS.md).
+/// faster by more than the noise (BENCHMARKS.md).
 #[derive(Debug, Default)]
 pub struct RequestMetrics {
     workers: Mutex<Vec<Arc<WorkerTally>>>,
@@ -545,7 +545,7 @@ impl Collector for RequestCollector {
 }
 
 /// Encodes what the process's cache of decoded sealed blocks holds and has done
-/// (`--cache-size`, issue 32), read from the cache at each scrape.
+/// (`--cache-size`), read from the cache at each scrape.
 #[derive(Debug)]
 struct CacheCollector;
 

@@ -121,7 +121,7 @@ impl ReloadTrigger {
     }
 
     /// Asks for a reload that reads `stations` again from the snapshot files, whose
-    /// history in the store was found damaged after the start (issue 35); logged.
+    /// history in the store was found damaged after the start; logged.
     pub fn request_repair(&self, stations: impl IntoIterator<Item = String>) {
         {
             let mut pending = self.pending.lock();

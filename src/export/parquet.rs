@@ -38,7 +38,7 @@ const ROW_GROUP_ROWS: usize = 131_072;
 /// Rows of a part before the next part of the day begins.
 const PART_ROWS: u64 = 8 * 1_048_576;
 
-/// zstd's level: 3, its own default. Level 1 was compared (BENCHMARKS.md, issue 35):
+/// zstd's level: 3, its own default. Level 1 was compared (BENCHMARKS.md):
 /// 0.2% smaller files at 3, and export times within noise of each other, since
 /// dictionary encoding of the columns does most of the work before zstd.
 const ZSTD_LEVEL: i32 = 3;

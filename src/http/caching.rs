@@ -103,7 +103,7 @@ mod tests {
     }
 
     /// Tags outlive versions (pollers and replicas compare them), so their text is
-    /// pinned: issue 10 changed how it is written, not what it says.
+    /// pinned: how it is written may change, not what it says.
     #[test]
     fn issue_10_tags_are_the_hash_in_32_lowercase_hex_digits() {
         let data = b"[{\"a\":1},{}]";

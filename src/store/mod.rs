@@ -50,7 +50,7 @@ use mirror::Mirror;
 /// start of the next. On a live floor, generations come several times a second; each write
 /// costs CPU (compressing and hashing every touched station's recent layer, a
 /// symbol run and the manifest, each fsynced), so writing every generation cost
-/// several times the CPU of the reloads themselves (issue 32). A start catches up
+/// several times the CPU of the reloads themselves. A start catches up
 /// on what the store lacks by reading the files' grown tails, which at any floor's
 /// rate is a few seconds of lines: cheap to read again, so little is gained by
 /// writing more often.

@@ -1,4 +1,4 @@
-//! The join pack (issue 35): what a replica joining an `s3://` store fetches (each
+//! The join pack: what a replica joining an `s3://` store fetches (each
 //! file whole, of a sealed file its index alone), gathered into a few objects, so
 //! that a join is some ten requests rather than one a file.
 //!

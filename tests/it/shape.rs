@@ -364,7 +364,7 @@ fn issue_33_the_shape_reading_sees_items_files_and_functions() {
     assert!(functions.contains_key("crates/stq-core/src/data/catalog.rs: Catalog::stations"));
 }
 
-/// ARCHITECTURE.md's bytes, at most (issue 33): a map is read whole or not at all.
+/// ARCHITECTURE.md's bytes, at most: a map is read whole or not at all.
 const ARCHITECTURE_BYTES: usize = 12_000;
 
 #[test]

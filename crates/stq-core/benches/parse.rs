@@ -1,10 +1,10 @@
-//! Parsers for snapshot lines (issue 12): serde_json, as `parse_line` uses it, against
+//! Parsers for snapshot lines: serde_json, as `parse_line` uses it, against
 //! sonic-rs and simd-json, in MB/s of `stq gen` lines, one group per record kind.
 //!
-//! Issue 12 asks for "the fastest parser that keeps a number's text as written". The
+//! The aim is the fastest parser that keeps a number's text as written. The
 //! cases, on the same lines:
 //!
-//! - `parse_line`: the production path (since issue 12's fast path, its own scanner
+//! - `parse_line`: the production path (its fast path, its own scanner
 //!   for plain lines, which all of these are, and serde_json for the others; then the
 //!   time, the direction and the response JSON). The case keeps its first name,
 //!   "serde_json, checks, render", so that criterion compares it with earlier runs.

@@ -1,4 +1,4 @@
-//! Where a loaded snapshot's bytes go (BENCHMARKS.md, issue 12).
+//! Where a loaded snapshot's bytes go (BENCHMARKS.md).
 //!
 //! `cargo run --release -p stq-core --example memory -- DIRECTORY [SHARDS]` loads
 //! DIRECTORY as `stq serve` does and prints, per part of the index, its bytes and
@@ -124,7 +124,7 @@ fn fail(error: &dyn std::fmt::Display) -> ! {
     std::process::exit(1);
 }
 
-/// With `STQ_MEMORY_STORE=DIR` (issue 32): a start from the store in DIR, as `stq
+/// With `STQ_MEMORY_STORE=DIR`: a start from the store in DIR, as `stq
 /// serve --store DIR` makes it (when DIR holds no store yet, or one not used, the
 /// start reads every file and writes it, and is dropped).
 fn with_store(options: &LoadOptions, directory: &std::path::Path) -> (Generation, LoadReport) {

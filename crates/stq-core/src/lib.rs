@@ -1,6 +1,7 @@
 //! stq's pure layers, in a crate of their own so that the compiler keeps them pure:
 //! this crate depends on no actix, actix-web or clap, owns no threads but the
-//! snapshot loader's scoped ones, and speaks no HTTP.
+//! snapshot loader's pool (`data::threads`, one for the life of the process), and
+//! speaks no HTTP.
 //!
 //! - [`domain`]: what the records, times, queries and tokens *are*: parsing and
 //!   validating them, and rendering a record's response JSON. Depends on nothing else

@@ -19,7 +19,7 @@
 //!   ([`Fill`]) fetches those files whole after the start, off the request path,
 //!   each checked against its name; one that fails is not used, and its stations
 //!   are read again from the snapshot files ([`Filled::damaged`]). So a replica is
-//!   ready after fetching about a third of the store (issue 35).
+//!   ready after fetching about a third of the store.
 //! - **Push**, after each write of the copy: the files its manifest names that the
 //!   bucket lacks, each one PUT, then the manifest, last. Store files are named by
 //!   their hash, so two replicas putting at once put the same bytes under a name,

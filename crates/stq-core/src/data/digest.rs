@@ -1,6 +1,6 @@
 //! A sealed block's digest: what a summary (docs/api.md section 10) reads of a
 //! block's records without decompressing them, made when the block is sealed, on
-//! the loader threads (issue 22).
+//! the loader threads.
 //!
 //! A summary whose window holds a block whole, and whose buckets put all of the
 //! block's records in one, reads the block's digest instead of its records: a

@@ -411,7 +411,7 @@ impl Tier for Hot {
     }
 }
 
-/// The hot tier in a store (issue 32): each layer in a file of its own, so that an
+/// The hot tier in a store: each layer in a file of its own, so that an
 /// append, which makes a new recent layer and shares the settled one, writes only
 /// the small recent one. A layer is its arena and pieces as they are, its offset,
 /// and its records' keys and entries as columns; the trees are built again when it

@@ -179,7 +179,7 @@ impl SealedJson {
 impl ShardData {
     /// Fetches at once what reading `stations`' records in `window` would fetch
     /// from a remote one request after another: on an `s3://` store's replica
-    /// whose copy does not hold their sealed files yet (issue 35); else nothing.
+    /// whose copy does not hold their sealed files yet; else nothing.
     pub(crate) fn fetch_ahead(&self, stations: &[ShardStation], window: &Window) {
         if !any_remote() {
             return;

@@ -162,7 +162,7 @@ impl SourceState {
     }
 
     /// If the file held records of `station`, makes the next reload read it again
-    /// whole, as if it had changed (a store's station that was damaged, issue 32):
+    /// whole, as if it had changed (a store's station that was damaged):
     /// its stamp then matches no file, and no read resumes it.
     pub(crate) fn read_again_if_it_holds(&mut self, station: &str) {
         if self.stations.iter().any(|held| **held == *station) {
@@ -173,7 +173,7 @@ impl SourceState {
     }
 }
 
-/// What a generation knows of its files, in a store's manifest (issue 32): every
+/// What a generation knows of its files, in a store's manifest: every
 /// field of a [`SourceState`], so that a start from the store compares each file
 /// with its state exactly as a reload compares it with the last read.
 impl SourceState {

@@ -6,7 +6,7 @@
 //! value; the metric's unit, type and limits after it. So a station keeps each
 //! distinct piece once ([`Pieces`]), and a record keeps where its three pieces
 //! lie and its own texts: the time after its date (`HH:MM:SS.sssZ`) and the
-//! value. That is about a tenth of the JSON (BENCHMARKS.md, issue 12). A response
+//! value. That is about a tenth of the JSON (BENCHMARKS.md). A response
 //! copies the five parts in order ([`RecordJson`]); nothing serializes a record
 //! again, and nothing but the arena and the pieces is read to send it.
 //!
@@ -303,7 +303,7 @@ impl<'a> Reader<'a> {
 /// checking for overflow at each byte), reading stored records was a third of the
 /// instructions of an answer of a thousand records; reading the numbers here took
 /// Q2 from 1.64 M to 1.33 M instructions a
-/// request, and Q2 and Q3 5% faster under load (issue 10, BENCHMARKS.md). A stored
+/// request, and Q2 and Q3 5% faster under load (BENCHMARKS.md). A stored
 /// record holds only numbers this crate wrote, each at most five bytes.
 #[inline]
 fn read_number(bytes: &[u8]) -> (u32, usize) {

@@ -5,7 +5,7 @@
 //! the heap (arena) of a thread that has ended. A load leaves its threads' heaps
 //! full of holes between the records it keeps, and the HTTP workers, started after
 //! the first load, took those heaps over: every request then allocated among the
-//! holes and cost a quarter more (BENCHMARKS.md, issue 12). Threads that never end
+//! holes and cost a quarter more (BENCHMARKS.md). Threads that never end
 //! keep their heaps, so the workers start on clean ones.
 
 use std::sync::OnceLock;
@@ -41,7 +41,7 @@ pub(crate) fn map<T: Send, R: Send>(items: Vec<T>, work: impl Fn(T) -> R + Sync 
 /// Gives the pages a load freed back to the system. A load builds each station in
 /// full before it seals most of it, and glibc keeps what was freed in its heaps:
 /// after loading 1000 stations x 7 days the RSS was 2.7 times the live heap, and
-/// 1.08 times after this (BENCHMARKS.md, issue 22).
+/// 1.08 times after this (BENCHMARKS.md).
 pub(crate) fn release_freed_memory() {
     #[cfg(target_env = "gnu")]
     // SAFETY: malloc_trim only returns free memory of the allocator's own heaps.

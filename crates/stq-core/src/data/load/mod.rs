@@ -63,7 +63,7 @@ pub fn check(directory: &Path, threads: usize) -> Result<LoadReport, LoadError> 
 /// a store would of the same files. The stations of `repair` (none, as a rule) are read
 /// again from their snapshot files, and then every file is looked at: their
 /// store files were found damaged after the start used them (an `s3://` store's
-/// object that fails its checksum once fetched whole, issue 35). The report
+/// object that fails its checksum once fetched whole). The report
 /// counts what this reload read, and the totals of the data it holds.
 pub fn reload_looking(
     previous: &Catalog,

@@ -238,7 +238,7 @@ pub(crate) fn read_all_into(
 /// The way to the parsing threads, and back: blocks go to them, and their emptied
 /// buffers come back to be read into again. Reading each block into a new buffer
 /// made a central logger's file per day (a 1 MiB block after another) cost a page
-/// fault and the zeroing of every page of every block (BENCHMARKS.md, issue 21).
+/// fault and the zeroing of every page of every block (BENCHMARKS.md).
 struct Blocks {
     sender: channel::Sender<Block>,
     spare: channel::Receiver<Vec<u8>>,
@@ -509,7 +509,7 @@ struct Worker {
 /// in a small batch per station and block, as they were, every batch built a table
 /// and an arena of its own and was then copied into its station's, its pieces
 /// looked up again in the station's cold table. Such a snapshot loaded at less than
-/// half the speed (BENCHMARKS.md, issue 21). Staged, a record is rendered once,
+/// half the speed (BENCHMARKS.md). Staged, a record is rendered once,
 /// into one buffer, and a station's few dozen records of 16 MiB are stored in one
 /// go, its table warm after the first. One buffer for all stations, reused: one per
 /// station, freed and grown again between the builders, left the allocator holding

@@ -102,7 +102,7 @@ pub(crate) fn reload(
 /// The generation after `previous` (whose shards are `shards`) in which the
 /// `stations` are read again from every snapshot file that holds records of them
 /// (with those files' other records), with whatever else changed: their store
-/// files were found damaged after the start had used them (issue 35), as a start
+/// files were found damaged after the start had used them, as a start
 /// that finds a station's files damaged reads it.
 pub(crate) fn repair(
     previous: &Catalog,

@@ -27,7 +27,7 @@ pub(super) fn cursor_scope(kind: Kind, params: &QueryParams, principal: &Princip
     }
     // Every field by name, none elided with `..`: a parameter added to the query
     // does not compile here until it is put into the scope or out of it, with its
-    // reason below (issue 33). A filter left out would let a cursor resume another
+    // reason below. A filter left out would let a cursor resume another
     // query's pages.
     let QueryParams {
         station_ids,

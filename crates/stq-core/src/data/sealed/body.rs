@@ -1,4 +1,4 @@
-//! Where a sealed block's bytes are (issue 32): in memory, as sealing made them, or
+//! Where a sealed block's bytes are: in memory, as sealing made them, or
 //! in a store file, read when a query needs them. A block is sealed in memory; once
 //! the store has written its station's sealed tier, the block points at that file
 //! and its bytes leave the heap; a start from the store makes every block so, and
@@ -243,7 +243,7 @@ impl StoreFile {
 }
 
 /// Fetches `reads` (ranges of remote files) at once, [`AHEAD_IN_FLIGHT`] at a
-/// time, for the reads about to need them (issue 35): a query over many stations
+/// time, for the reads about to need them: a query over many stations
 /// on a replica whose copy does not hold their sealed files yet would otherwise
 /// wait on one request to the bucket after another (1000 stations' quarter of an
 /// hour from s3s-fs: 37 s, past the request's time limit; 3.9 s 32 at a time:

@@ -1,4 +1,4 @@
-//! The decoded-block cache (issue 32, `--cache-size`): sealed blocks as a query
+//! The decoded-block cache (`--cache-size`): sealed blocks as a query
 //! reads them, decoded and rendered ([`super::rendered`]: keys, entries, each
 //! record's JSON, a time index and a symbol index), shared
 //! by every thread of the process and bounded in bytes. A dashboard that keeps
@@ -40,7 +40,7 @@ use parking_lot::Mutex;
 /// outside this crate.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CacheStats {
-    /// Reads of block parts from store files (issue 32).
+    /// Reads of block parts from store files.
     pub store_reads: u64,
     /// The bytes of those reads.
     pub store_read_bytes: u64,

@@ -1,4 +1,4 @@
-//! A sealed tier's block headers (issue 32): in a B-tree map, as sealing makes
+//! A sealed tier's block headers: in a B-tree map, as sealing makes
 //! them, or rows of its store file's index, read where they lie in the mapped
 //! file rather than copied into the heap. A year of 100 stations is 219,000
 //! blocks: their headers were 46 MB of heap (0.7 bytes a sealed record), for
@@ -104,7 +104,7 @@ enum RowBytes {
     /// Its store file, mapped: `start` is where the first row is.
     Mapped(memmap2::Mmap, usize),
     /// Copied from its index, which a replica fetched alone from its `s3://` store
-    /// before the file (issue 35).
+    /// before the file.
     Heap(Box<[u8]>),
 }
 

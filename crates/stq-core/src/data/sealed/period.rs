@@ -1,5 +1,5 @@
 //! A shard's sealed units of one period, every station's, merged in the
-//! contract's order (issue 32): what a read of units over many stations reads,
+//! contract's order: what a read of units over many stations reads,
 //! as the hot tier's shard-wide tree lets it read hot units.
 //!
 //! **Why.** Station by station, fifteen minutes of a hundred stations is a block

@@ -185,7 +185,7 @@ impl Sealed {
 
     /// The units of serial number `serial` in `range`, each with its `bytes`
     /// located among `memo`'s blocks, as [`Sealed::metrics_of_name_in_memo`]'s
-    /// are (issue 32: a hit's block was looked up again, and its header read
+    /// are (a hit's block was looked up again, and its header read
     /// again, to locate its JSON after the scan).
     pub(crate) fn units_of_serial_in_memo<'a>(
         &'a self,
@@ -320,7 +320,7 @@ impl Sealed {
     /// Adds to `reads` what a read of `range` would fetch from a remote one
     /// request after another (its blocks, whole, and the tier's shared pieces and
     /// serial list), if its store file is remote still: for [`super::body::prefetch`]
-    /// to fetch at once (issue 35).
+    /// to fetch at once.
     pub(crate) fn ask_ahead(&self, range: KeyRange, reads: &mut Vec<(Arc<StoreFile>, Range<u64>)>) {
         let before = reads.len();
         for (_, block) in self.blocks_in(range) {

@@ -1,4 +1,4 @@
-//! A station's sealed tier in a store file (issue 32).
+//! A station's sealed tier in a store file.
 //!
 //! The file: the store's magic, each block's bytes one after the other (as they
 //! are in memory: its two frames and two digests), then the index, then the
@@ -263,7 +263,7 @@ impl Sealed {
 
     /// The tier of a store file from its index alone (`bytes`, from `index` to the
     /// file's end, checked), its blocks read from `file` when needed: an `s3://`
-    /// store's start fetches only this much of each sealed file (issue 35). Its
+    /// store's start fetches only this much of each sealed file. Its
     /// rows are read where they lie in `map`, the whole file mapped, if given.
     pub(crate) fn read_index(
         bytes: &[u8],

@@ -1,11 +1,11 @@
-//! The store (docs/api.md section 12, issue 32): what a generation holds, written
+//! The store (docs/api.md section 12): what a generation holds, written
 //! to a directory so that a later start rebuilds it without parsing, and then
 //! reads only what changed in the snapshot files since (a start is a reload from
 //! the last generation written: `crate::data::load::start`).
 //!
 //! The files, each written whole under a temporary name, fsynced, then renamed:
 //! - `settled-<hash>.stq` and `recent-<hash>.stq`: a station's hot tier, a file
-//!   per layer ([`crate::data::hot`]; none for an empty recent layer, issue 35:
+//!   per layer ([`crate::data::hot`]; none for an empty recent layer:
 //!   a thousand stations at rest made a thousand 24-byte files, each a request of
 //!   a joining replica): the settled layer, which changes only when a
 //!   reload folds the appended records into it (and seals what left the hot
@@ -26,7 +26,7 @@
 //!   compares it (stamp, where its whole lines end and the digest of its tail,
 //!   counts, stations), and each station's place and files (of its sealed file,
 //!   also where the index is and the index's XXH3-64, so that an `s3://` store's
-//!   start fetches and checks the index alone: issue 35). Written last, then
+//!   start fetches and checks the index alone). Written last, then
 //!   the directory fsynced; only then are the files it no longer names deleted.
 //!
 //! `<hash>` is the XXH3-128 of the file's bytes, so a file's name is its checksum:
@@ -93,7 +93,7 @@ const MAGIC_BEFORE: &[u8; 8] = b"STQSTOR3";
 
 /// The manifest's own version, one past its files': a manifest of it also says
 /// where each sealed file's index is, and the index's checksum, so that an `s3://`
-/// store's start fetches the indexes alone (issue 35). A manifest of the version
+/// store's start fetches the indexes alone. A manifest of the version
 /// before ([`MAGIC`]) names the same files and is still read: its sealed files are
 /// read whole, as before.
 const MANIFEST_MAGIC: &[u8; 8] = b"STQSTOR5";
@@ -623,7 +623,7 @@ pub fn named_files(manifest: &[u8]) -> Result<Vec<NamedFile>, String> {
 }
 
 /// The name under which a store directory holds the index of its sealed file
-/// `name` alone (issue 35): what an `s3://` store's pull fetches of a sealed file,
+/// `name` alone: what an `s3://` store's pull fetches of a sealed file,
 /// for the start to read; deleted once the whole file is there.
 pub(crate) fn index_file_name(name: &str) -> String {
     format!("{name}.index")

@@ -386,7 +386,7 @@ mod tests {
         }
         let heap = symbols.extended(vec!["PaSs".into(), "x".into()]);
         // The same strings in a run mapped from a file, as a start from the store
-        // has them (issue 32), with a heap layer above.
+        // has them, with a heap layer above.
         let file = tempfile::NamedTempFile::new().unwrap();
         let mut bytes = Vec::new();
         run::write(1, texts.iter().copied(), &mut bytes).unwrap();

@@ -1,4 +1,4 @@
-//! A run of the symbol table as the store keeps it (issue 32): strings and a hash
+//! A run of the symbol table as the store keeps it: strings and a hash
 //! table of them laid out so that they are read where they lie, mapped from the
 //! store's file, rather than copied into the heap. A year of 100 stations holds
 //! some six million serial numbers: 160 MB of heap as an interner, for strings a

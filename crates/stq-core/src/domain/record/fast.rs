@@ -1,4 +1,4 @@
-//! The fast path of [`parse_line`](super::parse_line) (issue 12): one pass over a
+//! The fast path of [`parse_line`](super::parse_line): one pass over a
 //! plain line, into the same [`LineFields`] serde_json would have made of it.
 //!
 //! Nearly every line is plain: one object of known fields, strings without escapes,
