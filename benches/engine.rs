@@ -1,7 +1,7 @@
 //! Micro-benchmarks of the request path's pure parts, on data made by `stq gen`,
 //! through the steps the engine runs (`data::plan`): a shard's answer to its
 //! question (a time-range scan), the router's merge of k shards' answers, the
-//! envelope's assembly from pre-rendered records, query-string parsing, and
+//! envelope written around a page's records, query-string parsing, and
 //! snapshot line parsing (in MB/s).
 //!
 //! Run with `cargo bench --bench engine`; BENCHMARKS.md has the numbers.
@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
 
-use stq::http::{assemble, Meta};
+use stq::http::{envelope, Meta};
 use stq_core::data::plan::{Plan, Request, Settings, ShardAnswer};
 use stq_core::data::ShardData;
 use stq_core::data::{Catalog, Generation};
@@ -159,15 +159,12 @@ fn merge(criterion: &mut Criterion) {
     group.finish();
 }
 
+/// The envelope around a page of metric records, as a request's answer writes
+/// it: one station's metrics over a window that holds `count` of them, merged,
+/// then the body written around the page's `data` (`http::envelope`).
 fn assembly(criterion: &mut Criterion) {
-    let (directory, _) = dataset();
-    let lines = std::fs::read_to_string(directory.join("ST-01/2026-10-30.metrics.jsonl")).unwrap();
-    let mut records: Vec<Vec<u8>> = Vec::new();
-    for line in lines.lines() {
-        let mut rendered = Vec::new();
-        parse_line(Kind::Metrics, line, &mut rendered, &mut Vec::new()).unwrap();
-        records.push(rendered);
-    }
+    let (catalog, shards) = sharded(1);
+    let settings = settings();
     let meta = Meta {
         timestamp: chrono::DateTime::from_timestamp(1_761_955_200, 0).unwrap(),
         request_id: "0b5b5d8e-39c2-4e0c-a6d5-2f6f4a2a3f57",
@@ -176,20 +173,17 @@ fn assembly(criterion: &mut Criterion) {
     };
     let mut group = criterion.benchmark_group("envelope assembly");
     for count in [10, 100, 1000] {
-        let slice = &records[..count.min(records.len())];
-        let bytes: usize = slice.iter().map(Vec::len).sum();
-        group.throughput(Throughput::Bytes(bytes as u64));
+        let query = format!(
+            "station_ids=ST-01&from=2026-10-30T00:00:00Z&to=2026-10-31T00:00:00Z&limit={count}"
+        );
+        let plan = planned(&catalog, Endpoint::Metrics, &query, &settings);
+        let answer = (plan.merge(answers(&plan, &shards), &settings)).expect("a page");
+        let (body, _) = envelope(Endpoint::Metrics, &answer, &meta);
+        group.throughput(Throughput::Bytes(body.len() as u64));
         group.bench_function(
-            BenchmarkId::from_parameter(format!("{count} records")),
+            BenchmarkId::from_parameter(format!("{} records", answer.count())),
             |bencher| {
-                bencher.iter(|| {
-                    black_box(assemble(
-                        Endpoint::Metrics,
-                        slice.len(),
-                        slice.iter().map(Vec::as_slice),
-                        black_box(&meta),
-                    ))
-                });
+                bencher.iter(|| black_box(envelope(Endpoint::Metrics, &answer, black_box(&meta))));
             },
         );
     }

@@ -36,16 +36,6 @@ pub fn envelope(endpoint: Endpoint, answer: &Answer, meta: &Meta) -> (Vec<u8>, R
     (body, data)
 }
 
-/// Writes rendered elements, comma-separated.
-fn write_rendered<'a>(body: &mut Vec<u8>, elements: impl Iterator<Item = &'a [u8]>) {
-    for (index, element) in elements.enumerate() {
-        if index > 0 {
-            body.push(b',');
-        }
-        body.extend_from_slice(element);
-    }
-}
-
 /// `1 unit record`, `3 summary rows`: a message needs no escaping.
 fn write_counted(body: &mut Vec<u8>, count: usize, noun: &str) {
     body.extend_from_slice(itoa::Buffer::new().format(count).as_bytes());
@@ -114,24 +104,6 @@ fn write_timestamp_millis_utc(out: &mut Vec<u8>, time: DateTime<Utc>) {
     push(nanos / 1_000_000, 3, b'Z');
 }
 
-/// `{"data":[...],"message":"...","meta":{...}}` around records of `endpoint`
-/// already rendered.
-pub fn assemble<'a>(
-    endpoint: Endpoint,
-    count: usize,
-    records: impl Iterator<Item = &'a [u8]> + Clone,
-    meta: &Meta,
-) -> Vec<u8> {
-    let bytes: usize = records.clone().map(<[u8]>::len).sum();
-    let mut body = Vec::with_capacity(bytes + count + AROUND_DATA);
-    body.extend_from_slice(BEFORE_DATA);
-    body.push(b'[');
-    write_rendered(&mut body, records);
-    body.push(b']');
-    write_after_data(&mut body, count, endpoint.spec().noun, meta);
-    body
-}
-
 /// What follows the `data` array of `count` elements, each a `noun`: the
 /// `message` and `meta`, and the envelope's end.
 fn write_after_data(body: &mut Vec<u8>, count: usize, noun: &str, meta: &Meta) {
@@ -147,16 +119,25 @@ mod tests {
     use super::*;
     use serde_json::{json, Value};
 
+    /// The body `envelope` writes around `data` rendered already (as an
+    /// answer writes it), of `count` elements of `endpoint`.
+    fn assemble(endpoint: Endpoint, count: usize, data: &[u8], meta: &Meta) -> Vec<u8> {
+        let mut body = BEFORE_DATA.to_vec();
+        body.extend_from_slice(data);
+        write_after_data(&mut body, count, endpoint.spec().noun, meta);
+        body
+    }
+
     #[test]
     fn the_envelope_wraps_records_as_they_were_rendered() {
-        let records = [&br#"{"a":1}"#[..], &br#"{"b":"2"}"#[..]];
+        let records = &br#"[{"a":1},{"b":"2"}]"#[..];
         let meta = Meta {
             timestamp: DateTime::from_timestamp(1_704_067_200, 0).unwrap(),
             request_id: "id\"quoted",
             query_duration_ms: 3,
             next_cursor: Some(Some("abc")),
         };
-        let body = assemble(Endpoint::Units, 2, records.iter().copied(), &meta);
+        let body = assemble(Endpoint::Units, 2, records, &meta);
         let value: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(
             value,
@@ -168,7 +149,7 @@ mod tests {
             next_cursor: None,
             ..meta
         };
-        let body = assemble(Endpoint::Metrics, 1, records[..1].iter().copied(), &single);
+        let body = assemble(Endpoint::Metrics, 1, br#"[{"a":1}]"#, &single);
         let value: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(value["message"], "1 metric record");
         assert!(value["meta"].get("next_cursor").is_none());
@@ -177,11 +158,11 @@ mod tests {
             next_cursor: Some(None),
             ..single
         };
-        let body = assemble(Endpoint::Metrics, 1, records[..1].iter().copied(), &last);
+        let body = assemble(Endpoint::Metrics, 1, br#"[{"a":1}]"#, &last);
         let value: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(value["meta"]["next_cursor"], Value::Null);
         assert!(value["meta"].get("next_cursor").is_some());
-        let empty = assemble(Endpoint::Metrics, 0, std::iter::empty::<&[u8]>(), &single);
+        let empty = assemble(Endpoint::Metrics, 0, b"[]", &single);
         assert!(empty.starts_with(br#"{"data":[],"message":"0 metric records""#));
     }
 

@@ -27,7 +27,7 @@ mod ui;
 mod wait;
 
 pub use admission::Admission;
-pub use envelope::{assemble, envelope, Meta};
+pub use envelope::{envelope, Meta};
 pub use error::ApiError;
 pub use server::{admin_server, api_server, stop_gracefully_on_signals};
 pub use wait::LiveState;

@@ -47,11 +47,6 @@ impl Location {
             prefix: prefix.to_owned(),
         })
     }
-
-    /// Whether the objects are in a bucket, not a directory.
-    pub fn is_s3(&self) -> bool {
-        matches!(self, Location::S3 { .. })
-    }
 }
 
 /// What follows `s3://` (in any case of the scheme), or `None` for a path.
