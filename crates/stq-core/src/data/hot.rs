@@ -20,6 +20,7 @@ use crate::data::sealed::{period_of, period_start};
 use crate::data::stored::{Pieces, RecordJson, StoredRecord};
 use crate::data::symbols::Symbol;
 use crate::data::tier::{tree_bytes, KeyRange, MetricEntry, Tier, UnitEntry};
+use crate::data::tuning::TUNING;
 use crate::domain::record::Direction;
 use crate::domain::time::Timestamp;
 
@@ -185,14 +186,6 @@ pub(crate) struct Hot {
     pub(crate) recent: Layer,
 }
 
-/// The recent layer is folded into a new settled one once it holds more than this
-/// share of the station's records (one in `RECENT_SHARE`); tests fold at once, so
-/// that both paths run.
-#[cfg(not(test))]
-pub(crate) const RECENT_SHARE: usize = 16;
-#[cfg(test)]
-pub(crate) const RECENT_SHARE: usize = 1;
-
 impl Hot {
     /// A tier of records in any order, in one layer.
     pub(crate) fn new(
@@ -245,7 +238,7 @@ impl Hot {
 
     /// Whether `appended` more records would grow the recent layer past its share.
     pub(crate) fn folds_with(&self, appended: usize) -> bool {
-        (self.recent.trees.record_count() + appended) * RECENT_SHARE
+        (self.recent.trees.record_count() + appended) * TUNING.recent_share
             > self.settled.trees.record_count()
     }
 

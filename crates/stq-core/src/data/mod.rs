@@ -42,6 +42,7 @@ pub(crate) mod summary;
 pub(crate) mod symbols;
 pub(crate) mod threads;
 pub(crate) mod tier;
+pub(crate) mod tuning;
 
 pub use catalog::{Catalog, Generation, LoadSummary, StationRecords};
 pub use memory::MemoryUse;

@@ -19,6 +19,7 @@ use itertools::{Either, Itertools as _};
 use crate::data::key::{Position, RecordKey};
 use crate::data::sealed::{fresh_id, largest_kept, PeriodUnits};
 use crate::data::station::{StationData, UnitEntry};
+use crate::data::tuning::TUNING;
 use crate::domain::record::Kind;
 use crate::domain::time::Window;
 
@@ -147,13 +148,6 @@ impl ShardTiers {
 /// The shard-wide tree's entries.
 pub(crate) type ShardUnits = BTreeMap<Position, ShardUnit>;
 
-/// A recent tree this much smaller than the other is merged into it.
-#[cfg(not(test))]
-const RECENT_SHARE: usize = 16;
-/// In tests, as large as the other: the few records of a test then take both ways.
-#[cfg(test)]
-const RECENT_SHARE: usize = 1;
-
 impl ShardData {
     /// The generation this shard's data belongs to.
     pub fn generation(&self) -> u64 {
@@ -262,7 +256,7 @@ impl ShardData {
         let mut recent = ShardUnits::clone(&previous.recent);
         recent.extend(appended);
         let sealed = ShardTiers::of(&stations, previous.sealed.ranks(), Some(&previous.sealed));
-        if recent.len() * RECENT_SHARE <= previous.units.len() {
+        if recent.len() * TUNING.recent_share <= previous.units.len() {
             return ShardData {
                 generation,
                 sealed,

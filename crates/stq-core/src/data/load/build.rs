@@ -15,6 +15,7 @@ use crate::data::sealed::{period_of, period_start, Sealed, Unsealed, SEALED};
 use crate::data::station::{MetricEntry, StationData, UnitEntry};
 use crate::data::stored::{self, Piece, PieceTable, Pieces, RecordJson, StoredRecord};
 use crate::data::tier::Tier as _;
+use crate::data::tuning::TUNING;
 use crate::domain::time::Timestamp;
 
 /// How many of a station's latest units, and of its latest metrics, an extension
@@ -34,23 +35,6 @@ pub(crate) struct StationBuilder {
     /// How many records it holds when [`Self::seal_while_reading`] looks again.
     next_seal: usize,
 }
-
-/// How much longer than the hot window a full load keeps a station's records
-/// unsealed while its files are read: the parsing threads hand a station's records
-/// over out of order by up to a block of a file, and a record in a period sealed
-/// already has that period's block sealed again. In tests, an hour (a period), so
-/// that records come late to sealed blocks.
-#[cfg(not(test))]
-const READING_MARGIN: Duration = Duration::from_secs(24 * 3600);
-#[cfg(test)]
-const READING_MARGIN: Duration = Duration::from_secs(3600);
-
-/// The fewest records a station holds before a read seals any of them: sealing a
-/// few records at a time would compress them worse. In tests, any.
-#[cfg(not(test))]
-const READING_SEAL_RECORDS: usize = 8192;
-#[cfg(test)]
-const READING_SEAL_RECORDS: usize = 1;
 
 impl StationBuilder {
     /// Takes over the records of a batch of the same station, in its order after
@@ -106,7 +90,7 @@ impl StationBuilder {
     }
 
     /// Seals the records that are sure to be sealed when the load ends: those in
-    /// whole periods older than the hot window and [`READING_MARGIN`], counted back
+    /// whole periods older than the hot window and the reading margin ([`Tuning::reading_margin`](crate::data::tuning::Tuning::reading_margin)), counted back
     /// from its newest record so far (the newest can only grow). So a full load
     /// holds a few days of each station as built records, not all of its history,
     /// which for months of a floor took several times the memory of what it
@@ -115,12 +99,12 @@ impl StationBuilder {
         if self.record_count() < self.next_seal {
             return;
         }
-        if let Some(first_hot) = self.first_hot(hot + READING_MARGIN) {
+        if let Some(first_hot) = self.first_hot(hot + TUNING.reading_margin) {
             if self.seals_any(first_hot) {
                 *self = std::mem::take(self).sealing(first_hot);
             }
         }
-        self.next_seal = (2 * self.record_count()).max(READING_SEAL_RECORDS);
+        self.next_seal = (2 * self.record_count()).max(TUNING.reading_seal_records);
     }
 
     /// The first instant that stays hot: the start of the period that holds the
