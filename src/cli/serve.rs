@@ -24,7 +24,9 @@ use crate::export::{complete_before, ExportHandle};
 use crate::http::{
     admin_server, api_server, stop_gracefully_on_signals, Admission, AppState, LiveState,
 };
+use crate::jwt::Verifier;
 use crate::metrics::{Gauges, Metrics};
+use crate::tls::Certificates;
 
 /// Loads everything, then serves until the process is stopped.
 pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
@@ -39,6 +41,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let plan =
         plan::Settings::new(limits, args.cursor_key_file.as_deref()).map_err(anyhow::Error::msg)?;
     let tokens = Tokens::load(&args.tokens)?;
+    let certificates = args.identity.certificates()?;
     if tokens.is_empty() {
         tracing::warn!(path = %args.tokens.display(), "the tokens file holds no tokens: every request will get 401");
     }
@@ -116,6 +119,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         status,
         started,
         fill,
+        certificates,
     };
     actix_rt::System::new().block_on(run(args, generation, tokens, settings, report))
 }
@@ -317,6 +321,8 @@ struct Settings {
     started: String,
     /// With `--store s3://`: the sealed files to fetch whole after the start.
     fill: Option<Fill>,
+    /// `--tls-cert` and `--tls-key`, read.
+    certificates: Option<Arc<Certificates>>,
 }
 
 async fn run(
@@ -335,6 +341,7 @@ async fn run(
         status,
         started,
         fill,
+        certificates,
     } = settings;
     let gauges = Gauges::of(&generation);
     let complete_before = (args.hot.0)
@@ -349,6 +356,16 @@ async fn run(
     )
     .with_pass_results(args.pass_results.clone())
     .with_max_concurrent_queries(args.max_concurrent_queries());
+    let engine = match args.identity.jwt() {
+        None => engine,
+        Some(jwt) => {
+            let verifier = Verifier::start(jwt)
+                .await
+                .map_err(|reason| anyhow::anyhow!("--jwt-jwks: {reason}"))?;
+            verifier.spawn_refresh();
+            engine.with_jwt(verifier)
+        }
+    };
     let stations = engine.catalog().stations().len();
     let state = web::Data::new(
         AppState::new(engine.clone())
@@ -381,6 +398,7 @@ async fn run(
         hot: args.hot.0,
         store,
         export,
+        certificates: certificates.clone(),
     }
     .spawn();
     reload_on_hangup(trigger.clone()).context("cannot listen for SIGHUP")?;
@@ -403,8 +421,19 @@ async fn run(
     } else {
         None
     };
-    let (server, address) = api_server(&args.listen, workers, args.client_timeout, state)?;
-    let addresses = [format!("http://{address}")];
+    let (server, address) = api_server(
+        &args.listen,
+        workers,
+        args.client_timeout,
+        certificates,
+        state,
+    )?;
+    let scheme = if args.identity.tls_cert.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let addresses = [format!("{scheme}://{address}")];
     tracing::info!(
         "stq ready: {} records ({} units, {} metrics; {} sealed), {} stations, {} shards, \
          {} invalid lines skipped, {} files held, loaded in {} ms ({:.1} MB at {:.0} MB/s)\

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use actix_web::http::header::{self, HeaderValue};
-use actix_web::{HttpRequest, HttpResponse};
+use actix_web::{HttpMessage as _, HttpRequest, HttpResponse};
 use chrono::Utc;
 use std::future::Future;
 
@@ -24,6 +24,7 @@ use super::envelope::Meta;
 use super::error::ApiError;
 use super::fault;
 use super::format::{self, Presentation, Written};
+use super::middleware::Holder;
 use super::request_id::RequestId;
 use super::AppState;
 use crate::engine::{Fault, Patience, RouterHandle, Slot};
@@ -90,7 +91,10 @@ fn authenticate(
             reason: "more than one Authorization header",
         });
     }
-    let principal = engine.tokens().authenticate(authorization, arrived)?;
+    let principal = engine.authenticate(authorization, arrived)?;
+    request
+        .extensions_mut()
+        .insert(Holder(principal.name.clone()));
     let fault = fault::requested(request.headers());
     if fault == Some(Fault::HandlerPanic) {
         panic!("the handler panics, as the request asked");

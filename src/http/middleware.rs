@@ -59,7 +59,7 @@ where
                 Err(error) => {
                     let mut response = error.error_response();
                     common_headers(response.headers_mut(), &access.request_id);
-                    access.end(&tally, response.status(), 0);
+                    access.end(&tally, response.status(), 0, None);
                     return Err(InternalError::from_response(error, response).into());
                 }
             },
@@ -77,10 +77,19 @@ where
             .extensions()
             .get::<RecordCount>()
             .map_or(0, |count| count.0);
-        access.end(&tally, response.status(), records);
+        let holder = response
+            .request()
+            .extensions()
+            .get::<Holder>()
+            .map(|holder| holder.0.clone());
+        access.end(&tally, response.status(), records, holder.as_deref());
         Ok(response)
     }
 }
+
+/// Who a request's token names, for its access line: a tokens file entry's name, or
+/// a JSON Web Token's `sub`; never the token.
+pub(super) struct Holder(pub(super) String);
 
 /// A request being answered, as the access log and the metrics see it.
 struct Access {
@@ -106,7 +115,7 @@ impl Access {
     }
 
     /// One access line, and the request counted.
-    fn end(self, tally: &WorkerTally, status: StatusCode, records: usize) {
+    fn end(self, tally: &WorkerTally, status: StatusCode, records: usize, holder: Option<&str>) {
         let elapsed = self.started.elapsed();
         if let Some((method, path)) = &self.line {
             tracing::info!(
@@ -116,6 +125,7 @@ impl Access {
                 path = %path,
                 status = status.as_u16(),
                 records,
+                token = holder.unwrap_or(""),
                 duration_ms = elapsed.as_secs_f64() * 1e3,
                 "request"
             );

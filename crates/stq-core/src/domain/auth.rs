@@ -124,6 +124,23 @@ pub struct Principal {
 }
 
 impl Principal {
+    /// The holder of a token verified outside the tokens file (a JSON Web Token,
+    /// docs/api.md section 16): `stations` `None` is every station; `digest`
+    /// identifies it in cursors; from `expires` on it is refused.
+    pub fn verified(
+        name: String,
+        stations: Option<BTreeSet<String>>,
+        digest: [u8; 32],
+        expires: Option<Timestamp>,
+    ) -> Principal {
+        Principal {
+            name,
+            scope: stations.map_or(Scope::All, Scope::Stations),
+            digest,
+            expires,
+        }
+    }
+
     /// Whether it sees the stations `other` sees.
     pub fn sees_as(&self, other: &Principal) -> bool {
         self.scope == other.scope
