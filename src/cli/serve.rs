@@ -124,6 +124,19 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
     actix_rt::System::new().block_on(run(args, generation, tokens, settings, report))
 }
 
+/// `engine` accepting the JSON Web Tokens of `--jwt-jwks`, whose key set is read
+/// or fetched now: one that cannot be had is a start-up error.
+async fn accepting_json_web_tokens(engine: Engine, args: &ServeArgs) -> anyhow::Result<Engine> {
+    let Some(jwt) = args.identity.jwt() else {
+        return Ok(engine);
+    };
+    let verifier = Verifier::start(jwt)
+        .await
+        .map_err(|reason| anyhow::anyhow!("--jwt-jwks: {reason}"))?;
+    verifier.spawn_refresh();
+    Ok(engine.with_jwt(verifier))
+}
+
 /// Raises the soft limit on open files to the hard one: with a store, each
 /// station's sealed tier is read from its file, kept open (docs/api.md section
 /// 12), so a thousand stations need a thousand descriptors beside the sockets,
@@ -356,16 +369,7 @@ async fn run(
     )
     .with_pass_results(args.pass_results.clone())
     .with_max_concurrent_queries(args.max_concurrent_queries());
-    let engine = match args.identity.jwt() {
-        None => engine,
-        Some(jwt) => {
-            let verifier = Verifier::start(jwt)
-                .await
-                .map_err(|reason| anyhow::anyhow!("--jwt-jwks: {reason}"))?;
-            verifier.spawn_refresh();
-            engine.with_jwt(verifier)
-        }
-    };
+    let engine = accepting_json_web_tokens(engine, &args).await?;
     let stations = engine.catalog().stations().len();
     let state = web::Data::new(
         AppState::new(engine.clone())
@@ -421,23 +425,13 @@ async fn run(
     } else {
         None
     };
-    let (server, address) = api_server(
-        &args.listen,
-        workers,
-        args.client_timeout,
-        certificates,
-        state,
-    )?;
-    let scheme = if args.identity.tls_cert.is_some() {
-        "https"
-    } else {
-        "http"
-    };
-    let addresses = [format!("{scheme}://{address}")];
+    let scheme = ["http", "https"][usize::from(certificates.is_some())];
+    let timeout = args.client_timeout;
+    let (server, address) = api_server(&args.listen, workers, timeout, certificates, state)?;
     tracing::info!(
         "stq ready: {} records ({} units, {} metrics; {} sealed), {} stations, {} shards, \
          {} invalid lines skipped, {} files held, loaded in {} ms ({:.1} MB at {:.0} MB/s)\
-         {started}, listening on {}",
+         {started}, listening on {scheme}://{address}",
         report.units + report.metrics,
         report.units,
         report.metrics,
@@ -449,7 +443,6 @@ async fn run(
         report.elapsed.as_millis(),
         report.bytes as f64 / 1e6,
         report.bytes as f64 / 1e6 / report.elapsed.as_secs_f64().max(1e-9),
-        addresses.join(", ")
     );
     stop_gracefully_on_signals(engine.clone(), vec![server.handle(), admin.handle()])
         .context("cannot listen for SIGTERM and SIGINT")?;

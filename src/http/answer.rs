@@ -24,7 +24,6 @@ use super::envelope::Meta;
 use super::error::ApiError;
 use super::fault;
 use super::format::{self, Presentation, Written};
-use super::middleware::Holder;
 use super::request_id::RequestId;
 use super::AppState;
 use crate::engine::{Fault, Patience, RouterHandle, Slot};
@@ -32,6 +31,10 @@ use crate::engine::{Fault, Patience, RouterHandle, Slot};
 /// How many records a response holds, for the access log and the metrics.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct RecordCount(pub(super) usize);
+
+/// Who a request's token names, for its access line: a tokens file entry's name, or
+/// a JSON Web Token's `sub`; never the token.
+pub(super) struct Holder(pub(super) String);
 
 /// The answer to a query as it is now, `wait` or not: 304 if `If-None-Match`
 /// names its tag.

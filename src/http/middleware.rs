@@ -15,7 +15,7 @@ use actix_web::http::header::{self, HeaderMap, HeaderValue};
 use actix_web::http::{Method, StatusCode};
 use actix_web::{HttpMessage as _, ResponseError as _};
 
-use super::answer::RecordCount;
+use super::answer::{Holder, RecordCount};
 use super::error::ApiError;
 use super::request_id::{request_id, RequestId, X_REQUEST_ID};
 use crate::metrics::{endpoint_label, WorkerTally};
@@ -86,10 +86,6 @@ where
         Ok(response)
     }
 }
-
-/// Who a request's token names, for its access line: a tokens file entry's name, or
-/// a JSON Web Token's `sub`; never the token.
-pub(super) struct Holder(pub(super) String);
 
 /// A request being answered, as the access log and the metrics see it.
 struct Access {

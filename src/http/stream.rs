@@ -42,8 +42,8 @@ use stq_core::domain::record::Kind;
 use stq_core::domain::time::Timestamp;
 use tokio::sync::Notify;
 
+use super::answer::Holder;
 use super::error::ApiError;
-use super::middleware::Holder;
 use super::request_id::RequestId;
 use super::wait::Place;
 use super::AppState;
@@ -380,7 +380,7 @@ impl Feeder {
                 continue;
             }
             // Caught up, or waiting for the client to read: wait for news.
-            let expiry = self.stream.request().principal.expires();
+            let expiry = self.stream.request().principal.expires;
             loop {
                 let heartbeat = actix_web::rt::time::sleep_until((last_sent + HEARTBEAT).into());
                 let expires = async {

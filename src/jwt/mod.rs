@@ -257,7 +257,7 @@ impl Verifier {
         if let Some(principal) = self.cache.lock().get(&digest) {
             // Its `expires` is `exp` with the leeway; a key set since installed
             // emptied the cache.
-            if principal.expires().is_none_or(|expires| now < expires) {
+            if principal.expires.is_none_or(|expires| now < expires) {
                 return Ok(Arc::clone(principal));
             }
         }
@@ -291,7 +291,7 @@ impl Verifier {
         let principal = Arc::new(self.principal_of(&claims, digest)?);
         let mut cache = self.cache.lock();
         if cache.len() >= CACHE_CAPACITY {
-            cache.retain(|_, kept| kept.expires().is_none_or(|expires| now < expires));
+            cache.retain(|_, kept| kept.expires.is_none_or(|expires| now < expires));
             if cache.len() >= CACHE_CAPACITY {
                 cache.clear();
             }

@@ -120,7 +120,7 @@ pub struct Principal {
     /// The token's SHA-256: identifies the holder in cursors without revealing it.
     pub(crate) digest: [u8; 32],
     /// From this instant on the token is refused; `None`: never.
-    pub(crate) expires: Option<Timestamp>,
+    pub expires: Option<Timestamp>,
 }
 
 impl Principal {
@@ -144,11 +144,6 @@ impl Principal {
     /// Whether it sees the stations `other` sees.
     pub fn sees_as(&self, other: &Principal) -> bool {
         self.scope == other.scope
-    }
-
-    /// When its token expires, if it does.
-    pub fn expires(&self) -> Option<Timestamp> {
-        self.expires
     }
 }
 
