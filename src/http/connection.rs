@@ -53,7 +53,8 @@ impl<T> Deadlined<T> {
         }
     }
 
-    /// Bounds only the writes: for HTTP/2, whose streams the protocol bounds itself.
+    /// Bounds only the writes: for HTTP/2, whose binary frames have no blank line
+    /// to end a head at (its idle connections are still closed by the keep-alive).
     pub(super) fn writes_only(io: T, timeout: Duration) -> Deadlined<T> {
         Deadlined {
             heads: false,

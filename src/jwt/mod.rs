@@ -419,7 +419,8 @@ fn refusal_of(error: jsonwebtoken::errors::Error) -> Refusal {
         ErrorKind::InvalidIssuer => Refusal::Issuer,
         ErrorKind::InvalidAudience => Refusal::Audience,
         ErrorKind::MissingRequiredClaim(claim) => Refusal::MissingClaim(claim),
-        ErrorKind::InvalidAlgorithm => Refusal::KeyMismatch("named".into()),
+        // Not reached: the key's type was checked against the header's algorithm.
+        ErrorKind::InvalidAlgorithm => Refusal::Malformed("its algorithm does not fit its key"),
         ErrorKind::Json(error) => Refusal::Claims(error.to_string()),
         ErrorKind::Base64(_) | ErrorKind::Utf8(_) | ErrorKind::InvalidToken => {
             Refusal::Malformed("a part is not base64url JSON")
@@ -431,6 +432,40 @@ fn refusal_of(error: jsonwebtoken::errors::Error) -> Refusal {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// What has a JWT's shape, said the plain way: `Bearer`, spaces, then three
+    /// dot-separated parts of the base64url alphabet, the first two not empty.
+    fn naive_shape(value: &str) -> Option<String> {
+        let value = value.trim_matches(|c: char| c.is_ascii_whitespace());
+        let (scheme, rest) = value.split_once(' ')?;
+        if !scheme.eq_ignore_ascii_case("bearer") {
+            return None;
+        }
+        let token = rest.trim_start_matches(|c: char| c.is_ascii_whitespace());
+        let parts: Vec<&str> = token.split('.').collect();
+        let alphabet = |part: &&str| {
+            part.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        };
+        (parts.len() == 3 && !parts[0].is_empty() && !parts[1].is_empty())
+            .then_some(())
+            .filter(|()| parts.iter().all(alphabet))
+            .map(|()| token.to_owned())
+    }
+
+    proptest! {
+        #[test]
+        fn the_shape_is_the_naive_one(value in "[ \\t]{0,2}(Bearer|bearer|BEARER|Basic|)[ ]{0,2}[A-Za-z0-9_.+=/-]{0,24}[ ]{0,1}") {
+            prop_assert_eq!(json_web_token(value.as_bytes()).map(str::to_owned), naive_shape(&value));
+        }
+
+        #[test]
+        fn any_header_is_read_or_refused_without_a_panic(token in "[A-Za-z0-9_.-]{0,64}", json in "\\PC{0,40}") {
+            let _ = header_of(&token);
+            let _ = header_of(&format!("{}.e30.", URL_SAFE_NO_PAD.encode(json)));
+        }
+    }
 
     #[test]
     fn only_three_base64url_parts_have_a_json_web_tokens_shape() {
