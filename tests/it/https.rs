@@ -15,8 +15,13 @@ use crate::reload::small_files;
 
 /// The venv that runs `tests/identity/tool.py` (cryptography, PyJWT and httpx from
 /// PyPI, pinned in `tests/identity/requirements.txt`), made once under the target
-/// directory.
+/// directory; once per run, however many tests ask at once.
 pub(crate) fn tool_python() -> PathBuf {
+    static PYTHON: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PYTHON.get_or_init(make_tool_python).clone()
+}
+
+fn make_tool_python() -> PathBuf {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR"));
     let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("identity-venv");
     let python = venv.join("bin/python");
