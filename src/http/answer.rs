@@ -34,7 +34,7 @@ pub(super) struct RecordCount(pub(super) usize);
 
 /// Who a request's token names, for its access line: a tokens file entry's name, or
 /// a JSON Web Token's `sub`; never the token.
-pub(super) struct Holder(pub(super) String);
+pub(super) struct Holder(pub(super) Arc<Principal>);
 
 /// The answer to a query as it is now, `wait` or not: 304 if `If-None-Match`
 /// names its tag.
@@ -97,7 +97,7 @@ fn authenticate(
     let principal = engine.authenticate(authorization, arrived)?;
     request
         .extensions_mut()
-        .insert(Holder(principal.name.clone()));
+        .insert(Holder(Arc::clone(&principal)));
     let fault = fault::requested(request.headers());
     if fault == Some(Fault::HandlerPanic) {
         panic!("the handler panics, as the request asked");

@@ -81,8 +81,9 @@ where
             .request()
             .extensions()
             .get::<Holder>()
-            .map(|holder| holder.0.clone());
-        access.end(&tally, response.status(), records, holder.as_deref());
+            .map(|holder| Arc::clone(&holder.0));
+        let name = holder.as_ref().map(|principal| principal.name.as_str());
+        access.end(&tally, response.status(), records, name);
         Ok(response)
     }
 }

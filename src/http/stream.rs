@@ -98,7 +98,7 @@ async fn open(
     let principal = engine.authenticate(authorization.as_deref(), arrived)?;
     request
         .extensions_mut()
-        .insert(Holder(principal.name.clone()));
+        .insert(Holder(Arc::clone(&principal)));
     let params = query::parse_stream(kind, request.query_string(), *engine.limits())?;
     let last_event_id = (request.headers().get(LAST_EVENT_ID))
         .and_then(|value| value.to_str().ok())
