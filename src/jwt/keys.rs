@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use jsonwebtoken::{Algorithm, DecodingKey};
 use serde_json::Value;
+use sha2::{Digest as _, Sha256};
 
 /// How long a fetch of the set may take, connection included.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
@@ -177,8 +178,8 @@ impl Fetcher {
         Ok(Fetcher { client })
     }
 
-    /// The set at `url`, or why it could not be had.
-    pub(crate) async fn fetch(&self, url: &str) -> Result<KeySet, String> {
+    /// The set at `url` and the answer's SHA-256, or why it could not be had.
+    pub(crate) async fn fetch(&self, url: &str) -> Result<(KeySet, [u8; 32]), String> {
         let response = (self.client.get(url))
             .header("Accept", "application/json")
             .send()
@@ -195,7 +196,8 @@ impl Fetcher {
         if body.len() > MAX_SET_BYTES {
             return Err(format!("{url}: the key set is over {MAX_SET_BYTES} bytes"));
         }
-        KeySet::parse(&body).map_err(|reason| format!("{url}: {reason}"))
+        let set = KeySet::parse(&body).map_err(|reason| format!("{url}: {reason}"))?;
+        Ok((set, Sha256::digest(&body).into()))
     }
 }
 

@@ -9,7 +9,8 @@
 //! the registered claims are jsonwebtoken's, over ring.
 //!
 //! A verified token is kept by its SHA-256 until it expires, so that a dashboard's
-//! requests with one token pay one signature check; a new key set empties the cache.
+//! requests with one token pay one signature check; a key set that changed empties
+//! the cache.
 
 mod keys;
 
@@ -168,6 +169,8 @@ fn header_of(token: &str) -> Result<Header, Refusal> {
 pub struct Verifier {
     settings: JwtSettings,
     keys: RwLock<Arc<KeySet>>,
+    /// The SHA-256 of the file or answer the set in use was read from.
+    source_digest: Mutex<Option<[u8; 32]>>,
     cache: Mutex<HashMap<[u8; 32], Arc<Principal>>>,
     /// The fetcher of a URL's set; `None` for a file's.
     fetcher: Option<Fetcher>,
@@ -181,11 +184,15 @@ impl Verifier {
     /// The verifier of `settings`, with the key set read or fetched now: a set that
     /// cannot be had is a start-up error.
     pub async fn start(settings: JwtSettings) -> Result<Arc<Verifier>, String> {
-        let (set, fetcher) = match &settings.source {
-            KeySource::File(path) => (read_file(path)?, None),
+        let (set, digest, fetcher) = match &settings.source {
+            KeySource::File(path) => {
+                let (set, digest) = read_file(path)?;
+                (set, Some(digest), None)
+            }
             KeySource::Url(url) => {
                 let fetcher = Fetcher::new()?;
-                (fetcher.fetch(url).await?, Some(fetcher))
+                let (set, digest) = fetcher.fetch(url).await?;
+                (set, Some(digest), Some(fetcher))
             }
         };
         tracing::info!(
@@ -197,6 +204,7 @@ impl Verifier {
         Ok(Arc::new(Verifier {
             settings,
             keys: RwLock::new(Arc::new(set)),
+            source_digest: Mutex::new(digest),
             cache: Mutex::default(),
             fetcher,
             refetched: Mutex::new(None),
@@ -204,12 +212,17 @@ impl Verifier {
         }))
     }
 
-    /// The set of the file, read again for a reload; `None` for a URL's, which is
-    /// fetched on its own schedule.
+    /// The set of the file, read again for a reload; `None` when the file holds the
+    /// set in use (a reload under `--watch` keeps the tokens verified with it), and
+    /// for a URL's, which is fetched on its own schedule.
     pub fn read_again(&self) -> Option<Result<NewKeys, String>> {
-        match &self.settings.source {
-            KeySource::File(path) => Some(read_file(path).map(NewKeys)),
-            KeySource::Url(_) => None,
+        let KeySource::File(path) = &self.settings.source else {
+            return None;
+        };
+        match read_file(path) {
+            Ok((_, digest)) if *self.source_digest.lock() == Some(digest) => None,
+            Ok((set, digest)) => Some(Ok(NewKeys(set, Some(digest)))),
+            Err(reason) => Some(Err(reason)),
         }
     }
 
@@ -217,6 +230,7 @@ impl Verifier {
     /// are verified again.
     pub fn install(&self, keys: NewKeys) {
         *self.keys.write() = Arc::new(keys.0);
+        *self.source_digest.lock() = keys.1;
         self.cache.lock().clear();
     }
 
@@ -239,9 +253,12 @@ impl Verifier {
                     return;
                 };
                 match fetcher.fetch(&url).await {
-                    Ok(set) => {
+                    Ok((set, digest)) => {
                         tracing::info!(keys = set.keys.len(), "fetched the key set of {url}");
-                        verifier.install(NewKeys(set));
+                        // The same set keeps the tokens verified with it.
+                        if *verifier.source_digest.lock() != Some(digest) {
+                            verifier.install(NewKeys(set, Some(digest)));
+                        }
                     }
                     Err(reason) => {
                         tracing::error!("{reason}; still verifying with the keys fetched before");
@@ -384,13 +401,15 @@ impl Verifier {
 }
 
 /// A key set read for [`Verifier::install`], not yet in use.
-pub struct NewKeys(KeySet);
+pub struct NewKeys(KeySet, Option<[u8; 32]>);
 
-/// The key set of the file at `path`.
-fn read_file(path: &std::path::Path) -> Result<KeySet, String> {
+/// The key set of the file at `path`, and the file's SHA-256.
+fn read_file(path: &std::path::Path) -> Result<(KeySet, [u8; 32]), String> {
     let text = std::fs::read(path)
         .map_err(|error| format!("cannot read the key set {}: {error}", path.display()))?;
-    KeySet::parse(&text).map_err(|reason| format!("invalid key set {}: {reason}", path.display()))
+    let set = KeySet::parse(&text)
+        .map_err(|reason| format!("invalid key set {}: {reason}", path.display()))?;
+    Ok((set, Sha256::digest(&text).into()))
 }
 
 fn source_name(source: &KeySource) -> String {
