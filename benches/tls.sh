@@ -8,7 +8,8 @@
 # installed if missing) sends the load benchmark's Q1 (/units, one station, one hour;
 # 2,000 paths drawn from the data) over 32 kept-alive connections, taking turns:
 # HTTP with the tokens-file token, HTTPS with it, HTTP with the JWT (cached after its
-# first request), TLS_ROUNDS times (default 3) of TLS_SECONDS each (default 5). Then
+# first request), TLS_ROUNDS times (default 3) of TLS_SECONDS each (default 5); each
+# run's rate, and the server's CPU time (utime + stime, /proc) per request. Then
 # `openssl s_time -new` makes new TLS connections (full handshakes, no resumption)
 # for 10 s, and the HTTPS server's CPU time (utime + stime, /proc) is divided by
 # their number.
@@ -80,28 +81,33 @@ EOF
 curl -sf -H "Authorization: Bearer $token" "http://127.0.0.1:18580/$(head -1 "$work/paths.txt" | cut -c2-)" | head -c 120
 echo
 
-run() { # NAME URL TOKEN
-    local line
+cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+ticks=$(getconf CLK_TCK)
+# Requests a second, and the server's CPU time for each request (less sensitive
+# than the rate to what else runs on the machine).
+run() { # NAME URL TOKEN PID
+    local line before after
+    before=$(cpu "$4")
     line=$(wrk --threads 2 --connections 32 --duration "${seconds}s" --timeout 10s \
         --script benches/load/paths.lua "$2" -- "$work/paths.txt" "$3" | grep LOAD-RESULT)
+    after=$(cpu "$4")
     python3 -c '
 import json, sys
 r = json.loads(sys.argv[2].split(" ", 1)[1])
 assert r["non_2xx_or_3xx"] == 0 and r["read_errors"] == 0, r
 rate = r["requests"] / r["duration_us"] * 1e6
 p50, p99 = r["latency_p50_us"] / 1e3, r["latency_p99_us"] / 1e3
-print(f"{sys.argv[1]} {rate:.0f} req/s p50 {p50:.2f} ms p99 {p99:.2f} ms")
-' "$1" "$line"
+cpu = (int(sys.argv[4]) - int(sys.argv[3])) / int(sys.argv[5]) / r["requests"] * 1e6
+print(f"{sys.argv[1]} {rate:.0f} req/s p50 {p50:.2f} ms p99 {p99:.2f} ms, server CPU {cpu:.1f} us/request")
+' "$1" "$line" "$before" "$after" "$ticks"
 }
 for round in $(seq "$rounds"); do
     echo "round $round"
-    run http-token http://127.0.0.1:18580 "$token"
-    run https-token https://127.0.0.1:18581 "$token"
-    run http-jwt http://127.0.0.1:18580 "$jwt"
+    run http-token http://127.0.0.1:18580 "$token" "$http_pid"
+    run https-token https://127.0.0.1:18581 "$token" "$https_pid"
+    run http-jwt http://127.0.0.1:18580 "$jwt" "$http_pid"
 done
 
-cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-ticks=$(getconf CLK_TCK)
 before=$(cpu "$https_pid")
 handshakes=$(openssl s_time -connect 127.0.0.1:18581 -new -time 10 2>/dev/null |
     awk '/connections in/ {print $1; exit}')
