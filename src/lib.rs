@@ -4,7 +4,8 @@
 //!
 //! Layers point one way: [`cli`] → [`http`] → [`engine`] → [`export`] →
 //! `stq_core::data` → `stq_core::domain` (a layer may also skip those below it). [`metrics`] is a leaf both the HTTP layer and the engine
-//! feed; [`systemd`] a leaf that tells systemd the service's state; `newest` a leaf mailbox for the
+//! feed; [`jwt`] (JSON Web Tokens) and [`tls`] (the listener's certificate) leaves
+//! the engine and the HTTP layer use; [`systemd`] a leaf that tells systemd the service's state; `newest` a leaf mailbox for the
 //! threads that work off the request path. [`export`] writes through `stq_objects` (a
 //! directory or an S3 bucket), a crate of its own that depends on no other of stq's.
 
@@ -14,7 +15,9 @@ pub mod cli;
 pub mod engine;
 pub mod export;
 pub mod http;
+pub mod jwt;
 pub mod metrics;
 mod newest;
 pub mod store;
 pub mod systemd;
+pub mod tls;

@@ -14,10 +14,12 @@ use stq_core::domain::time::Timestamp;
 use stq_objects::Location;
 
 mod export;
+mod identity;
 mod serve;
 mod token;
 
 pub use export::export;
+pub use identity::IdentityArgs;
 pub use serve::serve;
 pub use token::token;
 
@@ -287,6 +289,10 @@ pub struct ServeArgs {
     /// none].
     #[arg(long, env = "STQ_EXPORT")]
     pub export: Option<Location>,
+
+    /// HTTPS and JSON Web Tokens (docs/api.md section 16).
+    #[command(flatten)]
+    pub identity: IdentityArgs,
 }
 
 impl ServeArgs {

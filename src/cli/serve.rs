@@ -21,10 +21,12 @@ use crate::export::{complete_before, ExportHandle};
 use crate::http::{
     admin_server, api_server, stop_gracefully_on_signals, Admission, AppState, LiveState,
 };
+use crate::jwt::Verifier;
 use crate::metrics::{Gauges, Metrics};
 use crate::store::lock::WriterLock;
 use crate::store::mirror::{Fill, Mirror};
 use crate::store::{StoreHandle, StorePlace, StoreStatus};
+use crate::tls::Certificates;
 
 /// Loads everything, then serves until the process is stopped.
 pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
@@ -39,6 +41,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let plan =
         plan::Settings::new(limits, args.cursor_key_file.as_deref()).map_err(anyhow::Error::msg)?;
     let tokens = Tokens::load(&args.tokens)?;
+    let certificates = args.identity.certificates()?;
     if tokens.is_empty() {
         tracing::warn!(path = %args.tokens.display(), "the tokens file holds no tokens: every request will get 401");
     }
@@ -116,8 +119,22 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         status,
         started,
         fill,
+        certificates,
     };
     actix_rt::System::new().block_on(run(args, generation, tokens, settings, report))
+}
+
+/// `engine` accepting the JSON Web Tokens of `--jwt-jwks`, whose key set is read
+/// or fetched now: one that cannot be had is a start-up error.
+async fn accepting_json_web_tokens(engine: Engine, args: &ServeArgs) -> anyhow::Result<Engine> {
+    let Some(jwt) = args.identity.jwt() else {
+        return Ok(engine);
+    };
+    let verifier = Verifier::start(jwt)
+        .await
+        .map_err(|reason| anyhow::anyhow!("--jwt-jwks: {reason}"))?;
+    verifier.spawn_refresh();
+    Ok(engine.with_jwt(verifier))
 }
 
 /// Raises the soft limit on open files to the hard one: with a store, each
@@ -317,6 +334,8 @@ struct Settings {
     started: String,
     /// With `--store s3://`: the sealed files to fetch whole after the start.
     fill: Option<Fill>,
+    /// `--tls-cert` and `--tls-key`, read.
+    certificates: Option<Arc<Certificates>>,
 }
 
 async fn run(
@@ -335,6 +354,7 @@ async fn run(
         status,
         started,
         fill,
+        certificates,
     } = settings;
     let gauges = Gauges::of(&generation);
     let complete_before = (args.hot.0)
@@ -349,6 +369,7 @@ async fn run(
     )
     .with_pass_results(args.pass_results.clone())
     .with_max_concurrent_queries(args.max_concurrent_queries());
+    let engine = accepting_json_web_tokens(engine, &args).await?;
     let stations = engine.catalog().stations().len();
     let state = web::Data::new(
         AppState::new(engine.clone())
@@ -381,6 +402,7 @@ async fn run(
         hot: args.hot.0,
         store,
         export,
+        certificates: certificates.clone(),
     }
     .spawn();
     reload_on_hangup(trigger.clone()).context("cannot listen for SIGHUP")?;
@@ -404,12 +426,13 @@ async fn run(
     } else {
         None
     };
-    let (server, address) = api_server(&args.listen, workers, args.client_timeout, state)?;
-    let addresses = [format!("http://{address}")];
+    let scheme = ["http", "https"][usize::from(certificates.is_some())];
+    let timeout = args.client_timeout;
+    let (server, address) = api_server(&args.listen, workers, timeout, certificates, state)?;
     tracing::info!(
         "stq ready: {} records ({} units, {} metrics; {} sealed), {} stations, {} shards, \
          {} invalid lines skipped, {} files held, loaded in {} ms ({:.1} MB at {:.0} MB/s)\
-         {started}, listening on {}",
+         {started}, listening on {scheme}://{address}",
         report.units + report.metrics,
         report.units,
         report.metrics,
@@ -421,7 +444,6 @@ async fn run(
         report.elapsed.as_millis(),
         report.bytes as f64 / 1e6,
         report.bytes as f64 / 1e6 / report.elapsed.as_secs_f64().max(1e-9),
-        addresses.join(", ")
     );
     stop_gracefully_on_signals(engine.clone(), vec![server.handle(), admin.handle()])
         .context("cannot listen for SIGTERM and SIGINT")?;

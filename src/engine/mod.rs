@@ -35,8 +35,9 @@ use stq_core::data::load::Additions;
 use stq_core::data::plan::{Plan, PlanError, Refusal, Request, Settings};
 use stq_core::data::ShardData;
 use stq_core::data::{Catalog, Generation};
-use stq_core::domain::auth::Tokens;
+use stq_core::domain::auth::{Principal, Tokens};
 use stq_core::domain::query::{Limits, QueryError};
+use stq_core::domain::time::Timestamp;
 
 pub use fault::{Fault, ShardFault};
 pub use live::{Change, Forgotten};
@@ -46,6 +47,7 @@ pub(crate) use shard::panic_message;
 pub use slots::{Overloaded, Patience, Slot, SLOT_WAIT};
 pub use watch::{reload_on_change, Watch};
 
+use crate::jwt::{self, Refused, Verifier};
 use parking_lot::Mutex;
 use shard::{Shard, ShardError, ShardHandle};
 use slots::Slots;
@@ -120,6 +122,8 @@ struct Inner {
     slots: Arc<Slots>,
     /// What recent generations changed, and the news of the next.
     live: live::Live,
+    /// `--jwt-jwks`: JSON Web Tokens beside the tokens file.
+    jwt: Option<Arc<Verifier>>,
 }
 
 /// The generation being served, and the tokens read with it.
@@ -154,6 +158,7 @@ impl Engine {
                 settings,
                 slots: Arc::default(),
                 live,
+                jwt: None,
             }),
         }
     }
@@ -175,6 +180,35 @@ impl Engine {
             .expect("the cap is set before the engine is shared")
             .slots = Arc::new(Slots::new(max_concurrent_queries));
         self
+    }
+
+    /// The engine accepting the JSON Web Tokens `verifier` verifies, beside the
+    /// tokens file's. Only before the engine is shared.
+    pub fn with_jwt(mut self, verifier: Arc<Verifier>) -> Engine {
+        Arc::get_mut(&mut self.inner)
+            .expect("the verifier is set before the engine is shared")
+            .jwt = Some(verifier);
+        self
+    }
+
+    /// The principal of an `Authorization` header value at `now` (docs/api.md
+    /// sections 3 and 16), or why it is refused.
+    pub fn authenticate(
+        &self,
+        authorization: Option<&[u8]>,
+        now: Timestamp,
+    ) -> Result<Arc<Principal>, Refused> {
+        jwt::authenticate(
+            &self.tokens(),
+            self.inner.jwt.as_deref(),
+            authorization,
+            now,
+        )
+    }
+
+    /// The verifier of JSON Web Tokens, with `--jwt-jwks`.
+    pub fn jwt(&self) -> Option<&Arc<Verifier>> {
+        self.inner.jwt.as_ref()
     }
 
     /// A slot for a stretch of a query that computes outside the engine (its

@@ -1,8 +1,9 @@
 //! Hot reload (docs/api.md section 8): on SIGHUP, or on a change under the snapshot
 //! directory or to the tokens file with `--watch`, generation N+1 is built off to
 //! the side with the same validation as at start-up, installed into every shard,
-//! and only then swapped in with the tokens read alongside it. A reload that cannot
-//! read the tokens or the directory keeps generation N serving; one that meets
+//! and only then swapped in with the tokens read alongside it (and the TLS pair and
+//! a file's key set, docs/api.md section 16). A reload that cannot read the tokens,
+//! those, or the directory keeps generation N serving, and all it had; one that meets
 //! invalid lines under `--on-invalid fail` (or `hold`) holds back only the files
 //! that hold them (they serve what they served) and logs every `path:line: reason`.
 //!
@@ -28,8 +29,10 @@ use tokio::sync::mpsc;
 
 use super::Engine;
 use crate::export::{complete_before, ExportHandle};
+use crate::jwt::{NewKeys, Verifier};
 use crate::metrics::{Gauges, Metrics, Outcome};
 use crate::store::StoreHandle;
+use crate::tls::{Certificates, Pair, TlsError};
 
 /// How long after a request's time limit the generation it may have used is kept.
 const RETIRE_MARGIN: Duration = Duration::from_secs(1);
@@ -61,6 +64,8 @@ pub struct Reloader {
     pub store: Option<StoreHandle>,
     /// `--export`: where each generation served is exported, off the request path.
     pub export: Option<ExportHandle>,
+    /// `--tls-cert` and `--tls-key`: read again with the tokens.
+    pub certificates: Option<Arc<Certificates>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -69,8 +74,42 @@ pub enum ReloadError {
     Tokens(#[from] TokensError),
     #[error(transparent)]
     Snapshot(#[from] LoadError),
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    #[error("{0}")]
+    KeySet(String),
     #[error("the loading thread failed: {0}")]
     Loader(String),
+}
+
+/// What a reload reads beside the tokens, all before it changes anything: the TLS
+/// pair and a file's key set. Either failing fails the reload, as unreadable tokens
+/// do, and the pair and keys in use stay.
+struct Credentials {
+    pair: Option<Pair>,
+    keys: Option<NewKeys>,
+}
+
+impl Credentials {
+    fn read(
+        certificates: Option<&Certificates>,
+        jwt: Option<&Verifier>,
+    ) -> Result<Credentials, ReloadError> {
+        let pair = certificates.map(Certificates::read).transpose()?;
+        let keys = (jwt.and_then(Verifier::read_again))
+            .transpose()
+            .map_err(ReloadError::KeySet)?;
+        Ok(Credentials { pair, keys })
+    }
+
+    fn install(self, certificates: Option<&Certificates>, jwt: Option<&Arc<Verifier>>) {
+        if let Some((certificates, pair)) = certificates.zip(self.pair) {
+            certificates.install(pair);
+        }
+        if let Some((jwt, keys)) = jwt.zip(self.keys) {
+            jwt.install(keys);
+        }
+    }
 }
 
 /// Asks the reload task for a reload; cheap to clone and to call from any thread.
@@ -156,6 +195,8 @@ impl Reloader {
             hot: self.hot,
         };
         let tokens_path = self.tokens.clone();
+        let certificates = self.certificates.clone();
+        let jwt = self.engine.jwt().cloned();
         let previous = self.engine.serving();
         // A thread of its own, not the runtime's blocking pool: the runtime waits
         // for its blocking tasks when it shuts down, so SIGTERM during a long (or
@@ -165,9 +206,9 @@ impl Reloader {
         std::thread::Builder::new()
             .name("stq-reload".into())
             .spawn(move || {
-                let loaded = Tokens::load(&tokens_path)
-                    .map_err(ReloadError::from)
-                    .and_then(|tokens| {
+                let loaded = Credentials::read(certificates.as_deref(), jwt.as_deref())
+                    .and_then(|credentials| Ok((credentials, Tokens::load(&tokens_path)?)))
+                    .and_then(|(credentials, tokens)| {
                         let loaded = match &previous {
                             Some((catalog, shards)) => {
                                 load::reload_looking(catalog, shards, &options, &look, &repair)
@@ -178,12 +219,12 @@ impl Reloader {
                                 (start.generation, report)
                             }),
                         };
-                        Ok((tokens, loaded?))
+                        Ok(((credentials, tokens), loaded?))
                     });
                 let _ = sender.send(loaded);
             })
             .map_err(|error| ReloadError::Loader(error.to_string()))?;
-        let (tokens, (generation, mut report)) = receiver
+        let ((credentials, tokens), (generation, mut report)) = receiver
             .await
             .map_err(|error| ReloadError::Loader(error.to_string()))??;
         let gauges = Gauges::of(&generation);
@@ -196,6 +237,7 @@ impl Reloader {
         self.engine
             .install(generation, Arc::new(tokens), additions)
             .await;
+        credentials.install(self.certificates.as_deref(), self.engine.jwt());
         if let Some((store, (catalog, shards))) = self.store.as_ref().zip(self.engine.serving()) {
             store.write(catalog, shards);
         }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use actix_web::http::header::{self, HeaderValue};
-use actix_web::{HttpRequest, HttpResponse};
+use actix_web::{HttpMessage as _, HttpRequest, HttpResponse};
 use chrono::Utc;
 use std::future::Future;
 
@@ -31,6 +31,10 @@ use crate::engine::{Fault, Patience, RouterHandle, Slot};
 /// How many records a response holds, for the access log and the metrics.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct RecordCount(pub(super) usize);
+
+/// Who a request's token names, for its access line: a tokens file entry's name, or
+/// a JSON Web Token's `sub`; never the token.
+pub(super) struct Holder(pub(super) Arc<Principal>);
 
 /// The answer to a query as it is now, `wait` or not: 304 if `If-None-Match`
 /// names its tag.
@@ -90,7 +94,10 @@ fn authenticate(
             reason: "more than one Authorization header",
         });
     }
-    let principal = engine.tokens().authenticate(authorization, arrived)?;
+    let principal = engine.authenticate(authorization, arrived)?;
+    request
+        .extensions_mut()
+        .insert(Holder(Arc::clone(&principal)));
     let fault = fault::requested(request.headers());
     if fault == Some(Fault::HandlerPanic) {
         panic!("the handler panics, as the request asked");

@@ -27,6 +27,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 pub(super) struct Deadlined<T> {
     io: T,
     timeout: Duration,
+    /// Whether reads are followed through request heads: not under HTTP/2, whose
+    /// frames are not text.
+    heads: bool,
     head: HeadScanner,
     /// When the head being read began, while one is open.
     head_started: Option<Instant>,
@@ -42,10 +45,20 @@ impl<T> Deadlined<T> {
         Deadlined {
             io,
             timeout,
+            heads: true,
             head: HeadScanner::default(),
             head_started: None,
             head_deadline: None,
             write_deadline: None,
+        }
+    }
+
+    /// Bounds only the writes: for HTTP/2, whose binary frames have no blank line
+    /// to end a head at (its idle connections are still closed by the keep-alive).
+    pub(super) fn writes_only(io: T, timeout: Duration) -> Deadlined<T> {
+        Deadlined {
+            heads: false,
+            ..Deadlined::new(io, timeout)
         }
     }
 
@@ -95,7 +108,9 @@ impl<T: AsyncRead + Unpin> AsyncRead for Deadlined<T> {
                 if expired(&mut this.head_deadline, context) {
                     return Poll::Ready(Err(timed_out("request head too slow")));
                 }
-                this.observe(&buffer.filled()[before..]);
+                if this.heads {
+                    this.observe(&buffer.filled()[before..]);
+                }
                 Poll::Ready(Ok(()))
             }
             Poll::Ready(Err(error)) => Poll::Ready(Err(error)),

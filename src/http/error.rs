@@ -1,7 +1,7 @@
 //! The one place where errors become the contract's answers (docs/api.md section 7).
 //!
 //! Every layer has its own errors: the query parser's [`QueryError`], the token
-//! check's [`Unauthorized`], the engine's [`EngineError`] (whose refusals, the
+//! check's [`Unauthorized`] and a JSON Web Token's [`jwt::Refusal`], the engine's [`EngineError`] (whose refusals, the
 //! cursor's among them, are the plan's [`Refusal`]). [`ApiError`] wraps each of
 //! them beside the HTTP layer's own, and
 //! only here are they given a code, a status, details and headers, so every body
@@ -21,6 +21,7 @@ use stq_core::domain::time::duration_text;
 use stq_core::data::plan::Refusal;
 
 use crate::engine::{EngineError, Overloaded};
+use crate::jwt::{self, Refused};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -32,6 +33,10 @@ pub enum ApiError {
 
     #[error(transparent)]
     Unauthorized(#[from] Unauthorized),
+
+    /// A JSON Web Token refused (docs/api.md section 16): the message says why.
+    #[error(transparent)]
+    Token(#[from] jwt::Refusal),
 
     #[error(transparent)]
     Query(#[from] QueryError),
@@ -62,6 +67,15 @@ pub enum ApiError {
     /// the request id to quote.
     #[error("internal error")]
     Internal { request_id: String },
+}
+
+impl From<Refused> for ApiError {
+    fn from(refused: Refused) -> ApiError {
+        match refused {
+            Refused::Tokens(refusal) => ApiError::Unauthorized(refusal),
+            Refused::Jwt(refusal) => ApiError::Token(refusal),
+        }
+    }
 }
 
 impl ApiError {
@@ -99,7 +113,7 @@ impl ApiError {
         match self {
             ApiError::NotFound => "not_found",
             ApiError::MethodNotAllowed => "method_not_allowed",
-            ApiError::Unauthorized(_) => "unauthorized",
+            ApiError::Unauthorized(_) | ApiError::Token(_) => "unauthorized",
             ApiError::Query(error) => match error {
                 QueryError::InvalidParameter { .. } => "invalid_parameter",
                 QueryError::UnknownParameter { .. } => "unknown_parameter",
@@ -163,6 +177,7 @@ impl ApiError {
             ApiError::NotFound
             | ApiError::MethodNotAllowed
             | ApiError::Unauthorized(_)
+            | ApiError::Token(_)
             | ApiError::Engine(_)
             | ApiError::NotAcceptable
             | ApiError::Overloaded
@@ -177,7 +192,7 @@ impl ResponseError for ApiError {
         match self {
             ApiError::NotFound => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Unauthorized(_) | ApiError::Token(_) => StatusCode::UNAUTHORIZED,
             ApiError::Query(QueryError::UriTooLong { .. }) => StatusCode::URI_TOO_LONG,
             ApiError::Engine(Refusal::Forbidden { .. }) => StatusCode::FORBIDDEN,
             ApiError::Query(_) | ApiError::Engine(_) | ApiError::InvalidRequest { .. } => {
@@ -205,6 +220,12 @@ impl ResponseError for ApiError {
                     }
                 };
                 response.insert_header((header::WWW_AUTHENTICATE, challenge));
+            }
+            ApiError::Token(_) => {
+                response.insert_header((
+                    header::WWW_AUTHENTICATE,
+                    r#"Bearer realm="stq", error="invalid_token""#,
+                ));
             }
             ApiError::MethodNotAllowed => {
                 response.insert_header((header::ALLOW, "GET, HEAD"));

@@ -15,7 +15,7 @@ use actix_web::http::header::{self, HeaderMap, HeaderValue};
 use actix_web::http::{Method, StatusCode};
 use actix_web::{HttpMessage as _, ResponseError as _};
 
-use super::answer::RecordCount;
+use super::answer::{Holder, RecordCount};
 use super::error::ApiError;
 use super::request_id::{request_id, RequestId, X_REQUEST_ID};
 use crate::metrics::{endpoint_label, WorkerTally};
@@ -59,7 +59,7 @@ where
                 Err(error) => {
                     let mut response = error.error_response();
                     common_headers(response.headers_mut(), &access.request_id);
-                    access.end(&tally, response.status(), 0);
+                    access.end(&tally, response.status(), 0, None);
                     return Err(InternalError::from_response(error, response).into());
                 }
             },
@@ -77,7 +77,13 @@ where
             .extensions()
             .get::<RecordCount>()
             .map_or(0, |count| count.0);
-        access.end(&tally, response.status(), records);
+        let holder = response
+            .request()
+            .extensions()
+            .get::<Holder>()
+            .map(|holder| Arc::clone(&holder.0));
+        let name = holder.as_ref().map(|principal| principal.name.as_str());
+        access.end(&tally, response.status(), records, name);
         Ok(response)
     }
 }
@@ -106,7 +112,7 @@ impl Access {
     }
 
     /// One access line, and the request counted.
-    fn end(self, tally: &WorkerTally, status: StatusCode, records: usize) {
+    fn end(self, tally: &WorkerTally, status: StatusCode, records: usize, holder: Option<&str>) {
         let elapsed = self.started.elapsed();
         if let Some((method, path)) = &self.line {
             tracing::info!(
@@ -116,6 +122,7 @@ impl Access {
                 path = %path,
                 status = status.as_u16(),
                 records,
+                token = holder.unwrap_or(""),
                 duration_ms = elapsed.as_secs_f64() * 1e3,
                 "request"
             );

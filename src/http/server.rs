@@ -3,33 +3,42 @@
 //! that serves the metrics and the files' states ([`admin`](super::admin)); and the
 //! graceful stop on SIGTERM and SIGINT.
 
+use std::io;
 use std::net::{SocketAddr, ToSocketAddrs as _};
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix_http::{error::DispatchError, HttpService};
+use actix_http::{error::DispatchError, HttpService, Protocol};
 use actix_service::{fn_service, map_config, ServiceFactoryExt as _};
 use actix_web::dev::AppConfig;
 use actix_web::rt::net::TcpStream;
+use actix_web::rt::time::timeout;
 use actix_web::{web, HttpServer};
 use anyhow::Context as _;
-use socket2::{Domain, Protocol, Socket, Type};
+use socket2::{Domain, Socket, Type};
+use tokio_rustls::TlsAcceptor;
 
 use super::connection::Deadlined;
 use super::{admin, app, AppState};
 use crate::engine::Engine;
 use crate::metrics::Metrics;
+use crate::tls::Certificates;
 
 /// The API listener on `address`, with `workers` HTTP workers, each with a router
-/// of its own; not yet running. Returns the address it is bound to.
+/// of its own; HTTPS with `certificates`; not yet running. Returns the address it
+/// is bound to.
 pub fn api_server(
     address: &str,
     workers: usize,
     client_timeout: Duration,
+    certificates: Option<Arc<Certificates>>,
     state: web::Data<AppState>,
 ) -> anyhow::Result<(actix_server::Server, SocketAddr)> {
     let listener = listen(address)?;
     let address = listener.local_addr()?;
+    if let Some(certificates) = certificates {
+        return https_server(listener, workers, client_timeout, &certificates, state);
+    }
     // actix-web's HttpServer would do this assembly, but it has no place to wrap the
     // socket, which the client deadlines need (see `connection`).
     let server = actix_server::Server::build()
@@ -58,6 +67,62 @@ pub fn api_server(
     Ok((server, address))
 }
 
+/// The API listener of [`api_server`] over TLS: the handshake bounded by the client
+/// timeout, then HTTP/2 or HTTP/1.1 as ALPN chose, the client deadlines over the
+/// decrypted bytes.
+fn https_server(
+    listener: std::net::TcpListener,
+    workers: usize,
+    client_timeout: Duration,
+    certificates: &Arc<Certificates>,
+    state: web::Data<AppState>,
+) -> anyhow::Result<(actix_server::Server, SocketAddr)> {
+    let address = listener.local_addr()?;
+    let acceptor = TlsAcceptor::from(Arc::new(certificates.server_config()));
+    let server = actix_server::Server::build()
+        .workers(workers)
+        .disable_signals()
+        .listen("stq-https", listener, move || {
+            let app = app(state.clone(), state.engine().router());
+            let acceptor = acceptor.clone();
+            fn_service(move |stream: TcpStream| {
+                let acceptor = acceptor.clone();
+                async move {
+                    let _ = stream.set_nodelay(true);
+                    let peer = stream.peer_addr().ok();
+                    let stream = timeout(client_timeout, acceptor.accept(stream))
+                        .await
+                        .map_err(|_| {
+                            DispatchError::Io(io::Error::new(
+                                io::ErrorKind::TimedOut,
+                                "TLS handshake too slow",
+                            ))
+                        })?
+                        .map_err(DispatchError::Io)?;
+                    let (protocol, stream) = match stream.get_ref().1.alpn_protocol() {
+                        Some(b"h2") => (
+                            Protocol::Http2,
+                            Deadlined::writes_only(stream, client_timeout),
+                        ),
+                        _ => (Protocol::Http1, Deadlined::new(stream, client_timeout)),
+                    };
+                    Ok::<_, DispatchError>((stream, protocol, peer))
+                }
+            })
+            .and_then(
+                HttpService::build()
+                    .keep_alive(client_timeout)
+                    .client_request_timeout(client_timeout)
+                    .client_disconnect_timeout(Duration::from_secs(1))
+                    .local_addr(address)
+                    .secure()
+                    .finish(map_config(app, |_| AppConfig::default())),
+            )
+        })?
+        .run();
+    Ok((server, address))
+}
+
 /// A listening socket as actix-web's own server makes it: address reuse, and a
 /// backlog deep enough for a burst of dashboards connecting at once.
 fn listen(address: &str) -> anyhow::Result<std::net::TcpListener> {
@@ -70,7 +135,7 @@ fn listen(address: &str) -> anyhow::Result<std::net::TcpListener> {
     let socket = Socket::new(
         Domain::for_address(resolved),
         Type::STREAM,
-        Some(Protocol::TCP),
+        Some(socket2::Protocol::TCP),
     )
     .with_context(context)?;
     socket.set_reuse_address(true).with_context(context)?;
@@ -125,7 +190,7 @@ pub fn admin_server(
 pub fn stop_gracefully_on_signals(
     engine: Engine,
     servers: Vec<actix_web::dev::ServerHandle>,
-) -> std::io::Result<()> {
+) -> io::Result<()> {
     use actix_web::rt::signal::unix::{signal, SignalKind};
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;

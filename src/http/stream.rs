@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use actix_web::http::header::{self, HeaderName, HeaderValue};
 use actix_web::web::{self, Bytes};
-use actix_web::{HttpRequest, HttpResponse};
+use actix_web::{HttpMessage as _, HttpRequest, HttpResponse};
 use chrono::Utc;
 use stq_core::data::load::Touch;
 use stq_core::data::plan::stream::{Stream, StreamPosition, EVENT_RECORDS};
@@ -42,11 +42,13 @@ use stq_core::domain::record::Kind;
 use stq_core::domain::time::Timestamp;
 use tokio::sync::Notify;
 
+use super::answer::Holder;
 use super::error::ApiError;
 use super::request_id::RequestId;
 use super::wait::Place;
 use super::AppState;
 use crate::engine::{EngineError, RouterHandle};
+use crate::jwt::Refused;
 
 /// The walk goes on while less than this is queued for the client.
 const WALK_WHILE_UNSENT: usize = 1 << 20;
@@ -93,9 +95,10 @@ async fn open(
     let engine = &state.engine;
     query::check_length(request.query_string(), engine.limits())?;
     let authorization = authorization(&request)?;
-    let principal = engine
-        .tokens()
-        .authenticate(authorization.as_deref(), arrived)?;
+    let principal = engine.authenticate(authorization.as_deref(), arrived)?;
+    request
+        .extensions_mut()
+        .insert(Holder(Arc::clone(&principal)));
     let params = query::parse_stream(kind, request.query_string(), *engine.limits())?;
     let last_event_id = (request.headers().get(LAST_EVENT_ID))
         .and_then(|value| value.to_str().ok())
@@ -377,7 +380,7 @@ impl Feeder {
                 continue;
             }
             // Caught up, or waiting for the client to read: wait for news.
-            let expiry = self.stream.request().principal.expires();
+            let expiry = self.stream.request().principal.expires;
             loop {
                 let heartbeat = actix_web::rt::time::sleep_until((last_sent + HEARTBEAT).into());
                 let expires = async {
@@ -406,7 +409,7 @@ impl Feeder {
                         last_sent = Instant::now();
                     }
                     () = expires => {
-                        self.error(Unauthorized::Expired);
+                        self.error(Unauthorized::Expired.into());
                         return End::Token;
                     }
                 }
@@ -503,9 +506,8 @@ impl Feeder {
     /// stations than the stream was opened with.
     fn check_token(&mut self) -> Result<(), Interrupt> {
         let engine = &self.state.engine;
-        let authenticated = engine
-            .tokens()
-            .authenticate(self.authorization.as_deref(), Timestamp::from(Utc::now()));
+        let authenticated =
+            engine.authenticate(self.authorization.as_deref(), Timestamp::from(Utc::now()));
         let principal: Arc<Principal> = match authenticated {
             Ok(principal) => principal,
             Err(refusal) => {
@@ -555,8 +557,8 @@ impl Feeder {
     }
 
     /// Queues an `error` event with `refusal`'s 401 body.
-    fn error(&self, refusal: Unauthorized) {
-        let body = ApiError::Unauthorized(refusal).body();
+    fn error(&self, refusal: Refused) {
+        let body = ApiError::from(refusal).body();
         let mut event = b"event: error\ndata: ".to_vec();
         event.extend_from_slice(&body);
         event.extend_from_slice(b"\n\n");

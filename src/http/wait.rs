@@ -223,9 +223,7 @@ async fn hold(
         }
         let newest = *generations.borrow_and_update();
         // A reload reads the tokens again: this one may be gone, or see otherwise.
-        let principal = engine
-            .tokens()
-            .authenticate(authorization, Timestamp::from(Utc::now()))?;
+        let principal = engine.authenticate(authorization, Timestamp::from(Utc::now()))?;
         let mut touched = !principal.sees_as(&asked.query.principal);
         if touched {
             asked.query = Arc::new(asked.query.again(principal, asked.query.arrived));

@@ -61,7 +61,7 @@ fn walk_from(server: &Server, path: &str, from: &str, rest: &str, token: &str) -
 
 /// Waits until the admin metric `name` reads `value`.
 #[track_caller]
-fn wait_for_metric(server: &Server, name: &str, value: f64) {
+pub(crate) fn wait_for_metric(server: &Server, name: &str, value: f64) {
     wait_for_metric_within(server, name, value, RELOAD_TIMEOUT);
 }
 

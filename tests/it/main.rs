@@ -22,6 +22,8 @@
 //! | `metrics` | section 8: the admin listener's Prometheus metrics |
 //! | `files` | section 8: the admin listener's `/files` |
 //! | `reload` | section 8: SIGHUP and `--watch` |
+//! | `https` | section 16: HTTPS to curl and httpx with a test CA, HTTP/2 streams, TLS 1.1 refused, the pair's reload |
+//! | `jwt` | section 16: JSON Web Tokens minted by PyJWT for every algorithm, each refusal, a key set's file and URL, rotation, the refetch limit |
 //! | `s3` | section 13 on S3: `stq export` and `serve --export` to moto's and s3s-fs's servers on loopback, read back by boto3, polars and chDB against the summaries; no credential in any output |
 //! | `s3_store` | section 12 on S3: `--store s3://`, replicas sharing a bucket behind nginx, a bucket that goes away and comes back, a damaged object |
 //! | `replicas` | two replicas behind Debian's nginx: one walk, 304s from both (skips where nginx cannot be had) |
@@ -53,7 +55,9 @@ mod files;
 mod grafana;
 mod hostile_queries;
 mod hostile_snapshots;
+mod https;
 mod imports;
+mod jwt;
 mod limits;
 mod live;
 mod metrics;

@@ -1143,12 +1143,15 @@ impl Server {
             });
         }
         let deadline = StdInstant::now() + Duration::from_secs(30);
-        let marker = "listening on http://127.0.0.1:";
+        // `https://` with --tls-cert: `base` then names the scheme the server speaks.
+        let https = args.iter().any(|arg| arg == "--tls-cert");
+        let scheme = if https { "https" } else { "http" };
+        let marker = format!("listening on {scheme}://127.0.0.1:");
         loop {
             let remaining = deadline.saturating_duration_since(StdInstant::now());
             match receiver.recv_timeout(remaining) {
                 Ok(line) => {
-                    if let Some(position) = line.find(marker) {
+                    if let Some(position) = line.find(&marker) {
                         let digits: String = line[position + marker.len()..]
                             .chars()
                             .take_while(|c| c.is_ascii_digit())
@@ -1161,7 +1164,7 @@ impl Server {
                         return Started::Ready(Server {
                             port,
                             pid,
-                            base: format!("http://127.0.0.1:{port}"),
+                            base: format!("{scheme}://127.0.0.1:{port}"),
                             stdin: Mutex::new(stdin),
                             child: Mutex::new(child),
                             stderr: log,

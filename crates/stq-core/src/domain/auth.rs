@@ -120,18 +120,30 @@ pub struct Principal {
     /// The token's SHA-256: identifies the holder in cursors without revealing it.
     pub(crate) digest: [u8; 32],
     /// From this instant on the token is refused; `None`: never.
-    pub(crate) expires: Option<Timestamp>,
+    pub expires: Option<Timestamp>,
 }
 
 impl Principal {
+    /// The holder of a token verified outside the tokens file (a JSON Web Token,
+    /// docs/api.md section 16): `stations` `None` is every station; `digest`
+    /// identifies it in cursors; from `expires` on it is refused.
+    pub fn verified(
+        name: String,
+        stations: Option<BTreeSet<String>>,
+        digest: [u8; 32],
+        expires: Option<Timestamp>,
+    ) -> Principal {
+        Principal {
+            name,
+            scope: stations.map_or(Scope::All, Scope::Stations),
+            digest,
+            expires,
+        }
+    }
+
     /// Whether it sees the stations `other` sees.
     pub fn sees_as(&self, other: &Principal) -> bool {
         self.scope == other.scope
-    }
-
-    /// When its token expires, if it does.
-    pub fn expires(&self) -> Option<Timestamp> {
-        self.expires
     }
 }
 
