@@ -34,6 +34,7 @@ use crate::data::symbols::Symbols;
 pub(crate) mod catalog;
 pub(crate) mod cursor;
 pub(crate) mod digest;
+pub(crate) mod exact;
 pub(crate) mod hot;
 pub(crate) mod key;
 pub mod load;
