@@ -70,7 +70,7 @@ const Q2: &str = "/metrics?station_ids=ST-01,ST-03,ST-05,ST-07,ST-09&names=volta
                   &from=2026-10-29T00:00:00Z&to=2026-10-30T00:00:00Z";
 
 /// The load benchmark's query shapes, on this data.
-fn queries(serial: &str) -> [(&'static str, String); 9] {
+fn queries(serial: &str) -> [(&'static str, String); 11] {
     [
         (
             "Q1",
@@ -111,6 +111,16 @@ fn queries(serial: &str) -> [(&'static str, String); 9] {
             "Q8",
             "/metrics/summary?from=2026-10-29T00:00:00Z&to=2026-10-30T00:00:00Z".into(),
         ),
+        // Issue 51: the load benchmark's H2 (the seven days' units summary, a day
+        // a bucket), and the same of the measurements, read mostly from digests.
+        (
+            "H2",
+            "/units/summary?from=2026-10-25T00:00:00Z&to=2026-11-01T00:00:00Z&bucket=1d".into(),
+        ),
+        (
+            "H2m",
+            "/metrics/summary?from=2026-10-25T00:00:00Z&to=2026-11-01T00:00:00Z&bucket=1d".into(),
+        ),
     ]
 }
 
@@ -142,7 +152,7 @@ fn main() {
         let (_, path) = queries
             .iter()
             .find(|(name, _)| *name == wanted)
-            .expect("REQUEST_PROFILE names a query: Q1 to Q6, Q2csv, Q6tz or Q8");
+            .expect("REQUEST_PROFILE names a query: Q1 to Q6, Q2csv, Q6tz, Q8, H2 or H2m");
         let bytes: usize = system.block_on(async {
             let mut bytes = 0;
             for _ in 0..PROFILE_REQUESTS {

@@ -1,8 +1,10 @@
 //! `stq serve --export DEST` (docs/api.md section 13): the files `stq export` writes,
 //! kept up to date by the server off the request path. A day is written once all
-//! of it is older than every station's hot window (`--hot`, counted back from the
-//! station's newest record: the history still open for appends), and written again
-//! when a later generation changes its records.
+//! of it is older than the hot window (`--hot`, the history still open for
+//! appends) counted back from the newest record of all stations, and written again
+//! when a later generation changes its records. The floor's clock, not each
+//! station's: a station that fell silent would otherwise hold back every later day
+//! for good, and a record it sends late rewrites its day as any late record does.
 //!
 //! Like the store's writer (`crate::store::StoreHandle`), a thread of its own
 //! takes the newest generation served, the start's and each reload's; generations
@@ -61,17 +63,18 @@ const FINGERPRINTS: &str = ".stq-export";
 /// Its first line: a file of another version is not read.
 const FINGERPRINTS_HEADER: &str = "stq export fingerprints 1";
 
-/// The first instant not older than every station's hot window: the newest
-/// record's instant less `hot`, the earliest over all stations; `None` without
-/// records. Every day that ends by then is complete.
+/// The first instant inside the floor's hot window: the newest record's instant
+/// over all stations, less `hot`; `None` without records. Every day that ends by
+/// then is complete.
 pub fn complete_before(generation: &Generation, hot: Duration) -> Option<Timestamp> {
     let hot = i64::try_from(hot.as_secs()).unwrap_or(i64::MAX);
-    (generation.newest_records().into_iter())
-        .map(|(_, newest)| Timestamp {
-            seconds: newest.seconds.saturating_sub(hot),
-            ..newest
-        })
-        .min()
+    let newest = (generation.newest_records().into_iter())
+        .map(|(_, newest)| newest)
+        .max()?;
+    Some(Timestamp {
+        seconds: newest.seconds.saturating_sub(hot),
+        ..newest
+    })
 }
 
 /// A generation to export: its catalog, its shards, and [`complete_before`] of it.

@@ -4,7 +4,8 @@
 //! The CSV is read back by Python's `csv` module (the standard library's, run as
 //! a subprocess) and compared, field by field, with the JSON answer to the same
 //! query: strings as they are, numbers as the JSON writes them, `null` as an
-//! empty field, `tags`, `metadata` and `results` as the same JSON. Python also
+//! empty field, `tags`, `metadata` (a string one too) and `results` as the same
+//! JSON. Python also
 //! writes the rows back with minimal quoting and CRLF, which must give the very
 //! bytes stq sent: quoting only where needed, rows ending in CRLF, no BOM.
 //!
@@ -58,7 +59,9 @@ for row, element in zip(rows, data):
     assert len(row) == len(header), (row, header)
     for name, field in zip(header, row):
         value = element[name]
-        if value is None:
+        if name == "metadata" and value is not None:
+            assert field == field.strip() and load(field) == value, (name, field, value)
+        elif value is None:
             assert field == "", (name, field)
         elif isinstance(value, str):
             assert field == value, (name, field, value)
@@ -166,6 +169,12 @@ fn quoting_files() -> Vec<FileSpec> {
         r#"{"station_id":"ST-1","time_created":"2024-05-03T23:00:00Z","direction":"output","tags": [ "x, y" , "z" ],"metadata": { "a" : [ 1.50 , "b \" c" ] , "é" : "\u00e9" }}"#
             .to_string(),
     );
+    // A string `metadata` and a number that reads the same as its text.
+    for (minute, metadata) in [(10, r#""42""#), (20, "42")] {
+        units.push(format!(
+            r#"{{"station_id":"ST-42","time_created":"2024-05-03T23:{minute}:00Z","direction":"output","metadata":{metadata}}}"#
+        ));
+    }
     vec![
         FileSpec::plain("q.units.jsonl", units.join("\n") + "\n"),
         FileSpec::plain("q.metrics.jsonl", metrics.join("\n") + "\n"),
@@ -298,6 +307,26 @@ fn issue_34_records_read_back_as_the_json_answer_holds_them() {
         );
         assert_eq!(csv_ok(&empty), format!("{header}\r\n"));
     }
+}
+
+#[test]
+fn issue_51_a_string_metadata_reads_apart_from_a_number() {
+    let server = csv_server();
+    let response = server.get(
+        &as_csv(&format!("/units?{WINDOW}&station_ids=ST-42")),
+        Some(OPS),
+    );
+    let rows: Vec<&str> = csv_ok(&response).split("\r\n").collect();
+    assert_eq!(
+        rows[1..],
+        [
+            r#"ST-42,,,2024-05-03T23:10:00Z,,,[],,output,,"""42""""#,
+            "ST-42,,,2024-05-03T23:20:00Z,,,[],,output,,42",
+            "",
+        ],
+        "{}",
+        response.body
+    );
 }
 
 #[test]

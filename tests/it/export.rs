@@ -591,7 +591,7 @@ fn modified(partition: &Path) -> BTreeMap<PathBuf, std::time::SystemTime> {
 }
 
 /// Issue 35: `stq serve --export DIR` writes each day once all of it is older than
-/// every station's hot window, the same rows `stq export` writes; a late record
+/// the hot window counted back from the floor's newest record, the same rows `stq export` writes; a late record
 /// into a day already written has that day written again after the reload, and
 /// only that day.
 #[test]
@@ -665,4 +665,67 @@ fn issue_35_serve_keeps_the_complete_days_exported() {
     assert_eq!(server.log_count("exported day 2026-11-22 of units"), 1);
     assert_eq!(modified(&untouched.0), untouched_modified.0);
     assert_eq!(modified(&untouched.1), untouched_modified.1);
+}
+
+/// Issue 51: a station that fell silent days ago holds back no day: a day is
+/// complete by the newest record of all stations, so the silent station's last
+/// day and the floor's complete days after it are written, the same rows
+/// `stq export` writes.
+#[test]
+fn issue_51_a_silent_station_holds_back_no_day() {
+    let directory = temporary_directory();
+    let snapshots = generated_days(directory.path(), 3);
+    let silent = snapshots.join("ST-SILENT");
+    std::fs::create_dir_all(&silent).unwrap();
+    std::fs::write(
+        silent.join("2026-11-20.units.jsonl"),
+        concat!(
+            r#"{"station_id":"ST-SILENT","slot":"slot-1","unit_serial":"SN-SILENT-1","time_created":"2026-11-20T10:00:00Z","direction":"output","result":"pass"}"#,
+            "\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        silent.join("2026-11-20.metrics.jsonl"),
+        concat!(
+            r#"{"station_id":"ST-SILENT","unit_serial":"SN-SILENT-1","time_created":"2026-11-20T10:00:00Z","name":"voltage","value":"3.3"}"#,
+            "\n"
+        ),
+    )
+    .unwrap();
+    let tokens = directory.path().join("tokens.json");
+    std::fs::write(&tokens, tokens_json()).unwrap();
+    let served = directory.path().join("served");
+    let server = Server::spawn(
+        &serve_args(
+            &snapshots,
+            &tokens,
+            &["--export", &path_string(&served), "--hot", "1h"],
+        ),
+        &[],
+    );
+    server.wait_for_log("export written:", 1);
+    let fresh = directory.path().join("fresh");
+    exported(&snapshots, &fresh, &[]);
+    let fresh = every_partition(&fresh);
+    // The floor's records end at midnight on the 24th: with an hour hot, the
+    // 23rd is not complete; the silent station's 20th and the two days after are.
+    let complete = ["day=2026-11-20", "day=2026-11-21", "day=2026-11-22"];
+    let want: Vec<&(String, String)> = (fresh.keys())
+        .filter(|(_, name)| complete.contains(&name.as_str()))
+        .collect();
+    assert_eq!(want.len(), 6, "{:?}", fresh.keys());
+    let written = every_partition(&served);
+    assert_eq!(written.keys().collect::<Vec<_>>(), want);
+    for (partition, path) in &written {
+        assert!(
+            records(path) == records(&fresh[partition]),
+            "{partition:?} differs from stq export's"
+        );
+    }
+    let silent_day = records(&served.join("units/day=2026-11-20"));
+    assert!(
+        (silent_day.iter()).any(|(record, _)| record["station_id"] == "ST-SILENT"),
+        "the silent station's day is exported"
+    );
 }

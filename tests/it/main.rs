@@ -76,6 +76,7 @@ mod s3_store;
 mod shape;
 mod store;
 mod summaries;
+mod summary_bytes;
 mod summary_properties;
 mod tenant;
 mod tokens;

@@ -40,8 +40,10 @@
 //! them, and the digest keeps none.
 //!
 //! A metric digest holds the first and last metric record's key and, per fine
-//! group (name, slot and unit), the running statistics of its values ([`Running`],
-//! the arithmetic a summary reading records uses too), the serials of its
+//! group (name, slot and unit), the running statistics of its values ([`Running`]:
+//! counts, extremes and exact sums, as a summary reading records keeps them; a
+//! digest of an earlier version, with rounded statistics instead, is not taken),
+//! the serials of its
 //! out-of-limit records, and its last record's key and the text of its limits,
 //! which a row shows (each distinct text once a block: a name's limits are the
 //! same in every slot).
@@ -54,7 +56,9 @@ use std::borrow::Cow;
 
 use foldhash::{HashMap, HashMapExt as _, HashSet};
 use integer_encoding::VarInt as _;
+use smallvec::SmallVec;
 
+use crate::data::exact::{self, ExactSum};
 use crate::data::key::RecordKey;
 use crate::data::symbols::Symbol;
 use crate::data::tier::{MetricEntry, UnitEntry};
@@ -632,20 +636,27 @@ fn read_attempts(
     }
 }
 
-/// Running statistics of metric records' values, added one at a time in key
-/// order (Welford's): the one arithmetic both a block's digest, at seal time, and
-/// a summary reading records use, so that the two agree to the bit.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// Running statistics of metric records' values: counts, extremes, and the exact
+/// sums of the values and of their squares (`data::exact`), so that statistics
+/// joined from any split of the records into blocks, tiers and shards are the
+/// same to the bit.
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Running {
     pub(crate) count: u64,
     pub(crate) numeric: u64,
     pub(crate) min: f64,
     pub(crate) max: f64,
-    pub(crate) mean: f64,
-    /// Sum of squared deviations from the mean.
-    pub(crate) squares: f64,
+    /// The numeric values' sum, each scaled by [`SUM_SCALE`].
+    pub(crate) sum: ExactSum,
+    /// The sum of their squares.
+    pub(crate) squares: ExactSum,
     pub(crate) out_of_limits: u64,
 }
+
+/// What a value is scaled by in [`Running::sum`], exactly (a power of two): a sum
+/// of values near the largest double stays finite, and the scale changes no bit
+/// of a mean.
+const SUM_SCALE: f64 = 1.0 / 18_446_744_073_709_551_616.0;
 
 impl Default for Running {
     fn default() -> Running {
@@ -654,8 +665,8 @@ impl Default for Running {
             numeric: 0,
             min: f64::INFINITY,
             max: f64::NEG_INFINITY,
-            mean: 0.0,
-            squares: 0.0,
+            sum: ExactSum::default(),
+            squares: ExactSum::default(),
             out_of_limits: 0,
         }
     }
@@ -672,35 +683,47 @@ impl Running {
         self.numeric += 1;
         self.min = self.min.min(value);
         self.max = self.max.max(value);
-        let delta = value - self.mean;
-        self.mean += delta / self.numeric as f64;
-        self.squares += delta * (value - self.mean);
+        self.sum.add(value * SUM_SCALE);
+        self.squares.add_product(value, value);
         // A NaN limit is not numeric, and NaN comparisons are false.
         let out = value < limit_lower || value > limit_upper;
         self.out_of_limits += u64::from(out);
         out
     }
 
-    /// Joins another's statistics: its mean and squared deviations by Chan et
-    /// al.'s formulas, taken as they are by statistics of no number yet.
+    /// Joins another's statistics, exactly.
     pub(crate) fn join(&mut self, other: &Running) {
         self.count += other.count;
         self.out_of_limits += other.out_of_limits;
         self.min = self.min.min(other.min);
         self.max = self.max.max(other.max);
-        if other.numeric == 0 {
-            return;
-        }
-        if self.numeric == 0 {
-            (self.numeric, self.mean, self.squares) = (other.numeric, other.mean, other.squares);
-            return;
-        }
-        let (left, right) = (self.numeric as f64, other.numeric as f64);
-        let total = left + right;
-        let delta = other.mean - self.mean;
-        self.mean += delta * right / total;
-        self.squares += other.squares + delta * delta * left * right / total;
         self.numeric += other.numeric;
+        self.sum.join(&other.sum);
+        self.squares.join(&other.squares);
+    }
+
+    /// The numeric values' mean: their exact sum, rounded, over their count.
+    pub(crate) fn mean(&self) -> Option<f64> {
+        (self.numeric > 0).then(|| self.sum.value() / self.numeric as f64 / SUM_SCALE)
+    }
+
+    /// The numeric values' sample standard deviation (n - 1), from their exact
+    /// spread; 0 when they are all equal, also where their squares would
+    /// overflow, and not finite where they overflow otherwise.
+    pub(crate) fn stddev(&self) -> Option<f64> {
+        let numeric = self.numeric;
+        (numeric >= 2).then(|| {
+            if self.min == self.max {
+                return 0.0;
+            }
+            let sum = ExactSum::from_parts(
+                &(self.sum.parts().iter())
+                    .map(|part| part / SUM_SCALE)
+                    .collect::<SmallVec<[f64; 3]>>(),
+            );
+            let spread = exact::spread(numeric, &sum, &self.squares).max(0.0);
+            (spread / numeric as f64 / (numeric - 1) as f64).sqrt()
+        })
     }
 }
 
@@ -731,7 +754,15 @@ pub(crate) struct MetricDigest {
     pub(crate) failing: Vec<Symbol>,
     /// Where each distinct text of limits is in the digest: a buffer.
     limits: Vec<[std::ops::Range<usize>; 2]>,
+    /// Whether it holds exact sums; a digest written before them, in a store of
+    /// an earlier version, holds rounded statistics, which are not read: its
+    /// block's records are.
+    pub(crate) exact: bool,
 }
+
+/// The bit of a metric digest's first byte that says it holds exact sums (the
+/// bit below says how its times are written).
+pub(crate) const EXACT_SUMS: u8 = 2;
 
 impl Default for MetricDigest {
     fn default() -> MetricDigest {
@@ -742,6 +773,7 @@ impl Default for MetricDigest {
             groups: Vec::new(),
             failing: Vec::new(),
             limits: Vec::new(),
+            exact: true,
         }
     }
 }
@@ -760,7 +792,9 @@ pub(crate) fn write_metric_digest(
         return;
     };
     let whole_millis = (records.iter()).all(|(key, ..)| key.instant.nanos % 1_000_000 == 0);
+    let head = out.len();
     let times = Times::write_head(out, period_start, whole_millis, first.0, last.0);
+    out[head] |= EXACT_SUMS;
     /// A fine group's records so far.
     struct Accumulated {
         running: Running,
@@ -838,8 +872,14 @@ pub(crate) fn write_metric_digest(
             number(out, running.numeric);
         }
         if running.numeric > 0 {
-            for float in [running.min, running.max, running.mean, running.squares] {
+            for float in [running.min, running.max] {
                 out.extend_from_slice(&float.to_bits().to_le_bytes());
+            }
+            for sum in [&running.sum, &running.squares] {
+                number(out, sum.parts().len() as u64);
+                for part in sum.parts() {
+                    out.extend_from_slice(&part.to_bits().to_le_bytes());
+                }
             }
         }
         number(out, running.out_of_limits);
@@ -869,6 +909,10 @@ impl MetricDigest {
         self.groups.clear();
         self.failing.clear();
         self.limits.clear();
+        self.exact = bytes.first().is_some_and(|head| head & EXACT_SUMS != 0);
+        if !self.exact {
+            return;
+        }
         for _ in 0..reader.number() {
             let pair = [(); 2].map(|()| {
                 let length = reader.number() as usize;
@@ -892,8 +936,11 @@ impl MetricDigest {
             if running.numeric > 0 {
                 running.min = reader.float();
                 running.max = reader.float();
-                running.mean = reader.float();
-                running.squares = reader.float();
+                for sum in [&mut running.sum, &mut running.squares] {
+                    let parts: SmallVec<[f64; 3]> =
+                        (0..reader.number()).map(|_| reader.float()).collect();
+                    *sum = ExactSum::from_parts(&parts);
+                }
             }
             running.out_of_limits = reader.number();
             let start = self.failing.len();
@@ -952,7 +999,7 @@ impl Times {
     fn read_head(reader: &mut Reader<'_>, start: Timestamp) -> (Times, RecordKey, RecordKey) {
         let mut times = Times {
             start,
-            unit: unit_of(reader.take() == 0),
+            unit: unit_of(reader.take() & 1 == 0),
             file: 0,
         };
         let first = times.read_key(reader);

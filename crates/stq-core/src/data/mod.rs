@@ -25,6 +25,7 @@ pub(crate) mod catalog;
 pub(crate) mod codec;
 pub(crate) mod cursor;
 pub(crate) mod digest;
+pub(crate) mod exact;
 pub(crate) mod hot;
 pub(crate) mod key;
 pub mod load;

@@ -11,7 +11,8 @@
 //!
 //! Transcribing a JSON object (or a piece of one) to CSV fields: a string is its
 //! text, unescaped; a number is its JSON text; `null` is an empty field; an
-//! object or array is its compact JSON text. A field is quoted (inner quotes
+//! object or array is its compact JSON text, and so is `metadata` whatever it
+//! holds. A field is quoted (inner quotes
 //! doubled) when it holds `,`, `"`, CR or LF, and only then. Rows end with CRLF.
 
 use std::ops::Range;
@@ -24,6 +25,9 @@ use crate::domain::record::Kind;
 
 /// Rows end with CRLF (RFC 4180).
 const ROW_END: &[u8] = b"\r\n";
+
+/// The one field written as JSON text whatever its value (docs/api.md section 7).
+const METADATA_KEY: &[u8] = b"metadata";
 
 /// The fields of a summary row after its group fields, `name` and
 /// `bucket_start` (docs/api.md section 10).
@@ -253,16 +257,29 @@ fn transcribe(json: &[u8], out: &mut Vec<u8>) {
                 let Some(end) = memchr::memchr(b'"', &json[at + 1..]) else {
                     return;
                 };
+                let key = &json[at + 1..at + 1 + end];
                 at = skip_space(json, at + 1 + end + 1);
                 if json.get(at) == Some(&b':') {
                     at = skip_space(json, at + 1);
                 }
-                at = write_value(json, at, out);
+                at = match key == METADATA_KEY && json.get(at) == Some(&b'"') {
+                    true => write_json_string(json, at, out),
+                    false => write_value(json, at, out),
+                };
             }
             // The object's end, or space between its tokens.
             _ => at += 1,
         }
     }
+}
+
+/// Writes the JSON string at `at` as its JSON text, quotes and escapes as
+/// written, and returns where it ends: a string `metadata` must read apart from
+/// a number (`"42"` against `42`), as an object's strings do.
+fn write_json_string(json: &[u8], at: usize, out: &mut Vec<u8>) -> usize {
+    let end = (string_end(json, at + 1) + 1).min(json.len());
+    write_field(out, &json[at..end]);
+    end
 }
 
 /// Where the space between JSON tokens from `at` ends.
@@ -500,6 +517,31 @@ mod tests {
                 .unwrap()
                 .len();
             assert_eq!(keys, fields.len(), "{line}");
+        }
+    }
+
+    #[test]
+    fn issue_51_a_string_metadata_is_written_as_json_text() {
+        let unit = |metadata: &str| {
+            format!(
+                r#"{{"station_id":"S","time_created":"2024-01-01T00:00:00Z","direction":"output","metadata":{metadata}}}"#
+            )
+        };
+        let cases = [
+            (r#""42""#, r#""""42""""#),
+            ("42", "42"),
+            (r#""plain string""#, r#""""plain string""""#),
+            (r#""a,\"b\"\u00e9""#, r#""""a,\""b\""\u00e9""""#),
+            ("null", ""),
+            (r#"{ "k" : "v" }"#, r#""{""k"":""v""}""#),
+        ];
+        for (metadata, field) in cases {
+            let line = unit(metadata);
+            let expected = format!("S,,,2024-01-01T00:00:00Z,,,[],,output,,{field}");
+            let (from_parts, json) = row_from_parts(Kind::Units, &line);
+            assert_eq!(from_parts, expected, "{line}");
+            assert_eq!(whole_row(&json), expected, "{line}");
+            assert_eq!(sealed_row(&json), format!("{expected}\r\n"), "{line}");
         }
     }
 

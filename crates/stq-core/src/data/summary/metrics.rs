@@ -4,12 +4,13 @@
 //! Each shard keeps its rows' running statistics ([`Running`]), the serials of
 //! their failing units and their last record's limits. Partials of several
 //! shards merge exactly: failing serials are joined (so distinct counts are
-//! exact), and statistics combine by Chan's formulas.
+//! exact), and statistics hold exact sums of the values and their squares
+//! (`data::exact`), rounded once when a row is written. So a row is the same to
+//! the bit however its records were split: into blocks or tiers, read from
+//! digests or records, on one shard or several, merged in any order.
 //!
 //! A station's metric records join their rows a period (a sealed block's span)
-//! at a time, by fine group in one order, as a block's digest's statistics do
-//! ([`Segments`]): so a row comes out the same to the bit whether a block's
-//! records or its digest were read.
+//! at a time, by fine group ([`Segments`]), as a block's digest holds them.
 
 use std::borrow::Cow;
 use std::ops::Range;
@@ -137,7 +138,7 @@ struct FineMetrics<'a> {
 /// Running statistics of one row's records, and what else its row shows.
 #[derive(Clone, Debug)]
 struct MetricStatistics {
-    /// Welford's, of its fine groups joined by Chan et al.'s formulas.
+    /// Of its fine groups, joined exactly.
     running: Running,
     /// The serials of the out-of-limit records (the empty one too, left out when
     /// counted): a set, so that units failing on two shards count once.
@@ -175,6 +176,9 @@ impl<'data> MetricReader<'data> for MetricReading<'_> {
     fn block(&mut self, block: &MetricBlock<'data>) -> bool {
         let bytes = block.digest();
         self.digest.read(period_start(block.period()), &bytes);
+        if !self.digest.exact {
+            return false;
+        }
         let bucket = (self.partial.buckets).start_of(self.digest.first.instant);
         // As `MetricPartial::add` and `flush` would have added its records one by
         // one: every record of the block is in the window and in `bucket`.
@@ -366,13 +370,6 @@ impl MetricStatistics {
             self.limit_upper = other.limit_upper;
         }
     }
-
-    fn stddev(&self) -> Option<f64> {
-        let Running {
-            numeric, squares, ..
-        } = self.running;
-        (numeric >= 2).then(|| (squares.max(0.0) / (numeric - 1) as f64).sqrt())
-    }
 }
 
 /// What [`Rows::with_capacity`] reserves a `/metrics/summary` row: a little over
@@ -404,8 +401,8 @@ impl PartialSummary for MetricPartial {
         for (key, statistics) in rows {
             let running = &statistics.running;
             let has_numbers = running.numeric > 0;
-            let stddev = finite(statistics.stddev());
-            let mean = finite(has_numbers.then_some(running.mean));
+            let stddev = finite(running.stddev());
+            let mean = finite(running.mean());
             let failing_units =
                 statistics.failing.len() - usize::from(statistics.failing.contains(&Symbol::EMPTY));
             let (cp, cpk) = capability(

@@ -7,8 +7,8 @@
 //! record's limits (metrics). Partials of several shards merge exactly: a unit
 //! whose attempts lie on two shards (grouped by `slot`, say) keeps the two earliest
 //! attempts and the latest one, cycle times and failing serials are joined (so
-//! percentiles and distinct counts are exact), and statistics combine by Chan's
-//! formulas. [`PartialSummary::finish`] turns the merged partial into rows in the
+//! percentiles and distinct counts are exact), and statistics hold exact sums,
+//! so that no split or order of the records changes a row's bytes. [`PartialSummary::finish`] turns the merged partial into rows in the
 //! contract's order, rendered as JSON. No raw record leaves its shard.
 //!
 //! A module per question, each with its question, its partial and how a shard

@@ -211,3 +211,5 @@ proptest::proptest! {
         proptest::prop_assert_eq!(&rendered(&hot, &question, false, Digests::Read), &decoded);
     }
 }
+
+mod splits;
