@@ -319,7 +319,10 @@ fn issue_53_a_key_set_url_is_fetched_again_for_an_unknown_key_at_most_once_a_min
     let keys = KeyServer::start(&path_string(&provider.path));
     let url = format!("http://127.0.0.1:{}/served.json", keys.port);
     let server = start(&fixture, &url, &[]);
-    assert_eq!(keys.fetches(), 1, "fetched at start-up");
+    // At start-up: once, or once more where the suite's store pass starts a
+    // server of the same arguments first to fill the store.
+    let started = keys.fetches();
+    assert!(started >= 1, "fetched at start-up");
     let tokens = provider.mint(&[
         json!({"kid": "next", "alg": "ES256", "claims": claims(json!("*"), json!({}))}),
         json!({"kid": "ghost", "key": "p256", "alg": "ES256", "claims": claims(json!("*"), json!({}))}),
@@ -328,12 +331,12 @@ fn issue_53_a_key_set_url_is_fetched_again_for_an_unknown_key_at_most_once_a_min
     std::fs::copy(provider.file("rotated.json"), provider.file("served.json")).unwrap();
     assert_refused(&server, &tokens[0], "no key \"next\"");
     server.wait_for_log("fetched the key set of", 1);
-    assert_eq!(keys.fetches(), 2);
+    assert_eq!(keys.fetches(), started + 1);
     assert_eq!(stations_seen(&server, &tokens[0]), ["ST-01", "ST-02"]);
     // Another unknown key within the minute: refused, and not fetched for.
     assert_refused(&server, &tokens[1], "no key \"ghost\"");
     server.wait_for_log("so not now", 1);
-    assert_eq!(keys.fetches(), 2);
+    assert_eq!(keys.fetches(), started + 1);
 }
 
 #[test]
