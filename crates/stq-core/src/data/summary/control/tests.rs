@@ -177,3 +177,50 @@ fn issue_52_a_baseline_with_one_point_charts_nothing() {
     assert_eq!(row["violations_count"], 0);
     assert_eq!(row["violations"], serde_json::json!([]));
 }
+
+/// A group whose window points are all of one station but whose baseline is of
+/// two: the baseline's values are sorted across them on one shard as the merge
+/// of two shards sorts them.
+#[test]
+fn issue_52_a_baseline_of_two_stations_is_in_order_on_one_shard() {
+    let mut a = String::new();
+    let mut b = String::new();
+    for step in 0..40_u32 {
+        let value = f64::from((step * 13) % 7);
+        a.push_str(&line("A", step * 10, "S1", &value.to_string()));
+        if step < 20 {
+            b.push_str(&line("B", step * 10 + 5, "S1", &(value * 3.0).to_string()));
+        }
+    }
+    let files = [
+        ("a.metrics.jsonl", a.as_str()),
+        ("b.metrics.jsonl", b.as_str()),
+    ];
+    let baseline = Window {
+        from: window().from,
+        to: window().from.add_seconds(200 * 60),
+    };
+    let window = Window {
+        from: window().from.add_seconds(200 * 60),
+        to: window().to,
+    };
+    let question = Question::Control(ControlQuestion {
+        window,
+        baseline: Some(baseline),
+        names: Matcher::Any,
+        grouping: Grouping {
+            fields: vec![GroupField::Slot],
+            bucket: None,
+            zone: Zone::Utc,
+        },
+        rules: Rules::ALL,
+    });
+    let one = rendered(&generation(&files, 1), &question, false, Digests::Read);
+    let two = rendered(&generation(&files, 2), &question, false, Digests::Read);
+    assert_eq!(one, two);
+    let row: Value = serde_json::from_slice(&one[0]).unwrap();
+    assert_eq!(
+        (row["points"].as_u64(), row["baseline_points"].as_u64()),
+        (Some(20), Some(40))
+    );
+}
