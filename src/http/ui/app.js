@@ -1075,12 +1075,14 @@
   // How many flags a row lists at most (the contract's first 1000).
   const MAX_FLAGS = 1000;
   const CONTROL_HEIGHT = 260;
+  // The steps between a point axis's ticks: whole points.
+  const POINT_STEPS = [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 2500, 5000, 10000];
   const MR_HEIGHT = 150;
   // The zones around the centre line: beyond 2 sigma (A), 1 to 2 (B), within 1 (C).
   const ZONES = [
-    [3, "rgba(179, 38, 30, 0.08)"],
-    [2, "rgba(138, 90, 0, 0.09)"],
-    [1, "rgba(30, 125, 50, 0.08)"],
+    [3, "rgba(179, 38, 30, 0.12)"],
+    [2, "rgba(230, 160, 0, 0.14)"],
+    [1, "rgba(30, 125, 50, 0.10)"],
   ];
 
   function rulesText(rules) {
@@ -1234,18 +1236,26 @@
     return { flags, unmatched };
   }
 
-  /** Shades the zones: within 1, 2 and 3 sigma of the centre, in the plot's area. */
+  /**
+   * Shades the zones in the plot's area: C within 1 sigma of the centre, B from 1 to
+   * 2 sigma, A from 2 to 3 sigma, on both sides.
+   */
   function shadeZones(plot, row) {
     const { ctx, bbox } = plot;
+    const y = (times) => plot.valToPos(row.center + times * row.sigma, "y", true);
     ctx.save();
     ctx.beginPath();
     ctx.rect(bbox.left, bbox.top, bbox.width, bbox.height);
     ctx.clip();
     for (const [times, color] of ZONES) {
-      const top = plot.valToPos(row.center + times * row.sigma, "y", true);
-      const bottom = plot.valToPos(row.center - times * row.sigma, "y", true);
       ctx.fillStyle = color;
-      ctx.fillRect(bbox.left, top, bbox.width, bottom - top);
+      const inner = times - 1;
+      // Above the centre, then below it; zone C is one band across it.
+      for (const side of inner === 0 ? [1] : [1, -1]) {
+        const far = y(side * times);
+        const near = inner === 0 ? y(-times) : y(side * inner);
+        ctx.fillRect(bbox.left, Math.min(far, near), bbox.width, Math.abs(near - far));
+      }
     }
     ctx.restore();
   }
@@ -1333,7 +1343,7 @@
           points: { show: true, size: 9, width: 2, stroke: "#7f1d17", fill: "#e5483d" },
         },
       ],
-      axes: [{ label: "point" }, { size: 60 }],
+      axes: [{ incrs: POINT_STEPS }, { size: 60 }],
       hooks: {
         drawClear: limited ? [(plot) => shadeZones(plot, row)] : [],
         draw: [(plot) => labelFlags(plot, row, values, flags)],
@@ -1372,7 +1382,7 @@
           points: { show: true, size: 8, width: 2, stroke: "#7f1d17", fill: "#e5483d" },
         },
       ],
-      axes: [{ label: "point" }, { size: 60 }],
+      axes: [{ incrs: POINT_STEPS, label: "point" }, { size: 60 }],
     };
     const plot = new uPlot(options, [numbers, ranges, constant(row.mr_mean), constant(row.mr_ucl), high], ui.controlMr);
     return { plot, ranges: values.length - 1, aboveUcl: high.filter((range) => range !== null).length };
