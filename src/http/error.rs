@@ -145,8 +145,8 @@ impl ApiError {
                     None => json!({ "parameter": parameter }),
                 },
                 QueryError::UnknownParameter { parameter } => json!({ "parameter": parameter }),
-                QueryError::InvalidWindow { from, to } => {
-                    json!({ "from": from.to_string(), "to": to.to_string() })
+                QueryError::InvalidWindow { from, to, of } => {
+                    json!({ of.from_name(): from.to_string(), of.to_name(): to.to_string() })
                 }
                 QueryError::TooManyStations { count, max } => {
                     json!({ "count": count, "max_stations": max })
@@ -158,9 +158,10 @@ impl ApiError {
                     from,
                     to,
                     max_window,
+                    of,
                 } => json!({
-                    "from": from.to_string(),
-                    "to": to.to_string(),
+                    of.from_name(): from.to_string(),
+                    of.to_name(): to.to_string(),
                     "max_window": duration_text(*max_window),
                 }),
             },
@@ -337,7 +338,7 @@ mod tests {
         assert_eq!(
             ApiError::NotFound.to_string(),
             "no such path; the endpoints are /units, /metrics, /units/summary, \
-             /metrics/summary and /stations"
+             /metrics/summary, /stations and /metrics/control"
         );
     }
 

@@ -37,13 +37,16 @@ pub enum QueryError {
         parameter: String,
     },
 
-    /// `from` is not before `to`: 400 `invalid_window`.
-    #[error("`from` must be before `to`")]
+    /// `from` is not before `to` (or `baseline_from` not before `baseline_to`):
+    /// 400 `invalid_window`.
+    #[error("`{}` must be before `{}`", .of.from_name(), .of.to_name())]
     InvalidWindow {
         /// The window's start.
         from: Timestamp,
         /// The window's end.
         to: Timestamp,
+        /// Which window: the query's, or a control chart's baseline.
+        of: WindowOf,
     },
 
     /// More station ids than `--max-stations`: 400 `too_many_stations`.
@@ -65,7 +68,7 @@ pub enum QueryError {
     },
 
     /// A window longer than `--max-window`: 400 `window_too_large`.
-    #[error("the window spans more than the {} allowed; narrow it", duration_text(*.max_window))]
+    #[error("the {} spans more than the {} allowed; narrow it", .of.noun(), duration_text(*.max_window))]
     WindowTooLarge {
         /// The window's start.
         from: Timestamp,
@@ -73,7 +76,44 @@ pub enum QueryError {
         to: Timestamp,
         /// The limit.
         max_window: Duration,
+        /// Which window: the query's, or a control chart's baseline.
+        of: WindowOf,
     },
+}
+
+/// Which of a query's windows an error is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WindowOf {
+    /// `from` and `to`.
+    Query,
+    /// `/metrics/control`'s `baseline_from` and `baseline_to` (docs/api.md
+    /// section 15).
+    Baseline,
+}
+
+impl WindowOf {
+    /// The parameter that names its start.
+    pub fn from_name(self) -> &'static str {
+        match self {
+            WindowOf::Query => "from",
+            WindowOf::Baseline => "baseline_from",
+        }
+    }
+
+    /// The parameter that names its end.
+    pub fn to_name(self) -> &'static str {
+        match self {
+            WindowOf::Query => "to",
+            WindowOf::Baseline => "baseline_to",
+        }
+    }
+
+    fn noun(self) -> &'static str {
+        match self {
+            WindowOf::Query => "window",
+            WindowOf::Baseline => "baseline window",
+        }
+    }
 }
 
 /// The limits that parameter validation depends on (docs/api.md sections 4, 6 and 9).
@@ -161,6 +201,38 @@ pub struct QueryParams {
     pub(crate) wait: Option<Duration>,
     /// `last_event_id` (streams only, section 14.2): where a stream resumes.
     pub(crate) last_event_id: Option<String>,
+    /// `/metrics/control`'s `baseline_from` and `baseline_to`, given both or
+    /// neither (section 15); neither: the window itself.
+    pub(crate) baseline_from: Option<Timestamp>,
+    /// See `baseline_from`.
+    pub(crate) baseline_to: Option<Timestamp>,
+    /// `/metrics/control`'s `rules`: the Nelson rules applied, bit `n - 1` for
+    /// rule `n`; `None`: all eight.
+    pub(crate) rules: Option<Rules>,
+}
+
+/// A set of Nelson rules, `1` to `8` (docs/api.md section 15).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Rules(u8);
+
+impl Rules {
+    /// All eight.
+    pub(crate) const ALL: Rules = Rules(0xff);
+
+    /// Whether rule `number` (1 to 8) is in the set.
+    pub(crate) fn contains(self, number: u8) -> bool {
+        (1..=8).contains(&number) && self.0 & (1 << (number - 1)) != 0
+    }
+
+    /// The set of just these rules.
+    #[cfg(test)]
+    pub(crate) fn of(numbers: &[u8]) -> Rules {
+        Rules(
+            numbers
+                .iter()
+                .fold(0, |bits, number| bits | 1 << (number - 1)),
+        )
+    }
 }
 
 /// How an answer is written (docs/api.md section 7).
@@ -200,11 +272,14 @@ pub enum Endpoint {
     MetricsSummary,
     /// `GET /stations`: each station's counts and first and last record.
     Stations,
+    /// `GET /metrics/control`: individuals charts and Nelson's rules by name and
+    /// group.
+    MetricsControl,
 }
 
 impl Endpoint {
     /// Every endpoint, in the order they are listed to people.
-    pub const ALL: [Endpoint; 5] = {
+    pub const ALL: [Endpoint; 6] = {
         // Adding a variant fails to compile here until the match gives it a
         // number; the list must then hold it at that number.
         const fn number(endpoint: Endpoint) -> usize {
@@ -214,6 +289,7 @@ impl Endpoint {
                 Endpoint::UnitsSummary => 2,
                 Endpoint::MetricsSummary => 3,
                 Endpoint::Stations => 4,
+                Endpoint::MetricsControl => 5,
             }
         }
         let all = [
@@ -222,6 +298,7 @@ impl Endpoint {
             Endpoint::UnitsSummary,
             Endpoint::MetricsSummary,
             Endpoint::Stations,
+            Endpoint::MetricsControl,
         ];
         let mut index = 0;
         while index < all.len() {
@@ -330,6 +407,23 @@ const STATIONS: EndpointSpec = EndpointSpec {
     noun: "station",
 };
 
+const METRICS_CONTROL: EndpointSpec = EndpointSpec {
+    path: "/metrics/control",
+    parameters: &[
+        Parameter::StationIds,
+        Parameter::From,
+        Parameter::To,
+        Parameter::Names,
+        Parameter::GroupBy,
+        Parameter::BaselineFrom,
+        Parameter::BaselineTo,
+        Parameter::Rules,
+    ],
+    group_fields: &[GroupField::StationId, GroupField::Slot, GroupField::Unit],
+    etag_seed: 5,
+    noun: "control row",
+};
+
 impl Endpoint {
     /// What every layer knows of it.
     pub fn spec(self) -> &'static EndpointSpec {
@@ -339,6 +433,7 @@ impl Endpoint {
             Endpoint::UnitsSummary => &UNITS_SUMMARY,
             Endpoint::MetricsSummary => &METRICS_SUMMARY,
             Endpoint::Stations => &STATIONS,
+            Endpoint::MetricsControl => &METRICS_CONTROL,
         }
     }
 
@@ -449,6 +544,9 @@ enum Parameter {
     Format,
     Wait,
     LastEventId,
+    BaselineFrom,
+    BaselineTo,
+    Rules,
 }
 
 /// The parameters every endpoint takes besides its own.
@@ -501,6 +599,9 @@ impl Parameter {
             Parameter::Format => "format",
             Parameter::Wait => "wait",
             Parameter::LastEventId => "last_event_id",
+            Parameter::BaselineFrom => "baseline_from",
+            Parameter::BaselineTo => "baseline_to",
+            Parameter::Rules => "rules",
         }
     }
 
@@ -512,12 +613,16 @@ impl Parameter {
                 | Parameter::Direction
                 | Parameter::Names
                 | Parameter::GroupBy
+                | Parameter::Rules
         )
     }
 
     /// `from` and `to` keep a `+` as a `+`: an unencoded offset must survive.
     fn keeps_plus(self) -> bool {
-        matches!(self, Parameter::From | Parameter::To)
+        matches!(
+            self,
+            Parameter::From | Parameter::To | Parameter::BaselineFrom | Parameter::BaselineTo
+        )
     }
 }
 
@@ -614,7 +719,7 @@ impl QueryParams {
                     self.station_ids = Some(stations);
                 }
             }
-            Parameter::From | Parameter::To => {
+            Parameter::From | Parameter::To | Parameter::BaselineFrom | Parameter::BaselineTo => {
                 let instant = parse_query_time(&value).ok_or_else(|| {
                     invalid(
                         parameter,
@@ -622,11 +727,29 @@ impl QueryParams {
                         "expected an RFC 3339 date-time or Unix epoch milliseconds",
                     )
                 })?;
-                if parameter == Parameter::From {
-                    self.from = Some(instant);
-                } else {
-                    self.to = Some(instant);
+                *match parameter {
+                    Parameter::From => &mut self.from,
+                    Parameter::To => &mut self.to,
+                    Parameter::BaselineFrom => &mut self.baseline_from,
+                    _ => &mut self.baseline_to,
+                } = Some(instant);
+            }
+            Parameter::Rules => {
+                let mut bits = self.rules.map_or(0, |Rules(bits)| bits);
+                for item in list_items(&value) {
+                    let number = match item.as_str() {
+                        "1" | "2" | "3" | "4" | "5" | "6" | "7" | "8" => item.as_bytes()[0] - b'0',
+                        _ => {
+                            return Err(invalid(
+                                parameter,
+                                Some(&item),
+                                "each item must be a Nelson rule's number, `1` to `8`",
+                            ))
+                        }
+                    };
+                    bits |= 1 << (number - 1);
                 }
+                self.rules = (bits != 0).then_some(Rules(bits));
             }
             Parameter::Type => self.unit_types.extend(list_items(&value)),
             Parameter::Names => self.names.extend(list_items(&value)),
@@ -725,7 +848,19 @@ impl QueryParams {
         if self.cursor.is_some() && self.limit.is_none() {
             return Err(invalid(Parameter::Cursor, None, "`cursor` needs `limit`"));
         }
-        Ok(())
+        match (self.baseline_from, self.baseline_to) {
+            (Some(_), None) => Err(invalid(
+                Parameter::BaselineTo,
+                None,
+                "`baseline_from` needs `baseline_to`: give both or neither",
+            )),
+            (None, Some(_)) => Err(invalid(
+                Parameter::BaselineFrom,
+                None,
+                "`baseline_to` needs `baseline_from`: give both or neither",
+            )),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -803,25 +938,55 @@ impl QueryParams {
             (None, Some(to)) => (to.add_seconds(-DAY_SECONDS), to),
             (None, None) => (now.add_seconds(-DAY_SECONDS), now),
         };
-        if from >= to {
-            return Err(QueryError::InvalidWindow { from, to });
-        }
-        if let Some(max_window) = max_window {
-            if to.nanos_since(from) > max_window.as_nanos() as i128 {
-                return Err(QueryError::WindowTooLarge {
-                    from,
-                    to,
-                    max_window,
-                });
-            }
-        }
-        Ok(Window { from, to })
+        checked_window(from, to, max_window, WindowOf::Query)
+    }
+
+    /// `/metrics/control`'s baseline window: the one `baseline_from` and
+    /// `baseline_to` give, no longer than `max_window`; `None` without them (the
+    /// query's window is the baseline).
+    pub(crate) fn baseline(
+        &self,
+        max_window: Option<Duration>,
+    ) -> Result<Option<Window>, QueryError> {
+        let (Some(from), Some(to)) = (self.baseline_from, self.baseline_to) else {
+            return Ok(None);
+        };
+        checked_window(from, to, max_window, WindowOf::Baseline).map(Some)
+    }
+
+    /// `/metrics/control`'s rules: those given, or all eight.
+    pub(crate) fn rules(&self) -> Rules {
+        self.rules.unwrap_or(Rules::ALL)
     }
 
     /// Whether the request named its window itself; a cursor pins it otherwise.
     pub(crate) fn has_window(&self) -> bool {
         self.from.is_some() || self.to.is_some()
     }
+}
+
+/// The window from `from` to `to`, if `from` is before `to` and it is no longer
+/// than `max_window`.
+fn checked_window(
+    from: Timestamp,
+    to: Timestamp,
+    max_window: Option<Duration>,
+    of: WindowOf,
+) -> Result<Window, QueryError> {
+    if from >= to {
+        return Err(QueryError::InvalidWindow { from, to, of });
+    }
+    if let Some(max_window) = max_window {
+        if to.nanos_since(from) > max_window.as_nanos() as i128 {
+            return Err(QueryError::WindowTooLarge {
+                from,
+                to,
+                max_window,
+                of,
+            });
+        }
+    }
+    Ok(Window { from, to })
 }
 
 /// "each item must be `station_id`, `slot` or `unit`": the fields `endpoint` takes.
@@ -985,6 +1150,19 @@ mod tests {
                     &[GroupField::StationId, GroupField::Slot, GroupField::Unit],
                 ),
                 Endpoint::Stations => (&["station_ids"], &[]),
+                Endpoint::MetricsControl => (
+                    &[
+                        "station_ids",
+                        "from",
+                        "to",
+                        "names",
+                        "group_by",
+                        "baseline_from",
+                        "baseline_to",
+                        "rules",
+                    ],
+                    &[GroupField::StationId, GroupField::Slot, GroupField::Unit],
+                ),
             }
         };
         for endpoint in Endpoint::ALL {
@@ -1008,10 +1186,14 @@ mod tests {
                 "group_by",
                 "bucket",
                 "tz",
+                "baseline_from",
+                "baseline_to",
+                "rules",
             ] {
                 let value = match name {
-                    "from" => "2024-01-01T00:00:00Z",
-                    "to" => "2024-01-02T00:00:00Z",
+                    "from" | "baseline_from" => "2024-01-01T00:00:00Z",
+                    "to" | "baseline_to" => "2024-01-02T00:00:00Z",
+                    "rules" => "1",
                     "direction" => "input",
                     "limit" => "5",
                     "group_by" => "slot",
@@ -1407,5 +1589,54 @@ mod tests {
             code(units(&format!("x={}", "A".repeat(300)))),
             "uri_too_long"
         );
+    }
+
+    /// Issue 52: `/metrics/control`'s baseline is both of its bounds or neither,
+    /// checked as a window (and against `--max-window`) of its own; `rules` takes
+    /// the numbers 1 to 8 in both list forms.
+    #[test]
+    fn issue_52_a_baseline_is_both_bounds_and_rules_are_one_to_eight() {
+        let control = |query: &str| parse(Endpoint::MetricsControl, query, LIMITS);
+        let day = Some(Duration::from_secs(DAY_SECONDS as u64));
+        let neither = control("").unwrap();
+        assert_eq!(neither.baseline(day), Ok(None));
+        assert_eq!(neither.rules(), Rules::ALL);
+        let both =
+            control("baseline_from=2024-01-01T00:00:00Z&baseline_to=2024-01-01T06:00:00Z").unwrap();
+        let window = both.baseline(day).unwrap().unwrap();
+        assert_eq!(window.to.nanos_since(window.from), 6 * 3600 * 1_000_000_000);
+        for one in [
+            "baseline_from=2024-01-01T00:00:00Z",
+            "baseline_to=2024-01-01T00:00:00Z",
+        ] {
+            let error = control(one).unwrap_err();
+            assert_eq!(code::<()>(Err(error)), "invalid_parameter", "{one}");
+        }
+        let reversed =
+            control("baseline_from=2024-01-02T00:00:00Z&baseline_to=2024-01-01T00:00:00Z").unwrap();
+        let error = reversed.baseline(day).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "`baseline_from` must be before `baseline_to`"
+        );
+        let long =
+            control("baseline_from=2024-01-01T00:00:00Z&baseline_to=2024-01-03T00:00:00Z").unwrap();
+        assert_eq!(code(long.baseline(day)), "window_too_large");
+        assert!(long.baseline(None).is_ok());
+
+        let rules = control("rules=2,1&rules=8").unwrap().rules();
+        assert!([1, 2, 8].iter().all(|&rule| rules.contains(rule)));
+        assert!(![3, 4, 5, 6, 7].iter().any(|&rule| rules.contains(rule)));
+        assert_eq!(rules, Rules::of(&[1, 2, 8]));
+        assert_eq!(control("rules=").unwrap().rules(), Rules::ALL);
+        for bad in ["0", "9", "01", "1.0", "one", "1-3"] {
+            let error = control(&format!("rules={bad}")).unwrap_err();
+            assert_eq!(code::<()>(Err(error)), "invalid_parameter", "{bad}");
+        }
+        // The other summaries take none of these.
+        for query in ["rules=1", "baseline_from=2024-01-01T00:00:00Z"] {
+            let error = parse(Endpoint::MetricsSummary, query, LIMITS).unwrap_err();
+            assert_eq!(code::<()>(Err(error)), "unknown_parameter");
+        }
     }
 }

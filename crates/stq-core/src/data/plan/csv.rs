@@ -64,13 +64,32 @@ const METRIC_SUMMARY_FIELDS: &[&str] = &[
     "cpk",
 ];
 const STATION_FIELDS: &[&str] = &["station_id", "units", "metrics", "first", "last"];
+const CONTROL_FIELDS: &[&str] = &[
+    "points",
+    "baseline_points",
+    "center",
+    "sigma",
+    "ucl",
+    "lcl",
+    "mr_mean",
+    "mr_ucl",
+    "cpk",
+    "ppk",
+    "limit_lower",
+    "limit_upper",
+    "violations_count",
+    "violations",
+];
 
 /// The header row's names of an answer of `endpoint` to `params` (see
 /// [`super::Answer::csv_columns`]).
 pub(super) fn columns(endpoint: Endpoint, params: &QueryParams) -> Vec<&'static str> {
     let group = || {
         let mut names: Vec<&'static str> = params.group_names().collect();
-        if endpoint == Endpoint::MetricsSummary {
+        if matches!(
+            endpoint,
+            Endpoint::MetricsSummary | Endpoint::MetricsControl
+        ) {
             names.push("name");
         }
         if params.has_bucket() {
@@ -84,6 +103,7 @@ pub(super) fn columns(endpoint: Endpoint, params: &QueryParams) -> Vec<&'static 
         Endpoint::UnitsSummary => [group(), UNIT_SUMMARY_FIELDS.to_vec()].concat(),
         Endpoint::MetricsSummary => [group(), METRIC_SUMMARY_FIELDS.to_vec()].concat(),
         Endpoint::Stations => STATION_FIELDS.to_vec(),
+        Endpoint::MetricsControl => [group(), CONTROL_FIELDS.to_vec()].concat(),
     }
 }
 

@@ -26,7 +26,7 @@ use crate::data::catalog::Catalog;
 use crate::data::cursor::{Cursor, CursorError, RecordIdentity};
 use crate::data::key::Position;
 use crate::data::scan::{Matcher, RecordFilter};
-use crate::data::summary::{self, Grouping, MetricQuestion, Rows, UnitQuestion};
+use crate::data::summary::{self, ControlQuestion, Grouping, MetricQuestion, Rows, UnitQuestion};
 use crate::domain::auth::{Principal, Scope};
 use crate::domain::query::{Endpoint, Limits, QueryError, QueryParams};
 use crate::domain::record::Kind;
@@ -318,6 +318,15 @@ impl Plan {
                 }))
             }
             Endpoint::Stations => Question::Summary(summary::Question::Stations),
+            Endpoint::MetricsControl => {
+                Question::Summary(summary::Question::Control(ControlQuestion {
+                    window: params.window(*arrived, limits.max_window)?,
+                    baseline: params.baseline(limits.max_window)?,
+                    names: catalog.matcher(&params.names),
+                    grouping: grouping(),
+                    rules: params.rules(),
+                }))
+            }
         };
         let stations = stations(params, &request.principal, &catalog)?;
         Ok(Plan {

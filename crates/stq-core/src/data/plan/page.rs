@@ -83,6 +83,12 @@ impl Plan {
                             _ => None,
                         })
                     }
+                    Summary::Control(_) => {
+                        merge_partials(answers, catalog, max_records, |answer| match answer {
+                            Answered::Control(partial) => Some(partial),
+                            _ => None,
+                        })
+                    }
                 }?;
                 Ok(Answer(Elements::Rows(rows)))
             }

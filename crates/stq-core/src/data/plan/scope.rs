@@ -46,6 +46,9 @@ pub(super) fn cursor_scope(kind: Kind, params: &QueryParams, principal: &Princip
         group_by: _,
         bucket: _,
         zone: _,
+        baseline_from: _,
+        baseline_to: _,
+        rules: _,
         // Presentation, not selection (docs/api.md section 7).
         format: _,
         // How long to wait for a change, and where a stream resumes: neither

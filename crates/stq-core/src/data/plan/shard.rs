@@ -8,7 +8,9 @@ use super::{Plan, Question, ShardAnswer, ShardQuestion};
 use crate::data::catalog::Catalog;
 use crate::data::scan::{ScanAnswer, ScanRequest, ShardStation};
 use crate::data::shard::ShardData;
-use crate::data::summary::{MetricPartial, Partial, StationsPartial, SummaryRequest, UnitPartial};
+use crate::data::summary::{
+    ControlPartial, MetricPartial, Partial, StationsPartial, SummaryRequest, UnitPartial,
+};
 
 /// What a shard is asked, by the kind of question.
 #[derive(Debug)]
@@ -32,6 +34,8 @@ pub(super) enum Answered {
     Metrics(MetricPartial),
     /// `/stations`.
     Stations(StationsPartial),
+    /// `/metrics/control`.
+    Control(ControlPartial),
 }
 
 impl From<Partial> for Answered {
@@ -40,6 +44,7 @@ impl From<Partial> for Answered {
             Partial::Units(partial) => Answered::Units(partial),
             Partial::Metrics(partial) => Answered::Metrics(partial),
             Partial::Stations(partial) => Answered::Stations(partial),
+            Partial::Control(partial) => Answered::Control(partial),
         }
     }
 }

@@ -116,7 +116,9 @@ impl Stream {
     pub fn new(request: Arc<Request>, process: u64) -> Stream {
         // Only the records endpoints have streams; a summary's kind is its records'.
         let kind = match request.endpoint {
-            Endpoint::Metrics | Endpoint::MetricsSummary => Kind::Metrics,
+            Endpoint::Metrics | Endpoint::MetricsSummary | Endpoint::MetricsControl => {
+                Kind::Metrics
+            }
             Endpoint::Units | Endpoint::UnitsSummary | Endpoint::Stations => Kind::Units,
         };
         let from = request.params.from().unwrap_or(request.arrived);

@@ -41,11 +41,13 @@ use crate::domain::time::Window;
 use crate::domain::zone::Zone;
 
 use buckets::BucketStarts;
+pub(crate) use control::{ControlPartial, ControlQuestion};
 pub(crate) use metrics::{MetricPartial, MetricQuestion};
 pub(crate) use stations::StationsPartial;
 pub(crate) use units::{UnitPartial, UnitQuestion};
 
 mod buckets;
+mod control;
 mod metrics;
 mod stations;
 #[cfg(test)]
@@ -70,6 +72,8 @@ pub(crate) enum Question {
     Metrics(MetricQuestion),
     /// `/stations`: every record of each station, no window.
     Stations,
+    /// `/metrics/control`.
+    Control(ControlQuestion),
 }
 
 impl Question {
@@ -79,6 +83,7 @@ impl Question {
             Question::Units(question) => Some(&question.window),
             Question::Metrics(question) => Some(&question.window),
             Question::Stations => None,
+            Question::Control(question) => Some(&question.window),
         }
     }
 }
@@ -119,6 +124,8 @@ pub(crate) enum Partial {
     Metrics(MetricPartial),
     /// A shard's `/stations`.
     Stations(StationsPartial),
+    /// A shard's `/metrics/control`.
+    Control(ControlPartial),
 }
 
 /// What the merge does with the shards' partials of one question: merges them,
@@ -199,6 +206,16 @@ impl RowWriter<'_> {
         serde_json::to_writer(&mut *self.bytes, value).expect(WRITING);
     }
 
+    /// A field whose value is `json`, JSON text written already.
+    fn raw_field(&mut self, key: &str, json: &[u8]) {
+        self.bytes.push(if self.fields == 0 { b'{' } else { b',' });
+        self.fields += 1;
+        self.bytes.push(b'"');
+        self.bytes.extend_from_slice(key.as_bytes());
+        self.bytes.extend_from_slice(b"\":");
+        self.bytes.extend_from_slice(json);
+    }
+
     fn end(self) {
         if self.fields == 0 {
             self.bytes.push(b'{');
@@ -222,16 +239,18 @@ impl ShardData {
         symbols: &Symbols,
         digests: Digests,
     ) -> Partial {
-        let stations = request.stations.iter().filter_map(|&station| {
+        let held = request.stations.iter().filter_map(|&station| {
             let data = self.stations.get(station.station_index as usize)?;
-            Some((station, &**data))
+            Some((station, data))
         });
+        let stations = held.clone().map(|(station, data)| (station, &**data));
         match &request.question {
             Question::Units(question) => {
                 Partial::Units(question.summarize(stations, symbols, digests))
             }
             Question::Metrics(question) => Partial::Metrics(question.summarize(stations, digests)),
             Question::Stations => Partial::Stations(StationsPartial::summarize(stations)),
+            Question::Control(question) => Partial::Control(question.summarize(held)),
         }
     }
 }

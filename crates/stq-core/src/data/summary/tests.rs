@@ -98,6 +98,12 @@ pub(super) fn rendered(
             _ => panic!("partials of one question are of one kind"),
         })
         .finish(catalog),
+
+        Question::Control(_) => merged(partials, |partial| match partial {
+            Partial::Control(partial) => partial,
+            _ => panic!("partials of one question are of one kind"),
+        })
+        .finish(catalog),
     };
     rows.rows().map(<[u8]>::to_vec).collect()
 }

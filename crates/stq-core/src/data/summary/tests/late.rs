@@ -5,6 +5,7 @@ use crate::data::sealed::{period_start, MetricBlock};
 use crate::data::station::{
     Elsewhere, MetricEntry, MetricReader, StationData, UnitEntry, UnitReader,
 };
+use crate::domain::query::Rules;
 
 /// Where a reload of issue 22's late records leaves a snapshot: the generation
 /// loaded first, with records older than a second sealed, as the engine holds
@@ -136,6 +137,9 @@ impl LateReload {
                 (false, grouping.fields.contains(&GroupField::StationId))
             }
             Question::Stations => (false, false),
+            // A chart's arithmetic runs in the contract's order, whatever the
+            // shards.
+            Question::Control(_) => (true, true),
         };
         let mut same = vec![("digests", rows(&self.reloaded, false, Digests::Read))];
         // Units merge exactly in any order of shards.
@@ -532,6 +536,18 @@ fn issue_22_late_metrics_in_sealed_hours_show_the_latest_limits_as_a_fresh_load_
                     Matcher::Any,
                     grouping(fields, bucket, "America/St_Johns"),
                 )
+            });
+        }
+        // Issue 52: a chart's points cross the late records' blocks and tiers.
+        for fields in [&[][..], &[GroupField::StationId][..]] {
+            late.assert_same_rows(|_| {
+                Question::Control(ControlQuestion {
+                    window: seconds_window(from, to),
+                    baseline: Some(seconds_window(0, 3 * 3600)),
+                    names: Matcher::Any,
+                    grouping: grouping(fields, None, "UTC"),
+                    rules: Rules::ALL,
+                })
             });
         }
     }
