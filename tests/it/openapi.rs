@@ -1368,6 +1368,19 @@ fn the_schemas_refuse_what_the_contract_forbids() {
     assert!(is_valid("Readiness", &ready), "{ready}");
     assert!(is_valid("Health", &json!({"status": "ok"})));
 
+    // Issue 52: a control row, with a flag of its own record's fields.
+    let control = server()
+        .get(
+            &format!("/metrics/control?{WINDOW}&station_ids=ST-01"),
+            Some(OPS),
+        )
+        .json();
+    assert!(is_valid("MetricControlEnvelope", &control), "{control}");
+    let mut chart = control["data"][0].clone();
+    let flag = json!({"rule": 1, "time_created": metrics["data"][0]["time_created"],
+        "station_id": "ST-01", "unit_serial": "", "value": "3.3"});
+    chart["violations"] = json!([flag.clone()]);
+    assert!(is_valid("MetricControlRow", &chart), "{chart}");
     let record = units["data"][0].clone();
     let metric = metrics["data"][0].clone();
     // (what, the schema, an instance it must refuse)
@@ -1403,6 +1416,14 @@ fn the_schemas_refuse_what_the_contract_forbids() {
         ("another health", "Health", json!({"status": "fine"})),
         ("readiness listing stations", "Readiness", adding(ready.clone(), "", "station_ids", json!(["ST-01"]))),
         ("readiness without generation", "Readiness", without(ready.clone(), "", "generation")),
+        ("a control row without violations", "MetricControlRow", without(chart.clone(), "", "violations")),
+        ("a control row with a bucket", "MetricControlRow", adding(chart.clone(), "", "bucket_start", json!("2024-03-01T00:00:00Z"))),
+        ("a control row of no points", "MetricControlRow", with(chart.clone(), "/points", json!(0))),
+        ("a sigma of 0", "MetricControlRow", with(chart.clone(), "/sigma", json!(0.0))),
+        ("a rule 9", "MetricControlRow", with(chart.clone(), "/violations/0/rule", json!(9))),
+        ("a flag without its value", "MetricControlRow", without(chart.clone(), "/violations/0", "value")),
+        ("a flag's value as a number", "MetricControlRow", with(chart.clone(), "/violations/0/value", json!(3.3))),
+        ("a summary's message", "MetricControlEnvelope", with(control.clone(), "/message", json!("1 summary row"))),
     ];
     for (what, schema, instance) in refused {
         assert!(

@@ -1118,6 +1118,8 @@ fn issue_34_download_csv_saves_each_tables_csv() {
         ("#stations-csv", "/stations", "stq-stations.csv"),
         ("#yields-csv", "/units/summary", "stq-yields.csv"),
         ("#chart-days-csv", "/metrics/summary", "stq-days.csv"),
+        // Issue 52: the unstable measurements' call, every group of the window.
+        ("#unstable-csv", "/metrics/control", "stq-unstable.csv"),
     ] {
         forget_calls(&tab);
         tab.find_element(button).unwrap().click().unwrap();
