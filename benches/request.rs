@@ -69,8 +69,11 @@ fn some_serial(directory: &Path) -> String {
 const Q2: &str = "/metrics?station_ids=ST-01,ST-03,ST-05,ST-07,ST-09&names=voltage_3v3,temperature\
                   &from=2026-10-29T00:00:00Z&to=2026-10-30T00:00:00Z";
 
+/// The data's seven days.
+const WEEK: &str = "from=2026-10-25T00:00:00Z&to=2026-11-01T00:00:00Z";
+
 /// The load benchmark's query shapes, on this data.
-fn queries(serial: &str) -> [(&'static str, String); 11] {
+fn queries(serial: &str) -> [(&'static str, String); 17] {
     [
         (
             "Q1",
@@ -121,6 +124,31 @@ fn queries(serial: &str) -> [(&'static str, String); 11] {
             "H2m",
             "/metrics/summary?from=2026-10-25T00:00:00Z&to=2026-11-01T00:00:00Z&bucket=1d".into(),
         ),
+        // Issue 52: a control chart beside the summary of the same records (the
+        // targets: at most 2 x), of one station's metric over the seven days
+        // (`C1`), of all its metrics (`C7`), and of every station's metrics over
+        // a day (`C24`, beside `Q8`).
+        (
+            "C1",
+            format!("/metrics/control?{WEEK}&station_ids=ST-03&names=voltage_3v3"),
+        ),
+        (
+            "C1s",
+            format!("/metrics/summary?{WEEK}&station_ids=ST-03&names=voltage_3v3"),
+        ),
+        ("C7", format!("/metrics/control?{WEEK}&station_ids=ST-03")),
+        ("C7s", format!("/metrics/summary?{WEEK}&station_ids=ST-03")),
+        (
+            "C24",
+            "/metrics/control?from=2026-10-29T00:00:00Z&to=2026-10-30T00:00:00Z".into(),
+        ),
+        // The same with a baseline of the day before.
+        (
+            "C24b",
+            "/metrics/control?from=2026-10-29T00:00:00Z&to=2026-10-30T00:00:00Z\
+             &baseline_from=2026-10-28T00:00:00Z&baseline_to=2026-10-29T00:00:00Z"
+                .into(),
+        ),
     ]
 }
 
@@ -149,10 +177,9 @@ fn main() {
     let queries = queries(&serial);
 
     if let Ok(wanted) = std::env::var("REQUEST_PROFILE") {
-        let (_, path) = queries
-            .iter()
-            .find(|(name, _)| *name == wanted)
-            .expect("REQUEST_PROFILE names a query: Q1 to Q6, Q2csv, Q6tz, Q8, H2 or H2m");
+        let (_, path) = queries.iter().find(|(name, _)| *name == wanted).expect(
+            "REQUEST_PROFILE names a query: Q1 to Q6, Q2csv, Q6tz, Q8, H2, H2m or C1 to C24b",
+        );
         let bytes: usize = system.block_on(async {
             let mut bytes = 0;
             for _ in 0..PROFILE_REQUESTS {

@@ -145,9 +145,11 @@ impl ApiError {
                     None => json!({ "parameter": parameter }),
                 },
                 QueryError::UnknownParameter { parameter } => json!({ "parameter": parameter }),
-                QueryError::InvalidWindow { from, to, of } => {
-                    json!({ of.from_name(): from.to_string(), of.to_name(): to.to_string() })
-                }
+                QueryError::InvalidWindow {
+                    from,
+                    to,
+                    bounds: [from_name, to_name],
+                } => json!({ *from_name: from.to_string(), *to_name: to.to_string() }),
                 QueryError::TooManyStations { count, max } => {
                     json!({ "count": count, "max_stations": max })
                 }
@@ -158,10 +160,10 @@ impl ApiError {
                     from,
                     to,
                     max_window,
-                    of,
+                    bounds: [from_name, to_name],
                 } => json!({
-                    of.from_name(): from.to_string(),
-                    of.to_name(): to.to_string(),
+                    *from_name: from.to_string(),
+                    *to_name: to.to_string(),
                     "max_window": duration_text(*max_window),
                 }),
             },

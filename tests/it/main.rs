@@ -46,6 +46,7 @@ mod common;
 
 mod cli;
 mod contract;
+mod control;
 mod csv;
 mod docs;
 mod export;

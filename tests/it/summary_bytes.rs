@@ -1,7 +1,8 @@
 //! CONTRACT sections 10.2 and 12 (issue 51): a summary is a function of the files
 //! alone. The same snapshot served with any `--cache-size`, `--shards`,
 //! `--workers` and `--hot`, with a store cold and warm, with a store that cannot
-//! be written, answers every summary with the same bytes and the same ETag.
+//! be written, answers every summary with the same bytes and the same ETag; and
+//! so does every control chart (section 15, issue 52).
 //!
 //! The snapshot is `stq gen`'s three stations over three days, beside a station
 //! whose measurements stress the last bits: values near 7.35e8 with a small
@@ -52,6 +53,9 @@ fn queries() -> Vec<String> {
         format!("/metrics/summary?{WINDOW}&group_by=station_id,slot,unit&bucket=4h"),
         format!("/units/summary?{WINDOW}&group_by=slot&bucket=1h"),
         format!("/units/summary?{WINDOW}&bucket=1d"),
+        // Issue 52: charts, by station and across stations, with a baseline.
+        format!("/metrics/control?{WINDOW}"),
+        format!("/metrics/control?{WINDOW}&group_by=slot&baseline_from=2026-11-21T00:00:00Z&baseline_to=2026-11-22T00:00:00Z"),
     ]
     .to_vec()
 }

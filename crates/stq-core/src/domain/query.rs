@@ -39,14 +39,15 @@ pub enum QueryError {
 
     /// `from` is not before `to` (or `baseline_from` not before `baseline_to`):
     /// 400 `invalid_window`.
-    #[error("`{}` must be before `{}`", .of.from_name(), .of.to_name())]
+    #[error("`{}` must be before `{}`", .bounds[0], .bounds[1])]
     InvalidWindow {
         /// The window's start.
         from: Timestamp,
         /// The window's end.
         to: Timestamp,
-        /// Which window: the query's, or a control chart's baseline.
-        of: WindowOf,
+        /// The parameters that give its start and end: `from` and `to`, or a
+        /// control chart's `baseline_from` and `baseline_to`.
+        bounds: [&'static str; 2],
     },
 
     /// More station ids than `--max-stations`: 400 `too_many_stations`.
@@ -68,7 +69,7 @@ pub enum QueryError {
     },
 
     /// A window longer than `--max-window`: 400 `window_too_large`.
-    #[error("the {} spans more than the {} allowed; narrow it", .of.noun(), duration_text(*.max_window))]
+    #[error("the {} spans more than the {} allowed; narrow it", window_noun(.bounds), duration_text(*.max_window))]
     WindowTooLarge {
         /// The window's start.
         from: Timestamp,
@@ -76,14 +77,22 @@ pub enum QueryError {
         to: Timestamp,
         /// The limit.
         max_window: Duration,
-        /// Which window: the query's, or a control chart's baseline.
-        of: WindowOf,
+        /// As [`QueryError::InvalidWindow`]'s.
+        bounds: [&'static str; 2],
     },
 }
 
-/// Which of a query's windows an error is about.
+/// "window", or "baseline window" for a control chart's baseline.
+fn window_noun(bounds: &[&str; 2]) -> &'static str {
+    match bounds[0] {
+        "from" => "window",
+        _ => "baseline window",
+    }
+}
+
+/// Which of a query's windows is meant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WindowOf {
+enum WindowOf {
     /// `from` and `to`.
     Query,
     /// `/metrics/control`'s `baseline_from` and `baseline_to` (docs/api.md
@@ -92,26 +101,11 @@ pub enum WindowOf {
 }
 
 impl WindowOf {
-    /// The parameter that names its start.
-    pub fn from_name(self) -> &'static str {
+    /// The parameters that give its start and end.
+    fn bounds(self) -> [&'static str; 2] {
         match self {
-            WindowOf::Query => "from",
-            WindowOf::Baseline => "baseline_from",
-        }
-    }
-
-    /// The parameter that names its end.
-    pub fn to_name(self) -> &'static str {
-        match self {
-            WindowOf::Query => "to",
-            WindowOf::Baseline => "baseline_to",
-        }
-    }
-
-    fn noun(self) -> &'static str {
-        match self {
-            WindowOf::Query => "window",
-            WindowOf::Baseline => "baseline window",
+            WindowOf::Query => ["from", "to"],
+            WindowOf::Baseline => ["baseline_from", "baseline_to"],
         }
     }
 }
@@ -974,7 +968,11 @@ fn checked_window(
     of: WindowOf,
 ) -> Result<Window, QueryError> {
     if from >= to {
-        return Err(QueryError::InvalidWindow { from, to, of });
+        return Err(QueryError::InvalidWindow {
+            from,
+            to,
+            bounds: of.bounds(),
+        });
     }
     if let Some(max_window) = max_window {
         if to.nanos_since(from) > max_window.as_nanos() as i128 {
@@ -982,7 +980,7 @@ fn checked_window(
                 from,
                 to,
                 max_window,
-                of,
+                bounds: of.bounds(),
             });
         }
     }

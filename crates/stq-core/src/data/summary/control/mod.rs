@@ -263,8 +263,7 @@ impl PartialSummary for ControlPartial {
             let (limit_lower, limit_upper) = match series.last {
                 Some((position, record)) => {
                     record_json(&position, record, &mut json);
-                    let fields: RecordFields = serde_json::from_slice(&json)
-                        .expect("a metric record's JSON, rendered at load, has every field");
+                    let fields: RecordFields = serde_json::from_slice(&json).expect(RENDERED);
                     (
                         fields.limit_lower.into_owned(),
                         fields.limit_upper.into_owned(),
@@ -292,32 +291,7 @@ impl PartialSummary for ControlPartial {
                     }
                 });
             }
-            let mut listed = Vec::with_capacity(violations.len() * 120 + 2);
-            listed.push(b'[');
-            for (number, &(index, rule)) in violations.iter().enumerate() {
-                let point = &series.points[index];
-                record_json(&point.position, point.record, &mut json);
-                let fields: RecordFields = serde_json::from_slice(&json)
-                    .expect("a metric record's JSON, rendered at load, has every field");
-                if number > 0 {
-                    listed.push(b',');
-                }
-                listed.extend_from_slice(b"{\"rule\":");
-                listed.extend_from_slice(rule.to_string().as_bytes());
-                for (name, value) in [
-                    ("time_created", fields.time_created),
-                    ("station_id", fields.station_id),
-                    ("unit_serial", fields.unit_serial),
-                    ("value", fields.value),
-                ] {
-                    listed.extend_from_slice(b",\"");
-                    listed.extend_from_slice(name.as_bytes());
-                    listed.extend_from_slice(b"\":");
-                    listed.extend_from_slice(value.get().as_bytes());
-                }
-                listed.push(b'}');
-            }
-            listed.push(b']');
+            let listed = violations_json(&violations, &series.points, &stations, &mut json);
             let finite = |value: f64| Some(value).filter(|value| value.is_finite());
             rendered.push(|row| {
                 write_group(row, grouping, &key, true, catalog, &mut bucket_starts);
@@ -347,6 +321,45 @@ impl PartialSummary for ControlPartial {
         rendered
     }
 }
+
+/// The `violations` of a row as JSON: each flag's rule and its point's record's
+/// fields, read from the record's JSON (`json` is a buffer for it).
+fn violations_json(
+    violations: &[(usize, u8)],
+    points: &[Point],
+    stations: &HashMap<u32, Arc<StationData>>,
+    json: &mut Vec<u8>,
+) -> Vec<u8> {
+    let mut listed = Vec::with_capacity(violations.len() * 120 + 2);
+    listed.push(b'[');
+    for (number, &(index, rule)) in violations.iter().enumerate() {
+        let point = &points[index];
+        json.clear();
+        stations[&point.position.station_rank].write_json(point.record, json);
+        let fields: RecordFields = serde_json::from_slice(json).expect(RENDERED);
+        if number > 0 {
+            listed.push(b',');
+        }
+        listed.extend_from_slice(b"{\"rule\":");
+        listed.extend_from_slice(rule.to_string().as_bytes());
+        for (name, value) in [
+            ("time_created", fields.time_created),
+            ("station_id", fields.station_id),
+            ("unit_serial", fields.unit_serial),
+            ("value", fields.value),
+        ] {
+            listed.extend_from_slice(b",\"");
+            listed.extend_from_slice(name.as_bytes());
+            listed.extend_from_slice(b"\":");
+            listed.extend_from_slice(value.get().as_bytes());
+        }
+        listed.push(b'}');
+    }
+    listed.push(b']');
+    listed
+}
+
+const RENDERED: &str = "a metric record's JSON, rendered at load, has every field";
 
 /// The fields of a metric record's JSON a control row shows, as the API returns
 /// them.
