@@ -1415,6 +1415,9 @@ fn issue_49_the_page_says_reconnecting_when_its_stream_ends() {
 // Issue 52: the control view and the Pareto of unstable measurements
 // ---------------------------------------------------------------------------
 
+/// The control tests' snapshot file.
+const CONTROL_FILE: &str = "control.metrics.jsonl";
+
 /// Where the control tests' records start: one a minute from here.
 const CONTROL_BASE: &str = "2024-03-10T08:00:00Z";
 
@@ -1451,6 +1454,9 @@ const GAP_02: [&str; 10] = [
 /// CT-01's `flat`: five points that break no rule.
 const FLAT: [&str; 5] = ["1", "3", "2", "4", "2"];
 
+/// CT-02's `const`: equal values, so no moving range, no limits and no rule.
+const CONST: [&str; 3] = ["2.0", "2.0", "2.0"];
+
 /// A metric line of the control tests: its `index`th point, a minute apart.
 fn control_line(
     station: &str,
@@ -1469,6 +1475,11 @@ fn control_line(
 
 /// The designed series, CT-01's and CT-02's, with the suite's tokens.
 fn control_server() -> (Fixture, Server) {
+    control_server_with(&[])
+}
+
+/// The same, the server started with `extra` flags.
+fn control_server_with(extra: &[&str]) -> (Fixture, Server) {
     let mut lines = String::new();
     for (index, value) in GAP.iter().enumerate() {
         lines += &control_line("CT-01", "gap", value, ("8.0", "12.0"), index);
@@ -1479,8 +1490,11 @@ fn control_server() -> (Fixture, Server) {
     for (index, value) in GAP_02.iter().enumerate() {
         lines += &control_line("CT-02", "gap", value, ("4.0", "6.5"), index);
     }
-    let fixture = Fixture::from_files(&[FileSpec::plain("control.metrics.jsonl", lines)]);
-    let server = Server::start(&fixture, &[]);
+    for (index, value) in CONST.iter().enumerate() {
+        lines += &control_line("CT-02", "const", value, ("1", "3"), index);
+    }
+    let fixture = Fixture::from_files(&[FileSpec::plain(CONTROL_FILE, lines)]);
+    let server = Server::start(&fixture, extra);
     (fixture, server)
 }
 
@@ -1664,7 +1678,7 @@ fn issue_52_the_control_view_marks_the_rules_of_a_designed_series() {
     // The unstable measurements: the window's groups with flags, most first, as
     // stq answers the page's call over every station; CT-01's flat has none.
     let groups = server.ok_as(&pareto_call, OPS).data;
-    assert_eq!(groups.len(), 3, "{groups:?}");
+    assert_eq!(groups.len(), 4, "{groups:?}");
     let unstable = table(&tab, "#unstable");
     let shown: Vec<[&str; 5]> = unstable
         .iter()
@@ -1688,7 +1702,7 @@ fn issue_52_the_control_view_marks_the_rules_of_a_designed_series() {
             [capability(&group["cpk"]), capability(&group["ppk"])]
         );
     }
-    assert_eq!(attribute(&tab, "#unstable", "data-groups"), "3");
+    assert_eq!(attribute(&tab, "#unstable", "data-groups"), "4");
 
     // The picture: the control view at the top of the 1280 x 800 viewport.
     evaluate(
@@ -1721,11 +1735,101 @@ fn issue_52_the_control_view_marks_the_rules_of_a_designed_series() {
     assert_eq!(value_of(&tab, "chart-metric"), "gap");
     tab.wait_for_element("#chart[data-state='drawn'][data-station='CT-02'][data-metric='gap']")
         .unwrap();
+
+    // Equal values: a row without limits, drawn without them, and no flag.
+    choose(&tab, "chart-metric", "const");
+    wait_for_control(&tab, "CT-02", "const");
+    assert_eq!(attribute(&tab, "#control-i", "data-limits"), "none");
+    assert_eq!(attribute(&tab, "#control-i", "data-rules"), "");
+    assert_eq!(attribute(&tab, "#control-i", "data-points"), "3");
+    for key in ["center", "sigma", "ucl", "lcl", "cpk", "ppk"] {
+        assert_eq!(control_statistic(&tab, key), "", "{key}");
+    }
+    let summary = evaluate(
+        &tab,
+        "document.getElementById('control-summary').textContent",
+    );
+    assert!(
+        summary.as_str().unwrap().contains("no control limits"),
+        "{summary}"
+    );
     assert_eq!(
         evaluate(
             &tab,
             "document.documentElement.dataset.policyViolations || '0'"
         ),
         serde_json::json!("0")
+    );
+}
+
+/// Issue 52 with issue 49's streams: points appended to the watched snapshot file
+/// show in the control view and in the unstable measurements without a reload, as
+/// `/metrics/control` answers the page's calls: six points below the centre after
+/// CT-02's spike make a run of 9 (rule 2 at points 15 and 16).
+#[test]
+fn issue_52_the_control_view_takes_appended_points_without_a_reload() {
+    let Some(browser) = browser() else {
+        return;
+    };
+    let (fixture, server) = control_server_with(&["--watch"]);
+    let tab = open_page(&browser, &server.url("/"));
+    evaluate(&tab, "window.loadedAt = performance.timeOrigin; true");
+    enter_token(&tab, OPS);
+    tab.wait_for_element("#unstable tr[data-station='CT-02'][data-violations='1']")
+        .unwrap();
+    tab.find_element("#unstable tr[data-station='CT-02'][data-metric='gap']")
+        .unwrap()
+        .click()
+        .unwrap();
+    wait_for_control(&tab, "CT-02", "gap");
+    assert_eq!(attribute(&tab, "#control-i", "data-rules"), "6:1");
+    tab.wait_for_element("#live[data-state='live']").unwrap();
+
+    let added: String = ["5.1", "5.0", "4.9", "5.0", "5.1", "5.0"]
+        .iter()
+        .enumerate()
+        .map(|(offset, value)| {
+            control_line("CT-02", "gap", value, ("4.0", "6.5"), GAP_02.len() + offset)
+        })
+        .collect();
+    forget_calls(&tab);
+    append(&fixture.snapshots.join(CONTROL_FILE), &added);
+    tab.wait_for_element("#control-i[data-state='drawn'][data-station='CT-02'][data-points='16']")
+        .unwrap();
+    let call = calls(&tab, "/metrics/control")
+        .into_iter()
+        .rfind(|call| parameters(call).get("names").map(String::as_str) == Some("gap"))
+        .unwrap();
+    let row = &server.ok_as(&call, OPS).data[0];
+    let [from, to, _, _] = window_of(&call);
+    let records = server
+        .ok_as(
+            &format!("/metrics?station_ids=CT-02&names=gap&from={from}&to={to}"),
+            OPS,
+        )
+        .data;
+    assert_eq!(rule_pairs(row, &records), "6:1,15:2,16:2");
+    assert_eq!(attribute(&tab, "#control-i", "data-rules"), "6:1,15:2,16:2");
+    assert_eq!(attribute(&tab, "#control-mr", "data-points"), "15");
+    tab.wait_for_element("#unstable tr[data-station='CT-02'][data-violations='3']")
+        .unwrap();
+    assert_eq!(
+        table(&tab, "#unstable")
+            .iter()
+            .map(|row| (row[0].clone(), row[3].clone(), row[4].clone()))
+            .collect::<Vec<_>>(),
+        [
+            (
+                "CT-01".to_string(),
+                "16".to_string(),
+                "1, 2, 3, 4, 5, 6, 7, 8".to_string()
+            ),
+            ("CT-02".to_string(), "3".to_string(), "1, 2".to_string()),
+        ]
+    );
+    assert_eq!(
+        evaluate(&tab, "window.loadedAt === performance.timeOrigin"),
+        Value::Bool(true),
+        "the page was loaded again"
     );
 }
