@@ -7,9 +7,11 @@ rule of CONTRACT.md that spans parameters, and the server rightly answers 400:
 - section 5: `from >= to` is `invalid_window`;
 - section 6: a `cursor` is only valid as the server issued it (`meta.next_cursor`
   of an earlier page, with the same filters and token); any other
-  string is `invalid_cursor`, and a cursor without `limit` is `invalid_parameter`.
+  string is `invalid_cursor`, and a cursor without `limit` is `invalid_parameter`;
+- section 15: `baseline_from` and `baseline_to` come both or neither (one alone is
+  `invalid_parameter`), and `baseline_from >= baseline_to` is `invalid_window`.
 
-This hook makes positive cases obey those two rules; it leaves negative cases
+This hook makes positive cases obey those rules; it leaves negative cases
 alone (they must be refused anyway) and changes nothing else.
 """
 
@@ -71,5 +73,12 @@ def map_case(context, case):
         if start_instant is not None and end_instant is not None and start_instant >= end_instant:
             # Without `to`, the window is `from` plus 24 hours: never empty.
             del query["to"]
+    # The baseline has no default end: both or neither, the first before the second.
+    baseline = [query.get("baseline_from"), query.get("baseline_to")]
+    if any(end is not None for end in baseline):
+        instants = [instant(end) if isinstance(end, str) else None for end in baseline]
+        if None in instants or instants[0] >= instants[1]:
+            query.pop("baseline_from", None)
+            query.pop("baseline_to", None)
     case.query = query
     return case

@@ -250,6 +250,151 @@ struct Query<'a> {
     panel_type: Option<&'a str>,
     /// The fields its panel's `partitionByValues` transformations split series by.
     series_fields: Vec<String>,
+    /// Its panel's `filterByValue` filters: (field, Grafana's matcher id, the value).
+    value_filters: Vec<(String, String, Value)>,
+    /// The display names its table panel sorts by (`options.sortBy`).
+    sorted_by: Vec<String>,
+    /// Its panel's field overrides' display names: display name -> field.
+    display_names: BTreeMap<String, String>,
+}
+
+/// A panel's `filterByValue` filters, its sort and its display names, for `Query`.
+type PanelView = (
+    Vec<(String, String, Value)>,
+    Vec<String>,
+    BTreeMap<String, String>,
+);
+
+fn panel_view(panel: &Value) -> PanelView {
+    let filters = panel["transformations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|transformation| transformation["id"] == "filterByValue")
+        .flat_map(|transformation| {
+            transformation["options"]["filters"]
+                .as_array()
+                .into_iter()
+                .flatten()
+        })
+        .map(|filter| {
+            (
+                filter["fieldName"].as_str().unwrap_or_default().to_owned(),
+                filter["config"]["id"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                filter["config"]["options"]["value"].clone(),
+            )
+        })
+        .collect();
+    let sorted_by = panel["options"]["sortBy"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|sort| sort["displayName"].as_str().map(str::to_owned))
+        .collect();
+    let mut display_names = BTreeMap::new();
+    for rule in panel["fieldConfig"]["overrides"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let field = rule["matcher"]["options"].as_str().unwrap_or_default();
+        for property in rule["properties"].as_array().into_iter().flatten() {
+            if let (true, Some(name)) =
+                (property["id"] == "displayName", property["value"].as_str())
+            {
+                display_names.insert(name.to_owned(), field.to_owned());
+            }
+        }
+    }
+    (filters, sorted_by, display_names)
+}
+
+/// The `filterByValue` matchers of numbers this test applies (Grafana's value matchers).
+const VALUE_MATCHERS: [&str; 6] = [
+    "greater",
+    "greaterOrEqual",
+    "lower",
+    "lowerOrEqual",
+    "equal",
+    "notEqual",
+];
+
+/// Whether a row passes a `filterByValue` filter (Grafana's value matchers).
+fn passes(row: &Value, (field, matcher, value): &(String, String, Value)) -> Option<bool> {
+    let cell = row.get(field.as_str())?.as_f64()?;
+    let limit = value.as_f64()?;
+    Some(match matcher.as_str() {
+        "greater" => cell > limit,
+        "greaterOrEqual" => cell >= limit,
+        "lower" => cell < limit,
+        "lowerOrEqual" => cell <= limit,
+        "equal" => cell == limit,
+        "notEqual" => cell != limit,
+        _ => return None,
+    })
+}
+
+/// A table panel's view of its rows: every `filterByValue` filter names a number
+/// column and a matcher this test knows, every field it sorts by is one of its
+/// columns (by its display name), and with every station selected the filters leave
+/// rows to show. Returns the rows left.
+fn check_view(query: &Query, rows: &[Value], all: bool, problems: &mut Vec<String>) -> usize {
+    let columns: BTreeMap<&str, &str> = query.spec["columns"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|column| {
+            (
+                column["selector"].as_str().unwrap_or_default(),
+                column["type"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    for (field, matcher, value) in &query.value_filters {
+        if columns.get(field.as_str()) != Some(&"number") {
+            problems.push(format!(
+                "{}: filterByValue on {field:?}, which is not a number column",
+                query.place
+            ));
+        }
+        if !VALUE_MATCHERS.contains(&matcher.as_str()) || !value.is_number() {
+            problems.push(format!(
+                "{}: filterByValue matcher {matcher:?} with {value}: one this test does not know",
+                query.place
+            ));
+        }
+    }
+    for name in &query.sorted_by {
+        let field = query
+            .display_names
+            .get(name)
+            .map_or(name.as_str(), String::as_str);
+        if !columns.contains_key(field) {
+            problems.push(format!(
+                "{}: the table sorts by {name:?}, which names no column",
+                query.place
+            ));
+        }
+    }
+    let left = rows
+        .iter()
+        .filter(|row| {
+            query
+                .value_filters
+                .iter()
+                .all(|filter| passes(row, filter).unwrap_or(false))
+        })
+        .count();
+    if all && !rows.is_empty() && left == 0 {
+        problems.push(format!(
+            "{}: its filterByValue transformation leaves no row with every station selected",
+            query.place
+        ));
+    }
+    left
 }
 
 /// Every panel's queries (rows' panels too), in order.
@@ -286,12 +431,16 @@ fn panel_queries<'a>(dashboard: &'a Value, problems: &mut Vec<String>) -> Vec<Qu
             })
             .filter_map(|field| field.as_str().map(str::to_owned))
             .collect();
+        let (value_filters, sorted_by, display_names) = panel_view(panel);
         for target in targets {
             queries.push(Query {
                 place: format!("{name}, query {}", target["refId"]),
                 spec: target,
                 panel_type: Some(panel_type),
                 series_fields: series_fields.clone(),
+                value_filters: value_filters.clone(),
+                sorted_by: sorted_by.clone(),
+                display_names: display_names.clone(),
             });
         }
     }
@@ -847,6 +996,8 @@ struct Checked {
     problems: Vec<String>,
     /// How many times a query was sent and answered with rows.
     answered: usize,
+    /// Each panel query's rows with All selected, and how many its panel's filters leave.
+    shown: BTreeMap<String, (Vec<Value>, usize)>,
 }
 
 fn check(dashboard: &Value, yaml: &str, server: &Server, token: &str) -> Checked {
@@ -856,7 +1007,11 @@ fn check(dashboard: &Value, yaml: &str, server: &Server, token: &str) -> Checked
     let input = check_import(dashboard, &mut problems);
     let queries = panel_queries(dashboard, &mut problems);
     let Some(source) = source else {
-        return Checked { problems, answered };
+        return Checked {
+            problems,
+            answered,
+            shown: BTreeMap::new(),
+        };
     };
     // Grafana takes the token from its environment: here, `token`.
     // The window: from the first record of the sample to just after its last, in ms.
@@ -896,6 +1051,9 @@ fn check(dashboard: &Value, yaml: &str, server: &Server, token: &str) -> Checked
                     spec: &variable["query"]["infinityQuery"],
                     panel_type: None,
                     series_fields: Vec::new(),
+                    value_filters: Vec::new(),
+                    sorted_by: Vec::new(),
+                    display_names: BTreeMap::new(),
                 };
                 if variable["query"]["queryType"] != "infinity" {
                     problems.push(format!("{}: queryType is not infinity", query.place));
@@ -955,9 +1113,10 @@ fn check(dashboard: &Value, yaml: &str, server: &Server, token: &str) -> Checked
             selections.push(alone);
         }
     }
+    let mut shown = BTreeMap::new();
     for query in &queries {
         check_shape(query, &mut problems);
-        for selection in &selections {
+        for (index, selection) in selections.iter().enumerate() {
             let rows = run(
                 query,
                 selection,
@@ -968,11 +1127,20 @@ fn check(dashboard: &Value, yaml: &str, server: &Server, token: &str) -> Checked
                 &mut problems,
             );
             answered += usize::from(!rows.is_empty());
+            // The first selection is All.
+            let left = check_view(query, &rows, index == 0, &mut problems);
+            if index == 0 {
+                shown.insert(query.place.clone(), (rows, left));
+            }
         }
     }
     let mut seen = BTreeSet::new();
     problems.retain(|problem| seen.insert(problem.clone()));
-    Checked { problems, answered }
+    Checked {
+        problems,
+        answered,
+        shown,
+    }
 }
 
 fn dashboard_text() -> String {
@@ -1000,14 +1168,43 @@ fn issue_24_every_grafana_panel_query_answers_with_its_columns() {
         .iter()
         .map(|panel| panel["targets"].as_array().map_or(0, Vec::len))
         .sum();
-    assert!(panel_queries >= 4, "{panel_queries} panel queries");
+    assert!(panel_queries >= 5, "{panel_queries} panel queries");
     assert_eq!(checked.answered, 1 + panel_queries * (1 + 4));
+
+    // Issue 52: the unstable measurements, from /metrics/control: with All, the rows
+    // Nelson's rules flag, and only those, sorted by their count of flags.
+    let (place, (rows, left)) = checked
+        .shown
+        .iter()
+        .find(|(place, _)| place.contains("Unstable measurements"))
+        .expect("a panel of unstable measurements");
+    let flagged = rows
+        .iter()
+        .filter(|row| row["violations_count"].as_u64().unwrap() > 0)
+        .count();
+    assert!(flagged > 0, "{place}: the sample breaks no rule: {rows:?}");
+    assert_eq!(*left, flagged, "{place}");
+    assert!(flagged < rows.len(), "{place}: every group flagged");
+    let panel = dashboard["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|panel| {
+            panel["targets"][0]["url"]
+                .as_str()
+                .is_some_and(|url| url.starts_with("/metrics/control?"))
+        })
+        .unwrap();
+    assert_eq!(
+        panel["options"]["sortBy"],
+        serde_json::json!([{"displayName": "Flags", "desc": true}])
+    );
 }
 
 #[test]
 fn issue_24_the_grafana_check_fails_on_a_wrong_field_parameter_or_type() {
     // (what to replace, by what, in which file, a word the report must contain)
-    let mistakes: [(&str, &str, bool, &str); 11] = [
+    let mistakes: [(&str, &str, bool, &str); 14] = [
         (
             r#""selector": "first_pass_yield""#,
             r#""selector": "first_pass_yeild""#,
@@ -1063,6 +1260,25 @@ fn issue_24_the_grafana_check_fails_on_a_wrong_field_parameter_or_type() {
             "bearerToken: stq-demo-ops",
             false,
             "no token in the file",
+        ),
+        // Issue 52: the unstable measurements' filter and sort.
+        (
+            r#""fieldName": "violations_count""#,
+            r#""fieldName": "violation_count""#,
+            true,
+            "not a number column",
+        ),
+        (
+            r#""displayName": "Flags""#,
+            r#""displayName": "Flag count""#,
+            true,
+            "names no column",
+        ),
+        (
+            r#""id": "greater""#,
+            r#""id": "lower""#,
+            true,
+            "leaves no row",
         ),
     ];
     let (dashboard, yaml) = (dashboard_text(), datasource_text());

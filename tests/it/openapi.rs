@@ -409,6 +409,7 @@ fn the_document_is_well_formed_openapi_3_1() {
             "/metrics",
             "/units/summary",
             "/metrics/summary",
+            "/metrics/control",
             "/stations",
             "/units/stream",
             "/metrics/stream",
@@ -448,6 +449,7 @@ fn the_document_is_well_formed_openapi_3_1() {
                 "/metrics",
                 "/units/summary",
                 "/metrics/summary",
+                "/metrics/control",
                 "/stations",
                 "/units/stream",
                 "/metrics/stream",
@@ -756,6 +758,10 @@ fn summary_answers_match_the_document() {
         format!("/units/summary?{WINDOW}&station_ids=ST-01&group_by=mode,unit_type,slot,station_id&bucket=31d"),
         format!("/metrics/summary?{WINDOW}&station_ids=ST-01"),
         format!("/metrics/summary?{WINDOW}&station_ids=ST-01&group_by=unit,slot&bucket=31d"),
+        // Issue 52: control charts, with a baseline and some of the rules.
+        format!("/metrics/control?{WINDOW}&station_ids=ST-01"),
+        format!("/metrics/control?{WINDOW}&station_ids=ST-01&group_by=unit,slot&rules=1,2&rules=7"),
+        format!("/metrics/control?{WINDOW}&station_ids=ST-01&baseline_from=2024-03-01T00:00:00Z&baseline_to=2024-03-15T00:00:00Z"),
         "/stations?station_ids=ST-01,ST-02".to_owned(),
         "/stations?station_ids=ST-01".to_owned(),
     ] {
@@ -781,6 +787,22 @@ fn summary_answers_match_the_document() {
     assert!(is_valid("UnitSummaryEnvelope", &units));
     assert!(!is_valid("MetricSummaryEnvelope", &units));
     assert!(!is_valid("StationsEnvelope", &units));
+    let metrics = server()
+        .get(
+            &format!("/metrics/summary?{WINDOW}&station_ids=ST-01"),
+            Some(OPS),
+        )
+        .json();
+    let control = server()
+        .get(
+            &format!("/metrics/control?{WINDOW}&station_ids=ST-01"),
+            Some(OPS),
+        )
+        .json();
+    assert!(is_valid("MetricControlEnvelope", &control), "{control}");
+    assert!(!is_valid("MetricSummaryEnvelope", &control));
+    assert!(!is_valid("MetricControlEnvelope", &metrics));
+    assert!(!is_valid("MetricControlEnvelope", &units));
 }
 
 /// Every error the suite can provoke, each checked against the response the
@@ -789,7 +811,7 @@ fn summary_answers_match_the_document() {
 fn every_client_error_matches_the_document() {
     // (request, token, status, code; "" for a HEAD, which has no body)
     #[rustfmt::skip]
-    let cases: [(&str, Option<&str>, u16, &str); 39] = [
+    let cases: [(&str, Option<&str>, u16, &str); 47] = [
         ("GET /units?from=yesterday", Some(OPS), 400, "invalid_parameter"),
         // Issue 23: schemathesis found `tz` missing from the parameters an
         // invalid_parameter may name.
@@ -837,6 +859,15 @@ fn every_client_error_matches_the_document() {
         ("GET /metrics/stream?to=2024-05-01T00:00:00Z", Some(OPS), 400, "unknown_parameter"),
         ("GET /units/stream?station_ids=ST-01", None, 401, "unauthorized"),
         ("GET /metrics/stream?station_ids=ST-03", Some(LINE), 403, "forbidden"),
+        // Issue 52: the control charts' own parameters.
+        ("GET /metrics/control?$W&station_ids=ST-01&baseline_from=2024-03-01T00:00:00Z", Some(OPS), 400, "invalid_parameter"),
+        ("GET /metrics/control?$W&station_ids=ST-01&baseline_to=2024-03-01T00:00:00Z", Some(OPS), 400, "invalid_parameter"),
+        ("GET /metrics/control?$W&station_ids=ST-01&rules=9", Some(OPS), 400, "invalid_parameter"),
+        ("GET /metrics/control?$W&station_ids=ST-01&baseline_from=2024-03-02T00:00:00Z&baseline_to=2024-03-01T00:00:00Z", Some(OPS), 400, "invalid_window"),
+        ("GET /metrics/control?$W&station_ids=ST-01&baseline_from=2024-01-01T00:00:00Z&baseline_to=2024-03-01T00:00:00Z", Some(OPS), 400, "window_too_large"),
+        ("GET /metrics/control?$W&station_ids=ST-01&bucket=1d", Some(OPS), 400, "unknown_parameter"),
+        ("GET /metrics/control?$W&station_ids=ST-03", Some(LINE), 403, "forbidden"),
+        ("HEAD /metrics/control?$W&rules=0", Some(OPS), 400, ""),
     ];
     let mut observed = BTreeSet::new();
     for (request, token, status, code) in cases {
@@ -989,6 +1020,21 @@ fn the_documented_parameters_are_the_ones_the_server_accepts() {
             ],
         ),
         ("/stations", vec!["station_ids", "format", "wait"]),
+        (
+            "/metrics/control",
+            vec![
+                "station_ids",
+                "from",
+                "to",
+                "names",
+                "group_by",
+                "baseline_from",
+                "baseline_to",
+                "rules",
+                "format",
+                "wait",
+            ],
+        ),
     ];
     for (path, expected) in &contract {
         let documented: BTreeSet<String> =
@@ -1067,6 +1113,23 @@ fn the_documented_parameters_are_the_ones_the_server_accepts() {
             } else {
                 encode(&name, &parameter)
             };
+            // The baseline's two ends come together (one alone is refused): each is
+            // sent with the other's example.
+            let partner = match name.as_str() {
+                "baseline_from" => Some("baseline_to"),
+                "baseline_to" => Some("baseline_from"),
+                _ => None,
+            };
+            let narrow = match partner {
+                Some(partner) => {
+                    let (_, other) = names_of(path)
+                        .into_iter()
+                        .find(|(name, _)| name == partner)
+                        .unwrap();
+                    format!("{narrow}&{}", encode(partner, &other))
+                }
+                None => narrow.clone(),
+            };
             all.push(sent.clone());
             let response = if name == "limit" || name == "station_ids" {
                 server().get(&format!("{path}?{sent}"), Some(OPS))
@@ -1079,7 +1142,7 @@ fn the_documented_parameters_are_the_ones_the_server_accepts() {
             // (`type`, `result`, `direction`, `names`); `station_ids` given twice is
             // a 400.
             if parameter["schema"]["type"] == "array" {
-                let lists = ["type", "result", "direction", "names", "group_by"];
+                let lists = ["type", "result", "direction", "names", "group_by", "rules"];
                 assert_eq!(
                     parameter["explode"] == true,
                     lists.contains(&name.as_str()),
@@ -1097,7 +1160,7 @@ fn the_documented_parameters_are_the_ones_the_server_accepts() {
             }
         }
         // All examples at once (one station for the summaries).
-        if path.contains("summary") {
+        if path.contains("summary") || path.contains("control") {
             all.retain(|sent| !sent.starts_with("station_ids="));
             all.push(narrow.clone());
         }
@@ -1305,6 +1368,19 @@ fn the_schemas_refuse_what_the_contract_forbids() {
     assert!(is_valid("Readiness", &ready), "{ready}");
     assert!(is_valid("Health", &json!({"status": "ok"})));
 
+    // Issue 52: a control row, with a flag of its own record's fields.
+    let control = server()
+        .get(
+            &format!("/metrics/control?{WINDOW}&station_ids=ST-01"),
+            Some(OPS),
+        )
+        .json();
+    assert!(is_valid("MetricControlEnvelope", &control), "{control}");
+    let mut chart = control["data"][0].clone();
+    let flag = json!({"rule": 1, "time_created": metrics["data"][0]["time_created"],
+        "station_id": "ST-01", "unit_serial": "", "value": "3.3"});
+    chart["violations"] = json!([flag.clone()]);
+    assert!(is_valid("MetricControlRow", &chart), "{chart}");
     let record = units["data"][0].clone();
     let metric = metrics["data"][0].clone();
     // (what, the schema, an instance it must refuse)
@@ -1340,6 +1416,14 @@ fn the_schemas_refuse_what_the_contract_forbids() {
         ("another health", "Health", json!({"status": "fine"})),
         ("readiness listing stations", "Readiness", adding(ready.clone(), "", "station_ids", json!(["ST-01"]))),
         ("readiness without generation", "Readiness", without(ready.clone(), "", "generation")),
+        ("a control row without violations", "MetricControlRow", without(chart.clone(), "", "violations")),
+        ("a control row with a bucket", "MetricControlRow", adding(chart.clone(), "", "bucket_start", json!("2024-03-01T00:00:00Z"))),
+        ("a control row of no points", "MetricControlRow", with(chart.clone(), "/points", json!(0))),
+        ("a sigma of 0", "MetricControlRow", with(chart.clone(), "/sigma", json!(0.0))),
+        ("a rule 9", "MetricControlRow", with(chart.clone(), "/violations/0/rule", json!(9))),
+        ("a flag without its value", "MetricControlRow", without(chart.clone(), "/violations/0", "value")),
+        ("a flag's value as a number", "MetricControlRow", with(chart.clone(), "/violations/0/value", json!(3.3))),
+        ("a summary's message", "MetricControlEnvelope", with(control.clone(), "/message", json!("1 summary row"))),
     ];
     for (what, schema, instance) in refused {
         assert!(
@@ -1448,6 +1532,10 @@ fn issue_34_csv_answers_match_the_document() {
             Some(OPS),
         ),
         server().get("/stations?station_ids=ST-01,ST-02&format=csv", Some(OPS)),
+        server().get(
+            &format!("/metrics/control?{WINDOW}&station_ids=ST-01&format=csv"),
+            Some(OPS),
+        ),
         server().request_as(
             "GET",
             "/stations?station_ids=ST-01",

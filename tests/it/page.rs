@@ -1118,6 +1118,8 @@ fn issue_34_download_csv_saves_each_tables_csv() {
         ("#stations-csv", "/stations", "stq-stations.csv"),
         ("#yields-csv", "/units/summary", "stq-yields.csv"),
         ("#chart-days-csv", "/metrics/summary", "stq-days.csv"),
+        // Issue 52: the unstable measurements' call, every group of the window.
+        ("#unstable-csv", "/metrics/control", "stq-unstable.csv"),
     ] {
         forget_calls(&tab);
         tab.find_element(button).unwrap().click().unwrap();
@@ -1406,5 +1408,428 @@ fn issue_49_the_page_says_reconnecting_when_its_stream_ends() {
             ("names".to_string(), "voltage".to_string()),
             ("station_ids".to_string(), "ST-01".to_string()),
         ])
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Issue 52: the control view and the Pareto of unstable measurements
+// ---------------------------------------------------------------------------
+
+/// The control tests' snapshot file.
+const CONTROL_FILE: &str = "control.metrics.jsonl";
+
+/// Where the control tests' records start: one a minute from here.
+const CONTROL_BASE: &str = "2024-03-10T08:00:00Z";
+
+/// CT-01's `gap` (limits 8.0 to 12.0), designed so that every one of Nelson's rules
+/// fires, each at known points, and no value lies within 1e-3 of a zone boundary:
+/// with the window as the baseline, centre 10.05224, sigma 0.53393. A spike (point
+/// 9), 9 points above the centre (12 to 20), a fall of 6 (19 to 24 and on), two
+/// points beyond 3 sigma below of 3 (31 to 33), 4 of 5 beyond 1 sigma above (37 to
+/// 41), 8 beyond 1 sigma on both sides (44 to 51), then 16 points alternating within
+/// 1 sigma (52 to 67).
+const GAP: [&str; 67] = [
+    "10.0", "10.3", "9.8", "10.1", "9.9", "10.2", "9.7", "10.0", "13.0", "10.1", "9.9", "10.4",
+    "10.5", "10.3", "10.6", "10.4", "10.5", "10.3", "10.6", "10.4", "10.2", "9.9", "9.6", "9.3",
+    "9.0", "8.7", "10.0", "9.9", "10.1", "10.0", "8.3", "9.9", "8.4", "10.1", "9.9", "10.0",
+    "10.7", "10.8", "10.2", "10.7", "10.8", "10.0", "9.9", "10.7", "9.3", "10.8", "9.2", "10.7",
+    "9.3", "10.8", "9.2", "10.0", "10.1", "9.9", "10.2", "9.8", "10.1", "9.9", "10.2", "9.8",
+    "10.1", "9.9", "10.2", "9.8", "10.1", "9.95", "10.05",
+];
+
+/// The (point number, rule) pairs of `GAP`, worked out from CONTRACT section 15 by
+/// hand and with a short reference of the eight rules, in point then rule order:
+/// rule 1 at the spike and the two low points, rule 2 at the 9th and 10th point
+/// above, rule 3 at the 6th to 8th point of the fall, rule 5 at the second low point
+/// of three, rule 6 at the 4th of 5 above, rule 8 at the 8th of 8 on both sides,
+/// rule 4 from the 14th alternating point and rule 7 from the 15th within 1 sigma.
+const GAP_RULES: &str =
+    "9:1,20:2,21:2,24:3,25:3,26:3,31:1,33:1,33:5,41:6,51:8,65:4,66:4,66:7,67:4,67:7";
+
+/// CT-02's `gap` (limits 4.0 to 6.5): one spike, point 6, beyond 3 sigma.
+const GAP_02: [&str; 10] = [
+    "5.0", "5.2", "4.9", "5.1", "5.0", "9.0", "5.1", "4.9", "5.0", "5.2",
+];
+
+/// CT-01's `flat`: five points that break no rule.
+const FLAT: [&str; 5] = ["1", "3", "2", "4", "2"];
+
+/// CT-02's `const`: equal values, so no moving range, no limits and no rule.
+const CONST: [&str; 3] = ["2.0", "2.0", "2.0"];
+
+/// A metric line of the control tests: its `index`th point, a minute apart.
+fn control_line(
+    station: &str,
+    name: &str,
+    value: &str,
+    limits: (&str, &str),
+    index: usize,
+) -> String {
+    let at = rfc3339_from_seconds((instant(CONTROL_BASE) / SECOND) as i64 + 60 * index as i64);
+    format!(
+        "{{\"station_id\":\"{station}\",\"unit_serial\":\"SN-{station}-{index:03}\",\"time_created\":\"{at}\",\
+         \"name\":\"{name}\",\"unit\":\"mm\",\"value\":{value},\"limit_lower\":{},\"limit_upper\":{}}}\n",
+        limits.0, limits.1
+    )
+}
+
+/// The designed series, CT-01's and CT-02's, with the suite's tokens.
+fn control_server() -> (Fixture, Server) {
+    control_server_with(&[])
+}
+
+/// The same, the server started with `extra` flags.
+fn control_server_with(extra: &[&str]) -> (Fixture, Server) {
+    let mut lines = String::new();
+    for (index, value) in GAP.iter().enumerate() {
+        lines += &control_line("CT-01", "gap", value, ("8.0", "12.0"), index);
+    }
+    for (index, value) in FLAT.iter().enumerate() {
+        lines += &control_line("CT-01", "flat", value, ("0", "5"), index);
+    }
+    for (index, value) in GAP_02.iter().enumerate() {
+        lines += &control_line("CT-02", "gap", value, ("4.0", "6.5"), index);
+    }
+    for (index, value) in CONST.iter().enumerate() {
+        lines += &control_line("CT-02", "const", value, ("1", "3"), index);
+    }
+    let fixture = Fixture::from_files(&[FileSpec::plain(CONTROL_FILE, lines)]);
+    let server = Server::start(&fixture, extra);
+    (fixture, server)
+}
+
+/// The (point number, rule) pairs a `/metrics/control` row names, its violations
+/// found among `records` (the group's numeric points, in order) by the fields the
+/// API returns: what the page must mark.
+fn rule_pairs(row: &Value, records: &[Value]) -> String {
+    let same = |violation: &Value, record: &Value| {
+        ["time_created", "station_id", "unit_serial", "value"]
+            .iter()
+            .all(|key| violation[key] == record[key])
+    };
+    let mut pairs = Vec::new();
+    for violation in row["violations"].as_array().unwrap() {
+        let index = records
+            .iter()
+            .position(|record| same(violation, record))
+            .unwrap_or_else(|| panic!("{violation} names no point"));
+        pairs.push(format!("{}:{}", index + 1, violation["rule"]));
+    }
+    pairs.join(",")
+}
+
+/// The control view's statistic `key`: its exact value (empty for null).
+fn control_statistic(tab: &Tab, key: &str) -> String {
+    attribute(
+        tab,
+        &format!("#control-stats [data-stat='{key}']"),
+        "data-value",
+    )
+}
+
+/// Waits for the control view to show `metric` of `station`, drawn.
+fn wait_for_control(tab: &Tab, station: &str, metric: &str) {
+    tab.wait_for_element(&format!(
+        "#control-i[data-state='drawn'][data-station='{station}'][data-metric='{metric}']"
+    ))
+    .unwrap();
+    tab.wait_for_element("#control-mr[data-state='drawn']")
+        .unwrap();
+}
+
+/// Issue 52 (CONTRACT sections 11 and 15): the control view of a designed series
+/// marks the points Nelson's rules flag, with their rule numbers, exactly as
+/// `/metrics/control` answers the page's own call and as the rules say; its limits
+/// are the row's, its MR chart the moving ranges of the points; and the table of
+/// unstable measurements lists the window's groups with flags, most first, a click
+/// on one showing it. It leaves a screenshot of the view at 1280 x 800.
+#[test]
+fn issue_52_the_control_view_marks_the_rules_of_a_designed_series() {
+    let Some(browser) = browser() else {
+        return;
+    };
+    let (_fixture, server) = control_server();
+    let tab = open_page(&browser, &server.url("/"));
+    enter_token(&tab, OPS);
+    tab.wait_for_element("#unstable[data-state='ready']")
+        .unwrap();
+    tab.wait_for_element("#chart[data-state='drawn']").unwrap();
+
+    // The table's call: every station the token sees, the window alone.
+    let pareto_call = last_call(&tab, "/metrics/control");
+    let pareto_call = calls(&tab, "/metrics/control")
+        .into_iter()
+        .find(|call| !parameters(call).contains_key("names"))
+        .unwrap_or(pareto_call);
+    assert_eq!(
+        parameters(&pareto_call).keys().collect::<Vec<_>>(),
+        ["from", "to"],
+        "{pareto_call}"
+    );
+
+    // The chart's first station and metric: CT-01's flat, no flags.
+    wait_for_control(&tab, "CT-01", "flat");
+    assert_eq!(attribute(&tab, "#control-i", "data-rules"), "");
+    assert_eq!(attribute(&tab, "#control-i", "data-violations"), "0");
+
+    forget_calls(&tab);
+    choose(&tab, "chart-metric", "gap");
+    wait_for_control(&tab, "CT-01", "gap");
+    let call = calls(&tab, "/metrics/control")
+        .into_iter()
+        .rfind(|call| parameters(call).get("names").map(String::as_str) == Some("gap"))
+        .unwrap();
+    let sent = parameters(&call);
+    assert_eq!(sent["station_ids"], "CT-01", "{call}");
+    let [from, to, _, _] = window_of(&call);
+    let answer = server.ok_as(&call, OPS).data;
+    assert_eq!(answer.len(), 1, "{answer:?}");
+    let row = &answer[0];
+    let records = server
+        .ok_as(
+            &format!("/metrics?station_ids=CT-01&names=gap&from={from}&to={to}"),
+            OPS,
+        )
+        .data;
+    assert_eq!(records.len(), GAP.len());
+    let expected = rule_pairs(row, &records);
+    assert_eq!(
+        expected, GAP_RULES,
+        "/metrics/control's flags of the designed series"
+    );
+    assert_eq!(attribute(&tab, "#control-i", "data-rules"), expected);
+    assert_eq!(attribute(&tab, "#control-i", "data-violations"), "16");
+    assert_eq!(row["violations_count"], 16);
+    assert_eq!(attribute(&tab, "#control-i", "data-points"), "67");
+    assert_eq!(attribute(&tab, "#control-i", "data-limits"), "yes");
+
+    // The limits beside the chart are the row's, figure for figure.
+    for key in [
+        "points",
+        "center",
+        "sigma",
+        "ucl",
+        "lcl",
+        "mr_mean",
+        "mr_ucl",
+        "cpk",
+        "ppk",
+        "violations_count",
+    ] {
+        let shown = control_statistic(&tab, key);
+        match row[key].as_f64() {
+            None => assert_eq!(shown, "", "{key}"),
+            Some(figure) => {
+                let shown: f64 = serde_json::from_str(&shown).unwrap();
+                assert_eq!(shown, figure, "{key}");
+            }
+        }
+    }
+    let center = row["center"].as_f64().unwrap();
+    let sigma = row["sigma"].as_f64().unwrap();
+    assert!(
+        (center / 10.052_238_805_970_148 - 1.0).abs() < 1e-9,
+        "{row}"
+    );
+    assert!(
+        (sigma / 0.533_929_722_759_509_6 - 1.0).abs() < 1e-9,
+        "{row}"
+    );
+
+    // The MR chart: the 66 moving ranges of the 67 points, two of them (into and
+    // out of the spike) above the row's `mr_ucl`.
+    let values: Vec<f64> = GAP.iter().map(|value| value.parse().unwrap()).collect();
+    let mr_ucl = row["mr_ucl"].as_f64().unwrap();
+    let above = values
+        .windows(2)
+        .filter(|pair| (pair[1] - pair[0]).abs() > mr_ucl)
+        .count();
+    assert_eq!(above, 2);
+    assert_eq!(attribute(&tab, "#control-mr", "data-points"), "66");
+    assert_eq!(
+        attribute(&tab, "#control-mr", "data-above-ucl"),
+        above.to_string()
+    );
+
+    // The flags' table: a row a flagged point, with its rules.
+    let flagged: Vec<(String, String)> = strings(
+        &tab,
+        "JSON.stringify([...document.querySelectorAll('#control-flags tbody tr')]\
+         .map(row => row.dataset.point + '=' + row.dataset.rules))",
+    )
+    .into_iter()
+    .map(|text| {
+        let (point, rules) = text.split_once('=').unwrap();
+        (point.to_string(), rules.to_string())
+    })
+    .collect();
+    let mut by_point: Vec<(String, String)> = Vec::new();
+    for pair in GAP_RULES.split(',') {
+        let (point, rule) = pair.split_once(':').unwrap();
+        match by_point.last_mut() {
+            Some((last, rules)) if last == point => *rules += &format!(",{rule}"),
+            _ => by_point.push((point.to_string(), rule.to_string())),
+        }
+    }
+    assert_eq!(flagged, by_point);
+    let rows = table(&tab, "#control-flags");
+    assert_eq!(rows[0][2..], ["SN-CT-01-008", "13.0", "1"]);
+
+    // The unstable measurements: the window's groups with flags, most first, as
+    // stq answers the page's call over every station; CT-01's flat has none.
+    let groups = server.ok_as(&pareto_call, OPS).data;
+    assert_eq!(groups.len(), 4, "{groups:?}");
+    let unstable = table(&tab, "#unstable");
+    let shown: Vec<[&str; 5]> = unstable
+        .iter()
+        .map(|row| [0, 1, 2, 3, 4].map(|column| row[column].as_str()))
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            ["CT-01", "gap", "67", "16", "1, 2, 3, 4, 5, 6, 7, 8"],
+            ["CT-02", "gap", "10", "1", "1"],
+        ]
+    );
+    for (shown, name) in unstable.iter().zip(["gap", "gap"]) {
+        let group = groups
+            .iter()
+            .find(|group| group["station_id"] == shown[0].as_str() && group["name"] == name)
+            .unwrap();
+        assert_eq!(shown[3], group["violations_count"].to_string());
+        assert_eq!(
+            shown[6..],
+            [capability(&group["cpk"]), capability(&group["ppk"])]
+        );
+    }
+    assert_eq!(attribute(&tab, "#unstable", "data-groups"), "4");
+
+    // The picture: the control view at the top of the 1280 x 800 viewport.
+    evaluate(
+        &tab,
+        "document.activeElement.blur(); \
+         document.getElementById('control-section').scrollIntoView(); true",
+    );
+    let screenshot = tab
+        .capture_screenshot(CaptureScreenshotFormatOption::Png, None, None, true)
+        .unwrap();
+    assert!(screenshot.starts_with(b"\x89PNG\r\n\x1a\n"));
+    let width = u32::from_be_bytes(screenshot[16..20].try_into().unwrap());
+    let height = u32::from_be_bytes(screenshot[20..24].try_into().unwrap());
+    assert_eq!((width, height), (1280, 800), "the screenshot's size");
+    let saved = Path::new(env!("CARGO_TARGET_TMPDIR")).join("control.png");
+    std::fs::write(&saved, &screenshot).unwrap();
+    if std::env::var_os("STQ_UPDATE_SCREENSHOT").is_some_and(|value| value == "1") {
+        let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/control.png");
+        std::fs::write(docs, &screenshot).unwrap();
+    }
+
+    // A click on CT-02's row shows its gap: the spike, point 6, rule 1.
+    tab.find_element("#unstable tr[data-station='CT-02'][data-metric='gap']")
+        .unwrap()
+        .click()
+        .unwrap();
+    wait_for_control(&tab, "CT-02", "gap");
+    assert_eq!(attribute(&tab, "#control-i", "data-rules"), "6:1");
+    assert_eq!(value_of(&tab, "chart-station"), "CT-02");
+    assert_eq!(value_of(&tab, "chart-metric"), "gap");
+    tab.wait_for_element("#chart[data-state='drawn'][data-station='CT-02'][data-metric='gap']")
+        .unwrap();
+
+    // Equal values: a row without limits, drawn without them, and no flag.
+    choose(&tab, "chart-metric", "const");
+    wait_for_control(&tab, "CT-02", "const");
+    assert_eq!(attribute(&tab, "#control-i", "data-limits"), "none");
+    assert_eq!(attribute(&tab, "#control-i", "data-rules"), "");
+    assert_eq!(attribute(&tab, "#control-i", "data-points"), "3");
+    for key in ["center", "sigma", "ucl", "lcl", "cpk", "ppk"] {
+        assert_eq!(control_statistic(&tab, key), "", "{key}");
+    }
+    let summary = evaluate(
+        &tab,
+        "document.getElementById('control-summary').textContent",
+    );
+    assert!(
+        summary.as_str().unwrap().contains("no control limits"),
+        "{summary}"
+    );
+    assert_eq!(
+        evaluate(
+            &tab,
+            "document.documentElement.dataset.policyViolations || '0'"
+        ),
+        serde_json::json!("0")
+    );
+}
+
+/// Issue 52 with issue 49's streams: points appended to the watched snapshot file
+/// show in the control view and in the unstable measurements without a reload, as
+/// `/metrics/control` answers the page's calls: six points below the centre after
+/// CT-02's spike make a run of 9 (rule 2 at points 15 and 16).
+#[test]
+fn issue_52_the_control_view_takes_appended_points_without_a_reload() {
+    let Some(browser) = browser() else {
+        return;
+    };
+    let (fixture, server) = control_server_with(&["--watch"]);
+    let tab = open_page(&browser, &server.url("/"));
+    evaluate(&tab, "window.loadedAt = performance.timeOrigin; true");
+    enter_token(&tab, OPS);
+    tab.wait_for_element("#unstable tr[data-station='CT-02'][data-violations='1']")
+        .unwrap();
+    tab.find_element("#unstable tr[data-station='CT-02'][data-metric='gap']")
+        .unwrap()
+        .click()
+        .unwrap();
+    wait_for_control(&tab, "CT-02", "gap");
+    assert_eq!(attribute(&tab, "#control-i", "data-rules"), "6:1");
+    tab.wait_for_element("#live[data-state='live']").unwrap();
+
+    let added: String = ["5.1", "5.0", "4.9", "5.0", "5.1", "5.0"]
+        .iter()
+        .enumerate()
+        .map(|(offset, value)| {
+            control_line("CT-02", "gap", value, ("4.0", "6.5"), GAP_02.len() + offset)
+        })
+        .collect();
+    forget_calls(&tab);
+    append(&fixture.snapshots.join(CONTROL_FILE), &added);
+    tab.wait_for_element("#control-i[data-state='drawn'][data-station='CT-02'][data-points='16']")
+        .unwrap();
+    let call = calls(&tab, "/metrics/control")
+        .into_iter()
+        .rfind(|call| parameters(call).get("names").map(String::as_str) == Some("gap"))
+        .unwrap();
+    let row = &server.ok_as(&call, OPS).data[0];
+    let [from, to, _, _] = window_of(&call);
+    let records = server
+        .ok_as(
+            &format!("/metrics?station_ids=CT-02&names=gap&from={from}&to={to}"),
+            OPS,
+        )
+        .data;
+    assert_eq!(rule_pairs(row, &records), "6:1,15:2,16:2");
+    assert_eq!(attribute(&tab, "#control-i", "data-rules"), "6:1,15:2,16:2");
+    assert_eq!(attribute(&tab, "#control-mr", "data-points"), "15");
+    tab.wait_for_element("#unstable tr[data-station='CT-02'][data-violations='3']")
+        .unwrap();
+    assert_eq!(
+        table(&tab, "#unstable")
+            .iter()
+            .map(|row| (row[0].clone(), row[3].clone(), row[4].clone()))
+            .collect::<Vec<_>>(),
+        [
+            (
+                "CT-01".to_string(),
+                "16".to_string(),
+                "1, 2, 3, 4, 5, 6, 7, 8".to_string()
+            ),
+            ("CT-02".to_string(), "3".to_string(), "1, 2".to_string()),
+        ]
+    );
+    assert_eq!(
+        evaluate(&tab, "window.loadedAt === performance.timeOrigin"),
+        Value::Bool(true),
+        "the page was loaded again"
     );
 }

@@ -52,6 +52,16 @@
     chartStats: element("chart-stats"),
     chartDays: element("chart-days"),
     chart: element("chart"),
+    controlSummary: element("control-summary"),
+    controlStats: element("control-stats"),
+    controlI: element("control-i"),
+    controlMr: element("control-mr"),
+    controlFlags: element("control-flags"),
+    controlFlagsNote: element("control-flags-note"),
+    controlFlagsCount: element("control-flags-count"),
+    controlFlagsDetails: element("control-flags-details"),
+    unstable: element("unstable"),
+    unstableEmpty: element("unstable-empty"),
     downloads: [...document.querySelectorAll("button.download")],
   };
 
@@ -71,8 +81,10 @@
     // The chosen station's /metrics/summary rows over the window, by name.
     metricRows: new Map(),
     plot: null,
+    // The control view's I and MR charts.
+    controlPlots: [],
     // Each load takes a ticket; an answer to an older one arrives too late to show.
-    tickets: { overview: 0, yields: 0, names: 0, chart: 0 },
+    tickets: { overview: 0, yields: 0, names: 0, chart: 0, unstable: 0 },
     // The API call behind each table as shown (by its button's data-table), which
     // its "Download CSV" sends again asking for CSV.
     tables: new Map(),
@@ -1047,6 +1059,470 @@
     });
   }
 
+  // ---------------------------------------------------------------- control
+
+  // Nelson's rules as /metrics/control applies them (docs/api.md section 15).
+  const RULES = {
+    1: "1 point beyond 3 sigma",
+    2: "9 points in a row on the same side of the centre",
+    3: "6 points in a row steadily increasing or decreasing",
+    4: "14 points in a row alternating up and down",
+    5: "2 of 3 points in a row beyond 2 sigma on the same side",
+    6: "4 of 5 points in a row beyond 1 sigma on the same side",
+    7: "15 points in a row within 1 sigma",
+    8: "8 points in a row beyond 1 sigma, on both sides",
+  };
+  // How many flags a row lists at most (the contract's first 1000).
+  const MAX_FLAGS = 1000;
+  const CONTROL_HEIGHT = 260;
+  // The steps between a point axis's ticks: whole points.
+  const POINT_STEPS = [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 2500, 5000, 10000];
+  const MR_HEIGHT = 150;
+  // The zones around the centre line: beyond 2 sigma (A), 1 to 2 (B), within 1 (C).
+  const ZONES = [
+    [3, "rgba(179, 38, 30, 0.12)"],
+    [2, "rgba(230, 160, 0, 0.14)"],
+    [1, "rgba(30, 125, 50, 0.10)"],
+  ];
+
+  function rulesText(rules) {
+    return rules.map((rule) => rule + " (" + RULES[rule] + ")").join("; ");
+  }
+
+  function clearControl() {
+    for (const plot of state.controlPlots) {
+      plot.destroy();
+    }
+    state.controlPlots = [];
+  }
+
+  function setControl(stateName, details) {
+    for (const [target, keys] of [
+      [ui.controlI, ["points", "station", "metric", "rules", "violations", "limits"]],
+      [ui.controlMr, ["points", "aboveUcl"]],
+    ]) {
+      target.dataset.state = stateName;
+      const own = details ? details[target === ui.controlI ? "i" : "mr"] || {} : {};
+      for (const key of keys) {
+        if (key in own) {
+          target.dataset[key] = String(own[key]);
+        } else {
+          delete target.dataset[key];
+        }
+      }
+    }
+  }
+
+  /** The control view with nothing to draw: `text` says why. */
+  function emptyControl(text, stateName = "empty", details = null) {
+    clearControl();
+    renderControlStats(null);
+    renderFlags([], 0, 0);
+    ui.controlSummary.textContent = text;
+    setControl(stateName, details);
+  }
+
+  // The statistics above the control chart: each as [label, key of the row, text].
+  const CONTROL_STATISTICS = [
+    ["Points", "points", (row) => String(row.points)],
+    ["Centre", "center", (row) => measure(row.center)],
+    ["Sigma (within)", "sigma", (row) => measure(row.sigma)],
+    ["UCL", "ucl", (row) => measure(row.ucl)],
+    ["LCL", "lcl", (row) => measure(row.lcl)],
+    ["MR mean", "mr_mean", (row) => measure(row.mr_mean)],
+    ["MR UCL", "mr_ucl", (row) => measure(row.mr_ucl)],
+    ["Cpk (within)", "cpk", (row) => capability(row.cpk)],
+    ["Ppk", "ppk", (row) => capability(row.ppk)],
+    ["Flags", "violations_count", (row) => String(row.violations_count)],
+  ];
+
+  const CONTROL_TITLES = {
+    sigma: "mean moving range / 1.128",
+    ucl: "centre + 3 sigma",
+    lcl: "centre - 3 sigma",
+    mr_ucl: "3.267 x mean moving range",
+    cpk: "min(upper - centre, centre - lower) / (3 sigma), sigma from the moving ranges",
+    ppk: "the same with the sample standard deviation of the values",
+    violations_count: "(point, rule) pairs flagged by Nelson's rules",
+  };
+
+  function renderControlStats(row) {
+    ui.controlStats.replaceChildren();
+    ui.controlStats.hidden = !row;
+    if (!row) {
+      return;
+    }
+    for (const [label, key, text] of CONTROL_STATISTICS) {
+      const item = document.createElement("div");
+      item.dataset.stat = key;
+      const value = row[key];
+      item.dataset.value = missing(value) ? "" : String(value);
+      if (CONTROL_TITLES[key]) {
+        item.title = CONTROL_TITLES[key];
+      }
+      if (key === "cpk" || key === "ppk") {
+        item.className = capabilityClass(value);
+      } else if (key === "violations_count" && value > 0) {
+        item.className = "bad";
+      }
+      const term = document.createElement("dt");
+      term.textContent = label;
+      const figure = document.createElement("dd");
+      figure.textContent = text(row);
+      item.append(term, figure);
+      ui.controlStats.appendChild(item);
+    }
+  }
+
+  /** The flagged points, a row each: its number, time, unit, value and rules. */
+  function renderFlags(flagged, listed, count) {
+    const body = ui.controlFlags.tBodies[0];
+    body.replaceChildren();
+    for (const point of flagged) {
+      const row = document.createElement("tr");
+      row.dataset.point = String(point.number);
+      row.dataset.rules = point.rules.join(",");
+      cell(row, String(point.number), "number");
+      cell(row, wallText(instant(point.record.time_created))).title = point.record.time_created;
+      cell(row, point.record.unit_serial || "—");
+      cell(row, point.record.value, "number");
+      cell(row, point.rules.join(", "), "rules").title = rulesText(point.rules);
+      body.appendChild(row);
+    }
+    ui.controlFlagsDetails.hidden = flagged.length === 0;
+    ui.controlFlagsCount.textContent =
+      flagged.length + " flagged point" + (flagged.length === 1 ? "" : "s");
+    ui.controlFlagsNote.textContent =
+      count > listed ? "(from the first " + listed + " of " + count + " flags)" : "";
+    ui.controlFlags.dataset.rows = String(flagged.length);
+  }
+
+  /** Whether a violation names this point: the record's fields as the API returns them. */
+  function names(violation, record) {
+    return (
+      violation.time_created === record.time_created &&
+      violation.station_id === record.station_id &&
+      violation.unit_serial === record.unit_serial &&
+      violation.value === record.value
+    );
+  }
+
+  /**
+   * The rules flagging each point (by index into `records`): the row's violations
+   * are in point order, then rule order, so each is found at or after the last one's
+   * point (after it when its rule is not above the last one's). `unmatched` counts
+   * those of points the page has not fetched (a chart cut at MAX_POINTS).
+   */
+  function flagsOf(records, violations) {
+    const flags = new Map();
+    let at = 0;
+    let unmatched = 0;
+    for (const violation of violations) {
+      const previous = flags.get(at);
+      let index = previous && previous[previous.length - 1] >= violation.rule ? at + 1 : at;
+      while (index < records.length && !names(violation, records[index])) {
+        index += 1;
+      }
+      if (index >= records.length) {
+        unmatched += 1;
+        continue;
+      }
+      at = index;
+      if (!flags.has(index)) {
+        flags.set(index, []);
+      }
+      flags.get(index).push(violation.rule);
+    }
+    return { flags, unmatched };
+  }
+
+  /**
+   * Shades the zones in the plot's area: C within 1 sigma of the centre, B from 1 to
+   * 2 sigma, A from 2 to 3 sigma, on both sides.
+   */
+  function shadeZones(plot, row) {
+    const { ctx, bbox } = plot;
+    const y = (times) => plot.valToPos(row.center + times * row.sigma, "y", true);
+    ctx.save();
+    ctx.beginPath();
+    ctx.rect(bbox.left, bbox.top, bbox.width, bbox.height);
+    ctx.clip();
+    for (const [times, color] of ZONES) {
+      ctx.fillStyle = color;
+      const inner = times - 1;
+      // Above the centre, then below it; zone C is one band across it.
+      for (const side of inner === 0 ? [1] : [1, -1]) {
+        const far = y(side * times);
+        const near = inner === 0 ? y(-times) : y(side * inner);
+        ctx.fillRect(bbox.left, Math.min(far, near), bbox.width, Math.abs(near - far));
+      }
+    }
+    ctx.restore();
+  }
+
+  /** Writes each flagged point's rule numbers beside it, away from the centre line. */
+  function labelFlags(plot, row, values, flags) {
+    const { ctx, bbox } = plot;
+    const pixel = window.devicePixelRatio || 1;
+    ctx.save();
+    ctx.font = "600 " + Math.round(11 * pixel) + "px system-ui, sans-serif";
+    ctx.fillStyle = "#7f1d17";
+    ctx.textAlign = "center";
+    for (const [index, rules] of flags) {
+      const x = plot.valToPos(index + 1, "x", true);
+      const y = plot.valToPos(values[index], "y", true);
+      if (x < bbox.left || x > bbox.left + bbox.width) {
+        continue;
+      }
+      const above = values[index] >= row.center;
+      ctx.textBaseline = above ? "bottom" : "top";
+      ctx.fillText(rules.join(","), x, y + (above ? -7 : 7) * pixel);
+    }
+    ctx.restore();
+  }
+
+  /** The I chart: values, centre, control limits, specification limits, flags. */
+  function individualsChart(name, records, row, flags, unit) {
+    const numbers = records.map((_, index) => index + 1);
+    const values = records.map((record) => numeric(record.value));
+    const constant = (value) => numbers.map(() => (missing(value) ? null : value));
+    const flagged = values.map((value, index) => (flags.has(index) ? value : null));
+    const stepped = uPlot.paths.stepped({ align: 1 });
+    const line = (label, color, dash) => ({
+      label,
+      stroke: color,
+      width: 1.5,
+      dash,
+      points: { show: false },
+    });
+    const limit = (label, color) => ({
+      ...line(label, color, [6, 4]),
+      paths: stepped,
+    });
+    const data = [
+      numbers,
+      values,
+      constant(row.center),
+      constant(row.ucl),
+      constant(row.lcl),
+      records.map((record) => numeric(record.limit_lower)),
+      records.map((record) => numeric(record.limit_upper)),
+      flagged,
+    ];
+    const limited = !missing(row.center) && !missing(row.sigma);
+    const options = {
+      width: Math.max(320, ui.controlI.clientWidth),
+      height: CONTROL_HEIGHT,
+      scales: { x: { time: false } },
+      cursor: { sync: { key: "stq-control" } },
+      legend: { live: true },
+      series: [
+        {
+          label: "point",
+          value: (_, number) =>
+            missing(number) || !records[number - 1]
+              ? "—"
+              : number + " · " + zoneText(instant(records[number - 1].time_created)),
+        },
+        {
+          label: name + unit,
+          stroke: "#1f5fbf",
+          width: 1,
+          points: { show: true, size: 4, fill: "#1f5fbf" },
+        },
+        line("centre", "#1e7d32", []),
+        line("UCL", "#b3261e", [2, 3]),
+        line("LCL", "#b3261e", [2, 3]),
+        limit("lower limit", "#6d7a8c"),
+        limit("upper limit", "#b26a00"),
+        {
+          label: "flagged",
+          stroke: "#b3261e",
+          width: 0,
+          paths: () => null,
+          points: { show: true, size: 9, width: 2, stroke: "#7f1d17", fill: "#e5483d" },
+        },
+      ],
+      axes: [{ incrs: POINT_STEPS }, { size: 60 }],
+      hooks: {
+        drawClear: limited ? [(plot) => shadeZones(plot, row)] : [],
+        draw: [(plot) => labelFlags(plot, row, values, flags)],
+      },
+    };
+    return new uPlot(options, data, ui.controlI);
+  }
+
+  /** The MR chart: |x(i) - x(i-1)| of the points, their mean and upper limit. */
+  function movingRangeChart(values, row) {
+    const numbers = values.map((_, index) => index + 1);
+    const ranges = values.map((value, index) => (index === 0 ? null : Math.abs(value - values[index - 1])));
+    const high = ranges.map((range) => (range !== null && !missing(row.mr_ucl) && range > row.mr_ucl ? range : null));
+    const constant = (value) => numbers.map(() => (missing(value) ? null : value));
+    const options = {
+      width: Math.max(320, ui.controlMr.clientWidth),
+      height: MR_HEIGHT,
+      scales: { x: { time: false }, y: { range: (_, min, max) => [0, Math.max(max, 0) * 1.1 || 1] } },
+      cursor: { sync: { key: "stq-control" } },
+      legend: { live: true },
+      series: [
+        { label: "point" },
+        {
+          label: "moving range",
+          stroke: "#4a5a70",
+          width: 1,
+          points: { show: true, size: 3, fill: "#4a5a70" },
+        },
+        { label: "MR mean", stroke: "#1e7d32", width: 1.5, points: { show: false } },
+        { label: "MR UCL", stroke: "#b3261e", width: 1.5, dash: [2, 3], points: { show: false } },
+        {
+          label: "above MR UCL",
+          stroke: "#b3261e",
+          width: 0,
+          paths: () => null,
+          points: { show: true, size: 8, width: 2, stroke: "#7f1d17", fill: "#e5483d" },
+        },
+      ],
+      axes: [{ incrs: POINT_STEPS, label: "point" }, { size: 60 }],
+    };
+    const plot = new uPlot(options, [numbers, ranges, constant(row.mr_mean), constant(row.mr_ucl), high], ui.controlMr);
+    return { plot, ranges: values.length - 1, aboveUcl: high.filter((range) => range !== null).length };
+  }
+
+  /**
+   * The control view of the chart's station and metric: the I chart and the MR
+   * chart of the points fetched for the chart (`records`), with the limits and
+   * flags of its /metrics/control row (`answer`: the rows, or the call's failure).
+   */
+  function drawControl(station, name, records, capped, answer) {
+    clearControl();
+    if (answer instanceof Error) {
+      emptyControl(station + " · " + name + ": no control chart.", "error");
+      showError(answer);
+      return;
+    }
+    const row = answer.find((candidate) => candidate.station_id === station && candidate.name === name);
+    const points = records.filter((record) => numeric(record.value) !== null);
+    const details = { i: { points: 0, station, metric: name, rules: "", violations: 0 }, mr: { points: 0 } };
+    if (!row || points.length === 0) {
+      emptyControl(station + " · " + name + ": no numeric values in this window.", "empty", details);
+      return;
+    }
+    const { flags, unmatched } = flagsOf(points, row.violations);
+    const unit = points[0].unit ? " (" + points[0].unit + ")" : "";
+    const values = points.map((record) => numeric(record.value));
+    const individuals = individualsChart(name, points, row, flags, unit);
+    const ranges = movingRangeChart(values, row);
+    state.controlPlots = [individuals, ranges.plot];
+    const flagged = [...flags.keys()].sort((a, b) => a - b).map((index) => ({
+      number: index + 1,
+      record: points[index],
+      rules: flags.get(index),
+    }));
+    renderControlStats(row);
+    renderFlags(flagged, row.violations.length, row.violations_count);
+    const limited = !missing(row.center);
+    const notes = [];
+    if (!limited) {
+      notes.push("no control limits: they need two values or more, not all equal");
+    }
+    if (capped || unmatched > 0) {
+      notes.push("only the first " + points.length + " points are drawn");
+    }
+    ui.controlSummary.textContent =
+      station + " · " + name + unit + ": " + points.length + " point" + (points.length === 1 ? "" : "s") + ", " +
+      row.violations_count + " flag" + (row.violations_count === 1 ? "" : "s") + " by Nelson's rules" +
+      (notes.length ? " (" + notes.join("; ") + ")" : "") +
+      (limited ? "; limits from the window's moving ranges." : ".");
+    const pairs = flagged.flatMap((point) => point.rules.map((rule) => point.number + ":" + rule));
+    setControl("drawn", {
+      i: {
+        points: points.length,
+        station,
+        metric: name,
+        rules: pairs.join(","),
+        violations: row.violations_count,
+        limits: limited ? "yes" : "none",
+      },
+      mr: { points: ranges.ranges, aboveUcl: ranges.aboveUcl },
+    });
+  }
+
+  /** The distinct rules of a row's listed flags, in order. */
+  function rulesBroken(row) {
+    return [...new Set(row.violations.map((violation) => violation.rule))].sort((a, b) => a - b);
+  }
+
+  /**
+   * The window's groups with flags, most first: the floor's Pareto of unstable
+   * measurements. A click on a row shows that station's metric in the charts.
+   */
+  function renderUnstable(rows) {
+    const unstable = rows
+      .filter((row) => row.violations_count > 0)
+      .sort((a, b) => b.violations_count - a.violations_count);
+    const body = ui.unstable.tBodies[0];
+    body.replaceChildren();
+    for (const group of unstable) {
+      const row = stationRow(group.station_id);
+      row.dataset.metric = group.name;
+      row.dataset.violations = String(group.violations_count);
+      row.tabIndex = 0;
+      row.title = "Show " + group.name + " of " + group.station_id + " in the charts";
+      cell(row, group.name);
+      cell(row, String(group.points), "number");
+      cell(row, String(group.violations_count), "number");
+      const rules = rulesBroken(group);
+      cell(row, rules.join(", "), "rules").title = rulesText(rules);
+      const first = group.violations[0];
+      cell(row, first ? wallText(instant(first.time_created)) : "—").title = first ? first.time_created : "";
+      for (const key of ["cpk", "ppk"]) {
+        const figure = cell(row, capability(group[key]), "number");
+        const level = capabilityClass(group[key]);
+        if (level) {
+          figure.classList.add(level);
+        }
+      }
+      const pick = () => run(() => showMetric(group.station_id, group.name), ui.chart);
+      row.addEventListener("click", pick);
+      row.addEventListener("keydown", (event) => {
+        if (event.key === "Enter" || event.key === " ") {
+          event.preventDefault();
+          pick();
+        }
+      });
+      body.appendChild(row);
+    }
+    ui.unstableEmpty.hidden = unstable.length > 0;
+    ui.unstable.dataset.rows = String(unstable.length);
+    ui.unstable.dataset.groups = String(rows.length);
+    ui.unstable.dataset.state = "ready";
+  }
+
+  /** Every group of the window's control charts, for the Pareto of flags. */
+  async function loadUnstable() {
+    const current = ticket("unstable");
+    ui.unstable.dataset.state = "loading";
+    const path = "/metrics/control?" + query(windowParameters());
+    const body = await api(path);
+    if (current()) {
+      renderUnstable(body.data);
+      shown("unstable", path);
+    }
+  }
+
+  /** Shows `name` of `station` in the chart and the control chart. */
+  async function showMetric(station, name) {
+    clearError();
+    setChart("loading");
+    ui.chartStation.value = station;
+    if (!(await loadMetricNames())) {
+      return;
+    }
+    ui.chartMetric.value = name;
+    await loadChart();
+    ui.controlI.scrollIntoView({ block: "nearest" });
+  }
+
   // ---------------------------------------------------------------- loading
 
   function ticket(kind) {
@@ -1100,12 +1576,14 @@
         ? station + " has no numeric metric in this window."
         : "No station to chart.";
       setChart("empty", { points: 0, series: 0, outOfLimits: 0 });
+      emptyControl(ui.chartSummary.textContent);
       return;
     }
     if (!quiet) {
       // Followed again once drawn: what its stream brought was for the chart before.
       stopChart();
       setChart("loading");
+      setControl("loading");
       ui.chartSummary.textContent = "Loading " + name + " of " + station + "…";
     }
     renderStats(state.metricRows.get(name));
@@ -1145,7 +1623,11 @@
       const path = "/metrics/summary?" + query(parameters);
       return { path, rows: (await api(path)).data };
     };
-    const [points, daily] = await Promise.all([walk(), days()]);
+    // The control chart's row of the same window; a refusal is the control
+    // view's alone.
+    const control = api("/metrics/control?" + query({ station_ids: station, names: name, ...windowParameters() }))
+      .then((body) => body.data, (failure) => failure);
+    const [points, daily, controlRows] = await Promise.all([walk(), days(), control]);
     if (!current() || points === null) {
       return;
     }
@@ -1154,6 +1636,7 @@
       shown("days", daily.path);
     }
     drawPlot(station, name, points.records, points.capped);
+    drawControl(station, name, points.records, points.capped, controlRows);
     // A capped chart takes no more records.
     live.shownPoints = points.capped ? Infinity : points.records.length;
     followChart(station, name);
@@ -1177,6 +1660,7 @@
       clearError();
       // At once, so that what waits for the chart waits for this one.
       setChart("loading");
+      setControl("loading");
     }
     await run(async () => {
       if (await loadMetricNames()) {
@@ -1198,7 +1682,7 @@
   async function refreshWindow() {
     clearError();
     describeWindow();
-    await Promise.all([run(loadYields, ui.yields), refreshChart()]);
+    await Promise.all([run(loadYields, ui.yields), run(loadUnstable, ui.unstable), refreshChart()]);
     followUnits();
   }
 
@@ -1207,6 +1691,7 @@
     stopFollowing();
     clearError();
     clearPlot();
+    clearControl();
     ui.overview.hidden = true;
     ui.stations.dataset.state = "loading";
     setStatus("Loading the stations this token sees…");
@@ -1462,6 +1947,8 @@
       await Promise.all([
         parts.has("yields") ? run(loadYields, ui.yields) : null,
         parts.has("chart") ? refreshChart(true) : null,
+        // New records of either kind may have broken a rule somewhere.
+        parts.has("yields") || parts.has("chart") ? run(loadUnstable, ui.unstable) : null,
       ]);
     }
     live.refreshing = false;
@@ -1516,6 +2003,7 @@
     state.tickets.overview += 1;
     stopFollowing();
     clearPlot();
+    clearControl();
     clearError();
     ui.overview.hidden = true;
     ui.token.placeholder = "";
@@ -1581,6 +2069,11 @@
   window.addEventListener("resize", () => {
     if (state.plot) {
       state.plot.setSize({ width: Math.max(320, ui.chart.clientWidth), height: 280 });
+    }
+    const [individuals, ranges] = state.controlPlots;
+    if (individuals) {
+      individuals.setSize({ width: Math.max(320, ui.controlI.clientWidth), height: CONTROL_HEIGHT });
+      ranges.setSize({ width: Math.max(320, ui.controlMr.clientWidth), height: MR_HEIGHT });
     }
   });
 
