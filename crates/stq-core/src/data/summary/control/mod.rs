@@ -62,9 +62,7 @@ pub(crate) struct ControlQuestion {
 #[derive(Debug)]
 pub(crate) struct ControlPartial {
     question: ControlQuestion,
-    /// Each group's series, with where it is by its row's key.
-    series: Vec<(RowKey, Series)>,
-    index: HashMap<RowKey, usize>,
+    series: HashMap<RowKey, Series>,
     /// The stations the points are of, by rank, whose records the flagged points'
     /// `violations` entries and the limits are read from.
     stations: HashMap<u32, Arc<StationData>>,
@@ -103,8 +101,7 @@ impl ControlQuestion {
     ) -> ControlPartial {
         let mut partial = ControlPartial {
             question: self.clone(),
-            series: Vec::new(),
-            index: HashMap::default(),
+            series: HashMap::default(),
             stations: HashMap::default(),
         };
         for (station, data) in stations {
@@ -112,12 +109,12 @@ impl ControlQuestion {
                 partial: &mut partial,
                 station,
                 baseline: false,
-                recent: Default::default(),
-                next: 0,
+                recent: None,
             };
             data.read_metrics(key_range(&self.window), &mut reading);
             if let Some(baseline) = &self.baseline {
                 reading.baseline = true;
+                reading.recent = None;
                 data.read_metrics(key_range(baseline), &mut reading);
             }
             partial.stations.insert(station.rank, Arc::clone(data));
@@ -132,20 +129,10 @@ struct ControlReading<'a> {
     station: ShardStation,
     /// Whether the baseline is being read, not the window.
     baseline: bool,
-    /// The fine groups (name, slot, unit) of the station's recent records and
-    /// their series: a unit's measurements come one of each name after another,
-    /// and a short list found them faster than the series' map.
-    recent: [Option<(FineKey, usize)>; RECENT_GROUPS],
-    /// Where the next fine group is noted in `recent`.
-    next: usize,
+    /// The fine group (name, slot, unit) of the last record and its row, which
+    /// the next record is nearly always of.
+    recent: Option<((Symbol, Symbol, Symbol), RowKey)>,
 }
-
-/// A metric record's name, slot and unit.
-type FineKey = (Symbol, Symbol, Symbol);
-
-/// How many fine groups [`ControlReading`] keeps at hand: more than the names a
-/// unit's test usually has.
-const RECENT_GROUPS: usize = 32;
 
 impl<'data> MetricReader<'data> for ControlReading<'_> {
     fn record(&mut self, key: RecordKey, entry: MetricEntry) {
@@ -154,25 +141,23 @@ impl<'data> MetricReader<'data> for ControlReading<'_> {
             return;
         }
         let fine = (entry.name, entry.slot, entry.unit);
-        let known = (self.recent.iter().flatten()).find(|(recent, _)| *recent == fine);
-        let index = match known {
-            Some(&(_, index)) => index,
-            None => {
+        let row_key = match self.recent {
+            Some((recent, row_key)) if recent == fine => row_key,
+            _ => {
                 let group = group_values(&question.grouping, self.station, |field| match field {
                     GroupField::Slot => entry.slot,
                     _ => entry.unit,
                 });
-                let index = self.partial.series_of(RowKey {
+                let row_key = RowKey {
                     group,
                     name: entry.name,
                     bucket: 0,
-                });
-                self.recent[self.next] = Some((fine, index));
-                self.next = (self.next + 1) % RECENT_GROUPS;
-                index
+                };
+                self.recent = Some((fine, row_key));
+                row_key
             }
         };
-        let series = &mut self.partial.series[index].1;
+        let series = self.partial.series.entry(row_key).or_default();
         let position = position(self.station, &key);
         // The window's points and the baseline's values each come in order
         // within a station; of two stations, they need sorting.
@@ -208,17 +193,6 @@ impl<'data> MetricReader<'data> for ControlReading<'_> {
     }
 }
 
-impl ControlPartial {
-    /// Where the series of `key` is, made empty if it is new.
-    fn series_of(&mut self, key: RowKey) -> usize {
-        let series = &mut self.series;
-        *self.index.entry(key).or_insert_with(|| {
-            series.push((key, Series::default()));
-            series.len() - 1
-        })
-    }
-}
-
 impl Series {
     /// Takes another shard's points of the same group.
     fn absorb(&mut self, other: Series) {
@@ -248,14 +222,18 @@ impl PartialSummary for ControlPartial {
     fn merge(&mut self, other: ControlPartial) {
         self.stations.extend(other.stations);
         for (key, series) in other.series {
-            let index = self.series_of(key);
-            self.series[index].1.absorb(series);
+            match self.series.get_mut(&key) {
+                Some(mine) => mine.absorb(series),
+                None => {
+                    self.series.insert(key, series);
+                }
+            }
         }
     }
 
     fn row_count(&self) -> usize {
-        (self.series.iter())
-            .filter(|(_, series)| !series.points.is_empty())
+        (self.series.values())
+            .filter(|series| !series.points.is_empty())
             .count()
     }
 
@@ -264,7 +242,6 @@ impl PartialSummary for ControlPartial {
             question,
             series,
             stations,
-            ..
         } = self;
         let grouping = &question.grouping;
         let mut rows: Vec<(RowKey, Series)> = (series.into_iter())
