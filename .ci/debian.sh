@@ -5,12 +5,14 @@
 # the installed binary as the unit would (its user, its environment file, no new
 # privileges, no capabilities) on the repository's sample snapshot, asks /readyz,
 # makes a token with `stq token new` and sees it after SIGHUP, reads `man stq`,
-# stops stq, then purges the package.
+# stops stq; starts it again over HTTPS with a pair in /etc/stq/tls whose key only
+# root and the group stq can read (and a user outside the group cannot), then
+# purges the package.
 #
 # Needs root, apt-get and dpkg (CI: a fresh Debian machine as root). Where one is
 # missing it says which and skips; under CI=true it fails instead. It refuses to
 # run over an stq package already installed. It installs with apt-get what it uses
-# and lacks (lintian, systemd, man-db, adduser, curl). Everything it starts, it
+# and lacks (lintian, systemd, man-db, adduser, curl, openssl). Everything it starts, it
 # stops by pid.
 #
 # Cost on a 2-core machine: the release build (9 minutes with other builds running
@@ -41,7 +43,7 @@ fi
 # What the test uses, by the command that must exist and the package that has it.
 need=()
 for pair in lintian:lintian systemd-analyze:systemd man:man-db adduser:adduser \
-    curl:curl python3:python3; do
+    curl:curl python3:python3 openssl:openssl; do
     command -v "${pair%%:*}" >/dev/null || need+=("${pair#*:}")
 done
 if ((${#need[@]})); then
@@ -120,6 +122,16 @@ getent passwd stq >/dev/null || fail "postinst made no user stq"
 [[ $(stat -c '%U:%G %a' /etc/stq/tokens.json) == "root:stq 640" ]] ||
     fail "/etc/stq/tokens.json is $(stat -c '%U:%G %a' /etc/stq/tokens.json), not root:stq 640"
 [[ -L /etc/systemd/system/multi-user.target.wants/stq.service ]] || fail "stq.service is not enabled"
+[[ $(stat -c '%U:%G %a' /etc/stq/tls) == "root:stq 750" ]] ||
+    fail "/etc/stq/tls is $(stat -c '%U:%G %a' /etc/stq/tls), not root:stq 750"
+# The env file shows the HTTPS and JWT flags, commented out: the package serves
+# plain HTTP and the tokens file until the administrator says otherwise.
+env_file=$(cat /etc/stq/stq.env)
+for variable in STQ_TLS_CERT STQ_TLS_KEY STQ_JWT_JWKS STQ_JWT_ISSUER STQ_JWT_AUDIENCE \
+    STQ_JWT_STATIONS_CLAIM; do
+    grep -q "^#$variable=" <<<"$env_file" || fail "/etc/stq/stq.env does not show #$variable="
+    ! grep -q "^$variable=" <<<"$env_file" || fail "/etc/stq/stq.env sets $variable"
+done
 
 echo "== systemd-analyze verify"
 unit=/usr/lib/systemd/system/stq.service
@@ -216,6 +228,53 @@ grep -q 'STOPPING=1' "$work/notify.log" || fail "stq sent no STOPPING=1"
 kill "$listener" 2>/dev/null || true
 wait "$listener" 2>/dev/null || true
 listener=""
+
+echo "== HTTPS with a key only root and the group stq read (/etc/stq/tls)"
+# A CA of the test's and a pair it signed for 127.0.0.1, made by Debian's openssl;
+# the key root:stq 0640 in the directory postinst made, as docs/deployment.md says.
+openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$work/ca.key" 2>/dev/null
+openssl req -new -x509 -key "$work/ca.key" -subj "/CN=stq package test CA" -days 1 -out "$work/ca.pem"
+(umask 077 && openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 \
+    -out "$work/stq.key" 2>/dev/null)
+openssl req -new -key "$work/stq.key" -subj "/CN=127.0.0.1" -out "$work/stq.csr"
+openssl x509 -req -in "$work/stq.csr" -CA "$work/ca.pem" -CAkey "$work/ca.key" -CAcreateserial \
+    -days 1 -extfile <(printf 'subjectAltName=IP:127.0.0.1\n') -out "$work/stq.crt" 2>/dev/null
+install -m 0644 -o root -g root "$work/stq.crt" /etc/stq/tls/stq.crt
+install -m 0640 -o root -g stq "$work/stq.key" /etc/stq/tls/stq.key
+chmod 0644 "$work/ca.pem"
+# A user outside the group stq cannot read the key, nor list the directory.
+if setpriv --reuid=nobody --regid=nogroup --clear-groups cat /etc/stq/tls/stq.key >/dev/null 2>&1; then
+    fail "the user nobody can read /etc/stq/tls/stq.key"
+fi
+if setpriv --reuid=nobody --regid=nogroup --clear-groups ls /etc/stq/tls >/dev/null 2>&1; then
+    fail "the user nobody can list /etc/stq/tls"
+fi
+(cd / && exec setpriv --reuid=stq --regid=stq --init-groups --no-new-privs \
+    --inh-caps=-all --bounding-set=-all \
+    env -i PATH=/usr/bin:/bin "${settings[@]}" STQ_LISTEN=127.0.0.1:0 \
+    STQ_ADMIN_LISTEN=127.0.0.1:0 STQ_TLS_CERT=/etc/stq/tls/stq.crt \
+    STQ_TLS_KEY=/etc/stq/tls/stq.key /usr/bin/stq serve) >"$work/stq-https.log" 2>&1 &
+server=$!
+port=""
+for _ in $(seq 600); do
+    port=$(sed -n 's/.*stq ready:.*listening on https:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$work/stq-https.log")
+    [[ -n $port ]] && break
+    kill -0 "$server" 2>/dev/null || { cat "$work/stq-https.log" >&2; fail "stq exited before ready over HTTPS"; }
+    sleep 0.1
+done
+[[ -n $port ]] || { cat "$work/stq-https.log" >&2; fail "stq not ready over HTTPS within 60 s"; }
+stations=$(curl -fsS --cacert "$work/ca.pem" -H 'Authorization: Bearer stq-demo-ops' \
+    "https://127.0.0.1:$port/stations")
+grep -q '"ST-04"' <<<"$stations" || fail "/stations over HTTPS does not list ST-04"
+kill -HUP "$server"
+for _ in $(seq 300); do grep -q 'reloaded: generation 2' "$work/stq-https.log" && break; sleep 0.1; done
+grep -q 'reloaded: generation 2' "$work/stq-https.log" ||
+    { cat "$work/stq-https.log" >&2; fail "no reload over HTTPS (the pair read again as the user stq)"; }
+kill -TERM "$server"
+wait "$server" || { cat "$work/stq-https.log" >&2; fail "stq over HTTPS did not stop cleanly"; }
+server=""
+echo "stq, as the user stq, served HTTPS with the key only root and the group stq read"
+rm -f /etc/stq/tls/stq.crt /etc/stq/tls/stq.key
 
 echo "== dpkg --purge"
 rm -rf /var/lib/stq/snapshots/ST-0[1-4]

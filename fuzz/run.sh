@@ -3,7 +3,7 @@
 #
 # Usage, from anywhere:
 #   fuzz/run.sh                 every target, 60 s each
-#   fuzz/run.sh query_string    one target
+#   fuzz/run.sh query_string    one target (query_string, snapshot_line, bearer_token)
 #   FUZZ_SECONDS=600 fuzz/run.sh snapshot_line
 #   FUZZ_TOOLCHAIN=stable fuzz/run.sh   the fallback below, even with nightly there
 #

@@ -2,11 +2,13 @@
 //! token of three base64url parts is verified against the identity provider's
 //! key set ([`keys`]), its claims checked, and its stations read from a claim.
 //!
-//! The header is read here before any key is chosen, so that `none`, the HMAC
-//! algorithms and every other stq does not accept are refused by name, and a key
-//! is used only with the algorithm its type (and its own `alg`, when it names one)
-//! is for: an RSA public key is never taken for an HMAC secret. The signature and
-//! the registered claims are jsonwebtoken's, over ring.
+//! The token's text is read by stq-core's `domain::jwt` (its shape, its header,
+//! its claims), where the fuzz target `bearer_token` reaches it: the header before
+//! any key is chosen, so that `none`, the HMAC algorithms and every other stq does
+//! not accept are refused by name, and a key is used only with the algorithm its
+//! type (and its own `alg`, when it names one) is for: an RSA public key is never
+//! taken for an HMAC secret. The signature and the registered claims are
+//! jsonwebtoken's, over ring.
 //!
 //! A verified token is kept by its SHA-256 until it expires, so that a dashboard's
 //! requests with one token pay one signature check; a key set that changed empties
@@ -14,25 +16,22 @@
 
 mod keys;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine as _;
-use chrono::DateTime;
 use jsonwebtoken::{Algorithm, Validation};
 use parking_lot::{Mutex, RwLock};
 use serde_json::{Map, Value};
 use sha2::{Digest as _, Sha256};
 use stq_core::domain::auth::{Principal, Tokens, Unauthorized};
+pub use stq_core::domain::jwt::Refusal;
+use stq_core::domain::jwt::{self as text, header_of, json_web_token, LEEWAY_SECONDS};
 use stq_core::domain::time::Timestamp;
 
 pub use keys::KeySource;
 use keys::{Fetcher, KeySet};
 
-/// How far a token's `exp`, `nbf` and `iat` may be off the server's clock.
-const LEEWAY_SECONDS: u64 = 30;
 /// How often a fetched key set is fetched again.
 const REFRESH_INTERVAL: Duration = Duration::from_secs(600);
 /// The shortest time between two fetches for a key id the set lacks: a stream of
@@ -48,39 +47,6 @@ pub struct JwtSettings {
     pub issuer: String,
     pub audience: Option<String>,
     pub stations_claim: String,
-}
-
-/// Why a JSON Web Token was refused: the 401's message (never the token).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum Refusal {
-    #[error("the bearer token is not a JSON Web Token: {0}")]
-    Malformed(&'static str),
-    #[error("the token's algorithm {0:?} is not accepted; RS256, PS256, ES256 and EdDSA are")]
-    Algorithm(String),
-    #[error("the key set has no key {0:?}")]
-    UnknownKey(String),
-    #[error("the token names no key id, and the key set has more than one key")]
-    NoKeyId,
-    #[error("the token's algorithm {0} is not the one its key is for")]
-    KeyMismatch(String),
-    #[error("the token's signature does not verify")]
-    Signature,
-    #[error("the token has expired")]
-    Expired,
-    #[error("the token is not valid yet (nbf)")]
-    NotYetValid,
-    #[error("the token was issued in the future (iat)")]
-    IssuedLater,
-    #[error("the token has no `{0}` claim")]
-    MissingClaim(String),
-    #[error("the token's issuer is not the one stq trusts")]
-    Issuer,
-    #[error("the token's audience does not include stq's")]
-    Audience,
-    #[error("the token's `{0}` claim is neither \"*\" nor a list of station ids")]
-    Stations(String),
-    #[error("the token's claims cannot be read: {0}")]
-    Claims(String),
 }
 
 /// Why a request's token was refused: the tokens file's refusal, or a JWT's.
@@ -105,63 +71,6 @@ pub fn authenticate(
         (Some(verifier), Some(token)) => Ok(verifier.verify(token, now)?),
         _ => Ok(tokens.authenticate(authorization, now)?),
     }
-}
-
-/// The bearer token of `authorization` when it has a JWT's shape: three parts of
-/// the base64url alphabet joined by dots, the signature possibly empty (as
-/// `alg: none` leaves it, to be refused by name).
-fn json_web_token(authorization: &[u8]) -> Option<&str> {
-    let value = authorization.trim_ascii();
-    let space = value.iter().position(|byte| *byte == b' ')?;
-    let (scheme, token) = value.split_at(space);
-    if !scheme.eq_ignore_ascii_case(b"bearer") {
-        return None;
-    }
-    let token = std::str::from_utf8(token.trim_ascii_start()).ok()?;
-    let base64url = |part: &str| {
-        part.bytes()
-            .all(|byte| byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_')
-    };
-    let mut parts = token.split('.');
-    let (header, claims, signature) = (parts.next()?, parts.next()?, parts.next()?);
-    (parts.next().is_none()
-        && !header.is_empty()
-        && !claims.is_empty()
-        && [header, claims, signature].into_iter().all(base64url))
-    .then_some(token)
-}
-
-/// What a token's header says: its algorithm and key id.
-struct Header {
-    algorithm: Algorithm,
-    key_id: Option<String>,
-}
-
-/// The header of `token`, refused unless it names an accepted algorithm.
-fn header_of(token: &str) -> Result<Header, Refusal> {
-    let encoded = token.split('.').next().unwrap_or_default();
-    let bytes = URL_SAFE_NO_PAD
-        .decode(encoded)
-        .map_err(|_| Refusal::Malformed("its header is not base64url"))?;
-    let header: Map<String, Value> =
-        serde_json::from_slice(&bytes).map_err(|_| Refusal::Malformed("its header is not JSON"))?;
-    let name = header
-        .get("alg")
-        .and_then(Value::as_str)
-        .ok_or(Refusal::Malformed("its header names no algorithm"))?;
-    let algorithm = match name {
-        "RS256" => Algorithm::RS256,
-        "PS256" => Algorithm::PS256,
-        "ES256" => Algorithm::ES256,
-        "EdDSA" => Algorithm::EdDSA,
-        other => return Err(Refusal::Algorithm(other.to_owned())),
-    };
-    let key_id = match header.get("kid") {
-        None => None,
-        Some(Value::String(id)) => Some(id.clone()),
-        Some(_) => return Err(Refusal::Malformed("its `kid` is not a string")),
-    };
-    Ok(Header { algorithm, key_id })
 }
 
 /// Verifies JSON Web Tokens against the provider's key set, and keeps those it
@@ -292,8 +201,14 @@ impl Verifier {
                 });
             }
         };
-        let name = algorithm_name(header.algorithm);
-        if keys::Family::of(header.algorithm) != Some(key.family)
+        let name = header.algorithm.name();
+        let algorithm = match header.algorithm {
+            text::Algorithm::RS256 => Algorithm::RS256,
+            text::Algorithm::PS256 => Algorithm::PS256,
+            text::Algorithm::ES256 => Algorithm::ES256,
+            text::Algorithm::EdDSA => Algorithm::EdDSA,
+        };
+        if keys::Family::of(algorithm) != Some(key.family)
             || key.algorithm.as_deref().is_some_and(|own| own != name)
         {
             return Err(Refusal::KeyMismatch(name.to_owned()));
@@ -301,7 +216,7 @@ impl Verifier {
         let claims = jsonwebtoken::decode::<Map<String, Value>>(
             token,
             &key.decoding,
-            &self.validation(header.algorithm),
+            &self.validation(algorithm),
         )
         .map_err(refusal_of)?
         .claims;
@@ -332,8 +247,8 @@ impl Verifier {
         validation
     }
 
-    /// The principal of verified `claims`: its `iat` not in the future, its
-    /// stations from the stations claim, named by its `sub`.
+    /// The principal of verified `claims` (stq-core's `read_claims`): its `iat`
+    /// not in the future, its stations from the stations claim, named by its `sub`.
     fn principal_of(
         &self,
         claims: &Map<String, Value>,
@@ -342,38 +257,7 @@ impl Verifier {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |since| since.as_secs());
-        if let Some(issued) = claims.get("iat") {
-            let issued = issued
-                .as_u64()
-                .ok_or_else(|| Refusal::Claims("`iat` is not a number of seconds".into()))?;
-            if issued > now + LEEWAY_SECONDS {
-                return Err(Refusal::IssuedLater);
-            }
-        }
-        let claim = &self.settings.stations_claim;
-        let stations = match claims.get(claim) {
-            None => return Err(Refusal::MissingClaim(claim.clone())),
-            Some(Value::String(star)) if star == "*" => None,
-            Some(Value::Array(ids)) => Some(
-                ids.iter()
-                    .map(|id| id.as_str().map(str::to_owned))
-                    .collect::<Option<BTreeSet<String>>>()
-                    .ok_or_else(|| Refusal::Stations(claim.clone()))?,
-            ),
-            Some(_) => return Err(Refusal::Stations(claim.clone())),
-        };
-        let expires = claims
-            .get("exp")
-            .and_then(Value::as_i64)
-            .and_then(|exp| DateTime::from_timestamp(exp + LEEWAY_SECONDS as i64, 0))
-            .map(Timestamp::from);
-        let subject = claims.get("sub").and_then(Value::as_str).unwrap_or("");
-        Ok(Principal::verified(
-            subject.to_owned(),
-            stations,
-            digest,
-            expires,
-        ))
+        text::read_claims(claims, &self.settings.stations_claim, now, digest)
     }
 
     /// A token named key `id`, which `keys` lacks: the refresh task fetches the
@@ -419,16 +303,6 @@ fn source_name(source: &KeySource) -> String {
     }
 }
 
-fn algorithm_name(algorithm: Algorithm) -> &'static str {
-    match algorithm {
-        Algorithm::RS256 => "RS256",
-        Algorithm::PS256 => "PS256",
-        Algorithm::ES256 => "ES256",
-        Algorithm::EdDSA => "EdDSA",
-        _ => "another",
-    }
-}
-
 /// jsonwebtoken's error as the reason a 401 gives.
 fn refusal_of(error: jsonwebtoken::errors::Error) -> Refusal {
     use jsonwebtoken::errors::ErrorKind;
@@ -445,78 +319,5 @@ fn refusal_of(error: jsonwebtoken::errors::Error) -> Refusal {
             Refusal::Malformed("a part is not base64url JSON")
         }
         _ => Refusal::Signature,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    /// What has a JWT's shape, said the plain way: `Bearer`, spaces, then three
-    /// dot-separated parts of the base64url alphabet, the first two not empty.
-    fn naive_shape(value: &str) -> Option<String> {
-        let value = value.trim_matches(|c: char| c.is_ascii_whitespace());
-        let (scheme, rest) = value.split_once(' ')?;
-        if !scheme.eq_ignore_ascii_case("bearer") {
-            return None;
-        }
-        let token = rest.trim_start_matches(|c: char| c.is_ascii_whitespace());
-        let parts: Vec<&str> = token.split('.').collect();
-        let alphabet = |part: &&str| {
-            part.chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-        };
-        (parts.len() == 3 && !parts[0].is_empty() && !parts[1].is_empty())
-            .then_some(())
-            .filter(|()| parts.iter().all(alphabet))
-            .map(|()| token.to_owned())
-    }
-
-    proptest! {
-        #[test]
-        fn the_shape_is_the_naive_one(value in "[ \\t]{0,2}(Bearer|bearer|BEARER|Basic|)[ ]{0,2}[A-Za-z0-9_.+=/-]{0,24}[ ]{0,1}") {
-            prop_assert_eq!(json_web_token(value.as_bytes()).map(str::to_owned), naive_shape(&value));
-        }
-
-        #[test]
-        fn any_header_is_read_or_refused_without_a_panic(token in "[A-Za-z0-9_.-]{0,64}", json in "\\PC{0,40}") {
-            let _ = header_of(&token);
-            let _ = header_of(&format!("{}.e30.", URL_SAFE_NO_PAD.encode(json)));
-        }
-    }
-
-    #[test]
-    fn only_three_base64url_parts_have_a_json_web_tokens_shape() {
-        assert_eq!(json_web_token(b"Bearer a.b.c"), Some("a.b.c"));
-        assert_eq!(json_web_token(b"bearer  eyJ.eyJ."), Some("eyJ.eyJ."));
-        assert_eq!(json_web_token(b"Bearer stq_abc"), None);
-        assert_eq!(json_web_token(b"Bearer a.b.c.d"), None);
-        assert_eq!(json_web_token(b"Bearer a..c"), None);
-        assert_eq!(json_web_token(b"Bearer a.b+.c"), None);
-        assert_eq!(json_web_token(b"Basic a.b.c"), None);
-    }
-
-    fn header(json: &str) -> String {
-        format!("{}.e30.", URL_SAFE_NO_PAD.encode(json))
-    }
-
-    #[test]
-    fn none_and_hmac_are_refused_by_name() {
-        for name in ["none", "HS256", "HS384", "HS512", "RS512"] {
-            let token = header(&format!(r#"{{"alg":"{name}"}}"#));
-            assert!(
-                matches!(header_of(&token), Err(Refusal::Algorithm(named)) if named == name),
-                "{name}"
-            );
-        }
-        let token = header(r#"{"alg":"EdDSA","kid":"k"}"#);
-        let parsed = header_of(&token).unwrap();
-        assert_eq!(parsed.algorithm, Algorithm::EdDSA);
-        assert_eq!(parsed.key_id.as_deref(), Some("k"));
-        assert!(matches!(
-            header_of(&header(r#"{"alg":"EdDSA","kid":7}"#)),
-            Err(Refusal::Malformed(_))
-        ));
     }
 }

@@ -2,7 +2,11 @@
 //! driven by curl (`--http2`, `--http1.1`) and by Python's httpx with the test CA,
 //! certificates made by the test (`tests/identity/tool.py pki`, Python's
 //! cryptography); TLS 1.1 refused; the reload of a new pair and of bad ones; the
-//! streams and `wait` of section 14 over HTTP/2; the admin listener plain.
+//! streams and `wait` of section 14 over HTTP/2; the admin listener plain; and
+//! Debian's chromium (headless) loading the overview page over HTTPS, trusting the
+//! test CA through an NSS database made with Debian's `certutil` (never by ignoring
+//! certificate errors: a browser without that database is refused), its API calls
+//! over HTTP/2 as its Resource Timing entries record them.
 
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
@@ -324,4 +328,178 @@ fn issue_53_streams_and_wait_share_one_http2_connection() {
     crate::live::wait_for_metric(&server, "stq_streams", 4.0);
     let _ = curl.kill();
     let _ = curl.wait();
+}
+
+/// An NSS database under `home` (`$HOME/.pki/nssdb`, where chromium on Linux looks)
+/// that trusts `ca` to issue servers' certificates, made with Debian's `certutil`
+/// (`libnss3-tools`, installed when missing); `None` when it cannot be.
+fn nss_database_trusting(home: &Path, ca: &str) -> Option<()> {
+    let certutil = debian_binary("/usr/bin/certutil", "libnss3-tools")?;
+    let database = home.join(".pki/nssdb");
+    std::fs::create_dir_all(&database).unwrap();
+    let database = format!("sql:{}", path_string(&database));
+    let run = |args: &[&str]| {
+        let output = Command::new(&certutil).args(args).output().unwrap();
+        assert!(
+            output.status.success(),
+            "certutil {args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    run(&["-N", "-d", &database, "--empty-password"]);
+    run(&[
+        "-A",
+        "-d",
+        &database,
+        "-n",
+        "stq test CA",
+        "-t",
+        "C,,",
+        "-i",
+        ca,
+    ]);
+    let listed = run(&["-L", "-d", &database]);
+    assert!(listed.contains("stq test CA"), "{listed}");
+    Some(())
+}
+
+/// Headless chromium whose `$HOME` is `home`, checking certificates (headless_chrome
+/// would pass `--ignore-certificate-errors` by default); `None` when Debian's
+/// chromium is missing and cannot be installed.
+fn checking_browser(home: &Path) -> Option<headless_chrome::Browser> {
+    use std::ffi::OsStr;
+    let path = debian_binary("/usr/bin/chromium", "chromium")?;
+    let flags = [
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+    ];
+    let options = headless_chrome::LaunchOptions {
+        path: Some(path),
+        headless: true,
+        // Root in a container: chromium's sandbox needs user namespaces it may not have.
+        sandbox: false,
+        ignore_certificate_errors: false,
+        window_size: Some((1280, 800)),
+        args: flags.iter().map(OsStr::new).collect(),
+        process_envs: Some([("HOME".to_owned(), path_string(home))].into()),
+        idle_browser_timeout: std::time::Duration::from_secs(300),
+        ..headless_chrome::LaunchOptions::default()
+    };
+    Some(headless_chrome::Browser::new(options).expect("start chromium"))
+}
+
+/// Runs `script` (an expression, possibly a promise) in the page: its JSON value.
+fn evaluate(tab: &headless_chrome::Tab, script: &str) -> Value {
+    let result = tab
+        .evaluate(script, true)
+        .unwrap_or_else(|error| panic!("evaluate {script}: {error}"));
+    result.value.unwrap_or(Value::Null)
+}
+
+/// The URL and `nextHopProtocol` of each of the page's requests to the API (every
+/// resource but the page's own files), as its Resource Timing entries record them.
+fn api_calls(tab: &headless_chrome::Tab) -> Vec<(String, String)> {
+    let text = evaluate(
+        tab,
+        "JSON.stringify(performance.getEntriesByType('resource')
+           .filter((entry) => !new URL(entry.name).pathname.startsWith('/ui/'))
+           .map((entry) => [entry.name, entry.nextHopProtocol]))",
+    );
+    serde_json::from_str(text.as_str().expect("a JSON string")).unwrap()
+}
+
+#[test]
+fn issue_53_chromium_loads_the_overview_page_over_https() {
+    let pki = Pki::new();
+    let home = temporary_directory();
+    if nss_database_trusting(home.path(), &pki.ca()).is_none() {
+        return;
+    }
+    let Some(browser) = checking_browser(home.path()) else {
+        return;
+    };
+    let fixture = Fixture::from_files(&small_files());
+    let server = start_https(&fixture, &pki, &[]);
+    // The name the certificate has (beside 127.0.0.1), as a person would type it.
+    let page = format!("https://localhost:{}/", server.port);
+
+    let tab = browser.new_tab().expect("open a tab");
+    tab.set_default_timeout(std::time::Duration::from_secs(60));
+    tab.navigate_to(&page)
+        .unwrap()
+        .wait_until_navigated()
+        .unwrap();
+    assert_eq!(tab.get_title().unwrap(), "stq overview");
+    assert_eq!(evaluate(&tab, "window.isSecureContext"), Value::Bool(true));
+
+    // Signed in as a person would: the token typed into its field.
+    tab.wait_for_element("#token")
+        .unwrap()
+        .click()
+        .unwrap()
+        .type_into(OPS)
+        .unwrap();
+    tab.press_key("Enter").unwrap();
+    tab.wait_for_element("#stations[data-state='ready']")
+        .unwrap();
+    tab.wait_for_element("#yields[data-state='ready']").unwrap();
+    let shown: Vec<String> = serde_json::from_str(
+        evaluate(
+            &tab,
+            "JSON.stringify([...document.querySelectorAll('#stations tbody tr')]
+               .map((row) => row.cells[0].textContent))",
+        )
+        .as_str()
+        .unwrap(),
+    )
+    .unwrap();
+    let (_, status, body) = curl(&server, &pki, "/stations", &["--http2"]);
+    assert_eq!(status, "200", "{body}");
+    let listed: Vec<String> = serde_json::from_str::<Value>(&body).unwrap()["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|station| station["station_id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(shown, listed);
+    assert_eq!(shown, ["ST-01", "ST-02"]);
+
+    // Every call the page made went to stq over HTTPS, on HTTP/2 (ALPN `h2`), and
+    // the page itself came the same way.
+    let calls = api_calls(&tab);
+    let called = |path: &str| {
+        calls
+            .iter()
+            .any(|(url, _)| url.starts_with(&format!("{page}{}", &path[1..])))
+    };
+    assert!(called("/stations") && called("/units/summary"), "{calls:?}");
+    for (url, protocol) in &calls {
+        assert!(url.starts_with(&page), "{url} is not stq's HTTPS origin");
+        assert_eq!(protocol, "h2", "{url}");
+    }
+    let navigation = evaluate(
+        &tab,
+        "performance.getEntriesByType('navigation')[0].nextHopProtocol",
+    );
+    assert_eq!(navigation, Value::String("h2".into()));
+
+    // A browser without the database does not trust the certificate: the trust
+    // above is the CA's, not a certificate error passed over.
+    let bare = temporary_directory();
+    let untrusting = checking_browser(bare.path()).unwrap();
+    let tab = untrusting.new_tab().expect("open a tab");
+    tab.set_default_timeout(std::time::Duration::from_secs(60));
+    let refused = tab
+        .navigate_to(&page)
+        .and_then(|tab| tab.wait_until_navigated().map(|_| ()));
+    let error = format!(
+        "{:?}",
+        refused.expect_err("an untrusted certificate was accepted")
+    );
+    assert!(error.contains("ERR_CERT_AUTHORITY_INVALID"), "{error}");
 }

@@ -98,6 +98,37 @@ mod tests {
         assert!(missing.is_empty(), "{file} lacks {missing:?}");
     }
 
+    /// HTTPS and JSON Web Tokens are shown in the env file, commented out: the
+    /// package serves plain HTTP and the tokens file until told otherwise.
+    #[test]
+    fn the_environment_file_shows_tls_and_jwt_commented_out() {
+        let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../debian/stq.env");
+        let text = std::fs::read_to_string(file).unwrap();
+        for variable in [
+            "STQ_TLS_CERT",
+            "STQ_TLS_KEY",
+            "STQ_JWT_JWKS",
+            "STQ_JWT_ISSUER",
+            "STQ_JWT_AUDIENCE",
+            "STQ_JWT_STATIONS_CLAIM",
+        ] {
+            let shown = format!("#{variable}=");
+            assert!(
+                text.lines().any(|line| line.starts_with(&shown)),
+                "{file} lacks {shown}"
+            );
+            let set = format!("{variable}=");
+            assert!(
+                !text.lines().any(|line| line.starts_with(&set)),
+                "{file} sets {variable}"
+            );
+        }
+        // The key's directory the comment names is the one postinst makes.
+        let postinst = include_str!("../../debian/postinst");
+        assert!(text.contains("/etc/stq/tls/stq.key"));
+        assert!(postinst.contains("install -d -m 0750 -o root -g stq /etc/stq/tls"));
+    }
+
     #[test]
     fn it_writes_man_pages_and_completions() {
         let out = std::env::temp_dir().join(format!("stq-xtask-test-{}", std::process::id()));

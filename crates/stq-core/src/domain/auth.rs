@@ -127,7 +127,7 @@ impl Principal {
     /// The holder of a token verified outside the tokens file (a JSON Web Token,
     /// docs/api.md section 16): `stations` `None` is every station; `digest`
     /// identifies it in cursors; from `expires` on it is refused.
-    pub fn verified(
+    pub(crate) fn verified(
         name: String,
         stations: Option<BTreeSet<String>>,
         digest: [u8; 32],
@@ -555,7 +555,7 @@ fn write_file(path: &Path, file: &TokensFile) -> Result<(), TokensError> {
 
 /// The token of a `Bearer` credential (scheme case-insensitive), possibly empty;
 /// `None` when there is no header or it names another scheme.
-fn bearer_token(authorization: Option<&[u8]>) -> Option<&[u8]> {
+pub(crate) fn bearer_token(authorization: Option<&[u8]>) -> Option<&[u8]> {
     let value = authorization?.trim_ascii();
     let (scheme, rest) = match value.iter().position(|byte| *byte == b' ') {
         Some(space) => value.split_at(space),

@@ -10,6 +10,13 @@
 //!   kind, and returns every field as the line wrote it (`time_created` verbatim);
 //!   a line it rejects leaves the caller's buffer as it was.
 //!
+//! - [`Tokens::check_authorization`]: an `Authorization` header read both ways
+//!   (docs/api.md sections 3 and 16), by [`Tokens::authenticate`] and by
+//!   [`crate::domain::jwt`]'s shape, header and claims readers, never panics; the
+//!   two agree on the bearer token, a JWT's parts are what its shape says, an
+//!   accepted header and claims are what their JSON says, and no refusal's
+//!   message holds the token.
+//!
 //! Failures are panics with a message naming the input, so that proptest shrinks
 //! them and libFuzzer saves them as crashes alike. The checks are methods of
 //! [`Kind`], so that this module stays private: the fuzz targets call
@@ -19,6 +26,13 @@ use std::collections::HashMap;
 
 use serde_json::value::RawValue;
 
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use chrono::DateTime;
+use serde_json::{Map, Value};
+
+use crate::domain::auth::{bearer_token, Scope, Tokens};
+use crate::domain::jwt::{self, header_of, json_web_token, read_claims, Refusal};
 use crate::domain::query::{self, Endpoint, Limits, QueryError, QueryParams};
 use crate::domain::record::{parse_line, Direction, Directions, IndexedFields, Kind};
 use crate::domain::time::{parse_rfc3339, Timestamp};
@@ -286,4 +300,121 @@ fn rendered_string(record: &HashMap<String, Box<RawValue>>, field: &str, line: &
         .unwrap_or_else(|| panic!("no `{field}` rendered for {line:?}"));
     serde_json::from_str(raw.get())
         .unwrap_or_else(|_| panic!("`{field}` rendered as {} for {line:?}", raw.get()))
+}
+
+/// The invariants of reading an `Authorization` header.
+impl Tokens {
+    /// Reads `authorization` as a request's header at `now` (seconds since the
+    /// epoch): as the tokens file's bearer token and, when it has a JWT's shape, as
+    /// a JWT's header and claims (the claims as if its signature had verified, with
+    /// the stations claim `stq_stations`), asserting every invariant of each step.
+    pub fn check_authorization(&self, authorization: &[u8], now: u64) {
+        let instant = DateTime::from_timestamp(now as i64, 0).expect("a time of this era");
+        let bearer = bearer_token(Some(authorization));
+        if let Ok(principal) = self.authenticate(Some(authorization), instant.into()) {
+            assert!(
+                bearer.is_some_and(|token| !token.is_empty()),
+                "a principal without a bearer token: {authorization:?}"
+            );
+            assert!(principal
+                .expires
+                .is_none_or(|expires| Timestamp::from(instant) < expires));
+        }
+        let Some(token) = json_web_token(authorization) else {
+            return;
+        };
+        assert_eq!(
+            bearer,
+            Some(token.as_bytes()),
+            "the JWT reader and the tokens file's disagree on the token: {authorization:?}"
+        );
+        let parts: Vec<&str> = token.split('.').collect();
+        assert!(
+            parts.len() == 3 && !parts[0].is_empty() && !parts[1].is_empty(),
+            "not a JWT's shape: {token:?}"
+        );
+        let decoded = |part: &str| {
+            let bytes = URL_SAFE_NO_PAD.decode(part).ok()?;
+            serde_json::from_slice::<Map<String, Value>>(&bytes).ok()
+        };
+        match header_of(token) {
+            Ok(header) => {
+                let json = decoded(parts[0]).expect("an accepted header is base64url JSON");
+                assert_eq!(json["alg"], header.algorithm.name(), "{token:?}");
+                assert_eq!(
+                    json.get("kid")
+                        .map(|kid| kid.as_str().expect("a string kid")),
+                    header.key_id.as_deref(),
+                    "{token:?}"
+                );
+            }
+            Err(refusal) => {
+                assert!(
+                    matches!(refusal, Refusal::Malformed(_) | Refusal::Algorithm(_)),
+                    "{refusal:?} of a header: {token:?}"
+                );
+                assert_refusal_hides(&refusal, token);
+            }
+        }
+        if let Some(claims) = decoded(parts[1]) {
+            check_claims(&claims, now, token);
+        }
+    }
+}
+
+/// [`read_claims`] of `claims` at `now`: what it accepts is what the claims say.
+fn check_claims(claims: &Map<String, Value>, now: u64, token: &str) {
+    let read = match read_claims(claims, "stq_stations", now, [0; 32]) {
+        Ok(read) => read,
+        Err(refusal) => {
+            assert!(
+                matches!(
+                    refusal,
+                    Refusal::IssuedLater
+                        | Refusal::MissingClaim(_)
+                        | Refusal::Stations(_)
+                        | Refusal::Claims(_)
+                ),
+                "{refusal:?} of claims: {token:?}"
+            );
+            assert_refusal_hides(&refusal, token);
+            return;
+        }
+    };
+    if let Some(issued) = claims.get("iat") {
+        let issued = issued.as_u64().expect("an accepted `iat` is whole seconds");
+        assert!(issued <= now + jwt::LEEWAY_SECONDS, "{token:?}");
+    }
+    match (&claims["stq_stations"], &read.scope) {
+        (Value::String(star), Scope::All) => assert_eq!(star, "*", "{token:?}"),
+        (Value::Array(ids), Scope::Stations(stations)) => {
+            assert!(ids
+                .iter()
+                .all(|id| id.as_str().is_some_and(|id| stations.contains(id))));
+            assert!(stations
+                .iter()
+                .all(|station| ids.contains(&Value::from(station.as_str()))));
+        }
+        (claim, read) => panic!("the stations claim {claim} read as {read:?}: {token:?}"),
+    }
+    assert_eq!(
+        read.name,
+        claims.get("sub").and_then(Value::as_str).unwrap_or(""),
+        "{token:?}"
+    );
+    if let (Some(exp), Some(expires)) = (claims.get("exp").and_then(Value::as_i64), read.expires) {
+        let kept_until = DateTime::from_timestamp(exp, 0).map(Timestamp::from);
+        assert!(
+            kept_until.is_none_or(|kept_until| kept_until < expires),
+            "a token kept until {expires:?}, before its `exp` {exp}: {token:?}"
+        );
+    }
+}
+
+/// A refusal's message names the reason, never the token.
+fn assert_refusal_hides(refusal: &Refusal, token: &str) {
+    assert!(
+        !refusal.to_string().contains(token),
+        "the refusal {refusal:?} holds the token {token:?}"
+    );
 }

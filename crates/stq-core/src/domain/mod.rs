@@ -4,6 +4,7 @@
 pub mod auth;
 #[cfg(any(test, feature = "checks"))]
 mod checks;
+pub mod jwt;
 pub(crate) mod openhtf;
 #[cfg(test)]
 mod parser_properties;
