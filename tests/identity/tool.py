@@ -9,7 +9,7 @@ key set served over HTTP that counts its fetches.
     python tool.py get URL CA TOKEN   GET over HTTP/2 (or 1.1), JSON of the answer
     python tool.py tls V HOST PORT    tries TLS V (1.1, 1.2, 1.3) alone, prints the outcome
     python tool.py serve DIR          serves DIR on 127.0.0.1, prints the port, then
-                                      one line per GET
+                                      one line per GET; GET /fetches: their number
 """
 
 import base64
@@ -205,12 +205,24 @@ def tls(version, host, port):
 
 def serve(directory):
     directory = str(directory)
+    fetches = []
 
     class Handler(http.server.SimpleHTTPRequestHandler):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, directory=directory, **kwargs)
 
         def do_GET(self):
+            # The count is read by a GET of /fetches, answered at once: counted
+            # before the file is sent, a fetch is seen by the time its client
+            # has the file.
+            if self.path == "/fetches":
+                body = str(len(fetches)).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
+            fetches.append(self.path)
             print(f"GET {self.path}", flush=True)
             super().do_GET()
 

@@ -7,7 +7,6 @@
 use std::io::{BufRead as _, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
 
@@ -270,11 +269,11 @@ fn issue_53_a_key_set_file_is_read_again_at_a_reload() {
     assert_eq!(stations_seen(&server, token), ["ST-01", "ST-02"]);
 }
 
-/// `tool.py serve DIR`: the port it serves on, and the paths it was asked for.
+/// `tool.py serve DIR`: the port it serves on, which also answers how many files
+/// it served.
 struct KeyServer {
     child: Child,
     port: u16,
-    gets: Arc<Mutex<Vec<String>>>,
 }
 
 impl KeyServer {
@@ -289,18 +288,17 @@ impl KeyServer {
             .expect("start the key set's server");
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let port = lines.next().unwrap().unwrap().trim().parse().unwrap();
-        let gets = Arc::new(Mutex::new(Vec::new()));
-        let seen = Arc::clone(&gets);
-        std::thread::spawn(move || {
-            for line in lines.map_while(Result::ok) {
-                seen.lock().unwrap().push(line);
-            }
-        });
-        KeyServer { child, port, gets }
+        // Its lines of GETs are read, so that its output never fills the pipe.
+        std::thread::spawn(move || lines.map_while(Result::ok).for_each(drop));
+        KeyServer { child, port }
     }
 
+    /// The files fetched so far, as the server counts them: a fetch whose
+    /// client has its file is counted (the lines it prints may lag behind).
     fn fetches(&self) -> usize {
-        self.gets.lock().unwrap().len()
+        let url = format!("http://127.0.0.1:{}/fetches", self.port);
+        let count = ureq::get(&url).call().expect("the key server's count");
+        count.into_string().unwrap().trim().parse().unwrap()
     }
 }
 
