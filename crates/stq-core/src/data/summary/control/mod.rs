@@ -20,7 +20,9 @@ use foldhash::HashMap;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::{group_values, key_range, position, row_order, write_group, Grouping, RowKey, Rows};
+use super::{
+    finite, group_values, key_range, position, row_order, write_group, Grouping, RowKey, Rows,
+};
 use crate::data::catalog::Catalog;
 use crate::data::key::{Position, RecordKey};
 use crate::data::scan::{Matcher, ShardStation};
@@ -254,29 +256,22 @@ impl PartialSummary for ControlPartial {
         let mut violations = Vec::new();
         for (key, mut series) in rows {
             series.sort();
-            let record_json = |position: &Position, record: StoredRecord, json: &mut Vec<u8>| {
-                json.clear();
-                let station = &stations[&position.station_rank];
-                station.write_json(record, json);
-            };
-            let (limit_lower, limit_upper) = match series.last {
-                Some((position, record)) => {
-                    record_json(&position, record, &mut json);
-                    let fields: RecordFields = serde_json::from_slice(&json).expect(RENDERED);
-                    (
-                        fields.limit_lower.into_owned(),
-                        fields.limit_upper.into_owned(),
-                    )
-                }
-                None => (String::new(), String::new()),
-            };
-            let baseline_count = match question.baseline {
-                Some(_) => series.baseline.len(),
-                None => series.points.len(),
-            };
-            let limits = match question.baseline {
-                Some(_) => Limits::of(series.baseline.iter().map(|(_, value)| *value)),
-                None => Limits::of(series.points.iter().map(|point| point.value)),
+            // Every record of the window is noted as the last so far.
+            let (position, record) = series.last.expect("a series with points has a last record");
+            let fields = record_fields(&stations, &position, record, &mut json);
+            let (limit_lower, limit_upper) = (
+                fields.limit_lower.into_owned(),
+                fields.limit_upper.into_owned(),
+            );
+            let (baseline_count, limits) = match question.baseline {
+                Some(_) => (
+                    series.baseline.len(),
+                    Limits::of(series.baseline.iter().map(|(_, value)| *value)),
+                ),
+                None => (
+                    series.points.len(),
+                    Limits::of(series.points.iter().map(|point| point.value)),
+                ),
             };
             let (lower, upper) = (numeric(&limit_lower), numeric(&limit_upper));
             let mut count = 0_u64;
@@ -291,20 +286,16 @@ impl PartialSummary for ControlPartial {
                 });
             }
             let listed = violations_json(&violations, &series.points, &stations, &mut json);
-            let finite = |value: f64| Some(value).filter(|value| value.is_finite());
             rendered.push(|row| {
                 write_group(row, grouping, &key, true, catalog, &mut bucket_starts);
                 row.field("points", &series.points.len());
                 row.field("baseline_points", &baseline_count);
-                row.field("center", &limits.and_then(|limits| finite(limits.center)));
-                row.field("sigma", &limits.and_then(|limits| finite(limits.sigma)));
-                row.field("ucl", &limits.and_then(|limits| finite(limits.upper())));
-                row.field("lcl", &limits.and_then(|limits| finite(limits.lower())));
-                row.field("mr_mean", &limits.and_then(|limits| finite(limits.mr_mean)));
-                row.field(
-                    "mr_ucl",
-                    &limits.and_then(|limits| finite(limits.mr_upper())),
-                );
+                row.field("center", &finite(limits.map(|limits| limits.center)));
+                row.field("sigma", &finite(limits.map(|limits| limits.sigma)));
+                row.field("ucl", &finite(limits.map(|limits| limits.upper())));
+                row.field("lcl", &finite(limits.map(|limits| limits.lower())));
+                row.field("mr_mean", &finite(limits.map(|limits| limits.mr_mean)));
+                row.field("mr_ucl", &finite(limits.map(|limits| limits.mr_upper())));
                 let cpk =
                     limits.and_then(|limits| capability(lower, upper, limits.center, limits.sigma));
                 let ppk = limits
@@ -333,9 +324,7 @@ fn violations_json(
     listed.push(b'[');
     for (number, &(index, rule)) in violations.iter().enumerate() {
         let point = &points[index];
-        json.clear();
-        stations[&point.position.station_rank].write_json(point.record, json);
-        let fields: RecordFields = serde_json::from_slice(json).expect(RENDERED);
+        let fields = record_fields(stations, &point.position, point.record, json);
         if number > 0 {
             listed.push(b',');
         }
@@ -358,7 +347,18 @@ fn violations_json(
     listed
 }
 
-const RENDERED: &str = "a metric record's JSON, rendered at load, has every field";
+/// The fields a row shows of the record at `position`, read from its JSON into
+/// `json`.
+fn record_fields<'json>(
+    stations: &HashMap<u32, Arc<StationData>>,
+    position: &Position,
+    record: StoredRecord,
+    json: &'json mut Vec<u8>,
+) -> RecordFields<'json> {
+    json.clear();
+    stations[&position.station_rank].write_json(record, json);
+    serde_json::from_slice(json).expect("a metric record's JSON, rendered at load, has every field")
+}
 
 /// The fields of a metric record's JSON a control row shows, as the API returns
 /// them.
