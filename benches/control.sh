@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Control charts against the summary of the same records at floor scale (issue 52,
+# Control charts against the summary of the same records at floor scale (
 # docs/api.md section 15): bash benches/control.sh
 #
 # One server of the release binary on `stq gen`'s 1000 stations over 7 days

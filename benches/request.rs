@@ -124,7 +124,7 @@ fn queries(serial: &str) -> [(&'static str, String); 17] {
             "H2m",
             "/metrics/summary?from=2026-10-25T00:00:00Z&to=2026-11-01T00:00:00Z&bucket=1d".into(),
         ),
-        // Issue 52: a control chart beside the summary of the same records (the
+        // A control chart beside the summary of the same records (the
         // targets: at most 2 x), of one station's metric over the seven days
         // (`C1`), of all its metrics (`C7`), and of every station's metrics over
         // a day (`C24`, beside `Q8`).
