@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Control charts against the summary of the same records at floor scale (
-# docs/api.md section 15): bash benches/control.sh
+# Control charts against the summary of the same records at floor scale
+# (docs/api.md section 15): bash benches/control.sh
 #
 # One server of the release binary on `stq gen`'s 1000 stations over 7 days
 # (CONTROL_SNAPSHOT, default /var/tmp/stq-week1000, generated if missing: 3.5 GB),
