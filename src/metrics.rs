@@ -238,6 +238,15 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Reports `stq_store_generation` (with `--store`) as `generation` reads it.
+    pub fn with_store_generation(
+        mut self,
+        generation: impl Fn() -> u64 + Send + Sync + 'static,
+    ) -> Metrics {
+        (self.registry).register_collector(Box::new(StoreCollector(Box::new(generation))));
+        self
+    }
+
     /// The OpenMetrics text exposition.
     pub fn render(&self) -> String {
         let mut text = String::new();
@@ -541,6 +550,27 @@ impl Collector for RequestCollector {
             }
         }
         Ok(())
+    }
+}
+
+/// Encodes `stq_store_generation`, read at each scrape from the store's thread's
+/// status (docs/api.md section 12).
+struct StoreCollector(Box<dyn Fn() -> u64 + Send + Sync>);
+
+impl std::fmt::Debug for StoreCollector {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("StoreCollector")
+    }
+}
+
+impl Collector for StoreCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        ConstGauge::new((self.0)() as i64).encode(encoder.encode_descriptor(
+            "store_generation",
+            "The generation the store holds whole (equal to stq_generation once its writes have caught up; 0 before this process's first write reached it).",
+            None,
+            MetricType::Gauge,
+        )?)
     }
 }
 

@@ -360,7 +360,14 @@ async fn run(
     let complete_before = (args.hot.0)
         .filter(|_| export.is_some())
         .and_then(|hot| complete_before(&generation, hot));
-    let metrics = Arc::new(Metrics::default());
+    let metrics = match store {
+        Some(_) => {
+            let status = Arc::clone(&status);
+            Metrics::default().with_store_generation(move || status.generation())
+        }
+        None => Metrics::default(),
+    };
+    let metrics = Arc::new(metrics);
     let engine = Engine::start(
         generation,
         Arc::new(tokens),

@@ -34,7 +34,7 @@ pub mod mirror;
 pub(crate) mod pack;
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -61,9 +61,15 @@ pub const WRITE_INTERVAL: Duration = Duration::from_secs(5);
 /// is in use again within this, on a floor that appends nothing.
 pub(crate) const RETRY_INTERVAL: Duration = Duration::from_secs(5);
 
-/// What `/readyz` says of the store.
+/// What `/readyz` says of the store, and the generation it holds whole (the admin
+/// `stq_store_generation`).
 #[derive(Debug, Default)]
-pub struct StoreStatus(AtomicU8);
+pub struct StoreStatus {
+    state: AtomicU8,
+    /// The newest generation written whole where the store is (pushed too, for an
+    /// `s3://` store) by this process; 0 before its first write.
+    whole: AtomicU64,
+}
 
 const OFF: u8 = 0;
 const OK: u8 = 1;
@@ -73,15 +79,26 @@ impl StoreStatus {
     /// `off` (no `--store`), `ok` (the last write, or the start's read, worked) or
     /// `degraded` (the last write failed).
     pub fn name(&self) -> &'static str {
-        match self.0.load(Ordering::Relaxed) {
+        match self.state.load(Ordering::Relaxed) {
             OFF => "off",
             OK => "ok",
             _ => "degraded",
         }
     }
 
+    /// The newest generation the store holds whole: this process's last write that
+    /// reached the store (its directory, and with `--store s3://` the bucket too);
+    /// 0 before one has.
+    pub fn generation(&self) -> u64 {
+        self.whole.load(Ordering::Relaxed)
+    }
+
     fn set(&self, state: u8) -> u8 {
-        self.0.swap(state, Ordering::Relaxed)
+        self.state.swap(state, Ordering::Relaxed)
+    }
+
+    fn state(&self) -> u8 {
+        self.state.load(Ordering::Relaxed)
     }
 }
 
@@ -128,6 +145,7 @@ impl StoreHandle {
             status,
             first: true,
             whole: false,
+            written: 0,
             lock: place.lock,
         };
         std::thread::Builder::new()
@@ -156,6 +174,9 @@ struct Writing {
     whole: bool,
     /// The directory's lock, as this process last found it.
     lock: WriterLock,
+    /// The generation last written to the directory, whole where the store is once
+    /// pushed ([`Writing::push`]).
+    written: u64,
 }
 
 impl Writing {
@@ -164,9 +185,8 @@ impl Writing {
         loop {
             // While the bucket is behind the copy, a push is tried again when no
             // generation comes.
-            let patience = (self.status.0.load(Ordering::Relaxed) == DEGRADED
-                && self.mirror.is_some())
-            .then_some(RETRY_INTERVAL);
+            let patience = (self.status.state() == DEGRADED && self.mirror.is_some())
+                .then_some(RETRY_INTERVAL);
             let Some((catalog, shards)) = next.take_within(last_ended, WRITE_INTERVAL, patience)
             else {
                 self.push();
@@ -183,6 +203,7 @@ impl Writing {
             let whole = std::mem::take(&mut self.whole);
             match self.writer.write(&catalog, &shards, whole) {
                 Ok(report) => {
+                    self.written = generation;
                     let line = format!(
                         "store written: generation {generation}, {} files ({} bytes) written, \
                          {} deleted, in {} ms",
@@ -191,9 +212,9 @@ impl Writing {
                         report.files_deleted,
                         report.elapsed.as_millis()
                     );
-                    let was = self.status.0.load(Ordering::Relaxed);
+                    let was = self.status.state();
                     self.push();
-                    let now = self.status.0.load(Ordering::Relaxed);
+                    let now = self.status.state();
                     if self.first || (was == DEGRADED && now == OK) {
                         tracing::info!("{line}");
                     } else {
@@ -248,11 +269,13 @@ impl Writing {
         }
         let Some(mirror) = &mut self.mirror else {
             self.status.set(OK);
+            self.status.whole.store(self.written, Ordering::Relaxed);
             return;
         };
         match mirror.push() {
             Ok(pushed) => {
                 let was = self.status.set(OK);
+                self.status.whole.store(self.written, Ordering::Relaxed);
                 let pack = match pushed.pack {
                     Some((parts, bytes)) => {
                         format!(", a new pack ({parts} parts, {bytes} bytes, put)")

@@ -311,14 +311,23 @@ fn issue_32_a_reload_writes_the_store_and_the_next_start_reads_it() {
     let store = fixture.directory.path().join("store");
     let server = start_logging(&fixture, &store);
     wait_for_writes(&server, 1);
+    // Issue 51: the admin metrics say which generation the store holds whole.
+    let generation = server.generation();
+    assert_eq!(
+        server.admin_value("stq_store_generation"),
+        generation as f64
+    );
     append(
         &fixture.snapshots.join("a.units.jsonl"),
         &(unit_line("ST-01", "SN-902", "2024-03-10T10:15:00Z") + "\n"),
     );
-    let generation = server.generation();
     server.signal("HUP");
     server.wait_for_generation_after(generation);
     wait_for_writes(&server, 2);
+    assert_eq!(
+        server.admin_value("stq_store_generation"),
+        server.generation() as f64
+    );
     drop(server);
     let warm = start(&fixture, Some(&store));
     assert!(ready_line(&warm).contains("0 files (0 bytes) parsed"));
