@@ -16,7 +16,7 @@ use stq_core::domain::query::Limits;
 use stq_objects::{Location, Objects, S3Settings};
 
 use super::{cpus, ServeArgs, INVALID_LINES_SHOWN};
-use crate::engine::{reload_on_change, reload_on_hangup, Engine, Reloader};
+use crate::engine::{reload_on_change, reload_on_hangup, Engine, ReloadTrigger, Reloader};
 use crate::export::{complete_before, ExportHandle};
 use crate::http::{
     admin_server, api_server, stop_gracefully_on_signals, Admission, AppState, LiveState,
@@ -338,6 +338,27 @@ struct Settings {
     certificates: Option<Arc<Certificates>>,
 }
 
+/// The admin metrics, with `stq_store_generation` read from `status` when there is
+/// a store.
+fn metrics_of(store: bool, status: &Arc<StoreStatus>) -> Metrics {
+    if !store {
+        return Metrics::default();
+    }
+    let status = Arc::clone(status);
+    Metrics::default().with_store_generation(move || status.generation())
+}
+
+/// A store file that fails a query's read (docs/api.md section 12) makes the store
+/// `degraded`, and its stations are read again from the snapshot files (and so
+/// written again).
+fn repair_on_storage_faults(engine: &Engine, trigger: &ReloadTrigger, status: Arc<StoreStatus>) {
+    let trigger = trigger.clone();
+    engine.on_storage_fault(move |stations| {
+        status.degrade();
+        trigger.request_repair(stations);
+    });
+}
+
 async fn run(
     args: ServeArgs,
     generation: Generation,
@@ -360,14 +381,7 @@ async fn run(
     let complete_before = (args.hot.0)
         .filter(|_| export.is_some())
         .and_then(|hot| complete_before(&generation, hot));
-    let metrics = match store {
-        Some(_) => {
-            let status = Arc::clone(&status);
-            Metrics::default().with_store_generation(move || status.generation())
-        }
-        None => Metrics::default(),
-    };
-    let metrics = Arc::new(metrics);
+    let metrics = Arc::new(metrics_of(store.is_some(), &status));
     let engine = Engine::start(
         generation,
         Arc::new(tokens),
@@ -387,7 +401,7 @@ async fn run(
                 args.max_waiting.get(),
                 args.max_streams.get(),
             ))
-            .with_store_status(status),
+            .with_store_status(Arc::clone(&status)),
     );
     if let Some((store, (catalog, shards))) = store.as_ref().zip(engine.serving()) {
         store.write(catalog, shards);
@@ -413,6 +427,7 @@ async fn run(
     }
     .spawn();
     reload_on_hangup(trigger.clone()).context("cannot listen for SIGHUP")?;
+    repair_on_storage_faults(&engine, &trigger, status);
     if let Some(fill) = fill {
         let trigger = trigger.clone();
         fill.spawn(move |stations| trigger.request_repair(stations))

@@ -34,7 +34,7 @@ use prometheus_client::metrics::counter::Counter;
 use stq_core::data::load::Additions;
 use stq_core::data::plan::{Plan, PlanError, Refusal, Request, Settings};
 use stq_core::data::ShardData;
-use stq_core::data::{Catalog, Generation};
+use stq_core::data::{Catalog, Generation, StorageFault};
 use stq_core::domain::auth::{Principal, Tokens};
 use stq_core::domain::query::{Limits, QueryError};
 use stq_core::domain::time::Timestamp;
@@ -74,6 +74,11 @@ pub enum EngineError {
     #[error("the query raced two reloads")]
     Raced,
 
+    /// A store file failed a read of the query's: the engine has had the stations
+    /// that read it read again from the snapshot files ([`Engine::storage_fault`]).
+    #[error(transparent)]
+    StorageUnavailable(StorageFault),
+
     /// A shard panicked or died, or the query raced more reloads than it retries.
     /// The cause is for the log, not for the client.
     #[error("the query failed in the engine: {0}")]
@@ -95,6 +100,7 @@ impl From<ShardError> for EngineError {
         match error {
             ShardError::Expired => EngineError::TimedOut,
             ShardError::Overloaded(overloaded) => EngineError::Overloaded(overloaded),
+            ShardError::Storage(fault) => EngineError::StorageUnavailable(fault),
             error => EngineError::Failed(error.to_string()),
         }
     }
@@ -124,6 +130,12 @@ struct Inner {
     live: live::Live,
     /// `--jwt-jwks`: JSON Web Tokens beside the tokens file.
     jwt: Option<Arc<Verifier>>,
+    /// What a store file's fault asks for (the stations to read again), once the
+    /// reloads have started ([`Engine::on_storage_fault`]).
+    repair: std::sync::OnceLock<Box<dyn Fn(Vec<String>) + Send + Sync>>,
+    /// The store files whose faults were reported since the last install: one
+    /// repair each, not one per query that meets the file before it is done.
+    faulted: Mutex<std::collections::HashSet<String>>,
 }
 
 /// The generation being served, and the tokens read with it.
@@ -159,6 +171,8 @@ impl Engine {
                 slots: Arc::default(),
                 live,
                 jwt: None,
+                repair: std::sync::OnceLock::new(),
+                faulted: Mutex::default(),
             }),
         }
     }
@@ -207,6 +221,35 @@ impl Engine {
     }
 
     /// The verifier of JSON Web Tokens, with `--jwt-jwks`.
+    /// Has `repair` called with the stations to read again from the snapshot
+    /// files when a store file fails a query's read. Set once.
+    pub fn on_storage_fault(&self, repair: impl Fn(Vec<String>) + Send + Sync + 'static) {
+        let _ = self.inner.repair.set(Box::new(repair));
+    }
+
+    /// Reports a store file's fault met by a query (docs/api.md section 12): logs
+    /// it, and the first time since the last install, asks for the stations that
+    /// read the file to be read again from the snapshot files.
+    pub fn storage_fault(&self, fault: &StorageFault) {
+        if !self.inner.faulted.lock().insert(fault.path.clone()) {
+            return;
+        }
+        let Some(repair) = self.inner.repair.get() else {
+            tracing::warn!("{fault}; answered storage_unavailable");
+            return;
+        };
+        let stations = match self.serving() {
+            Some((catalog, shards)) => catalog.stations_to_repair(&shards, fault),
+            None => Vec::new(),
+        };
+        tracing::warn!(
+            "{fault}; answered storage_unavailable, reading {} station(s) again from the \
+             snapshot files (store: degraded)",
+            stations.len()
+        );
+        repair(stations);
+    }
+
     pub fn jwt(&self) -> Option<&Arc<Verifier>> {
         self.inner.jwt.as_ref()
     }
@@ -285,6 +328,8 @@ impl Engine {
         .await;
         let number = catalog.generation();
         *self.inner.current.write() = Current { catalog, tokens };
+        // A file that fails the new generation's reads is reported again.
+        self.inner.faulted.lock().clear();
         self.inner.live.installed(number, additions);
     }
 

@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use stq_core::data::load::{self, LoadError, LoadOptions, LoadReport, Look, OnInvalid};
+use stq_core::data::{Catalog, Generation, ShardData, StorageFault};
 use stq_core::domain::auth::{Tokens, TokensError};
 use tokio::sync::mpsc;
 
@@ -177,6 +178,39 @@ impl ReloadTrigger {
     }
 }
 
+/// [`load::reload_looking`], which rebuilds stations from their surviving records
+/// and so may read a store file that fails (docs/api.md section 12): then the
+/// stations reading that file are read again from the snapshot files too, and the
+/// reload is tried again, until it reads no file that fails.
+fn repairing(
+    catalog: &Catalog,
+    shards: &[Arc<ShardData>],
+    options: &LoadOptions,
+    look: &Look,
+    mut repair: BTreeSet<String>,
+) -> Result<(Generation, LoadReport), LoadError> {
+    loop {
+        let reloaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            load::reload_looking(catalog, shards, options, look, &repair)
+        }));
+        let panic = match reloaded {
+            Ok(reloaded) => return reloaded,
+            Err(panic) => panic,
+        };
+        let Some(fault) = panic.downcast_ref::<StorageFault>() else {
+            std::panic::resume_unwind(panic);
+        };
+        let before = repair.len();
+        repair.extend(catalog.stations_to_repair(shards, fault));
+        tracing::warn!("{fault}; the reload reads its stations from the snapshot files too");
+        if repair.len() == before {
+            // Every station it names is read from the files already: the fault
+            // is not one a repair mends.
+            std::panic::resume_unwind(panic);
+        }
+    }
+}
+
 impl Reloader {
     /// Builds, installs and swaps in the next generation; returns its number, what
     /// the reload read, and how many files it holds back. It looks for changes
@@ -211,7 +245,7 @@ impl Reloader {
                     .and_then(|(credentials, tokens)| {
                         let loaded = match &previous {
                             Some((catalog, shards)) => {
-                                load::reload_looking(catalog, shards, &options, &look, &repair)
+                                repairing(catalog, shards, &options, &look, repair)
                             }
                             None => load::start(&options, None, None).map(|start| {
                                 let mut report = start.report;

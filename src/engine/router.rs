@@ -22,6 +22,7 @@ use std::time::Instant;
 use actix::prelude::*;
 use futures_util::future::join_all;
 use stq_core::data::plan::{Answer, Plan, Request, ShardAnswer};
+use stq_core::data::StorageFault;
 
 use super::fault::ShardFault;
 use super::shard::{ShardError, ShardHandle};
@@ -103,12 +104,29 @@ async fn execute(
                 retried = true;
                 plan = engine.plan(&request)?;
             }
+            Err(ShardError::Storage(fault)) => {
+                engine.storage_fault(&fault);
+                return Err(EngineError::StorageUnavailable(fault));
+            }
             Err(error) => return Err(error.into()),
         }
     };
     // The merge's slot, held until the answer is cut.
     let _slot = engine.take_slot(&patience).await?;
-    Ok(plan.merge(answers, engine.settings())?)
+    // The merge reads records' JSON, from store files too.
+    let merged = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        plan.merge(answers, engine.settings())
+    }));
+    match merged {
+        Ok(merged) => Ok(merged?),
+        Err(panic) => match panic.downcast_ref::<StorageFault>() {
+            Some(fault) => {
+                engine.storage_fault(fault);
+                Err(EngineError::StorageUnavailable(fault.clone()))
+            }
+            None => std::panic::resume_unwind(panic),
+        },
+    }
 }
 
 // --- The handle ------------------------------------------------------------------

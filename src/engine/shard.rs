@@ -28,7 +28,7 @@ use parking_lot::{Mutex, RwLock};
 use prometheus_client::metrics::counter::Counter;
 
 use stq_core::data::plan::{ShardAnswer, ShardQuestion};
-use stq_core::data::ShardData;
+use stq_core::data::{ShardData, StorageFault};
 
 use super::fault::ShardFault;
 use super::slots::{Overloaded, Patience, Slots};
@@ -83,6 +83,9 @@ pub enum ShardError {
     Overloaded(#[from] Overloaded),
     #[error("shard {shard} panicked: {message}")]
     Panicked { shard: usize, message: String },
+    /// A store file failed a read of the query's ([`StorageFault`]).
+    #[error(transparent)]
+    Storage(#[from] StorageFault),
     #[error("the shard's mailbox is closed: {0}")]
     Mailbox(#[from] MailboxError),
 }
@@ -223,13 +226,17 @@ pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
         .unwrap_or("a panic without a message")
 }
 
-/// Runs `work`, turning a panic in it into an error for this one message.
+/// Runs `work`, turning a panic in it into an error for this one message: a
+/// store file's fault into its value, any other panic (a bug) into `Panicked`.
 fn guarded<T>(shard: usize, work: impl FnOnce() -> T) -> Result<T, ShardError> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).map_err(|panic| {
-        ShardError::Panicked {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).map_err(|panic| match panic
+        .downcast_ref::<StorageFault>(
+    ) {
+        Some(fault) => ShardError::Storage(fault.clone()),
+        None => ShardError::Panicked {
             shard,
             message: panic_message(&*panic).to_owned(),
-        }
+        },
     })
 }
 

@@ -63,6 +63,11 @@ pub enum ApiError {
     #[error("malformed request: {reason}")]
     InvalidRequest { reason: &'static str },
 
+    /// A store file failed a read of the query's (docs/api.md section 12): the
+    /// stations reading it are being read again from the snapshot files.
+    #[error("the store could not be read; retry in a second")]
+    StorageUnavailable,
+
     /// Something went wrong on our side; the cause was logged, the client sees only
     /// the request id to quote.
     #[error("internal error")]
@@ -106,6 +111,10 @@ impl ApiError {
                 }
             }
             EngineError::Refused(refusal) => ApiError::Engine(refusal),
+            EngineError::StorageUnavailable(fault) => {
+                tracing::warn!(request_id = %request_id, "{fault}; answered storage_unavailable");
+                ApiError::StorageUnavailable
+            }
         }
     }
 
@@ -131,6 +140,7 @@ impl ApiError {
             ApiError::Timeout { .. } => "timeout",
             ApiError::Overloaded | ApiError::TooManyStreams { .. } => "overloaded",
             ApiError::InvalidRequest { .. } => "invalid_request",
+            ApiError::StorageUnavailable => "storage_unavailable",
             ApiError::Internal { .. } => "internal_error",
         }
     }
@@ -184,6 +194,7 @@ impl ApiError {
             | ApiError::Engine(_)
             | ApiError::NotAcceptable
             | ApiError::Overloaded
+            | ApiError::StorageUnavailable
             | ApiError::InvalidRequest { .. } => Value::Null,
             ApiError::TooManyStreams { max } => json!({ "max_streams": max }),
         }
@@ -201,9 +212,10 @@ impl ResponseError for ApiError {
             ApiError::Query(_) | ApiError::Engine(_) | ApiError::InvalidRequest { .. } => {
                 StatusCode::BAD_REQUEST
             }
-            ApiError::Timeout { .. } | ApiError::Overloaded | ApiError::TooManyStreams { .. } => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            ApiError::Timeout { .. }
+            | ApiError::Overloaded
+            | ApiError::TooManyStreams { .. }
+            | ApiError::StorageUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::NotAcceptable => StatusCode::NOT_ACCEPTABLE,
             ApiError::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -233,7 +245,9 @@ impl ResponseError for ApiError {
             ApiError::MethodNotAllowed => {
                 response.insert_header((header::ALLOW, "GET, HEAD"));
             }
-            ApiError::Overloaded | ApiError::TooManyStreams { .. } => {
+            ApiError::Overloaded
+            | ApiError::TooManyStreams { .. }
+            | ApiError::StorageUnavailable => {
                 response.insert_header((header::RETRY_AFTER, "1"));
             }
             _ => {}

@@ -46,6 +46,7 @@ use crate::metrics::Metrics;
 use crate::store::StoreStatus;
 use error::JSON;
 use request_id::RequestId;
+use stq_core::data::StorageFault;
 use stq_core::domain::query::Endpoint;
 use wait::answer;
 
@@ -148,7 +149,12 @@ fn query_endpoint(endpoint: Endpoint) -> actix_web::Resource {
     get_and_head(
         endpoint.spec().path,
         move |request: HttpRequest, state: web::Data<AppState>, router: web::Data<RouterHandle>| async move {
-            isolated(&request, answer(endpoint, &request, &state, &router)).await
+            isolated(
+                &request,
+                &state.engine,
+                answer(endpoint, &request, &state, &router),
+            )
+            .await
         },
     )
 }
@@ -157,10 +163,18 @@ fn query_endpoint(endpoint: Endpoint) -> actix_web::Resource {
 /// has logged the panic itself.
 async fn isolated(
     request: &HttpRequest,
+    engine: &Engine,
     answering: impl std::future::Future<Output = Result<HttpResponse, ApiError>>,
 ) -> Result<HttpResponse, ApiError> {
     match AssertUnwindSafe(answering).catch_unwind().await {
         Ok(answer) => answer,
+        // Writing an answer reads records' JSON, from store files too.
+        Err(panic) if panic.downcast_ref::<StorageFault>().is_some() => {
+            let fault = panic.downcast_ref::<StorageFault>().expect("matched above");
+            engine.storage_fault(fault);
+            tracing::warn!(request_id = %RequestId::of(request), "{fault}; answered storage_unavailable");
+            Err(ApiError::StorageUnavailable)
+        }
         Err(panic) => {
             let request_id = RequestId::of(request);
             tracing::error!(

@@ -93,6 +93,14 @@ impl StoreStatus {
         self.whole.load(Ordering::Relaxed)
     }
 
+    /// Marks the store `degraded`: a file of it failed a read while serving. The
+    /// next write that reaches the store makes it `ok` again.
+    pub fn degrade(&self) {
+        if self.state() != OFF {
+            self.set(DEGRADED);
+        }
+    }
+
     fn set(&self, state: u8) -> u8 {
         self.state.swap(state, Ordering::Relaxed)
     }

@@ -25,7 +25,7 @@ const MAX_QUERY_BYTES: &str = "512";
 const CORS_ORIGIN: &str = "https://grafana.example";
 
 /// Every error code of CONTRACT section 7, and its status.
-const ERROR_CODES: [(&str, u16); 18] = [
+const ERROR_CODES: [(&str, u16); 19] = [
     ("invalid_parameter", 400),
     ("unknown_parameter", 400),
     ("invalid_window", 400),
@@ -44,11 +44,13 @@ const ERROR_CODES: [(&str, u16); 18] = [
     ("not_ready", 503),
     ("timeout", 503),
     ("overloaded", 503),
+    ("storage_unavailable", 503),
 ];
 
 /// The codes this file provokes. `internal_error` and `not_ready` cannot be
 /// provoked here, and `timeout` and `overloaded` need load or injected faults:
-/// `tests/it/faults.rs` checks those against the document.
+/// `tests/it/faults.rs` checks those against the document; `storage_unavailable`
+/// a damaged store (`tests/it/store.rs`).
 const PROVOKED_CODES: [&str; 13] = [
     "invalid_parameter",
     "unknown_parameter",

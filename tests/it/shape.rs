@@ -28,8 +28,9 @@ use crate::imports::{is_test_only, modules};
 /// and the files an `s3://` store's mirror needs, a generation and its catalog
 /// and shards, the block cache's bound and figures, and the plan: a request, its
 /// questions to the shards and their answers, the answer's writing, and a
-/// stream's steps and positions. The aim is 100, with room.
-const PUB_ITEMS: usize = 141;
+/// stream's steps and positions; a store file's fault while serving and the
+/// stations it asks to read again (issue 51). The aim is 100, with room.
+const PUB_ITEMS: usize = 143;
 /// A source file's lines, at most, once its inline `#[cfg(test)] mod tests` is
 /// left out.
 const FILE_LINES: usize = 1_200;

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::data::cursor::RecordIdentity;
+use crate::data::fault::StorageFault;
 use crate::data::key::{load_order, Position};
 use crate::data::scan::{Matcher, RecordFilter, ScanAnswer, ScanRequest, ShardStation};
 use crate::data::shard::ShardData;
@@ -84,6 +85,31 @@ pub(crate) struct Placement {
 }
 
 impl Catalog {
+    /// The stations to read again from the snapshot files, so that the generation
+    /// after this one (whose shards are `shards`) reads nothing of the file that
+    /// failed with `fault`: those whose sealed tier reads it, or every station
+    /// when none does (a file of the symbol table, which every station's records
+    /// name).
+    pub fn stations_to_repair(
+        &self,
+        shards: &[Arc<ShardData>],
+        fault: &StorageFault,
+    ) -> Vec<String> {
+        let stations = || self.stations.iter().zip(&self.placements);
+        let reading: Vec<String> = stations()
+            .filter(|(_, placement)| {
+                let shard = &shards[placement.shard as usize];
+                let station = &shard.stations[placement.station_index as usize];
+                station.sealed.reads_file(&fault.path)
+            })
+            .map(|(name, _)| name.to_string())
+            .collect();
+        match reading.is_empty() {
+            true => stations().map(|(name, _)| name.to_string()).collect(),
+            false => reading,
+        }
+    }
+
     /// The catalog of a load or reload: the files' paths and ordinals are those of
     /// `sources`, in load order.
     pub(crate) fn new(

@@ -26,6 +26,7 @@ pub(crate) mod codec;
 pub(crate) mod cursor;
 pub(crate) mod digest;
 pub(crate) mod exact;
+pub(crate) mod fault;
 pub(crate) mod hot;
 pub(crate) mod key;
 pub mod load;
@@ -46,6 +47,7 @@ pub(crate) mod tier;
 pub(crate) mod tuning;
 
 pub use catalog::{Catalog, Generation, LoadSummary, StationRecords};
+pub use fault::StorageFault;
 pub use memory::MemoryUse;
 pub use sealed::cache::{cache_stats, set_cache_capacity};
 pub use sealed::Remote;

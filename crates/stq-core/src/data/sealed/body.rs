@@ -10,8 +10,9 @@
 //! Each part of a block (its two frames and its two digests) has the XXH3-64 of
 //! its bytes in the block's header, checked on every read from a file: a store file
 //! is checked whole when a start reads it, and this catches what changed it since.
-//! A part that fails its check panics where it is read, so a request fails (the
-//! shard that read it restarts) rather than answer from damaged bytes.
+//! A part that fails its check, or cannot be read, raises a [`StorageFault`] where
+//! it is read, so its request is answered `storage_unavailable` and the station
+//! read again from the snapshot files, rather than answered from damaged bytes.
 //!
 //! Two parts of a tier's index move the same way ([`IndexPart`]), its shared pieces
 //! and its outputs' serial list: from memory to their region of the store file's
@@ -28,6 +29,7 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 use xxhash_rust::xxh3::xxh3_64;
 
+use crate::data::fault::StorageFault;
 use crate::data::sealed::Remote;
 
 /// Reads of block parts from store files since the process started, and their bytes.
@@ -159,13 +161,10 @@ impl StoreFile {
 
     /// `length` bytes at `offset`. A file the store wrote and checked holds them;
     /// one that fails here was changed or cut since (or its remote cannot be
-    /// reached), and the read panics (see the module's doc).
+    /// reached), and the read raises a [`StorageFault`] (see the module's doc).
     fn read(&self, offset: u64, length: usize) -> Vec<u8> {
         let bytes = self.fetch(offset, length).unwrap_or_else(|error| {
-            panic!(
-                "the store file {} cannot be read at {offset}: {error}",
-                self.path.display()
-            )
+            StorageFault::raise(&self.path, format!("cannot be read at {offset}: {error}"))
         });
         READS.fetch_add(1, Ordering::Relaxed);
         READ_BYTES.fetch_add(length as u64, Ordering::Relaxed);
@@ -404,10 +403,12 @@ fn ask_ahead(
 fn read_stored(file: &StoreFile, offset: u64, range: Range<usize>, check: u64) -> Slice {
     let bytes = file.read(offset + range.start as u64, range.len());
     if xxh3_64(&bytes) != check {
-        panic!(
-            "the store file {} is damaged: a block's part at {} fails its checksum",
-            file.path.display(),
-            offset + range.start as u64
+        StorageFault::raise(
+            &file.path,
+            format!(
+                "is damaged: a block's part at {} fails its checksum",
+                offset + range.start as u64
+            ),
         );
     }
     Slice {
@@ -593,7 +594,7 @@ mod tests {
         std::fs::write(&path, &file).unwrap();
         let read =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| stored.read(10..50, check)));
-        let message = *read.unwrap_err().downcast::<String>().unwrap();
-        assert!(message.contains("fails its checksum"), "{message}");
+        let fault = *read.unwrap_err().downcast::<StorageFault>().unwrap();
+        assert!(fault.reason.contains("fails its checksum"), "{fault}");
     }
 }

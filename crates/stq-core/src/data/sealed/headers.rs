@@ -15,9 +15,9 @@
 //! bounds. A mapped file is read for as long as a tier holds it, after the store
 //! has deleted it too; stq never writes to a named store file, but another process
 //! that did would change what is read (a truncation stops stq with SIGBUS). So a
-//! row is checked against its hash whenever it is read, and a damaged one panics
-//! where it is read (a request fails; its shard restarts), as a damaged block part
-//! does ([`super::body`]).
+//! row is checked against its hash whenever it is read, and a damaged one raises
+//! a [`StorageFault`] where it is read, as a damaged block part does
+//! ([`super::body`]).
 //!
 //! The heap keeps each row's period (to find a key range's rows) and its unit
 //! count (what a shard plans its merged reads by): 8 bytes a block, and 8 more
@@ -37,6 +37,7 @@ use xxhash_rust::xxh3::xxh3_64;
 use super::body::{BlockBody, StoreFile};
 use super::{Block, Filter};
 use crate::data::codec::Corrupt;
+use crate::data::fault::StorageFault;
 use crate::data::tier::tree_bytes;
 
 /// A row's length: its fields, then their hash.
@@ -227,16 +228,17 @@ impl Rows {
 
     /// Row `index`'s block and its period, checked against its hash.
     ///
-    /// # Panics
-    /// If the mapped file changed since it was checked whole.
+    /// A [`StorageFault`] if the mapped file changed since it was checked whole.
     fn block(&self, index: usize) -> (i64, Block) {
         let row = &self.bytes[index * ROW..(index + 1) * ROW];
         let hash = u64::from_le_bytes(row[FIELDS..].try_into().expect("8 bytes"));
         if matches!(self.bytes, RowBytes::Mapped(..)) && xxh3_64(&row[..FIELDS]) != hash {
-            panic!(
-                "the store file {} is damaged: the row of period {} fails its check",
-                self.file.path().display(),
-                self.period(index)
+            StorageFault::raise(
+                self.file.path(),
+                format!(
+                    "is damaged: the row of period {} fails its check",
+                    self.period(index)
+                ),
             );
         }
         read_row(row, |offset| BlockBody::Mapped {
@@ -321,7 +323,19 @@ pub(super) struct Blocks {
     tree: BTreeMap<i64, Block>,
 }
 
+impl Rows {
+    /// The store file they are rows of.
+    pub(super) fn path(&self) -> &std::path::Path {
+        self.file.path()
+    }
+}
+
 impl Blocks {
+    /// The store file its rows are of, if it has rows.
+    pub(super) fn rows_path(&self) -> Option<&std::path::Path> {
+        self.rows.as_deref().map(Rows::path)
+    }
+
     /// The blocks of `tree`.
     pub(super) fn of_tree(tree: BTreeMap<i64, Block>) -> Blocks {
         Blocks {
@@ -664,8 +678,8 @@ mod tests {
             .unwrap();
         assert_eq!(blocks.get(3).unwrap().units, 9);
         let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| blocks.get(5)));
-        let message = *read.unwrap_err().downcast::<String>().unwrap();
-        assert!(message.contains("fails its check"), "{message}");
+        let fault = *read.unwrap_err().downcast::<StorageFault>().unwrap();
+        assert!(fault.reason.contains("fails its check"), "{fault}");
     }
 
     /// Issue 32: rows whose hash, order or bounds are wrong are refused.

@@ -353,6 +353,17 @@ impl Sealed {
         self.blocks.all_rows()
     }
 
+    /// Whether its blocks are read from the store file at `path` (a store file
+    /// of its station's sealed tier, as written or as a start read it).
+    pub(crate) fn reads_file(&self, path: &str) -> bool {
+        let rows = self.blocks.rows_path();
+        let written = self.written.get().map(|rows| rows.path());
+        [rows, written]
+            .into_iter()
+            .flatten()
+            .any(|file| file.as_os_str() == path)
+    }
+
     /// How many of its block headers are in the heap, not rows of a store file.
     #[cfg(test)]
     pub(crate) fn headers_in_heap(&self) -> usize {

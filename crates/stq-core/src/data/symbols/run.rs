@@ -17,14 +17,16 @@
 //! file is read for as long as a layer holds it, after the store has deleted it
 //! too; stq never writes to a named store file, but another process that did would
 //! change what is read (a truncation stops stq with SIGBUS). So a string is checked
-//! against its hash whenever its text is read, and a damaged one panics where it
-//! is read (a request fails; its shard restarts), as a damaged block part does.
+//! against its hash whenever its text is read, and a damaged one raises a
+//! [`StorageFault`] where it is read, as a damaged block part does.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
 use xxhash_rust::xxh3::xxh3_64;
+
+use crate::data::fault::StorageFault;
 
 const HEADER: usize = 24;
 
@@ -182,18 +184,19 @@ impl Run {
 
     /// The string at `index` in the run, checked against its hash.
     ///
-    /// # Panics
-    /// If the mapped file changed since it was checked whole.
+    /// A [`StorageFault`] if the mapped file changed since it was checked whole.
     pub(crate) fn text(&self, index: usize) -> &str {
         let bytes = self.bytes(index);
         let text = (xxh3_64(bytes) == self.hash(index))
             .then(|| std::str::from_utf8(bytes).ok())
             .flatten();
         text.unwrap_or_else(|| {
-            panic!(
-                "{} is damaged: symbol {} fails its check",
-                self.path.display(),
-                self.first as usize + index
+            StorageFault::raise(
+                &self.path,
+                format!(
+                    "is damaged: symbol {} fails its check",
+                    self.first as usize + index
+                ),
             )
         })
     }
@@ -230,8 +233,9 @@ impl Run {
         let start = self.word(self.ends + index * 4) as usize;
         let end = self.word(self.ends + index * 4 + 4) as usize;
         let text = &self.map[self.text..];
-        text.get(start..end)
-            .unwrap_or_else(|| panic!("{} is damaged: a symbol's bounds", self.path.display()))
+        text.get(start..end).unwrap_or_else(|| {
+            StorageFault::raise(&self.path, "is damaged: a symbol's bounds".into())
+        })
     }
 
     fn hash(&self, index: usize) -> u64 {
@@ -337,7 +341,6 @@ mod tests {
     /// Issue 32: a string changed in the file after it was checked panics where
     /// its text is read, rather than read as another string.
     #[test]
-    #[should_panic(expected = "fails its check")]
     fn issue_32_a_string_changed_since_its_check_panics_when_read() {
         let (file, bytes) = written(1, &["SN-1", "SN-2"]);
         let run = Run::open(file.path(), file.as_file(), 8, &bytes).unwrap();
@@ -345,6 +348,8 @@ mod tests {
         let last = changed.len() - 1;
         changed[last] ^= 1;
         std::fs::write(file.path(), &changed).unwrap();
-        run.text(1);
+        let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run.text(1).len()));
+        let fault = *read.unwrap_err().downcast::<StorageFault>().unwrap();
+        assert!(fault.reason.contains("fails its check"), "{fault}");
     }
 }
