@@ -135,7 +135,7 @@ struct Inner {
     repair: std::sync::OnceLock<Box<dyn Fn(Vec<String>) + Send + Sync>>,
     /// The store files whose faults were reported since the last install: one
     /// repair each, not one per query that meets the file before it is done.
-    faulted: Mutex<std::collections::HashSet<String>>,
+    faulted: Mutex<std::collections::HashSet<std::path::PathBuf>>,
 }
 
 /// The generation being served, and the tokens read with it.
@@ -220,7 +220,6 @@ impl Engine {
         )
     }
 
-    /// The verifier of JSON Web Tokens, with `--jwt-jwks`.
     /// Has `repair` called with the stations to read again from the snapshot
     /// files when a store file fails a query's read. Set once.
     pub fn on_storage_fault(&self, repair: impl Fn(Vec<String>) + Send + Sync + 'static) {
@@ -250,6 +249,7 @@ impl Engine {
         repair(stations);
     }
 
+    /// The verifier of JSON Web Tokens, with `--jwt-jwks`.
     pub fn jwt(&self) -> Option<&Arc<Verifier>> {
         self.inner.jwt.as_ref()
     }

@@ -112,7 +112,8 @@ impl ApiError {
             }
             EngineError::Refused(refusal) => ApiError::Engine(refusal),
             EngineError::StorageUnavailable(fault) => {
-                tracing::warn!(request_id = %request_id, "{fault}; answered storage_unavailable");
+                // The engine logged the file's fault once; this is the request's.
+                tracing::debug!(request_id = %request_id, "{fault}; answered storage_unavailable");
                 ApiError::StorageUnavailable
             }
         }

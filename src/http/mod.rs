@@ -160,7 +160,8 @@ fn query_endpoint(endpoint: Endpoint) -> actix_web::Resource {
 }
 
 /// A panic fails this request alone, with a 500 that names its id; the panic hook
-/// has logged the panic itself.
+/// has logged the panic itself. A store file's fault (docs/api.md section 12) is
+/// no bug: it is answered `storage_unavailable`, and reported to the engine.
 async fn isolated(
     request: &HttpRequest,
     engine: &Engine,
@@ -168,14 +169,13 @@ async fn isolated(
 ) -> Result<HttpResponse, ApiError> {
     match AssertUnwindSafe(answering).catch_unwind().await {
         Ok(answer) => answer,
-        // Writing an answer reads records' JSON, from store files too.
-        Err(panic) if panic.downcast_ref::<StorageFault>().is_some() => {
-            let fault = panic.downcast_ref::<StorageFault>().expect("matched above");
-            engine.storage_fault(fault);
-            tracing::warn!(request_id = %RequestId::of(request), "{fault}; answered storage_unavailable");
-            Err(ApiError::StorageUnavailable)
-        }
         Err(panic) => {
+            // Writing an answer reads records' JSON, from store files too.
+            if let Some(fault) = panic.downcast_ref::<StorageFault>() {
+                engine.storage_fault(fault);
+                tracing::debug!(request_id = %RequestId::of(request), "{fault}; answered storage_unavailable");
+                return Err(ApiError::StorageUnavailable);
+            }
             let request_id = RequestId::of(request);
             tracing::error!(
                 request_id = %request_id,

@@ -77,7 +77,8 @@ const DEGRADED: u8 = 2;
 
 impl StoreStatus {
     /// `off` (no `--store`), `ok` (the last write, or the start's read, worked) or
-    /// `degraded` (the last write failed).
+    /// `degraded` (the last write failed, or a store file failed a read while
+    /// serving, until a write succeeds).
     pub fn name(&self) -> &'static str {
         match self.state.load(Ordering::Relaxed) {
             OFF => "off",

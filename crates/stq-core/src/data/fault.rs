@@ -9,14 +9,14 @@
 //! `storage_unavailable`, marks the store degraded and has the stations read
 //! again from the snapshot files. A plain panic stays a bug (`internal_error`).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// A store file that could not be read, or read damaged, during a query.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("the store file {path} {reason}")]
+#[error("the store file {} {reason}", path.display())]
 pub struct StorageFault {
     /// The file's path.
-    pub path: String,
+    pub path: PathBuf,
     /// What failed: the read's error, or which check.
     pub reason: String,
 }
@@ -26,7 +26,7 @@ impl StorageFault {
     /// shard's wall, which answers it (see the module's doc).
     pub(crate) fn raise(path: &Path, reason: String) -> ! {
         std::panic::panic_any(StorageFault {
-            path: path.display().to_string(),
+            path: path.to_path_buf(),
             reason,
         })
     }

@@ -226,6 +226,11 @@ impl Rows {
         })
     }
 
+    /// The store file they are rows of.
+    pub(super) fn path(&self) -> &std::path::Path {
+        self.file.path()
+    }
+
     /// Row `index`'s block and its period, checked against its hash.
     ///
     /// A [`StorageFault`] if the mapped file changed since it was checked whole.
@@ -321,13 +326,6 @@ pub(super) struct Blocks {
     /// dropped.
     hidden: BTreeSet<i64>,
     tree: BTreeMap<i64, Block>,
-}
-
-impl Rows {
-    /// The store file they are rows of.
-    pub(super) fn path(&self) -> &std::path::Path {
-        self.file.path()
-    }
 }
 
 impl Blocks {

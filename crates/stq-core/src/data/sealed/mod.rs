@@ -355,13 +355,13 @@ impl Sealed {
 
     /// Whether its blocks are read from the store file at `path` (a store file
     /// of its station's sealed tier, as written or as a start read it).
-    pub(crate) fn reads_file(&self, path: &str) -> bool {
+    pub(crate) fn reads_file(&self, path: &std::path::Path) -> bool {
         let rows = self.blocks.rows_path();
         let written = self.written.get().map(|rows| rows.path());
         [rows, written]
             .into_iter()
             .flatten()
-            .any(|file| file.as_os_str() == path)
+            .any(|file| file == path)
     }
 
     /// How many of its block headers are in the heap, not rows of a store file.
