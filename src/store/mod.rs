@@ -19,6 +19,9 @@
 //! A write that fails (a full or read-only disk) leaves the store as the last
 //! whole write left it and stq serving from memory: the status turns `degraded`
 //! (`/readyz` `store`) and the cause is logged once, until a write succeeds again.
+//! The failed generation is written again every [`RETRY_INTERVAL`] while no newer
+//! one comes, so that a disk that has room again is written without a reload; a
+//! failed write leaves none of its files behind ([`StoreWriter::write`]).
 //!
 //! With `--store s3://`, each write of the local copy is pushed to the bucket
 //! ([`mirror`]); a push that fails makes the store `degraded` too, and is tried
@@ -56,8 +59,9 @@ use mirror::Mirror;
 /// writing more often.
 pub const WRITE_INTERVAL: Duration = Duration::from_secs(5);
 
-/// While a bucket could not be pushed to, how long the thread waits for a new
-/// generation before it pushes again what it wrote: a bucket back after an outage
+/// While a bucket could not be pushed to (or the store could not be written), how
+/// long the thread waits for a new generation before it pushes again what it wrote
+/// (or writes the failed generation again): a bucket back after an outage
 /// is in use again within this, on a floor that appends nothing.
 pub(crate) const RETRY_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -191,17 +195,23 @@ struct Writing {
 impl Writing {
     fn write_forever(&mut self, next: &Newest<Job>) {
         let mut last_ended: Option<Instant> = None;
+        // The generation whose write failed (a full disk), written again when no
+        // newer one comes: on a floor at rest, none would, and the store would stay
+        // degraded once there is room. It is the one served, or is replaced within
+        // a write interval, so keeping it holds little memory beyond the served one.
+        let mut failed: Option<Job> = None;
         loop {
-            // While the bucket is behind the copy, a push is tried again when no
-            // generation comes.
-            let patience = (self.status.state() == DEGRADED && self.mirror.is_some())
-                .then_some(RETRY_INTERVAL);
-            let Some((catalog, shards)) = next.take_within(last_ended, WRITE_INTERVAL, patience)
-            else {
+            // While the bucket is behind the copy, or a write failed, the push or
+            // the write is tried again when no generation comes.
+            let behind = self.mirror.is_some() || failed.is_some();
+            let patience = (self.status.state() == DEGRADED && behind).then_some(RETRY_INTERVAL);
+            let taken = next.take_within(last_ended, WRITE_INTERVAL, patience);
+            let Some((catalog, shards)) = taken.or_else(|| failed.take()) else {
                 self.push();
                 last_ended = Some(Instant::now());
                 continue;
             };
+            failed = None;
             let generation = catalog.generation();
             if !self.may_write() {
                 // Another process writes the store: this generation is not written.
@@ -239,6 +249,9 @@ impl Writing {
                             self.directory.display()
                         );
                     }
+                    failed = Some((catalog, shards));
+                    last_ended = Some(Instant::now());
+                    continue;
                 }
             }
             // The generation is not kept beyond its write.

@@ -606,3 +606,120 @@ fn issue_32_history_is_read_from_the_store_and_a_block_changed_since_is_read_fro
         "a store's fault is no panic"
     );
 }
+
+/// A tmpfs mounted for one test, unmounted when dropped (also when the test fails).
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    /// A tmpfs of `bytes` at `path`; none unless this runs as root.
+    fn mount(path: &Path, bytes: u64) -> Option<Tmpfs> {
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            return None;
+        }
+        std::fs::create_dir_all(path).unwrap();
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
+            .arg(path)
+            .status()
+            .unwrap();
+        assert!(status.success(), "mount -t tmpfs at {}", path.display());
+        Some(Tmpfs(path.to_owned()))
+    }
+
+    /// Fills the file system up to `room` bytes short of full, with one file.
+    fn fill_leaving(&self, room: u64) -> PathBuf {
+        use std::io::Write as _;
+        let filler = self.0.join("filler");
+        let mut file = std::fs::File::create(&filler).unwrap();
+        let chunk = vec![0u8; 4096];
+        let mut length = 0u64;
+        while file.write_all(&chunk).is_ok() {
+            length += chunk.len() as u64;
+        }
+        file.set_len(length.saturating_sub(room)).unwrap();
+        filler
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        // Lazily: a server being dropped may still hold a file open.
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// The bytes of the store's files.
+fn store_bytes(store: &Path) -> u64 {
+    store_files(store)
+        .iter()
+        .map(|file| std::fs::metadata(file).unwrap().len())
+        .sum()
+}
+
+/// Issue 51: a store on a full disk (a small tmpfs, mounted as root). The first
+/// write fails: every answer is served from memory as a server without a store
+/// gives it, `/readyz` says `degraded`, and the failed write leaves none of its
+/// files to hold the room. Once there is room, the same generation is written
+/// without a reload and the store is `ok`; a start from it uses it whole. A later
+/// write that fails again leaves the last whole store usable.
+#[test]
+fn issue_51_a_store_on_a_full_disk_serves_every_answer_and_is_written_once_there_is_room() {
+    let fixture = Fixture::main();
+    let (reference, plain) = filled_store(&fixture);
+    let size = store_bytes(&reference);
+    let Some(disk) = Tmpfs::mount(&fixture.directory.path().join("disk"), 4 * size + (1 << 20))
+    else {
+        eprintln!("skipped: mounting a tmpfs needs root");
+        return;
+    };
+    let store = disk.0.join("store");
+    let filler = disk.fill_leaving(size / 4);
+    let server = start_logging(&fixture, &store);
+    server.wait_for_log("cannot write the store", 1);
+    assert_eq!(server.readiness()["store"], "degraded");
+    assert_same_answers(&server, &plain, "a full disk");
+    let left: Vec<_> = std::fs::read_dir(&store)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .filter(|name| name.ends_with(".stq") || name.ends_with(".tmp"))
+        .collect();
+    assert!(left.is_empty(), "a failed write left {left:?}");
+
+    std::fs::remove_file(&filler).unwrap();
+    server.wait_for_log("store written", 1);
+    assert_eq!(server.readiness()["store"], "ok");
+    assert_eq!(
+        server.admin_value("stq_store_generation"),
+        server.generation() as f64
+    );
+    assert_eq!(server.log_count("cannot write the store"), 1, "logged once");
+
+    // A write of the next generation that fails keeps the store of the one before.
+    let filler = disk.fill_leaving(0);
+    append(
+        &fixture.snapshots.join("a.units.jsonl"),
+        &(unit_line("ST-03", "SN-FULL-1", "2024-03-11T08:00:00Z") + "\n"),
+    );
+    reload_all(&[&server, &plain]);
+    server.wait_for_log("cannot write the store", 2);
+    assert_eq!(server.readiness()["store"], "degraded");
+    assert_same_answers(&server, &plain, "a full disk after a reload");
+    drop(server);
+    let warm = start(&fixture, Some(&store));
+    assert_store_whole(&warm, "a start from the store a full disk kept");
+    assert_same_answers(&warm, &plain, "a start from the store a full disk kept");
+    drop(warm);
+
+    std::fs::remove_file(&filler).unwrap();
+    let server = start_logging(&fixture, &store);
+    server.wait_for_log("store written", 1);
+    assert_eq!(server.readiness()["store"], "ok");
+    drop(server);
+    let warm = start(&fixture, Some(&store));
+    assert_store_whole(&warm, "a start once there was room");
+    assert_same_answers(&warm, &plain, "a start once there was room");
+}

@@ -945,8 +945,41 @@ impl StoreWriter {
     /// since the last write, or with `whole` every file (for a writer taking over
     /// from another process, which may have deleted any), the manifest, then
     /// deletes what it no longer names. On an error, the store still holds the
-    /// last generation written whole.
+    /// last generation written whole, and none of the files this write made: on a
+    /// full disk they would hold the room the next try needs.
     pub fn write(
+        &mut self,
+        catalog: &Catalog,
+        shards: &[Arc<ShardData>],
+        whole: bool,
+    ) -> io::Result<WriteReport> {
+        let written = self.write_generation(catalog, shards, whole);
+        if written.is_err() {
+            self.delete_unnamed_by_the_last_manifest();
+        }
+        written
+    }
+
+    /// After a failed write, deletes the files that the manifest on disk (the
+    /// last one written whole) does not name; with no manifest that reads whole,
+    /// every file of the store's own, since no start could use them.
+    fn delete_unnamed_by_the_last_manifest(&self) {
+        let on_disk = fs::read(self.store.directory.join(MANIFEST)).ok();
+        let manifest = on_disk
+            .as_deref()
+            .and_then(|bytes| checked_manifest(bytes).ok())
+            .and_then(|body| Manifest::read(body).ok());
+        let manifest = manifest.unwrap_or_else(|| Manifest {
+            format: Format::Five,
+            settings: self.settings.clone(),
+            symbols: Vec::new(),
+            sources: Vec::new(),
+            stations: Vec::new(),
+        });
+        self.delete_unnamed(&manifest);
+    }
+
+    fn write_generation(
         &mut self,
         catalog: &Catalog,
         shards: &[Arc<ShardData>],
