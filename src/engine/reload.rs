@@ -181,7 +181,10 @@ impl ReloadTrigger {
 /// [`load::reload_looking`], which rebuilds stations from their surviving records
 /// and so may read a store file that fails (docs/api.md section 12): then the
 /// stations reading that file are read again from the snapshot files too, and the
-/// reload is tried again, until it reads no file that fails.
+/// reload is tried again, until it reads no file that fails. A fault that no
+/// station's repair mends (the symbol table's run, which every station reads, cut
+/// or damaged) has the whole generation read from the snapshot files, as a start
+/// without a store reads it.
 fn repairing(
     catalog: &Catalog,
     shards: &[Arc<ShardData>],
@@ -204,11 +207,21 @@ fn repairing(
         repair.extend(catalog.stations_to_repair(shards, fault));
         tracing::warn!("{fault}; the reload reads its stations from the snapshot files too");
         if repair.len() == before {
-            // Every station it names is read from the files already: the fault
-            // is not one a repair mends.
-            std::panic::resume_unwind(panic);
+            // Every station it names is read from the files already: what fails
+            // is shared by them all.
+            tracing::warn!("{fault}; the reload reads every station from the snapshot files");
+            return whole(options);
         }
     }
+}
+
+/// The whole generation read from the snapshot files, every station an addition.
+fn whole(options: &LoadOptions) -> Result<(Generation, LoadReport), LoadError> {
+    load::start(options, None, None).map(|start| {
+        let mut report = start.report;
+        report.additions = load::Additions::whole();
+        (start.generation, report)
+    })
 }
 
 impl Reloader {
@@ -247,11 +260,7 @@ impl Reloader {
                             Some((catalog, shards)) => {
                                 repairing(catalog, shards, &options, &look, repair)
                             }
-                            None => load::start(&options, None, None).map(|start| {
-                                let mut report = start.report;
-                                report.additions = load::Additions::whole();
-                                (start.generation, report)
-                            }),
+                            None => whole(&options),
                         };
                         Ok(((credentials, tokens), loaded?))
                     });

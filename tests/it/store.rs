@@ -552,8 +552,19 @@ fn issue_32_history_is_read_from_the_store_and_a_block_changed_since_is_read_fro
         bytes[(8 + index) / 2] ^= 0x01;
         std::fs::write(file, bytes).unwrap();
     }
+    assert_faulted_then_repaired(&server, &plain, generation, "fails its checksum");
+}
+
+/// The answers of `server` (started on a store, at `generation`) after its store
+/// files were damaged under it: every answer is 503 `storage_unavailable` with
+/// `Retry-After: 1` or a store-less server's (`plain`), the log says `fault`, the
+/// store turns `degraded` while the server stays live and ready; the stations
+/// met are read again from the snapshot files until every answer is `plain`'s,
+/// and the next write makes the store `ok`. No panic, no death (issue 51).
+#[track_caller]
+fn assert_faulted_then_repaired(server: &Server, plain: &Server, generation: u64, fault: &str) {
     let mut unavailable = 0;
-    for query in [units_all(), metrics_all()] {
+    for query in queries() {
         let response = server.get(&query, Some(OPS));
         match response.status {
             503 => {
@@ -561,8 +572,7 @@ fn issue_32_history_is_read_from_the_store_and_a_block_changed_since_is_read_fro
                 assert_eq!(response.header("retry-after"), Some("1"));
                 unavailable += 1;
             }
-            // The flipped byte in a part this query does not read, or the
-            // stations already read again.
+            // A part this query does not read, or the stations already read again.
             _ => assert_eq!(
                 response.json()["data"],
                 plain.get(&query, Some(OPS)).json()["data"],
@@ -570,8 +580,8 @@ fn issue_32_history_is_read_from_the_store_and_a_block_changed_since_is_read_fro
             ),
         }
     }
-    assert!(unavailable > 0, "a changed block is not answered from");
-    server.wait_for_log("fails its checksum", 1);
+    assert!(unavailable > 0, "a damaged store file is not answered from");
+    server.wait_for_log(fault, 1);
     server.wait_for_log("(store: degraded)", 1);
     assert_eq!(server.get("/healthz", None).status, 200);
     assert_eq!(server.get("/readyz", None).status, 200);
@@ -580,7 +590,7 @@ fn issue_32_history_is_read_from_the_store_and_a_block_changed_since_is_read_fro
     // most one repair a station).
     let mut generation = server.wait_for_generation_after(generation);
     for _ in 0..=plain.readiness()["stations"].as_u64().unwrap() {
-        let unavailable = answers(&server)
+        let unavailable = answers(server)
             .iter()
             .any(|answer| answer.contains(" 503 "));
         if !unavailable {
@@ -588,11 +598,7 @@ fn issue_32_history_is_read_from_the_store_and_a_block_changed_since_is_read_fro
         }
         generation = server.wait_for_generation_after(generation_of(&generation));
     }
-    assert_same_answers(
-        &server,
-        &plain,
-        "after the damaged stations were read again",
-    );
+    assert_same_answers(server, plain, "after the damaged stations were read again");
     // The write of the last repair's generation (paced: at most WRITE_INTERVAL
     // after the write before) makes the store whole again.
     let patience = RELOAD_TIMEOUT + 2 * stq::store::WRITE_INTERVAL;
@@ -605,6 +611,47 @@ fn issue_32_history_is_read_from_the_store_and_a_block_changed_since_is_read_fro
         !server.log().iter().any(|line| line.contains("panicked")),
         "a store's fault is no panic"
     );
+}
+
+/// Issue 51: the mapped store files (the sealed files' rows, the symbol runs) cut
+/// to half, then to nothing, under a server reading them are no SIGBUS: the
+/// server lives, each answer is a store-less server's or 503, and the stations are
+/// read again from the snapshot files (as [`assert_faulted_then_repaired`] says).
+#[test]
+fn issue_51_a_mapped_store_file_cut_under_the_server_is_answered_not_a_crash() {
+    let fixture = Fixture::main();
+    let plain = start(&fixture, None);
+    for cut in [2, 0] {
+        let store = fixture.directory.path().join(format!("store-cut-{cut}"));
+        let cold = start(&fixture, Some(&store));
+        wait_for_writes(&cold, 1);
+        drop(cold);
+        let server = start(&fixture, Some(&store));
+        let generation = server.generation();
+        // Every answer once, so that the maps are read from before they are cut.
+        assert_same_answers(&server, &plain, "warm");
+        let mapped: Vec<PathBuf> = (store_files(&store).into_iter())
+            .filter(|file| {
+                let name = file.file_name().unwrap().to_string_lossy().into_owned();
+                name.starts_with("sealed-") || name.starts_with("symbols-")
+            })
+            .collect();
+        assert!(mapped.len() >= 2, "{mapped:?}");
+        for file in &mapped {
+            let length = std::fs::metadata(file).unwrap().len();
+            let handle = std::fs::OpenOptions::new().write(true).open(file).unwrap();
+            handle
+                .set_len(length.checked_div(cut).unwrap_or(0))
+                .unwrap();
+        }
+        assert_faulted_then_repaired(
+            &server,
+            &plain,
+            generation,
+            "was cut short under the server",
+        );
+        assert_eq!(server.get("/healthz", None).status, 200, "alive");
+    }
 }
 
 /// A tmpfs mounted for one test, unmounted when dropped (also when the test fails).

@@ -30,6 +30,7 @@ pub(crate) mod fault;
 pub(crate) mod hot;
 pub(crate) mod key;
 pub mod load;
+pub(crate) mod mapped;
 pub(crate) mod memory;
 pub(crate) mod merge;
 pub mod plan;

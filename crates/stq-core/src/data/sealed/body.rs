@@ -30,6 +30,7 @@ use parking_lot::RwLock;
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::data::fault::StorageFault;
+use crate::data::mapped::Mapped;
 use crate::data::sealed::Remote;
 
 /// Reads of block parts from store files since the process started, and their bytes.
@@ -129,17 +130,14 @@ impl StoreFile {
         })
     }
 
-    /// The file mapped ([`memmap2`]), if it is in the store's directory.
-    pub(crate) fn map(&self) -> std::io::Result<memmap2::Mmap> {
+    /// The file mapped and guarded ([`Mapped`]), if it is in the store's directory.
+    pub(crate) fn map(&self) -> std::io::Result<Mapped> {
         let Source::Local(file) = &*self.source.read() else {
             return Err(std::io::Error::other(
                 "the file is not in the store's directory",
             ));
         };
-        // SAFETY: a store file is written whole under a temporary name and never
-        // written again once named; what another process might do to it is
-        // `super::headers`' (every row read is checked against its hash).
-        unsafe { memmap2::Mmap::map(file) }
+        Mapped::new(file)
     }
 
     /// Where it is in the store's directory.

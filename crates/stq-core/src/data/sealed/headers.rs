@@ -38,6 +38,7 @@ use super::body::{BlockBody, StoreFile};
 use super::{Block, Filter};
 use crate::data::codec::Corrupt;
 use crate::data::fault::StorageFault;
+use crate::data::mapped::Mapped;
 use crate::data::tier::tree_bytes;
 
 /// A row's length: its fields, then their hash.
@@ -103,7 +104,7 @@ fn read_row(row: &[u8], body: impl FnOnce(u64) -> BlockBody) -> (i64, Block) {
 #[derive(Debug)]
 enum RowBytes {
     /// Its store file, mapped: `start` is where the first row is.
-    Mapped(memmap2::Mmap, usize),
+    Mapped(Mapped, usize),
     /// Copied from its index, which a replica fetched alone from its `s3://` store
     /// before the file.
     Heap(Box<[u8]>),
@@ -157,7 +158,7 @@ impl Rows {
         count: usize,
         (low, high): (u64, u64),
         file: &Arc<StoreFile>,
-        map: Option<(memmap2::Mmap, usize)>,
+        map: Option<(Mapped, usize)>,
         ids: Option<Box<[u64]>>,
     ) -> Result<Rows, Corrupt> {
         let bytes = checked
@@ -233,20 +234,31 @@ impl Rows {
 
     /// Row `index`'s block and its period, checked against its hash.
     ///
-    /// A [`StorageFault`] if the mapped file changed since it was checked whole.
+    /// A [`StorageFault`] if the mapped file changed since it was checked whole,
+    /// or was cut (its lost pages read as zeros: `crate::data::mapped`).
     fn block(&self, index: usize) -> (i64, Block) {
-        let row = &self.bytes[index * ROW..(index + 1) * ROW];
-        let hash = u64::from_le_bytes(row[FIELDS..].try_into().expect("8 bytes"));
-        if matches!(self.bytes, RowBytes::Mapped(..)) && xxh3_64(&row[..FIELDS]) != hash {
-            StorageFault::raise(
-                self.file.path(),
-                format!(
-                    "is damaged: the row of period {} fails its check",
-                    self.period(index)
-                ),
-            );
+        // Copied, so that what is checked is what is read: a map cut between the
+        // two would read zeros after a check that passed.
+        let row: [u8; ROW] =
+            (self.bytes[index * ROW..(index + 1) * ROW].try_into()).expect("a row's bytes");
+        if let RowBytes::Mapped(map, _) = &self.bytes {
+            let hash = u64::from_le_bytes(row[FIELDS..].try_into().expect("8 bytes"));
+            let reason = match (map.faulted(), xxh3_64(&row[..FIELDS]) == hash) {
+                (true, _) => Some("was cut short under the server"),
+                (false, false) => Some("is damaged"),
+                (false, true) => None,
+            };
+            if let Some(reason) = reason {
+                StorageFault::raise(
+                    self.file.path(),
+                    format!(
+                        "{reason}: the row of period {} fails its check",
+                        self.period(index)
+                    ),
+                );
+            }
         }
-        read_row(row, |offset| BlockBody::Mapped {
+        read_row(&row, |offset| BlockBody::Mapped {
             file: Arc::clone(&self.file),
             offset,
             id: self.id(index),

@@ -26,6 +26,7 @@ use super::headers::{write_row, Blocks, Rows, ROW};
 use super::{Block, Filter, Part, Sealed, SerialList, SharedPieces, StoreFile};
 use crate::data::codec;
 use crate::data::key::RecordKey;
+use crate::data::mapped::Mapped;
 use crate::data::stored::{Piece, StoredRecord};
 use crate::data::symbols::Symbol;
 use crate::domain::time::Timestamp;
@@ -270,7 +271,7 @@ impl Sealed {
         index: u64,
         skip: usize,
         file: &Arc<StoreFile>,
-        map: Option<memmap2::Mmap>,
+        map: Option<Mapped>,
     ) -> Result<Sealed, codec::Corrupt> {
         let corrupt = codec::Corrupt;
         let split = (bytes.len().checked_sub(8)).ok_or(corrupt("a sealed file's end"))?;

@@ -124,7 +124,7 @@ impl LayerTexts {
                     .filter(|(_, candidate)| candidate.eq_ignore_ascii_case(text))
                     .map(|(index, _)| index.to_usize()),
             ),
-            LayerTexts::Mapped(run) => Box::new(run.indexes_ignoring_ascii_case(text)),
+            LayerTexts::Mapped(run) => Box::new(run.indexes_ignoring_ascii_case(text).into_iter()),
         }
     }
 

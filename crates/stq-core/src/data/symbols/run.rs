@@ -16,17 +16,19 @@
 //! The store checks the file whole against its name before mapping it. A mapped
 //! file is read for as long as a layer holds it, after the store has deleted it
 //! too; stq never writes to a named store file, but another process that did would
-//! change what is read (a truncation stops stq with SIGBUS). So a string is checked
-//! against its hash whenever its text is read, and a damaged one raises a
-//! [`StorageFault`] where it is read, as a damaged block part does.
+//! change what is read, and one that cut it would lose pages of the map (which
+//! `crate::data::mapped` turns into zeros, marking the map). So a string is
+//! checked against its hash whenever its text is read, every read asks whether
+//! the map lost a page, and a damaged or cut run raises a [`StorageFault`] where
+//! it is read, as a damaged block part does.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use memmap2::Mmap;
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::data::fault::StorageFault;
+use crate::data::mapped::Mapped;
 
 const HEADER: usize = 24;
 
@@ -40,7 +42,9 @@ pub(crate) struct Malformed(pub(super) &'static str);
 #[derive(Debug)]
 pub(crate) struct Run {
     path: PathBuf,
-    map: Mmap,
+    /// The file, open: what [`Run::check_length`] asks its length.
+    file: File,
+    map: Mapped,
     first: u32,
     count: usize,
     slots: usize,
@@ -135,15 +139,13 @@ impl Run {
         {
             return Err(Malformed("string ends or table"));
         }
-        // SAFETY: a store file is written whole under a temporary name and never
-        // written again once named; what another process might do to it is the
-        // module doc's (every string read is checked against its hash).
-        let map = unsafe { Mmap::map(file) }.map_err(|_| Malformed("mapping"))?;
+        let map = Mapped::new(file).map_err(|_| Malformed("mapping"))?;
         if map.len() != checked.len() {
             return Err(Malformed("length"));
         }
         Ok(Run {
             path: path.to_path_buf(),
+            file: file.try_clone().map_err(|_| Malformed("file"))?,
             map,
             first,
             count,
@@ -172,10 +174,14 @@ impl Run {
         loop {
             let index = self.word(self.table + slot * 4) as usize;
             if index == 0 {
+                // An empty slot may be a lost page's zeros, or the zeros past
+                // the end of a file cut inside its last page (no fault there).
+                self.check_length();
                 return None;
             }
             let index = index - 1;
             if self.hash(index) == hash && self.bytes(index) == text.as_bytes() {
+                self.check_whole();
                 return Some(index);
             }
             slot = (slot + 1) & (self.slots - 1);
@@ -190,14 +196,10 @@ impl Run {
         let text = (xxh3_64(bytes) == self.hash(index))
             .then(|| std::str::from_utf8(bytes).ok())
             .flatten();
+        self.check_whole();
         text.unwrap_or_else(|| {
-            StorageFault::raise(
-                &self.path,
-                format!(
-                    "is damaged: symbol {} fails its check",
-                    self.first as usize + index
-                ),
-            )
+            let symbol = self.first as usize + index;
+            self.raise(&format!("symbol {symbol} fails its check"))
         })
     }
 
@@ -210,17 +212,19 @@ impl Run {
     /// strings of `text`'s length are read (a year's run is millions of serial
     /// numbers: their ends are read, not their text), and a match is checked
     /// against its hash.
-    pub(crate) fn indexes_ignoring_ascii_case<'a>(
-        &'a self,
-        text: &'a str,
-    ) -> impl Iterator<Item = usize> + 'a {
-        (0..self.count).filter(move |&index| {
-            let start = self.word(self.ends + index * 4) as usize;
-            let end = self.word(self.ends + index * 4 + 4) as usize;
-            end.wrapping_sub(start) == text.len()
-                && self.bytes(index).eq_ignore_ascii_case(text.as_bytes())
-                && self.text(index).eq_ignore_ascii_case(text)
-        })
+    pub(crate) fn indexes_ignoring_ascii_case(&self, text: &str) -> Vec<usize> {
+        let found = (0..self.count)
+            .filter(|&index| {
+                let start = self.word(self.ends + index * 4) as usize;
+                let end = self.word(self.ends + index * 4 + 4) as usize;
+                end.wrapping_sub(start) == text.len()
+                    && self.bytes(index).eq_ignore_ascii_case(text.as_bytes())
+                    && self.text(index).eq_ignore_ascii_case(text)
+            })
+            .collect();
+        // A length read as zeros (a cut file) may have hidden a match.
+        self.check_length();
+        found
     }
 
     /// The bytes of the file it is mapped from.
@@ -233,9 +237,37 @@ impl Run {
         let start = self.word(self.ends + index * 4) as usize;
         let end = self.word(self.ends + index * 4 + 4) as usize;
         let text = &self.map[self.text..];
-        text.get(start..end).unwrap_or_else(|| {
-            StorageFault::raise(&self.path, "is damaged: a symbol's bounds".into())
-        })
+        (text.get(start..end)).unwrap_or_else(|| self.raise("a symbol's bounds fail their check"))
+    }
+
+    /// Raises the fault of a map that lost a page since it was checked whole.
+    fn check_whole(&self) {
+        if self.map.faulted() {
+            self.raise("a page of its map was lost");
+        }
+    }
+
+    /// Raises the fault of a file no longer its checked length, or of a map that
+    /// lost a page: what a read that found nothing asks (one `fstat`), since the
+    /// zeros past a cut file's end inside its last page read without a fault.
+    fn check_length(&self) {
+        if self.cut() {
+            self.raise("it is no longer the length it was checked at");
+        }
+    }
+
+    fn cut(&self) -> bool {
+        self.map.faulted()
+            || (self.file.metadata()).map_or(true, |meta| meta.len() != self.map.len() as u64)
+    }
+
+    /// Raises the fault of `what` failing: the run was cut, or is damaged.
+    fn raise(&self, what: &str) -> ! {
+        let how = match self.cut() {
+            true => "was cut short under the server",
+            false => "is damaged",
+        };
+        StorageFault::raise(&self.path, format!("{how}: {what}"))
     }
 
     fn hash(&self, index: usize) -> u64 {
@@ -282,7 +314,7 @@ mod tests {
                 if !held.contains(probe) {
                     prop_assert_eq!(run.get(probe), None);
                 }
-                let found: Vec<usize> = run.indexes_ignoring_ascii_case(probe).collect();
+                let found: Vec<usize> = run.indexes_ignoring_ascii_case(probe);
                 let expected: Vec<usize> = (0..texts.len())
                     .filter(|&index| texts[index].eq_ignore_ascii_case(probe))
                     .collect();
@@ -315,9 +347,9 @@ mod tests {
         assert_eq!(run.get("SN-x"), None);
         assert_eq!(run.get(""), None);
         assert!(run.texts().eq(texts.iter().copied()));
-        let matches: Vec<usize> = run.indexes_ignoring_ascii_case("sn-00004999").collect();
+        let matches: Vec<usize> = run.indexes_ignoring_ascii_case("sn-00004999");
         assert_eq!(matches, [4999]);
-        assert_eq!(run.indexes_ignoring_ascii_case("SN-0000499").count(), 0);
+        assert!(run.indexes_ignoring_ascii_case("SN-0000499").is_empty());
     }
 
     /// Issue 32: bytes that are not a run are refused before anything is mapped:
