@@ -7,7 +7,8 @@
 # background, so that pip's downloads (chDB's wheel alone is 534 MB) and the s3s-fs build
 # overlap CI's own builds instead of following them. A lock makes the two safe
 # together. The releases are pinned here, and only here: each server's reading of
-# S3, and each engine's reader, are what the tests test.
+# S3, and each engine's reader, are what the tests test. `s3-tools.sh DIR s3s-fs`
+# installs s3s-fs alone (benches/chaos.sh needs no Python engines).
 set -euo pipefail
 
 MOTO=5.2.5
@@ -17,7 +18,8 @@ CHDB=4.4.0
 # and later need a newer rustc.
 S3S_FS=0.14.1
 
-dir=${1:?usage: s3-tools.sh DIR}
+dir=${1:?usage: s3-tools.sh DIR [s3s-fs]}
+only=${2:-}
 mkdir -p "$dir"
 exec 9>"$dir/s3-tools.lock"
 flock 9
@@ -28,7 +30,7 @@ has() {
     "$venv/bin/python" -c 'import moto, polars, chdb, boto3
 print(moto.__version__, polars.__version__, chdb.__version__)' 2>/dev/null
 }
-if [[ $(has) != "$wanted" ]]; then
+if [[ $only != s3s-fs && $(has) != "$wanted" ]]; then
     echo "s3-tools: installing moto $MOTO, polars $POLARS, chDB $CHDB into $venv" >&2
     rm -rf "$venv"
     # Debian's python3 leaves `venv` (and its ensurepip) to the python3-venv package.
