@@ -406,6 +406,7 @@ async fn run(
     if let Some((store, (catalog, shards))) = store.as_ref().zip(engine.serving()) {
         store.write(catalog, shards);
     }
+    let store_at_stop = store.clone();
     if let Some((export, (catalog, shards))) = export.as_ref().zip(engine.serving()) {
         export.export(catalog, shards, complete_before);
     }
@@ -476,5 +477,10 @@ async fn run(
         stations
     ));
     actix_rt::spawn(admin);
-    server.await.context("the HTTP server failed")
+    let served = server.await.context("the HTTP server failed");
+    if let Some(store) = store_at_stop {
+        // Nothing is served any more: blocking this thread holds up no one.
+        store.finish_within(crate::store::STOP_WAIT);
+    }
+    served
 }

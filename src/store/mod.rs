@@ -14,7 +14,10 @@
 //! since, from where the store's history of each file ends). There is no write at a
 //! stop: SIGTERM ends the process once the requests in flight are answered, and a
 //! write under way then is left as a killed one is (the store keeps the last
-//! manifest written whole).
+//! manifest written whole). A stop waits a while ([`STOP_WAIT`]) for the write
+//! under way, and for the first write when the store holds none yet, so that a stop
+//! right after a first start (a package upgrade right after its install) leaves a
+//! store the next start uses ([`StoreHandle::finish_within`]).
 //!
 //! A write that fails (a full or read-only disk) leaves the store as the last
 //! whole write left it and stq serving from memory: the status turns `degraded`
@@ -41,6 +44,7 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use parking_lot::{Condvar, Mutex};
 use stq_core::data::store::StoreWriter;
 use stq_core::data::Catalog;
 use stq_core::data::ShardData;
@@ -64,6 +68,12 @@ pub const WRITE_INTERVAL: Duration = Duration::from_secs(5);
 /// (or writes the failed generation again): a bucket back after an outage
 /// is in use again within this, on a floor that appends nothing.
 pub(crate) const RETRY_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The longest a stop (SIGTERM, SIGINT) waits for the store's write under way, or
+/// for its first write while it holds none, before the process ends without it:
+/// with the requests' drain (at most 30 s, actix's), within the Debian unit's
+/// `TimeoutStopSec=60s`. A week of 1000 stations is written in about 2 s.
+pub const STOP_WAIT: Duration = Duration::from_secs(25);
 
 /// What `/readyz` says of the store, and the generation it holds whole (the admin
 /// `stq_store_generation`).
@@ -122,6 +132,45 @@ type Job = (Arc<Catalog>, Vec<Arc<ShardData>>);
 #[derive(Clone)]
 pub struct StoreHandle {
     next: Arc<Newest<Job>>,
+    progress: Arc<Progress>,
+    status: Arc<StoreStatus>,
+}
+
+/// The generations handed to the writing thread and what became of them, for a
+/// stop to wait on ([`StoreHandle::finish_within`]).
+#[derive(Default)]
+struct Progress {
+    writes: Mutex<Writes>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct Writes {
+    /// The newest generation handed over.
+    handed: u64,
+    /// The newest generation whose write ended (written, failed or left to another
+    /// process).
+    ended: u64,
+    /// The generation being written (and pushed), if one is.
+    writing: Option<u64>,
+}
+
+impl Progress {
+    fn handed(&self, generation: u64) {
+        let mut writes = self.writes.lock();
+        writes.handed = writes.handed.max(generation);
+    }
+
+    fn begin(&self, generation: u64) {
+        self.writes.lock().writing = Some(generation);
+    }
+
+    fn end(&self, generation: u64) {
+        let mut writes = self.writes.lock();
+        writes.writing = None;
+        writes.ended = writes.ended.max(generation);
+        self.changed.notify_all();
+    }
 }
 
 /// Where a server's store is read and written, as its start found it.
@@ -149,13 +198,15 @@ impl StoreHandle {
         status: Arc<StoreStatus>,
     ) -> std::io::Result<StoreHandle> {
         let next: Arc<Newest<Job>> = Arc::default();
+        let progress: Arc<Progress> = Arc::default();
         status.set(if place.degraded { DEGRADED } else { OK });
         let waiting = Arc::clone(&next);
         let mut thread = Writing {
             writer,
             directory: place.directory,
             mirror: place.mirror,
-            status,
+            status: Arc::clone(&status),
+            progress: Arc::clone(&progress),
             first: true,
             whole: false,
             written: 0,
@@ -164,13 +215,63 @@ impl StoreHandle {
         std::thread::Builder::new()
             .name("stq-store".into())
             .spawn(move || thread.write_forever(&waiting))?;
-        Ok(StoreHandle { next })
+        Ok(StoreHandle {
+            next,
+            progress,
+            status,
+        })
     }
 
     /// Asks for the generation of `catalog` and `shards` to be written, in place of
     /// any not yet begun.
     pub fn write(&self, catalog: Arc<Catalog>, shards: Vec<Arc<ShardData>>) {
+        self.progress.handed(catalog.generation());
         self.next.put((catalog, shards));
+    }
+
+    /// At a stop: waits, at most `limit`, for the write under way to end, and for
+    /// the first write while the store holds no generation whole. A write not yet
+    /// begun of a later generation is not waited for: the store holds an earlier
+    /// one, and the next start reads what it lacks from the snapshot files. Logs
+    /// what it waited for and how that ended.
+    pub fn finish_within(&self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        let mut writes = self.progress.writes.lock();
+        let awaited = |writes: &Writes| {
+            writes.writing.or_else(|| {
+                (self.status.generation() == 0 && writes.handed > writes.ended)
+                    .then_some(writes.handed)
+            })
+        };
+        let Some(generation) = awaited(&writes) else {
+            return;
+        };
+        tracing::info!(
+            "stopping: the store's write of generation {generation} is under way; waiting up \
+             to {} s for it to end",
+            limit.as_secs()
+        );
+        while awaited(&writes).is_some() {
+            if self
+                .progress
+                .changed
+                .wait_until(&mut writes, deadline)
+                .timed_out()
+                && awaited(&writes).is_some()
+            {
+                tracing::warn!(
+                    "stopping without the store's write of generation {generation}: it did \
+                     not end within {} s; the next start reads what the store lacks from \
+                     the snapshot files",
+                    limit.as_secs()
+                );
+                return;
+            }
+        }
+        tracing::info!(
+            "stopping: the store's write ended; it holds generation {} whole",
+            self.status.generation()
+        );
     }
 }
 
@@ -181,6 +282,8 @@ struct Writing {
     directory: PathBuf,
     mirror: Option<Mirror>,
     status: Arc<StoreStatus>,
+    /// What a stop waits on.
+    progress: Arc<Progress>,
     first: bool,
     /// Whether the next write writes every file: this process took the store over
     /// from another, which may have deleted any since this one's start.
@@ -216,10 +319,12 @@ impl Writing {
             if !self.may_write() {
                 // Another process writes the store: this generation is not written.
                 drop((catalog, shards));
+                self.progress.end(generation);
                 last_ended = Some(Instant::now());
                 continue;
             }
             let whole = std::mem::take(&mut self.whole);
+            self.progress.begin(generation);
             match self.writer.write(&catalog, &shards, whole) {
                 Ok(report) => {
                     self.written = generation;
@@ -250,12 +355,14 @@ impl Writing {
                         );
                     }
                     failed = Some((catalog, shards));
+                    self.progress.end(generation);
                     last_ended = Some(Instant::now());
                     continue;
                 }
             }
             // The generation is not kept beyond its write.
             drop((catalog, shards));
+            self.progress.end(generation);
             last_ended = Some(Instant::now());
         }
     }
