@@ -354,8 +354,9 @@ fn metrics_of(store: bool, status: &Arc<StoreStatus>) -> Metrics {
 fn repair_on_storage_faults(engine: &Engine, trigger: &ReloadTrigger, status: Arc<StoreStatus>) {
     let trigger = trigger.clone();
     engine.on_storage_fault(move |stations| {
-        status.degrade();
-        trigger.request_repair(stations);
+        let ticket = trigger.repair_ticket();
+        status.degrade_until(ticket);
+        trigger.request_repair_of(ticket, stations);
     });
 }
 
@@ -404,7 +405,7 @@ async fn run(
             .with_store_status(Arc::clone(&status)),
     );
     if let Some((store, (catalog, shards))) = store.as_ref().zip(engine.serving()) {
-        store.write(catalog, shards);
+        store.write(catalog, shards, 0);
     }
     let store_at_stop = store.clone();
     if let Some((export, (catalog, shards))) = export.as_ref().zip(engine.serving()) {

@@ -19,6 +19,7 @@
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -119,6 +120,8 @@ pub struct ReloadTrigger {
     sender: mpsc::Sender<()>,
     /// What the requests since the last reload started ask of the next one.
     pending: Arc<Mutex<Pending>>,
+    /// The last repair ticket given ([`ReloadTrigger::repair_ticket`]).
+    tickets: Arc<AtomicU64>,
 }
 
 /// What the next reload is asked to do.
@@ -135,6 +138,10 @@ struct Pending {
     /// Stations whose store files were found damaged after the start: read again
     /// from the snapshot files ([`load::reload_looking`]).
     repair: BTreeSet<String>,
+    /// The newest ticket among the repairs asked for: a generation built with
+    /// them mends every fault up to it, and its write may call the store whole
+    /// ([`StoreHandle::write`]).
+    ticket: u64,
 }
 
 impl ReloadTrigger {
@@ -163,11 +170,26 @@ impl ReloadTrigger {
     /// Asks for a reload that reads `stations` again from the snapshot files, whose
     /// history in the store was found damaged after the start; logged.
     pub fn request_repair(&self, stations: impl IntoIterator<Item = String>) {
+        self.request_repair_of(0, stations);
+    }
+
+    /// A ticket for a fault's repair, taken before the store is marked degraded
+    /// until it ([`crate::store::StoreStatus::degrade_until`]) and the repair is
+    /// asked for ([`ReloadTrigger::request_repair_of`]): a write of a generation
+    /// built before the repair then does not call the store whole while the
+    /// damaged file is still in it.
+    pub fn repair_ticket(&self) -> u64 {
+        self.tickets.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// As [`ReloadTrigger::request_repair`], for the fault of `ticket`.
+    pub fn request_repair_of(&self, ticket: u64, stations: impl IntoIterator<Item = String>) {
         {
             let mut pending = self.pending.lock();
             pending.announce = true;
             pending.everything = true;
             pending.repair.extend(stations);
+            pending.ticket = pending.ticket.max(ticket);
         }
         self.send();
     }
@@ -228,10 +250,14 @@ impl Reloader {
     /// Builds, installs and swaps in the next generation; returns its number, what
     /// the reload read, and how many files it holds back. It looks for changes
     /// where `look` says, and reads the stations `repair` again whole.
+    ///
+    /// `repaired` is the newest repair ticket the generation mends (with the
+    /// repairs of every reload before it): its store write says so.
     pub async fn reload(
         &self,
         look: Look,
         repair: BTreeSet<String>,
+        repaired: u64,
     ) -> Result<(u64, LoadReport, u64), ReloadError> {
         let options = LoadOptions {
             directory: self.snapshots.clone(),
@@ -282,7 +308,7 @@ impl Reloader {
             .await;
         credentials.install(self.certificates.as_deref(), self.engine.jwt());
         if let Some((store, (catalog, shards))) = self.store.as_ref().zip(self.engine.serving()) {
-            store.write(catalog, shards);
+            store.write(catalog, shards, repaired);
         }
         if let Some((export, (catalog, shards))) = self.export.as_ref().zip(self.engine.serving()) {
             export.export(catalog, shards, complete_before);
@@ -315,11 +341,15 @@ impl Reloader {
         let trigger = ReloadTrigger {
             sender,
             pending: Arc::clone(&pending),
+            tickets: Arc::default(),
         };
         actix_rt::spawn(async move {
+            // The newest repair ticket a generation served has mended.
+            let mut repaired = 0;
             while receiver.recv().await.is_some() {
                 // What is asked from here on is for the next reload.
                 let asked = std::mem::take(&mut *pending.lock());
+                let ticket = repaired.max(asked.ticket);
                 let announced = asked.announce;
                 let look = match asked.everything {
                     true => Look::Everything,
@@ -331,7 +361,18 @@ impl Reloader {
                 if announced {
                     crate::systemd::reloading();
                 }
-                let result = self.reload(look, asked.repair).await;
+                let result = self.reload(look, asked.repair.clone(), ticket).await;
+                match &result {
+                    Ok(_) => repaired = ticket,
+                    // The repairs are asked of the next reload again.
+                    Err(_) if !asked.repair.is_empty() => {
+                        let mut pending = pending.lock();
+                        pending.everything = true;
+                        pending.repair.extend(asked.repair);
+                        pending.ticket = pending.ticket.max(asked.ticket);
+                    }
+                    Err(_) => {}
+                }
                 if announced {
                     let serving = self.engine.catalog();
                     crate::systemd::ready(&format!(

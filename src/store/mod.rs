@@ -83,6 +83,12 @@ pub struct StoreStatus {
     /// The newest generation written whole where the store is (pushed too, for an
     /// `s3://` store) by this process; 0 before its first write.
     whole: AtomicU64,
+    /// The newest repair ticket of a fault found while serving: only the write of
+    /// a generation that mends it makes the store `ok` again.
+    needs_repair: AtomicU64,
+    /// Held while the state changes on what `needs_repair` says, so that a fault's
+    /// `degraded` is never overwritten by a write that does not mend it.
+    changing: Mutex<()>,
 }
 
 const OFF: u8 = 0;
@@ -108,11 +114,28 @@ impl StoreStatus {
         self.whole.load(Ordering::Relaxed)
     }
 
-    /// Marks the store `degraded`: a file of it failed a read while serving. The
-    /// next write that reaches the store makes it `ok` again.
-    pub fn degrade(&self) {
+    /// Marks the store `degraded`: a file of it failed a read while serving, whose
+    /// repair has `ticket` ([`crate::engine::ReloadTrigger::repair_ticket`]).
+    /// The first write that reaches the store of a generation that mends it makes
+    /// the store `ok` again; one built before does not, though it writes whole
+    /// what it writes: the damaged file may be one it keeps.
+    pub fn degrade_until(&self, ticket: u64) {
+        let _changing = self.changing.lock();
+        self.needs_repair.fetch_max(ticket, Ordering::Relaxed);
         if self.state() != OFF {
             self.set(DEGRADED);
+        }
+    }
+
+    /// A write (and push) of a generation that mends the repairs up to `repaired`
+    /// reached the store: `ok`, unless a fault it does not mend is pending. Returns
+    /// the state before.
+    fn written(&self, repaired: u64) -> u8 {
+        let _changing = self.changing.lock();
+        if repaired >= self.needs_repair.load(Ordering::Relaxed) {
+            self.set(OK)
+        } else {
+            self.state()
         }
     }
 
@@ -125,8 +148,9 @@ impl StoreStatus {
     }
 }
 
-/// A generation to write: its catalog and shards.
-type Job = (Arc<Catalog>, Vec<Arc<ShardData>>);
+/// A generation to write: its catalog and shards, and the newest repair ticket it
+/// mends ([`StoreStatus::degrade_until`]).
+type Job = (Arc<Catalog>, Vec<Arc<ShardData>>, u64);
 
 /// Hands generations to the store's writing thread; cheap to clone.
 #[derive(Clone)]
@@ -210,6 +234,7 @@ impl StoreHandle {
             first: true,
             whole: false,
             written: 0,
+            repaired: 0,
             lock: place.lock,
         };
         std::thread::Builder::new()
@@ -223,10 +248,11 @@ impl StoreHandle {
     }
 
     /// Asks for the generation of `catalog` and `shards` to be written, in place of
-    /// any not yet begun.
-    pub fn write(&self, catalog: Arc<Catalog>, shards: Vec<Arc<ShardData>>) {
+    /// any not yet begun; `repaired` is the newest repair ticket it mends (0 for
+    /// none).
+    pub fn write(&self, catalog: Arc<Catalog>, shards: Vec<Arc<ShardData>>, repaired: u64) {
         self.progress.handed(catalog.generation());
-        self.next.put((catalog, shards));
+        self.next.put((catalog, shards, repaired));
     }
 
     /// At a stop: waits, at most `limit`, for the write under way to end, and for
@@ -293,6 +319,8 @@ struct Writing {
     /// The generation last written to the directory, whole where the store is once
     /// pushed ([`Writing::push`]).
     written: u64,
+    /// The newest repair ticket that generation mends.
+    repaired: u64,
 }
 
 impl Writing {
@@ -309,7 +337,7 @@ impl Writing {
             let behind = self.mirror.is_some() || failed.is_some();
             let patience = (self.status.state() == DEGRADED && behind).then_some(RETRY_INTERVAL);
             let taken = next.take_within(last_ended, WRITE_INTERVAL, patience);
-            let Some((catalog, shards)) = taken.or_else(|| failed.take()) else {
+            let Some((catalog, shards, repaired)) = taken.or_else(|| failed.take()) else {
                 self.push();
                 last_ended = Some(Instant::now());
                 continue;
@@ -328,6 +356,7 @@ impl Writing {
             match self.writer.write(&catalog, &shards, whole) {
                 Ok(report) => {
                     self.written = generation;
+                    self.repaired = repaired;
                     let line = format!(
                         "store written: generation {generation}, {} files ({} bytes) written, \
                          {} deleted, in {} ms",
@@ -354,7 +383,7 @@ impl Writing {
                             self.directory.display()
                         );
                     }
-                    failed = Some((catalog, shards));
+                    failed = Some((catalog, shards, repaired));
                     self.progress.end(generation);
                     last_ended = Some(Instant::now());
                     continue;
@@ -397,13 +426,13 @@ impl Writing {
             return;
         }
         let Some(mirror) = &mut self.mirror else {
-            self.status.set(OK);
+            self.status.written(self.repaired);
             self.status.whole.store(self.written, Ordering::Relaxed);
             return;
         };
         match mirror.push() {
             Ok(pushed) => {
-                let was = self.status.set(OK);
+                let was = self.status.written(self.repaired);
                 self.status.whole.store(self.written, Ordering::Relaxed);
                 let pack = match pushed.pack {
                     Some((parts, bytes)) => {
@@ -439,5 +468,37 @@ impl Writing {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 51: a write of a generation built before a fault's repair (the damaged
+    /// file may be one it keeps) leaves the store `degraded`; the write of one that
+    /// mends it makes it `ok`.
+    #[test]
+    fn issue_51_only_a_write_that_mends_the_fault_makes_the_store_ok_again() {
+        let status = StoreStatus::default();
+        status.set(OK);
+        status.degrade_until(2);
+        assert_eq!(status.written(1), DEGRADED);
+        assert_eq!(status.name(), "degraded");
+        assert_eq!(status.written(2), DEGRADED);
+        assert_eq!(status.name(), "ok");
+        status.degrade_until(3);
+        status.written(2);
+        assert_eq!(status.name(), "degraded");
+        status.written(7);
+        assert_eq!(status.name(), "ok");
+    }
+
+    /// Without a store, a fault (none can happen) leaves `off` as it is.
+    #[test]
+    fn a_store_that_is_off_stays_off() {
+        let status = StoreStatus::default();
+        status.degrade_until(1);
+        assert_eq!(status.name(), "off");
     }
 }
