@@ -360,6 +360,33 @@ fn repair_on_storage_faults(engine: &Engine, trigger: &ReloadTrigger, status: Ar
     });
 }
 
+/// The line an operator reads first: what was loaded, how fast, and where stq listens.
+fn log_ready(
+    report: &LoadReport,
+    stations: usize,
+    shards: usize,
+    started: &str,
+    scheme: &str,
+    address: &impl std::fmt::Display,
+) {
+    tracing::info!(
+        "stq ready: {} records ({} units, {} metrics; {} sealed), {} stations, {} shards, \
+         {} invalid lines skipped, {} files held, loaded in {} ms ({:.1} MB at {:.0} MB/s)\
+         {started}, listening on {scheme}://{address}",
+        report.units + report.metrics,
+        report.units,
+        report.metrics,
+        report.sealed,
+        stations,
+        shards,
+        report.invalid.len(),
+        report.held.len(),
+        report.elapsed.as_millis(),
+        report.bytes as f64 / 1e6,
+        report.bytes as f64 / 1e6 / report.elapsed.as_secs_f64().max(1e-9),
+    );
+}
+
 async fn run(
     args: ServeArgs,
     generation: Generation,
@@ -453,22 +480,7 @@ async fn run(
     let scheme = ["http", "https"][usize::from(certificates.is_some())];
     let timeout = args.client_timeout;
     let (server, address) = api_server(&args.listen, workers, timeout, certificates, state)?;
-    tracing::info!(
-        "stq ready: {} records ({} units, {} metrics; {} sealed), {} stations, {} shards, \
-         {} invalid lines skipped, {} files held, loaded in {} ms ({:.1} MB at {:.0} MB/s)\
-         {started}, listening on {scheme}://{address}",
-        report.units + report.metrics,
-        report.units,
-        report.metrics,
-        report.sealed,
-        stations,
-        shards,
-        report.invalid.len(),
-        report.held.len(),
-        report.elapsed.as_millis(),
-        report.bytes as f64 / 1e6,
-        report.bytes as f64 / 1e6 / report.elapsed.as_secs_f64().max(1e-9),
-    );
+    log_ready(&report, stations, shards, &started, scheme, &address);
     stop_gracefully_on_signals(engine.clone(), vec![server.handle(), admin.handle()])
         .context("cannot listen for SIGTERM and SIGINT")?;
     // Bound, and a stop from now on is graceful: systemd may count stq as started.
