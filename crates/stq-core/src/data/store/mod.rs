@@ -75,7 +75,7 @@ use crate::data::shard::ShardData;
 use crate::data::sources::SourceState;
 use crate::data::station::StationData;
 use crate::data::symbols::run::{self, Run};
-use crate::data::symbols::{Symbol, Symbols};
+use crate::data::symbols::{Lineage, Symbol, Symbols};
 use crate::data::threads;
 
 /// The manifest's name in the store's directory.
@@ -211,6 +211,9 @@ pub(crate) struct Written {
     runs: Vec<WrittenRun>,
     /// How many symbols the runs hold.
     symbol_count: usize,
+    /// The numbering the runs hold strings of: a table of another lineage numbers
+    /// its strings otherwise, and is written whole.
+    lineage: Lineage,
 }
 
 /// A symbol run the store holds: its file, and the run mapped from it.
@@ -317,6 +320,7 @@ impl Store {
                 let symbols =
                     Symbols::of_runs(&runs).map_err(|malformed| damaged(malformed.to_string()))?;
                 written.symbol_count = symbols.len();
+                written.lineage = symbols.lineage();
                 symbols
             }
         };
@@ -1089,6 +1093,7 @@ impl StoreWriter {
         self.written = Written {
             stations: written_stations,
             symbol_count: symbols.len(),
+            lineage: symbols.lineage(),
             runs,
         };
         report.tiers_stored = self.read_from_files(stored);
@@ -1106,11 +1111,12 @@ impl StoreWriter {
         write: &mut impl FnMut(&str, &[u8]) -> io::Result<FileRef>,
     ) -> io::Result<Vec<WrittenRun>> {
         let mut runs = self.written.runs.clone();
-        if symbols.len() == self.written.symbol_count && !runs.is_empty() {
+        let same_lineage = self.written.lineage.holds(symbols);
+        if same_lineage && symbols.len() == self.written.symbol_count && !runs.is_empty() {
             return Ok(runs);
         }
         let mut from = self.written.symbol_count;
-        if symbols.len() < self.written.symbol_count || runs.is_empty() {
+        if !same_lineage || symbols.len() < self.written.symbol_count || runs.is_empty() {
             runs.clear();
             from = 1;
         }

@@ -659,6 +659,51 @@ fn issue_32_after_a_write_the_next_tables_strings_are_read_from_the_store() {
     assert!(fixture.read().unwrap().symbols.heap_bytes() < first.symbols.heap_bytes() / 2);
 }
 
+/// Issue 51 (found by the chaos soak): a whole reload (after a cut store file) makes
+/// a fresh table, numbered from the files as a first load numbers them. The writer
+/// kept the runs it had written of the table before whenever the fresh one was no
+/// shorter, so the manifest named another numbering's strings, and the next reload's
+/// table read them: summaries named metrics by serial numbers.
+#[test]
+fn issue_51_a_whole_reloads_table_is_written_whole_whatever_its_length() {
+    // A table long beside what the reload adds: the writer would keep its run.
+    let mut fixture = fixture(3, 2000);
+    // New serials on the first station: a fresh load numbers them before the other
+    // stations' strings, the table before numbered them after.
+    fixture.append(0, 2000..2008);
+    let options_of = |generation| options(fixture.snapshots.path(), generation);
+    let (catalog, shards) = parts(load(&options_of(2)).unwrap().0);
+    assert!(catalog.symbols.len() > fixture.catalog.symbols.len());
+    let differs = (1..fixture.catalog.symbols.len())
+        .map(|symbol| Symbol(symbol as u32))
+        .any(|symbol| catalog.symbols.text(symbol) != fixture.catalog.symbols.text(symbol));
+    assert!(differs, "the fresh table numbers its strings otherwise");
+    (fixture.catalog, fixture.shards) = (catalog, shards);
+    fixture
+        .writer
+        .write(&fixture.catalog, &fixture.shards, false)
+        .unwrap();
+    let (restarted, loaded, _) = fixture.restart(3);
+    assert_eq!(restarted, loaded, "the store holds the fresh table");
+    // The next reload's table reads the strings the write stored.
+    fixture.append(1, 2008..2010);
+    fixture.reload_and_write(4);
+    let (loaded, loaded_shards) = parts(load(&options(fixture.snapshots.path(), 4)).unwrap().0);
+    // Which records a reload seals differs from a load's; their strings do not.
+    let records = |catalog: &Catalog, shards: &[Arc<ShardData>]| {
+        let mut all = everything(catalog, shards);
+        all.retain(|line| !line.ends_with(" sealed"));
+        all
+    };
+    assert_eq!(
+        records(&fixture.catalog, &fixture.shards),
+        records(&loaded, &loaded_shards)
+    );
+    // And a start reads what that write wrote.
+    let (restarted, _, _) = fixture.restart(5);
+    assert_eq!(restarted, everything(&fixture.catalog, &fixture.shards));
+}
+
 /// Issue 32: a floor that adds a serial at every write keeps few symbol runs, and
 /// writes its whole table again only as the table grows by a quarter (the small
 /// runs merged into a new one as they reach a quarter of the one below), not at

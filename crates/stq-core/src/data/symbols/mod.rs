@@ -22,7 +22,7 @@
 pub(crate) mod run;
 
 use std::mem::size_of;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 
@@ -60,6 +60,22 @@ pub(crate) struct Symbols {
 
 /// Runs of a table's strings that the store wrote, in order.
 type StoredRuns = Arc<[Arc<Run>]>;
+
+/// Which numbering a table has: tables extended from one another share it (each
+/// numbers the strings of the one it extends as that one did), a fresh table (a
+/// whole reload's) starts another, however long it is. The store's writer keeps its
+/// runs only for a table of the lineage it wrote them from (issue 51: a whole
+/// reload's table, as long as the one before, took the old runs' strings).
+/// A weak reference: it keeps no table's runs alive.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Lineage(Weak<Mutex<Option<StoredRuns>>>);
+
+impl Lineage {
+    /// Whether `symbols` numbers its strings as the tables of this lineage do.
+    pub(crate) fn holds(&self, symbols: &Symbols) -> bool {
+        Weak::ptr_eq(&self.0, &Arc::downgrade(&symbols.stored))
+    }
+}
 
 impl Default for Symbols {
     /// A table of the empty string alone, numbered [`Symbol::EMPTY`].
@@ -259,6 +275,11 @@ impl Symbols {
             });
         }
         Ok(symbols)
+    }
+
+    /// Its numbering's identity, shared by the tables extended from it.
+    pub(crate) fn lineage(&self) -> Lineage {
+        Lineage(Arc::downgrade(&self.stored))
     }
 
     /// Says that `runs`, which the store wrote from this table (from symbol 1 on,
