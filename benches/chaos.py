@@ -395,6 +395,22 @@ class Floor:
         return shown
 
 
+kept_differences = []
+soak_began = 0.0
+
+
+def keep_difference(path, rows, baseline):
+    """The first rows that differ of the first 10 wrong answers, in WORK/wrong-N.json,
+    with when they came (seconds since the soak began) to read beside the faults."""
+    if len(kept_differences) >= 10:
+        return
+    first = next((i for i, (a, b) in enumerate(zip(rows, baseline)) if a != b), min(len(rows), len(baseline)))
+    kept_differences.append(path)
+    with open(f"{work}/wrong-{len(kept_differences)}.json", "w") as file:
+        json.dump({"path": path, "at": time.monotonic() - soak_began, "rows": len(rows), "baseline_rows": len(baseline),
+            "index": first, "got": rows[first:first + 2], "want": baseline[first:first + 2]}, file, indent=1)
+
+
 def mount_tmpfs():
     os.makedirs(f"{work}/tmpfs", exist_ok=True)
     if os.geteuid() == 0:
@@ -514,6 +530,7 @@ def main():
                 history.add("right")
             else:
                 history.add("wrong", f"{queries[index][0]}: differs from its first answer")
+                keep_difference(queries[index][0], rows, baselines[index])
 
     def ask_live():
         while not stop.is_set():
@@ -578,6 +595,7 @@ def main():
             else:
                 faults.append((at, kind, cut()))
 
+    global soak_began
     soak_began = time.monotonic()
     threads = [in_thread(target) for target in (ask_history, ask_live, probe, watch, inject)]
     writer = in_thread(floor.write, floor_stop)
