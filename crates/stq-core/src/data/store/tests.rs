@@ -671,8 +671,7 @@ fn issue_51_a_whole_reloads_table_is_written_whole_whatever_its_length() {
     // New serials on the first station: a fresh load numbers them before the other
     // stations' strings, the table before numbered them after.
     fixture.append(0, 2000..2008);
-    let options_of = |generation| options(fixture.snapshots.path(), generation);
-    let (catalog, shards) = parts(load(&options_of(2)).unwrap().0);
+    let (catalog, shards) = parts(load(&options(fixture.snapshots.path(), 2)).unwrap().0);
     assert!(catalog.symbols.len() > fixture.catalog.symbols.len());
     let differs = (1..fixture.catalog.symbols.len())
         .map(|symbol| Symbol(symbol as u32))

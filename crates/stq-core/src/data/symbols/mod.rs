@@ -64,9 +64,9 @@ type StoredRuns = Arc<[Arc<Run>]>;
 /// Which numbering a table has: tables extended from one another share it (each
 /// numbers the strings of the one it extends as that one did), a fresh table (a
 /// whole reload's) starts another, however long it is. The store's writer keeps its
-/// runs only for a table of the lineage it wrote them from (issue 51: a whole
-/// reload's table, as long as the one before, took the old runs' strings).
-/// A weak reference: it keeps no table's runs alive.
+/// runs only for a table of the lineage it wrote them from: a length alone cannot
+/// tell, and a fresh table as long as the one before would take the old runs'
+/// strings. A weak reference: it keeps no table's runs alive.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Lineage(Weak<Mutex<Option<StoredRuns>>>);
 
