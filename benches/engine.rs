@@ -72,6 +72,7 @@ fn planned(catalog: &Arc<Catalog>, endpoint: Endpoint, query: &str, settings: &S
 fn answers(plan: &Plan, shards: &[Arc<ShardData>]) -> Vec<ShardAnswer> {
     (plan.shard_questions())
         .map(|(shard, question)| question.answer(Arc::clone(&shards[shard])))
+        .map(|answer| answer.expect("a generation in memory reads"))
         .collect()
 }
 

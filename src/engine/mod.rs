@@ -91,6 +91,7 @@ impl From<PlanError> for EngineError {
             PlanError::Query(error) => EngineError::Query(error),
             PlanError::Refused(refusal) => EngineError::Refused(refusal),
             error @ PlanError::OtherAnswer => EngineError::Failed(error.to_string()),
+            PlanError::Storage(fault) => EngineError::StorageUnavailable(fault),
         }
     }
 }

@@ -218,15 +218,17 @@ fn repairing(
         let reloaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             load::reload_looking(catalog, shards, options, look, &repair)
         }));
-        let panic = match reloaded {
+        let fault = match reloaded {
+            Ok(Err(LoadError::Storage(fault))) => fault,
             Ok(reloaded) => return reloaded,
-            Err(panic) => panic,
-        };
-        let Some(fault) = panic.downcast_ref::<StorageFault>() else {
-            std::panic::resume_unwind(panic);
+            // The symbol runs' reads still raise their fault (`StorageFault::raise`).
+            Err(panic) => match panic.downcast::<StorageFault>() {
+                Ok(fault) => *fault,
+                Err(panic) => std::panic::resume_unwind(panic),
+            },
         };
         let before = repair.len();
-        repair.extend(catalog.stations_to_repair(shards, fault));
+        repair.extend(catalog.stations_to_repair(shards, &fault));
         tracing::warn!("{fault}; the reload reads its stations from the snapshot files too");
         if repair.len() == before {
             // Every station it names is read from the files already: what fails

@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use actix::prelude::*;
 use futures_util::future::join_all;
-use stq_core::data::plan::{Answer, Plan, Request, ShardAnswer};
+use stq_core::data::plan::{Answer, Plan, PlanError, Request, ShardAnswer};
 use stq_core::data::StorageFault;
 
 use super::fault::ShardFault;
@@ -118,6 +118,10 @@ async fn execute(
         plan.merge(answers, engine.settings())
     }));
     match merged {
+        Ok(Err(PlanError::Storage(fault))) => {
+            engine.storage_fault(&fault);
+            Err(EngineError::StorageUnavailable(fault))
+        }
         Ok(merged) => Ok(merged?),
         Err(panic) => match panic.downcast_ref::<StorageFault>() {
             Some(fault) => {

@@ -123,7 +123,12 @@ impl Handler<Query> for ShardActor {
             Ok(data) => Arc::clone(data),
             Err(error) => return Response::reply(Err(error)),
         };
-        self.in_slot(deadline, patience, fault, move || question.answer(data))
+        self.in_slot(
+            deadline,
+            patience,
+            fault,
+            move || Ok(question.answer(data)?),
+        )
     }
 }
 
@@ -177,7 +182,7 @@ impl ShardActor {
         deadline: Instant,
         patience: Patience,
         fault: Option<ShardFault>,
-        work: impl FnOnce() -> T + 'static,
+        work: impl FnOnce() -> Result<T, ShardError> + 'static,
     ) -> Response<Result<T, ShardError>> {
         let number = self.number;
         let work = move || {
@@ -186,7 +191,7 @@ impl ShardActor {
                     panic!("shard {number} panics in a scan, as the request asked");
                 }
                 work()
-            })
+            })?
         };
         if let Some(_slot) = self.slots.try_take() {
             return Response::reply(work());

@@ -27,7 +27,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use stq_core::data::ShardData;
-use stq_core::data::{Catalog, Generation, StationRecords};
+use stq_core::data::{Catalog, Generation, StationRecords, StorageFault};
 use stq_core::domain::record::Kind;
 use stq_core::domain::time::{Timestamp, Window};
 use stq_objects::Objects;
@@ -104,7 +104,7 @@ pub fn export(
     let stations = stations(generation, options.stations.as_deref());
     let mut days = BTreeSet::new();
     for kind in [Kind::Units, Kind::Metrics] {
-        if let Some((first, last)) = span(generation, &stations, kind, window) {
+        if let Some((first, last)) = span(generation, &stations, kind, window)? {
             days.extend(first..=last);
         }
         // A partition an earlier export left within the window is written again,
@@ -180,11 +180,16 @@ fn stations(generation: &Data<'_>, only: Option<&[String]>) -> Vec<u32> {
 }
 
 /// The first and last day that hold a record of `kind` of `stations` in `window`.
-fn span(generation: &Data<'_>, stations: &[u32], kind: Kind, window: Window) -> Option<(Day, Day)> {
+fn span(
+    generation: &Data<'_>,
+    stations: &[u32],
+    kind: Kind,
+    window: Window,
+) -> Result<Option<(Day, Day)>, StorageFault> {
     let mut span: Option<(Day, Day)> = None;
     for &station in stations {
         let scan = |window: Window| generation.records.first(station, kind, window);
-        let Some(first) = scan(window) else { continue };
+        let Some(first) = scan(window)? else { continue };
         // The last: the first record of the latest day that has one, found by
         // halving the days between the first and the window's end.
         let mut low = day_of(first);
@@ -195,7 +200,7 @@ fn span(generation: &Data<'_>, stations: &[u32], kind: Kind, window: Window) -> 
             match scan(Window {
                 from,
                 to: window.to,
-            }) {
+            })? {
                 Some(_) => low = middle,
                 None => high = middle - 1,
             }
@@ -206,7 +211,7 @@ fn span(generation: &Data<'_>, stations: &[u32], kind: Kind, window: Window) -> 
             Some((before, after)) => (before.min(first), after.max(last)),
         });
     }
-    span
+    Ok(span)
 }
 
 /// What one day of one kind wrote.

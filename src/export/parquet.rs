@@ -23,6 +23,7 @@ use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 use serde::Deserialize;
 use serde_json::value::RawValue;
+use stq_core::data::StorageFault;
 use stq_core::domain::record::{numeric, Kind};
 use stq_core::domain::time::Timestamp;
 use stq_objects::{ObjectWriter, Objects, ObjectsError};
@@ -54,6 +55,9 @@ pub enum ExportError {
         path: String,
         source: parquet::errors::ParquetError,
     },
+    /// A store file failed a read of the records to export.
+    #[error(transparent)]
+    Storage(#[from] StorageFault),
     /// A record's JSON the export cannot read: never the JSON stq writes.
     #[error("a record of {station} does not read as {kind}: {source}")]
     Record {

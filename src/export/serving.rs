@@ -39,7 +39,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use stq_core::data::ShardData;
-use stq_core::data::{Catalog, Generation};
+use stq_core::data::{Catalog, Generation, StorageFault};
 use stq_core::domain::record::Kind;
 use stq_core::domain::time::{Timestamp, Window};
 use stq_objects::Objects;
@@ -169,7 +169,14 @@ impl Exporter {
         };
         let every = Window::ALL;
         let stations = stations(data, None);
-        let current = fingerprints(data, &stations, window);
+        let current = match fingerprints(data, &stations, window) {
+            Ok(current) => current,
+            // The query that meets the fault first has the stations read again.
+            Err(fault) => {
+                tracing::warn!("cannot export: {fault}; tried again at the next generation");
+                return;
+            }
+        };
         let mut due: Vec<Partition> = (current.iter())
             .filter(|(partition, fingerprint)| self.written.get(*partition) != Some(*fingerprint))
             .map(|(partition, _)| *partition)
@@ -249,12 +256,16 @@ impl Exporter {
 
 /// The fingerprint of each day in `window` of each kind that holds records of
 /// `stations`: each station's, with its id, in byte order.
-fn fingerprints(data: &Data<'_>, stations: &[u32], window: Window) -> BTreeMap<Partition, u64> {
+fn fingerprints(
+    data: &Data<'_>,
+    stations: &[u32],
+    window: Window,
+) -> Result<BTreeMap<Partition, u64>, StorageFault> {
     let mut days: BTreeMap<Partition, Xxh3> = BTreeMap::new();
     for (kind, name) in KINDS {
         for &station in stations {
             let id = &data.catalog.stations()[station as usize];
-            for (day, fingerprint) in data.records.day_fingerprints(station, kind, window) {
+            for (day, fingerprint) in data.records.day_fingerprints(station, kind, window)? {
                 let hasher = days.entry((name, day)).or_default();
                 hasher.update(&(id.len() as u64).to_le_bytes());
                 hasher.update(id.as_bytes());
@@ -262,9 +273,9 @@ fn fingerprints(data: &Data<'_>, stations: &[u32], window: Window) -> BTreeMap<P
             }
         }
     }
-    (days.into_iter())
+    Ok((days.into_iter())
         .map(|(partition, hasher)| (partition, hasher.digest()))
-        .collect()
+        .collect())
 }
 
 /// The fingerprints written, from `destination`'s object: those of partitions

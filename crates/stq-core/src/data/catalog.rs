@@ -326,7 +326,7 @@ impl<'a> StationRecords<'a> {
         kind: Kind,
         window: Window,
         cap: usize,
-    ) -> (&'a ShardData, ScanAnswer) {
+    ) -> Result<(&'a ShardData, ScanAnswer), StorageFault> {
         let (shard, station) = self.station(rank);
         let filter = match kind {
             Kind::Units => RecordFilter::Units {
@@ -346,28 +346,34 @@ impl<'a> StationRecords<'a> {
             after: None,
             filter,
             cap,
-        });
-        (shard, answer)
+        })?;
+        Ok((shard, answer))
     }
 
     /// The instant of the first record of `kind` of the station of `rank` in
     /// `window`, if it has one.
-    pub fn first(&self, rank: u32, kind: Kind, window: Window) -> Option<Timestamp> {
-        let (_, answer) = self.scan(rank, kind, window, 1);
-        answer.hits.first().map(|hit| hit.position.instant)
+    pub fn first(
+        &self,
+        rank: u32,
+        kind: Kind,
+        window: Window,
+    ) -> Result<Option<Timestamp>, StorageFault> {
+        let (_, answer) = self.scan(rank, kind, window, 1)?;
+        Ok(answer.hits.first().map(|hit| hit.position.instant))
     }
 
     /// Hands each record of `kind` of the station of `rank` in `window`, in the
     /// contract's order, to `each`: its response JSON and its instant. Stops at
-    /// the first error `each` returns, and returns it.
-    pub fn each<E>(
+    /// the first error `each` returns, and returns it; a store file that fails the
+    /// read is its fault, and nothing is handed on.
+    pub fn each<E: From<StorageFault>>(
         &self,
         rank: u32,
         kind: Kind,
         window: Window,
         mut each: impl FnMut(&[u8], Timestamp) -> Result<(), E>,
     ) -> Result<(), E> {
-        let (shard, answer) = self.scan(rank, kind, window, usize::MAX);
+        let (shard, answer) = self.scan(rank, kind, window, usize::MAX)?;
         let mut json = Vec::new();
         for hit in &answer.hits {
             json.clear();
@@ -380,7 +386,12 @@ impl<'a> StationRecords<'a> {
     /// A fingerprint of each UTC day (days since 1970-01-01) of `window` that
     /// holds records of `kind` of the station of `rank`: see
     /// [`ShardData::day_fingerprints`].
-    pub fn day_fingerprints(&self, rank: u32, kind: Kind, window: Window) -> BTreeMap<i64, u64> {
+    pub fn day_fingerprints(
+        &self,
+        rank: u32,
+        kind: Kind,
+        window: Window,
+    ) -> Result<BTreeMap<i64, u64>, StorageFault> {
         let (shard, station) = self.station(rank);
         shard.day_fingerprints(station.station_index, kind, window)
     }

@@ -9,6 +9,7 @@
 //! `storage_unavailable`, marks the store degraded and has the stations read
 //! again from the snapshot files. A plain panic stays a bug (`internal_error`).
 
+use std::cell::Cell;
 use std::path::{Path, PathBuf};
 
 /// A store file that could not be read, or read damaged, during a query.
@@ -22,12 +23,69 @@ pub struct StorageFault {
 }
 
 impl StorageFault {
-    /// Ends the read under way with the fault of `path`: the query unwinds to its
-    /// shard's wall, which answers it (see the module's doc).
-    pub(crate) fn raise(path: &Path, reason: String) -> ! {
-        std::panic::panic_any(StorageFault {
+    /// The fault of `path`, failed as `reason` says.
+    pub(crate) fn at(path: &Path, reason: String) -> StorageFault {
+        StorageFault {
             path: path.to_path_buf(),
             reason,
-        })
+        }
+    }
+
+    /// Ends the read under way with this fault: the query unwinds to its shard's
+    /// wall, which answers it (see the module's doc).
+    pub(crate) fn raise(self) -> ! {
+        std::panic::panic_any(self)
+    }
+}
+
+/// The first fault of reads merged together (a scan's streams, one a station):
+/// each read ends at its fault, which is kept here, and the merge's result is
+/// that fault ([`FirstFault::or`]), whatever the other reads gave.
+#[derive(Default)]
+pub(crate) struct FirstFault(Cell<Option<StorageFault>>);
+
+impl FirstFault {
+    /// `reads`' values, up to its first fault, which is kept.
+    pub(crate) fn until<'a, T: 'a>(
+        &'a self,
+        reads: impl Iterator<Item = Result<T, StorageFault>> + 'a,
+    ) -> impl Iterator<Item = T> + 'a {
+        reads.map_while(|read| read.map_err(|fault| self.keep(fault)).ok())
+    }
+
+    /// Keeps `fault`, unless it holds one already.
+    pub(crate) fn keep(&self, fault: StorageFault) {
+        let first = self.0.take().unwrap_or(fault);
+        self.0.set(Some(first));
+    }
+
+    /// `value`, unless a fault was kept: then the fault, taken.
+    pub(crate) fn or<T>(&self, value: T) -> Result<T, StorageFault> {
+        match self.0.take() {
+            Some(fault) => Err(fault),
+            None => Ok(value),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fault(reason: &str) -> StorageFault {
+        StorageFault::at(Path::new("store/sealed-1"), reason.to_owned())
+    }
+
+    #[test]
+    fn a_merge_of_reads_is_its_first_fault_and_ends_each_read_there() {
+        let first = FirstFault::default();
+        let reads = vec![Ok(1), Err(fault("first")), Ok(2), Err(fault("second"))];
+        let read: Vec<i32> = first.until(reads.into_iter()).collect();
+        assert_eq!(read, [1]);
+        first.keep(fault("later"));
+        assert_eq!(first.or(read), Err(fault("first")));
+        let clean = FirstFault::default();
+        let read: Vec<i32> = clean.until([Ok(1), Ok(2)].into_iter()).collect();
+        assert_eq!(clean.or(read), Ok(vec![1, 2]));
     }
 }

@@ -331,6 +331,8 @@ impl Hot {
 }
 
 impl Tier for Hot {
+    type Read<T> = T;
+
     fn units_in(&self, range: KeyRange) -> impl Iterator<Item = (RecordKey, UnitEntry)> + '_ {
         merged(
             self.settled.trees.units.range(range),

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use itertools::Either;
 
+use crate::data::fault::{FirstFault, StorageFault};
 use crate::data::key::{Position, RecordKey};
 use crate::data::merge::merge_sorted;
 use crate::data::sealed::{
@@ -236,14 +237,15 @@ impl ShardData {
     }
 
     /// The first `request.cap` matching records of the requested stations, in order,
-    /// with the JSON of those that are sealed.
-    pub(crate) fn scan(&self, request: &ScanRequest) -> ScanAnswer {
+    /// with the JSON of those that are sealed; a store file that fails a read of
+    /// the scan's is its fault.
+    pub(crate) fn scan(&self, request: &ScanRequest) -> Result<ScanAnswer, StorageFault> {
         let mut memo = JsonMemo::default();
-        let hits = self.scan_hits(request, &mut memo);
-        ScanAnswer {
+        let hits = self.scan_hits(request, &mut memo)?;
+        Ok(ScanAnswer {
             hits,
             sealed: SealedJson { memo },
-        }
+        })
     }
 
     /// The first `request.cap` matching records of the requested stations, in
@@ -253,12 +255,18 @@ impl ShardData {
     /// ranges of the per-station secondary trees; units of many stations are one walk
     /// of the shard-wide tree and of their sealed units merged by period; anything
     /// else walks each station's time range.
-    fn scan_hits(&self, request: &ScanRequest, memo: &mut JsonMemo) -> Vec<Hit> {
+    fn scan_hits(
+        &self,
+        request: &ScanRequest,
+        memo: &mut JsonMemo,
+    ) -> Result<Vec<Hit>, StorageFault> {
         if request.cap == 0 || request.filter.is_impossible() {
-            return Vec::new();
+            return Ok(Vec::new());
         }
         let filter = &request.filter;
-        let mut hits = match filter {
+        let fault = FirstFault::default();
+        let fault = &fault;
+        let hits = match filter {
             RecordFilter::Units {
                 unit_serial: Matcher::OneOf(serials),
                 ..
@@ -269,13 +277,13 @@ impl ShardData {
                 let hits = self.merge_stations(request, |data, station, lower, upper| {
                     let located = &located;
                     Box::new(serials.iter().flat_map(move |&serial| {
-                        data.units_of_serial_located(serial, lower..upper, located)
+                        (fault.until(data.units_of_serial_located(serial, lower..upper, located)))
                             .filter(|(_, entry)| filter.matches_unit(entry))
                             .map(move |(key, entry)| station.hit(&key, entry.bytes))
                     }))
                 });
                 *memo = located.into_inner();
-                return hits;
+                return fault.or(hits);
             }
             RecordFilter::Units { .. } if self.reads_merged(request) => {
                 return self.scan_shard_units(request, memo);
@@ -283,7 +291,7 @@ impl ShardData {
             RecordFilter::Units { .. } => {
                 self.merge_stations(request, |data, station, lower, upper| {
                     Box::new(
-                        data.units_in(lower..upper)
+                        (fault.until(data.units_in(lower..upper)))
                             .filter(|(_, entry)| filter.matches_unit(entry))
                             .map(move |(key, entry)| station.hit(&key, entry.bytes)),
                     )
@@ -303,7 +311,7 @@ impl ShardData {
                         let data = self.stations.get(station.station_index as usize)?;
                         let (lower, upper) = station_bounds(request, station.rank)?;
                         let stream: Box<dyn Iterator<Item = Hit>> = Box::new(
-                            data.metrics_of_name(name, lower..upper, located)
+                            (fault.until(data.metrics_of_name(name, lower..upper, located)))
                                 .map(move |(key, bytes)| station.hit(&key, bytes)),
                         );
                         Some(stream)
@@ -311,24 +319,25 @@ impl ShardData {
                 });
                 let hits = merge_sorted(streams.collect(), request.cap);
                 *memo = located.into_inner();
-                return hits;
+                return fault.or(hits);
             }
             // A serial number on metrics has no tree of its own: the time range,
             // filtered (a unit's measurements are a few of a station's records).
             RecordFilter::Metrics { .. } => {
                 self.merge_stations(request, |data, station, lower, upper| {
                     Box::new(
-                        data.metrics_in(lower..upper)
+                        (fault.until(data.metrics_in(lower..upper)))
                             .filter(|(_, entry)| filter.matches_metric(entry))
                             .map(move |(key, entry)| station.hit(&key, entry.bytes)),
                     )
                 })
             }
         };
+        let mut hits = fault.or(hits)?;
         for hit in hits.iter_mut().filter(|hit| is_sealed(hit.bytes)) {
-            hit.bytes = self.stations[hit.station_index as usize].locate_json(hit.bytes, memo);
+            hit.bytes = self.stations[hit.station_index as usize].locate_json(hit.bytes, memo)?;
         }
-        hits
+        Ok(hits)
     }
 
     /// Merges one stream per requested station, each made by `stream` from the
@@ -355,7 +364,11 @@ impl ShardData {
     /// the contract's order, merged with their sealed units, a period of the
     /// shard's stations merged at a time ([`PeriodUnits`]); sealed hits are
     /// located among `memo`'s blocks.
-    fn scan_shard_units(&self, request: &ScanRequest, memo: &mut JsonMemo) -> Vec<Hit> {
+    fn scan_shard_units(
+        &self,
+        request: &ScanRequest,
+        memo: &mut JsonMemo,
+    ) -> Result<Vec<Hit>, StorageFault> {
         let mut wanted = vec![false; self.stations.len()];
         for station in &request.stations {
             if let Some(slot) = wanted.get_mut(station.station_index as usize) {
@@ -381,7 +394,7 @@ impl ShardData {
             _ => start >= end,
         };
         if empty {
-            return Vec::new();
+            return Ok(Vec::new());
         }
         let wanted = |station_index: u32, entry: &UnitEntry| {
             wanted[station_index as usize] && request.filter.matches_unit(entry)
@@ -394,14 +407,14 @@ impl ShardData {
                 station_index: unit.station_index,
                 bytes: unit.entry.bytes,
             });
-        let sealed = self.sealed_units(lower, end, request.cap, &wanted, memo);
+        let sealed = self.sealed_units(lower, end, request.cap, &wanted, memo)?;
         if sealed.is_empty() {
-            return hot.take(request.cap).collect();
+            return Ok(hot.take(request.cap).collect());
         }
-        merge_sorted(
+        Ok(merge_sorted(
             vec![Either::Left(sealed.into_iter()), Either::Right(hot)],
             request.cap,
-        )
+        ))
     }
 
     /// The first `cap` sealed units after `lower` and before `end` that `wanted`
@@ -414,7 +427,7 @@ impl ShardData {
         cap: usize,
         wanted: &dyn Fn(u32, &UnitEntry) -> bool,
         memo: &mut JsonMemo,
-    ) -> Vec<Hit> {
+    ) -> Result<Vec<Hit>, StorageFault> {
         // The period of the last instant before `end`.
         let last = match period_start(period_of(end.instant)) < end.instant {
             true => period_of(end.instant),
@@ -436,7 +449,7 @@ impl ShardData {
                 (self.sealed.ranks().zip(&self.stations))
                     .map(|(rank, station)| (rank, &*station.sealed))
                     .collect()
-            });
+            })?;
             if !kept {
                 self.sealed.set_unmerged();
             }
@@ -453,11 +466,11 @@ impl ShardData {
                     bytes: JsonMemo::locator(slot, index as u32),
                 });
                 if hits.len() == cap {
-                    return hits;
+                    return Ok(hits);
                 }
             }
         }
-        hits
+        Ok(hits)
     }
 
     /// A hit's response JSON; `sealed` is the [`ScanAnswer::sealed`] of the scan
@@ -656,7 +669,7 @@ mod tests {
 
     #[test]
     fn ties_order_by_station_then_load_order() {
-        let hits = shard().scan(&request(0, 100, None, 100)).hits;
+        let hits = shard().scan(&request(0, 100, None, 100)).unwrap().hits;
         assert_eq!(
             order(&hits),
             [
@@ -673,29 +686,36 @@ mod tests {
     #[test]
     fn the_window_is_half_open() {
         assert_eq!(
-            order(&shard().scan(&request(20, 40, None, 100)).hits).len(),
+            order(&shard().scan(&request(20, 40, None, 100)).unwrap().hits).len(),
             4
         );
         assert_eq!(
-            order(&shard().scan(&request(20, 21, None, 100)).hits).len(),
+            order(&shard().scan(&request(20, 21, None, 100)).unwrap().hits).len(),
             3
         );
-        assert!(shard().scan(&request(41, 100, None, 100)).hits.is_empty());
+        assert!(shard()
+            .scan(&request(41, 100, None, 100))
+            .unwrap()
+            .hits
+            .is_empty());
     }
 
     #[test]
     fn the_cap_keeps_the_first_records() {
         assert_eq!(
-            order(&shard().scan(&request(0, 100, None, 2)).hits),
+            order(&shard().scan(&request(0, 100, None, 2)).unwrap().hits),
             [(10, 0, 1), (20, 0, 2)]
         );
     }
 
     #[test]
     fn resuming_after_every_position_returns_each_record_once() {
-        let all = shard().scan(&request(0, 100, None, 100)).hits;
+        let all = shard().scan(&request(0, 100, None, 100)).unwrap().hits;
         for (index, hit) in all.iter().enumerate() {
-            let rest = shard().scan(&request(0, 100, Some(hit.position), 100)).hits;
+            let rest = shard()
+                .scan(&request(0, 100, Some(hit.position), 100))
+                .unwrap()
+                .hits;
             assert_eq!(
                 order(&rest),
                 order(&all[index + 1..]),
@@ -714,7 +734,10 @@ mod tests {
             results: Matcher::Any,
             directions: Directions::of(&[Direction::Input]),
         };
-        assert_eq!(order(&shard().scan(&only_input).hits), [(20, 0, 3)]);
+        assert_eq!(
+            order(&shard().scan(&only_input).unwrap().hits),
+            [(20, 0, 3)]
+        );
 
         let mut unknown_type = request(0, 100, None, 100);
         unknown_type.filter = RecordFilter::Units {
@@ -723,7 +746,7 @@ mod tests {
             results: Matcher::Any,
             directions: Directions::BOTH,
         };
-        assert!(shard().scan(&unknown_type).hits.is_empty());
+        assert!(shard().scan(&unknown_type).unwrap().hits.is_empty());
     }
 
     /// Issue 32: units of many stations, read with their sealed units merged by
@@ -809,7 +832,7 @@ mod tests {
                         let filter = &request.filter;
                         let hits = shard.merge_stations(request, |data, station, lower, upper| {
                             Box::new(
-                                data.units_in(lower..upper)
+                                (data.units_in(lower..upper).map(Result::unwrap))
                                     .filter(|(_, entry)| filter.matches_unit(entry))
                                     .map(move |(key, entry)| station.hit(&key, entry.bytes)),
                             )
@@ -818,14 +841,15 @@ mod tests {
                             .map(|hit| {
                                 let mut json = Vec::new();
                                 shard.stations[hit.station_index as usize]
-                                    .write_json(hit.bytes, &mut json);
+                                    .write_json(hit.bytes, &mut json)
+                                    .unwrap();
                                 (hit.position, json)
                             })
                             .collect()
                     };
                     let merged = |request: &ScanRequest| -> Vec<(Position, Vec<u8>)> {
                         let mut memo = JsonMemo::default();
-                        let hits = shard.scan_shard_units(request, &mut memo);
+                        let hits = shard.scan_shard_units(request, &mut memo).unwrap();
                         let sealed = SealedJson { memo };
                         (hits.iter())
                             .map(|hit| {
@@ -889,16 +913,16 @@ mod tests {
             answer.hits.iter().map(|hit| hit.position).collect()
         };
         assert!(shard.reads_merged(&request));
-        let merged = positions(shard.scan(&request));
+        let merged = positions(shard.scan(&request).unwrap());
         assert!(shard.sealed.unmerged() && !shard.reads_merged(&request));
         assert!(!merged.is_empty());
-        assert_eq!(positions(shard.scan(&request)), merged);
+        assert_eq!(positions(shard.scan(&request).unwrap()), merged);
         let fresh = crate::data::load::load(&options).unwrap().0;
         let shard = &fresh.shards()[0];
         assert!(shard.reads_merged(&request));
         capacity(floor / 2);
         assert!(!shard.reads_merged(&request));
-        assert_eq!(positions(shard.scan(&request)), merged);
+        assert_eq!(positions(shard.scan(&request).unwrap()), merged);
         crate::data::sealed::cache::set_cache_capacity(
             crate::data::sealed::cache::DEFAULT_CAPACITY,
         );

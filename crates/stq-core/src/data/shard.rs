@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use itertools::{Either, Itertools as _};
 
+use crate::data::fault::StorageFault;
 use crate::data::key::{Position, RecordKey};
 use crate::data::sealed::{fresh_id, largest_kept, PeriodUnits};
 use crate::data::station::{StationData, UnitEntry};
@@ -321,7 +322,7 @@ impl ShardData {
         station_index: u32,
         kind: Kind,
         window: Window,
-    ) -> BTreeMap<i64, u64> {
+    ) -> Result<BTreeMap<i64, u64>, StorageFault> {
         self.stations[station_index as usize].day_fingerprints(kind, window)
     }
 

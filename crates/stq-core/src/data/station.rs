@@ -14,6 +14,7 @@ use itertools::{Either, Itertools as _};
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::data::digest::bounds;
+use crate::data::fault::StorageFault;
 use crate::data::hot::Hot;
 use crate::data::key::RecordKey;
 use crate::data::sealed::{
@@ -105,16 +106,25 @@ impl StationData {
     }
 
     /// Appends a record's response JSON, whichever tier holds it.
-    pub(crate) fn write_json(&self, record: StoredRecord, out: &mut Vec<u8>) {
-        match is_sealed(record) {
-            true => self.sealed.write_json(record, out),
-            false => self.hot.json(record).write_to(out),
+    pub(crate) fn write_json(
+        &self,
+        record: StoredRecord,
+        out: &mut Vec<u8>,
+    ) -> Result<(), StorageFault> {
+        if is_sealed(record) {
+            return self.sealed.write_json(record, out);
         }
+        self.hot.json(record).write_to(out);
+        Ok(())
     }
 
     /// Where a sealed record's JSON is among `memo`'s blocks
     /// ([`JsonMemo::json`] reads it).
-    pub(crate) fn locate_json(&self, record: StoredRecord, memo: &mut JsonMemo) -> StoredRecord {
+    pub(crate) fn locate_json(
+        &self,
+        record: StoredRecord,
+        memo: &mut JsonMemo,
+    ) -> Result<StoredRecord, StorageFault> {
         self.sealed.locate_json(record, memo)
     }
 
@@ -139,7 +149,7 @@ impl StationData {
     pub(crate) fn units_in(
         &self,
         range: impl RangeBounds<RecordKey>,
-    ) -> impl Iterator<Item = (RecordKey, UnitEntry)> + '_ {
+    ) -> impl Iterator<Item = Result<(RecordKey, UnitEntry), StorageFault>> + '_ {
         let range = key_range(range);
         merged(
             self.reads_sealed(&range)
@@ -151,20 +161,27 @@ impl StationData {
     /// Gives `reader` the units with keys in `range` in time order, a sealed block
     /// at a time where it will take one whole from its digest: where every unit
     /// record of the block is in `range` and no hot record lies among them.
-    pub(crate) fn read_units(&self, range: Range<RecordKey>, reader: &mut impl UnitReader) {
+    pub(crate) fn read_units(
+        &self,
+        range: Range<RecordKey>,
+        reader: &mut impl UnitReader,
+    ) -> Result<(), StorageFault> {
         let keys = key_range(range.clone());
         let mut hot = self.hot.units_in(keys).peekable();
         if self.reads_sealed(&keys) {
             let mut blocks = (self.sealed.unit_blocks(keys))
                 .map(|block| {
-                    let digest = block.digest();
-                    (block, digest)
+                    let block = block?;
+                    let digest = block.digest()?;
+                    Ok((block, digest))
                 })
                 .peekable();
-            while let Some((block, digest)) = blocks.next() {
+            while let Some(read) = blocks.next() {
+                let (block, digest) = read?;
                 // Each block's digest is its own allocation, away from the last
                 // one's: ask for the next while this one is read.
-                if let Some(next) = blocks.peek().and_then(|(_, next)| next.first()) {
+                let next = blocks.peek().and_then(|next| next.as_ref().ok());
+                if let Some(next) = next.and_then(|(_, next)| next.first()) {
                     prefetch_value(next);
                 }
                 let (first, last) = bounds(block.period_start(), &digest);
@@ -176,11 +193,11 @@ impl StationData {
                     && hot.peek().is_none_or(|(key, _)| *key > last);
                 if whole
                     && reader.may_take(first.instant, last.instant)
-                    && reader.block(block.period_start(), &digest, &self.elsewhere(&block))
+                    && reader.block(block.period_start(), &digest, &self.elsewhere(&block)?)
                 {
                     continue;
                 }
-                for (key, entry) in block.records().filter(|(key, _)| range.contains(key)) {
+                for (key, entry) in block.records()?.filter(|(key, _)| range.contains(key)) {
                     while let Some((hot_key, hot_entry)) = hot.next_if(|(hot, _)| *hot < key) {
                         reader.record(hot_key, hot_entry);
                     }
@@ -194,7 +211,7 @@ impl StationData {
         while let Some(&(key, _)) = hot.peek() {
             let period = period_of(key.instant);
             if sealed_last.is_none_or(|last| period > last) {
-                if let Some(last) = self.offer_hot_period(period, key, &range, reader) {
+                if let Some(last) = self.offer_hot_period(period, key, &range, reader)? {
                     hot = self
                         .hot
                         .units_in((Bound::Excluded(last), keys.1))
@@ -208,6 +225,7 @@ impl StationData {
                 reader.record(key, entry);
             }
         }
+        Ok(())
     }
 
     /// Offers `reader` the settled layer's digest of `period`'s units, if every
@@ -219,13 +237,14 @@ impl StationData {
         next: RecordKey,
         range: &Range<RecordKey>,
         reader: &mut impl UnitReader,
-    ) -> Option<RecordKey> {
+    ) -> Result<Option<RecordKey>, StorageFault> {
         let start = period_start(period);
         // From the settled layer's tree, so that no digest is made that the reader
         // would refuse (a summary by hours, say).
-        let (first, last) = self
-            .hot
-            .settled_units_span(start, period_start(period + 1))?;
+        let Some((first, last)) = (self.hot).settled_units_span(start, period_start(period + 1))
+        else {
+            return Ok(None);
+        };
         let whole = next == first
             && range.start <= first
             && last < range.end
@@ -233,13 +252,15 @@ impl StationData {
                 .next()
                 .is_none();
         if !whole || !reader.may_take(first.instant, last.instant) {
-            return None;
+            return Ok(None);
         }
         let digests = self.hot.settled_digests();
-        let bytes = digests.periods.get(&period)?;
+        let Some(bytes) = digests.periods.get(&period) else {
+            return Ok(None);
+        };
         debug_assert_eq!(bounds(start, bytes), (first, last));
-        let (crossing, crossing_periods) = self.hot_crossing.get_or_init(|| {
-            let sealed = self.sealed.serials();
+        let (crossing, crossing_periods) = get_or_try_init(&self.hot_crossing, || {
+            let sealed = self.sealed.serials()?;
             let mut recent: Vec<Symbol> = (self.hot)
                 .recent_units_in(key_range(..))
                 .filter(|(_, entry)| entry.direction == Direction::Output)
@@ -256,8 +277,8 @@ impl StationData {
             let mut periods: Vec<i64> = pairs.iter().map(|(_, period)| *period).collect();
             periods.sort_unstable();
             periods.dedup();
-            (serials.into(), periods.into())
-        });
+            Ok((serials.into(), periods.into()))
+        })?;
         let crosses = |periods: &[i64]| periods.binary_search(&period).is_ok();
         let elsewhere = match crosses(&digests.shared_periods) || crosses(crossing_periods) {
             true => Elsewhere::Serials {
@@ -266,7 +287,7 @@ impl StationData {
             },
             false => Elsewhere::Nowhere,
         };
-        reader.block(start, bytes, &elsewhere).then_some(last)
+        Ok(reader.block(start, bytes, &elsewhere).then_some(last))
     }
 
     /// Gives `reader` the metrics with keys in `range` in time order, a sealed
@@ -277,13 +298,14 @@ impl StationData {
         &'a self,
         range: Range<RecordKey>,
         reader: &mut impl MetricReader<'a>,
-    ) {
+    ) -> Result<(), StorageFault> {
         let keys = key_range(range.clone());
         let mut hot = self.hot.metrics_in(keys).peekable();
         if self.reads_sealed(&keys) {
             for block in self.sealed.metric_blocks(keys) {
+                let block = block?;
                 let start = period_start(block.period());
-                let (first, last) = bounds(start, &block.digest());
+                let (first, last) = bounds(start, &block.digest()?);
                 while let Some((key, entry)) = hot.next_if(|(key, _)| *key < first) {
                     reader.record(key, entry);
                 }
@@ -302,10 +324,10 @@ impl StationData {
                         ))
                         .next()
                         .is_none();
-                if whole && reader.may_take(first.instant, last.instant) && reader.block(&block) {
+                if whole && reader.may_take(first.instant, last.instant) && reader.block(&block)? {
                     continue;
                 }
-                for (key, entry) in block.records().filter(|(key, _)| range.contains(key)) {
+                for (key, entry) in block.records()?.filter(|(key, _)| range.contains(key)) {
                     while let Some((hot_key, hot_entry)) = hot.next_if(|(hot, _)| *hot < key) {
                         reader.record(hot_key, hot_entry);
                     }
@@ -316,13 +338,14 @@ impl StationData {
         for (key, entry) in hot {
             reader.record(key, entry);
         }
+        Ok(())
     }
 
     /// Which serials a read of the station's units gives outputs of outside
     /// `block`, of those it has outputs of.
-    fn elsewhere(&self, block: &UnitBlock<'_>) -> Elsewhere<'_> {
-        let crossing = self.crossing.get_or_init(|| {
-            let sealed = self.sealed.serials();
+    fn elsewhere(&self, block: &UnitBlock<'_>) -> Result<Elsewhere<'_>, StorageFault> {
+        let crossing = get_or_try_init(&self.crossing, || {
+            let sealed = self.sealed.serials()?;
             let mut crossing: Vec<Symbol> = (self.hot_units())
                 .filter(|(_, entry)| entry.direction == Direction::Output)
                 .map(|(_, entry)| entry.unit_serial)
@@ -330,16 +353,18 @@ impl StationData {
                 .collect();
             crossing.sort_unstable();
             crossing.dedup();
-            crossing.into()
-        });
-        match block.shares_serials() || crossing.iter().any(|&serial| block.may_hold_serial(serial))
-        {
-            true => Elsewhere::Serials {
-                shared: self.sealed.shared_serials(),
-                hot: crossing,
+            Ok(crossing.into())
+        })?;
+        let shares = block.shares_serials();
+        Ok(
+            match shares || crossing.iter().any(|&serial| block.may_hold_serial(serial)) {
+                true => Elsewhere::Serials {
+                    shared: self.sealed.shared_serials(),
+                    hot: crossing,
+                },
+                false => Elsewhere::Nowhere,
             },
-            false => Elsewhere::Nowhere,
-        }
+        )
     }
 
     /// The hot tier's units, in time order: those the shard-wide tree holds.
@@ -352,7 +377,7 @@ impl StationData {
         &self,
         serial: Symbol,
         range: impl RangeBounds<RecordKey>,
-    ) -> impl Iterator<Item = (RecordKey, UnitEntry)> + '_ {
+    ) -> impl Iterator<Item = Result<(RecordKey, UnitEntry), StorageFault>> + '_ {
         let range = key_range(range);
         merged(
             self.reads_sealed(&range)
@@ -369,7 +394,7 @@ impl StationData {
         serial: Symbol,
         range: impl RangeBounds<RecordKey>,
         memo: &'a RefCell<JsonMemo>,
-    ) -> impl Iterator<Item = (RecordKey, UnitEntry)> + 'a {
+    ) -> impl Iterator<Item = Result<(RecordKey, UnitEntry), StorageFault>> + 'a {
         let range = key_range(range);
         merged(
             (self.reads_sealed(&range))
@@ -382,7 +407,7 @@ impl StationData {
     pub(crate) fn metrics_in(
         &self,
         range: impl RangeBounds<RecordKey>,
-    ) -> impl Iterator<Item = (RecordKey, MetricEntry)> + '_ {
+    ) -> impl Iterator<Item = Result<(RecordKey, MetricEntry), StorageFault>> + '_ {
         let range = key_range(range);
         merged(
             self.reads_sealed(&range)
@@ -399,7 +424,7 @@ impl StationData {
         name: Symbol,
         range: impl RangeBounds<RecordKey>,
         memo: &'a RefCell<JsonMemo>,
-    ) -> impl Iterator<Item = (RecordKey, StoredRecord)> + 'a {
+    ) -> impl Iterator<Item = Result<(RecordKey, StoredRecord), StorageFault>> + 'a {
         let range = key_range(range);
         merged(
             (self.reads_sealed(&range))
@@ -447,13 +472,17 @@ impl StationData {
     /// A fingerprint of each UTC day's records of `kind` in `window` (which starts
     /// and ends at midnights), by day number since 1970-01-01, for the days that
     /// hold any; see [`crate::data::shard::ShardData::day_fingerprints`].
-    pub(crate) fn day_fingerprints(&self, kind: Kind, window: Window) -> BTreeMap<i64, u64> {
+    pub(crate) fn day_fingerprints(
+        &self,
+        kind: Kind,
+        window: Window,
+    ) -> Result<BTreeMap<i64, u64>, StorageFault> {
         let mut days: BTreeMap<i64, Xxh3> = BTreeMap::new();
         let day = |instant: Timestamp| instant.seconds.div_euclid(DAY_SECONDS);
         (self.sealed).hash_blocks(kind, window.from, window.to, &mut |start, bytes| {
             let hasher = days.entry(day(start)).or_default();
             bytes.iter().for_each(|bytes| hasher.update(bytes));
-        });
+        })?;
         let starting = |instant| RecordKey {
             instant,
             load_order: 0,
@@ -479,9 +508,9 @@ impl StationData {
                 (self.hot.metrics_in(range)).for_each(|(key, entry)| hot(key, entry.bytes));
             }
         }
-        (days.into_iter())
+        Ok((days.into_iter())
             .map(|(day, hasher)| (day, hasher.digest()))
-            .collect()
+            .collect())
     }
 }
 
@@ -547,19 +576,37 @@ pub(crate) trait MetricReader<'a> {
 
     /// Offers a sealed block by its metric digest ([`crate::data::digest`]): true
     /// if the reader took its records whole from it, false to be given them one by
-    /// one.
-    fn block(&mut self, block: &MetricBlock<'a>) -> bool;
+    /// one; a digest that cannot be read is its store file's fault.
+    fn block(&mut self, block: &MetricBlock<'a>) -> Result<bool, StorageFault>;
 }
 
 /// The records of the sealed tier, when it is read, merged by key with the hot
 /// tier's (a key is in one tier only); the hot tier's alone otherwise, as for a
 /// query of the hot window.
 fn merged<T>(
-    sealed: Option<impl Iterator<Item = (RecordKey, T)>>,
+    sealed: Option<impl Iterator<Item = Result<(RecordKey, T), StorageFault>>>,
     hot: impl Iterator<Item = (RecordKey, T)>,
-) -> impl Iterator<Item = (RecordKey, T)> {
+) -> impl Iterator<Item = Result<(RecordKey, T), StorageFault>> {
+    let hot = hot.map(Ok);
     match sealed {
         None => Either::Left(hot),
-        Some(sealed) => Either::Right(sealed.merge_by(hot, |left, right| left.0 < right.0)),
+        // A fault comes first: the read ends there.
+        Some(sealed) => Either::Right(sealed.merge_by(hot, |left, right| match (left, right) {
+            (Ok(left), Ok(right)) => left.0 < right.0,
+            (left, _) => left.is_err(),
+        })),
     }
+}
+
+/// The value `cell` holds, else the one `init` makes, kept there; a value
+/// `init` fails to make is its error, and nothing is kept.
+fn get_or_try_init<T>(
+    cell: &OnceLock<T>,
+    init: impl FnOnce() -> Result<T, StorageFault>,
+) -> Result<&T, StorageFault> {
+    if let Some(value) = cell.get() {
+        return Ok(value);
+    }
+    let value = init()?;
+    Ok(cell.get_or_init(|| value))
 }

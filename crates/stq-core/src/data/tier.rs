@@ -59,18 +59,29 @@ pub(crate) fn key_range(range: impl RangeBounds<RecordKey>) -> KeyRange {
 /// Metrics by name are each tier's own: the sealed tier locates them among a
 /// scan's memo as it reads them ([`crate::data::sealed::JsonMemo`]).
 pub(crate) trait Tier {
+    /// What the read of a record `T` gives: the record, for the hot tier, whose
+    /// records are in memory; the record or the fault of the store file it was
+    /// read from, for the sealed tier ([`crate::data::fault`]).
+    type Read<T>;
+
     /// The units with keys in `range`.
-    fn units_in(&self, range: KeyRange) -> impl Iterator<Item = (RecordKey, UnitEntry)> + '_;
+    fn units_in(
+        &self,
+        range: KeyRange,
+    ) -> impl Iterator<Item = Self::Read<(RecordKey, UnitEntry)>> + '_;
 
     /// The units of serial number `serial` with keys in `range`.
     fn units_of_serial(
         &self,
         serial: Symbol,
         range: KeyRange,
-    ) -> impl Iterator<Item = (RecordKey, UnitEntry)> + '_;
+    ) -> impl Iterator<Item = Self::Read<(RecordKey, UnitEntry)>> + '_;
 
     /// The metrics with keys in `range`.
-    fn metrics_in(&self, range: KeyRange) -> impl Iterator<Item = (RecordKey, MetricEntry)> + '_;
+    fn metrics_in(
+        &self,
+        range: KeyRange,
+    ) -> impl Iterator<Item = Self::Read<(RecordKey, MetricEntry)>> + '_;
 
     /// Its first and last record of either kind, by key.
     fn first_and_last(&self) -> Option<((RecordKey, StoredRecord), (RecordKey, StoredRecord))>;

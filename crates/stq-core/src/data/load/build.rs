@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::LoadError;
+use crate::data::fault::StorageFault;
 use crate::data::hot::Hot;
 use crate::data::key::{load_order, RecordKey};
 use crate::data::sealed::{period_of, period_start, Sealed, Unsealed, SEALED};
@@ -95,16 +96,17 @@ impl StationBuilder {
     /// holds a few days of each station as built records, not all of its history,
     /// which for months of a floor took several times the memory of what it
     /// builds. Looks again once it holds twice the records it keeps.
-    pub(crate) fn seal_while_reading(&mut self, hot: Duration) {
+    pub(crate) fn seal_while_reading(&mut self, hot: Duration) -> Result<(), StorageFault> {
         if self.record_count() < self.next_seal {
-            return;
+            return Ok(());
         }
         if let Some(first_hot) = self.first_hot(hot + TUNING.reading_margin) {
             if self.seals_any(first_hot) {
-                *self = std::mem::take(self).sealing(first_hot);
+                *self = std::mem::take(self).sealing(first_hot)?;
             }
         }
         self.next_seal = (2 * self.record_count()).max(TUNING.reading_seal_records);
+        Ok(())
     }
 
     /// The first instant that stays hot: the start of the period that holds the
@@ -143,14 +145,14 @@ impl StationBuilder {
                 station: name.to_string(),
             });
         }
-        Ok(self.finish(hot))
+        Ok(self.finish(hot)?)
     }
 
     /// The station built from this builder's records, which [`Self::fits`]; see
     /// [`Self::into_station`].
-    pub(super) fn finish(self, hot: Option<Duration>) -> StationData {
+    pub(super) fn finish(self, hot: Option<Duration>) -> Result<StationData, StorageFault> {
         let builder = match hot.and_then(|hot| self.first_hot(hot)) {
-            Some(first_hot) if self.seals_any(first_hot) => self.sealing(first_hot),
+            Some(first_hot) if self.seals_any(first_hot) => self.sealing(first_hot)?,
             _ => self,
         };
         let hot = Hot::new(
@@ -159,13 +161,13 @@ impl StationBuilder {
             builder.units,
             builder.metrics,
         );
-        StationData::of_tiers(hot, builder.sealed)
+        Ok(StationData::of_tiers(hot, builder.sealed))
     }
 
     /// This builder with its records from before `first_hot` sealed, and the rest
     /// copied into a new arena and table of pieces, so that the sealed ones' bytes
     /// go with the old.
-    fn sealing(self, first_hot: Timestamp) -> StationBuilder {
+    fn sealing(self, first_hot: Timestamp) -> Result<StationBuilder, StorageFault> {
         let seals = |key: &RecordKey| key.instant < first_hot;
         let pieces = self.pieces.finish();
         let arena = &self.arena;
@@ -200,19 +202,22 @@ impl StationBuilder {
                 }
             }
         }
-        hot.sealed = Arc::new(self.sealed.with(sealed_units, sealed_metrics));
-        hot
+        hot.sealed = Arc::new(self.sealed.with(sealed_units, sealed_metrics)?);
+        Ok(hot)
     }
 
     /// This builder without the records of the files whose ordinals `held` holds
     /// (`--on-invalid hold` at start-up), or `None` when none is left: the sealed
     /// tier without them, and the other hot records copied into a new arena, so
     /// that the held ones' bytes go with the old one.
-    pub(crate) fn without_files(self, held: &HashSet<u32>) -> Option<StationBuilder> {
+    pub(crate) fn without_files(
+        self,
+        held: &HashSet<u32>,
+    ) -> Result<Option<StationBuilder>, StorageFault> {
         let of_held = |load_order: u64| held.contains(&((load_order >> 32) as u32));
         let touched =
             |lowest: u32, highest: u32| (held.iter()).any(|file| (lowest..=highest).contains(file));
-        let sealed = match self.sealed.without(&of_held, &touched) {
+        let sealed = match self.sealed.without(&of_held, &touched)? {
             Some(kept) => Arc::new(kept),
             None => Arc::clone(&self.sealed),
         };
@@ -234,7 +239,7 @@ impl StationBuilder {
                 kept.metrics.push((*key, MetricEntry { bytes, ..*entry }));
             }
         }
-        (kept.all_records() > 0).then_some(kept)
+        Ok((kept.all_records() > 0).then_some(kept))
     }
 
     /// Stores a record given as its JSON's parts, as the sealed tier gives it.
@@ -275,8 +280,13 @@ impl StationBuilder {
 
     /// Adds the records of `station` from the file numbered `from`, numbered
     /// `to` instead: a held file's previous records when the files are numbered
-    /// afresh.
-    pub(crate) fn carry(&mut self, station: &StationData, from: u32, to: u32) {
+    /// afresh. A store file that fails the read of its sealed records is its fault.
+    pub(crate) fn carry(
+        &mut self,
+        station: &StationData,
+        from: u32,
+        to: u32,
+    ) -> Result<(), StorageFault> {
         let renumbered = |key: &RecordKey| RecordKey {
             load_order: load_order(to, key.load_order as u32),
             ..*key
@@ -304,7 +314,7 @@ impl StationBuilder {
                 };
                 builder.metrics.push((renumbered(&record.key), entry));
             },
-        );
+        )?;
         for layer in station.hot.layers() {
             let mut known = foldhash::HashMap::default();
             for (key, entry) in layer.trees.units.iter().filter(|(key, _)| of_file(key)) {
@@ -320,6 +330,7 @@ impl StationBuilder {
                     .push((renumbered(key), MetricEntry { bytes, ..*entry }));
             }
         }
+        Ok(())
     }
 
     /// A builder holding the records of `station` that `is_dropped` keeps: its hot
@@ -330,9 +341,9 @@ impl StationBuilder {
         station: &StationData,
         is_dropped: &impl Fn(u64) -> bool,
         touched: &impl Fn(u32, u32) -> bool,
-    ) -> StationBuilder {
+    ) -> Result<StationBuilder, StorageFault> {
         let mut builder = StationBuilder {
-            sealed: match station.sealed.without(is_dropped, touched) {
+            sealed: match station.sealed.without(is_dropped, touched)? {
                 Some(kept) => Arc::new(kept),
                 None => Arc::clone(&station.sealed),
             },
@@ -371,7 +382,7 @@ impl StationBuilder {
             builder.units.extend(units);
             builder.metrics.extend(metrics);
         }
-        builder
+        Ok(builder)
     }
 }
 

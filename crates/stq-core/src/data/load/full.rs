@@ -18,6 +18,7 @@ use crate::data::catalog::Catalog;
 use crate::data::catalog::Generation;
 use crate::data::catalog::LoadSummary;
 use crate::data::catalog::Placement;
+use crate::data::fault::StorageFault;
 use crate::data::shard::ShardData;
 use crate::data::sources::SourceState;
 use crate::data::symbols::Symbols;
@@ -50,7 +51,7 @@ pub(super) fn load_with(
         });
     }
     let held = match options.on_invalid {
-        OnInvalid::Hold => hold(&mut state, &files, &mut report),
+        OnInvalid::Hold => hold(&mut state, &files, &mut report)?,
         OnInvalid::Fail | OnInvalid::Skip => HashSet::new(),
     };
     let symbols = Arc::new(std::mem::take(&mut state.symbols).into_symbols());
@@ -78,7 +79,11 @@ pub(super) fn load_with(
 /// Holds every file read with an invalid line (`--on-invalid hold` at start-up):
 /// its records leave the stations they went to, and the report names it. Returns
 /// the held files' ordinals.
-fn hold(state: &mut LoadState, files: &[SnapshotFile], report: &mut LoadReport) -> HashSet<u32> {
+fn hold(
+    state: &mut LoadState,
+    files: &[SnapshotFile],
+    report: &mut LoadReport,
+) -> Result<HashSet<u32>, StorageFault> {
     let mut held = HashSet::new();
     let mut touched: BTreeSet<Box<str>> = BTreeSet::new();
     for (file, counters) in files.iter().zip(&state.files) {
@@ -92,11 +97,11 @@ fn hold(state: &mut LoadState, files: &[SnapshotFile], report: &mut LoadReport) 
         let Some((name, builder)) = state.stations.remove(&station) else {
             continue;
         };
-        if let Some(kept) = builder.without_files(&held) {
+        if let Some(kept) = builder.without_files(&held)? {
             state.stations.insert(name, kept);
         }
     }
-    held
+    Ok(held)
 }
 
 /// The totals `/readyz` reports, from every file's state.
@@ -164,10 +169,12 @@ pub(super) fn generation(
         |(builders, ranks)| {
             let stations = (builders.into_iter())
                 .map(|builder| builder.finish(options.hot))
-                .collect();
-            ShardData::new(options.generation, stations, ranks)
+                .collect::<Result<_, _>>()?;
+            Ok::<_, StorageFault>(ShardData::new(options.generation, stations, ranks))
         },
-    );
+    )
+    .into_iter()
+    .collect::<Result<_, _>>()?;
 
     Ok(Generation {
         catalog: Arc::new(Catalog::new(

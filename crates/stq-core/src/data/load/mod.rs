@@ -47,6 +47,7 @@ use std::time::Duration;
 
 use crate::data::catalog::Catalog;
 use crate::data::catalog::Generation;
+use crate::data::fault::StorageFault;
 use crate::data::sealed::Remote;
 use crate::data::shard::ShardData;
 use crate::data::store::StoreWriter;
@@ -323,6 +324,11 @@ pub enum LoadError {
         /// What the load found, the invalid lines among it.
         report: Box<LoadReport>,
     },
+    /// A store file the load read a station's sealed tier from failed the read:
+    /// the station is to be read from the snapshot files instead
+    /// ([`Catalog::stations_to_repair`](crate::data::Catalog::stations_to_repair)).
+    #[error(transparent)]
+    Storage(#[from] StorageFault),
 }
 
 #[cfg(test)]

@@ -665,7 +665,8 @@ impl Staged {
                 }
             }
             if let Some(hot) = state.seal_while_reading {
-                builder.seal_while_reading(hot);
+                // A full load's tiers are sealed in memory, where no read fails.
+                (builder.seal_while_reading(hot)).expect("a full load's sealed tier reads");
             }
             at += count;
         }

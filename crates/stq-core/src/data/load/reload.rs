@@ -859,7 +859,7 @@ fn build_station(
             old,
             &|load_order| changes.is_dropped(load_order),
             &|lowest, highest| changes.touches_files(lowest, highest),
-        ),
+        )?,
         None => StationBuilder::default(),
     };
     if let Some(batch) = batch {
@@ -1045,7 +1045,7 @@ fn renumbered(
             stations
                 .entry(name.clone())
                 .or_default()
-                .carry(station, before.ordinal, ordinal);
+                .carry(station, before.ordinal, ordinal)?;
         }
     }
     let symbols = Arc::new(std::mem::take(&mut state.symbols).into_symbols());

@@ -86,17 +86,16 @@ fn records(generation: &Generation) -> Vec<(u32, u32, Value)> {
         let placement = catalog.placement(rank as u32);
         let station = &generation.shards()[placement.shard as usize].stations
             [placement.station_index as usize];
-        let units = station.units_in(..).map(|(key, entry)| (key, entry.bytes));
-        let metrics = station
-            .metrics_in(..)
-            .map(|(key, entry)| (key, entry.bytes));
-        for (key, bytes) in units.chain(metrics) {
+        let units = (station.units_in(..)).map(|read| read.map(|(key, entry)| (key, entry.bytes)));
+        let metrics =
+            (station.metrics_in(..)).map(|read| read.map(|(key, entry)| (key, entry.bytes)));
+        for (key, bytes) in units.chain(metrics).map(Result::unwrap) {
             let ordinal = (key.load_order >> 32) as u32;
             let file = (catalog.sources)
                 .binary_search_by_key(&ordinal, |source| source.ordinal)
                 .unwrap();
             let mut json = Vec::new();
-            station.write_json(bytes, &mut json);
+            station.write_json(bytes, &mut json).unwrap();
             found.push((
                 file as u32,
                 key.load_order as u32,
@@ -369,7 +368,7 @@ fn everything(
         let station = &generation.shards()[placement.shard as usize].stations
             [placement.station_index as usize];
         entries.push(format!("station {name} at {placement:?}"));
-        for (key, entry) in station.units_in(..) {
+        for (key, entry) in station.units_in(..).map(Result::unwrap) {
             entries.push(format!(
                 "{key:?} {} {} {:?} {} {} {}",
                 text(entry.unit_type),
@@ -380,7 +379,7 @@ fn everything(
                 text(entry.result)
             ));
         }
-        for (key, entry) in station.metrics_in(..) {
+        for (key, entry) in station.metrics_in(..).map(Result::unwrap) {
             entries.push(format!(
                 "{key:?} {} {} {} {:?} {:?} {:?}",
                 text(entry.name),

@@ -24,6 +24,7 @@ use std::sync::Arc;
 
 use crate::data::catalog::Catalog;
 use crate::data::cursor::{Cursor, CursorError, RecordIdentity};
+use crate::data::fault::StorageFault;
 use crate::data::key::Position;
 use crate::data::scan::{Matcher, RecordFilter};
 use crate::data::summary::{self, ControlQuestion, Grouping, MetricQuestion, Rows, UnitQuestion};
@@ -229,6 +230,11 @@ pub enum PlanError {
     /// reported as the query's failure rather than a panic.
     #[error("a shard answered another kind of question than it was asked")]
     OtherAnswer,
+
+    /// A store file failed a read of the merge's: a summary's rows show fields of
+    /// sealed records, read from their blocks.
+    #[error(transparent)]
+    Storage(#[from] StorageFault),
 }
 
 /// A query refused as asked, which the client can change: the HTTP layer gives

@@ -149,7 +149,7 @@ fn merge_partials<P: PartialSummary>(
     if merged.row_count() > max_records {
         return Err(Refusal::TooManyRows { max_records }.into());
     }
-    Ok(merged.finish(catalog))
+    Ok(merged.finish(catalog)?)
 }
 
 impl Page {

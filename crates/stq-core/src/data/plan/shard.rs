@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::{Plan, Question, ShardAnswer, ShardQuestion};
 use crate::data::catalog::Catalog;
+use crate::data::fault::StorageFault;
 use crate::data::scan::{ScanAnswer, ScanRequest, ShardStation};
 use crate::data::shard::ShardData;
 use crate::data::summary::{
@@ -83,8 +84,9 @@ impl ShardQuestion {
         self.catalog.generation()
     }
 
-    /// The answer of `data`, the shard's data of the question's generation.
-    pub fn answer(self, data: Arc<ShardData>) -> ShardAnswer {
+    /// The answer of `data`, the shard's data of the question's generation; a
+    /// store file that fails a read of the answer's is its fault.
+    pub fn answer(self, data: Arc<ShardData>) -> Result<ShardAnswer, StorageFault> {
         debug_assert_eq!(data.generation(), self.generation());
         match &self.asked {
             Asked::Records(request) => data.fetch_ahead_records(request),
@@ -94,13 +96,13 @@ impl ShardQuestion {
                 }
             }
         }
-        ShardAnswer(match &self.asked {
+        Ok(ShardAnswer(match &self.asked {
             Asked::Records(request) => Answered::Records {
-                answer: data.scan(request),
+                answer: data.scan(request)?,
                 data,
             },
-            Asked::Summary(request) => data.summarize(request, self.catalog.symbols()).into(),
-        })
+            Asked::Summary(request) => data.summarize(request, self.catalog.symbols())?.into(),
+        }))
     }
 }
 

@@ -90,7 +90,7 @@ fn answer(
     let plan = Plan::new(request, Arc::clone(catalog), settings)?;
     let mut answers: Vec<ShardAnswer> = plan
         .shard_questions()
-        .map(|(shard, question)| question.answer(Arc::clone(&shards[shard])))
+        .map(|(shard, question)| question.answer(Arc::clone(&shards[shard])).unwrap())
         .collect();
     if reversed {
         answers.reverse();
@@ -194,7 +194,7 @@ fn answers_to_another_question_fail_the_merge_without_a_panic() {
     let records = Plan::new(&records, Arc::clone(&catalog), &settings).unwrap();
     let stations = Plan::new(&stations, Arc::clone(&catalog), &settings).unwrap();
     let answers: Vec<ShardAnswer> = (stations.shard_questions())
-        .map(|(shard, question)| question.answer(Arc::clone(&shards[shard])))
+        .map(|(shard, question)| question.answer(Arc::clone(&shards[shard])).unwrap())
         .collect();
     assert!(matches!(
         records.merge(answers, &settings),

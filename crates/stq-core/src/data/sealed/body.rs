@@ -159,14 +159,14 @@ impl StoreFile {
 
     /// `length` bytes at `offset`. A file the store wrote and checked holds them;
     /// one that fails here was changed or cut since (or its remote cannot be
-    /// reached), and the read raises a [`StorageFault`] (see the module's doc).
-    fn read(&self, offset: u64, length: usize) -> Vec<u8> {
-        let bytes = self.fetch(offset, length).unwrap_or_else(|error| {
-            StorageFault::raise(&self.path, format!("cannot be read at {offset}: {error}"))
-        });
+    /// reached), and the read is a [`StorageFault`] (see the module's doc).
+    fn read(&self, offset: u64, length: usize) -> Result<Vec<u8>, StorageFault> {
+        let bytes = self.fetch(offset, length).map_err(|error| {
+            StorageFault::at(&self.path, format!("cannot be read at {offset}: {error}"))
+        })?;
         READS.fetch_add(1, Ordering::Relaxed);
         READ_BYTES.fetch_add(length as u64, Ordering::Relaxed);
-        bytes
+        Ok(bytes)
     }
 
     fn fetch(&self, offset: u64, length: usize) -> std::io::Result<Vec<u8>> {
@@ -354,14 +354,14 @@ impl Body {
     }
 
     /// Its bytes in `range`, which hash to `check`.
-    pub(crate) fn read(&self, range: Range<u32>, check: u64) -> Slice {
+    pub(crate) fn read(&self, range: Range<u32>, check: u64) -> Result<Slice, StorageFault> {
         let range = range.start as usize..range.end as usize;
         let (file, offset) = match &*self.place.read() {
             Place::Resident(bytes) => {
-                return Slice {
+                return Ok(Slice {
                     bytes: Arc::clone(bytes),
                     range,
-                }
+                })
             }
             Place::Stored { file, offset } => (Arc::clone(file), *offset),
         };
@@ -398,21 +398,26 @@ fn ask_ahead(
 }
 
 /// `range` of the bytes at `offset` in `file`, which hash to `check`.
-fn read_stored(file: &StoreFile, offset: u64, range: Range<usize>, check: u64) -> Slice {
-    let bytes = file.read(offset + range.start as u64, range.len());
+fn read_stored(
+    file: &StoreFile,
+    offset: u64,
+    range: Range<usize>,
+    check: u64,
+) -> Result<Slice, StorageFault> {
+    let bytes = file.read(offset + range.start as u64, range.len())?;
     if xxh3_64(&bytes) != check {
-        StorageFault::raise(
+        return Err(StorageFault::at(
             &file.path,
             format!(
                 "is damaged: a block's part at {} fails its checksum",
                 offset + range.start as u64
             ),
-        );
+        ));
     }
-    Slice {
+    Ok(Slice {
         range: 0..bytes.len(),
         bytes: Arc::from(bytes),
-    }
+    })
 }
 
 /// Where a block's bytes are, as its header says: a [`Body`] that every tier
@@ -458,7 +463,7 @@ impl BlockBody {
     }
 
     /// Its bytes in `range`, which hash to `check`.
-    pub(crate) fn read(&self, range: Range<u32>, check: u64) -> Slice {
+    pub(crate) fn read(&self, range: Range<u32>, check: u64) -> Result<Slice, StorageFault> {
         match self {
             BlockBody::Shared { body, .. } => body.read(range, check),
             BlockBody::Mapped { file, offset, .. } => read_stored(
@@ -580,19 +585,17 @@ mod tests {
         let resident = Body::resident(bytes.clone());
         let stored = Body::stored(StoreFile::open(&path).unwrap(), 4);
         assert_ne!(resident.id(), stored.id());
-        assert_eq!(&*resident.read(10..50, check), &bytes[10..50]);
+        assert_eq!(&*resident.read(10..50, check).unwrap(), &bytes[10..50]);
         let before = store_reads();
-        assert_eq!(&*stored.read(10..50, check), &bytes[10..50]);
+        assert_eq!(&*stored.read(10..50, check).unwrap(), &bytes[10..50]);
         assert!(store_reads().0 > before.0);
         assert!(!stored.is_resident());
         resident.store_at(StoreFile::open(&path).unwrap(), 4);
         assert!(!resident.is_resident());
-        assert_eq!(&*resident.read(10..50, check), &bytes[10..50]);
+        assert_eq!(&*resident.read(10..50, check).unwrap(), &bytes[10..50]);
         file[4 + 20] ^= 1;
         std::fs::write(&path, &file).unwrap();
-        let read =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| stored.read(10..50, check)));
-        let fault = *read.unwrap_err().downcast::<StorageFault>().unwrap();
+        let fault = stored.read(10..50, check).unwrap_err();
         assert!(fault.reason.contains("fails its checksum"), "{fault}");
     }
 }

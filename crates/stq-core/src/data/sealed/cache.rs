@@ -227,29 +227,30 @@ pub(crate) fn with_blocks<T>(read: impl FnOnce(&DecodedCache<BlockKey, CachedBlo
 
 /// The value the process's cache holds under `key`, else the one `make` gives
 /// (with the heap bytes it weighs), kept there.
-pub(super) fn cached<T: Send + Sync + 'static>(
+pub(super) fn cached<T: Send + Sync + 'static, E>(
     key: BlockKey,
-    make: impl FnOnce() -> (T, u64),
-) -> Arc<T> {
-    cached_if_kept(key, make).0
+    make: impl FnOnce() -> Result<(T, u64), E>,
+) -> Result<Arc<T>, E> {
+    Ok(cached_if_kept(key, make)?.0)
 }
 
 /// As [`cached`], and whether the value is in the cache: one heavier than a
-/// shard of the cache holds is made, returned and not kept.
-pub(super) fn cached_if_kept<T: Send + Sync + 'static>(
+/// shard of the cache holds is made, returned and not kept. A value `make` fails
+/// to make is its error, and nothing is kept.
+pub(super) fn cached_if_kept<T: Send + Sync + 'static, E>(
     key: BlockKey,
-    make: impl FnOnce() -> (T, u64),
-) -> (Arc<T>, bool) {
+    make: impl FnOnce() -> Result<(T, u64), E>,
+) -> Result<(Arc<T>, bool), E> {
     let cached =
         with_blocks(|blocks| blocks.get(&key)).and_then(|cached| cached.downcast::<T>().ok());
     if let Some(value) = cached {
-        return (value, true);
+        return Ok((value, true));
     }
-    let (value, weight) = make();
+    let (value, weight) = make()?;
     let value = Arc::new(value);
     let kept = Arc::clone(&value) as CachedBlock;
     let kept = with_blocks(|blocks| blocks.insert(key, kept, weight + ENTRY_BYTES));
-    (value, kept)
+    Ok((value, kept))
 }
 
 /// Sets the bytes the process's cache of decoded blocks may hold (`--cache-size`):

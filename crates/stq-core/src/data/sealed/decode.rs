@@ -11,6 +11,7 @@ use super::times::write_coded_time;
 use super::{
     locator, period_start, Block, Decoded, Part, Sealed, SharedPieces, Source, Span, SEALED,
 };
+use crate::data::fault::StorageFault;
 use crate::data::key::RecordKey;
 use crate::domain::time::Timestamp;
 
@@ -38,7 +39,12 @@ fn decompress(frame: &[u8]) -> Vec<u8> {
 impl Sealed {
     /// Decompresses `block` (of `period`) and reads its records of kind `E`; their
     /// JSON's parts too when `json`.
-    pub(super) fn decode<E: Sealable>(&self, period: i64, block: &Block, json: bool) -> Decoded<E> {
+    pub(super) fn decode<E: Sealable>(
+        &self,
+        period: i64,
+        block: &Block,
+        json: bool,
+    ) -> Result<Decoded<E>, StorageFault> {
         let count = match E::KIND {
             0 => block.units,
             _ => block.metrics,
@@ -52,13 +58,13 @@ impl Sealed {
             times: Vec::new(),
         };
         if count == 0 {
-            return decoded;
+            return Ok(decoded);
         }
-        decoded.shared = self.shared();
+        decoded.shared = self.shared()?;
         let frame = block.read(match E::KIND {
             0 => Part::Units,
             _ => Part::Metrics,
-        });
+        })?;
         decoded.payload = decompress(&frame);
         let payload = &decoded.payload;
         let mut reader = Reader::new(payload);
@@ -77,7 +83,7 @@ impl Sealed {
         if json {
             (decoded.spans, decoded.times) = json_spans(&decoded.keys, &times, &values, &pieces);
         }
-        decoded
+        Ok(decoded)
     }
 
     /// `entries` (of the block of `period`, in order), each with the locator of

@@ -236,7 +236,7 @@ impl Rows {
     ///
     /// A [`StorageFault`] if the mapped file changed since it was checked whole,
     /// or was cut (its lost pages read as zeros: `crate::data::mapped`).
-    fn block(&self, index: usize) -> (i64, Block) {
+    fn block(&self, index: usize) -> Result<(i64, Block), StorageFault> {
         // Copied, so that what is checked is what is read: a map cut between the
         // two would read zeros after a check that passed.
         let row: [u8; ROW] =
@@ -249,20 +249,20 @@ impl Rows {
                 (false, true) => None,
             };
             if let Some(reason) = reason {
-                StorageFault::raise(
+                return Err(StorageFault::at(
                     self.file.path(),
                     format!(
                         "{reason}: the row of period {} fails its check",
                         self.period(index)
                     ),
-                );
+                ));
             }
         }
-        read_row(&row, |offset| BlockBody::Mapped {
+        Ok(read_row(&row, |offset| BlockBody::Mapped {
             file: Arc::clone(&self.file),
             offset,
             id: self.id(index),
-        })
+        }))
     }
 
     /// The number row `index`'s block is known by in the cache.
@@ -376,13 +376,16 @@ impl Blocks {
         self.len() == 0
     }
 
-    /// The block of `period`: borrowed from its map, or read from its row.
-    pub(super) fn get(&self, period: i64) -> Option<Cow<'_, Block>> {
+    /// The block of `period`, if it has one: borrowed from its map, or read from
+    /// its row.
+    pub(super) fn get(&self, period: i64) -> Result<Option<Cow<'_, Block>>, StorageFault> {
         if let Some(block) = self.tree.get(&period) {
-            return Some(Cow::Borrowed(block));
+            return Ok(Some(Cow::Borrowed(block)));
         }
-        let (rows, index) = self.row_of(period)?;
-        Some(Cow::Owned(rows.block(index).1))
+        let Some((rows, index)) = self.row_of(period) else {
+            return Ok(None);
+        };
+        Ok(Some(Cow::Owned(rows.block(index)?.1)))
     }
 
     /// The number the block of `period` is known by in the cache, its header not
@@ -404,17 +407,19 @@ impl Blocks {
         Some((rows, index))
     }
 
-    /// The blocks whose periods are in `range`, in order.
+    /// The blocks whose periods are in `range`, in order; a row that fails its
+    /// check is its fault.
     pub(super) fn range(
         &self,
         range: (Bound<i64>, Bound<i64>),
-    ) -> impl Iterator<Item = (i64, Cow<'_, Block>)> + '_ {
+    ) -> impl Iterator<Item = Result<(i64, Cow<'_, Block>), StorageFault>> + '_ {
         // Borrowed from the map: a clone of each (its body's count shared by the
         // workers) cost Q4 a third more CPU without a store (BENCHMARKS.md).
-        let tree = (self.tree.range(range)).map(|(period, block)| (*period, Cow::Borrowed(block)));
+        let tree =
+            (self.tree.range(range)).map(|(period, block)| Ok((*period, Cow::Borrowed(block))));
         let row = |rows: &Rows, index: usize| {
-            let (period, block) = rows.block(index);
-            (period, Cow::Owned(block))
+            let (period, block) = rows.block(index)?;
+            Ok((period, Cow::Owned(block)))
         };
         // Alone, as after a start (rows) or without a store (a map), neither is
         // merged with the other (a merge cost Q4 a few percent: BENCHMARKS.md).
@@ -427,13 +432,20 @@ impl Blocks {
                 let rows = (rows.indexes(range))
                     .filter(|index| !self.hidden.contains(&rows.period(*index)))
                     .map(move |index| row(rows, index));
-                Either::Right(tree.merge_by(rows, |tree, row| tree.0 < row.0))
+                // A row's period is known without its read, so a fault stays in
+                // its place in the order.
+                let period = |block: &Result<(i64, Cow<'_, Block>), StorageFault>| {
+                    block.as_ref().map_or(i64::MIN, |(period, _)| *period)
+                };
+                Either::Right(tree.merge_by(rows, move |tree, row| period(tree) < period(row)))
             }
         }
     }
 
-    /// Every block, in order.
-    pub(super) fn iter(&self) -> impl Iterator<Item = (i64, Cow<'_, Block>)> + '_ {
+    /// Every block, in order; a row that fails its check is its fault.
+    pub(super) fn iter(
+        &self,
+    ) -> impl Iterator<Item = Result<(i64, Cow<'_, Block>), StorageFault>> + '_ {
         self.range((Bound::Unbounded, Bound::Unbounded))
     }
 
@@ -448,8 +460,8 @@ impl Blocks {
     }
 
     /// How many unit and metric records its blocks hold: of rows none hides,
-    /// without reading them.
-    pub(super) fn counts(&self) -> (usize, usize) {
+    /// reading only the rows it hides.
+    pub(super) fn counts(&self) -> Result<(usize, usize), StorageFault> {
         let mut units = 0;
         let mut metrics = 0;
         for block in self.tree.values() {
@@ -466,12 +478,12 @@ impl Blocks {
             // The rows hidden are few (blocks sealed again since the store wrote
             // the file): only they are read.
             for index in self.hidden.iter().filter_map(|period| rows.find(*period)) {
-                let (_, block) = rows.block(index);
+                let (_, block) = rows.block(index)?;
                 units -= block.units as usize;
                 metrics -= block.metrics as usize;
             }
         }
-        (units, metrics)
+        Ok((units, metrics))
     }
 
     /// Its blocks in its map, not its rows: those sealed in memory.
@@ -527,16 +539,17 @@ impl Blocks {
     /// Marks whether the block of `period` shares serials with another block of
     /// its tier ([`Block::shares`]); a row whose mark changes is copied into the
     /// map, which holds it from then on.
-    pub(super) fn set_shares(&mut self, period: i64, shares: bool) {
+    pub(super) fn set_shares(&mut self, period: i64, shares: bool) -> Result<(), StorageFault> {
         if let Some(block) = self.tree.get_mut(&period) {
             block.shares = shares;
-            return;
+            return Ok(());
         }
-        if let Some(block) = self.get(period).filter(|block| block.shares != shares) {
+        if let Some(block) = self.get(period)?.filter(|block| block.shares != shares) {
             let mut block = block.into_owned();
             block.shares = shares;
             self.insert(period, block);
         }
+        Ok(())
     }
 
     /// What its headers hold on the heap: its map's nodes, the bodies its blocks
@@ -634,19 +647,19 @@ mod tests {
                 assert_eq!(block.files, (block.units, block.units + 1));
                 (period, block.units)
             };
-            let all: Vec<(i64, u32)> = blocks.iter().map(read).collect();
+            let all: Vec<(i64, u32)> = blocks.iter().map(|block| read(block.unwrap())).collect();
             let expected: Vec<(i64, u32)> = model.iter().map(|(p, u)| (*p, *u)).collect();
             prop_assert_eq!(&all, &expected);
             prop_assert_eq!(blocks.unit_counts().collect::<Vec<_>>(), expected);
             prop_assert_eq!(blocks.len(), model.len());
             let units: u32 = model.values().sum();
             let counts = (units as usize, model.values().map(|units| *units as usize / 2).sum());
-            prop_assert_eq!(blocks.counts(), counts);
+            prop_assert_eq!(blocks.counts().unwrap(), counts);
             prop_assert_eq!(blocks.is_empty(), model.is_empty());
             prop_assert_eq!(blocks.first_period(), model.keys().next().copied());
             prop_assert_eq!(blocks.last_period(), model.keys().next_back().copied());
             for period in -1..45 {
-                let block = blocks.get(period);
+                let block = blocks.get(period).unwrap();
                 prop_assert_eq!(block.as_ref().map(|block| block.units), model.get(&period).copied());
                 prop_assert_eq!(block.map(|block| block.body.id()), blocks.id_of(period));
             }
@@ -660,7 +673,8 @@ mod tests {
                 if empty {
                     continue;
                 }
-                let read: Vec<(i64, u32)> = blocks.range(range).map(read).collect();
+                let read: Vec<(i64, u32)> =
+                    blocks.range(range).map(|block| read(block.unwrap())).collect();
                 let expected: Vec<(i64, u32)> = model.range(range).map(|(p, u)| (*p, *u)).collect();
                 prop_assert_eq!(read, expected, "{:?}", range);
             }
@@ -674,7 +688,7 @@ mod tests {
         let directory = tempfile::tempdir().unwrap();
         let (rows, mut bytes) = rows(directory.path(), &[3, 5, 9], true);
         let blocks = Blocks::of_rows(Arc::new(rows));
-        assert_eq!(blocks.get(5).unwrap().units, 15);
+        assert_eq!(blocks.get(5).unwrap().unwrap().units, 15);
         // A byte of the second row's serial filter: same length, so the mapping
         // sees it (rewritten in place, as another process could).
         let at = 8 + 300 + ROW + 48 + 4 * 8;
@@ -686,9 +700,8 @@ mod tests {
                 std::os::unix::fs::FileExt::write_all_at(&file, &bytes[at..at + 1], at as u64)
             })
             .unwrap();
-        assert_eq!(blocks.get(3).unwrap().units, 9);
-        let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| blocks.get(5)));
-        let fault = *read.unwrap_err().downcast::<StorageFault>().unwrap();
+        assert_eq!(blocks.get(3).unwrap().unwrap().units, 9);
+        let fault = blocks.get(5).unwrap_err();
         assert!(fault.reason.contains("fails its check"), "{fault}");
     }
 

@@ -39,9 +39,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use foldhash::{HashMap, HashMapExt as _};
+use itertools::Itertools as _;
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::data::digest::{self, UnitDigest};
+use crate::data::fault::StorageFault;
 use crate::data::key::RecordKey;
 use crate::data::stored::{Piece, StoredRecord};
 use crate::data::symbols::Symbol;
@@ -236,7 +238,7 @@ impl Block {
     }
 
     /// The bytes of `part`, from memory or its store file.
-    fn read(&self, part: Part) -> Slice {
+    fn read(&self, part: Part) -> Result<Slice, StorageFault> {
         self.body.read(self.range(part), self.checks[part as usize])
     }
 }
@@ -392,14 +394,15 @@ impl Sealed {
 
     /// This tier with `units` and `metrics` sealed too, in any order. A record in an
     /// period that is sealed already (one that came late) goes into that period's
-    /// block, which is sealed again.
+    /// block, which is sealed again. A block to seal again that cannot be read is
+    /// its store file's fault.
     pub(crate) fn with(
         &self,
         units: Vec<Unsealed<'_, UnitEntry>>,
         metrics: Vec<Unsealed<'_, MetricEntry>>,
-    ) -> Sealed {
+    ) -> Result<Sealed, StorageFault> {
         if units.is_empty() && metrics.is_empty() {
-            return self.clone();
+            return Ok(self.clone());
         }
         let mut periods: Vec<i64> = (units.iter().map(|record| period_of(record.key.instant)))
             .chain(metrics.iter().map(|record| period_of(record.key.instant)))
@@ -408,17 +411,13 @@ impl Sealed {
         periods.dedup();
         // Blocks sealed again: decompressed first, so that their records' parts
         // can be borrowed while every block is written.
-        let again: Vec<(i64, Decoded<UnitEntry>, Decoded<MetricEntry>)> = periods
-            .iter()
-            .filter_map(|period| {
-                let block = self.blocks.get(*period)?;
-                Some((
-                    *period,
-                    self.decode(*period, &block, true),
-                    self.decode(*period, &block, true),
-                ))
-            })
-            .collect();
+        let mut again: Vec<(i64, Decoded<UnitEntry>, Decoded<MetricEntry>)> = Vec::new();
+        for &period in &periods {
+            if let Some(block) = self.blocks.get(period)? {
+                let units = self.decode(period, &block, true)?;
+                again.push((period, units, self.decode(period, &block, true)?));
+            }
+        }
         let mut groups: BTreeMap<i64, Group<'_>> = BTreeMap::new();
         for (period, old_units, old_metrics) in &again {
             let group = groups.entry(*period).or_default();
@@ -440,7 +439,7 @@ impl Sealed {
                 .metrics
                 .push(record);
         }
-        let shared = Arc::new(self.shared_with(&groups));
+        let shared = Arc::new(self.shared_with(&groups)?);
         let known = shared.known();
         let mut sealed = Sealed {
             blocks: self.blocks_to_change(),
@@ -455,8 +454,8 @@ impl Sealed {
             sealed.blocks.insert(period, encode(period, &group, &known));
         }
         sealed.blocks.compact();
-        sealed.settle();
-        sealed
+        sealed.settle()?;
+        Ok(sealed)
     }
 
     /// This tier without the records `dropped` says go (by load order), or `None`
@@ -466,23 +465,21 @@ impl Sealed {
         &self,
         dropped: &dyn Fn(u64) -> bool,
         touched: &dyn Fn(u32, u32) -> bool,
-    ) -> Option<Sealed> {
-        let decoded: Vec<(i64, Decoded<UnitEntry>, Decoded<MetricEntry>)> = (self.blocks.iter())
-            .filter(|(_, block)| touched(block.files.0, block.files.1))
-            .map(|(period, block)| {
-                (
-                    period,
-                    self.decode(period, &block, true),
-                    self.decode(period, &block, true),
-                )
-            })
-            .collect();
+    ) -> Result<Option<Sealed>, StorageFault> {
+        let mut decoded: Vec<(i64, Decoded<UnitEntry>, Decoded<MetricEntry>)> = Vec::new();
+        for block in self.blocks.iter() {
+            let (period, block) = block?;
+            if touched(block.files.0, block.files.1) {
+                let units = self.decode(period, &block, true)?;
+                decoded.push((period, units, self.decode(period, &block, true)?));
+            }
+        }
         let loses = |keys: &[RecordKey]| keys.iter().any(|key| dropped(key.load_order));
         if !decoded
             .iter()
             .any(|(_, units, metrics)| loses(&units.keys) || loses(&metrics.keys))
         {
-            return None;
+            return Ok(None);
         }
         let mut kept = Sealed {
             blocks: self.blocks_to_change(),
@@ -501,9 +498,9 @@ impl Sealed {
             );
         }
         // A tier of its own, whether or not any record of the blocks read stays.
-        kept.count();
-        kept.settle();
-        Some(kept.with(units, metrics))
+        kept.count()?;
+        kept.settle()?;
+        Ok(Some(kept.with(units, metrics)?))
     }
 
     /// Calls `unit` and `metric` with each sealed record of the blocks that hold
@@ -515,20 +512,22 @@ impl Sealed {
         wanted: &dyn Fn(u64) -> bool,
         unit: &mut dyn FnMut(Unsealed<'_, UnitEntry>),
         metric: &mut dyn FnMut(Unsealed<'_, MetricEntry>),
-    ) {
-        for (period, block) in self.blocks.iter() {
+    ) -> Result<(), StorageFault> {
+        for block in self.blocks.iter() {
+            let (period, block) = block?;
             if !touched(block.files.0, block.files.1) {
                 continue;
             }
-            let units: Decoded<UnitEntry> = self.decode(period, &block, true);
+            let units: Decoded<UnitEntry> = self.decode(period, &block, true)?;
             (self.unsealed(&units))
                 .filter(|record| wanted(record.key.load_order))
                 .for_each(&mut *unit);
-            let metrics: Decoded<MetricEntry> = self.decode(period, &block, true);
+            let metrics: Decoded<MetricEntry> = self.decode(period, &block, true)?;
             (self.unsealed(&metrics))
                 .filter(|record| wanted(record.key.load_order))
                 .for_each(&mut *metric);
         }
+        Ok(())
     }
 
     /// A decoded block's records as records to seal, borrowing their parts.
@@ -554,7 +553,7 @@ impl Sealed {
 
     /// The shared pieces after `groups` are sealed: this tier's, and every piece
     /// that more than one period's block uses.
-    fn shared_with(&self, groups: &BTreeMap<i64, Group<'_>>) -> SharedPieces {
+    fn shared_with(&self, groups: &BTreeMap<i64, Group<'_>>) -> Result<SharedPieces, StorageFault> {
         let mut periods_of: HashMap<&[u8], (i64, u32)> = HashMap::new();
         for (&period, group) in groups {
             let parts = (group.units.iter().map(|record| record.parts))
@@ -568,7 +567,7 @@ impl Sealed {
                 }
             }
         }
-        let current = self.shared();
+        let current = self.shared()?;
         let mut shared = SharedPieces {
             bytes: current.bytes.clone(),
             pieces: current.pieces.clone(),
@@ -586,7 +585,7 @@ impl Sealed {
             });
             shared.bytes.extend_from_slice(piece);
         }
-        shared
+        Ok(shared)
     }
 
     /// Feeds `block` what names each block's bytes of `kind` in the periods from
@@ -600,14 +599,14 @@ impl Sealed {
         from: Timestamp,
         to: Timestamp,
         block: &mut dyn FnMut(Timestamp, [&[u8]; 4]),
-    ) {
+    ) -> Result<(), StorageFault> {
         let (first, end) = (period_of(from), period_of(to));
         if first >= end {
-            return;
+            return Ok(());
         }
         // The shared pieces once, then their digest for every block.
         let mut shared = xxhash_rust::xxh3::Xxh3::new();
-        let pieces = self.shared();
+        let pieces = self.shared()?;
         shared.update(&pieces.bytes);
         for piece in &pieces.pieces {
             shared.update(&piece.start.to_le_bytes());
@@ -618,7 +617,8 @@ impl Sealed {
             std::ops::Bound::Included(first),
             std::ops::Bound::Excluded(end),
         );
-        for (period, stored) in self.blocks.range(periods) {
+        for stored in self.blocks.range(periods) {
+            let (period, stored) = stored?;
             let part = match kind {
                 Kind::Units if stored.units > 0 => Part::Units,
                 Kind::Metrics if stored.metrics > 0 => Part::Metrics,
@@ -635,11 +635,12 @@ impl Sealed {
                 ],
             );
         }
+        Ok(())
     }
 
     /// Finds its first and last record and its outputs' serials, sets the base
     /// period, and gives it a new identity.
-    fn settle(&mut self) {
+    fn settle(&mut self) -> Result<(), StorageFault> {
         self.identity = match self.blocks.is_empty() {
             true => 0,
             false => fresh_id(),
@@ -648,58 +649,72 @@ impl Sealed {
         // Every block's digest read once: its outputs' serials, with its period.
         let mut outputs: Vec<(Symbol, i64)> = Vec::new();
         let mut buffer = UnitDigest::default();
-        for (period, block) in self.blocks.iter() {
-            let bytes = block.read(Part::UnitDigest);
+        for block in self.blocks.iter() {
+            let (period, block) = block?;
+            let bytes = block.read(Part::UnitDigest)?;
             digest::unit_serials(period_start(period), &bytes, &mut buffer, &mut |serial| {
                 outputs.push((serial, period));
             });
         }
         let (shared, sharing) = digest::shared_serials(&mut outputs);
-        let periods: Vec<i64> = self.blocks.iter().map(|(period, _)| period).collect();
+        let periods: Vec<i64> = self
+            .blocks
+            .iter()
+            .map_ok(|(period, _)| period)
+            .try_collect()?;
         for period in periods {
-            (self.blocks).set_shares(period, sharing.binary_search(&period).is_ok());
+            (self.blocks).set_shares(period, sharing.binary_search(&period).is_ok())?;
         }
         let mut serials: Vec<Symbol> = outputs.iter().map(|(serial, _)| *serial).collect();
         serials.dedup();
         self.serials = IndexPart::resident(Arc::new(serials.into()));
         self.shared_serials = shared.into();
         self.ends = None;
-        let last =
-            (self.blocks.last_period()).and_then(|period| Some((period, self.blocks.get(period)?)));
+        let last = match self.blocks.last_period() {
+            Some(period) => (self.blocks.get(period)?).map(|block| (period, block)),
+            None => None,
+        };
         let (Some((first_period, first)), Some((last_period, last))) =
-            (self.blocks.iter().next(), last)
+            (self.blocks.iter().next().transpose()?, last)
         else {
-            return;
+            return Ok(());
         };
         let ends = |period: i64, block: &Block, last: bool| {
-            let units: Decoded<UnitEntry> = self.decode(period, block, false);
-            let metrics: Decoded<MetricEntry> = self.decode(period, block, false);
+            let units: Decoded<UnitEntry> = self.decode(period, block, false)?;
+            let metrics: Decoded<MetricEntry> = self.decode(period, block, false)?;
             let unit = units.keys.iter().zip(&units.entries);
             let metric = metrics.keys.iter().zip(&metrics.entries);
             let pick = |(key, bytes): (&RecordKey, StoredRecord)| (*key, bytes);
             let records = (unit.map(|(key, entry)| (key, entry.bytes)))
                 .chain(metric.map(|(key, entry)| (key, entry.bytes)));
-            match last {
+            Ok::<_, StorageFault>(match last {
                 false => records.min_by_key(|(key, _)| **key).map(pick),
                 true => records.max_by_key(|(key, _)| **key).map(pick),
-            }
+            })
         };
         if let (Some(first), Some(last)) = (
-            ends(first_period, &first, false),
-            ends(last_period, &last, true),
+            ends(first_period, &first, false)?,
+            ends(last_period, &last, true)?,
         ) {
             self.ends = Some((first, last));
         }
+        Ok(())
     }
 
     /// Counts its records from its blocks.
-    fn count(&mut self) {
-        (self.unit_count, self.metric_count) = self.blocks.counts();
+    fn count(&mut self) -> Result<(), StorageFault> {
+        (self.unit_count, self.metric_count) = self.blocks.counts()?;
+        Ok(())
     }
 }
 
 impl Tier for Sealed {
-    fn units_in(&self, range: KeyRange) -> impl Iterator<Item = (RecordKey, UnitEntry)> + '_ {
+    type Read<T> = Result<T, StorageFault>;
+
+    fn units_in(
+        &self,
+        range: KeyRange,
+    ) -> impl Iterator<Item = Result<(RecordKey, UnitEntry), StorageFault>> + '_ {
         self.records_in(range, |block| block.units > 0)
     }
 
@@ -707,11 +722,14 @@ impl Tier for Sealed {
         &self,
         serial: Symbol,
         range: KeyRange,
-    ) -> impl Iterator<Item = (RecordKey, UnitEntry)> + '_ {
+    ) -> impl Iterator<Item = Result<(RecordKey, UnitEntry), StorageFault>> + '_ {
         self.records_of(serial, range)
     }
 
-    fn metrics_in(&self, range: KeyRange) -> impl Iterator<Item = (RecordKey, MetricEntry)> + '_ {
+    fn metrics_in(
+        &self,
+        range: KeyRange,
+    ) -> impl Iterator<Item = Result<(RecordKey, MetricEntry), StorageFault>> + '_ {
         self.records_in(range, |block| block.metrics > 0)
     }
 

@@ -32,6 +32,7 @@ use std::sync::Arc;
 use super::cache::cached_if_kept;
 use super::rendered::{written, TimeIndex, WholeJson};
 use super::{period_start, Decoded, Sealed};
+use crate::data::fault::StorageFault;
 use crate::data::key::Position;
 use crate::data::stored::prefetch_value;
 use crate::data::tier::UnitEntry;
@@ -70,26 +71,23 @@ impl PeriodUnits {
         key: u64,
         period: i64,
         tiers: impl FnOnce() -> Vec<(u32, &'a Sealed)>,
-    ) -> (Arc<PeriodUnits>, bool) {
+    ) -> Result<(Arc<PeriodUnits>, bool), StorageFault> {
         cached_if_kept((key, PERIOD_UNITS, period), || {
-            let merged = PeriodUnits::merge(period, &tiers());
+            let merged = PeriodUnits::merge(period, &tiers())?;
             let weight = merged.heap_bytes();
-            (merged, weight)
+            Ok((merged, weight))
         })
     }
 
-    fn merge(period: i64, tiers: &[(u32, &Sealed)]) -> PeriodUnits {
-        let blocks: Vec<(u32, u32, &Sealed, Decoded<UnitEntry>)> = (tiers.iter().enumerate())
-            .filter_map(|(station, &(rank, sealed))| {
-                let block = sealed.blocks.get(period).filter(|block| block.units > 0)?;
-                Some((
-                    station as u32,
-                    rank,
-                    sealed,
-                    sealed.decode(period, &block, true),
-                ))
-            })
-            .collect();
+    fn merge(period: i64, tiers: &[(u32, &Sealed)]) -> Result<PeriodUnits, StorageFault> {
+        let mut blocks: Vec<(u32, u32, &Sealed, Decoded<UnitEntry>)> = Vec::new();
+        for (station, &(rank, sealed)) in tiers.iter().enumerate() {
+            let Some(block) = sealed.blocks.get(period)?.filter(|block| block.units > 0) else {
+                continue;
+            };
+            let decoded = sealed.decode(period, &block, true)?;
+            blocks.push((station as u32, rank, sealed, decoded));
+        }
         // (position, which block, which record of it)
         let mut order: Vec<(Position, u32, u32)> = (blocks.iter().enumerate())
             .flat_map(|(slot, (_, rank, _, decoded))| {
@@ -124,7 +122,7 @@ impl PeriodUnits {
             }
             ends.push(json.len() as u32);
         }
-        PeriodUnits {
+        Ok(PeriodUnits {
             time: TimeIndex::new(&positions, period_start(period), |position| {
                 position.instant.seconds
             }),
@@ -133,7 +131,7 @@ impl PeriodUnits {
             entries,
             json,
             ends,
-        }
+        })
     }
 
     /// Its bytes on the heap and itself: what the cache weighs it by.

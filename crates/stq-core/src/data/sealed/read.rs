@@ -9,6 +9,7 @@ use std::ops::{Bound, Range};
 use std::sync::Arc;
 
 use foldhash::HashMap;
+use itertools::Itertools as _;
 
 use super::body::{IndexPart, IndexPartAt, StoreFile};
 use super::cache::{cached, BlockKey};
@@ -20,6 +21,7 @@ use super::{
     period_of, period_start, Block, Part, Sealed, SerialList, SharedPieces, Slice, SEALED,
 };
 use crate::data::codec::Corrupt;
+use crate::data::fault::StorageFault;
 use crate::data::key::RecordKey;
 use crate::data::stored::StoredRecord;
 use crate::data::symbols::Symbol;
@@ -39,49 +41,52 @@ fn through_cache<T: Send + Sync + 'static>(
     kind: u32,
     read: fn(&[u8]) -> Result<T, Corrupt>,
     weight: fn(&T) -> u64,
-) -> Arc<T> {
+) -> Result<Arc<T>, StorageFault> {
     let (body, length, check) = match part.place() {
-        IndexPartAt::Resident(value) => return value,
+        IndexPartAt::Resident(value) => return Ok(value),
         IndexPartAt::Stored(body, length, check) => (body, length, check),
     };
     cached((body.id(), kind, 0), || {
-        let value = read(&body.read(0..length, check)).unwrap_or_else(|corrupt| {
+        let value = read(&body.read(0..length, check)?).unwrap_or_else(|corrupt| {
             panic!("a sealed tier's region passed its checksum but does not read: {corrupt}")
         });
         let bytes = weight(&value);
-        (value, bytes)
+        Ok((value, bytes))
     })
 }
 
 impl Sealed {
     /// The block of a locator, and its period.
-    fn block_of(&self, record: StoredRecord) -> (i64, Cow<'_, Block>) {
+    fn block_of(&self, record: StoredRecord) -> Result<(i64, Cow<'_, Block>), StorageFault> {
         self.block_of_period(self.base + i64::from(record.start & !SEALED))
     }
 
     /// The block of `period`, which a locator named.
-    fn block_of_period(&self, period: i64) -> (i64, Cow<'_, Block>) {
-        let block = (self.blocks.get(period)).expect("a sealed record's locator names its block");
-        (period, block)
+    fn block_of_period(&self, period: i64) -> Result<(i64, Cow<'_, Block>), StorageFault> {
+        let block = (self.blocks.get(period)?).expect("a sealed record's locator names its block");
+        Ok((period, block))
     }
 
     /// Appends the JSON of the sealed record `record` locates.
-    pub(crate) fn write_json(&self, record: StoredRecord, out: &mut Vec<u8>) {
-        let (period, block) = self.block_of(record);
+    pub(crate) fn write_json(
+        &self,
+        record: StoredRecord,
+        out: &mut Vec<u8>,
+    ) -> Result<(), StorageFault> {
+        let (period, block) = self.block_of(record)?;
         let index = (record.length & !SEALED) as usize;
         match record.length >> 31 {
-            0 => self.decoded::<UnitEntry>(period, &block).write(index, out),
-            _ => self
-                .decoded::<MetricEntry>(period, &block)
-                .write(index, out),
+            0 => self.decoded::<UnitEntry>(period, &block)?.write(index, out),
+            _ => (self.decoded::<MetricEntry>(period, &block)?).write(index, out),
         }
+        Ok(())
     }
 
     /// The blocks that may hold records with keys in `range`, with their periods.
     fn blocks_in(
         &self,
         (start, end): KeyRange,
-    ) -> impl Iterator<Item = (i64, Cow<'_, Block>)> + '_ {
+    ) -> impl Iterator<Item = Result<(i64, Cow<'_, Block>), StorageFault>> + '_ {
         let period = |bound: Bound<RecordKey>| bound.map(|key| period_of(key.instant));
         let lower = match period(start) {
             Bound::Excluded(period) => Bound::Included(period),
@@ -106,17 +111,19 @@ impl Sealed {
         &self,
         range: KeyRange,
         keep: impl Fn(&Block) -> bool + 'static,
-    ) -> impl Iterator<Item = (RecordKey, E)> + '_ {
+    ) -> impl Iterator<Item = Result<(RecordKey, E), StorageFault>> + '_ {
         self.blocks_in(range)
-            .filter(move |(_, block)| keep(block))
-            .flat_map(move |(period, block)| {
-                let decoded: Arc<Rendered<E>> = self.decoded(period, &block);
+            .filter_ok(move |(_, block)| keep(block))
+            .map(move |block| {
+                let (period, block) = block?;
+                let decoded: Arc<Rendered<E>> = self.decoded(period, &block)?;
                 // A window's records are found through the block's time index,
                 // not by reading its four hours.
-                decoded
+                Ok(decoded
                     .indexes_in(range)
-                    .map(move |index| (decoded.keys[index], decoded.entries[index]))
+                    .map(move |index| (decoded.keys[index], decoded.entries[index])))
             })
+            .flatten_ok()
     }
 
     /// The blocks that may hold records of kind `E` whose serial (units) or name
@@ -125,9 +132,11 @@ impl Sealed {
         &self,
         symbol: Symbol,
         range: KeyRange,
-    ) -> impl Iterator<Item = Arc<Rendered<E>>> + '_ {
-        (self.blocks_holding::<E>(symbol, range))
-            .map(move |(period, block)| self.decoded(period, &block))
+    ) -> impl Iterator<Item = Result<Arc<Rendered<E>>, StorageFault>> + '_ {
+        (self.blocks_holding::<E>(symbol, range)).map(move |block| {
+            let (period, block) = block?;
+            self.decoded(period, &block)
+        })
     }
 
     /// The blocks in `range` whose filter of serials (units) or names (metrics)
@@ -136,9 +145,9 @@ impl Sealed {
         &self,
         symbol: Symbol,
         range: KeyRange,
-    ) -> impl Iterator<Item = (i64, Cow<'_, Block>)> + '_ {
+    ) -> impl Iterator<Item = Result<(i64, Cow<'_, Block>), StorageFault>> + '_ {
         self.blocks_in(range)
-            .filter(move |(_, block)| match E::KIND {
+            .filter_ok(move |(_, block)| match E::KIND {
                 0 => block.serials.may_hold(symbol),
                 _ => block.names.may_hold(symbol),
             })
@@ -150,14 +159,15 @@ impl Sealed {
         &self,
         symbol: Symbol,
         range: KeyRange,
-    ) -> impl Iterator<Item = (RecordKey, E)> + '_ {
+    ) -> impl Iterator<Item = Result<(RecordKey, E), StorageFault>> + '_ {
         self.blocks_of(symbol, range)
-            .flat_map(move |decoded: Arc<Rendered<E>>| {
+            .map_ok(move |decoded: Arc<Rendered<E>>| {
                 decoded.positions_of(symbol, range).map(move |position| {
                     let index = decoded.by_symbol(position);
                     (decoded.keys[index], decoded.entries[index])
                 })
             })
+            .flatten_ok()
     }
 
     /// The keys of the metric records named `name` in `range`, each located
@@ -170,7 +180,7 @@ impl Sealed {
         name: Symbol,
         range: KeyRange,
         memo: &'a RefCell<JsonMemo>,
-    ) -> impl Iterator<Item = (RecordKey, StoredRecord)> + 'a {
+    ) -> impl Iterator<Item = Result<(RecordKey, StoredRecord), StorageFault>> + 'a {
         self.of_symbol_in_memo(
             name,
             range,
@@ -192,7 +202,7 @@ impl Sealed {
         serial: Symbol,
         range: KeyRange,
         memo: &'a RefCell<JsonMemo>,
-    ) -> impl Iterator<Item = (RecordKey, UnitEntry)> + 'a {
+    ) -> impl Iterator<Item = Result<(RecordKey, UnitEntry), StorageFault>> + 'a {
         self.of_symbol_in_memo(
             serial,
             range,
@@ -216,14 +226,17 @@ impl Sealed {
         range: KeyRange,
         memo: &'a RefCell<JsonMemo>,
         pick: impl Fn(&Rendered<E>, usize, u32) -> T + Copy + 'a,
-    ) -> impl Iterator<Item = T> + 'a {
-        (self.blocks_holding::<E>(symbol, range)).flat_map(move |(period, block)| {
-            let key = self.cache_key::<E>(block.body.id());
-            let (slot, decoded) =
-                (memo.borrow_mut()).typed_block(key, || self.decoded(period, &block));
-            (decoded.positions_of(symbol, range))
-                .map(move |position| pick(&decoded, position, slot))
-        })
+    ) -> impl Iterator<Item = Result<T, StorageFault>> + 'a {
+        (self.blocks_holding::<E>(symbol, range))
+            .map(move |block| {
+                let (period, block) = block?;
+                let key = self.cache_key::<E>(block.body.id());
+                let (slot, decoded) =
+                    (memo.borrow_mut()).typed_block(key, || self.decoded(period, &block))?;
+                Ok((decoded.positions_of(symbol, range))
+                    .map(move |position| pick(&decoded, position, slot)))
+            })
+            .flatten_ok()
     }
 }
 
@@ -242,7 +255,7 @@ impl<'a> UnitBlock<'a> {
     }
 
     /// Its unit digest ([`crate::data::digest`]).
-    pub(crate) fn digest(&self) -> Slice {
+    pub(crate) fn digest(&self) -> Result<Slice, StorageFault> {
         self.sealed.digest(&self.block, Part::UnitDigest)
     }
 
@@ -258,9 +271,11 @@ impl<'a> UnitBlock<'a> {
     }
 
     /// Its unit records, in key order.
-    pub(crate) fn records(&self) -> impl Iterator<Item = (RecordKey, UnitEntry)> + 'a {
-        let decoded: Arc<Rendered<UnitEntry>> = self.sealed.decoded(self.period, &self.block);
-        (0..decoded.keys.len()).map(move |index| (decoded.keys[index], decoded.entries[index]))
+    pub(crate) fn records(
+        &self,
+    ) -> Result<impl Iterator<Item = (RecordKey, UnitEntry)> + 'a, StorageFault> {
+        let decoded: Arc<Rendered<UnitEntry>> = self.sealed.decoded(self.period, &self.block)?;
+        Ok((0..decoded.keys.len()).map(move |index| (decoded.keys[index], decoded.entries[index])))
     }
 }
 
@@ -279,24 +294,29 @@ impl<'a> MetricBlock<'a> {
     }
 
     /// Its metric digest ([`crate::data::digest`]).
-    pub(crate) fn digest(&self) -> Slice {
+    pub(crate) fn digest(&self) -> Result<Slice, StorageFault> {
         self.sealed.digest(&self.block, Part::MetricDigest)
     }
 
     /// Its metric records, in key order.
-    pub(crate) fn records(&self) -> impl Iterator<Item = (RecordKey, MetricEntry)> + 'a {
-        let decoded: Arc<Rendered<MetricEntry>> = self.sealed.decoded(self.period, &self.block);
-        (0..decoded.keys.len()).map(move |index| (decoded.keys[index], decoded.entries[index]))
+    pub(crate) fn records(
+        &self,
+    ) -> Result<impl Iterator<Item = (RecordKey, MetricEntry)> + 'a, StorageFault> {
+        let decoded: Arc<Rendered<MetricEntry>> = self.sealed.decoded(self.period, &self.block)?;
+        Ok((0..decoded.keys.len()).map(move |index| (decoded.keys[index], decoded.entries[index])))
     }
 }
 
 impl Sealed {
     /// The blocks that hold metric records and may hold some with keys in `range`,
     /// in time order.
-    pub(crate) fn metric_blocks(&self, range: KeyRange) -> impl Iterator<Item = MetricBlock<'_>> {
+    pub(crate) fn metric_blocks(
+        &self,
+        range: KeyRange,
+    ) -> impl Iterator<Item = Result<MetricBlock<'_>, StorageFault>> {
         self.blocks_in(range)
-            .filter(|(_, block)| block.metrics > 0)
-            .map(|(period, block)| MetricBlock {
+            .filter_ok(|(_, block)| block.metrics > 0)
+            .map_ok(|(period, block)| MetricBlock {
                 sealed: self,
                 period,
                 block,
@@ -305,10 +325,13 @@ impl Sealed {
 
     /// The blocks that hold unit records and may hold some with keys in `range`, in
     /// time order.
-    pub(crate) fn unit_blocks(&self, range: KeyRange) -> impl Iterator<Item = UnitBlock<'_>> {
+    pub(crate) fn unit_blocks(
+        &self,
+        range: KeyRange,
+    ) -> impl Iterator<Item = Result<UnitBlock<'_>, StorageFault>> {
         self.blocks_in(range)
-            .filter(|(_, block)| block.units > 0)
-            .map(|(period, block)| UnitBlock {
+            .filter_ok(|(_, block)| block.units > 0)
+            .map_ok(|(period, block)| UnitBlock {
                 sealed: self,
                 period,
                 block,
@@ -323,7 +346,9 @@ impl Sealed {
     /// to fetch at once.
     pub(crate) fn ask_ahead(&self, range: KeyRange, reads: &mut Vec<(Arc<StoreFile>, Range<u64>)>) {
         let before = reads.len();
-        for (_, block) in self.blocks_in(range) {
+        // A row that fails its check is asked nothing of: the read that follows
+        // finds its fault.
+        for (_, block) in self.blocks_in(range).flatten() {
             block.body.ask_ahead(block.length, reads);
         }
         if reads.len() > before {
@@ -344,18 +369,22 @@ impl Sealed {
     /// `block`'s records of kind `E` (of `period`), rendered for reading: from
     /// the process's cache ([`cache`]), else decompressed and rendered now and
     /// kept there.
-    fn decoded<E: Sealable>(&self, period: i64, block: &Block) -> Arc<Rendered<E>> {
+    fn decoded<E: Sealable>(
+        &self,
+        period: i64,
+        block: &Block,
+    ) -> Result<Arc<Rendered<E>>, StorageFault> {
         cached(self.cache_key::<E>(block.body.id()), || {
-            let decoded = self.decode::<E>(period, block, true);
+            let decoded = self.decode::<E>(period, block, true)?;
             let rendered = Rendered::new(self, decoded, period_start(period));
             let weight = rendered.heap_bytes();
-            (rendered, weight)
+            Ok((rendered, weight))
         })
     }
 
     /// Its shared pieces: from memory, or through the process's cache from its
     /// store file.
-    pub(super) fn shared(&self) -> Arc<SharedPieces> {
+    pub(super) fn shared(&self) -> Result<Arc<SharedPieces>, StorageFault> {
         through_cache(&self.shared, SHARED_PIECES, SharedPieces::read, |pieces| {
             pieces.heap_bytes()
         })
@@ -363,7 +392,7 @@ impl Sealed {
 
     /// The serials of its outputs, in order: from memory, or through the process's
     /// cache from its store file.
-    pub(crate) fn serials(&self) -> Arc<SerialList> {
+    pub(crate) fn serials(&self) -> Result<Arc<SerialList>, StorageFault> {
         through_cache(&self.serials, SERIALS, read_serials, |serials| {
             (serials.len() * size_of::<Symbol>()) as u64
         })
@@ -371,16 +400,16 @@ impl Sealed {
 
     /// A digest of `block`: from memory, or through the process's cache from its
     /// store file.
-    fn digest(&self, block: &Block, part: Part) -> Slice {
+    fn digest(&self, block: &Block, part: Part) -> Result<Slice, StorageFault> {
         if block.body.is_resident() {
             return block.read(part);
         }
         let digest = cached((block.body.id(), 2 + part as u32, 0), || {
-            let digest = block.read(part);
+            let digest = block.read(part)?;
             let weight = digest.heap_bytes();
-            (digest, weight)
-        });
-        Slice::clone(&digest)
+            Ok((digest, weight))
+        })?;
+        Ok(Slice::clone(&digest))
     }
 
     /// What names the records of kind `E` decoded of the block known by `id`, in
@@ -392,14 +421,18 @@ impl Sealed {
     /// Where the JSON of the sealed record `record` locates is among `memo`'s
     /// blocks, which takes its block (from the process's cache, or decoded now)
     /// unless an earlier record of the same scan took it.
-    pub(crate) fn locate_json(&self, record: StoredRecord, memo: &mut JsonMemo) -> StoredRecord {
+    pub(crate) fn locate_json(
+        &self,
+        record: StoredRecord,
+        memo: &mut JsonMemo,
+    ) -> Result<StoredRecord, StorageFault> {
         let period = self.base + i64::from(record.start & !SEALED);
         let index = record.length & !SEALED;
         let slot = match record.length >> 31 {
-            0 => memo.slot::<UnitEntry>(self, period),
-            _ => memo.slot::<MetricEntry>(self, period),
+            0 => memo.slot::<UnitEntry>(self, period)?,
+            _ => memo.slot::<MetricEntry>(self, period)?,
         };
-        JsonMemo::locator(slot, index)
+        Ok(JsonMemo::locator(slot, index))
     }
 }
 
@@ -448,17 +481,17 @@ impl JsonMemo {
     /// The slot of the records of kind `E` of `sealed`'s block of `period` among
     /// its blocks. A scan's hits are mostly in blocks an earlier hit took: those
     /// are found by the number the block is known by, its header not read.
-    fn slot<E: Sealable>(&mut self, sealed: &Sealed, period: i64) -> u32 {
+    fn slot<E: Sealable>(&mut self, sealed: &Sealed, period: i64) -> Result<u32, StorageFault> {
         let id = (sealed.blocks.id_of(period)).expect("a sealed record's locator names its block");
         let key = sealed.cache_key::<E>(id);
         if let Some(slot) = self.slots.get(&key) {
-            return *slot;
+            return Ok(*slot);
         }
-        let (_, block) = sealed.block_of_period(period);
+        let (_, block) = sealed.block_of_period(period)?;
         let slot = self.blocks.len() as u32;
-        self.blocks.push(sealed.decoded::<E>(period, &block));
+        self.blocks.push(sealed.decoded::<E>(period, &block)?);
         self.slots.insert(key, slot);
-        slot
+        Ok(slot)
     }
 
     /// The block of kind `E` the cache knows by `key` and its slot among its
@@ -468,16 +501,16 @@ impl JsonMemo {
     fn typed_block<E: Memoized>(
         &mut self,
         key: BlockKey,
-        read: impl FnOnce() -> Arc<Rendered<E>>,
-    ) -> (u32, Arc<Rendered<E>>) {
+        read: impl FnOnce() -> Result<Arc<Rendered<E>>, StorageFault>,
+    ) -> Result<(u32, Arc<Rendered<E>>), StorageFault> {
         if let Some((slot, block)) = E::blocks(self).get(&key) {
-            return (*slot, Arc::clone(block));
+            return Ok((*slot, Arc::clone(block)));
         }
-        let block = read();
+        let block = read()?;
         let slot = self.blocks.len() as u32;
         self.blocks.push(Arc::clone(&block) as Arc<dyn WholeJson>);
         E::blocks(self).insert(key, (slot, Arc::clone(&block)));
-        (slot, block)
+        Ok((slot, block))
     }
 
     /// Keeps `block` among its blocks; its record `index` is then located by

@@ -16,15 +16,18 @@
 //! LEB128 numbers; it is still read, its headers into the heap, and the store's
 //! first write replaces the file.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use itertools::Itertools as _;
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::body::{BlockBody, IndexPart};
 use super::headers::{write_row, Blocks, Rows, ROW};
 use super::{Block, Filter, Part, Sealed, SerialList, SharedPieces, StoreFile};
 use crate::data::codec;
+use crate::data::fault::StorageFault;
 use crate::data::key::RecordKey;
 use crate::data::mapped::Mapped;
 use crate::data::stored::{Piece, StoredRecord};
@@ -149,11 +152,13 @@ impl SharedPieces {
 }
 
 impl Sealed {
-    /// The tier as a store file after `magic`, and where its parts are in it.
-    pub(crate) fn file(&self, magic: &[u8]) -> (Vec<u8>, Layout) {
+    /// The tier as a store file after `magic`, and where its parts are in it; a
+    /// block in a store file that cannot be read is that file's fault.
+    pub(crate) fn file(&self, magic: &[u8]) -> Result<(Vec<u8>, Layout), StorageFault> {
         let mut out = magic.to_vec();
         let mut offsets = Vec::with_capacity(self.blocks.len());
-        for (_, block) in self.blocks.iter() {
+        for block in self.blocks.iter() {
+            let (_, block) = block?;
             offsets.push(out.len() as u64);
             for part in [
                 Part::Units,
@@ -161,11 +166,11 @@ impl Sealed {
                 Part::UnitDigest,
                 Part::MetricDigest,
             ] {
-                out.extend_from_slice(&block.read(part));
+                out.extend_from_slice(&block.read(part)?);
             }
         }
         let index = out.len() as u64;
-        let (shared, serials) = self.write_index(&offsets, &mut out);
+        let (shared, serials) = self.write_index(&offsets, &mut out)?;
         out.extend_from_slice(&index.to_le_bytes());
         let rows = index as usize + ROWS.len() + 8;
         let layout = Layout {
@@ -174,19 +179,24 @@ impl Sealed {
             shared,
             serials,
         };
-        (out, layout)
+        Ok((out, layout))
     }
 
     /// Writes the index; where its shared pieces and its serial list are in
     /// `out`, how long, and their checksums.
-    fn write_index(&self, offsets: &[u64], out: &mut Vec<u8>) -> (Region, Region) {
+    fn write_index(
+        &self,
+        offsets: &[u64],
+        out: &mut Vec<u8>,
+    ) -> Result<(Region, Region), StorageFault> {
         out.extend_from_slice(&ROWS);
         out.extend_from_slice(&(self.blocks.len() as u64).to_le_bytes());
-        for ((period, block), offset) in self.blocks.iter().zip(offsets) {
+        for (block, offset) in self.blocks.iter().zip(offsets) {
+            let (period, block) = block?;
             write_row(period, *offset, &block, out);
         }
         let start = out.len();
-        self.shared().write_to(out);
+        self.shared()?.write_to(out);
         let shared = &out[start..];
         let shared = (start as u64, shared.len() as u32, xxh3_64(shared));
         match self.ends {
@@ -204,21 +214,29 @@ impl Sealed {
             }
         }
         let start = out.len();
-        write_serials(&self.serials(), out);
+        write_serials(&self.serials()?, out);
         let serials = &out[start..];
         let serials = (start as u64, serials.len() as u32, xxh3_64(serials));
         write_serials(&self.shared_serials, out);
-        (shared, serials)
+        Ok((shared, serials))
     }
 
     /// Points every block at its bytes in `file`, and the shared pieces and the
     /// serial list at their regions, where `layout` ([`Sealed::file`]) says: they
     /// leave memory. The tier sealed into next starts from the file's rows, each
     /// block known by the number it is known by now, so that the cache's entries
-    /// of it stay.
-    pub(crate) fn stored_in(&self, file: &Arc<StoreFile>, layout: &Layout) {
+    /// of it stay. A row of its file before that cannot be read leaves the tier as
+    /// it was, read from memory and that file, and is that file's fault.
+    pub(crate) fn stored_in(
+        &self,
+        file: &Arc<StoreFile>,
+        layout: &Layout,
+    ) -> Result<(), StorageFault> {
+        // Every row read first, so that a fault leaves no block pointed at the
+        // new file.
+        let blocks: Vec<(i64, Cow<'_, Block>)> = self.blocks.iter().try_collect()?;
         let mut ids = Vec::with_capacity(layout.blocks.len());
-        for ((_, block), offset) in self.blocks.iter().zip(&layout.blocks) {
+        for ((_, block), offset) in blocks.iter().zip(&layout.blocks) {
             if let BlockBody::Shared { body, .. } = &block.body {
                 body.store_at(Arc::clone(file), *offset);
             }
@@ -247,6 +265,7 @@ impl Sealed {
         let (offset, length, check) = layout.serials;
         self.serials
             .store_at(Arc::clone(file), offset, length, check);
+        Ok(())
     }
 
     /// The tier of a store file (its whole `bytes`, checked, after the magic's
@@ -341,7 +360,8 @@ impl Sealed {
             ..Sealed::default()
         };
         sealed.base = sealed.blocks.first_period().unwrap_or(0);
-        sealed.count();
+        // Its rows hide none yet, and only hidden rows are read to count.
+        (sealed.count()).expect("a tier just read hides no row");
         if !sealed.blocks.is_empty() {
             sealed.identity = super::fresh_id();
         }
@@ -410,11 +430,12 @@ impl Sealed {
     /// The tier as a store file of the format before rows (each header in LEB128
     /// numbers), after `magic`: what a store written before session 26 holds.
     pub(crate) fn file_before(&self, magic: &[u8]) -> Vec<u8> {
-        let (file, layout) = self.file(magic);
+        let (file, layout) = self.file(magic).expect("a tier in memory reads");
         let index = index_at(&file, magic.len()).expect("a file just made");
         let mut out = file[..index].to_vec();
         codec::number(&mut out, self.blocks.len() as u64);
-        for ((period, block), offset) in self.blocks.iter().zip(&layout.blocks) {
+        for (block, offset) in self.blocks.iter().zip(&layout.blocks) {
+            let (period, block) = block.expect("a tier in memory reads");
             codec::signed(&mut out, period);
             codec::number(&mut out, *offset);
             for number in [

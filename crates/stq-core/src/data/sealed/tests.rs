@@ -82,7 +82,7 @@ fn station(generation: &Generation) -> &StationData {
 
 fn json(station: &StationData, record: StoredRecord) -> String {
     let mut json = Vec::new();
-    station.write_json(record, &mut json);
+    station.write_json(record, &mut json).unwrap();
     String::from_utf8(json).unwrap()
 }
 
@@ -99,18 +99,21 @@ fn key(second: i64) -> RecordKey {
 /// Every read of `station` over `range`, with each record's JSON.
 fn reads(station: &StationData, range: KeyRange) -> Vec<String> {
     let mut read = Vec::new();
-    let units = station.units_in(range).map(|(key, entry)| {
-        format!(
-            "{key:?} {:?}",
-            UnitEntry {
-                bytes: StoredRecord {
-                    start: 0,
-                    length: 0
-                },
-                ..entry
-            }
-        ) + &json(station, entry.bytes)
-    });
+    let units = station
+        .units_in(range)
+        .map(Result::unwrap)
+        .map(|(key, entry)| {
+            format!(
+                "{key:?} {:?}",
+                UnitEntry {
+                    bytes: StoredRecord {
+                        start: 0,
+                        length: 0
+                    },
+                    ..entry
+                }
+            ) + &json(station, entry.bytes)
+        });
     read.extend(units);
     // Every symbol these records intern (fewer than 48): serials, names and the
     // rest, which no record has as its serial or name.
@@ -120,11 +123,12 @@ fn reads(station: &StationData, range: KeyRange) -> Vec<String> {
     let memo = std::cell::RefCell::new(JsonMemo::default());
     for serial in 0..48 {
         let symbol = Symbol(serial);
-        let units = station.units_of_serial(symbol, range);
+        let units = station.units_of_serial(symbol, range).map(Result::unwrap);
         read.extend(units.map(|(key, entry)| format!("{key:?}") + &json(station, entry.bytes)));
         // A scan's read by serial: its sealed units located among the memo too.
         let units: Vec<_> = station
             .units_of_serial_located(symbol, range, &memo)
+            .map(Result::unwrap)
             .collect();
         read.extend(units.into_iter().map(|(key, entry)| {
             let json = match is_sealed(entry.bytes) {
@@ -139,7 +143,9 @@ fn reads(station: &StationData, range: KeyRange) -> Vec<String> {
                 })
             ) + &json
         }));
-        let metrics: Vec<_> = station.metrics_of_name(symbol, range, &memo).collect();
+        let metrics: Vec<_> = (station.metrics_of_name(symbol, range, &memo))
+            .map(Result::unwrap)
+            .collect();
         read.extend(metrics.into_iter().map(|(key, bytes)| {
             let json = match is_sealed(bytes) {
                 true => String::from_utf8(memo.borrow().json(bytes).to_vec()).unwrap(),
@@ -148,11 +154,14 @@ fn reads(station: &StationData, range: KeyRange) -> Vec<String> {
             format!("{key:?}") + &json
         }));
     }
-    let metrics = station.metrics_in(range).map(|(key, entry)| {
-        let numbers = [entry.value, entry.limit_lower, entry.limit_upper].map(f64::to_bits);
-        format!("{key:?} {:?} {:?} {numbers:?}", entry.name, entry.slot)
-            + &json(station, entry.bytes)
-    });
+    let metrics = station
+        .metrics_in(range)
+        .map(Result::unwrap)
+        .map(|(key, entry)| {
+            let numbers = [entry.value, entry.limit_lower, entry.limit_upper].map(f64::to_bits);
+            format!("{key:?} {:?} {:?} {numbers:?}", entry.name, entry.slot)
+                + &json(station, entry.bytes)
+        });
     read.extend(metrics);
     read
 }
@@ -254,9 +263,10 @@ proptest! {
                 _ => Unbounded,
             }
         };
-        for (period, block) in sealed.blocks.iter() {
-            let units: Decoded<UnitEntry> = sealed.decode(period, &block, false);
-            let metrics: Decoded<MetricEntry> = sealed.decode(period, &block, false);
+        for block in sealed.blocks.iter() {
+            let (period, block) = block.unwrap();
+            let units: Decoded<UnitEntry> = sealed.decode(period, &block, false).unwrap();
+            let metrics: Decoded<MetricEntry> = sealed.decode(period, &block, false).unwrap();
             for &(start, end) in &windows {
                 for keys in [&units.keys, &metrics.keys] {
                     if keys.is_empty() {
@@ -310,6 +320,7 @@ fn issue_22_dropping_whole_blocks_keeps_the_first_and_last_record() {
         .without(&|order| (order >> 32) as u32 <= last_of_a, &|lowest, _| {
             lowest <= last_of_a
         })
+        .unwrap()
         .expect("it drops records");
     let expected = &station(&only_late).sealed;
     let ends = |tier: &Sealed| {
@@ -343,7 +354,9 @@ fn issue_35_a_late_record_changes_its_days_fingerprint() {
             from: Timestamp::MIN,
             to: Timestamp::MAX,
         };
-        generation.shards()[0].day_fingerprints(0, kind, every)
+        generation.shards()[0]
+            .day_fingerprints(0, kind, every)
+            .unwrap()
     };
     let days = [20_781, 20_782, 20_783];
     for kind in [Kind::Units, Kind::Metrics] {

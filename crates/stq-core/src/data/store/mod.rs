@@ -1047,7 +1047,10 @@ impl StoreWriter {
                         file.clone()
                     }
                     _ => {
-                        let (bytes, layout) = station.sealed.file(MAGIC);
+                        // A tier that cannot be read whole (its store file was cut)
+                        // fails the write: the store stays at the generation before.
+                        let (bytes, layout) =
+                            (station.sealed.file(MAGIC)).map_err(io::Error::other)?;
                         let index = index_region(&bytes, MAGIC.len())
                             .expect("a sealed file just made has its index");
                         let file = write("sealed", &bytes)?;
@@ -1147,8 +1150,11 @@ impl StoreWriter {
             // A file that cannot be opened (no descriptor left) leaves the tier's
             // blocks in memory, where they are read as before.
             if let Ok(file) = StoreFile::open(&self.store.directory.join(name)) {
-                sealed.stored_in(&file, &layout);
-                count += 1;
+                // A tier whose file before fails a row's read stays on it: its
+                // reads find the fault.
+                if sealed.stored_in(&file, &layout).is_ok() {
+                    count += 1;
+                }
             }
         }
         if count > 0 {

@@ -87,15 +87,15 @@ fn everything(catalog: &Catalog, shards: &[Arc<ShardData>]) -> Vec<String> {
         let station = &shards[placement.shard as usize].stations[placement.station_index as usize];
         let json = |bytes| {
             let mut json = Vec::new();
-            station.write_json(bytes, &mut json);
+            station.write_json(bytes, &mut json).unwrap();
             String::from_utf8(json).unwrap()
         };
-        for (key, entry) in station.units_in(..) {
+        for (key, entry) in station.units_in(..).map(Result::unwrap) {
             let symbols = [entry.unit_serial, entry.unit_type, entry.result]
                 .map(|symbol| catalog.symbols.text(symbol).to_owned());
             all.push(format!("{name} {key:?} {symbols:?} {}", json(entry.bytes)));
         }
-        for (key, entry) in station.metrics_in(..) {
+        for (key, entry) in station.metrics_in(..).map(Result::unwrap) {
             let name_text = catalog.symbols.text(entry.name);
             let numbers = [entry.value, entry.limit_lower, entry.limit_upper].map(f64::to_bits);
             all.push(format!(

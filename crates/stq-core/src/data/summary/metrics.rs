@@ -27,6 +27,7 @@ use super::{
 };
 use crate::data::catalog::Catalog;
 use crate::data::digest::{MetricDigest, Running};
+use crate::data::fault::StorageFault;
 use crate::data::key::{Position, RecordKey};
 use crate::data::scan::{Matcher, ShardStation};
 use crate::data::sealed::{period_of, period_start, MetricBlock, Slice};
@@ -54,7 +55,7 @@ impl MetricQuestion {
         &self,
         stations: impl Iterator<Item = (ShardStation, &'a StationData)>,
         digests: Digests,
-    ) -> MetricPartial {
+    ) -> Result<MetricPartial, StorageFault> {
         let mut partial = MetricPartial::new(self.grouping.clone());
         let mut digest = MetricDigest::default();
         for (station, data) in stations {
@@ -67,11 +68,11 @@ impl MetricQuestion {
                 digest: &mut digest,
                 lasts: &mut lasts,
             };
-            data.read_metrics(key_range(&self.window), &mut reading);
+            data.read_metrics(key_range(&self.window), &mut reading)?;
             partial.flush(station, &mut lasts);
-            partial.read_limits(data, &lasts);
+            partial.read_limits(data, &lasts)?;
         }
-        partial
+        Ok(partial)
     }
 }
 
@@ -173,11 +174,11 @@ impl<'data> MetricReader<'data> for MetricReading<'_> {
         self.digests != Digests::Decode && buckets.start_of(first) == buckets.start_of(last)
     }
 
-    fn block(&mut self, block: &MetricBlock<'data>) -> bool {
-        let bytes = block.digest();
+    fn block(&mut self, block: &MetricBlock<'data>) -> Result<bool, StorageFault> {
+        let bytes = block.digest()?;
         self.digest.read(period_start(block.period()), &bytes);
         if !self.digest.exact {
-            return false;
+            return Ok(false);
         }
         let bucket = (self.partial.buckets).start_of(self.digest.first.instant);
         // As `MetricPartial::add` and `flush` would have added its records one by
@@ -200,7 +201,7 @@ impl<'data> MetricReader<'data> for MetricReading<'_> {
             };
             self.partial.join(station, fine, self.lasts);
         }
-        true
+        Ok(true)
     }
 }
 
@@ -318,7 +319,11 @@ impl MetricPartial {
     }
 
     /// The limits' text of each row's last record of `station`, from its JSON.
-    fn read_limits(&mut self, station: &StationData, lasts: &HashMap<RowKey, Last>) {
+    fn read_limits(
+        &mut self,
+        station: &StationData,
+        lasts: &HashMap<RowKey, Last>,
+    ) -> Result<(), StorageFault> {
         #[derive(Deserialize)]
         struct Limits<'a> {
             #[serde(borrow)]
@@ -341,12 +346,13 @@ impl MetricPartial {
                 Last::Record(bytes) => bytes,
             };
             let mut json = Vec::new();
-            station.write_json(*bytes, &mut json);
+            station.write_json(*bytes, &mut json)?;
             let limits: Limits = serde_json::from_slice(&json)
                 .expect("a metric record's JSON, rendered at load, has both limits");
             row.limit_lower = limits.limit_lower.into_owned();
             row.limit_upper = limits.limit_upper.into_owned();
         }
+        Ok(())
     }
 }
 
@@ -392,7 +398,7 @@ impl PartialSummary for MetricPartial {
         self.rows.len()
     }
 
-    fn finish(self, catalog: &Catalog) -> Rows {
+    fn finish(self, catalog: &Catalog) -> Result<Rows, StorageFault> {
         let grouping = &self.grouping;
         let mut rows: Vec<(RowKey, MetricStatistics)> = self.rows.into_iter().collect();
         rows.sort_unstable_by(|(left, _), (right, _)| row_order(grouping, left, right, catalog));
@@ -427,7 +433,7 @@ impl PartialSummary for MetricPartial {
                 row.field("cpk", &cpk);
             });
         }
-        rendered
+        Ok(rendered)
     }
 }
 

@@ -32,6 +32,7 @@ use std::cmp::Ordering;
 use std::ops::Range;
 
 use crate::data::catalog::Catalog;
+use crate::data::fault::StorageFault;
 use crate::data::key::{Position, RecordKey};
 use crate::data::scan::ShardStation;
 use crate::data::shard::ShardData;
@@ -139,8 +140,9 @@ pub(crate) trait PartialSummary: Sized {
     fn row_count(&self) -> usize;
 
     /// The rows, in the contract's order, as JSON; `catalog` names stations and
-    /// symbols.
-    fn finish(self, catalog: &Catalog) -> Rows;
+    /// symbols. A row that shows a sealed record's fields reads them from its
+    /// block, and a store file that fails that read is its fault.
+    fn finish(self, catalog: &Catalog) -> Result<Rows, StorageFault>;
 }
 
 /// Rows rendered as JSON objects, one after another in `bytes`.
@@ -227,7 +229,12 @@ impl RowWriter<'_> {
 impl ShardData {
     /// This shard's part of a summary. `symbols` is the generation's table, which
     /// the `result` values are read from to decide what passes.
-    pub(crate) fn summarize(&self, request: &SummaryRequest, symbols: &Symbols) -> Partial {
+    /// A store file that fails a read of the summary's is its fault.
+    pub(crate) fn summarize(
+        &self,
+        request: &SummaryRequest,
+        symbols: &Symbols,
+    ) -> Result<Partial, StorageFault> {
         self.summarize_reading(request, symbols, Digests::Read)
     }
 
@@ -238,20 +245,20 @@ impl ShardData {
         request: &SummaryRequest,
         symbols: &Symbols,
         digests: Digests,
-    ) -> Partial {
+    ) -> Result<Partial, StorageFault> {
         let held = request.stations.iter().filter_map(|&station| {
             let data = self.stations.get(station.station_index as usize)?;
             Some((station, data))
         });
         let stations = held.clone().map(|(station, data)| (station, &**data));
-        match &request.question {
+        Ok(match &request.question {
             Question::Units(question) => {
-                Partial::Units(question.summarize(stations, symbols, digests))
+                Partial::Units(question.summarize(stations, symbols, digests)?)
             }
-            Question::Metrics(question) => Partial::Metrics(question.summarize(stations, digests)),
-            Question::Stations => Partial::Stations(StationsPartial::summarize(stations)),
-            Question::Control(question) => Partial::Control(question.summarize(held)),
-        }
+            Question::Metrics(question) => Partial::Metrics(question.summarize(stations, digests)?),
+            Question::Stations => Partial::Stations(StationsPartial::summarize(stations)?),
+            Question::Control(question) => Partial::Control(question.summarize(held)?),
+        })
     }
 }
 

@@ -3,10 +3,12 @@
 
 use std::borrow::Cow;
 
+use itertools::Itertools as _;
 use serde::Deserialize;
 
 use super::{PartialSummary, Rows};
 use crate::data::catalog::Catalog;
+use crate::data::fault::StorageFault;
 use crate::data::scan::ShardStation;
 use crate::data::station::StationData;
 use crate::data::stored::StoredRecord;
@@ -32,12 +34,12 @@ impl StationsPartial {
     /// The lines of a shard's `stations` that hold records.
     pub(super) fn summarize<'a>(
         stations: impl Iterator<Item = (ShardStation, &'a StationData)>,
-    ) -> StationsPartial {
-        StationsPartial {
+    ) -> Result<StationsPartial, StorageFault> {
+        Ok(StationsPartial {
             stations: stations
-                .filter_map(|(station, data)| station_summary(station.rank, data))
-                .collect(),
-        }
+                .filter_map(|(station, data)| station_summary(station.rank, data).transpose())
+                .try_collect()?,
+        })
     }
 }
 
@@ -50,7 +52,7 @@ impl PartialSummary for StationsPartial {
         self.stations.len()
     }
 
-    fn finish(mut self, catalog: &Catalog) -> Rows {
+    fn finish(mut self, catalog: &Catalog) -> Result<Rows, StorageFault> {
         self.stations.sort_by_key(|station| station.rank);
         let mut rows = Rows::default();
         for station in self.stations {
@@ -62,13 +64,15 @@ impl PartialSummary for StationsPartial {
                 row.field("last", &station.last);
             });
         }
-        rows
+        Ok(rows)
     }
 }
 
 /// A station's counts and its first and last record of either kind.
-fn station_summary(rank: u32, data: &StationData) -> Option<StationSummary> {
-    let (first, last) = data.first_and_last()?;
+fn station_summary(rank: u32, data: &StationData) -> Result<Option<StationSummary>, StorageFault> {
+    let Some((first, last)) = data.first_and_last() else {
+        return Ok(None);
+    };
     let time_created = |bytes: StoredRecord| {
         #[derive(Deserialize)]
         struct Time<'a> {
@@ -76,18 +80,18 @@ fn station_summary(rank: u32, data: &StationData) -> Option<StationSummary> {
             time_created: Cow<'a, str>,
         }
         let mut json = Vec::new();
-        data.write_json(bytes, &mut json);
+        data.write_json(bytes, &mut json)?;
         let time: Time =
             serde_json::from_slice(&json).expect("a record's JSON, rendered at load, has its time");
-        time.time_created.into_owned()
+        Ok::<_, StorageFault>(time.time_created.into_owned())
     };
-    Some(StationSummary {
+    Ok(Some(StationSummary {
         rank,
         units: data.unit_count() as u64,
         metrics: data.metric_count() as u64,
-        first: time_created(first.1),
-        last: time_created(last.1),
-    })
+        first: time_created(first.1)?,
+        last: time_created(last.1)?,
+    }))
 }
 
 #[cfg(test)]

@@ -76,7 +76,9 @@ pub(super) fn rendered(
                 stations: shard_stations(catalog, shard),
                 question: question.clone(),
             };
-            generation.shards()[shard].summarize_reading(&request, catalog.symbols(), digests)
+            (generation.shards()[shard])
+                .summarize_reading(&request, catalog.symbols(), digests)
+                .unwrap()
         })
         .collect();
     if reverse {
@@ -87,23 +89,27 @@ pub(super) fn rendered(
             Partial::Units(partial) => partial,
             _ => panic!("partials of one question are of one kind"),
         })
-        .finish(catalog),
+        .finish(catalog)
+        .unwrap(),
         Question::Metrics(_) => merged(partials, |partial| match partial {
             Partial::Metrics(partial) => partial,
             _ => panic!("partials of one question are of one kind"),
         })
-        .finish(catalog),
+        .finish(catalog)
+        .unwrap(),
         Question::Stations => merged(partials, |partial| match partial {
             Partial::Stations(partial) => partial,
             _ => panic!("partials of one question are of one kind"),
         })
-        .finish(catalog),
+        .finish(catalog)
+        .unwrap(),
 
         Question::Control(_) => merged(partials, |partial| match partial {
             Partial::Control(partial) => partial,
             _ => panic!("partials of one question are of one kind"),
         })
-        .finish(catalog),
+        .finish(catalog)
+        .unwrap(),
     };
     rows.rows().map(<[u8]>::to_vec).collect()
 }

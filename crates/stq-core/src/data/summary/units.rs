@@ -27,6 +27,7 @@ use super::{
 };
 use crate::data::catalog::Catalog;
 use crate::data::digest::UnitDigest;
+use crate::data::fault::StorageFault;
 use crate::data::key::{Position, RecordKey};
 use crate::data::scan::{Matcher, ShardStation};
 use crate::data::station::{Elsewhere, StationData, UnitEntry, UnitReader};
@@ -57,7 +58,7 @@ impl UnitQuestion {
         stations: impl Iterator<Item = (ShardStation, &'a StationData)>,
         symbols: &Symbols,
         digests: Digests,
-    ) -> UnitPartial {
+    ) -> Result<UnitPartial, StorageFault> {
         let mut passes = PassCache::new(&self.pass_results, symbols);
         // Grouped by station, a unit's attempts are all on its station: count its
         // units once the station is done, so that the map of units stays small and
@@ -79,21 +80,22 @@ impl UnitQuestion {
             };
             // Inputs too: an output's cycle time is measured from its input.
             match &self.unit_serial {
-                Matcher::Any => data.read_units(key_range(&self.window), &mut reading),
+                Matcher::Any => data.read_units(key_range(&self.window), &mut reading)?,
                 // An exact range of the tree by serial: the order of attempts is
                 // kept by their positions, not by the walk.
                 Matcher::OneOf(serials) => {
                     let range = key_range(&self.window);
                     let units = (serials.iter())
                         .flat_map(|&serial| data.units_of_serial(serial, range.clone()));
-                    for (key, entry) in units {
+                    for unit in units {
+                        let (key, entry) = unit?;
                         reading.record(key, entry);
                     }
                 }
             }
             partial.end_station(by_station);
         }
-        partial
+        Ok(partial)
     }
 }
 
@@ -611,7 +613,7 @@ impl PartialSummary for UnitPartial {
         self.rows.len()
     }
 
-    fn finish(mut self, catalog: &Catalog) -> Rows {
+    fn finish(mut self, catalog: &Catalog) -> Result<Rows, StorageFault> {
         self.settle();
         let grouping = &self.grouping;
         let mut rows = self.rows;
@@ -655,7 +657,7 @@ impl PartialSummary for UnitPartial {
                 }
             });
         }
-        rendered
+        Ok(rendered)
     }
 }
 

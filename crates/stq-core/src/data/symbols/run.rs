@@ -267,7 +267,7 @@ impl Run {
             true => "was cut short under the server",
             false => "is damaged",
         };
-        StorageFault::raise(&self.path, format!("{how}: {what}"))
+        StorageFault::at(&self.path, format!("{how}: {what}")).raise()
     }
 
     fn hash(&self, index: usize) -> u64 {

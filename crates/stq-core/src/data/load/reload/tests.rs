@@ -82,14 +82,14 @@ fn served(generation: &Generation) -> Served {
         };
         let record = |bytes: StoredRecord| {
             let mut json = Vec::new();
-            station.write_json(bytes, &mut json);
+            station.write_json(bytes, &mut json).unwrap();
             let json = String::from_utf8(json).unwrap();
             let value: Value = serde_json::from_str(&json).unwrap();
             assert_eq!(value["station_id"], *catalog.stations[rank]);
             (json, value)
         };
         let symbol = |text: String| catalog.symbols.lookup(&text).unwrap();
-        for (key, entry) in station.units_in(..) {
+        for (key, entry) in station.units_in(..).map(Result::unwrap) {
             let (json, value) = record(entry.bytes);
             for (field, symbol) in [
                 ("unit_serial", entry.unit_serial),
@@ -102,7 +102,7 @@ fn served(generation: &Generation) -> Served {
             }
             units.push((position(&key), json));
         }
-        for (key, entry) in station.metrics_in(..) {
+        for (key, entry) in station.metrics_in(..).map(Result::unwrap) {
             let (json, value) = record(entry.bytes);
             assert_eq!(entry.name, symbol(text(&value, "name")));
             assert_eq!(catalog.symbols.text(entry.unit), text(&value, "unit"));
@@ -127,9 +127,11 @@ fn served(generation: &Generation) -> Served {
         let station =
             &generation.shards[placement.shard as usize].stations[placement.station_index as usize];
         let everything = (std::ops::Bound::Unbounded, std::ops::Bound::Unbounded);
-        for (key, entry) in crate::data::tier::Tier::units_in(&*station.sealed, everything) {
+        for (key, entry) in
+            crate::data::tier::Tier::units_in(&*station.sealed, everything).map(Result::unwrap)
+        {
             let mut json = Vec::new();
-            station.write_json(entry.bytes, &mut json);
+            station.write_json(entry.bytes, &mut json).unwrap();
             let position = Position {
                 instant: key.instant,
                 station_rank: rank as u32,
@@ -1013,8 +1015,8 @@ fn issue_21_appended_lines_extend_their_station_and_the_recent_tree() {
         (0, 1)
     );
     assert!(old.unit_count() > 0);
-    for (key, entry) in old.units_in(..) {
-        let kept = new.units_in(key..=key).next().map(|(_, entry)| entry);
+    for (key, entry) in old.units_in(..).map(Result::unwrap) {
+        let kept = new.units_in(key..=key).next().map(|read| read.unwrap().1);
         assert_eq!(kept, Some(entry), "a kept record moved");
     }
     let fresh = full::load(&options(&writer.directory, OnInvalid::Fail, 2))

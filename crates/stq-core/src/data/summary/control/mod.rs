@@ -24,6 +24,7 @@ use super::{
     finite, group_values, key_range, position, row_order, write_group, Grouping, RowKey, Rows,
 };
 use crate::data::catalog::Catalog;
+use crate::data::fault::StorageFault;
 use crate::data::key::{Position, RecordKey};
 use crate::data::scan::{Matcher, ShardStation};
 use crate::data::sealed::MetricBlock;
@@ -100,7 +101,7 @@ impl ControlQuestion {
     pub(super) fn summarize<'a>(
         &self,
         stations: impl Iterator<Item = (ShardStation, &'a Arc<StationData>)>,
-    ) -> ControlPartial {
+    ) -> Result<ControlPartial, StorageFault> {
         let mut partial = ControlPartial {
             question: self.clone(),
             series: HashMap::default(),
@@ -113,15 +114,15 @@ impl ControlQuestion {
                 baseline: false,
                 recent: None,
             };
-            data.read_metrics(key_range(&self.window), &mut reading);
+            data.read_metrics(key_range(&self.window), &mut reading)?;
             if let Some(baseline) = &self.baseline {
                 reading.baseline = true;
                 reading.recent = None;
-                data.read_metrics(key_range(baseline), &mut reading);
+                data.read_metrics(key_range(baseline), &mut reading)?;
             }
             partial.stations.insert(station.rank, Arc::clone(data));
         }
-        partial
+        Ok(partial)
     }
 }
 
@@ -190,8 +191,8 @@ impl<'data> MetricReader<'data> for ControlReading<'_> {
         false
     }
 
-    fn block(&mut self, _block: &MetricBlock<'data>) -> bool {
-        false
+    fn block(&mut self, _block: &MetricBlock<'data>) -> Result<bool, StorageFault> {
+        Ok(false)
     }
 }
 
@@ -239,7 +240,7 @@ impl PartialSummary for ControlPartial {
             .count()
     }
 
-    fn finish(self, catalog: &Catalog) -> Rows {
+    fn finish(self, catalog: &Catalog) -> Result<Rows, StorageFault> {
         let ControlPartial {
             question,
             series,
@@ -258,7 +259,7 @@ impl PartialSummary for ControlPartial {
             series.sort();
             // Every record of the window is noted as the last so far.
             let (position, record) = series.last.expect("a series with points has a last record");
-            let fields = record_fields(&stations, &position, record, &mut json);
+            let fields = record_fields(&stations, &position, record, &mut json)?;
             let (limit_lower, limit_upper) = (
                 fields.limit_lower.into_owned(),
                 fields.limit_upper.into_owned(),
@@ -285,7 +286,7 @@ impl PartialSummary for ControlPartial {
                     }
                 });
             }
-            let listed = violations_json(&violations, &series.points, &stations, &mut json);
+            let listed = violations_json(&violations, &series.points, &stations, &mut json)?;
             rendered.push(|row| {
                 write_group(row, grouping, &key, true, catalog, &mut bucket_starts);
                 row.field("points", &series.points.len());
@@ -308,7 +309,7 @@ impl PartialSummary for ControlPartial {
                 row.raw_field("violations", &listed);
             });
         }
-        rendered
+        Ok(rendered)
     }
 }
 
@@ -319,12 +320,12 @@ fn violations_json(
     points: &[Point],
     stations: &HashMap<u32, Arc<StationData>>,
     json: &mut Vec<u8>,
-) -> Vec<u8> {
+) -> Result<Vec<u8>, StorageFault> {
     let mut listed = Vec::with_capacity(violations.len() * 120 + 2);
     listed.push(b'[');
     for (number, &(index, rule)) in violations.iter().enumerate() {
         let point = &points[index];
-        let fields = record_fields(stations, &point.position, point.record, json);
+        let fields = record_fields(stations, &point.position, point.record, json)?;
         if number > 0 {
             listed.push(b',');
         }
@@ -344,7 +345,7 @@ fn violations_json(
         listed.push(b'}');
     }
     listed.push(b']');
-    listed
+    Ok(listed)
 }
 
 /// The fields a row shows of the record at `position`, read from its JSON into
@@ -354,10 +355,11 @@ fn record_fields<'json>(
     position: &Position,
     record: StoredRecord,
     json: &'json mut Vec<u8>,
-) -> RecordFields<'json> {
+) -> Result<RecordFields<'json>, StorageFault> {
     json.clear();
-    stations[&position.station_rank].write_json(record, json);
-    serde_json::from_slice(json).expect("a metric record's JSON, rendered at load, has every field")
+    stations[&position.station_rank].write_json(record, json)?;
+    Ok(serde_json::from_slice(json)
+        .expect("a metric record's JSON, rendered at load, has every field"))
 }
 
 /// The fields of a metric record's JSON a control row shows, as the API returns

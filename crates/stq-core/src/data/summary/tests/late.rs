@@ -1,6 +1,7 @@
 use serde_json::json;
 
 use super::*;
+use crate::data::fault::StorageFault;
 use crate::data::sealed::{period_start, MetricBlock};
 use crate::data::station::{
     Elsewhere, MetricEntry, MetricReader, StationData, UnitEntry, UnitReader,
@@ -156,13 +157,15 @@ fn listed(
     loop {
         let mut hits: Vec<(Position, Vec<u8>)> = Vec::new();
         for (shard, data) in generation.shards().iter().enumerate() {
-            let answer = data.scan(&ScanRequest {
-                stations: shard_stations(catalog, shard),
-                window,
-                after,
-                filter: filter.clone(),
-                cap: page,
-            });
+            let answer = data
+                .scan(&ScanRequest {
+                    stations: shard_stations(catalog, shard),
+                    window,
+                    after,
+                    filter: filter.clone(),
+                    cap: page,
+                })
+                .unwrap();
             let json = |hit: &Hit| data.json(hit, &answer.sealed).to_vec();
             hits.extend(answer.hits.iter().map(|hit| (hit.position, json(hit))));
         }
@@ -267,10 +270,10 @@ impl UnitReader for Offered {
 impl<'a> MetricReader<'a> for Offered {
     fn record(&mut self, _: RecordKey, _: MetricEntry) {}
 
-    fn block(&mut self, block: &MetricBlock<'a>) -> bool {
+    fn block(&mut self, block: &MetricBlock<'a>) -> Result<bool, StorageFault> {
         self.0
             .push(period_start(block.period()).seconds - 1_704_067_200);
-        false
+        Ok(false)
     }
 }
 
@@ -346,11 +349,15 @@ fn issue_22_late_units_in_sealed_hours_pair_and_count_as_a_fresh_load_does() {
     // A reader that takes no digest (a summary by minutes, say) is given every
     // record, and no digest of the hot layer is made for it.
     let mut refusing = Refusing::default();
-    station.read_units(key_range(&seconds_window(0, 3 * 3600)), &mut refusing);
+    station
+        .read_units(key_range(&seconds_window(0, 3 * 3600)), &mut refusing)
+        .unwrap();
     assert_eq!(refusing.0, 14, "every unit record");
     assert!(!station.hot.settled_digested());
     let mut offered = Offered::default();
-    station.read_units(key_range(&seconds_window(0, 3 * 3600)), &mut offered);
+    station
+        .read_units(key_range(&seconds_window(0, 3 * 3600)), &mut offered)
+        .unwrap();
     assert!(station.hot.settled_digested());
     // Hour 2 is offered from the settled hot layer's digest: the late records
     // are all in the recent layer, and none in hour 2.
@@ -444,7 +451,9 @@ fn issue_22_late_metrics_in_sealed_hours_show_the_latest_limits_as_a_fresh_load_
         "hours 0 and 1 stay sealed"
     );
     let mut offered = Offered::default();
-    station.read_metrics(key_range(&seconds_window(0, 3 * 3600)), &mut offered);
+    station
+        .read_metrics(key_range(&seconds_window(0, 3 * 3600)), &mut offered)
+        .unwrap();
     assert_eq!(offered.0, [3600], "hour 0 holds hot records");
 
     let whole = seconds_window(0, 3 * 3600);
