@@ -39,18 +39,7 @@ fn main() -> ExitCode {
     // A panic is one log line in the log's own format, not raw text on stderr: a
     // JSON log must stay JSON. The request it hit is logged beside it, by id.
     std::panic::set_hook(Box::new(|info| {
-        // A store file's fault is no bug: it unwinds to the query's wall, which
-        // answers it and logs it (docs/api.md section 12).
         let thread = std::thread::current();
-        if let Some(fault) = info
-            .payload()
-            .downcast_ref::<stq_core::data::StorageFault>()
-        {
-            let at = info.location().map(ToString::to_string).unwrap_or_default();
-            let thread = thread.name().unwrap_or("unnamed");
-            tracing::debug!(thread, "{fault} (read at {at})");
-            return;
-        }
         // One line: "panicked at FILE:LINE:COLUMN: MESSAGE".
         let text = info.to_string().replace('\n', " ");
         tracing::error!(thread = thread.name().unwrap_or("unnamed"), "{text}");

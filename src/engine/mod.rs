@@ -294,7 +294,18 @@ impl Engine {
 
     /// Plans `request` on the current generation.
     pub fn plan(&self, request: &Request) -> Result<Plan, EngineError> {
-        Ok(Plan::new(request, self.catalog(), &self.inner.settings)?)
+        self.planned(Plan::new(request, self.catalog(), &self.inner.settings))
+    }
+
+    /// `planned` (a plan, a merge, a stream's step), its error the engine's: a
+    /// store file's fault is reported on the way ([`Engine::storage_fault`]).
+    pub fn planned<T>(&self, planned: Result<T, PlanError>) -> Result<T, EngineError> {
+        planned.map_err(|error| {
+            if let PlanError::Storage(fault) = &error {
+                self.storage_fault(fault);
+            }
+            error.into()
+        })
     }
 
     /// Hands every shard its part of a new generation, waits until all replicas

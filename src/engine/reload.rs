@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use stq_core::data::load::{self, LoadError, LoadOptions, LoadReport, Look, OnInvalid};
-use stq_core::data::{Catalog, Generation, ShardData, StorageFault};
+use stq_core::data::{Catalog, Generation, ShardData};
 use stq_core::domain::auth::{Tokens, TokensError};
 use tokio::sync::mpsc;
 
@@ -215,17 +215,9 @@ fn repairing(
     mut repair: BTreeSet<String>,
 ) -> Result<(Generation, LoadReport), LoadError> {
     loop {
-        let reloaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            load::reload_looking(catalog, shards, options, look, &repair)
-        }));
-        let fault = match reloaded {
-            Ok(Err(LoadError::Storage(fault))) => fault,
-            Ok(reloaded) => return reloaded,
-            // The symbol runs' reads still raise their fault (`StorageFault::raise`).
-            Err(panic) => match panic.downcast::<StorageFault>() {
-                Ok(fault) => *fault,
-                Err(panic) => std::panic::resume_unwind(panic),
-            },
+        let fault = match load::reload_looking(catalog, shards, options, look, &repair) {
+            Err(LoadError::Storage(fault)) => fault,
+            reloaded => return reloaded,
         };
         let before = repair.len();
         repair.extend(catalog.stations_to_repair(shards, &fault));

@@ -21,8 +21,7 @@ use std::time::Instant;
 
 use actix::prelude::*;
 use futures_util::future::join_all;
-use stq_core::data::plan::{Answer, Plan, PlanError, Request, ShardAnswer};
-use stq_core::data::StorageFault;
+use stq_core::data::plan::{Answer, Plan, Request, ShardAnswer};
 
 use super::fault::ShardFault;
 use super::shard::{ShardError, ShardHandle};
@@ -114,23 +113,7 @@ async fn execute(
     // The merge's slot, held until the answer is cut.
     let _slot = engine.take_slot(&patience).await?;
     // The merge reads records' JSON, from store files too.
-    let merged = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        plan.merge(answers, engine.settings())
-    }));
-    match merged {
-        Ok(Err(PlanError::Storage(fault))) => {
-            engine.storage_fault(&fault);
-            Err(EngineError::StorageUnavailable(fault))
-        }
-        Ok(merged) => Ok(merged?),
-        Err(panic) => match panic.downcast_ref::<StorageFault>() {
-            Some(fault) => {
-                engine.storage_fault(fault);
-                Err(EngineError::StorageUnavailable(fault.clone()))
-            }
-            None => std::panic::resume_unwind(panic),
-        },
-    }
+    engine.planned(plan.merge(answers, engine.settings()))
 }
 
 // --- The handle ------------------------------------------------------------------

@@ -231,13 +231,10 @@ pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
         .unwrap_or("a panic without a message")
 }
 
-/// Runs `work`, turning a panic in it into an error for this one message: a
-/// store file's fault into its value, any other panic (a bug) into `Panicked`.
+/// Runs `work`, turning a panic in it (a bug: a store file's fault is a value,
+/// [`ShardError::Storage`]) into an error for this one message.
 fn guarded<T>(shard: usize, work: impl FnOnce() -> T) -> Result<T, ShardError> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).map_err(|panic| {
-        if let Some(fault) = panic.downcast_ref::<StorageFault>() {
-            return ShardError::Storage(fault.clone());
-        }
         ShardError::Panicked {
             shard,
             message: panic_message(&*panic).to_owned(),

@@ -46,7 +46,6 @@ use crate::metrics::Metrics;
 use crate::store::StoreStatus;
 use error::JSON;
 use request_id::RequestId;
-use stq_core::data::StorageFault;
 use stq_core::domain::query::Endpoint;
 use wait::answer;
 
@@ -149,33 +148,20 @@ fn query_endpoint(endpoint: Endpoint) -> actix_web::Resource {
     get_and_head(
         endpoint.spec().path,
         move |request: HttpRequest, state: web::Data<AppState>, router: web::Data<RouterHandle>| async move {
-            isolated(
-                &request,
-                &state.engine,
-                answer(endpoint, &request, &state, &router),
-            )
-            .await
+            isolated(&request, answer(endpoint, &request, &state, &router)).await
         },
     )
 }
 
-/// A panic fails this request alone, with a 500 that names its id; the panic hook
-/// has logged the panic itself. A store file's fault (docs/api.md section 12) is
-/// no bug: it is answered `storage_unavailable`, and reported to the engine.
+/// A panic (a bug) fails this request alone, with a 500 that names its id; the
+/// panic hook has logged the panic itself.
 async fn isolated(
     request: &HttpRequest,
-    engine: &Engine,
     answering: impl std::future::Future<Output = Result<HttpResponse, ApiError>>,
 ) -> Result<HttpResponse, ApiError> {
     match AssertUnwindSafe(answering).catch_unwind().await {
         Ok(answer) => answer,
         Err(panic) => {
-            // Writing an answer reads records' JSON, from store files too.
-            if let Some(fault) = panic.downcast_ref::<StorageFault>() {
-                engine.storage_fault(fault);
-                tracing::debug!(request_id = %RequestId::of(request), "{fault}; answered storage_unavailable");
-                return Err(ApiError::StorageUnavailable);
-            }
             let request_id = RequestId::of(request);
             tracing::error!(
                 request_id = %request_id,

@@ -35,7 +35,7 @@ use actix_web::{HttpMessage as _, HttpRequest, HttpResponse};
 use chrono::Utc;
 use stq_core::data::load::Touch;
 use stq_core::data::plan::stream::{Stream, StreamPosition, EVENT_RECORDS};
-use stq_core::data::plan::{Answer, Plan, Request};
+use stq_core::data::plan::{Answer, Plan, PlanError, Request};
 use stq_core::domain::auth::{Principal, Unauthorized};
 use stq_core::domain::query::{self, Endpoint};
 use stq_core::domain::record::Kind;
@@ -118,10 +118,10 @@ async fn open(
     // The plan's checks (the stations the token may see) before the stream starts.
     let catalog = engine.catalog();
     let request_id = RequestId::of(&request);
-    stream
-        .walk(&stream.start(0), catalog, engine.plan_settings())
+    engine
+        .planned(stream.walk(&stream.start(0), catalog, engine.plan_settings()))
         .map_err(|error| {
-            ApiError::from_engine(error.into(), &request_id, state.admission.request_timeout())
+            ApiError::from_engine(error, &request_id, state.admission.request_timeout())
         })?;
     if *engine.stopping().borrow() {
         // SIGTERM closed every stream: a client that reconnects on a kept-alive
@@ -445,10 +445,13 @@ impl Feeder {
             }
             loop {
                 let catalog = engine.catalog();
-                let late = self
-                    .stream
-                    .late(&change.additions, position, catalog, engine.plan_settings())
-                    .map_err(|_| Interrupt::Reset(Reset("the stream's stations changed")))?;
+                let late = (self.stream).late(
+                    &change.additions,
+                    position,
+                    catalog,
+                    engine.plan_settings(),
+                );
+                let late = self.planned(late)?;
                 let Some(plan) = late else { break };
                 let answer = self.execute(plan).await?;
                 let count = answer.count();
@@ -481,8 +484,7 @@ impl Feeder {
             // Installed since the look above: its records are accounted for first.
             return Ok(Progress::More);
         }
-        let plan = (self.stream.walk(position, catalog, engine.plan_settings()))
-            .map_err(|_| Interrupt::Reset(Reset("the stream's stations changed")))?;
+        let plan = self.planned(self.stream.walk(position, catalog, engine.plan_settings()))?;
         let answer = self.execute(plan).await?;
         if answer.generation() != Some(position.generation()) {
             return Err(Interrupt::Raced);
@@ -524,6 +526,22 @@ impl Feeder {
             return Err(Interrupt::Reset(Reset("the token's stations changed")));
         }
         Ok(())
+    }
+
+    /// A stream step's plan: a refusal is the stations it may read changing (a
+    /// reset); a store file's fault, reported, ends the stream, which the client
+    /// resumes after its last event.
+    fn planned<T>(&self, planned: Result<T, PlanError>) -> Result<T, Interrupt> {
+        self.state
+            .engine
+            .planned(planned)
+            .map_err(|error| match error {
+                EngineError::StorageUnavailable(fault) => {
+                    tracing::warn!(request_id = %self.request_id, "{fault}; the stream ends");
+                    Interrupt::End(End::Closed)
+                }
+                _ => Interrupt::Reset(Reset("the stream's stations changed")),
+            })
     }
 
     /// Answers a stream step's plan from the generation it was planned on.

@@ -6,6 +6,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use itertools::Itertools as _;
+
 use crate::data::cursor::RecordIdentity;
 use crate::data::fault::StorageFault;
 use crate::data::key::{load_order, Position};
@@ -251,18 +253,14 @@ impl Catalog {
     }
 
     /// A list filter's values as symbols: any value when none is given; a value
-    /// this generation does not hold matches nothing.
-    pub(crate) fn matcher(&self, texts: &[String]) -> Matcher {
+    /// this generation does not hold matches nothing. A lookup in a mapped run
+    /// that fails is its store file's fault.
+    pub(crate) fn matcher(&self, texts: &[String]) -> Result<Matcher, StorageFault> {
         if texts.is_empty() {
-            Matcher::Any
-        } else {
-            Matcher::OneOf(
-                texts
-                    .iter()
-                    .filter_map(|text| self.symbols().lookup(text))
-                    .collect(),
-            )
+            return Ok(Matcher::Any);
         }
+        let symbols = texts.iter().map(|text| self.symbols().lookup(text));
+        Ok(Matcher::OneOf(symbols.flatten_ok().try_collect()?))
     }
 
     /// The rank of the station with this id (its index in byte order), if the

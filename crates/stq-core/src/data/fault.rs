@@ -3,11 +3,12 @@
 //! or changed under the running process.
 //!
 //! Such a read cannot answer, and the query that made it must not answer from
-//! what it got. The reads deep in the sealed tier and the symbol runs raise the
-//! fault as a typed payload ([`StorageFault::raise`]) that unwinds to the shard's
-//! wall, which turns it back into a value: the engine answers it with
+//! what it got. Every read of a store file returns its fault as a value, from the
+//! sealed tier's blocks, rows and index parts and the symbol runs up through the
+//! scans, summaries and loads that made it: the engine answers it with
 //! `storage_unavailable`, marks the store degraded and has the stations read
-//! again from the snapshot files. A plain panic stays a bug (`internal_error`).
+//! again from the snapshot files. No unwinding carries it; a panic is a bug
+//! (`internal_error`).
 
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
@@ -29,12 +30,6 @@ impl StorageFault {
             path: path.to_path_buf(),
             reason,
         }
-    }
-
-    /// Ends the read under way with this fault: the query unwinds to its shard's
-    /// wall, which answers it (see the module's doc).
-    pub(crate) fn raise(self) -> ! {
-        std::panic::panic_any(self)
     }
 }
 

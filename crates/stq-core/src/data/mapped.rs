@@ -7,8 +7,8 @@
 //! serving. So each map is registered here, and a SIGBUS handler, installed with
 //! the first map, puts a page of zeros where a registered map lost its page and
 //! marks the map [`faulted`](Mapped::faulted): the read goes on, reads zeros, and
-//! its reader, which checks the mark after reading, raises the
-//! [`StorageFault`](super::fault::StorageFault) a damaged read raises (the bytes
+//! its reader, which checks the mark after reading, returns the
+//! [`StorageFault`](super::fault::StorageFault) a damaged read returns (the bytes
 //! were read whole and checked when the file was opened, so a map that did not
 //! fault holds what was checked, or fails a row's or a string's own hash).
 //!

@@ -782,7 +782,7 @@ mod tests {
         let catalog = &generation.catalog;
         let first = generation.shards()[0].sealed.periods()[0];
         let start = period_start(first).seconds;
-        let direction = catalog.symbols().lookup("output");
+        let direction = catalog.symbols().lookup("output").unwrap();
         let strategy = (
             0..2usize,
             proptest::collection::vec(any::<bool>(), 6),

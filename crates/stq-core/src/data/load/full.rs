@@ -54,7 +54,7 @@ pub(super) fn load_with(
         OnInvalid::Hold => hold(&mut state, &files, &mut report)?,
         OnInvalid::Fail | OnInvalid::Skip => HashSet::new(),
     };
-    let symbols = Arc::new(std::mem::take(&mut state.symbols).into_symbols());
+    let symbols = Arc::new(std::mem::take(&mut state.symbols).into_symbols()?);
     let sources: Vec<SourceState> = (0..files.len())
         .map(|index| {
             let source = state.source(&files, index);

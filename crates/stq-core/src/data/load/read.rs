@@ -22,6 +22,7 @@ use super::build::StationBuilder;
 use super::files::{self, FileRead, SnapshotFile};
 use super::format::{Block, Cut, Records};
 use super::{FileReport, InvalidLine, LoadError, LoadReport};
+use crate::data::fault::StorageFault;
 use crate::data::key::{load_order, RecordKey};
 use crate::data::sources::INVALID_LINES_SHOWN;
 use crate::data::sources::{FileStamp, Resume, SourceState, Start};
@@ -100,6 +101,10 @@ pub(crate) struct SharedSymbols {
     previous: Arc<Symbols>,
     by_text: DashMap<Box<str>, Symbol, foldhash::fast::RandomState>,
     next: AtomicU32,
+    /// The first fault of a lookup in the previous table's mapped runs: the
+    /// workers go on (a string it hid is given the empty string's symbol), and
+    /// the table, so the load, is that fault ([`SharedSymbols::into_symbols`]).
+    fault: Mutex<Option<StorageFault>>,
 }
 
 impl SharedSymbols {
@@ -109,12 +114,18 @@ impl SharedSymbols {
             next: AtomicU32::new(previous.len() as u32),
             previous,
             by_text: DashMap::default(),
+            fault: Mutex::new(None),
         }
     }
 
     fn intern(&self, text: &str) -> Symbol {
-        if let Some(symbol) = self.previous.lookup(text) {
-            return symbol;
+        match self.previous.lookup(text) {
+            Ok(Some(symbol)) => return symbol,
+            Ok(None) => {}
+            Err(fault) => {
+                self.fault.lock().get_or_insert(fault);
+                return Symbol::EMPTY;
+            }
         }
         if let Some(symbol) = self.by_text.get(text) {
             return *symbol;
@@ -132,7 +143,12 @@ impl SharedSymbols {
         entries.into_iter().map(|(text, _)| text).collect()
     }
 
-    pub(crate) fn into_symbols(self) -> Symbols {
+    /// The table: the previous one extended with the new strings, or the fault
+    /// of a lookup or a copy of its mapped runs.
+    pub(crate) fn into_symbols(self) -> Result<Symbols, StorageFault> {
+        if let Some(fault) = self.fault.lock().take() {
+            return Err(fault);
+        }
         let previous = Arc::clone(&self.previous);
         previous.extended(self.into_new())
     }

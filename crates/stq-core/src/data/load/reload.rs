@@ -196,7 +196,7 @@ pub(crate) fn reload_looking(
         &changes.reread,
         std::mem::take(&mut changes.lost),
     );
-    let symbols = Arc::new(std::mem::take(&mut state.symbols).into_symbols());
+    let symbols = Arc::new(std::mem::take(&mut state.symbols).into_symbols()?);
 
     let stations = build_stations(previous, shards, &changes, new_records, options.hot)?;
     let built = started.elapsed();
@@ -1048,7 +1048,7 @@ fn renumbered(
                 .carry(station, before.ordinal, ordinal)?;
         }
     }
-    let symbols = Arc::new(std::mem::take(&mut state.symbols).into_symbols());
+    let symbols = Arc::new(std::mem::take(&mut state.symbols).into_symbols()?);
     let summary = full::summary_of(&sources);
     let generation = full::generation(stations, symbols, summary, sources, options)?;
     report.totals_of(&generation);

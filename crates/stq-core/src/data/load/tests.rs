@@ -361,7 +361,7 @@ fn everything(
 ) -> (Vec<(u32, u32, Value)>, Vec<String>) {
     let catalog = &generation.catalog;
     let symbols = catalog.symbols();
-    let text = |symbol| symbols.text(symbol);
+    let text = |symbol| symbols.text(symbol).unwrap();
     let mut entries = Vec::new();
     for (rank, name) in catalog.stations().iter().enumerate() {
         let placement = catalog.placement(rank as u32);

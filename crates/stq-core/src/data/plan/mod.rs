@@ -311,15 +311,15 @@ impl Plan {
             }
             Endpoint::UnitsSummary => Question::Summary(summary::Question::Units(UnitQuestion {
                 window: params.window(*arrived, limits.max_window)?,
-                unit_types: catalog.matcher(&params.unit_types),
-                unit_serial: serial_matcher(&catalog, params),
+                unit_types: catalog.matcher(&params.unit_types)?,
+                unit_serial: serial_matcher(&catalog, params)?,
                 grouping: grouping(),
                 pass_results: settings.pass_results.clone(),
             })),
             Endpoint::MetricsSummary => {
                 Question::Summary(summary::Question::Metrics(MetricQuestion {
                     window: params.window(*arrived, limits.max_window)?,
-                    names: catalog.matcher(&params.names),
+                    names: catalog.matcher(&params.names)?,
                     grouping: grouping(),
                 }))
             }
@@ -328,7 +328,7 @@ impl Plan {
                 Question::Summary(summary::Question::Control(ControlQuestion {
                     window: params.window(*arrived, limits.max_window)?,
                     baseline: params.baseline(limits.max_window)?,
-                    names: catalog.matcher(&params.names),
+                    names: catalog.matcher(&params.names)?,
                     grouping: grouping(),
                     rules: params.rules(),
                 }))
@@ -437,14 +437,14 @@ fn records(
     };
     let filter = match kind {
         Kind::Units => RecordFilter::Units {
-            unit_types: catalog.matcher(&params.unit_types),
-            unit_serial: serial_matcher(catalog, params),
-            results: results_matcher(catalog, &params.results),
+            unit_types: catalog.matcher(&params.unit_types)?,
+            unit_serial: serial_matcher(catalog, params)?,
+            results: results_matcher(catalog, &params.results)?,
             directions: params.directions,
         },
         Kind::Metrics => RecordFilter::Metrics {
-            names: catalog.matcher(&params.names),
-            unit_serial: serial_matcher(catalog, params),
+            names: catalog.matcher(&params.names)?,
+            unit_serial: serial_matcher(catalog, params)?,
         },
     };
     Ok(RecordQuestion {
@@ -494,21 +494,25 @@ fn stations(
     Ok(stations)
 }
 
-fn serial_matcher(catalog: &Catalog, params: &QueryParams) -> Matcher {
-    params.unit_serial.as_ref().map_or(Matcher::Any, |serial| {
-        catalog.matcher(std::slice::from_ref(serial))
-    })
+fn serial_matcher(catalog: &Catalog, params: &QueryParams) -> Result<Matcher, StorageFault> {
+    params
+        .unit_serial
+        .as_ref()
+        .map_or(Ok(Matcher::Any), |serial| {
+            catalog.matcher(std::slice::from_ref(serial))
+        })
 }
 
 /// `result`'s values as symbols: every spelling of each, since they match ignoring
 /// ASCII case (docs/api.md section 4); any value when none is given.
-fn results_matcher(catalog: &Catalog, texts: &[String]) -> Matcher {
+fn results_matcher(catalog: &Catalog, texts: &[String]) -> Result<Matcher, StorageFault> {
     if texts.is_empty() {
-        return Matcher::Any;
+        return Ok(Matcher::Any);
     }
-    let mut symbols: Vec<_> = (texts.iter())
-        .flat_map(|text| catalog.symbols().lookup_ignoring_ascii_case(text))
-        .collect();
+    let mut symbols = Vec::new();
+    for text in texts {
+        symbols.extend(catalog.symbols().lookup_ignoring_ascii_case(text)?);
+    }
     symbols.sort_unstable();
-    Matcher::OneOf(symbols)
+    Ok(Matcher::OneOf(symbols))
 }

@@ -312,14 +312,14 @@ impl Stream {
         let params = &self.request.params;
         let filter = match self.kind {
             Kind::Units => RecordFilter::Units {
-                unit_types: catalog.matcher(&params.unit_types),
-                unit_serial: super::serial_matcher(&catalog, params),
-                results: super::results_matcher(&catalog, &params.results),
+                unit_types: catalog.matcher(&params.unit_types)?,
+                unit_serial: super::serial_matcher(&catalog, params)?,
+                results: super::results_matcher(&catalog, &params.results)?,
                 directions: params.directions,
             },
             Kind::Metrics => RecordFilter::Metrics {
-                names: catalog.matcher(&params.names),
-                unit_serial: super::serial_matcher(&catalog, params),
+                names: catalog.matcher(&params.names)?,
+                unit_serial: super::serial_matcher(&catalog, params)?,
             },
         };
         let mut stations = stations(params, &self.request.principal, &catalog)?;

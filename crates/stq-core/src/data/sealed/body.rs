@@ -10,8 +10,8 @@
 //! Each part of a block (its two frames and its two digests) has the XXH3-64 of
 //! its bytes in the block's header, checked on every read from a file: a store file
 //! is checked whole when a start reads it, and this catches what changed it since.
-//! A part that fails its check, or cannot be read, raises a [`StorageFault`] where
-//! it is read, so its request is answered `storage_unavailable` and the station
+//! A part that fails its check, or cannot be read, is a [`StorageFault`] its read
+//! returns, so its request is answered `storage_unavailable` and the station
 //! read again from the snapshot files, rather than answered from damaged bytes.
 //!
 //! Two parts of a tier's index move the same way ([`IndexPart`]), its shared pieces

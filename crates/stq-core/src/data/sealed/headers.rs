@@ -14,9 +14,9 @@
 //! A start checks the file whole before mapping it, and the rows' order and
 //! bounds. A mapped file is read for as long as a tier holds it, after the store
 //! has deleted it too; stq never writes to a named store file, but another process
-//! that did would change what is read (a truncation stops stq with SIGBUS). So a
-//! row is checked against its hash whenever it is read, and a damaged one raises
-//! a [`StorageFault`] where it is read, as a damaged block part does
+//! that did would change what is read (a truncation loses pages of the map: `crate::data::mapped`). So a
+//! row is checked against its hash whenever it is read, and the read of a damaged
+//! one is a [`StorageFault`], as a damaged block part's is
 //! ([`super::body`]).
 //!
 //! The heap keeps each row's period (to find a key range's rows) and its unit

@@ -517,7 +517,8 @@ impl Store {
             };
             run().map_err(|corrupt| self.damaged(file, corrupt))?;
         }
-        Ok(Symbols::default().extended(texts))
+        // A table of the heap alone, whose reads cannot fail.
+        Ok((Symbols::default().extended(texts)).expect("a table in memory reads"))
     }
 
     /// The symbol run just written as `file` from `bytes`, mapped from it.
@@ -902,7 +903,8 @@ fn read_layer(bytes: &[u8]) -> Result<Layer, codec::Corrupt> {
 }
 
 /// A run of the symbols from `from` on, as the store maps it
-/// ([`crate::data::symbols::run`]).
+/// ([`crate::data::symbols::run`]); a string of a mapped run that fails its read
+/// fails the write.
 fn symbols_file(symbols: &Symbols, from: usize) -> io::Result<Vec<u8>> {
     let mut out = MAGIC.to_vec();
     let texts = (from..symbols.len()).map(|symbol| symbols.text(Symbol(symbol as u32)));
@@ -1047,10 +1049,9 @@ impl StoreWriter {
                         file.clone()
                     }
                     _ => {
-                        // A tier that cannot be read whole (its store file was cut)
-                        // fails the write: the store stays at the generation before.
+                        // A tier that cannot be read whole fails the write.
                         let (bytes, layout) =
-                            (station.sealed.file(MAGIC)).map_err(io::Error::other)?;
+                            station.sealed.file(MAGIC).map_err(io::Error::other)?;
                         let index = index_region(&bytes, MAGIC.len())
                             .expect("a sealed file just made has its index");
                         let file = write("sealed", &bytes)?;

@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use super::*;
 use crate::data::catalog::Generation;
-use crate::data::load::{load, load_from_store, reload, LoadOptions, OnInvalid};
+use crate::data::load::{load, load_from_store, reload, LoadError, LoadOptions, Look, OnInvalid};
 use crate::data::scan::ShardStation;
 use crate::data::tier::Tier as _;
+use crate::data::StorageFault;
 
 /// A unit line and a metric line of `station` at `minute` past 2026-11-24T00:00Z.
 fn lines(station: u32, minute: u32) -> (String, String) {
@@ -92,11 +93,11 @@ fn everything(catalog: &Catalog, shards: &[Arc<ShardData>]) -> Vec<String> {
         };
         for (key, entry) in station.units_in(..).map(Result::unwrap) {
             let symbols = [entry.unit_serial, entry.unit_type, entry.result]
-                .map(|symbol| catalog.symbols.text(symbol).to_owned());
+                .map(|symbol| catalog.symbols.text(symbol).unwrap().to_owned());
             all.push(format!("{name} {key:?} {symbols:?} {}", json(entry.bytes)));
         }
         for (key, entry) in station.metrics_in(..).map(Result::unwrap) {
-            let name_text = catalog.symbols.text(entry.name);
+            let name_text = catalog.symbols.text(entry.name).unwrap();
             let numbers = [entry.value, entry.limit_lower, entry.limit_upper].map(f64::to_bits);
             all.push(format!(
                 "{name} {key:?} {name_text} {numbers:?} {}",
@@ -639,9 +640,9 @@ fn issue_32_after_a_write_the_next_tables_strings_are_read_from_the_store() {
         first.symbols.heap_bytes()
     );
     for symbol in (0..first.symbols.len()).map(|symbol| Symbol(symbol as u32)) {
-        let text = first.symbols.text(symbol);
-        assert_eq!(symbols.text(symbol), text);
-        assert_eq!(symbols.lookup(text), Some(symbol));
+        let text = first.symbols.text(symbol).unwrap();
+        assert_eq!(symbols.text(symbol).unwrap(), text);
+        assert_eq!(symbols.lookup(text).unwrap(), Some(symbol));
     }
     // A reload adding nothing keeps the table as it is; one after the next write
     // reads the strings the second write added from its run.
@@ -675,7 +676,9 @@ fn issue_51_a_whole_reloads_table_is_written_whole_whatever_its_length() {
     assert!(catalog.symbols.len() > fixture.catalog.symbols.len());
     let differs = (1..fixture.catalog.symbols.len())
         .map(|symbol| Symbol(symbol as u32))
-        .any(|symbol| catalog.symbols.text(symbol) != fixture.catalog.symbols.text(symbol));
+        .any(|symbol| {
+            catalog.symbols.text(symbol).unwrap() != fixture.catalog.symbols.text(symbol).unwrap()
+        });
     assert!(differs, "the fresh table numbers its strings otherwise");
     (fixture.catalog, fixture.shards) = (catalog, shards);
     fixture
@@ -701,6 +704,92 @@ fn issue_51_a_whole_reloads_table_is_written_whole_whatever_its_length() {
     // And a start reads what that write wrote.
     let (restarted, _, _) = fixture.restart(5);
     assert_eq!(restarted, everything(&fixture.catalog, &fixture.shards));
+}
+
+/// Issue 51: store files cut under a generation started from them are faults its
+/// reads return as values, not panics: a scan of a station's history, a summary
+/// that reads sealed records, a lookup in the symbol run, and a reload that seals
+/// into the cut tiers each give the file's `StorageFault`.
+#[test]
+fn issue_51_store_files_cut_under_a_generation_are_faults_its_reads_return() {
+    let fixture = fixture(3, 600);
+    let (generation, _, used) = load_from_store(
+        &options(fixture.snapshots.path(), 2),
+        fixture.read().unwrap(),
+    )
+    .unwrap();
+    assert!(used);
+    let (catalog, shards) = parts(generation);
+    for file in fixture.files() {
+        let name = file.file_name().unwrap().to_string_lossy().into_owned();
+        if name.starts_with("sealed-") || name.starts_with("symbols-") {
+            fs::OpenOptions::new()
+                .write(true)
+                .open(&file)
+                .unwrap()
+                .set_len(0)
+                .unwrap();
+        }
+    }
+    let cut = |fault: StorageFault| {
+        assert!(fault.reason.contains("cut short"), "{fault}");
+        fault
+            .path
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned()
+    };
+    let stations: Vec<ShardStation> = (catalog.placements.iter().enumerate())
+        .filter(|(_, placement)| placement.shard == 0)
+        .map(|(rank, placement)| ShardStation {
+            rank: rank as u32,
+            station_index: placement.station_index,
+        })
+        .collect();
+    let every = crate::domain::time::Window::ALL;
+    let scan = shards[0].scan(&crate::data::scan::ScanRequest {
+        stations: stations.clone(),
+        window: every,
+        after: None,
+        filter: crate::data::scan::RecordFilter::Units {
+            unit_types: crate::data::scan::Matcher::Any,
+            unit_serial: crate::data::scan::Matcher::Any,
+            results: crate::data::scan::Matcher::Any,
+            directions: crate::domain::record::Directions::BOTH,
+        },
+        cap: usize::MAX,
+    });
+    assert!(cut(scan.unwrap_err()).starts_with("sealed-"));
+    let request = crate::data::summary::SummaryRequest {
+        stations,
+        question: crate::data::summary::Question::Stations,
+    };
+    let summary = shards[0].summarize(&request, &catalog.symbols);
+    assert!(cut(summary.unwrap_err()).starts_with("sealed-"));
+    let texts =
+        (1..catalog.symbols.len()).map(|symbol| catalog.symbols.text(Symbol(symbol as u32)));
+    let fault = texts
+        .filter_map(Result::err)
+        .next()
+        .expect("a string of the cut run");
+    assert!(cut(fault).starts_with("symbols-"));
+    fixture.append(0, 600..602);
+    let looked = Look::Everything;
+    let reloaded = crate::data::load::reload_looking(
+        &catalog,
+        &shards,
+        &options(fixture.snapshots.path(), 3),
+        &looked,
+        &BTreeSet::new(),
+    );
+    match reloaded {
+        Err(LoadError::Storage(fault)) => drop(cut(fault)),
+        other => panic!(
+            "a reload over cut files: {:?}",
+            other.map(|(_, report)| report)
+        ),
+    }
 }
 
 /// Issue 32: a floor that adds a serial at every write keeps few symbol runs, and
@@ -785,7 +874,10 @@ fn rewrite_as_the_format_before(directory: &Path, symbols: &Symbols) {
     codec::number(&mut run, 1);
     codec::number(&mut run, symbols.len() as u64 - 1);
     for symbol in 1..symbols.len() {
-        codec::bytes(&mut run, symbols.text(Symbol(symbol as u32)).as_bytes());
+        codec::bytes(
+            &mut run,
+            symbols.text(Symbol(symbol as u32)).unwrap().as_bytes(),
+        );
     }
     assert_eq!(manifest.symbols.len(), 1, "a first write's one run");
     let mut first = manifest.symbols[0].1.clone();
@@ -1013,7 +1105,7 @@ fn issue_35_a_repair_reads_stations_again_from_the_snapshot_files() {
         &fixture.catalog,
         &fixture.shards,
         &options,
-        &crate::data::load::Look::Paths(BTreeSet::new()),
+        &Look::Paths(BTreeSet::new()),
         &stations,
     )
     .unwrap();

@@ -22,7 +22,7 @@ use serde::Deserialize;
 
 use super::buckets::{BucketStarts, Buckets};
 use super::{
-    finite, group_values, key_range, position, row_order, write_group, Digests, Grouping,
+    finite, group_values, key_range, position, row_order, write_group, Digests, Grouping, Names,
     PartialSummary, RowKey, Rows,
 };
 use crate::data::catalog::Catalog;
@@ -401,7 +401,8 @@ impl PartialSummary for MetricPartial {
     fn finish(self, catalog: &Catalog) -> Result<Rows, StorageFault> {
         let grouping = &self.grouping;
         let mut rows: Vec<(RowKey, MetricStatistics)> = self.rows.into_iter().collect();
-        rows.sort_unstable_by(|(left, _), (right, _)| row_order(grouping, left, right, catalog));
+        let names = Names::of(catalog, grouping, rows.iter().map(|(key, _)| key))?;
+        rows.sort_unstable_by(|(left, _), (right, _)| row_order(grouping, left, right, &names));
         let mut rendered = Rows::with_capacity(rows.len(), METRIC_ROW_BYTES);
         let mut bucket_starts = BucketStarts::new(grouping.zone);
         for (key, statistics) in rows {
@@ -418,7 +419,7 @@ impl PartialSummary for MetricPartial {
                 stddev,
             );
             rendered.push(|row| {
-                write_group(row, grouping, &key, true, catalog, &mut bucket_starts);
+                write_group(row, grouping, &key, true, &names, &mut bucket_starts);
                 row.field("count", &running.count);
                 row.field("numeric", &running.numeric);
                 row.field("min", &has_numbers.then_some(running.min));

@@ -308,17 +308,52 @@ fn group_values(
 
 const WRITING: &str = "writing JSON to a Vec cannot fail";
 
-/// The text of a group value.
-fn group_text(field: GroupField, value: u32, catalog: &Catalog) -> &str {
-    match field {
-        GroupField::StationId => &catalog.stations[value as usize],
-        _ => catalog.symbols.text(Symbol(value)),
+/// The texts of the symbols a summary's rows show (group values, metric names),
+/// read from the table once, before the rows are ordered and written: a read of
+/// a mapped run that fails is the summary's fault, met before a sort would meet it.
+struct Names<'a> {
+    catalog: &'a Catalog,
+    texts: foldhash::HashMap<Symbol, &'a str>,
+}
+
+impl<'a> Names<'a> {
+    /// The texts of the symbols of the rows `keys` of `grouping`.
+    fn of<'k>(
+        catalog: &'a Catalog,
+        grouping: &Grouping,
+        keys: impl Iterator<Item = &'k RowKey>,
+    ) -> Result<Names<'a>, StorageFault> {
+        let mut texts = foldhash::HashMap::default();
+        for key in keys {
+            let groups = (grouping.fields.iter().zip(&key.group))
+                .filter(|(field, _)| **field != GroupField::StationId)
+                .map(|(_, value)| Symbol(*value));
+            for symbol in groups.chain([key.name]) {
+                if let std::collections::hash_map::Entry::Vacant(entry) = texts.entry(symbol) {
+                    entry.insert(catalog.symbols.text(symbol)?);
+                }
+            }
+        }
+        Ok(Names { catalog, texts })
+    }
+
+    /// The text of a symbol of the rows it was read for.
+    fn text(&self, symbol: Symbol) -> &'a str {
+        self.texts[&symbol]
+    }
+
+    /// The text of a group value.
+    fn group(&self, field: GroupField, value: u32) -> &'a str {
+        match field {
+            GroupField::StationId => &self.catalog.stations[value as usize],
+            _ => self.text(Symbol(value)),
+        }
     }
 }
 
 /// The contract's row order: by the group fields' text in byte order, in
 /// `group_by` order, then by name (metrics), then by bucket.
-fn row_order(grouping: &Grouping, left: &RowKey, right: &RowKey, catalog: &Catalog) -> Ordering {
+fn row_order(grouping: &Grouping, left: &RowKey, right: &RowKey, names: &Names<'_>) -> Ordering {
     let groups = grouping
         .fields
         .iter()
@@ -328,21 +363,17 @@ fn row_order(grouping: &Grouping, left: &RowKey, right: &RowKey, catalog: &Catal
             // Ranks follow the byte order of station ids.
             GroupField::StationId => left.cmp(&right),
             _ if left == right => Ordering::Equal,
-            _ => group_text(field, left, catalog).cmp(group_text(field, right, catalog)),
+            _ => names.group(field, left).cmp(names.group(field, right)),
         };
         if order != Ordering::Equal {
             return order;
         }
     }
-    let names = if left.name == right.name {
-        Ordering::Equal
-    } else {
-        catalog
-            .symbols
-            .text(left.name)
-            .cmp(catalog.symbols.text(right.name))
+    let by_name = match left.name == right.name {
+        true => Ordering::Equal,
+        false => names.text(left.name).cmp(names.text(right.name)),
     };
-    names.then(left.bucket.cmp(&right.bucket))
+    by_name.then(left.bucket.cmp(&right.bucket))
 }
 
 /// Writes the group fields and `bucket_start` that start every summary row.
@@ -351,14 +382,14 @@ fn write_group(
     grouping: &Grouping,
     key: &RowKey,
     with_name: bool,
-    catalog: &Catalog,
+    names: &Names<'_>,
     bucket_starts: &mut BucketStarts,
 ) {
     for (&field, &value) in grouping.fields.iter().zip(&key.group) {
-        row.field(field.name(), group_text(field, value, catalog));
+        row.field(field.name(), names.group(field, value));
     }
     if with_name {
-        row.field("name", catalog.symbols.text(key.name));
+        row.field("name", names.text(key.name));
     }
     if grouping.bucket.is_some() {
         row.field("bucket_start", bucket_starts.text(key.bucket));

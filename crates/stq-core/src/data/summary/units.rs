@@ -15,6 +15,7 @@
 //! gives its attempts, cycle times and waiting inputs, joined as its records
 //! would have been.
 
+use itertools::Itertools as _;
 use serde::ser::{SerializeMap, Serializer};
 // Keys are small integers chosen by the data, not by a client: a fast hash that
 // is not DoS-resistant is right here, and SipHash was a third of a summary's time.
@@ -23,7 +24,7 @@ use foldhash::HashMap;
 use super::buckets::{BucketStarts, Buckets};
 use super::{
     group_values, key_range, position, ratio, row_order, write_group, Digests, GroupValues,
-    Grouping, PartialSummary, RowKey, Rows,
+    Grouping, Names, PartialSummary, RowKey, Rows,
 };
 use crate::data::catalog::Catalog;
 use crate::data::digest::UnitDigest;
@@ -59,7 +60,7 @@ impl UnitQuestion {
         symbols: &Symbols,
         digests: Digests,
     ) -> Result<UnitPartial, StorageFault> {
-        let mut passes = PassCache::new(&self.pass_results, symbols);
+        let mut passes = PassCache::new(&self.pass_results, symbols)?;
         // Grouped by station, a unit's attempts are all on its station: count its
         // units once the station is done, so that the map of units stays small and
         // the merge adds counts, not units.
@@ -164,11 +165,11 @@ struct CycleTimes {
 }
 
 /// One station's unit records read into a shard's partial.
-struct UnitReading<'a, 'b> {
+struct UnitReading<'a> {
     partial: &'a mut UnitPartial,
     station: ShardStation,
     unit_types: &'a Matcher,
-    passes: &'a mut PassCache<'b>,
+    passes: &'a mut PassCache,
     /// Whether rows are grouped by station, so that a unit whose attempts are all
     /// in one block of its station can be counted from the block's tallies.
     by_station: bool,
@@ -179,7 +180,7 @@ struct UnitReading<'a, 'b> {
     rows_of: &'a mut Vec<(usize, GroupValues)>,
 }
 
-impl UnitReader for UnitReading<'_, '_> {
+impl UnitReader for UnitReading<'_> {
     fn record(&mut self, key: RecordKey, entry: UnitEntry) {
         if !self.unit_types.matches(entry.unit_type) {
             return;
@@ -242,34 +243,27 @@ fn unit_group_values(
     })
 }
 
-/// Whether a `result` symbol passes, remembered per symbol: a scan meets few
-/// distinct results, and comparing their text on every record would cost more.
-struct PassCache<'a> {
-    pass_results: &'a [String],
-    symbols: &'a Symbols,
-    known: Vec<(Symbol, bool)>,
+/// Which `result` symbols pass: every spelling of each pass result in the table,
+/// found once per summary ([`Symbols::lookup_ignoring_ascii_case`]), so that a
+/// record's result is a search of a few symbols, not a comparison of its text.
+struct PassCache {
+    passing: Vec<Symbol>,
 }
 
-impl<'a> PassCache<'a> {
-    fn new(pass_results: &'a [String], symbols: &'a Symbols) -> PassCache<'a> {
-        PassCache {
-            pass_results,
-            symbols,
-            known: Vec::new(),
+impl PassCache {
+    /// A lookup in a mapped run that fails is its store file's fault.
+    fn new(pass_results: &[String], symbols: &Symbols) -> Result<PassCache, StorageFault> {
+        let mut passing = Vec::new();
+        for pass in pass_results {
+            passing.extend(symbols.lookup_ignoring_ascii_case(pass)?);
         }
+        passing.sort_unstable();
+        passing.dedup();
+        Ok(PassCache { passing })
     }
 
-    fn passes(&mut self, result: Symbol) -> bool {
-        if let Some(&(_, passed)) = self.known.iter().find(|(symbol, _)| *symbol == result) {
-            return passed;
-        }
-        let text = self.symbols.text(result);
-        let passed = self
-            .pass_results
-            .iter()
-            .any(|pass| pass.eq_ignore_ascii_case(text));
-        self.known.push((result, passed));
-        passed
+    fn passes(&self, result: Symbol) -> bool {
+        self.passing.binary_search(&result).is_ok()
     }
 }
 
@@ -338,7 +332,7 @@ impl UnitPartial {
         station: ShardStation,
         (digest, bytes): (&mut UnitDigest, &[u8]),
         bucket: i64,
-        passes: &mut PassCache<'_>,
+        passes: &mut PassCache,
         rows_of: &mut Vec<(usize, GroupValues)>,
     ) {
         rows_of.clear();
@@ -395,7 +389,7 @@ impl UnitPartial {
         }
         for unit in &digest.units {
             let (row_index, group) = rows_of[unit.group];
-            let attempt = |(key, result): (RecordKey, Symbol), passes: &mut PassCache<'_>| {
+            let attempt = |(key, result): (RecordKey, Symbol), passes: &mut PassCache| {
                 (position(station, &key), passes.passes(result))
             };
             let (first, first_passed) = attempt(unit.first, passes);
@@ -617,19 +611,22 @@ impl PartialSummary for UnitPartial {
         self.settle();
         let grouping = &self.grouping;
         let mut rows = self.rows;
-        rows.sort_unstable_by(|(left, _), (right, _)| row_order(grouping, left, right, catalog));
+        let names = Names::of(catalog, grouping, rows.iter().map(|(key, _)| key))?;
+        rows.sort_unstable_by(|(left, _), (right, _)| row_order(grouping, left, right, &names));
         let mut rendered = Rows::with_capacity(rows.len(), UNIT_ROW_BYTES);
         let mut bucket_starts = BucketStarts::new(grouping.zone);
         for (key, mut counts) in rows {
             let mut results: Vec<(&str, u64)> = counts
                 .results
                 .iter()
-                .map(|&(result, count)| (catalog.symbols.text(result), count))
-                .collect();
+                .map(|&(result, count)| {
+                    Ok::<_, StorageFault>((catalog.symbols.text(result)?, count))
+                })
+                .try_collect()?;
             results.sort_unstable();
             let (cycle_count, cycle_figures) = std::mem::take(&mut counts.cycles).figures();
             rendered.push(|row| {
-                write_group(row, grouping, &key, false, catalog, &mut bucket_starts);
+                write_group(row, grouping, &key, false, &names, &mut bucket_starts);
                 row.field("records", &counts.records);
                 row.field("results", &ResultCounts(&results));
                 let units = counts.units;

@@ -30,6 +30,7 @@ use string_interner::backend::StringBackend;
 use string_interner::symbol::SymbolU32;
 use string_interner::{StringInterner, Symbol as _};
 
+use crate::data::fault::StorageFault;
 use run::Run;
 
 /// One layer's strings, numbered from 0 in the order they came, one after the
@@ -113,40 +114,38 @@ impl LayerTexts {
         }
     }
 
-    fn get(&self, text: &str) -> Option<usize> {
+    /// A mapped layer's reads fail as its store file does ([`run`]); a heap
+    /// layer's never fail.
+    fn get(&self, text: &str) -> Result<Option<usize>, StorageFault> {
         match self {
-            LayerTexts::Heap(texts) => texts.get(text).map(|index| index.to_usize()),
+            LayerTexts::Heap(texts) => Ok(texts.get(text).map(|index| index.to_usize())),
             LayerTexts::Mapped(run) => run.get(text),
         }
     }
 
-    fn resolve(&self, index: usize) -> Option<&str> {
+    fn resolve(&self, index: usize) -> Result<Option<&str>, StorageFault> {
         match self {
             LayerTexts::Heap(texts) => {
-                SymbolU32::try_from_usize(index).and_then(|index| texts.resolve(index))
+                Ok(SymbolU32::try_from_usize(index).and_then(|index| texts.resolve(index)))
             }
-            LayerTexts::Mapped(run) => (index < run.len()).then(|| run.text(index)),
+            LayerTexts::Mapped(run) => (index < run.len()).then(|| run.text(index)).transpose(),
         }
     }
 
     /// The indexes of its strings equal to `text` ignoring ASCII case.
-    fn indexes_ignoring_ascii_case<'a>(
-        &'a self,
-        text: &'a str,
-    ) -> Box<dyn Iterator<Item = usize> + 'a> {
+    fn indexes_ignoring_ascii_case(&self, text: &str) -> Result<Vec<usize>, StorageFault> {
         match self {
-            LayerTexts::Heap(texts) => Box::new(
-                (texts.iter())
-                    .filter(|(_, candidate)| candidate.eq_ignore_ascii_case(text))
-                    .map(|(index, _)| index.to_usize()),
-            ),
-            LayerTexts::Mapped(run) => Box::new(run.indexes_ignoring_ascii_case(text).into_iter()),
+            LayerTexts::Heap(texts) => Ok((texts.iter())
+                .filter(|(_, candidate)| candidate.eq_ignore_ascii_case(text))
+                .map(|(index, _)| index.to_usize())
+                .collect()),
+            LayerTexts::Mapped(run) => run.indexes_ignoring_ascii_case(text),
         }
     }
 
-    fn texts(&self) -> Box<dyn Iterator<Item = &str> + '_> {
+    fn texts(&self) -> Box<dyn Iterator<Item = Result<&str, StorageFault>> + '_> {
         match self {
-            LayerTexts::Heap(texts) => Box::new(texts.iter().map(|(_, text)| text)),
+            LayerTexts::Heap(texts) => Box::new(texts.iter().map(|(_, text)| Ok(text))),
             LayerTexts::Mapped(run) => Box::new(run.texts()),
         }
     }
@@ -159,7 +158,7 @@ const MERGE_RATIO: usize = 4;
 impl Symbols {
     #[cfg(test)]
     pub(crate) fn intern(&mut self, text: &str) -> Symbol {
-        if let Some(symbol) = self.lookup(text) {
+        if let Some(symbol) = self.lookup(text).expect("tests intern into heap tables") {
             return symbol;
         }
         let symbol = Symbol(self.len() as u32);
@@ -171,11 +170,15 @@ impl Symbols {
     }
 
     /// The symbol of `text`, if the table holds it: a filter value the data never
-    /// holds matches nothing.
-    pub(crate) fn lookup(&self, text: &str) -> Option<Symbol> {
-        self.layers.iter().find_map(|layer| {
-            (layer.texts.get(text)).map(|index| Symbol(layer.first + index as u32))
-        })
+    /// holds matches nothing. A mapped layer that fails the read is its store
+    /// file's fault.
+    pub(crate) fn lookup(&self, text: &str) -> Result<Option<Symbol>, StorageFault> {
+        for layer in &self.layers {
+            if let Some(index) = layer.texts.get(text)? {
+                return Ok(Some(Symbol(layer.first + index as u32)));
+            }
+        }
+        Ok(None)
     }
 
     /// Every symbol whose text equals `text` ignoring ASCII case (`result=fail`
@@ -184,18 +187,25 @@ impl Symbols {
     /// A filter value has few letters, so each spelling of it is looked up: 2 to the
     /// number of its ASCII letters. Past [`Symbols::SPELLINGS_LOOKED_UP`] spellings,
     /// every string of the table is compared instead, once per request.
-    pub(crate) fn lookup_ignoring_ascii_case(&self, text: &str) -> Vec<Symbol> {
+    pub(crate) fn lookup_ignoring_ascii_case(
+        &self,
+        text: &str,
+    ) -> Result<Vec<Symbol>, StorageFault> {
         let letters: Vec<usize> = (text.bytes().enumerate())
             .filter(|(_, byte)| byte.is_ascii_alphabetic())
             .map(|(index, _)| index)
             .collect();
         if letters.len() > Symbols::SPELLINGS_LOOKED_UP.ilog2() as usize {
-            return (self.layers.iter())
-                .flat_map(|layer| {
-                    (layer.texts.indexes_ignoring_ascii_case(text))
-                        .map(|index| Symbol(layer.first + index as u32))
-                })
-                .collect();
+            let mut found = Vec::new();
+            for layer in &self.layers {
+                let indexes = layer.texts.indexes_ignoring_ascii_case(text)?;
+                found.extend(
+                    indexes
+                        .into_iter()
+                        .map(|index| Symbol(layer.first + index as u32)),
+                );
+            }
+            return Ok(found);
         }
         let mut spelling = text.to_ascii_lowercase().into_bytes();
         (0..1u32 << letters.len())
@@ -208,6 +218,7 @@ impl Symbols {
                 }
                 // Only ASCII letters changed case: still the UTF-8 it was.
                 self.lookup(std::str::from_utf8(&spelling).expect("UTF-8"))
+                    .transpose()
             })
             .collect()
     }
@@ -215,15 +226,17 @@ impl Symbols {
     /// How many spellings [`Symbols::lookup_ignoring_ascii_case`] looks up at most.
     const SPELLINGS_LOOKED_UP: u32 = 1 << 12;
 
-    /// The text of a symbol of this table.
-    pub(crate) fn text(&self, symbol: Symbol) -> &str {
+    /// The text of a symbol of this table; a mapped layer that fails the read is
+    /// its store file's fault.
+    pub(crate) fn text(&self, symbol: Symbol) -> Result<&str, StorageFault> {
         let layer = self
             .layers
             .iter()
             .rev()
             .find(|layer| layer.first <= symbol.0)
             .expect("a symbol of this table");
-        (layer.texts.resolve((symbol.0 - layer.first) as usize)).expect("a symbol of this table")
+        let text = layer.texts.resolve((symbol.0 - layer.first) as usize)?;
+        Ok(text.expect("a symbol of this table"))
     }
 
     /// How many strings the table holds; the next new one gets this number.
@@ -306,39 +319,40 @@ impl Symbols {
 
     /// This table, its strings that the store's runs hold read from them
     /// ([`Symbols::stored_in`]), the rest copied into one heap layer above them.
-    fn rebased(&self) -> Symbols {
+    fn rebased(&self) -> Result<Symbols, StorageFault> {
         let stored = self.stored.lock().clone();
         let Some(runs) = stored else {
-            return self.clone();
+            return Ok(self.clone());
         };
         let end = runs
             .last()
             .map_or(1, |run| run.first() as usize + run.len());
         if end <= self.mapped_end() || end > self.len() {
-            return self.clone();
+            return Ok(self.clone());
         }
         let mut symbols = Symbols::of_runs(&runs).expect("runs checked when stored");
         symbols.stored = Arc::clone(&self.stored);
         if end < self.len() {
             let mut texts = Texts::with_capacity_and_hasher(self.len() - end, Default::default());
             for symbol in end..self.len() {
-                texts.get_or_intern(self.text(Symbol(symbol as u32)));
+                texts.get_or_intern(self.text(Symbol(symbol as u32))?);
             }
             symbols.layers.push(Layer {
                 first: end as u32,
                 texts: LayerTexts::Heap(Arc::new(texts)),
             });
         }
-        symbols
+        Ok(symbols)
     }
 
     /// This table with `new` strings, none of which it holds, numbered after its own
     /// in their order: a reload's table, under which the entries of stations it
-    /// shares with the generation before keep their meaning.
-    pub(crate) fn extended(&self, new: Vec<Box<str>>) -> Symbols {
-        let mut symbols = self.rebased();
+    /// shares with the generation before keep their meaning. A mapped layer that
+    /// fails a read of the strings it copies is its store file's fault.
+    pub(crate) fn extended(&self, new: Vec<Box<str>>) -> Result<Symbols, StorageFault> {
+        let mut symbols = self.rebased()?;
         if new.is_empty() {
-            return symbols;
+            return Ok(symbols);
         }
         // The layers the new strings merge into, found first, so that every string
         // is inserted once: a first load's millions into the empty string's layer
@@ -358,7 +372,7 @@ impl Symbols {
         let mut texts = Texts::with_capacity_and_hasher(length, Default::default());
         for layer in &below {
             for text in layer.texts.texts() {
-                texts.get_or_intern(text);
+                texts.get_or_intern(text?);
             }
         }
         for text in new {
@@ -370,7 +384,7 @@ impl Symbols {
                 .map_or(symbols.len() as u32, |layer| layer.first),
             texts: LayerTexts::Heap(Arc::new(texts)),
         });
-        symbols
+        Ok(symbols)
     }
 }
 
@@ -405,31 +419,31 @@ mod tests {
         for text in texts {
             symbols.intern(text);
         }
-        let heap = symbols.extended(vec!["PaSs".into(), "x".into()]);
+        let heap = symbols.extended(vec!["PaSs".into(), "x".into()]).unwrap();
         // The same strings in a run mapped from a file, as a start from the store
         // has them, with a heap layer above.
         let file = tempfile::NamedTempFile::new().unwrap();
         let mut bytes = Vec::new();
-        run::write(1, texts.iter().copied(), &mut bytes).unwrap();
+        run::write(1, texts.iter().copied().map(Ok), &mut bytes).unwrap();
         std::fs::write(file.path(), &bytes).unwrap();
         let mapped = Run::open(file.path(), file.as_file(), 0, &bytes).unwrap();
         let mapped = Symbols::of_runs(&[Arc::new(mapped)]).unwrap();
-        let mapped = mapped.extended(vec!["PaSs".into(), "x".into()]);
+        let mapped = mapped.extended(vec!["PaSs".into(), "x".into()]).unwrap();
         assert!(mapped.heap_bytes() * 2 < heap.heap_bytes());
         for table in [heap, mapped] {
             for query in [
                 "pass", "FAIL", "é-fail", "É-FAIL", long, "ABORT", "missing", "",
             ] {
-                let mut found = table.lookup_ignoring_ascii_case(query);
+                let mut found = table.lookup_ignoring_ascii_case(query).unwrap();
                 found.sort_unstable();
                 let expected: Vec<Symbol> = (0..table.len() as u32)
                     .map(Symbol)
-                    .filter(|&symbol| table.text(symbol).eq_ignore_ascii_case(query))
+                    .filter(|&symbol| table.text(symbol).unwrap().eq_ignore_ascii_case(query))
                     .collect();
                 assert_eq!(found, expected, "{query}");
             }
-            assert_eq!(table.lookup_ignoring_ascii_case("pass").len(), 4);
-            assert_eq!(table.lookup_ignoring_ascii_case(long).len(), 3);
+            assert_eq!(table.lookup_ignoring_ascii_case("pass").unwrap().len(), 4);
+            assert_eq!(table.lookup_ignoring_ascii_case(long).unwrap().len(), 3);
         }
     }
 
@@ -439,11 +453,11 @@ mod tests {
         let board = symbols.intern("board");
         let serial = symbols.intern("SN-1");
         assert_eq!((board, serial), (Symbol(1), Symbol(2)));
-        assert_eq!(symbols.lookup(""), Some(Symbol::EMPTY));
+        assert_eq!(symbols.lookup("").unwrap(), Some(Symbol::EMPTY));
         assert_eq!(symbols.intern("board"), board);
-        assert_eq!(symbols.lookup("SN-1"), Some(serial));
-        assert_eq!(symbols.lookup("other"), None);
-        assert_eq!(symbols.text(serial), "SN-1");
+        assert_eq!(symbols.lookup("SN-1").unwrap(), Some(serial));
+        assert_eq!(symbols.lookup("other").unwrap(), None);
+        assert_eq!(symbols.text(serial).unwrap(), "SN-1");
     }
 
     #[test]
@@ -451,15 +465,15 @@ mod tests {
         let texts = |range: std::ops::Range<usize>| -> Vec<Box<str>> {
             range.map(|number| format!("SN-{number}").into()).collect()
         };
-        let base = Symbols::default().extended(texts(0..1000));
+        let base = Symbols::default().extended(texts(0..1000)).unwrap();
         let mut table = base.clone();
         for round in 0..30 {
             let first = 1000 + round * 3;
-            let next = table.extended(texts(first..first + 3));
+            let next = table.extended(texts(first..first + 3)).unwrap();
             for number in 0..first + 3 {
-                let symbol = next.lookup(&format!("SN-{number}")).unwrap();
+                let symbol = next.lookup(&format!("SN-{number}")).unwrap().unwrap();
                 assert_eq!(symbol, Symbol(number as u32 + 1));
-                assert_eq!(next.text(symbol), format!("SN-{number}"));
+                assert_eq!(next.text(symbol).unwrap(), format!("SN-{number}"));
             }
             assert_eq!(next.len(), first + 3 + 1);
             assert!(next.layers.len() <= 4, "{} layers", next.layers.len());
@@ -472,6 +486,6 @@ mod tests {
             panic!("heap layers");
         };
         assert!(Arc::ptr_eq(base, first));
-        assert_eq!(table.extended(Vec::new()).len(), table.len());
+        assert_eq!(table.extended(Vec::new()).unwrap().len(), table.len());
     }
 }

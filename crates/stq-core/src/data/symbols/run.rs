@@ -19,12 +19,13 @@
 //! change what is read, and one that cut it would lose pages of the map (which
 //! `crate::data::mapped` turns into zeros, marking the map). So a string is
 //! checked against its hash whenever its text is read, every read asks whether
-//! the map lost a page, and a damaged or cut run raises a [`StorageFault`] where
-//! it is read, as a damaged block part does.
+//! the map lost a page, and the read of a damaged or cut run is a
+//! [`StorageFault`], as a damaged block part's is.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
+use itertools::Itertools as _;
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::data::fault::StorageFault;
@@ -55,19 +56,24 @@ pub(crate) struct Run {
     text: usize,
 }
 
-/// Appends the run of `texts`, numbered from `first`, to `out`.
+/// Appends the run of `texts`, numbered from `first`, to `out`; each is read
+/// four times, and a read that fails (a string of a mapped run) fails the write.
 ///
 /// # Errors
 /// A run holds at most `u32::MAX` strings of at most 4 GiB of text in all.
 pub(crate) fn write<'a>(
     first: u32,
-    texts: impl ExactSizeIterator<Item = &'a str> + Clone,
+    texts: impl ExactSizeIterator<Item = Result<&'a str, StorageFault>> + Clone,
     out: &mut Vec<u8>,
 ) -> std::io::Result<()> {
     let too_large = || std::io::Error::other("a symbol run of more than 4 GiB");
     let count = u32::try_from(texts.len()).map_err(|_| too_large())?;
     let slots = (texts.len() * 3 / 2 + 1).next_power_of_two();
-    let length: usize = texts.clone().map(str::len).sum();
+    let texts = texts.map(|text| text.map_err(std::io::Error::other));
+    let length: usize = texts
+        .clone()
+        .map_ok(str::len)
+        .sum::<std::io::Result<usize>>()?;
     u32::try_from(length).map_err(|_| too_large())?;
     for number in [first, count, slots as u32, 0] {
         out.extend_from_slice(&number.to_le_bytes());
@@ -75,6 +81,7 @@ pub(crate) fn write<'a>(
     out.extend_from_slice(&(length as u64).to_le_bytes());
     let mut table = vec![0u32; slots];
     for (index, text) in texts.clone().enumerate() {
+        let text = text?;
         let hash = xxh3_64(text.as_bytes());
         out.extend_from_slice(&hash.to_le_bytes());
         let mut slot = hash as usize & (slots - 1);
@@ -86,14 +93,14 @@ pub(crate) fn write<'a>(
     let mut end = 0u32;
     out.extend_from_slice(&end.to_le_bytes());
     for text in texts.clone() {
-        end += text.len() as u32;
+        end += text?.len() as u32;
         out.extend_from_slice(&end.to_le_bytes());
     }
     for slot in table {
         out.extend_from_slice(&slot.to_le_bytes());
     }
     for text in texts {
-        out.extend_from_slice(text.as_bytes());
+        out.extend_from_slice(text?.as_bytes());
     }
     Ok(())
 }
@@ -168,7 +175,7 @@ impl Run {
     }
 
     /// The index in the run of `text`, if it holds it.
-    pub(crate) fn get(&self, text: &str) -> Option<usize> {
+    pub(crate) fn get(&self, text: &str) -> Result<Option<usize>, StorageFault> {
         let hash = xxh3_64(text.as_bytes());
         let mut slot = hash as usize & (self.slots - 1);
         loop {
@@ -176,13 +183,13 @@ impl Run {
             if index == 0 {
                 // An empty slot may be a lost page's zeros, or the zeros past
                 // the end of a file cut inside its last page (no fault there).
-                self.check_length();
-                return None;
+                self.check_length()?;
+                return Ok(None);
             }
             let index = index - 1;
-            if self.hash(index) == hash && self.bytes(index) == text.as_bytes() {
-                self.check_whole();
-                return Some(index);
+            if self.hash(index) == hash && self.bytes(index)? == text.as_bytes() {
+                self.check_whole()?;
+                return Ok(Some(index));
             }
             slot = (slot + 1) & (self.slots - 1);
         }
@@ -191,20 +198,20 @@ impl Run {
     /// The string at `index` in the run, checked against its hash.
     ///
     /// A [`StorageFault`] if the mapped file changed since it was checked whole.
-    pub(crate) fn text(&self, index: usize) -> &str {
-        let bytes = self.bytes(index);
+    pub(crate) fn text(&self, index: usize) -> Result<&str, StorageFault> {
+        let bytes = self.bytes(index)?;
         let text = (xxh3_64(bytes) == self.hash(index))
             .then(|| std::str::from_utf8(bytes).ok())
             .flatten();
-        self.check_whole();
-        text.unwrap_or_else(|| {
+        self.check_whole()?;
+        text.ok_or_else(|| {
             let symbol = self.first as usize + index;
-            self.raise(&format!("symbol {symbol} fails its check"))
+            self.fault(&format!("symbol {symbol} fails its check"))
         })
     }
 
     /// Its strings, in order.
-    pub(crate) fn texts(&self) -> impl Iterator<Item = &str> + '_ {
+    pub(crate) fn texts(&self) -> impl Iterator<Item = Result<&str, StorageFault>> + '_ {
         (0..self.count).map(|index| self.text(index))
     }
 
@@ -212,19 +219,24 @@ impl Run {
     /// strings of `text`'s length are read (a year's run is millions of serial
     /// numbers: their ends are read, not their text), and a match is checked
     /// against its hash.
-    pub(crate) fn indexes_ignoring_ascii_case(&self, text: &str) -> Vec<usize> {
-        let found = (0..self.count)
-            .filter(|&index| {
-                let start = self.word(self.ends + index * 4) as usize;
-                let end = self.word(self.ends + index * 4 + 4) as usize;
-                end.wrapping_sub(start) == text.len()
-                    && self.bytes(index).eq_ignore_ascii_case(text.as_bytes())
-                    && self.text(index).eq_ignore_ascii_case(text)
-            })
-            .collect();
+    pub(crate) fn indexes_ignoring_ascii_case(
+        &self,
+        text: &str,
+    ) -> Result<Vec<usize>, StorageFault> {
+        let mut found = Vec::new();
+        for index in 0..self.count {
+            let start = self.word(self.ends + index * 4) as usize;
+            let end = self.word(self.ends + index * 4 + 4) as usize;
+            if end.wrapping_sub(start) == text.len()
+                && self.bytes(index)?.eq_ignore_ascii_case(text.as_bytes())
+                && self.text(index)?.eq_ignore_ascii_case(text)
+            {
+                found.push(index);
+            }
+        }
         // A length read as zeros (a cut file) may have hidden a match.
-        self.check_length();
-        found
+        self.check_length()?;
+        Ok(found)
     }
 
     /// The bytes of the file it is mapped from.
@@ -232,27 +244,29 @@ impl Run {
         self.map.len() as u64
     }
 
-    fn bytes(&self, index: usize) -> &[u8] {
+    fn bytes(&self, index: usize) -> Result<&[u8], StorageFault> {
         assert!(index < self.count, "symbol index within its run");
         let start = self.word(self.ends + index * 4) as usize;
         let end = self.word(self.ends + index * 4 + 4) as usize;
         let text = &self.map[self.text..];
-        (text.get(start..end)).unwrap_or_else(|| self.raise("a symbol's bounds fail their check"))
+        (text.get(start..end)).ok_or_else(|| self.fault("a symbol's bounds fail their check"))
     }
 
-    /// Raises the fault of a map that lost a page since it was checked whole.
-    fn check_whole(&self) {
-        if self.map.faulted() {
-            self.raise("a page of its map was lost");
+    /// The fault of a map that lost a page since it was checked whole.
+    fn check_whole(&self) -> Result<(), StorageFault> {
+        match self.map.faulted() {
+            true => Err(self.fault("a page of its map was lost")),
+            false => Ok(()),
         }
     }
 
-    /// Raises the fault of a file no longer its checked length, or of a map that
-    /// lost a page: what a read that found nothing asks (one `fstat`), since the
-    /// zeros past a cut file's end inside its last page read without a fault.
-    fn check_length(&self) {
-        if self.cut() {
-            self.raise("it is no longer the length it was checked at");
+    /// The fault of a file no longer its checked length, or of a map that lost a
+    /// page: what a read that found nothing asks (one `fstat`), since the zeros
+    /// past a cut file's end inside its last page read without a fault.
+    fn check_length(&self) -> Result<(), StorageFault> {
+        match self.cut() {
+            true => Err(self.fault("it is no longer the length it was checked at")),
+            false => Ok(()),
         }
     }
 
@@ -261,13 +275,13 @@ impl Run {
             || (self.file.metadata()).map_or(true, |meta| meta.len() != self.map.len() as u64)
     }
 
-    /// Raises the fault of `what` failing: the run was cut, or is damaged.
-    fn raise(&self, what: &str) -> ! {
+    /// The fault of `what` failing: the run was cut, or is damaged.
+    fn fault(&self, what: &str) -> StorageFault {
         let how = match self.cut() {
             true => "was cut short under the server",
             false => "is damaged",
         };
-        StorageFault::at(&self.path, format!("{how}: {what}")).raise()
+        StorageFault::at(&self.path, format!("{how}: {what}"))
     }
 
     fn hash(&self, index: usize) -> u64 {
@@ -306,15 +320,15 @@ mod tests {
             let run = Run::open(file.path(), file.as_file(), 8, &bytes).unwrap();
             prop_assert_eq!((run.first(), run.len()), (first, texts.len()));
             for (index, text) in texts.iter().enumerate() {
-                prop_assert_eq!(run.get(text), Some(index));
-                prop_assert_eq!(run.text(index), text.as_str());
+                prop_assert_eq!(run.get(text).unwrap(), Some(index));
+                prop_assert_eq!(run.text(index).unwrap(), text.as_str());
             }
             let held: BTreeSet<&str> = views.iter().copied().collect();
             for probe in probes.iter().map(String::as_str).chain(views.iter().copied()) {
                 if !held.contains(probe) {
-                    prop_assert_eq!(run.get(probe), None);
+                    prop_assert_eq!(run.get(probe).unwrap(), None);
                 }
-                let found: Vec<usize> = run.indexes_ignoring_ascii_case(probe);
+                let found: Vec<usize> = run.indexes_ignoring_ascii_case(probe).unwrap();
                 let expected: Vec<usize> = (0..texts.len())
                     .filter(|&index| texts[index].eq_ignore_ascii_case(probe))
                     .collect();
@@ -325,7 +339,7 @@ mod tests {
 
     fn written(first: u32, texts: &[&str]) -> (tempfile::NamedTempFile, Vec<u8>) {
         let mut bytes = b"MAGIC!!!".to_vec();
-        write(first, texts.iter().copied(), &mut bytes).unwrap();
+        write(first, texts.iter().copied().map(Ok), &mut bytes).unwrap();
         let mut file = tempfile::NamedTempFile::new().unwrap();
         file.write_all(&bytes).unwrap();
         (file, bytes)
@@ -341,15 +355,18 @@ mod tests {
         let run = Run::open(file.path(), file.as_file(), 8, &bytes).unwrap();
         assert_eq!((run.first(), run.len()), (7, 5000));
         for (index, text) in texts.iter().enumerate() {
-            assert_eq!(run.get(text), Some(index));
-            assert_eq!(run.text(index), *text);
+            assert_eq!(run.get(text).unwrap(), Some(index));
+            assert_eq!(run.text(index).unwrap(), *text);
         }
-        assert_eq!(run.get("SN-x"), None);
-        assert_eq!(run.get(""), None);
-        assert!(run.texts().eq(texts.iter().copied()));
-        let matches: Vec<usize> = run.indexes_ignoring_ascii_case("sn-00004999");
+        assert_eq!(run.get("SN-x").unwrap(), None);
+        assert_eq!(run.get("").unwrap(), None);
+        assert!(run.texts().map(Result::unwrap).eq(texts.iter().copied()));
+        let matches: Vec<usize> = run.indexes_ignoring_ascii_case("sn-00004999").unwrap();
         assert_eq!(matches, [4999]);
-        assert!(run.indexes_ignoring_ascii_case("SN-0000499").is_empty());
+        assert!(run
+            .indexes_ignoring_ascii_case("SN-0000499")
+            .unwrap()
+            .is_empty());
     }
 
     /// Issue 32: bytes that are not a run are refused before anything is mapped:
@@ -370,18 +387,18 @@ mod tests {
         assert!(Run::open(file.path(), file.as_file(), 8, &first_zero).is_err());
     }
 
-    /// Issue 32: a string changed in the file after it was checked panics where
-    /// its text is read, rather than read as another string.
+    /// Issue 32: a string changed in the file after it was checked is a fault
+    /// where its text is read, rather than read as another string.
     #[test]
-    fn issue_32_a_string_changed_since_its_check_panics_when_read() {
+    fn issue_32_a_string_changed_since_its_check_is_a_fault_when_read() {
         let (file, bytes) = written(1, &["SN-1", "SN-2"]);
         let run = Run::open(file.path(), file.as_file(), 8, &bytes).unwrap();
         let mut changed = bytes.clone();
         let last = changed.len() - 1;
         changed[last] ^= 1;
         std::fs::write(file.path(), &changed).unwrap();
-        let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run.text(1).len()));
-        let fault = *read.unwrap_err().downcast::<StorageFault>().unwrap();
+        assert_eq!(run.text(0).unwrap(), "SN-1");
+        let fault = run.text(1).unwrap_err();
         assert!(fault.reason.contains("fails its check"), "{fault}");
     }
 }

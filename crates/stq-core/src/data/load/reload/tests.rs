@@ -88,7 +88,7 @@ fn served(generation: &Generation) -> Served {
             assert_eq!(value["station_id"], *catalog.stations[rank]);
             (json, value)
         };
-        let symbol = |text: String| catalog.symbols.lookup(&text).unwrap();
+        let symbol = |text: String| catalog.symbols.lookup(&text).unwrap().unwrap();
         for (key, entry) in station.units_in(..).map(Result::unwrap) {
             let (json, value) = record(entry.bytes);
             for (field, symbol) in [
@@ -98,14 +98,17 @@ fn served(generation: &Generation) -> Served {
                 ("mode", entry.mode),
                 ("result", entry.result),
             ] {
-                assert_eq!(catalog.symbols.text(symbol), text(&value, field));
+                assert_eq!(catalog.symbols.text(symbol).unwrap(), text(&value, field));
             }
             units.push((position(&key), json));
         }
         for (key, entry) in station.metrics_in(..).map(Result::unwrap) {
             let (json, value) = record(entry.bytes);
             assert_eq!(entry.name, symbol(text(&value, "name")));
-            assert_eq!(catalog.symbols.text(entry.unit), text(&value, "unit"));
+            assert_eq!(
+                catalog.symbols.text(entry.unit).unwrap(),
+                text(&value, "unit")
+            );
             metrics.push((position(&key), json));
         }
     }

@@ -21,7 +21,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::{
-    finite, group_values, key_range, position, row_order, write_group, Grouping, RowKey, Rows,
+    finite, group_values, key_range, position, row_order, write_group, Grouping, Names, RowKey,
+    Rows,
 };
 use crate::data::catalog::Catalog;
 use crate::data::fault::StorageFault;
@@ -250,7 +251,8 @@ impl PartialSummary for ControlPartial {
         let mut rows: Vec<(RowKey, Series)> = (series.into_iter())
             .filter(|(_, series)| !series.points.is_empty())
             .collect();
-        rows.sort_unstable_by(|(left, _), (right, _)| row_order(grouping, left, right, catalog));
+        let names = Names::of(catalog, grouping, rows.iter().map(|(key, _)| key))?;
+        rows.sort_unstable_by(|(left, _), (right, _)| row_order(grouping, left, right, &names));
         let mut rendered = Rows::with_capacity(rows.len(), CONTROL_ROW_BYTES);
         let mut bucket_starts = super::buckets::BucketStarts::new(grouping.zone);
         let mut json = Vec::new();
@@ -288,7 +290,7 @@ impl PartialSummary for ControlPartial {
             }
             let listed = violations_json(&violations, &series.points, &stations, &mut json)?;
             rendered.push(|row| {
-                write_group(row, grouping, &key, true, catalog, &mut bucket_starts);
+                write_group(row, grouping, &key, true, &names, &mut bucket_starts);
                 row.field("points", &series.points.len());
                 row.field("baseline_points", &baseline_count);
                 row.field("center", &finite(limits.map(|limits| limits.center)));

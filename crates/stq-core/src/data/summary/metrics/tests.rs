@@ -188,8 +188,8 @@ proptest::proptest! {
         let symbols = sealed.catalog.symbols();
         let names = match names {
             0 => Matcher::Any,
-            1 => Matcher::OneOf(symbols.lookup("n1").into_iter().collect()),
-            _ => Matcher::OneOf(["n0", "n2"].iter().filter_map(|name| symbols.lookup(name)).collect()),
+            1 => Matcher::OneOf(symbols.lookup("n1").unwrap().into_iter().collect()),
+            _ => Matcher::OneOf(["n0", "n2"].iter().filter_map(|name| symbols.lookup(name).unwrap()).collect()),
         };
         let question = Question::Metrics(MetricQuestion {
             window,

@@ -194,7 +194,7 @@ fn all_units(_: &Symbols) -> RecordFilter {
 fn one_serial(symbols: &Symbols) -> RecordFilter {
     RecordFilter::Units {
         unit_types: Matcher::Any,
-        unit_serial: Matcher::OneOf(symbols.lookup("SN4").into_iter().collect()),
+        unit_serial: Matcher::OneOf(symbols.lookup("SN4").unwrap().into_iter().collect()),
         results: Matcher::Any,
         directions: Directions::BOTH,
     }
@@ -210,7 +210,7 @@ fn all_metrics(_: &Symbols) -> RecordFilter {
 /// Metrics named `n1`: read by the tree by name.
 fn one_name(symbols: &Symbols) -> RecordFilter {
     RecordFilter::Metrics {
-        names: Matcher::OneOf(symbols.lookup("n1").into_iter().collect()),
+        names: Matcher::OneOf(symbols.lookup("n1").unwrap().into_iter().collect()),
         unit_serial: Matcher::Any,
     }
 }
@@ -647,8 +647,8 @@ proptest::proptest! {
 
         let unit_types = |symbols: &Symbols| match types {
             0 => Matcher::Any,
-            1 => Matcher::OneOf(symbols.lookup("t0").into_iter().collect()),
-            2 => Matcher::OneOf(symbols.lookup("t1").into_iter().collect()),
+            1 => Matcher::OneOf(symbols.lookup("t0").unwrap().into_iter().collect()),
+            2 => Matcher::OneOf(symbols.lookup("t1").unwrap().into_iter().collect()),
             _ => Matcher::OneOf(Vec::new()),
         };
         let window = seconds_window(from, from + length);
@@ -727,8 +727,8 @@ proptest::proptest! {
 
         let names = |symbols: &Symbols| match names {
             0 => Matcher::Any,
-            1 => Matcher::OneOf(symbols.lookup("n1").into_iter().collect()),
-            _ => Matcher::OneOf(["n0", "n2"].iter().filter_map(|name| symbols.lookup(name)).collect()),
+            1 => Matcher::OneOf(symbols.lookup("n1").unwrap().into_iter().collect()),
+            _ => Matcher::OneOf(["n0", "n2"].iter().filter_map(|name| symbols.lookup(name).unwrap()).collect()),
         };
         let window = seconds_window(from, from + length);
         let zone = ["UTC", "Asia/Kolkata", "America/St_Johns", "Europe/Berlin"][zone];

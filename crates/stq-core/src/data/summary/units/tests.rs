@@ -259,8 +259,8 @@ proptest::proptest! {
         let symbols = sealed.catalog.symbols();
         let unit_types = match types {
             0 => Matcher::Any,
-            1 => Matcher::OneOf(symbols.lookup("t0").into_iter().collect()),
-            2 => Matcher::OneOf(symbols.lookup("t1").into_iter().collect()),
+            1 => Matcher::OneOf(symbols.lookup("t0").unwrap().into_iter().collect()),
+            2 => Matcher::OneOf(symbols.lookup("t1").unwrap().into_iter().collect()),
             _ => Matcher::OneOf(Vec::new()),
         };
         let question = Question::Units(UnitQuestion {
