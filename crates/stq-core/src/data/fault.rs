@@ -3,9 +3,10 @@
 //! or changed under the running process.
 //!
 //! Such a read cannot answer, and the query that made it must not answer from
-//! what it got. Every read of a store file returns its fault as a value, from the
-//! sealed tier's blocks, rows and index parts and the symbol runs up through the
-//! scans, summaries and loads that made it: the engine answers it with
+//! what it got. Every read of a store file returns its fault as a value (a lazy
+//! read of records keeps it in a [`FirstFault`], which its consumer returns), from
+//! the sealed tier's blocks, rows and index parts and the symbol runs up through
+//! the scans, summaries and loads that made it: the engine answers it with
 //! `storage_unavailable`, marks the store degraded and has the stations read
 //! again from the snapshot files. No unwinding carries it; a panic is a bug
 //! (`internal_error`).
@@ -33,9 +34,11 @@ impl StorageFault {
     }
 }
 
-/// The first fault of reads merged together (a scan's streams, one a station):
-/// each read ends at its fault, which is kept here, and the merge's result is
-/// that fault ([`FirstFault::or`]), whatever the other reads gave.
+/// The first fault of lazy reads (a tier's records, a scan's streams of them, one
+/// a station): each read ends at its fault, which is kept here, and the result
+/// of their consumer is that fault ([`FirstFault::or`]), whatever the reads gave.
+/// A fault is kept a block at a time, where a read meets it, so that records
+/// pass as plain values ([`crate::data::tier::Tier`]).
 #[derive(Default)]
 pub(crate) struct FirstFault(Cell<Option<StorageFault>>);
 
@@ -45,7 +48,13 @@ impl FirstFault {
         &'a self,
         reads: impl Iterator<Item = Result<T, StorageFault>> + 'a,
     ) -> impl Iterator<Item = T> + 'a {
-        reads.map_while(|read| read.map_err(|fault| self.keep(fault)).ok())
+        reads.map_while(|read| self.ok(read))
+    }
+
+    /// `read`'s value, or `None` with its fault kept: a step of a read that
+    /// `map_while` ends at its first fault.
+    pub(crate) fn ok<T>(&self, read: Result<T, StorageFault>) -> Option<T> {
+        read.map_err(|fault| self.keep(fault)).ok()
     }
 
     /// Keeps `fault`, unless it holds one already.

@@ -15,6 +15,7 @@ use itertools::{Either, Itertools as _};
 
 use crate::data::codec;
 use crate::data::digest::{shared_serials, write_unit_digest};
+use crate::data::fault::FirstFault;
 use crate::data::key::RecordKey;
 use crate::data::sealed::{period_of, period_start};
 use crate::data::stored::{Pieces, RecordJson, StoredRecord};
@@ -330,10 +331,13 @@ impl Hot {
     }
 }
 
-impl Tier for Hot {
-    type Read<T> = T;
-
-    fn units_in(&self, range: KeyRange) -> impl Iterator<Item = (RecordKey, UnitEntry)> + '_ {
+/// The reads [`Tier`] names, which cannot fail: the records are in memory.
+impl Hot {
+    /// The units with keys in `range`.
+    pub(crate) fn units_in(
+        &self,
+        range: KeyRange,
+    ) -> impl Iterator<Item = (RecordKey, UnitEntry)> + '_ {
         merged(
             self.settled.trees.units.range(range),
             &self.recent.trees.units,
@@ -342,7 +346,8 @@ impl Tier for Hot {
         .map(|(key, entry)| (*key, *entry))
     }
 
-    fn units_of_serial(
+    /// The units of serial number `serial` with keys in `range`.
+    pub(crate) fn units_of_serial(
         &self,
         serial: Symbol,
         range: KeyRange,
@@ -356,13 +361,44 @@ impl Tier for Hot {
         .map(|((_, key), entry)| (*key, *entry))
     }
 
-    fn metrics_in(&self, range: KeyRange) -> impl Iterator<Item = (RecordKey, MetricEntry)> + '_ {
+    /// The metrics with keys in `range`.
+    pub(crate) fn metrics_in(
+        &self,
+        range: KeyRange,
+    ) -> impl Iterator<Item = (RecordKey, MetricEntry)> + '_ {
         merged(
             self.settled.trees.metrics.range(range),
             &self.recent.trees.metrics,
             move |recent| recent.range(range),
         )
         .map(|(key, entry)| (*key, *entry))
+    }
+}
+
+impl Tier for Hot {
+    fn units_in<'a>(
+        &'a self,
+        range: KeyRange,
+        _: &'a FirstFault,
+    ) -> impl Iterator<Item = (RecordKey, UnitEntry)> + 'a {
+        Hot::units_in(self, range)
+    }
+
+    fn units_of_serial<'a>(
+        &'a self,
+        serial: Symbol,
+        range: KeyRange,
+        _: &'a FirstFault,
+    ) -> impl Iterator<Item = (RecordKey, UnitEntry)> + 'a {
+        Hot::units_of_serial(self, serial, range)
+    }
+
+    fn metrics_in<'a>(
+        &'a self,
+        range: KeyRange,
+        _: &'a FirstFault,
+    ) -> impl Iterator<Item = (RecordKey, MetricEntry)> + 'a {
+        Hot::metrics_in(self, range)
     }
 
     fn first_and_last(&self) -> Option<((RecordKey, StoredRecord), (RecordKey, StoredRecord))> {

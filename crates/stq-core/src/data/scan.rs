@@ -277,7 +277,7 @@ impl ShardData {
                 let hits = self.merge_stations(request, |data, station, lower, upper| {
                     let located = &located;
                     Box::new(serials.iter().flat_map(move |&serial| {
-                        (fault.until(data.units_of_serial_located(serial, lower..upper, located)))
+                        (data.units_of_serial_located(serial, lower..upper, located, fault))
                             .filter(|(_, entry)| filter.matches_unit(entry))
                             .map(move |(key, entry)| station.hit(&key, entry.bytes))
                     }))
@@ -291,7 +291,7 @@ impl ShardData {
             RecordFilter::Units { .. } => {
                 self.merge_stations(request, |data, station, lower, upper| {
                     Box::new(
-                        (fault.until(data.units_in(lower..upper)))
+                        (data.units_in(lower..upper, fault))
                             .filter(|(_, entry)| filter.matches_unit(entry))
                             .map(move |(key, entry)| station.hit(&key, entry.bytes)),
                     )
@@ -311,7 +311,7 @@ impl ShardData {
                         let data = self.stations.get(station.station_index as usize)?;
                         let (lower, upper) = station_bounds(request, station.rank)?;
                         let stream: Box<dyn Iterator<Item = Hit>> = Box::new(
-                            (fault.until(data.metrics_of_name(name, lower..upper, located)))
+                            (data.metrics_of_name(name, lower..upper, located, fault))
                                 .map(move |(key, bytes)| station.hit(&key, bytes)),
                         );
                         Some(stream)
@@ -326,7 +326,7 @@ impl ShardData {
             RecordFilter::Metrics { .. } => {
                 self.merge_stations(request, |data, station, lower, upper| {
                     Box::new(
-                        (fault.until(data.metrics_in(lower..upper)))
+                        (data.metrics_in(lower..upper, fault))
                             .filter(|(_, entry)| filter.matches_metric(entry))
                             .map(move |(key, entry)| station.hit(&key, entry.bytes)),
                     )
@@ -830,13 +830,15 @@ mod tests {
                     // Station by station: what the merged read must equal.
                     let expected = |request: &ScanRequest| -> Vec<(Position, Vec<u8>)> {
                         let filter = &request.filter;
+                        let no_fault = FirstFault::default();
                         let hits = shard.merge_stations(request, |data, station, lower, upper| {
                             Box::new(
-                                (data.units_in(lower..upper).map(Result::unwrap))
+                                (data.units_in(lower..upper, &no_fault))
                                     .filter(|(_, entry)| filter.matches_unit(entry))
                                     .map(move |(key, entry)| station.hit(&key, entry.bytes)),
                             )
                         });
+                        let hits = no_fault.or(hits).expect("a tier in memory reads");
                         (hits.iter())
                             .map(|hit| {
                                 let mut json = Vec::new();

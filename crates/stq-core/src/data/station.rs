@@ -14,7 +14,7 @@ use itertools::{Either, Itertools as _};
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::data::digest::bounds;
-use crate::data::fault::StorageFault;
+use crate::data::fault::{FirstFault, StorageFault};
 use crate::data::hot::Hot;
 use crate::data::key::RecordKey;
 use crate::data::sealed::{
@@ -145,15 +145,17 @@ impl StationData {
         }
     }
 
-    /// The units with keys in `range`, in time order.
-    pub(crate) fn units_in(
-        &self,
+    /// The units with keys in `range`, in time order, up to the sealed tier's
+    /// fault, which `fault` keeps ([`Tier`]).
+    pub(crate) fn units_in<'a>(
+        &'a self,
         range: impl RangeBounds<RecordKey>,
-    ) -> impl Iterator<Item = Result<(RecordKey, UnitEntry), StorageFault>> + '_ {
+        fault: &'a FirstFault,
+    ) -> impl Iterator<Item = (RecordKey, UnitEntry)> + 'a {
         let range = key_range(range);
         merged(
             self.reads_sealed(&range)
-                .then(|| self.sealed.units_in(range)),
+                .then(|| self.sealed.units_in(range, fault)),
             self.hot.units_in(range),
         )
     }
@@ -373,15 +375,16 @@ impl StationData {
     }
 
     /// The units of serial number `serial` with keys in `range`, in time order.
-    pub(crate) fn units_of_serial(
-        &self,
+    pub(crate) fn units_of_serial<'a>(
+        &'a self,
         serial: Symbol,
         range: impl RangeBounds<RecordKey>,
-    ) -> impl Iterator<Item = Result<(RecordKey, UnitEntry), StorageFault>> + '_ {
+        fault: &'a FirstFault,
+    ) -> impl Iterator<Item = (RecordKey, UnitEntry)> + 'a {
         let range = key_range(range);
         merged(
             self.reads_sealed(&range)
-                .then(|| self.sealed.units_of_serial(serial, range)),
+                .then(|| self.sealed.units_of_serial(serial, range, fault)),
             self.hot.units_of_serial(serial, range),
         )
     }
@@ -394,24 +397,27 @@ impl StationData {
         serial: Symbol,
         range: impl RangeBounds<RecordKey>,
         memo: &'a RefCell<JsonMemo>,
-    ) -> impl Iterator<Item = Result<(RecordKey, UnitEntry), StorageFault>> + 'a {
+        fault: &'a FirstFault,
+    ) -> impl Iterator<Item = (RecordKey, UnitEntry)> + 'a {
         let range = key_range(range);
         merged(
             (self.reads_sealed(&range))
-                .then(|| (self.sealed).units_of_serial_in_memo(serial, range, memo)),
+                .then(|| (self.sealed).units_of_serial_in_memo(serial, range, memo, fault)),
             self.hot.units_of_serial(serial, range),
         )
     }
 
-    /// The metrics with keys in `range`, in time order.
-    pub(crate) fn metrics_in(
-        &self,
+    /// The metrics with keys in `range`, in time order, up to the sealed tier's
+    /// fault, which `fault` keeps.
+    pub(crate) fn metrics_in<'a>(
+        &'a self,
         range: impl RangeBounds<RecordKey>,
-    ) -> impl Iterator<Item = Result<(RecordKey, MetricEntry), StorageFault>> + '_ {
+        fault: &'a FirstFault,
+    ) -> impl Iterator<Item = (RecordKey, MetricEntry)> + 'a {
         let range = key_range(range);
         merged(
             self.reads_sealed(&range)
-                .then(|| self.sealed.metrics_in(range)),
+                .then(|| self.sealed.metrics_in(range, fault)),
             self.hot.metrics_in(range),
         )
     }
@@ -424,11 +430,12 @@ impl StationData {
         name: Symbol,
         range: impl RangeBounds<RecordKey>,
         memo: &'a RefCell<JsonMemo>,
-    ) -> impl Iterator<Item = Result<(RecordKey, StoredRecord), StorageFault>> + 'a {
+        fault: &'a FirstFault,
+    ) -> impl Iterator<Item = (RecordKey, StoredRecord)> + 'a {
         let range = key_range(range);
         merged(
             (self.reads_sealed(&range))
-                .then(|| (self.sealed).metrics_of_name_in_memo(name, range, memo)),
+                .then(|| (self.sealed).metrics_of_name_in_memo(name, range, memo, fault)),
             self.hot.metrics_of_name(name, range),
         )
     }
@@ -582,19 +589,15 @@ pub(crate) trait MetricReader<'a> {
 
 /// The records of the sealed tier, when it is read, merged by key with the hot
 /// tier's (a key is in one tier only); the hot tier's alone otherwise, as for a
-/// query of the hot window.
+/// query of the hot window. The sealed tier's read ends at its fault, which the
+/// caller's `FirstFault` keeps ([`Tier`]).
 fn merged<T>(
-    sealed: Option<impl Iterator<Item = Result<(RecordKey, T), StorageFault>>>,
+    sealed: Option<impl Iterator<Item = (RecordKey, T)>>,
     hot: impl Iterator<Item = (RecordKey, T)>,
-) -> impl Iterator<Item = Result<(RecordKey, T), StorageFault>> {
-    let hot = hot.map(Ok);
+) -> impl Iterator<Item = (RecordKey, T)> {
     match sealed {
         None => Either::Left(hot),
-        // A fault comes first: the read ends there.
-        Some(sealed) => Either::Right(sealed.merge_by(hot, |left, right| match (left, right) {
-            (Ok(left), Ok(right)) => left.0 < right.0,
-            (left, _) => left.is_err(),
-        })),
+        Some(sealed) => Either::Right(sealed.merge_by(hot, |left, right| left.0 < right.0)),
     }
 }
 

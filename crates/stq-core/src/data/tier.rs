@@ -7,6 +7,7 @@
 
 use std::ops::{Bound, RangeBounds};
 
+use crate::data::fault::FirstFault;
 use crate::data::key::RecordKey;
 use crate::data::stored::StoredRecord;
 use crate::data::symbols::Symbol;
@@ -58,30 +59,34 @@ pub(crate) fn key_range(range: impl RangeBounds<RecordKey>) -> KeyRange {
 /// read as its key and its entry, whose `bytes` the station's `json` reads.
 /// Metrics by name are each tier's own: the sealed tier locates them among a
 /// scan's memo as it reads them ([`crate::data::sealed::JsonMemo`]).
+///
+/// A read of the sealed tier ends at the first block of a store file that cannot
+/// be read, and `fault` keeps that file's fault; the caller's result is the fault
+/// ([`FirstFault::or`]). The hot tier's records are in memory, and its reads never
+/// fail. The fault is kept a block at a time, not carried by every record: a
+/// `Result` around each record cost Q1 and Q2 a tenth more CPU (BENCHMARKS.md).
 pub(crate) trait Tier {
-    /// What the read of a record `T` gives: the record, for the hot tier, whose
-    /// records are in memory; the record or the fault of the store file it was
-    /// read from, for the sealed tier ([`crate::data::fault`]).
-    type Read<T>;
-
     /// The units with keys in `range`.
-    fn units_in(
-        &self,
+    fn units_in<'a>(
+        &'a self,
         range: KeyRange,
-    ) -> impl Iterator<Item = Self::Read<(RecordKey, UnitEntry)>> + '_;
+        fault: &'a FirstFault,
+    ) -> impl Iterator<Item = (RecordKey, UnitEntry)> + 'a;
 
     /// The units of serial number `serial` with keys in `range`.
-    fn units_of_serial(
-        &self,
+    fn units_of_serial<'a>(
+        &'a self,
         serial: Symbol,
         range: KeyRange,
-    ) -> impl Iterator<Item = Self::Read<(RecordKey, UnitEntry)>> + '_;
+        fault: &'a FirstFault,
+    ) -> impl Iterator<Item = (RecordKey, UnitEntry)> + 'a;
 
     /// The metrics with keys in `range`.
-    fn metrics_in(
-        &self,
+    fn metrics_in<'a>(
+        &'a self,
         range: KeyRange,
-    ) -> impl Iterator<Item = Self::Read<(RecordKey, MetricEntry)>> + '_;
+        fault: &'a FirstFault,
+    ) -> impl Iterator<Item = (RecordKey, MetricEntry)> + 'a;
 
     /// Its first and last record of either kind, by key.
     fn first_and_last(&self) -> Option<((RecordKey, StoredRecord), (RecordKey, StoredRecord))>;

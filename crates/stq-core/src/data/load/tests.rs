@@ -86,10 +86,10 @@ fn records(generation: &Generation) -> Vec<(u32, u32, Value)> {
         let placement = catalog.placement(rank as u32);
         let station = &generation.shards()[placement.shard as usize].stations
             [placement.station_index as usize];
-        let units = (station.units_in(..)).map(|read| read.map(|(key, entry)| (key, entry.bytes)));
-        let metrics =
-            (station.metrics_in(..)).map(|read| read.map(|(key, entry)| (key, entry.bytes)));
-        for (key, bytes) in units.chain(metrics).map(Result::unwrap) {
+        let fault = crate::data::fault::FirstFault::default();
+        let units = (station.units_in(.., &fault)).map(|(key, entry)| (key, entry.bytes));
+        let metrics = (station.metrics_in(.., &fault)).map(|(key, entry)| (key, entry.bytes));
+        for (key, bytes) in units.chain(metrics) {
             let ordinal = (key.load_order >> 32) as u32;
             let file = (catalog.sources)
                 .binary_search_by_key(&ordinal, |source| source.ordinal)
@@ -102,6 +102,7 @@ fn records(generation: &Generation) -> Vec<(u32, u32, Value)> {
                 serde_json::from_slice(&json).unwrap(),
             ));
         }
+        fault.or(()).expect("a generation in memory reads");
     }
     found.sort_by_key(|(file, line, _)| (*file, *line));
     found
@@ -368,7 +369,8 @@ fn everything(
         let station = &generation.shards()[placement.shard as usize].stations
             [placement.station_index as usize];
         entries.push(format!("station {name} at {placement:?}"));
-        for (key, entry) in station.units_in(..).map(Result::unwrap) {
+        let fault = crate::data::fault::FirstFault::default();
+        for (key, entry) in station.units_in(.., &fault) {
             entries.push(format!(
                 "{key:?} {} {} {:?} {} {} {}",
                 text(entry.unit_type),
@@ -379,7 +381,7 @@ fn everything(
                 text(entry.result)
             ));
         }
-        for (key, entry) in station.metrics_in(..).map(Result::unwrap) {
+        for (key, entry) in station.metrics_in(.., &fault) {
             entries.push(format!(
                 "{key:?} {} {} {} {:?} {:?} {:?}",
                 text(entry.name),
@@ -390,6 +392,7 @@ fn everything(
                 entry.limit_upper
             ));
         }
+        fault.or(()).expect("a generation in memory reads");
     }
     let report = LoadReport {
         elapsed: Duration::ZERO,

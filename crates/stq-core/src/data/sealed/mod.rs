@@ -43,7 +43,7 @@ use itertools::Itertools as _;
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::data::digest::{self, UnitDigest};
-use crate::data::fault::StorageFault;
+use crate::data::fault::{FirstFault, StorageFault};
 use crate::data::key::RecordKey;
 use crate::data::stored::{Piece, StoredRecord};
 use crate::data::symbols::Symbol;
@@ -709,28 +709,29 @@ impl Sealed {
 }
 
 impl Tier for Sealed {
-    type Read<T> = Result<T, StorageFault>;
-
-    fn units_in(
-        &self,
+    fn units_in<'a>(
+        &'a self,
         range: KeyRange,
-    ) -> impl Iterator<Item = Result<(RecordKey, UnitEntry), StorageFault>> + '_ {
-        self.records_in(range, |block| block.units > 0)
+        fault: &'a FirstFault,
+    ) -> impl Iterator<Item = (RecordKey, UnitEntry)> + 'a {
+        self.records_in(range, |block| block.units > 0, fault)
     }
 
-    fn units_of_serial(
-        &self,
+    fn units_of_serial<'a>(
+        &'a self,
         serial: Symbol,
         range: KeyRange,
-    ) -> impl Iterator<Item = Result<(RecordKey, UnitEntry), StorageFault>> + '_ {
-        self.records_of(serial, range)
+        fault: &'a FirstFault,
+    ) -> impl Iterator<Item = (RecordKey, UnitEntry)> + 'a {
+        self.records_of(serial, range, fault)
     }
 
-    fn metrics_in(
-        &self,
+    fn metrics_in<'a>(
+        &'a self,
         range: KeyRange,
-    ) -> impl Iterator<Item = Result<(RecordKey, MetricEntry), StorageFault>> + '_ {
-        self.records_in(range, |block| block.metrics > 0)
+        fault: &'a FirstFault,
+    ) -> impl Iterator<Item = (RecordKey, MetricEntry)> + 'a {
+        self.records_in(range, |block| block.metrics > 0, fault)
     }
 
     fn first_and_last(&self) -> Option<((RecordKey, StoredRecord), (RecordKey, StoredRecord))> {

@@ -21,7 +21,7 @@ use super::{
     period_of, period_start, Block, Part, Sealed, SerialList, SharedPieces, Slice, SEALED,
 };
 use crate::data::codec::Corrupt;
-use crate::data::fault::StorageFault;
+use crate::data::fault::{FirstFault, StorageFault};
 use crate::data::key::RecordKey;
 use crate::data::stored::StoredRecord;
 use crate::data::symbols::Symbol;
@@ -106,68 +106,66 @@ impl Sealed {
             .flatten()
     }
 
-    /// The records of kind `E` in `range` of the blocks `keep` keeps.
-    pub(super) fn records_in<E: Sealable>(
-        &self,
+    /// The records of kind `E` in `range` of the blocks `keep` keeps, up to the
+    /// first block that cannot be read, whose fault `fault` keeps.
+    pub(super) fn records_in<'a, E: Sealable>(
+        &'a self,
         range: KeyRange,
         keep: impl Fn(&Block) -> bool + 'static,
-    ) -> impl Iterator<Item = Result<(RecordKey, E), StorageFault>> + '_ {
-        self.blocks_in(range)
-            .filter_ok(move |(_, block)| keep(block))
-            .map(move |block| {
-                let (period, block) = block?;
-                let decoded: Arc<Rendered<E>> = self.decoded(period, &block)?;
+        fault: &'a FirstFault,
+    ) -> impl Iterator<Item = (RecordKey, E)> + 'a {
+        (fault.until(self.blocks_in(range)))
+            .filter(move |(_, block)| keep(block))
+            .map_while(move |(period, block)| fault.ok(self.decoded(period, &block)))
+            .flat_map(move |decoded: Arc<Rendered<E>>| {
                 // A window's records are found through the block's time index,
                 // not by reading its four hours.
-                Ok(decoded
+                decoded
                     .indexes_in(range)
-                    .map(move |index| (decoded.keys[index], decoded.entries[index])))
+                    .map(move |index| (decoded.keys[index], decoded.entries[index]))
             })
-            .flatten_ok()
     }
 
     /// The blocks that may hold records of kind `E` whose serial (units) or name
     /// (metrics) is `symbol` in `range`, rendered.
-    fn blocks_of<E: Sealable>(
-        &self,
+    fn blocks_of<'a, E: Sealable>(
+        &'a self,
         symbol: Symbol,
         range: KeyRange,
-    ) -> impl Iterator<Item = Result<Arc<Rendered<E>>, StorageFault>> + '_ {
-        (self.blocks_holding::<E>(symbol, range)).map(move |block| {
-            let (period, block) = block?;
-            self.decoded(period, &block)
-        })
+        fault: &'a FirstFault,
+    ) -> impl Iterator<Item = Arc<Rendered<E>>> + 'a {
+        (self.blocks_holding::<E>(symbol, range, fault))
+            .map_while(move |(period, block)| fault.ok(self.decoded(period, &block)))
     }
 
     /// The blocks in `range` whose filter of serials (units) or names (metrics)
     /// may hold `symbol`, with their periods, not yet decoded.
-    fn blocks_holding<E: Sealable>(
-        &self,
+    fn blocks_holding<'a, E: Sealable>(
+        &'a self,
         symbol: Symbol,
         range: KeyRange,
-    ) -> impl Iterator<Item = Result<(i64, Cow<'_, Block>), StorageFault>> + '_ {
-        self.blocks_in(range)
-            .filter_ok(move |(_, block)| match E::KIND {
-                0 => block.serials.may_hold(symbol),
-                _ => block.names.may_hold(symbol),
-            })
+        fault: &'a FirstFault,
+    ) -> impl Iterator<Item = (i64, Cow<'a, Block>)> + 'a {
+        (fault.until(self.blocks_in(range))).filter(move |(_, block)| match E::KIND {
+            0 => block.serials.may_hold(symbol),
+            _ => block.names.may_hold(symbol),
+        })
     }
 
     /// The records of kind `E` whose serial (units) or name (metrics) is `symbol`
     /// in `range`.
-    pub(super) fn records_of<E: Sealable>(
-        &self,
+    pub(super) fn records_of<'a, E: Sealable>(
+        &'a self,
         symbol: Symbol,
         range: KeyRange,
-    ) -> impl Iterator<Item = Result<(RecordKey, E), StorageFault>> + '_ {
-        self.blocks_of(symbol, range)
-            .map_ok(move |decoded: Arc<Rendered<E>>| {
-                decoded.positions_of(symbol, range).map(move |position| {
-                    let index = decoded.by_symbol(position);
-                    (decoded.keys[index], decoded.entries[index])
-                })
+        fault: &'a FirstFault,
+    ) -> impl Iterator<Item = (RecordKey, E)> + 'a {
+        (self.blocks_of(symbol, range, fault)).flat_map(move |decoded: Arc<Rendered<E>>| {
+            decoded.positions_of(symbol, range).map(move |position| {
+                let index = decoded.by_symbol(position);
+                (decoded.keys[index], decoded.entries[index])
             })
-            .flatten_ok()
+        })
     }
 
     /// The keys of the metric records named `name` in `range`, each located
@@ -180,11 +178,13 @@ impl Sealed {
         name: Symbol,
         range: KeyRange,
         memo: &'a RefCell<JsonMemo>,
-    ) -> impl Iterator<Item = Result<(RecordKey, StoredRecord), StorageFault>> + 'a {
+        fault: &'a FirstFault,
+    ) -> impl Iterator<Item = (RecordKey, StoredRecord)> + 'a {
         self.of_symbol_in_memo(
             name,
             range,
             memo,
+            fault,
             |decoded: &Rendered<MetricEntry>, position, slot| {
                 // Located where its JSON lies, its entry not read.
                 let (key, located) = decoded.located_by_symbol(position);
@@ -202,11 +202,13 @@ impl Sealed {
         serial: Symbol,
         range: KeyRange,
         memo: &'a RefCell<JsonMemo>,
-    ) -> impl Iterator<Item = Result<(RecordKey, UnitEntry), StorageFault>> + 'a {
+        fault: &'a FirstFault,
+    ) -> impl Iterator<Item = (RecordKey, UnitEntry)> + 'a {
         self.of_symbol_in_memo(
             serial,
             range,
             memo,
+            fault,
             |decoded: &Rendered<UnitEntry>, position, slot| {
                 let index = decoded.by_symbol(position);
                 let entry = decoded.entries[index];
@@ -225,18 +227,18 @@ impl Sealed {
         symbol: Symbol,
         range: KeyRange,
         memo: &'a RefCell<JsonMemo>,
+        fault: &'a FirstFault,
         pick: impl Fn(&Rendered<E>, usize, u32) -> T + Copy + 'a,
-    ) -> impl Iterator<Item = Result<T, StorageFault>> + 'a {
-        (self.blocks_holding::<E>(symbol, range))
-            .map(move |block| {
-                let (period, block) = block?;
+    ) -> impl Iterator<Item = T> + 'a {
+        (self.blocks_holding::<E>(symbol, range, fault))
+            .map_while(move |(period, block)| {
                 let key = self.cache_key::<E>(block.body.id());
-                let (slot, decoded) =
-                    (memo.borrow_mut()).typed_block(key, || self.decoded(period, &block))?;
-                Ok((decoded.positions_of(symbol, range))
-                    .map(move |position| pick(&decoded, position, slot)))
+                fault.ok((memo.borrow_mut()).typed_block(key, || self.decoded(period, &block)))
             })
-            .flatten_ok()
+            .flat_map(move |(slot, decoded)| {
+                (decoded.positions_of(symbol, range))
+                    .map(move |position| pick(&decoded, position, slot))
+            })
     }
 }
 

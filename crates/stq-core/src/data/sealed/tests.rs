@@ -99,21 +99,19 @@ fn key(second: i64) -> RecordKey {
 /// Every read of `station` over `range`, with each record's JSON.
 fn reads(station: &StationData, range: KeyRange) -> Vec<String> {
     let mut read = Vec::new();
-    let units = station
-        .units_in(range)
-        .map(Result::unwrap)
-        .map(|(key, entry)| {
-            format!(
-                "{key:?} {:?}",
-                UnitEntry {
-                    bytes: StoredRecord {
-                        start: 0,
-                        length: 0
-                    },
-                    ..entry
-                }
-            ) + &json(station, entry.bytes)
-        });
+    let fault = FirstFault::default();
+    let units = station.units_in(range, &fault).map(|(key, entry)| {
+        format!(
+            "{key:?} {:?}",
+            UnitEntry {
+                bytes: StoredRecord {
+                    start: 0,
+                    length: 0
+                },
+                ..entry
+            }
+        ) + &json(station, entry.bytes)
+    });
     read.extend(units);
     // Every symbol these records intern (fewer than 48): serials, names and the
     // rest, which no record has as its serial or name.
@@ -123,12 +121,11 @@ fn reads(station: &StationData, range: KeyRange) -> Vec<String> {
     let memo = std::cell::RefCell::new(JsonMemo::default());
     for serial in 0..48 {
         let symbol = Symbol(serial);
-        let units = station.units_of_serial(symbol, range).map(Result::unwrap);
+        let units = station.units_of_serial(symbol, range, &fault);
         read.extend(units.map(|(key, entry)| format!("{key:?}") + &json(station, entry.bytes)));
         // A scan's read by serial: its sealed units located among the memo too.
         let units: Vec<_> = station
-            .units_of_serial_located(symbol, range, &memo)
-            .map(Result::unwrap)
+            .units_of_serial_located(symbol, range, &memo, &fault)
             .collect();
         read.extend(units.into_iter().map(|(key, entry)| {
             let json = match is_sealed(entry.bytes) {
@@ -143,9 +140,7 @@ fn reads(station: &StationData, range: KeyRange) -> Vec<String> {
                 })
             ) + &json
         }));
-        let metrics: Vec<_> = (station.metrics_of_name(symbol, range, &memo))
-            .map(Result::unwrap)
-            .collect();
+        let metrics: Vec<_> = (station.metrics_of_name(symbol, range, &memo, &fault)).collect();
         read.extend(metrics.into_iter().map(|(key, bytes)| {
             let json = match is_sealed(bytes) {
                 true => String::from_utf8(memo.borrow().json(bytes).to_vec()).unwrap(),
@@ -154,16 +149,13 @@ fn reads(station: &StationData, range: KeyRange) -> Vec<String> {
             format!("{key:?}") + &json
         }));
     }
-    let metrics = station
-        .metrics_in(range)
-        .map(Result::unwrap)
-        .map(|(key, entry)| {
-            let numbers = [entry.value, entry.limit_lower, entry.limit_upper].map(f64::to_bits);
-            format!("{key:?} {:?} {:?} {numbers:?}", entry.name, entry.slot)
-                + &json(station, entry.bytes)
-        });
+    let metrics = station.metrics_in(range, &fault).map(|(key, entry)| {
+        let numbers = [entry.value, entry.limit_lower, entry.limit_upper].map(f64::to_bits);
+        format!("{key:?} {:?} {:?} {numbers:?}", entry.name, entry.slot)
+            + &json(station, entry.bytes)
+    });
     read.extend(metrics);
-    read
+    fault.or(read).expect("a tier in memory reads")
 }
 
 /// Records as [`lines`] writes them, and windows of seconds (from, to, shape)

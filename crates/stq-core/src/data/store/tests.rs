@@ -91,12 +91,13 @@ fn everything(catalog: &Catalog, shards: &[Arc<ShardData>]) -> Vec<String> {
             station.write_json(bytes, &mut json).unwrap();
             String::from_utf8(json).unwrap()
         };
-        for (key, entry) in station.units_in(..).map(Result::unwrap) {
+        let fault = crate::data::fault::FirstFault::default();
+        for (key, entry) in station.units_in(.., &fault) {
             let symbols = [entry.unit_serial, entry.unit_type, entry.result]
                 .map(|symbol| catalog.symbols.text(symbol).unwrap().to_owned());
             all.push(format!("{name} {key:?} {symbols:?} {}", json(entry.bytes)));
         }
-        for (key, entry) in station.metrics_in(..).map(Result::unwrap) {
+        for (key, entry) in station.metrics_in(.., &fault) {
             let name_text = catalog.symbols.text(entry.name).unwrap();
             let numbers = [entry.value, entry.limit_lower, entry.limit_upper].map(f64::to_bits);
             all.push(format!(
@@ -104,6 +105,7 @@ fn everything(catalog: &Catalog, shards: &[Arc<ShardData>]) -> Vec<String> {
                 json(entry.bytes)
             ));
         }
+        fault.or(()).expect("a generation in memory reads");
         all.push(format!("{name}: {} sealed", station.sealed.unit_count()));
     }
     let summary = &catalog.summary;

@@ -28,7 +28,7 @@ use super::{
 };
 use crate::data::catalog::Catalog;
 use crate::data::digest::UnitDigest;
-use crate::data::fault::StorageFault;
+use crate::data::fault::{FirstFault, StorageFault};
 use crate::data::key::{Position, RecordKey};
 use crate::data::scan::{Matcher, ShardStation};
 use crate::data::station::{Elsewhere, StationData, UnitEntry, UnitReader};
@@ -86,12 +86,13 @@ impl UnitQuestion {
                 // kept by their positions, not by the walk.
                 Matcher::OneOf(serials) => {
                     let range = key_range(&self.window);
+                    let fault = FirstFault::default();
                     let units = (serials.iter())
-                        .flat_map(|&serial| data.units_of_serial(serial, range.clone()));
-                    for unit in units {
-                        let (key, entry) = unit?;
+                        .flat_map(|&serial| data.units_of_serial(serial, range.clone(), &fault));
+                    for (key, entry) in units {
                         reading.record(key, entry);
                     }
+                    fault.or(())?;
                 }
             }
             partial.end_station(by_station);

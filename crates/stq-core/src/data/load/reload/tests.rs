@@ -89,7 +89,8 @@ fn served(generation: &Generation) -> Served {
             (json, value)
         };
         let symbol = |text: String| catalog.symbols.lookup(&text).unwrap().unwrap();
-        for (key, entry) in station.units_in(..).map(Result::unwrap) {
+        let fault = crate::data::fault::FirstFault::default();
+        for (key, entry) in station.units_in(.., &fault) {
             let (json, value) = record(entry.bytes);
             for (field, symbol) in [
                 ("unit_serial", entry.unit_serial),
@@ -102,7 +103,7 @@ fn served(generation: &Generation) -> Served {
             }
             units.push((position(&key), json));
         }
-        for (key, entry) in station.metrics_in(..).map(Result::unwrap) {
+        for (key, entry) in station.metrics_in(.., &fault) {
             let (json, value) = record(entry.bytes);
             assert_eq!(entry.name, symbol(text(&value, "name")));
             assert_eq!(
@@ -111,6 +112,7 @@ fn served(generation: &Generation) -> Served {
             );
             metrics.push((position(&key), json));
         }
+        fault.or(()).expect("a generation in memory reads");
     }
     let mut from_shards: Vec<(Position, String)> = generation
         .shards
@@ -130,8 +132,8 @@ fn served(generation: &Generation) -> Served {
         let station =
             &generation.shards[placement.shard as usize].stations[placement.station_index as usize];
         let everything = (std::ops::Bound::Unbounded, std::ops::Bound::Unbounded);
-        for (key, entry) in
-            crate::data::tier::Tier::units_in(&*station.sealed, everything).map(Result::unwrap)
+        let fault = crate::data::fault::FirstFault::default();
+        for (key, entry) in crate::data::tier::Tier::units_in(&*station.sealed, everything, &fault)
         {
             let mut json = Vec::new();
             station.write_json(entry.bytes, &mut json).unwrap();
@@ -142,6 +144,7 @@ fn served(generation: &Generation) -> Served {
             };
             from_shards.push((position, String::from_utf8(json).unwrap()));
         }
+        fault.or(()).expect("a generation in memory reads");
     }
     from_shards.sort_by_key(|(position, _)| *position);
     units.sort_by_key(|(position, _)| *position);
@@ -1018,10 +1021,15 @@ fn issue_21_appended_lines_extend_their_station_and_the_recent_tree() {
         (0, 1)
     );
     assert!(old.unit_count() > 0);
-    for (key, entry) in old.units_in(..).map(Result::unwrap) {
-        let kept = new.units_in(key..=key).next().map(|read| read.unwrap().1);
+    let fault = crate::data::fault::FirstFault::default();
+    for (key, entry) in old.units_in(.., &fault) {
+        let kept = new
+            .units_in(key..=key, &fault)
+            .next()
+            .map(|(_, entry)| entry);
         assert_eq!(kept, Some(entry), "a kept record moved");
     }
+    fault.or(()).expect("a generation in memory reads");
     let fresh = full::load(&options(&writer.directory, OnInvalid::Fail, 2))
         .unwrap()
         .0;
