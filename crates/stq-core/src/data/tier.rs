@@ -64,7 +64,7 @@ pub(crate) fn key_range(range: impl RangeBounds<RecordKey>) -> KeyRange {
 /// be read, and `fault` keeps that file's fault; the caller's result is the fault
 /// ([`FirstFault::or`]). The hot tier's records are in memory, and its reads never
 /// fail. The fault is kept a block at a time, not carried by every record: a
-/// `Result` around each record cost Q1 and Q2 a tenth more CPU (BENCHMARKS.md).
+/// `Result` around each record cost Q1 and Q2 1.3 x the CPU (BENCHMARKS.md).
 pub(crate) trait Tier {
     /// The units with keys in `range`.
     fn units_in<'a>(

@@ -60,7 +60,7 @@ impl UnitQuestion {
         symbols: &Symbols,
         digests: Digests,
     ) -> Result<UnitPartial, StorageFault> {
-        let mut passes = PassCache::new(&self.pass_results, symbols)?;
+        let mut passes = PassCache::new(&self.pass_results, symbols);
         // Grouped by station, a unit's attempts are all on its station: count its
         // units once the station is done, so that the map of units stays small and
         // the merge adds counts, not units.
@@ -97,6 +97,7 @@ impl UnitQuestion {
             }
             partial.end_station(by_station);
         }
+        passes.fault()?;
         Ok(partial)
     }
 }
@@ -166,11 +167,11 @@ struct CycleTimes {
 }
 
 /// One station's unit records read into a shard's partial.
-struct UnitReading<'a> {
+struct UnitReading<'a, 'b> {
     partial: &'a mut UnitPartial,
     station: ShardStation,
     unit_types: &'a Matcher,
-    passes: &'a mut PassCache,
+    passes: &'a mut PassCache<'b>,
     /// Whether rows are grouped by station, so that a unit whose attempts are all
     /// in one block of its station can be counted from the block's tallies.
     by_station: bool,
@@ -181,7 +182,7 @@ struct UnitReading<'a> {
     rows_of: &'a mut Vec<(usize, GroupValues)>,
 }
 
-impl UnitReader for UnitReading<'_> {
+impl UnitReader for UnitReading<'_, '_> {
     fn record(&mut self, key: RecordKey, entry: UnitEntry) {
         if !self.unit_types.matches(entry.unit_type) {
             return;
@@ -244,27 +245,45 @@ fn unit_group_values(
     })
 }
 
-/// Which `result` symbols pass: every spelling of each pass result in the table,
-/// found once per summary ([`Symbols::lookup_ignoring_ascii_case`]), so that a
-/// record's result is a search of a few symbols, not a comparison of its text.
-struct PassCache {
-    passing: Vec<Symbol>,
+/// Whether a `result` symbol passes, remembered per symbol: a scan meets few
+/// distinct results, and comparing their text on every record would cost more.
+/// A result whose text cannot be read (a cut symbol run) passes nothing, and its
+/// fault is the summary's ([`PassCache::fault`]).
+struct PassCache<'a> {
+    pass_results: &'a [String],
+    symbols: &'a Symbols,
+    known: Vec<(Symbol, bool)>,
+    fault: FirstFault,
 }
 
-impl PassCache {
-    /// A lookup in a mapped run that fails is its store file's fault.
-    fn new(pass_results: &[String], symbols: &Symbols) -> Result<PassCache, StorageFault> {
-        let mut passing = Vec::new();
-        for pass in pass_results {
-            passing.extend(symbols.lookup_ignoring_ascii_case(pass)?);
+impl<'a> PassCache<'a> {
+    fn new(pass_results: &'a [String], symbols: &'a Symbols) -> PassCache<'a> {
+        PassCache {
+            pass_results,
+            symbols,
+            known: Vec::new(),
+            fault: FirstFault::default(),
         }
-        passing.sort_unstable();
-        passing.dedup();
-        Ok(PassCache { passing })
     }
 
-    fn passes(&self, result: Symbol) -> bool {
-        self.passing.binary_search(&result).is_ok()
+    fn passes(&mut self, result: Symbol) -> bool {
+        if let Some(&(_, passed)) = self.known.iter().find(|(symbol, _)| *symbol == result) {
+            return passed;
+        }
+        let Some(text) = self.fault.ok(self.symbols.text(result)) else {
+            return false;
+        };
+        let passed = self
+            .pass_results
+            .iter()
+            .any(|pass| pass.eq_ignore_ascii_case(text));
+        self.known.push((result, passed));
+        passed
+    }
+
+    /// The first result whose text could not be read, if one could not.
+    fn fault(&self) -> Result<(), StorageFault> {
+        self.fault.or(())
     }
 }
 
@@ -333,7 +352,7 @@ impl UnitPartial {
         station: ShardStation,
         (digest, bytes): (&mut UnitDigest, &[u8]),
         bucket: i64,
-        passes: &mut PassCache,
+        passes: &mut PassCache<'_>,
         rows_of: &mut Vec<(usize, GroupValues)>,
     ) {
         rows_of.clear();
@@ -390,7 +409,7 @@ impl UnitPartial {
         }
         for unit in &digest.units {
             let (row_index, group) = rows_of[unit.group];
-            let attempt = |(key, result): (RecordKey, Symbol), passes: &mut PassCache| {
+            let attempt = |(key, result): (RecordKey, Symbol), passes: &mut PassCache<'_>| {
                 (position(station, &key), passes.passes(result))
             };
             let (first, first_passed) = attempt(unit.first, passes);
