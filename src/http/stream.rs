@@ -3,18 +3,20 @@
 //!
 //! A stream is checked as a records request is (length, token, parameters, the
 //! plan's stations), then answered with a body fed by a task on the worker it
-//! arrived on. The task sends the backlog (the walk from `from`), then at each
-//! install what the generation added (`stq_core::data::plan::Stream` says
-//! which records, from the generation's [`Change`](crate::engine::Change): no
-//! history is read again), as `records` events whose ids name the stream's
-//! position, so that a client that reconnects with `Last-Event-ID` continues
-//! exactly after its last event. A reload that removes or changes records the
+//! arrived on. The task sends the backlog (the walk from `from` of the
+//! generation it opened on), then each later generation's additions (which
+//! records, `stq_core::data::plan::Stream` says from the generation's
+//! [`Change`](crate::engine::Change): no history is read again), generation by
+//! generation however many were installed since its last step, as `records`
+//! events whose ids name the stream's position, so that a client that
+//! reconnects with `Last-Event-ID` continues exactly after its last event, in
+//! the same order. A reload that removes or changes records the
 //! stream reads, an id this process did not issue for this stream, or one whose
 //! generations are no longer kept, sends `reset` and the backlog again.
 //!
-//! A stream costs memory for its unsent bytes only: the walk goes on only while
-//! less than [`WALK_WHILE_UNSENT`] is queued, and a client that leaves more than
-//! [`MOST_UNSENT`] queued (late records come whether or not it reads) is cut off.
+//! A stream costs memory for its unsent bytes only: it goes on only while less
+//! than [`WALK_WHILE_UNSENT`] is queued, and a client that leaves more than
+//! [`MOST_UNSENT`] queued (an event of large records past the pause) is cut off.
 //! A client that stops reading altogether fills the socket's buffers, then the
 //! queue up to the walk's pause; the connection's write deadline
 //! (`--client-timeout`, `connection`) then closes it, counted as `slow` too. A
@@ -50,7 +52,7 @@ use super::AppState;
 use crate::engine::{EngineError, RouterHandle};
 use crate::jwt::Refused;
 
-/// The walk goes on while less than this is queued for the client.
+/// A stream goes on while less than this is queued for the client.
 const WALK_WHILE_UNSENT: usize = 1 << 20;
 /// A client that leaves more than this unread is cut off (section 14.2).
 const MOST_UNSENT: usize = 4 << 20;
@@ -119,7 +121,7 @@ async fn open(
     let catalog = engine.catalog();
     let request_id = RequestId::of(&request);
     engine
-        .planned(stream.walk(&stream.start(0), catalog, engine.plan_settings()))
+        .planned(stream.walk(&stream.start(0), [], catalog, engine.plan_settings()))
         .map_err(|error| {
             ApiError::from_engine(error, &request_id, state.admission.request_timeout())
         })?;
@@ -328,7 +330,7 @@ impl Feeder {
         let mut position = self.stream.start(engine.catalog().generation());
         if let Some(id) = last_event_id {
             match self.stream.resume(&id, engine.plan_settings()) {
-                Ok((stream, resumed)) => {
+                Some((stream, resumed)) => {
                     self.stream = stream;
                     position = resumed;
                     if engine.changes_since(position.generation()).is_err()
@@ -337,7 +339,7 @@ impl Feeder {
                         position = self.reset(Reset("the event id is older than the history kept"));
                     }
                 }
-                Err(_) => {
+                None => {
                     position = self.reset(Reset(
                         "the event id was not issued by this process for this stream",
                     ));
@@ -417,7 +419,8 @@ impl Feeder {
         }
     }
 
-    /// One step: catch up with the generations installed, then walk one event.
+    /// One step: an event of the walk, or the events of the generations
+    /// installed since the stream's position, until the client has enough to read.
     async fn step(
         &mut self,
         position: &mut StreamPosition,
@@ -427,79 +430,93 @@ impl Feeder {
             return Err(self.queue.left().into());
         }
         let engine = self.state.engine.clone();
-        let changes = engine.changes_since(position.generation()).map_err(|_| {
+        let catalog = engine.catalog();
+        let newest = catalog.generation();
+        let mut changes = engine.changes_since(position.generation()).map_err(|_| {
             Interrupt::Reset(Reset("the history this stream needs is no longer kept"))
         })?;
+        changes.retain(|change| change.generation <= newest);
+        if changes
+            .last()
+            .map_or(position.generation(), |change| change.generation)
+            < newest
+        {
+            // The history records an install just after its catalog, and then
+            // tells the streams: this one hears of it then.
+            return Ok(Progress::CaughtUp);
+        }
         if !changes.is_empty() {
             self.check_token()?;
         }
-        for change in changes {
-            if change
-                .additions
-                .touch_of(|station| self.stream.request().reads(station))
-                == Touch::Altered
-            {
-                return Err(Interrupt::Reset(Reset(
-                    "a reload removed or changed records this stream reads",
-                )));
-            }
-            loop {
-                let catalog = engine.catalog();
-                let late = (self.stream).late(
-                    &change.additions,
-                    position,
-                    catalog,
-                    engine.plan_settings(),
-                );
-                let late = self.planned(late)?;
-                let Some(plan) = late else { break };
-                let answer = self.execute(plan).await?;
-                let count = answer.count();
-                if count == 0 {
-                    break;
-                }
-                let before = position.late() as usize;
-                let mut sent = 0;
-                while sent < count {
-                    let end = (sent + EVENT_RECORDS).min(count);
-                    let next = position.after_sending(&answer, Some((before + end) as u32));
-                    self.event(&answer, sent..end, &next);
-                    *position = next;
-                    sent = end;
-                }
+        let reads = |station: &str| self.stream.request().reads(station);
+        if (changes.iter()).any(|change| change.additions.touch_of(reads) == Touch::Altered) {
+            return Err(Interrupt::Reset(Reset(
+                "a reload removed or changed records this stream reads",
+            )));
+        }
+        if let Some(paced) = self.paced()? {
+            return Ok(paced);
+        }
+        let settings = engine.plan_settings();
+        let since = changes.iter().map(|change| &change.additions);
+        let walk = self
+            .stream
+            .walk(position, since, Arc::clone(&catalog), settings);
+        if let Some(plan) = self.planned(walk)? {
+            let answer = self.executed(plan, newest).await?;
+            let count = answer.count();
+            let done = count < EVENT_RECORDS.min(engine.limits().max_records);
+            let next = position.after_walking(&answer, done);
+            if count > 0 {
+                self.event(&answer, 0..count, &next);
                 *last_sent = Instant::now();
+            }
+            *position = next;
+            if !done {
+                return Ok(self.paced()?.unwrap_or(Progress::More));
+            }
+        }
+        for change in &changes {
+            let added = self.stream.additions(&change.additions, &catalog);
+            loop {
+                if let Some(paced) = self.paced()? {
+                    return Ok(paced);
+                }
+                let planned = self
+                    .stream
+                    .added(&added, position, Arc::clone(&catalog), settings);
+                let Some((plan, next)) = self.planned(planned)? else {
+                    break;
+                };
+                let answer = self.executed(plan, newest).await?;
+                if answer.count() > 0 {
+                    self.event(&answer, 0..answer.count(), &next);
+                    *last_sent = Instant::now();
+                }
+                *position = next;
             }
             *position = position.next_generation();
         }
+        Ok(self.paced()?.unwrap_or(Progress::CaughtUp))
+    }
+
+    /// Whether the client has too much to read: cut off beyond [`MOST_UNSENT`]
+    /// queued, paused from [`WALK_WHILE_UNSENT`] on.
+    fn paced(&self) -> Result<Option<Progress>, Interrupt> {
         let unsent = self.queue.unsent.load(Ordering::Acquire);
         if unsent > MOST_UNSENT {
             self.queue.push(|pending| pending.cut = true);
             return Err(End::Slow.into());
         }
-        if unsent >= WALK_WHILE_UNSENT {
-            return Ok(Progress::Paused);
-        }
-        let catalog = engine.catalog();
-        if catalog.generation() != position.generation() {
-            // Installed since the look above: its records are accounted for first.
-            return Ok(Progress::More);
-        }
-        let plan = self.planned(self.stream.walk(position, catalog, engine.plan_settings()))?;
+        Ok((unsent >= WALK_WHILE_UNSENT).then_some(Progress::Paused))
+    }
+
+    /// [`Feeder::execute`], of a plan made on generation `generation`'s catalog.
+    async fn executed(&self, plan: Plan, generation: u64) -> Result<Answer, Interrupt> {
         let answer = self.execute(plan).await?;
-        if answer.generation() != Some(position.generation()) {
-            return Err(Interrupt::Raced);
-        }
-        let count = answer.count();
-        if count == 0 {
-            return Ok(Progress::CaughtUp);
-        }
-        let next = position.after_sending(&answer, None);
-        self.event(&answer, 0..count, &next);
-        *position = next;
-        *last_sent = Instant::now();
-        match count == EVENT_RECORDS.min(engine.limits().max_records) {
-            true => Ok(Progress::More),
-            false => Ok(Progress::CaughtUp),
+        match answer.generation() == Some(generation) {
+            true => Ok(answer),
+            false => Err(Interrupt::Raced),
         }
     }
 

@@ -674,8 +674,11 @@ enum Step {
     Append(usize, Vec<i64>),
     /// A station's file replaced by its lines but the first.
     Replace(usize),
-    /// The client drops its connection and resumes from its last event's id.
+    /// The client (back if away) drops its connection and resumes from its last
+    /// event's id.
     Reconnect,
+    /// The client drops its connection and stays away until it reconnects.
+    Leave,
     /// The client resumes with an id that is not one.
     Garbage,
 }
@@ -689,40 +692,41 @@ fn step() -> impl proptest::strategy::Strategy<Value = Step> {
             .prop_map(|(station, offsets)| Step::Append(station, offsets)),
         1 => (0..3usize).prop_map(Step::Replace),
         2 => Just(Step::Reconnect),
+        2 => Just(Step::Leave),
         1 => Just(Step::Garbage),
     ]
 }
 
-/// Reads events until the client's view, cleared at each `reset`, is `expected`
-/// (as a set): never holding a record twice on the way.
-fn catch_up(stream: &mut EventStream, view: &mut Vec<Value>, expected: &[Value], context: &str) {
-    let key = |record: &Value| record["unit_serial"].as_str().unwrap().to_owned();
-    let mut wanted: Vec<String> = expected.iter().map(key).collect();
-    wanted.sort();
+/// Reads events until the client's view, cleared at each `reset`, is
+/// `expected`, in its order: never holding a record twice on the way.
+fn catch_up(stream: &mut EventStream, view: &mut Vec<String>, expected: &[String], context: &str) {
     loop {
-        let mut shown: Vec<String> = view.iter().map(key).collect();
+        let mut shown = view.clone();
         shown.sort();
-        let before = shown.len();
         shown.dedup();
         assert_eq!(
             shown.len(),
-            before,
-            "{context}: a record shown twice: {shown:?}"
+            view.len(),
+            "{context}: a record shown twice: {view:?}"
         );
-        if shown == wanted {
+        if view == expected {
             return;
         }
         let event = stream
             .next_event()
-            .unwrap_or_else(|| panic!("{context}: the stream ended at {shown:?}, not {wanted:?}"));
+            .unwrap_or_else(|| panic!("{context}: the stream ended at {view:?}, not {expected:?}"));
         match event.kind.as_str() {
             "reset" => view.clear(),
-            "records" => view.extend(event.records()),
+            "records" => view.extend(serials(&event.records())),
             other => panic!("{context}: an event {other:?}"),
         }
     }
 }
 
+/// Against a model of what a client shows: after a `reset`, what a fresh query
+/// shows in its order; then each generation's additions in the contract's
+/// order, generation by generation, whether the client was connected, resumed
+/// or away while they came.
 #[test]
 fn issue_49_a_client_that_clears_on_reset_shows_what_a_fresh_query_shows() {
     use proptest::test_runner::{Config, TestRunner};
@@ -757,35 +761,50 @@ fn run_steps(steps: &[Step]) {
     let fixture = Fixture::from_files(&files);
     let server = Server::start(&fixture, &[]);
     let query = format!("/units/stream?{}", everything());
-    let mut stream = open(&server, &query, OPS, &[]);
+    let fresh = |server: &Server| {
+        serials(&walk_from(
+            server,
+            "/units",
+            BASE_TIME,
+            "&direction=input,output",
+            OPS,
+        ))
+    };
+    let mut stream = Some(open(&server, &query, OPS, &[]));
     let mut view = Vec::new();
-    let fresh =
-        |server: &Server| walk_from(server, "/units", BASE_TIME, "&direction=input,output", OPS);
-    catch_up(&mut stream, &mut view, &fresh(&server), "the backlog");
-    let mut last_id = stream.last_id.clone();
+    // What the client must show once it has read all there is.
+    let mut expected = fresh(&server);
+    // A reset is due when the client comes back.
+    let mut reset_due = false;
+    let mut last_id: Option<String> = None;
     let mut serial = 0;
-    for (index, step) in steps.iter().enumerate() {
+    for (index, step) in steps.iter().chain([&Step::Reconnect]).enumerate() {
         let context = format!("step {index} of {steps:?}");
         let reload = |server: &Server| {
             let generation = server.generation();
             server.signal("HUP");
             server.wait_for_generation_after(generation);
         };
+        if let Some(connected) = &stream {
+            last_id = connected.last_id.clone().or(last_id.take());
+        }
         match step {
             Step::Append(station, offsets) => {
-                let added: Vec<String> = (offsets.iter())
+                let mut added: Vec<(i64, String)> = (offsets.iter())
                     .map(|offset| {
                         serial += 1;
-                        unit_line(
-                            PROPERTY_STATIONS[*station],
-                            &format!("SN-{station}-{serial}"),
-                            *offset,
-                        )
+                        (*offset, format!("SN-{station}-{serial}"))
                     })
                     .collect();
-                append(&fixture.snapshots.join(path(*station)), &lines(&added));
-                contents[*station].extend(added);
+                let appended: Vec<String> = (added.iter())
+                    .map(|(offset, name)| unit_line(PROPERTY_STATIONS[*station], name, *offset))
+                    .collect();
+                append(&fixture.snapshots.join(path(*station)), &lines(&appended));
+                contents[*station].extend(appended);
                 reload(&server);
+                // One station's lines: in order of time, then of the file.
+                added.sort_by_key(|(offset, _)| *offset);
+                expected.extend(added.into_iter().map(|(_, name)| name));
             }
             Step::Replace(station) => {
                 if contents[*station].len() > 1 {
@@ -805,29 +824,41 @@ fn run_steps(steps: &[Step]) {
                     &lines(&contents[*station]),
                 );
                 reload(&server);
+                reset_due = true;
             }
             Step::Reconnect => {
                 // As EventSource does: the last id received on any connection.
-                let id = stream.last_id.clone().or(last_id.clone());
-                last_id = id.clone();
-                drop(stream);
-                stream = match id {
-                    Some(id) => open(&server, &query, OPS, &[("Last-Event-ID", &id)]),
+                drop(stream.take());
+                stream = Some(match &last_id {
+                    Some(id) => open(&server, &query, OPS, &[("Last-Event-ID", id)]),
                     None => {
                         // No event received yet: a new stream, a new view.
                         view.clear();
+                        reset_due = true;
                         open(&server, &query, OPS, &[])
                     }
-                };
+                });
             }
+            Step::Leave => drop(stream.take()),
             Step::Garbage => {
                 last_id = None;
-                drop(stream);
-                stream = open(&server, &query, OPS, &[("Last-Event-ID", "0.0.nothing")]);
+                drop(stream.take());
+                stream = Some(open(
+                    &server,
+                    &query,
+                    OPS,
+                    &[("Last-Event-ID", "0.0.nothing")],
+                ));
+                reset_due = true;
             }
         }
-        catch_up(&mut stream, &mut view, &fresh(&server), &context);
-        last_id = stream.last_id.clone().or(last_id);
+        let Some(connected) = &mut stream else {
+            continue;
+        };
+        if std::mem::take(&mut reset_due) {
+            expected = fresh(&server);
+        }
+        catch_up(connected, &mut view, &expected, &context);
     }
 }
 
@@ -859,6 +890,123 @@ fn issue_49_late_records_beyond_max_records_are_each_sent_once() {
         .collect();
     let expected: Vec<String> = (0..12).map(|offset| format!("SN-L{offset}")).collect();
     assert_eq!(serials, expected);
+}
+
+/// The serial numbers of `records`.
+fn serials(records: &[Value]) -> Vec<String> {
+    (records.iter())
+        .map(|record| record["unit_serial"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Reads `records` events until `count` records came, each event's serial
+/// numbers with the id it carried.
+fn events_of(stream: &mut EventStream, count: usize) -> Vec<(Vec<String>, String)> {
+    let mut events = Vec::new();
+    let mut read = 0;
+    while read < count {
+        let event = stream.expect("records");
+        let records = serials(&event.records());
+        read += records.len();
+        events.push((records, stream.last_id.clone().unwrap()));
+    }
+    assert_eq!(read, count, "{events:?}");
+    events
+}
+
+/// Each generation's additions come after the backlog, generation by
+/// generation and in the contract's order among themselves, and a client that
+/// resumes from any event gets the rest in that same order, even across
+/// generations whose records fall between those sent before (a resume once
+/// sent every generation's late records first, then walked the others).
+#[test]
+fn issue_49_a_resumed_stream_sends_the_rest_in_the_order_the_stream_sent_it() {
+    let fixture = Fixture::from_files(&small_files());
+    let server = Server::start(&fixture, &[]);
+    let query = format!("/units/stream?{}", everything());
+    let mut stream = open(&server, &query, OPS, &[]);
+    let mut events = events_of(&mut stream, 4);
+    // Offsets: the backlog ends at 180; 300 falls between it and 600, and 30
+    // before all of them. The third generation adds two records in one reload.
+    let generations: [&[(&str, i64)]; 3] = [
+        &[("SN-G1", 600)],
+        &[("SN-G2", 300)],
+        &[("SN-G3B", 650), ("SN-G3A", 30)],
+    ];
+    for added in generations {
+        let generation = server.generation();
+        let added: Vec<String> = (added.iter())
+            .map(|(serial, offset)| unit_line("ST-01", serial, *offset))
+            .collect();
+        append(&first_file(&fixture), &lines(&added));
+        server.signal("HUP");
+        server.wait_for_generation_after(generation);
+    }
+    events.extend(events_of(&mut stream, 4));
+    let sent: Vec<String> = events
+        .iter()
+        .flat_map(|(records, _)| records.clone())
+        .collect();
+    let expected = [
+        "SN-A1", "SN-A2", "SN-A3", "SN-A4", "SN-G1", "SN-G2", "SN-G3A", "SN-G3B",
+    ];
+    assert_eq!(
+        sent, expected,
+        "the backlog, then each generation's additions"
+    );
+    drop(stream);
+    let mut before = 0;
+    for (records, id) in &events {
+        before += records.len();
+        let mut resumed = open(&server, &query, OPS, &[("Last-Event-ID", id)]);
+        let rest: Vec<String> = (events_of(&mut resumed, sent.len() - before).iter())
+            .flat_map(|(records, _)| records.clone())
+            .collect();
+        assert_eq!(rest, sent[before..], "resumed after {records:?}");
+    }
+}
+
+/// A generation's late additions, more than `--max-records` of them, some of
+/// which the stream's filter leaves out: each matching one is sent once, in
+/// order (a batch once counted what it sent, not what it read, and sent some
+/// again).
+#[test]
+fn issue_49_additions_beyond_max_records_under_a_filter_are_each_sent_once() {
+    let fixture = Fixture::from_files(&small_files());
+    let server = Server::start(&fixture, &["--max-records", "5"]);
+    let mut stream = open(
+        &server,
+        &format!("/units/stream?{}&type=PCB", everything()),
+        OPS,
+        &[],
+    );
+    assert_eq!(stream.records(4).len(), 4);
+    let added: Vec<String> = (0..24)
+        .map(|index| {
+            // Before the last record sent (180): late.
+            let line = unit_line("ST-03", &format!("SN-F{index:02}"), 1 + index);
+            match index % 3 {
+                0 => line,
+                _ => line.replace(r#""unit_type":"PCB""#, r#""unit_type":"Cable""#),
+            }
+        })
+        .collect();
+    std::fs::write(fixture.snapshots.join("added.units.jsonl"), lines(&added)).unwrap();
+    let generation = server.generation();
+    server.signal("HUP");
+    server.wait_for_generation_after(generation);
+    let expected: Vec<String> = (0..24)
+        .filter(|index| index % 3 == 0)
+        .map(|index| format!("SN-F{index:02}"))
+        .collect();
+    assert_eq!(serials(&stream.records(expected.len())), expected);
+    // Nothing more: the next record is the next generation's.
+    append(
+        &first_file(&fixture),
+        &lines(&[unit_line("ST-01", "SN-NEXT", 900)]),
+    );
+    server.signal("HUP");
+    assert_eq!(serials(&stream.records(1)), ["SN-NEXT"]);
 }
 
 /// The venv that runs `tests/live/sse_client.py` (httpx and httpx-sse from PyPI,

@@ -344,6 +344,7 @@ impl<'a> StationRecords<'a> {
             after: None,
             filter,
             cap,
+            pick: Default::default(),
         })?;
         Ok((shard, answer))
     }

@@ -124,6 +124,43 @@ pub(crate) struct ShardStation {
     pub(crate) station_index: u32,
 }
 
+/// Which records at given positions a scan may return, beside its window and
+/// filters: a stream's steps read a generation's additions alone, or the
+/// records of an older generation without those added since (docs/api.md
+/// section 14.2).
+#[derive(Clone, Debug, Default)]
+pub(crate) enum Pick {
+    /// Every record.
+    #[default]
+    All,
+    /// Only the records at these positions (sorted).
+    Only(Arc<[Position]>),
+    /// Every record but those at these positions (sorted).
+    Except(Arc<[Position]>),
+}
+
+impl Pick {
+    /// Whether the record at `position` may be returned.
+    pub(crate) fn keeps(&self, position: &Position) -> bool {
+        match self {
+            Pick::All => true,
+            Pick::Only(positions) => positions.binary_search(position).is_ok(),
+            Pick::Except(positions) => positions.binary_search(position).is_err(),
+        }
+    }
+
+    /// `hits` with those it does not keep left out; `hits` itself when it keeps all.
+    fn applied<'a>(
+        &'a self,
+        hits: Box<dyn Iterator<Item = Hit> + 'a>,
+    ) -> Box<dyn Iterator<Item = Hit> + 'a> {
+        match self {
+            Pick::All => hits,
+            _ => Box::new(hits.filter(|hit| self.keeps(&hit.position))),
+        }
+    }
+}
+
 /// What one shard is asked: the first `cap` matching records of its stations.
 #[derive(Clone, Debug)]
 pub(crate) struct ScanRequest {
@@ -137,6 +174,8 @@ pub(crate) struct ScanRequest {
     pub(crate) filter: RecordFilter,
     /// At most this many hits.
     pub(crate) cap: usize,
+    /// Which records, by position, it may return.
+    pub(crate) pick: Pick,
 }
 
 /// A matching record: its place in the contract's order and where its bytes are.
@@ -314,7 +353,7 @@ impl ShardData {
                             (data.metrics_of_name(name, lower..upper, located, fault))
                                 .map(move |(key, bytes)| station.hit(&key, bytes)),
                         );
-                        Some(stream)
+                        Some(request.pick.applied(stream))
                     })
                 });
                 let hits = merge_sorted(streams.collect(), request.cap);
@@ -355,7 +394,7 @@ impl ShardData {
         let streams = request.stations.iter().filter_map(|&station| {
             let data = self.stations.get(station.station_index as usize)?;
             let (lower, upper) = station_bounds(request, station.rank)?;
-            Some(stream(data, station, lower, upper))
+            Some(request.pick.applied(stream(data, station, lower, upper)))
         });
         merge_sorted(streams.collect(), request.cap)
     }
@@ -401,13 +440,15 @@ impl ShardData {
         };
         let hot = self
             .units_in((lower, Bound::Excluded(end)))
-            .filter(|(_, unit)| wanted(unit.station_index, &unit.entry))
+            .filter(|(position, unit)| {
+                wanted(unit.station_index, &unit.entry) && request.pick.keeps(position)
+            })
             .map(|(position, unit)| Hit {
                 position: *position,
                 station_index: unit.station_index,
                 bytes: unit.entry.bytes,
             });
-        let sealed = self.sealed_units(lower, end, request.cap, &wanted, memo)?;
+        let sealed = self.sealed_units(lower, end, request, &wanted, memo)?;
         if sealed.is_empty() {
             return Ok(hot.take(request.cap).collect());
         }
@@ -417,14 +458,15 @@ impl ShardData {
         ))
     }
 
-    /// The first `cap` sealed units after `lower` and before `end` that `wanted`
-    /// keeps (by station index and entry), in order, located among `memo`'s
-    /// blocks: a period of the shard's stations at a time.
+    /// The first `request.cap` sealed units after `lower` and before `end` that
+    /// `wanted` (by station index and entry) and the request's pick keep, in
+    /// order, located among `memo`'s blocks: a period of the shard's stations at
+    /// a time.
     fn sealed_units(
         &self,
         lower: Bound<Position>,
         end: Position,
-        cap: usize,
+        request: &ScanRequest,
         wanted: &dyn Fn(u32, &UnitEntry) -> bool,
         memo: &mut JsonMemo,
     ) -> Result<Vec<Hit>, StorageFault> {
@@ -456,7 +498,7 @@ impl ShardData {
             let mut slot = None;
             for index in merged.indexes_in(lower, end) {
                 let (position, station_index, entry) = merged.record(index);
-                if !wanted(station_index, entry) {
+                if !wanted(station_index, entry) || !request.pick.keeps(&position) {
                     continue;
                 }
                 let slot = *slot.get_or_insert_with(|| memo.hold(Arc::clone(&merged)));
@@ -465,7 +507,7 @@ impl ShardData {
                     station_index,
                     bytes: JsonMemo::locator(slot, index as u32),
                 });
-                if hits.len() == cap {
+                if hits.len() == request.cap {
                     return Ok(hits);
                 }
             }
@@ -652,6 +694,7 @@ mod tests {
                 directions: Directions::BOTH,
             },
             cap,
+            pick: Pick::All,
         }
     }
 
@@ -722,6 +765,29 @@ mod tests {
                 "after {:?}",
                 hit.position
             );
+        }
+    }
+
+    #[test]
+    fn a_pick_keeps_its_positions_or_all_but_them_before_the_cap() {
+        let all = shard().scan(&request(0, 100, None, 100)).unwrap().hits;
+        let chosen: Arc<[Position]> = all.iter().step_by(2).map(|hit| hit.position).collect();
+        for pick in [Pick::Only(Arc::clone(&chosen)), Pick::Except(chosen)] {
+            let kept: Vec<Hit> = (all.iter())
+                .filter(|hit| pick.keeps(&hit.position))
+                .copied()
+                .collect();
+            assert!(!kept.is_empty() && kept.len() < all.len());
+            for cap in [1, 100] {
+                let mut picked = request(0, 100, None, cap);
+                picked.pick = pick.clone();
+                let expected = &kept[..cap.min(kept.len())];
+                assert_eq!(
+                    order(&shard().scan(&picked).unwrap().hits),
+                    order(expected),
+                    "{pick:?}, cap {cap}"
+                );
+            }
         }
     }
 
@@ -826,6 +892,7 @@ mod tests {
                         after: None,
                         filter,
                         cap,
+                        pick: Pick::All,
                     };
                     // Station by station: what the merged read must equal.
                     let expected = |request: &ScanRequest| -> Vec<(Position, Vec<u8>)> {
@@ -867,6 +934,25 @@ mod tests {
                     if let Some((after, _)) = all.get(resume) {
                         request.after = Some(*after);
                         prop_assert_eq!(merged(&request), expected(&request));
+                    }
+                    // A pick keeps its positions, or all but them, before the cap.
+                    let every = expected(&ScanRequest {
+                        cap: usize::MAX,
+                        ..request.clone()
+                    });
+                    let chosen: Arc<[Position]> = every
+                        .iter()
+                        .step_by(2)
+                        .map(|(position, _)| *position)
+                        .collect();
+                    for pick in [Pick::Only(Arc::clone(&chosen)), Pick::Except(chosen)] {
+                        let kept: Vec<(Position, Vec<u8>)> = (every.iter())
+                            .filter(|(position, _)| pick.keeps(position))
+                            .take(cap)
+                            .cloned()
+                            .collect();
+                        request.pick = pick;
+                        prop_assert_eq!(merged(&request), kept);
                     }
                     Ok(())
                 },
@@ -910,6 +996,7 @@ mod tests {
                 directions: Directions::BOTH,
             },
             cap: 100_000,
+            pick: Pick::All,
         };
         let positions = |answer: ScanAnswer| -> Vec<Position> {
             answer.hits.iter().map(|hit| hit.position).collect()

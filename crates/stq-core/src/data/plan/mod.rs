@@ -26,7 +26,7 @@ use crate::data::catalog::Catalog;
 use crate::data::cursor::{Cursor, CursorError, RecordIdentity};
 use crate::data::fault::StorageFault;
 use crate::data::key::Position;
-use crate::data::scan::{Matcher, RecordFilter};
+use crate::data::scan::{Matcher, Pick, RecordFilter};
 use crate::data::summary::{self, ControlQuestion, Grouping, MetricQuestion, Rows, UnitQuestion};
 use crate::domain::auth::{Principal, Scope};
 use crate::domain::query::{Endpoint, Limits, QueryError, QueryParams};
@@ -167,8 +167,9 @@ struct RecordQuestion {
     limit: Option<usize>,
     /// What a paged query's cursors are sealed to; `None` without `limit`.
     scope: Option<Vec<u8>>,
-    /// A stream's late records: only the records at these positions (sorted).
-    only: Option<Vec<Position>>,
+    /// Which records by position: a stream's step reads one generation's
+    /// additions, or an older generation's records.
+    pick: Pick,
 }
 
 /// What one shard is asked, about its own stations, in the generation the plan
@@ -455,7 +456,7 @@ fn records(
         cap: params.limit.unwrap_or(limits.max_records) + 1,
         limit: params.limit,
         scope,
-        only: None,
+        pick: Pick::All,
     })
 }
 

@@ -53,11 +53,7 @@ impl Plan {
     ) -> Result<Answer, PlanError> {
         match &self.question {
             Question::Records(question) => {
-                let mut page = merge_records(answers, question.cap)?;
-                if let Some(only) = &question.only {
-                    page.hits
-                        .retain(|hit| only.binary_search(&hit.hit.position).is_ok());
-                }
+                let page = merge_records(answers, question.cap)?;
                 let page = page.paginate(&self.catalog, question, settings)?;
                 Ok(Answer(Elements::Page(page)))
             }

@@ -62,6 +62,7 @@ impl Plan {
                     after: question.after,
                     filter: question.filter.clone(),
                     cap: question.cap,
+                    pick: question.pick.clone(),
                 }),
                 Question::Summary(question) => Asked::Summary(SummaryRequest {
                     stations,

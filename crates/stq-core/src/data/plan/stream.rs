@@ -1,19 +1,22 @@
-//! A stream's steps (docs/api.md section 14.2), planned as record queries are:
-//! the walk (the records after the last one sent, in the contract's order, in
-//! events of at most [`EVENT_RECORDS`]) and the late records (those a generation
-//! added that sort before the last one sent), and the stream's position, which an
-//! event's id names.
+//! A stream's steps (docs/api.md section 14.2), planned as record queries are,
+//! and the stream's position, which an event's id names.
 //!
-//! A stream's position is the last record it sent (`after`) and the generation
-//! whose added records it has accounted for (`generation`), with how many of the
-//! next generation's late records it has sent (`late`). Everything the stream has
-//! sent is then "every matching record up to `after` in that generation, and the
-//! first `late` of the next one's late records"; what it sends next follows from
-//! the position alone, so a client that resumes from an event's id gets exactly
-//! what the stream would have sent after that event.
+//! A stream sends the backlog, the walk of the generation it opened on (the
+//! matching records from `from` on, in the contract's order, in events of at
+//! most [`EVENT_RECORDS`]), and then each later generation's additions that
+//! match, in the contract's order among themselves. Its position says which of
+//! these it has sent: while it walks, the generation walked and the last record
+//! sent (`after`); once the walk is done (`caught_up`), the generation whose
+//! additions it has sent, and how many of the next generation's additions
+//! (`added`) it has accounted for. What it sends next follows from the position
+//! and the generations' additions alone, never from when the steps ran: a
+//! client that resumes from an event's id gets what the stream would have sent
+//! after that event, in the same order. The walk of an older generation leaves
+//! out what the generations since added ([`Pick::Except`]), which the stream
+//! sends with their own generation.
 //!
 //! The id is sealed like a cursor (`data::cursor`): by the service's cursor key, to
-//! the stream's filters and token, the generation and late count, and the process
+//! the stream's filters and token, the generation and additions count, and the process
 //! (a number drawn at its start), so that an id of another process, token or query
 //! is told apart from one that continues this stream.
 
@@ -25,7 +28,7 @@ use crate::data::catalog::Catalog;
 use crate::data::cursor::{Cursor, RecordIdentity};
 use crate::data::key::Position;
 use crate::data::load::Additions;
-use crate::data::scan::RecordFilter;
+use crate::data::scan::{Pick, RecordFilter};
 use crate::domain::query::Endpoint;
 use crate::domain::record::Kind;
 use crate::domain::time::{Timestamp, Window};
@@ -61,52 +64,55 @@ pub struct Stream {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StreamPosition {
     generation: u64,
-    late: u32,
+    /// Once caught up: how many of the next generation's additions (those in
+    /// the stream's stations and window, matching or not) are accounted for.
+    added: u32,
+    /// While walking: the last record sent.
     after: Option<RecordIdentity>,
+    /// The walk of `generation` is done.
+    caught_up: bool,
 }
 
 impl StreamPosition {
-    /// The generation whose added records the stream has accounted for.
+    /// The generation walked, or whose additions the stream has sent.
     pub fn generation(&self) -> u64 {
         self.generation
     }
 
-    /// How many of the next generation's late records it has sent.
-    pub fn late(&self) -> u32 {
-        self.late
-    }
-
-    /// The position once the next generation's late records are all sent.
+    /// The position once the next generation's additions are all sent.
     pub fn next_generation(&self) -> StreamPosition {
         StreamPosition {
             generation: self.generation + 1,
-            late: 0,
-            after: self.after.clone(),
+            added: 0,
+            after: None,
+            caught_up: true,
         }
     }
 
-    /// The position after `answer`'s records were sent: after its last record,
-    /// and `late` more of the next generation's late records if they were late
-    /// records (`late` is then their count so far).
-    pub fn after_sending(&self, answer: &super::Answer, late: Option<u32>) -> StreamPosition {
-        let after = match late {
-            // Late records sort before `after`, which stays the last sent in order.
-            Some(_) => self.after.clone(),
-            None => answer.last_identity().or_else(|| self.after.clone()),
-        };
-        StreamPosition {
-            generation: self.generation,
-            late: late.unwrap_or(self.late),
-            after,
+    /// The position after the walk sent `answer`'s records; caught up if the
+    /// walk has no more (`done`).
+    pub fn after_walking(&self, answer: &super::Answer, done: bool) -> StreamPosition {
+        match done {
+            true => StreamPosition {
+                generation: self.generation,
+                added: 0,
+                after: None,
+                caught_up: true,
+            },
+            false => StreamPosition {
+                after: answer.last_identity().or_else(|| self.after.clone()),
+                ..self.clone()
+            },
         }
     }
 }
 
-/// Why an event id does not continue a stream: a new one starts over.
-#[derive(Debug, thiserror::Error)]
-#[error("the event id {reason}")]
-pub struct ForeignId {
-    reason: &'static str,
+/// One generation's additions that a stream reads (in its stations and window),
+/// in the contract's order, placed in one catalog: what [`Stream::added`] sends
+/// from.
+#[derive(Debug)]
+pub struct StreamAdditions {
+    positions: Vec<Position>,
 }
 
 impl Stream {
@@ -144,12 +150,14 @@ impl Stream {
         Stream::with_from(self.kind, request, self.from, self.process)
     }
 
-    /// A new stream's position: nothing sent, generation `generation` accounted for.
+    /// A new stream's position: nothing sent, the backlog walked in generation
+    /// `generation`.
     pub fn start(&self, generation: u64) -> StreamPosition {
         StreamPosition {
             generation,
-            late: 0,
+            added: 0,
             after: None,
+            caught_up: false,
         }
     }
 
@@ -161,61 +169,40 @@ impl Stream {
 
     /// The id an event names `position` with.
     pub fn id(&self, position: &StreamPosition, settings: &Settings) -> String {
-        let (flag, after) = match &position.after {
-            Some(after) => ('a', after.clone()),
-            None => ('n', self.sentinel()),
+        let (flag, after) = match (&position.after, position.caught_up) {
+            (_, true) => ('c', self.sentinel()),
+            (Some(after), false) => ('a', after.clone()),
+            (None, false) => ('n', self.sentinel()),
         };
         let cursor = Cursor {
             kind: self.kind,
             window: self.window(),
             after,
         };
-        let scope = self.id_scope(position.generation, position.late, flag);
+        let scope = self.id_scope(position.generation, position.added, flag);
         format!(
             "{}.{}.{flag}{}",
             position.generation,
-            position.late,
+            position.added,
             cursor.encode(&settings.cursor_key.0, &scope)
         )
     }
 
     /// The position `id` names, and the stream it continues (its `from` is the
-    /// original stream's), if this process issued it for this stream's filters and
-    /// token; else why not.
-    pub fn resume(
-        &self,
-        id: &str,
-        settings: &Settings,
-    ) -> Result<(Stream, StreamPosition), ForeignId> {
-        let malformed = ForeignId {
-            reason: "is not one this process issued",
-        };
+    /// original stream's), if this process issued it for this stream's endpoint,
+    /// filters and token; else `None`, and a new stream starts over.
+    pub fn resume(&self, id: &str, settings: &Settings) -> Option<(Stream, StreamPosition)> {
         let mut parts = id.splitn(3, '.');
-        let (Some(generation), Some(late), Some(rest)) = (parts.next(), parts.next(), parts.next())
-        else {
-            return Err(malformed);
-        };
-        let (Ok(generation), Ok(late)) = (generation.parse::<u64>(), late.parse::<u32>()) else {
-            return Err(malformed);
-        };
+        let (generation, added, rest) = (parts.next()?, parts.next()?, parts.next()?);
+        let (generation, added) = (generation.parse::<u64>().ok()?, added.parse::<u32>().ok()?);
         let mut characters = rest.chars();
-        let flag = characters.next().ok_or(malformed)?;
-        if flag != 'a' && flag != 'n' {
-            return Err(ForeignId {
-                reason: "is not one this process issued",
-            });
-        }
-        let scope = self.id_scope(generation, late, flag);
-        let cursor =
-            Cursor::decode(characters.as_str(), &settings.cursor_key.0, &scope).map_err(|_| {
-                ForeignId {
-                    reason: "belongs to another process, token or query",
-                }
-            })?;
+        let flag = characters
+            .next()
+            .filter(|flag| ['a', 'n', 'c'].contains(flag))?;
+        let scope = self.id_scope(generation, added, flag);
+        let cursor = Cursor::decode(characters.as_str(), &settings.cursor_key.0, &scope).ok()?;
         if cursor.kind != self.kind {
-            return Err(ForeignId {
-                reason: "belongs to another endpoint",
-            });
+            return None;
         }
         let stream = Stream::with_from(
             self.kind,
@@ -225,68 +212,68 @@ impl Stream {
         );
         let position = StreamPosition {
             generation,
-            late,
+            added,
             after: (flag == 'a').then_some(cursor.after),
+            caught_up: flag == 'c',
         };
-        Ok((stream, position))
+        Some((stream, position))
     }
 
     /// The plan of the walk's next event: the first [`EVENT_RECORDS`] matching
-    /// records after `position`'s last one, from `from` on, in `catalog`.
-    pub fn walk(
+    /// records after `position`'s last one, from `from` on, of `position`'s
+    /// generation, read in `catalog`, which may be newer: `since` are the
+    /// additions of every generation after `position`'s up to `catalog`'s, left
+    /// out of the walk. `None` once the walk is done.
+    pub fn walk<'a>(
         &self,
         position: &StreamPosition,
-        catalog: Arc<Catalog>,
-        settings: &Settings,
-    ) -> Result<Plan, PlanError> {
-        let after = (position.after.as_ref()).map(|after| catalog.position_after(after));
-        let cap = EVENT_RECORDS.min(settings.limits.max_records);
-        self.plan(self.window(), after, cap, None, catalog)
-    }
-
-    /// The plan of the next batch of late records `additions` (those of
-    /// `position`'s next generation) holds: the records it added that match and
-    /// sort before the last one sent, in `catalog` (which holds them), after the
-    /// `late` of them already sent, at most `--max-records`; `None` when none are
-    /// left.
-    pub fn late(
-        &self,
-        additions: &Additions,
-        position: &StreamPosition,
+        since: impl IntoIterator<Item = &'a Additions>,
         catalog: Arc<Catalog>,
         settings: &Settings,
     ) -> Result<Option<Plan>, PlanError> {
-        let Some(after) = &position.after else {
-            // Nothing sent: everything added is walked to.
+        if position.caught_up {
             return Ok(None);
-        };
-        let last_sent = catalog.position_after(after);
-        let mut late: Vec<Position> = Vec::new();
-        for (station, added) in additions.added() {
-            let Some(rank) = (self.reads(station))
-                .then(|| catalog.rank(station))
-                .flatten()
-            else {
-                continue;
-            };
-            late.extend(
-                (added.of(self.kind).iter())
-                    .filter(|key| key.instant >= self.from)
-                    .map(|key| Position {
-                        instant: key.instant,
-                        station_rank: rank,
-                        load_order: key.load_order,
-                    })
-                    .filter(|position| *position <= last_sent),
-            );
         }
-        late.sort_unstable();
-        // Those not yet sent, at most `--max-records` of them: the next batch.
-        let unsent = late.len().saturating_sub(position.late as usize);
-        let batch: Vec<Position> = (late.into_iter())
-            .skip(position.late as usize)
-            .take(unsent.min(settings.limits.max_records))
+        let after = (position.after.as_ref()).map(|after| catalog.position_after(after));
+        let mut later: Vec<Position> = (since.into_iter())
+            .flat_map(|additions| self.positions(additions, &catalog))
+            .filter(|position| after.is_none_or(|after| *position > after))
             .collect();
+        let pick = match later.is_empty() {
+            true => Pick::All,
+            false => {
+                later.sort_unstable();
+                Pick::Except(later.into())
+            }
+        };
+        let cap = EVENT_RECORDS.min(settings.limits.max_records);
+        self.plan(self.window(), after, cap, pick, catalog)
+            .map(Some)
+    }
+
+    /// The additions of one generation (`additions`) that the stream reads, in
+    /// the contract's order, placed in `catalog` (which holds them).
+    pub fn additions(&self, additions: &Additions, catalog: &Catalog) -> StreamAdditions {
+        let mut positions: Vec<Position> = self.positions(additions, catalog).collect();
+        positions.sort_unstable();
+        StreamAdditions { positions }
+    }
+
+    /// The plan of the next event of `position`'s next generation, whose
+    /// additions are `added`: the matching records among the next
+    /// [`EVENT_RECORDS`] (at most `--max-records`) of them not yet accounted for,
+    /// in `catalog`, and the position once they are sent; `None` when none are
+    /// left.
+    pub fn added(
+        &self,
+        added: &StreamAdditions,
+        position: &StreamPosition,
+        catalog: Arc<Catalog>,
+        settings: &Settings,
+    ) -> Result<Option<(Plan, StreamPosition)>, PlanError> {
+        let cap = EVENT_RECORDS.min(settings.limits.max_records);
+        let start = (position.added as usize).min(added.positions.len());
+        let batch = &added.positions[start..(start + cap).min(added.positions.len())];
         let (Some(first), Some(last)) = (batch.first(), batch.last()) else {
             return Ok(None);
         };
@@ -294,11 +281,35 @@ impl Stream {
             from: first.instant,
             to: just_after(last.instant),
         };
-        // The window also holds records sent before: every record in it is
-        // scanned, and the batch's kept (the plan's `only`), so that none of the
-        // batch is left behind a cap.
-        self.plan(window, None, usize::MAX, Some(batch), catalog)
-            .map(Some)
+        let next = StreamPosition {
+            added: position.added + batch.len() as u32,
+            ..position.clone()
+        };
+        let plan = self.plan(window, None, batch.len(), Pick::Only(batch.into()), catalog)?;
+        Ok(Some((plan, next)))
+    }
+
+    /// The positions, in `catalog`, of what `additions` added to the stations the
+    /// stream reads, from `from` on, of its kind.
+    fn positions<'a>(
+        &'a self,
+        additions: &'a Additions,
+        catalog: &'a Catalog,
+    ) -> impl Iterator<Item = Position> + 'a {
+        (additions.added())
+            .filter_map(|(station, added)| {
+                let rank = (self.reads(station)).then(|| catalog.rank(station))??;
+                Some((rank, added))
+            })
+            .flat_map(move |(rank, added)| {
+                (added.of(self.kind).iter())
+                    .filter(|key| key.instant >= self.from)
+                    .map(move |key| Position {
+                        instant: key.instant,
+                        station_rank: rank,
+                        load_order: key.load_order,
+                    })
+            })
     }
 
     fn plan(
@@ -306,7 +317,7 @@ impl Stream {
         window: Window,
         after: Option<Position>,
         cap: usize,
-        only: Option<Vec<Position>>,
+        pick: Pick,
         catalog: Arc<Catalog>,
     ) -> Result<Plan, PlanError> {
         let params = &self.request.params;
@@ -323,7 +334,7 @@ impl Stream {
             },
         };
         let mut stations = stations(params, &self.request.principal, &catalog)?;
-        if let Some(only) = &only {
+        if let Pick::Only(only) = &pick {
             stations.retain(|rank| only.iter().any(|position| position.station_rank == *rank));
         }
         let question = RecordQuestion {
@@ -334,7 +345,7 @@ impl Stream {
             cap,
             limit: None,
             scope: None,
-            only,
+            pick,
         };
         Ok(Plan {
             catalog,
@@ -363,11 +374,11 @@ impl Stream {
 
     /// What an id is sealed to: the stream's filters and token, the process, and
     /// the position's numbers.
-    fn id_scope(&self, generation: u64, late: u32, flag: char) -> Vec<u8> {
+    fn id_scope(&self, generation: u64, added: u32, flag: char) -> Vec<u8> {
         let mut scope = b"stream ".to_vec();
         scope.extend_from_slice(&self.process.to_be_bytes());
         scope.extend_from_slice(&generation.to_be_bytes());
-        scope.extend_from_slice(&late.to_be_bytes());
+        scope.extend_from_slice(&added.to_be_bytes());
         scope.push(flag as u8);
         scope.extend(cursor_scope(
             self.kind,

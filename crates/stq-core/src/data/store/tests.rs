@@ -761,6 +761,7 @@ fn issue_51_store_files_cut_under_a_generation_are_faults_its_reads_return() {
             directions: crate::domain::record::Directions::BOTH,
         },
         cap: usize::MAX,
+        pick: Default::default(),
     });
     assert!(cut(scan.unwrap_err()).starts_with("sealed-"));
     let request = crate::data::summary::SummaryRequest {

@@ -164,6 +164,7 @@ fn listed(
                     after,
                     filter: filter.clone(),
                     cap: page,
+                    pick: Default::default(),
                 })
                 .unwrap();
             let json = |hit: &Hit| data.json(hit, &answer.sealed).to_vec();
