@@ -466,7 +466,7 @@ impl Feeder {
             let answer = self.executed(plan, newest).await?;
             let count = answer.count();
             let done = count < EVENT_RECORDS.min(engine.limits().max_records);
-            let next = position.after_walking(&answer, done);
+            let next = position.after_walking(&answer, &catalog, done);
             if count > 0 {
                 self.event(&answer, 0..count, &next);
                 *last_sent = Instant::now();

@@ -52,7 +52,9 @@ pub(super) async fn answer(
     if !precondition.names(&first.evaluated.etag) {
         return Ok(first.respond(request));
     }
-    hold(request, state, router, first, wait).await
+    // Boxed: a hold's future (about 4 KB) would otherwise make every request's
+    // future as large, and be copied with it, though few requests are held.
+    Box::pin(hold(request, state, router, first, wait)).await
 }
 
 /// What live answers share across the workers: their limits, how many are open,

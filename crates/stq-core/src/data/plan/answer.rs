@@ -65,10 +65,14 @@ impl Answer {
         (body, data)
     }
 
-    /// The identity of its last record, if it is a page that holds any.
-    pub(super) fn last_identity(&self) -> Option<crate::data::cursor::RecordIdentity> {
+    /// The identity of its last record in `catalog` (the generation it was read
+    /// from), if it is a page that holds any.
+    pub(super) fn last_identity(
+        &self,
+        catalog: &crate::data::catalog::Catalog,
+    ) -> Option<crate::data::cursor::RecordIdentity> {
         match &self.0 {
-            Elements::Page(page) => page.last().cloned(),
+            Elements::Page(page) => page.last().map(|last| catalog.identity_of(last)),
             Elements::Rows(_) => None,
         }
     }

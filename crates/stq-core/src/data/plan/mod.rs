@@ -23,7 +23,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::data::catalog::Catalog;
-use crate::data::cursor::{Cursor, CursorError, RecordIdentity};
+use crate::data::cursor::{Cursor, CursorError};
 use crate::data::fault::StorageFault;
 use crate::data::key::Position;
 use crate::data::scan::{Matcher, Pick, RecordFilter};
@@ -210,8 +210,10 @@ pub(crate) struct Page {
     /// Whether the query asked for pages (`limit`).
     paged: bool,
     next_cursor: Option<String>,
-    /// The identity of its last record, for a stream's position.
-    last: Option<RecordIdentity>,
+    /// Its last record's position, for a stream's (whose identity only a stream
+    /// asks for: naming its station and file costs two strings, which a
+    /// dashboard's query would pay for nothing).
+    last: Option<Position>,
     /// The generation it was read from.
     generation: u64,
 }

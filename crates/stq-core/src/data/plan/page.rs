@@ -11,7 +11,8 @@ use super::{
     ShardAnswer,
 };
 use crate::data::catalog::Catalog;
-use crate::data::cursor::{Cursor, RecordIdentity};
+use crate::data::cursor::Cursor;
+use crate::data::key::Position;
 use crate::data::merge::merge_sorted;
 use crate::data::scan::{Hit, SealedJson};
 use crate::data::sealed::is_sealed;
@@ -187,13 +188,13 @@ impl Page {
             }
             Some(_) => None,
         };
-        self.last = (self.hits.last()).map(|last| catalog.identity_of(last.hit.position));
+        self.last = (self.hits.last()).map(|last| last.hit.position);
         Ok(self)
     }
 
-    /// The identity of its last record.
-    pub(super) fn last(&self) -> Option<&RecordIdentity> {
-        self.last.as_ref()
+    /// The position of its last record.
+    pub(super) fn last(&self) -> Option<Position> {
+        self.last
     }
 
     /// The generation it was read from.

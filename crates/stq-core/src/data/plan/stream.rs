@@ -89,9 +89,14 @@ impl StreamPosition {
         }
     }
 
-    /// The position after the walk sent `answer`'s records; caught up if the
-    /// walk has no more (`done`).
-    pub fn after_walking(&self, answer: &super::Answer, done: bool) -> StreamPosition {
+    /// The position after the walk sent `answer`'s records (read from
+    /// `catalog`); caught up if the walk has no more (`done`).
+    pub fn after_walking(
+        &self,
+        answer: &super::Answer,
+        catalog: &Catalog,
+        done: bool,
+    ) -> StreamPosition {
         match done {
             true => StreamPosition {
                 generation: self.generation,
@@ -100,7 +105,7 @@ impl StreamPosition {
                 caught_up: true,
             },
             false => StreamPosition {
-                after: answer.last_identity().or_else(|| self.after.clone()),
+                after: (answer.last_identity(catalog)).or_else(|| self.after.clone()),
                 ..self.clone()
             },
         }
