@@ -9,6 +9,11 @@ knobs: RATES=120,1200 (lines/s)  SECONDS=60 (per rate)  IDLE_SECONDS=60
        instead of inotify, as on a network share; none by default)
        STQ_STORE=DIR (stq's own variable, passed on like the rest of the
        environment: `--store DIR`; the store is written for the working copy's path)
+       CLOCK_FROM= (e.g. 2026-11-24T00:00:00Z, the snapshot's end: `time_created`
+       counts on from there by the wall clock's time since the script began, as a
+       floor's clock runs on from its newest records; by default the wall clock,
+       so that each station's first new line moves its hot window days ahead and
+       seals its whole hot day)
 
 The snapshot is `stq gen --stations N --days D --end 2026-11-24T00:00:00Z`; the
 writers append to the files of its last day, 2026-11-23.
@@ -71,6 +76,10 @@ POLL_HZ = float(os.environ.get("POLL_HZ", "20"))
 STATIONS = int(os.environ.get("STATIONS", "200"))
 GIVE_UP_SECONDS = float(os.environ.get("GIVE_UP_SECONDS", "120"))
 WATCH_POLL = os.environ.get("WATCH_POLL", "")
+CLOCK_FROM = os.environ.get("CLOCK_FROM", "")
+# Milliseconds added to the wall clock's for each `time_created`.
+CLOCK_SHIFT_MS = (round(datetime.datetime.fromisoformat(CLOCK_FROM.replace("Z", "+00:00")).timestamp() * 1000)
+                  - time.time_ns() // 1_000_000) if CLOCK_FROM else 0
 CHECK_INTERVAL = 0.05
 PAGE = 10000
 RETIRE_SECONDS = 12
@@ -237,8 +246,9 @@ class Floor:
         self.last_ms = 0
 
     def stamp(self):
-        """The wall clock, in UTC with milliseconds, strictly increasing."""
-        self.last_ms = max(time.time_ns() // 1_000_000, self.last_ms + 1)
+        """The wall clock (shifted by CLOCK_FROM), in UTC with milliseconds, strictly
+        increasing."""
+        self.last_ms = max(time.time_ns() // 1_000_000 + CLOCK_SHIFT_MS, self.last_ms + 1)
         moment = datetime.datetime.fromtimestamp(self.last_ms // 1000, datetime.timezone.utc)
         return self.last_ms, moment.strftime("%Y-%m-%dT%H:%M:%S") + f".{self.last_ms % 1000:03d}Z"
 
@@ -350,7 +360,7 @@ def main():
     small_query = f"/units?station_ids={stations[0]}&{SMALL_QUERY_WINDOW}"
     if not json.loads(Client(port).get(small_query))["data"]:
         fail(f"the small query {small_query} found nothing")
-    results = {"label": label, "watch_poll": WATCH_POLL or None, "stations_written": len(stations), "startup_s": round(startup, 1),
+    results = {"label": label, "watch_poll": WATCH_POLL or None, "clock_from": CLOCK_FROM or None, "stations_written": len(stations), "startup_s": round(startup, 1),
                "load_average_start": [round(load, 2) for load in os.getloadavg()], "small_query": small_query}
 
     context = multiprocessing.get_context("fork")

@@ -14,7 +14,7 @@ writer appends to the units files of its last day, 2026-11-23, of every station
 1. Idle cost: stq's VmRSS with nothing open, then with IDLE_STREAMS streams (each
    following one station, `from` now) and IDLE_WAITS held requests (each `/units`
    of one station for the last hour with `wait=60s` and its own ETag, asked again
-   when its wait ends) open at once; the growth per connection, and stq's CPU in
+   when its wait ends) open at once, held by `benches/live_hold.py`; the growth per connection, and stq's CPU in
    cores over IDLE_SECONDS while nothing is written. All closed after.
 2. Per rate, the floor without streams, then with STREAMS streams open, each
    following one station (station i of every STREAMS-th): one writer appends output
@@ -48,8 +48,8 @@ DAY = "2026-11-23"
 TOKEN = "stq-demo-ops"
 TOKENS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "snapshots", "tokens.json")
 os.makedirs("/tmp/bench", exist_ok=True)
-# Both ends hold every connection: this process and stq (which inherits the limit and
-# raises its soft limit to it) need room for IDLE_STREAMS + IDLE_WAITS and their files.
+# stq (which inherits the limit and raises its soft limit to it) holds every idle
+# connection, and live_hold.py the other end of each.
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 try:
     resource.setrlimit(resource.RLIMIT_NOFILE, (65536, max(hard, 65536)))
@@ -233,18 +233,13 @@ async def settle():
 async def idle_cost(results):
     await settle()
     rss_before = rss_kib(server.pid)
-    streams = Streams()
-    await streams.open([stations[i % len(stations)] for i in range(IDLE_STREAMS)])
-    stop, held = asyncio.Event(), []
-    window = hour_window()
-    tags = {}
-    holders = []
-    for i in range(IDLE_WAITS):
-        station = stations[i % len(stations)]
-        path = f"/units?station_ids={station}&{window}&wait=60s"
-        if station not in tags:
-            tags[station] = (await asyncio.to_thread(get, path))[1]["etag"]
-        holders.append(asyncio.create_task(hold(path, tags[station], stop, held)))
+    # Another process holds them: this one holds a file per station besides.
+    holder = await asyncio.create_subprocess_exec(
+        sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "live_hold.py"),
+        str(port), TOKEN, str(IDLE_STREAMS), str(IDLE_WAITS), hour_window(), *stations,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    if await holder.stdout.readline() != b"open\n":
+        fail("live_hold.py did not open its connections")
     while metric("stq_waiting_requests") < IDLE_WAITS or metric("stq_streams") < IDLE_STREAMS:
         await asyncio.sleep(0.5)
     await settle()
@@ -256,12 +251,8 @@ async def idle_cost(results):
                    rss_idle_mib=round(rss_before / 1024, 1), rss_open_mib=round(rss_open / 1024, 1),
                    kib_per_connection=round((rss_open - rss_before) / (IDLE_STREAMS + IDLE_WAITS), 2),
                    idle_open_cores=round(idle_cores, 4))
-    stop.set()
-    streams.close()
-    for writer in held:
-        writer.close()
-    for task in holders:
-        task.cancel()
+    holder.stdin.close()
+    await holder.wait()
     while metric("stq_streams") > 0 or metric("stq_waiting_requests") > 0:
         await asyncio.sleep(0.5)
 
