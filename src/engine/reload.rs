@@ -19,9 +19,9 @@
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use stq_core::data::load::{self, LoadError, LoadOptions, LoadReport, Look, OnInvalid};
@@ -39,15 +39,46 @@ use crate::tls::{Certificates, Pair, TlsError};
 /// How long after a request's time limit the generation it may have used is kept.
 const RETIRE_MARGIN: Duration = Duration::from_secs(1);
 
-/// Hands the pages of freed generations back to the system. glibc keeps freed
-/// memory in its arenas, and a generation is hundreds of megabytes freed at once.
+/// The least time between two trims of the allocator's free memory
+/// ([`release_freed_memory`]).
+///
+/// A trim walks every free chunk of every arena and advises the kernel of each
+/// page again, whether or not it was given back before, so its cost follows the
+/// free memory, not what the last retired generation freed. A live floor retires
+/// several generations a second, each freeing a few stations' layers; trimming
+/// after each made half of what a store cost on a floor of 1000 stations (the
+/// store writer's freed buffers are free memory that every trim walked again).
+/// A reload that frees hundreds of megabytes still gives them back within this.
+const TRIM_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Whether a trim is due, and when the last one ran: the allocator's arenas are
+/// the process's, so these are too.
+static TRIM_DUE: AtomicBool = AtomicBool::new(false);
+static LAST_TRIM: Mutex<Option<Instant>> = Mutex::new(None);
+
+/// Hands the pages of freed generations back to the system, at most once every
+/// [`TRIM_INTERVAL`]: retirements meanwhile share the one trim that is due. glibc
+/// keeps freed memory in its arenas, and a generation may be hundreds of megabytes
+/// freed at once.
 fn release_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only returns free pages to the system; it touches no
-    // memory in use and may be called from any thread at any time.
-    unsafe {
-        libc::malloc_trim(0);
+    if TRIM_DUE.swap(true, Ordering::AcqRel) {
+        return;
     }
+    let delay = LAST_TRIM.lock().map_or(Duration::ZERO, |last| {
+        TRIM_INTERVAL.saturating_sub(last.elapsed())
+    });
+    actix_rt::spawn(async move {
+        actix_rt::time::sleep(delay).await;
+        // Cleared first: a retirement during the trim has its own trim due.
+        TRIM_DUE.store(false, Ordering::Release);
+        *LAST_TRIM.lock() = Some(Instant::now());
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        // SAFETY: malloc_trim only returns free pages to the system; it touches no
+        // memory in use and may be called from any thread at any time.
+        unsafe {
+            libc::malloc_trim(0);
+        }
+    });
 }
 
 /// What a reload needs to build and install a generation.

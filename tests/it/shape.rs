@@ -368,6 +368,31 @@ fn issue_33_the_shape_reading_sees_items_files_and_functions() {
 /// ARCHITECTURE.md's bytes, at most: a map is read whole or not at all.
 const ARCHITECTURE_BYTES: usize = 12_000;
 
+/// BENCHMARKS.md's lines, at most: today's figures, not a diary of how they came.
+const BENCHMARKS_LINES: usize = 600;
+
+#[test]
+fn issue_50_benchmarks_md_stays_a_document_of_the_present() {
+    let text = std::fs::read_to_string(workspace().join("BENCHMARKS.md")).unwrap();
+    let lines = text.lines().count();
+    assert!(
+        lines <= BENCHMARKS_LINES,
+        "BENCHMARKS.md is {lines} lines, more than {BENCHMARKS_LINES}"
+    );
+    // Its headings name areas, not the step of the work or the day they came in.
+    for heading in text.lines().filter(|line| line.starts_with('#')) {
+        let dated = heading.split_whitespace().any(|word| {
+            let word = word.trim_matches(|c: char| !c.is_ascii_alphanumeric() && c != '-');
+            word.len() == 10 && word.starts_with("20") && word.as_bytes()[4] == b'-'
+        });
+        assert!(!dated, "BENCHMARKS.md heading with a date: {heading}");
+        assert!(
+            !heading.to_lowercase().contains("issue"),
+            "BENCHMARKS.md heading naming an issue: {heading}"
+        );
+    }
+}
+
 #[test]
 fn issue_33_architecture_md_is_short_and_its_crates_exist() {
     let text = std::fs::read_to_string(workspace().join("ARCHITECTURE.md")).unwrap();
