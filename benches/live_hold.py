@@ -27,7 +27,7 @@ async def head(reader):
         name, _, value = line.decode().partition(":")
         fields[name.strip().lower()] = value.strip()
     if b" 200 " not in status and b" 304 " not in status:
-        sys.exit(f"live_hold.py: answered {status!r}")
+        raise SystemExit(f"live_hold.py: answered {status!r}")
     return fields
 
 
@@ -37,6 +37,20 @@ def request(path, tag=None):
             f"{extra}\r\n").encode()
 
 
+def failing(connect):
+    """`connect`, whose failure before it opened fails the wait for it too."""
+    async def connecting(*arguments):
+        opened = arguments[-1]
+        try:
+            await connect(*arguments)
+        except BaseException as error:
+            if not opened.done():
+                opened.set_exception(error)
+            raise
+    return connecting
+
+
+@failing
 async def follow(station, opened):
     reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 22)
     writer.write(request(f"/units/stream?station_ids={station}"))
@@ -46,6 +60,7 @@ async def follow(station, opened):
         pass
 
 
+@failing
 async def hold(path, tag, opened):
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(request(path, tag))

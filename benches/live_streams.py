@@ -14,8 +14,9 @@ writer appends to the units files of its last day, 2026-11-23, of every station
 1. Idle cost: stq's VmRSS with nothing open, then with IDLE_STREAMS streams (each
    following one station, `from` now) and IDLE_WAITS held requests (each `/units`
    of one station for the last hour with `wait=60s` and its own ETag, asked again
-   when its wait ends) open at once, held by `benches/live_hold.py`; the growth per connection, and stq's CPU in
-   cores over IDLE_SECONDS while nothing is written. All closed after.
+   when its wait ends) open at once, held by `benches/live_hold.py`; the growth per
+   connection, and stq's CPU in cores over IDLE_SECONDS while nothing is written.
+   All closed after.
 2. Per rate, the floor without streams, then with STREAMS streams open, each
    following one station (station i of every STREAMS-th): one writer appends output
    unit lines, paced evenly, each one `write` of a whole line, to the stations in
