@@ -200,28 +200,99 @@ pub(crate) const ENTRY_BYTES: u64 = (size_of::<BlockKey>()
     + 3 * size_of::<usize>()
     + 2 * size_of::<usize>()) as u64;
 
+/// A cache of decoded blocks (`--cache-size`), which the reads of sealed tiers
+/// go through. Cloning one shares it: every generation of the process reads
+/// through the one the service made, so a reload keeps what it holds.
+#[derive(Clone)]
+pub struct BlockCache(Arc<DecodedCache<BlockKey, CachedBlock>>);
+
+impl std::fmt::Debug for BlockCache {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_tuple("BlockCache")
+            .field(&self.0.stats())
+            .finish()
+    }
+}
+
+impl BlockCache {
+    /// A cache that holds at most `capacity` bytes (`--cache-size`).
+    pub fn new(capacity: u64) -> BlockCache {
+        BlockCache(Arc::new(DecodedCache::new(capacity, SHARDS)))
+    }
+
+    /// What it holds and has done, with the reads of store files (`/metrics`).
+    /// The caller reads its fields and never names its type, which no path
+    /// exports.
+    pub fn stats(&self) -> CacheStats {
+        let (store_reads, store_read_bytes) = super::store_reads();
+        CacheStats {
+            store_reads,
+            store_read_bytes,
+            ..self.0.stats()
+        }
+    }
+
+    /// The value it holds under `key`, else the one `make` gives (with the heap
+    /// bytes it weighs), kept here.
+    pub(crate) fn cached<T: Send + Sync + 'static, E>(
+        &self,
+        key: BlockKey,
+        make: impl FnOnce() -> Result<(T, u64), E>,
+    ) -> Result<Arc<T>, E> {
+        Ok(self.cached_if_kept(key, make)?.0)
+    }
+
+    /// As [`BlockCache::cached`], and whether the value is kept: one heavier
+    /// than a shard of the cache holds is made, returned and not kept. A value
+    /// `make` fails to make is its error, and nothing is kept.
+    pub(crate) fn cached_if_kept<T: Send + Sync + 'static, E>(
+        &self,
+        key: BlockKey,
+        make: impl FnOnce() -> Result<(T, u64), E>,
+    ) -> Result<(Arc<T>, bool), E> {
+        let cached = (self.0.get(&key)).and_then(|cached| cached.downcast::<T>().ok());
+        if let Some(value) = cached {
+            return Ok((value, true));
+        }
+        let (value, weight) = make()?;
+        let value = Arc::new(value);
+        let kept = Arc::clone(&value) as CachedBlock;
+        let kept = self.0.insert(key, kept, weight + ENTRY_BYTES);
+        Ok((value, kept))
+    }
+
+    /// The most one value may weigh (its entry's own bytes included) to be kept.
+    pub(crate) fn largest_kept(&self) -> u64 {
+        self.0.share().saturating_sub(ENTRY_BYTES)
+    }
+
+    /// Sets the bytes it may hold, dropping the least recently used entries.
+    pub(crate) fn set_capacity(&self, capacity: u64) {
+        self.0.set_capacity(capacity);
+    }
+}
+
 /// The process's cache of decoded blocks, shared by every thread.
 #[cfg(not(test))]
-static BLOCKS: LazyLock<DecodedCache<BlockKey, CachedBlock>> =
-    LazyLock::new(|| DecodedCache::new(DEFAULT_CAPACITY, SHARDS));
+static BLOCKS: LazyLock<BlockCache> = LazyLock::new(|| BlockCache::new(DEFAULT_CAPACITY));
 
 #[cfg(test)]
 thread_local! {
     /// In unit tests, a cache a thread (a test) of its own, so that a test that
     /// sets a tiny capacity sets it for itself alone.
-    static BLOCKS: DecodedCache<BlockKey, CachedBlock> =
-        DecodedCache::new(DEFAULT_CAPACITY, SHARDS);
+    static BLOCKS: BlockCache = BlockCache::new(DEFAULT_CAPACITY);
 }
 
 /// Calls `read` with the process's cache of decoded blocks.
 #[cfg(not(test))]
-pub(crate) fn with_blocks<T>(read: impl FnOnce(&DecodedCache<BlockKey, CachedBlock>) -> T) -> T {
+pub(crate) fn with_blocks<T>(read: impl FnOnce(&BlockCache) -> T) -> T {
     read(&BLOCKS)
 }
 
 /// Calls `read` with the thread's cache of decoded blocks.
 #[cfg(test)]
-pub(crate) fn with_blocks<T>(read: impl FnOnce(&DecodedCache<BlockKey, CachedBlock>) -> T) -> T {
+pub(crate) fn with_blocks<T>(read: impl FnOnce(&BlockCache) -> T) -> T {
     BLOCKS.with(read)
 }
 
@@ -231,26 +302,15 @@ pub(super) fn cached<T: Send + Sync + 'static, E>(
     key: BlockKey,
     make: impl FnOnce() -> Result<(T, u64), E>,
 ) -> Result<Arc<T>, E> {
-    Ok(cached_if_kept(key, make)?.0)
+    with_blocks(|blocks| blocks.cached(key, make))
 }
 
-/// As [`cached`], and whether the value is in the cache: one heavier than a
-/// shard of the cache holds is made, returned and not kept. A value `make` fails
-/// to make is its error, and nothing is kept.
+/// As [`cached`], and whether the value is in the cache.
 pub(super) fn cached_if_kept<T: Send + Sync + 'static, E>(
     key: BlockKey,
     make: impl FnOnce() -> Result<(T, u64), E>,
 ) -> Result<(Arc<T>, bool), E> {
-    let cached =
-        with_blocks(|blocks| blocks.get(&key)).and_then(|cached| cached.downcast::<T>().ok());
-    if let Some(value) = cached {
-        return Ok((value, true));
-    }
-    let (value, weight) = make()?;
-    let value = Arc::new(value);
-    let kept = Arc::clone(&value) as CachedBlock;
-    let kept = with_blocks(|blocks| blocks.insert(key, kept, weight + ENTRY_BYTES));
-    Ok((value, kept))
+    with_blocks(|blocks| blocks.cached_if_kept(key, make))
 }
 
 /// Sets the bytes the process's cache of decoded blocks may hold (`--cache-size`):
@@ -262,18 +322,13 @@ pub fn set_cache_capacity(bytes: u64) {
 /// The most one value may weigh (its entry's own bytes included) to be kept in
 /// the process's cache of decoded blocks.
 pub(crate) fn largest_kept() -> u64 {
-    with_blocks(|cache| cache.share()).saturating_sub(ENTRY_BYTES)
+    with_blocks(BlockCache::largest_kept)
 }
 
 /// What the process's cache of decoded blocks holds and has done (`/metrics`).
 /// The caller reads its fields and never names its type, which no path exports.
 pub fn cache_stats() -> CacheStats {
-    let (store_reads, store_read_bytes) = super::store_reads();
-    CacheStats {
-        store_reads,
-        store_read_bytes,
-        ..with_blocks(DecodedCache::stats)
-    }
+    with_blocks(BlockCache::stats)
 }
 
 #[cfg(test)]
