@@ -69,6 +69,7 @@ use crate::data::catalog::Catalog;
 use crate::data::catalog::Placement;
 use crate::data::codec;
 use crate::data::hot::{Hot, Layer, Trees};
+use crate::data::sealed::cache::BlockCache;
 use crate::data::sealed::Remote;
 use crate::data::sealed::{index_region, Layout, Region, Sealed, StoreFile};
 use crate::data::shard::ShardData;
@@ -241,17 +242,19 @@ struct WrittenStation {
 
 /// The generation the manifest of the store in `directory` describes, every file
 /// checked against its hash, if it was written for `settings`: what a start
-/// rebuilds from (`crate::data::load::start`).
+/// rebuilds from (`crate::data::load::start`); its sealed tiers are read
+/// through `cache`.
 pub(crate) fn read(
     directory: &Path,
     remote: Option<Arc<dyn Remote>>,
     settings: &StoreSettings,
+    cache: &BlockCache,
 ) -> Result<Restored, StoreError> {
     Store {
         directory: directory.to_path_buf(),
         remote,
     }
-    .read(settings)
+    .read(settings, cache)
 }
 
 /// A writer of the store in `directory` (which its first write makes if missing)
@@ -271,8 +274,12 @@ impl Store {
     }
 
     /// The generation the manifest describes, every file checked against its hash,
-    /// if it was written for `settings`.
-    pub(crate) fn read(&self, settings: &StoreSettings) -> Result<Restored, StoreError> {
+    /// if it was written for `settings`; its sealed tiers read through `cache`.
+    pub(crate) fn read(
+        &self,
+        settings: &StoreSettings,
+        cache: &BlockCache,
+    ) -> Result<Restored, StoreError> {
         let manifest_path = self.directory.join(MANIFEST);
         let manifest = match fs::read(&manifest_path) {
             Ok(bytes) => bytes,
@@ -325,7 +332,7 @@ impl Store {
             }
         };
         let read = threads::map(manifest.stations, |station| {
-            let restored = self.station(&station);
+            let restored = self.station(&station, cache);
             (station.name, station.placement, restored)
         });
         let mut stations = Vec::with_capacity(read.len());
@@ -369,6 +376,7 @@ impl Store {
     fn station(
         &self,
         station: &ManifestStation,
+        cache: &BlockCache,
     ) -> Result<(Arc<StationData>, WrittenStation), StoreError> {
         let settled = self.layer(&station.settled)?;
         let recent = match &station.recent {
@@ -385,7 +393,7 @@ impl Store {
         let (sealed, sealed_file) = match &station.sealed {
             None => (Sealed::default(), None),
             Some((file, index)) => {
-                let (sealed, index) = self.sealed(file, *index)?;
+                let (sealed, index) = self.sealed(file, *index, cache)?;
                 (sealed, Some((file.clone(), index)))
             }
         };
@@ -445,6 +453,7 @@ impl Store {
         &self,
         file: &FileRef,
         index: Option<Region>,
+        cache: &BlockCache,
     ) -> Result<(Sealed, Region), StoreError> {
         let path = self.directory.join(&file.name);
         let io = |path: &Path, source: io::Error| StoreError::Io {
@@ -464,7 +473,7 @@ impl Store {
                     });
                 }
                 let opened = StoreFile::remote(&path, Arc::clone(remote));
-                let sealed = Sealed::read_index(&bytes, index.0, MAGIC.len(), &opened, None)
+                let sealed = Sealed::read_index(&bytes, index.0, MAGIC.len(), &opened, None, cache)
                     .map_err(|corrupt| self.damaged(file, corrupt))?;
                 return Ok((sealed, index));
             }
@@ -476,7 +485,7 @@ impl Store {
         if index.is_some_and(|index| index != region) {
             return Err(damaged(codec::Corrupt("a sealed file's index region")));
         }
-        let sealed = Sealed::read_file(&bytes, MAGIC.len(), &opened).map_err(damaged)?;
+        let sealed = Sealed::read_file(&bytes, MAGIC.len(), &opened, cache).map_err(damaged)?;
         Ok((sealed, region))
     }
 

@@ -39,6 +39,7 @@ fn late_reload(files: &[(String, String)], late: &[(String, String)], shards: us
         generation,
         threads: 1,
         hot,
+        cache: crate::data::sealed::cache::test_cache(),
     };
     let sealing = Some(std::time::Duration::from_secs(1));
     for (name, text) in files {

@@ -82,6 +82,7 @@ fn loaded(records: &[Record], shards: usize, hot: Option<u64>) -> Generation {
         generation,
         threads: 1,
         hot: hot.map(std::time::Duration::from_secs),
+        cache: crate::data::sealed::cache::test_cache(),
     };
     files(records, false).iter().for_each(append);
     let Generation { catalog, shards } = load(&options(1)).unwrap().0;
