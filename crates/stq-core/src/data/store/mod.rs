@@ -69,8 +69,7 @@ use crate::data::catalog::Catalog;
 use crate::data::catalog::Placement;
 use crate::data::codec;
 use crate::data::hot::{Hot, Layer, Trees};
-use crate::data::sealed::cache::BlockCache;
-use crate::data::sealed::Remote;
+use crate::data::sealed::{cache::BlockCache, Remote};
 use crate::data::sealed::{index_region, Layout, Region, Sealed, StoreFile};
 use crate::data::shard::ShardData;
 use crate::data::sources::SourceState;
@@ -92,11 +91,10 @@ const MAGIC: &[u8; 8] = b"STQSTOR4";
 /// replaces its symbol runs (its other files are as this format writes them).
 const MAGIC_BEFORE: &[u8; 8] = b"STQSTOR3";
 
-/// The manifest's own version, one past its files': a manifest of it also says
-/// where each sealed file's index is, and the index's checksum, so that an `s3://`
-/// store's start fetches the indexes alone. A manifest of the version
-/// before ([`MAGIC`]) names the same files and is still read: its sealed files are
-/// read whole, as before.
+/// The manifest's own version, one past its files': a manifest of it also says where each
+/// sealed file's index is, and the index's checksum, so that an `s3://` store's start fetches
+/// the indexes alone. A manifest of the version before ([`MAGIC`]) names the same files and
+/// is still read: its sealed files are read whole, as before.
 const MANIFEST_MAGIC: &[u8; 8] = b"STQSTOR5";
 
 /// Which version wrote a manifest.
@@ -114,8 +112,7 @@ enum Format {
 /// station: the fastest (other levels not compared yet).
 const LAYER_LEVEL: i32 = 1;
 
-/// The symbol runs a manifest names at most: a new one past them is merged with
-/// the last.
+/// The symbol runs a manifest names at most: a new one past them is merged with the last.
 const SYMBOL_RUNS: usize = 8;
 
 /// A new symbol run takes in the last run unless that run holds more than this
@@ -240,10 +237,9 @@ struct WrittenStation {
     sealed: Option<(Weak<Sealed>, (FileRef, Region))>,
 }
 
-/// The generation the manifest of the store in `directory` describes, every file
-/// checked against its hash, if it was written for `settings`: what a start
-/// rebuilds from (`crate::data::load::start`); its sealed tiers are read
-/// through `cache`.
+/// The generation the manifest of the store in `directory` describes, every file checked
+/// against its hash, if it was written for `settings`: what a start rebuilds from
+/// (`crate::data::load::start`); its sealed tiers are read through `cache`.
 pub(crate) fn read(
     directory: &Path,
     remote: Option<Arc<dyn Remote>>,
@@ -257,9 +253,8 @@ pub(crate) fn read(
     .read(settings, cache)
 }
 
-/// A writer of the store in `directory` (which its first write makes if missing)
-/// for `settings`, which holds `written`: what a start restored from it, or
-/// nothing.
+/// A writer of the store in `directory` (which its first write makes if missing) for
+/// `settings`, which holds `written`: what a start restored from it, or nothing.
 pub(crate) fn writer(directory: &Path, settings: StoreSettings, written: Written) -> StoreWriter {
     StoreWriter::new(Store::new(directory), settings, written)
 }
@@ -371,8 +366,7 @@ impl Store {
         })
     }
 
-    /// A station's tiers from its files, each checked, and what the writer keeps of
-    /// them.
+    /// A station's tiers from its files, each checked, and what the writer keeps of them.
     fn station(
         &self,
         station: &ManifestStation,
@@ -442,13 +436,12 @@ impl Store {
         Ok(bytes)
     }
 
-    /// The sealed tier in `file`, whose index the manifest says is at `index`
-    /// (not in a manifest of the format before), and that region. In the
-    /// directory, the file is checked whole: its blocks stay in it, read through the
-    /// handle it was checked through when a query needs them. Not there, with a
-    /// remote: its index alone, which the pull fetched beside it
-    /// ([`index_file_name`]), checked against the manifest; its blocks are read
-    /// from the remote, each checked against its header, until the file arrives.
+    /// The sealed tier in `file` (its blocks read through `cache`), whose index the manifest
+    /// says is at `index` (not in a manifest of the format before), and that region. In the
+    /// directory, the file is checked whole: its blocks stay in it, read through the handle it
+    /// was checked through when a query needs them. Not there, with a remote: its index alone,
+    /// which the pull fetched beside it ([`index_file_name`]), checked against the manifest;
+    /// its blocks are read from the remote, each checked against its header, until it arrives.
     fn sealed(
         &self,
         file: &FileRef,
