@@ -398,7 +398,7 @@ impl Sealed {
         )
     }
 
-    /// The serials of its outputs, in order: from memory, or through the process's
+    /// The serials of its outputs, in order: from memory, or through the block
     /// cache from its store file.
     pub(crate) fn serials(&self) -> Result<Arc<SerialList>, StorageFault> {
         through_cache(

@@ -13,10 +13,13 @@ use serde_json::Value;
 use super::*;
 use crate::data::cursor::RecordIdentity;
 use crate::data::key::{Position, RecordKey};
+use crate::data::sealed::cache::BlockCache;
 use crate::data::stored::StoredRecord;
 
-/// A fresh directory under the system's temporary directory, removed when dropped.
-struct TempDirectory(PathBuf);
+/// A fresh directory under the system's temporary directory, removed when dropped;
+/// with the cache that every generation loaded of it reads through, as a process's
+/// generations share one.
+struct TempDirectory(PathBuf, BlockCache);
 
 impl TempDirectory {
     fn new(name: &str) -> TempDirectory {
@@ -27,7 +30,7 @@ impl TempDirectory {
         ));
         let _ = std::fs::remove_dir_all(&path);
         std::fs::create_dir_all(&path).unwrap();
-        TempDirectory(path)
+        TempDirectory(path, crate::data::sealed::cache::test_cache())
     }
 
     fn path(&self, relative: &str) -> PathBuf {
@@ -49,7 +52,7 @@ fn options(directory: &TempDirectory, on_invalid: OnInvalid, generation: u64) ->
         generation,
         threads: 2,
         hot: HOT,
-        cache: crate::data::sealed::cache::test_cache(),
+        cache: directory.1.clone(),
     }
 }
 
@@ -800,6 +803,7 @@ fn issue_34_a_file_held_at_start_up_is_released_once_it_reads_cleanly() {
         lines: vec![(1, 1, 1)],
     });
     let directory = writer.directory.0.clone();
+    let cache = writer.directory.1.clone();
     let hold = |generation| LoadOptions {
         directory: directory.clone(),
         shards: 2,
@@ -807,7 +811,7 @@ fn issue_34_a_file_held_at_start_up_is_released_once_it_reads_cleanly() {
         generation,
         threads: 2,
         hot: HOT,
-        cache: crate::data::sealed::cache::test_cache(),
+        cache: cache.clone(),
     };
     let status = |catalog: &Catalog, file: &str| {
         let status = (catalog.file_statuses())
