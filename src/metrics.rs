@@ -20,7 +20,7 @@ use prometheus_client::metrics::histogram::exponential_buckets;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use stq_core::data::load::LoadReport;
-use stq_core::data::Generation;
+use stq_core::data::{BlockCache, Generation};
 use stq_core::domain::query::Endpoint;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -153,7 +153,6 @@ impl Default for Metrics {
         let mut registry = Registry::with_prefix("stq");
         let requests = Arc::new(RequestMetrics::default());
         registry.register_collector(Box::new(RequestCollector(Arc::clone(&requests))));
-        registry.register_collector(Box::new(CacheCollector));
         let shard_records = Family::<ShardLabels, Gauge>::default();
         registry.register(
             "shard_records",
@@ -238,6 +237,12 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Reports the figures of `cache`, the decoded sealed blocks' (`--cache-size`).
+    pub fn with_cache(mut self, cache: BlockCache) -> Metrics {
+        (self.registry).register_collector(Box::new(CacheCollector(cache)));
+        self
+    }
+
     /// Reports `stq_store_generation` (with `--store`) as `generation` reads it.
     pub fn with_store_generation(
         mut self,
@@ -577,11 +582,11 @@ impl Collector for StoreCollector {
 /// Encodes what the process's cache of decoded sealed blocks holds and has done
 /// (`--cache-size`), read from the cache at each scrape.
 #[derive(Debug)]
-struct CacheCollector;
+struct CacheCollector(BlockCache);
 
 impl Collector for CacheCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let stats = stq_core::data::cache_stats();
+        let stats = self.0.stats();
         let gauges = [
             (
                 "cache_bytes",

@@ -43,6 +43,7 @@ pub fn dataset(shards: usize) -> (PathBuf, Generation) {
             generation: 1,
             threads: 2,
             hot: hot_window(),
+            cache: stq_core::data::BlockCache::new(1 << 30),
         },
         None,
         None,

@@ -6,6 +6,7 @@
 
 use anyhow::Context as _;
 use stq_core::data::load::{self, LoadError, LoadOptions};
+use stq_core::data::BlockCache;
 use stq_objects::{Objects, S3Settings};
 
 use super::{cpus, ExportArgs, INVALID_LINES_SHOWN};
@@ -17,7 +18,6 @@ const CACHE_BYTES: u64 = 64 << 20;
 
 /// Loads the snapshot and writes its records under `args.parquet`.
 pub fn export(args: ExportArgs) -> anyhow::Result<()> {
-    stq_core::data::set_cache_capacity(CACHE_BYTES);
     // Before the load: settings S3 cannot use stop the export at once.
     let destination = Objects::open(args.parquet.clone(), &S3Settings::from_env())
         .with_context(|| format!("exporting to {}", args.parquet))?;
@@ -29,6 +29,7 @@ pub fn export(args: ExportArgs) -> anyhow::Result<()> {
         threads: cpus(),
         // The default hot window: memory bounded as `serve`'s, whatever the history.
         hot: Some(std::time::Duration::from_secs(24 * 60 * 60)),
+        cache: BlockCache::new(CACHE_BYTES),
     };
     let (generation, mut report) = match load::start(&options, None, None) {
         Ok(start) => (start.generation, start.report),

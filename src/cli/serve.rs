@@ -10,7 +10,7 @@ use actix_web::web;
 use anyhow::Context as _;
 use stq_core::data::load::{self, FromStore, LoadError, LoadOptions, LoadReport, Start};
 use stq_core::data::plan;
-use stq_core::data::Generation;
+use stq_core::data::{BlockCache, Generation};
 use stq_core::domain::auth::Tokens;
 use stq_core::domain::query::Limits;
 use stq_objects::{Location, Objects, S3Settings};
@@ -45,7 +45,9 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if tokens.is_empty() {
         tracing::warn!(path = %args.tokens.display(), "the tokens file holds no tokens: every request will get 401");
     }
-    stq_core::data::set_cache_capacity(args.cache_size);
+    // One cache for the process: every generation's sealed tiers read through
+    // it, so a reload keeps what it holds.
+    let cache = BlockCache::new(args.cache_size);
     let shards = args.shards.map_or_else(cpus, std::num::NonZero::get);
     let options = LoadOptions {
         directory: args.snapshots.clone(),
@@ -54,6 +56,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         generation: 1,
         threads: cpus(),
         hot: args.hot.0,
+        cache: cache.clone(),
     };
     let status = Arc::new(StoreStatus::default());
     let mut place = store_place(&args)?;
@@ -120,6 +123,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         started,
         fill,
         certificates,
+        cache,
     };
     actix_rt::System::new().block_on(run(args, generation, tokens, settings, report))
 }
@@ -336,16 +340,20 @@ struct Settings {
     fill: Option<Fill>,
     /// `--tls-cert` and `--tls-key`, read.
     certificates: Option<Arc<Certificates>>,
+    /// The cache of decoded sealed blocks (`--cache-size`), which every
+    /// generation reads through and the admin metrics report.
+    cache: BlockCache,
 }
 
-/// The admin metrics, with `stq_store_generation` read from `status` when there is
-/// a store.
-fn metrics_of(store: bool, status: &Arc<StoreStatus>) -> Metrics {
+/// The admin metrics, with the figures of `cache`, and `stq_store_generation`
+/// read from `status` when there is a store.
+fn metrics_of(store: bool, status: &Arc<StoreStatus>, cache: BlockCache) -> Metrics {
+    let metrics = Metrics::default().with_cache(cache);
     if !store {
-        return Metrics::default();
+        return metrics;
     }
     let status = Arc::clone(status);
-    Metrics::default().with_store_generation(move || status.generation())
+    metrics.with_store_generation(move || status.generation())
 }
 
 /// A store file that fails a query's read (docs/api.md section 12) makes the store
@@ -404,12 +412,13 @@ async fn run(
         started,
         fill,
         certificates,
+        cache,
     } = settings;
     let gauges = Gauges::of(&generation);
     let complete_before = (args.hot.0)
         .filter(|_| export.is_some())
         .and_then(|hot| complete_before(&generation, hot));
-    let metrics = Arc::new(metrics_of(store.is_some(), &status));
+    let metrics = Arc::new(metrics_of(store.is_some(), &status, cache.clone()));
     let engine = Engine::start(
         generation,
         Arc::new(tokens),
@@ -450,6 +459,7 @@ async fn run(
         on_invalid: args.on_invalid.into(),
         threads: cpus(),
         hot: args.hot.0,
+        cache,
         store,
         export,
         certificates: certificates.clone(),

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use stq_core::data::load::{self, LoadError, LoadOptions, LoadReport, Look, OnInvalid};
-use stq_core::data::{Catalog, Generation, ShardData};
+use stq_core::data::{BlockCache, Catalog, Generation, ShardData};
 use stq_core::domain::auth::{Tokens, TokensError};
 use tokio::sync::mpsc;
 
@@ -94,6 +94,9 @@ pub struct Reloader {
     pub threads: usize,
     /// `--hot`: see [`LoadOptions::hot`].
     pub hot: Option<Duration>,
+    /// `--cache-size`'s cache, which every generation's sealed tiers read
+    /// through: see [`LoadOptions::cache`].
+    pub cache: BlockCache,
     /// `--store`: where each generation served is written, off the request path.
     pub store: Option<StoreHandle>,
     /// `--export`: where each generation served is exported, off the request path.
@@ -292,6 +295,7 @@ impl Reloader {
             generation: self.engine.catalog().generation() + 1,
             threads: self.threads,
             hot: self.hot,
+            cache: self.cache.clone(),
         };
         let tokens_path = self.tokens.clone();
         let certificates = self.certificates.clone();

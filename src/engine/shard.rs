@@ -447,6 +447,7 @@ mod tests {
             generation: number,
             threads: 1,
             hot: None,
+            cache: stq_core::data::BlockCache::new(1 << 30),
         };
         let start = stq_core::data::load::start(&options, None, None).unwrap();
         let mut shards = start.generation.shards;

@@ -1035,6 +1035,7 @@ impl Server {
             generation: 1,
             threads: 2,
             hot: snapshot.hot,
+            cache: stq_core::data::BlockCache::new(1 << 30),
         };
         let Start {
             generation, report, ..

@@ -777,6 +777,7 @@ impl Server {
             // sealed, so that summaries read both tiers, but for one shard count in
             // four, which keeps every record hot.
             hot: (shards != 3).then_some(std::time::Duration::from_secs(1)),
+            cache: stq_core::data::BlockCache::new(1 << 30),
         };
         let generation = start(&options, None, None)
             .map_err(|error| failure("loading the snapshot", error))?

@@ -71,6 +71,7 @@ fn main() {
         generation: 1,
         threads,
         hot,
+        cache: stq_core::data::BlockCache::new(1 << 30),
     };
     let (generation, report) = match std::env::var_os("STQ_MEMORY_STORE") {
         None => {

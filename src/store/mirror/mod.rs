@@ -347,6 +347,7 @@ mod tests {
             generation: 1,
             threads: 2,
             hot: Some(Duration::from_secs(3600)),
+            cache: stq_core::data::BlockCache::new(1 << 30),
         }
     }
 

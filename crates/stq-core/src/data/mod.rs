@@ -50,6 +50,6 @@ pub(crate) mod tuning;
 pub use catalog::{Catalog, Generation, LoadSummary, StationRecords};
 pub use fault::StorageFault;
 pub use memory::MemoryUse;
-pub use sealed::cache::{cache_stats, set_cache_capacity};
+pub use sealed::cache::BlockCache;
 pub use sealed::Remote;
 pub use shard::ShardData;

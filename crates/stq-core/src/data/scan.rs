@@ -487,11 +487,12 @@ impl ShardData {
             .iter()
             .take_while(|period| **period <= last)
         {
-            let (merged, kept) = PeriodUnits::of(self.sealed.key(), period, || {
-                (self.sealed.ranks().zip(&self.stations))
-                    .map(|(rank, station)| (rank, &*station.sealed))
-                    .collect()
-            })?;
+            let (merged, kept) =
+                PeriodUnits::of(self.sealed.cache(), self.sealed.key(), period, || {
+                    (self.sealed.ranks().zip(&self.stations))
+                        .map(|(rank, station)| (rank, &*station.sealed))
+                        .collect()
+                })?;
             if !kept {
                 self.sealed.set_unmerged();
             }
@@ -842,6 +843,7 @@ mod tests {
             generation: 1,
             threads: 2,
             hot: Some(std::time::Duration::from_secs(3 * 3600)),
+            cache: crate::data::sealed::cache::test_cache(),
         };
         let (generation, _) = crate::data::load::load(&options).unwrap();
         assert!(generation.sealed_records() > 0);
@@ -973,7 +975,7 @@ mod tests {
         // was refused.
         let shard = &again.shards()[0];
         let floor = shard.sealed.most_units() * PeriodUnits::RECORD_BYTES;
-        let capacity = |share: u64| crate::data::sealed::cache::set_cache_capacity(16 * share);
+        let capacity = |share: u64| options.cache.set_capacity(16 * share);
         capacity(floor + crate::data::sealed::cache::ENTRY_BYTES + 1024);
         let every: Vec<ShardStation> = (catalog.placements.iter().enumerate())
             .filter(|(_, placement)| placement.shard == 0)
@@ -1012,8 +1014,5 @@ mod tests {
         capacity(floor / 2);
         assert!(!shard.reads_merged(&request));
         assert_eq!(positions(shard.scan(&request).unwrap()), merged);
-        crate::data::sealed::cache::set_cache_capacity(
-            crate::data::sealed::cache::DEFAULT_CAPACITY,
-        );
     }
 }

@@ -18,7 +18,8 @@ use itertools::{Either, Itertools as _};
 
 use crate::data::fault::StorageFault;
 use crate::data::key::{Position, RecordKey};
-use crate::data::sealed::{fresh_id, largest_kept, PeriodUnits};
+use crate::data::sealed::cache::BlockCache;
+use crate::data::sealed::{fresh_id, PeriodUnits};
 use crate::data::station::{StationData, UnitEntry};
 use crate::data::tuning::TUNING;
 use crate::domain::record::Kind;
@@ -77,6 +78,10 @@ pub(crate) struct ShardTiers {
     /// Set once a merged period of these tiers weighed more than the cache
     /// keeps: reads then go station by station, whose blocks it keeps.
     unmerged: AtomicBool,
+    /// The cache their blocks are read through (each tier's that holds any),
+    /// which keeps their merged periods; none when no tier holds a block, and
+    /// then there is no period to merge.
+    cache: Option<BlockCache>,
 }
 
 impl ShardTiers {
@@ -108,6 +113,7 @@ impl ShardTiers {
             most_units,
             key: fresh_id(),
             unmerged: AtomicBool::new(false),
+            cache: (stations.iter()).find_map(|station| station.sealed.cache().cloned()),
         })
     }
 
@@ -120,7 +126,8 @@ impl ShardTiers {
     /// keeps: its largest would at least ([`PeriodUnits::RECORD_BYTES`] a
     /// record), or one did.
     pub(crate) fn unmerged(&self) -> bool {
-        self.most_units.saturating_mul(PeriodUnits::RECORD_BYTES) > largest_kept()
+        let largest_kept = (self.cache.as_ref()).map_or(0, BlockCache::largest_kept);
+        self.most_units.saturating_mul(PeriodUnits::RECORD_BYTES) > largest_kept
             || self.unmerged.load(Ordering::Relaxed)
     }
 
@@ -133,6 +140,12 @@ impl ShardTiers {
     #[cfg(test)]
     pub(crate) fn most_units(&self) -> u64 {
         self.most_units
+    }
+
+    /// The cache its tiers' blocks and merged periods are read through: there
+    /// is one whenever a tier holds a period.
+    pub(crate) fn cache(&self) -> &BlockCache {
+        (self.cache.as_ref()).expect("tiers that hold a period hold the cache")
     }
 
     /// What the merged periods of its tiers are known by.

@@ -12,6 +12,7 @@ use super::LoadError;
 use crate::data::fault::StorageFault;
 use crate::data::hot::Hot;
 use crate::data::key::{load_order, RecordKey};
+use crate::data::sealed::cache::BlockCache;
 use crate::data::sealed::{period_of, period_start, Sealed, Unsealed, SEALED};
 use crate::data::station::{MetricEntry, StationData, UnitEntry};
 use crate::data::stored::{self, Piece, PieceTable, Pieces, RecordJson, StoredRecord};
@@ -96,13 +97,17 @@ impl StationBuilder {
     /// holds a few days of each station as built records, not all of its history,
     /// which for months of a floor took several times the memory of what it
     /// builds. Looks again once it holds twice the records it keeps.
-    pub(crate) fn seal_while_reading(&mut self, hot: Duration) -> Result<(), StorageFault> {
+    pub(crate) fn seal_while_reading(
+        &mut self,
+        hot: Duration,
+        cache: &BlockCache,
+    ) -> Result<(), StorageFault> {
         if self.record_count() < self.next_seal {
             return Ok(());
         }
         if let Some(first_hot) = self.first_hot(hot + TUNING.reading_margin) {
             if self.seals_any(first_hot) {
-                *self = std::mem::take(self).sealing(first_hot)?;
+                *self = std::mem::take(self).sealing(first_hot, cache)?;
             }
         }
         self.next_seal = (2 * self.record_count()).max(TUNING.reading_seal_records);
@@ -134,25 +139,31 @@ impl StationBuilder {
 
     /// The station built from this builder's records, named `name` in the error
     /// when it is too large to address; its records in whole periods of blocks (four hours) older than
-    /// `hot` (counted back from its newest record) sealed, all hot without one.
+    /// `hot` (counted back from its newest record) sealed, all hot without one;
+    /// its sealed blocks read through `cache`.
     pub(crate) fn into_station(
         self,
         name: &str,
         hot: Option<Duration>,
+        cache: &BlockCache,
     ) -> Result<StationData, LoadError> {
         if !self.fits() {
             return Err(LoadError::StationTooLarge {
                 station: name.to_string(),
             });
         }
-        Ok(self.finish(hot)?)
+        Ok(self.finish(hot, cache)?)
     }
 
     /// The station built from this builder's records, which [`Self::fits`]; see
     /// [`Self::into_station`].
-    pub(super) fn finish(self, hot: Option<Duration>) -> Result<StationData, StorageFault> {
+    pub(super) fn finish(
+        self,
+        hot: Option<Duration>,
+        cache: &BlockCache,
+    ) -> Result<StationData, StorageFault> {
         let builder = match hot.and_then(|hot| self.first_hot(hot)) {
-            Some(first_hot) if self.seals_any(first_hot) => self.sealing(first_hot)?,
+            Some(first_hot) if self.seals_any(first_hot) => self.sealing(first_hot, cache)?,
             _ => self,
         };
         let hot = Hot::new(
@@ -166,8 +177,12 @@ impl StationBuilder {
 
     /// This builder with its records from before `first_hot` sealed, and the rest
     /// copied into a new arena and table of pieces, so that the sealed ones' bytes
-    /// go with the old.
-    fn sealing(self, first_hot: Timestamp) -> Result<StationBuilder, StorageFault> {
+    /// go with the old; the sealed tier is read through `cache`.
+    fn sealing(
+        self,
+        first_hot: Timestamp,
+        cache: &BlockCache,
+    ) -> Result<StationBuilder, StorageFault> {
         let seals = |key: &RecordKey| key.instant < first_hot;
         let pieces = self.pieces.finish();
         let arena = &self.arena;
@@ -202,7 +217,7 @@ impl StationBuilder {
                 }
             }
         }
-        hot.sealed = Arc::new(self.sealed.with(sealed_units, sealed_metrics)?);
+        hot.sealed = Arc::new(self.sealed.with(cache, sealed_units, sealed_metrics)?);
         Ok(hot)
     }
 

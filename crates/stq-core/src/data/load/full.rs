@@ -39,7 +39,7 @@ pub(super) fn load_with(
     files::spread_ordinals(&mut files);
     let state = LoadState {
         split,
-        seal_while_reading: options.hot,
+        seal_while_reading: (options.hot).map(|hot| (hot, options.cache.clone())),
         ..LoadState::default()
     };
     let mut state = read::read_all_into(state, &files, options.threads, true)?;
@@ -168,7 +168,7 @@ pub(super) fn generation(
         per_shard.into_iter().zip(&ranks_per_shard).collect(),
         |(builders, ranks)| {
             let stations = (builders.into_iter())
-                .map(|builder| builder.finish(options.hot))
+                .map(|builder| builder.finish(options.hot, &options.cache))
                 .collect::<Result<_, _>>()?;
             Ok::<_, StorageFault>(ShardData::new(options.generation, stations, ranks))
         },

@@ -48,6 +48,7 @@ use std::time::Duration;
 use crate::data::catalog::Catalog;
 use crate::data::catalog::Generation;
 use crate::data::fault::StorageFault;
+use crate::data::sealed::cache::BlockCache;
 use crate::data::sealed::Remote;
 use crate::data::shard::ShardData;
 use crate::data::store::StoreWriter;
@@ -199,6 +200,10 @@ pub struct LoadOptions {
     /// this, counted back from its newest record, are sealed; `None` keeps every
     /// record hot.
     pub hot: Option<Duration>,
+    /// The cache of decoded sealed blocks (`--cache-size`) that its sealed
+    /// tiers are read through: the same for every generation of a process, so
+    /// that a reload keeps what it holds.
+    pub cache: BlockCache,
 }
 
 /// One snapshot file and what was found in it.

@@ -24,6 +24,7 @@ use super::format::{Block, Cut, Records};
 use super::{FileReport, InvalidLine, LoadError, LoadReport};
 use crate::data::fault::StorageFault;
 use crate::data::key::{load_order, RecordKey};
+use crate::data::sealed::cache::BlockCache;
 use crate::data::sources::INVALID_LINES_SHOWN;
 use crate::data::sources::{FileStamp, Resume, SourceState, Start};
 use crate::data::station::{MetricEntry, UnitEntry};
@@ -73,8 +74,9 @@ pub(crate) struct LoadState {
     pub(crate) split: Split,
     /// The hot window, when a station's old records are sealed as its files are
     /// read ([`StationBuilder::seal_while_reading`]): in a full load only, whose
-    /// builders hold nothing but what they are handed.
-    pub(crate) seal_while_reading: Option<std::time::Duration>,
+    /// builders hold nothing but what they are handed; with the cache the
+    /// sealed tiers are read through.
+    pub(crate) seal_while_reading: Option<(std::time::Duration, BlockCache)>,
 }
 
 #[derive(Default)]
@@ -680,9 +682,9 @@ impl Staged {
                     }
                 }
             }
-            if let Some(hot) = state.seal_while_reading {
+            if let Some((hot, cache)) = &state.seal_while_reading {
                 // A full load's tiers are sealed in memory, where no read fails.
-                (builder.seal_while_reading(hot)).expect("a full load's sealed tier reads");
+                (builder.seal_while_reading(*hot, cache)).expect("a full load's sealed tier reads");
             }
             at += count;
         }

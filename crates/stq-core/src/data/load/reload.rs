@@ -68,7 +68,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::build::StationBuilder;
 use super::files::{self, SnapshotFile, END_STEP, NEAR_LOWER};
@@ -198,7 +198,7 @@ pub(crate) fn reload_looking(
     );
     let symbols = Arc::new(std::mem::take(&mut state.symbols).into_symbols()?);
 
-    let stations = build_stations(previous, shards, &changes, new_records, options.hot)?;
+    let stations = build_stations(previous, shards, &changes, new_records, options)?;
     let built = started.elapsed();
     // Only a station built again (where records are sealed) frees much; an
     // extension frees its copy of a small recent layer.
@@ -720,7 +720,7 @@ fn build_stations(
     shards: &[Arc<ShardData>],
     changes: &Changes,
     mut new_records: HashMap<Box<str>, StationBuilder>,
-    hot: Option<Duration>,
+    options: &LoadOptions,
 ) -> Result<Stations, LoadError> {
     let shard_count = shards.len();
     let mut shard_changes = vec![ShardChange::Shared; shard_count];
@@ -781,7 +781,7 @@ fn build_stations(
             extend: false,
         });
     }
-    let built = threads::map(builds, |build| build_station(build, changes, hot));
+    let built = threads::map(builds, |build| build_station(build, changes, options));
     let mut built: Vec<Option<Built>> = built.into_iter().collect::<Result<_, LoadError>>()?;
 
     let mut stations = Stations {
@@ -814,7 +814,7 @@ fn build_stations(
 fn build_station(
     build: Build,
     changes: &Changes,
-    hot: Option<Duration>,
+    options: &LoadOptions,
 ) -> Result<Option<Built>, LoadError> {
     let Build {
         name,
@@ -869,7 +869,7 @@ fn build_station(
         return Ok(None);
     }
     Ok(Some(Built {
-        data: Arc::new(builder.into_station(&name, hot)?),
+        data: Arc::new(builder.into_station(&name, options.hot, &options.cache)?),
         name,
         origin: Origin::Built,
         appended: Vec::new(),

@@ -45,7 +45,7 @@ pub(super) fn start(
         })
     };
     let begun = Instant::now();
-    let mut restored = match store::read(directory, remote, &settings) {
+    let mut restored = match store::read(directory, remote, &settings, &options.cache) {
         Ok(restored) => restored,
         Err(StoreError::Empty) => return full(FromStore::Empty),
         Err(error) => {

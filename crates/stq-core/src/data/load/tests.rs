@@ -74,6 +74,7 @@ fn options(directory: &TempDirectory, on_invalid: OnInvalid) -> LoadOptions {
         generation: 1,
         threads: 2,
         hot: Some(Duration::from_secs(3600)),
+        cache: crate::data::sealed::cache::test_cache(),
     }
 }
 
@@ -565,6 +566,7 @@ fn issue_22_a_load_seals_while_reading_and_builds_the_same() {
         generation: 1,
         threads: 2,
         hot: None,
+        cache: crate::data::sealed::cache::test_cache(),
     };
     let (generation, report) = load(&options).unwrap();
     let all_hot = everything(&generation, &report);
@@ -577,7 +579,7 @@ fn issue_22_a_load_seals_while_reading_and_builds_the_same() {
     for split in [some_lines, SMALL] {
         let state = LoadState {
             split,
-            seal_while_reading: Some(hot),
+            seal_while_reading: Some((hot, options.cache.clone())),
             ..LoadState::default()
         };
         let state = read_all_into(state, &files, 2, true).unwrap();
@@ -658,6 +660,7 @@ fn issue_34_hold_starts_without_the_files_with_invalid_lines() {
         generation: 1,
         threads: 2,
         hot: Some(Duration::from_secs(3600)),
+        cache: crate::data::sealed::cache::test_cache(),
     };
     let (generation, report) = load_with(&options, SMALL).unwrap();
     assert_eq!(report.held, std::slice::from_ref(&broken.display));

@@ -41,6 +41,7 @@ fn generation(shards: usize) -> (Arc<Catalog>, Vec<Arc<ShardData>>) {
         generation: 1,
         threads: 1,
         hot: None,
+        cache: crate::data::sealed::cache::test_cache(),
     })
     .unwrap();
     let (catalog, shards) = (generation.catalog, generation.shards);

@@ -1,9 +1,16 @@
-//! The decoded-block cache (`--cache-size`): sealed blocks as a query
-//! reads them, decoded and rendered ([`super::rendered`]: keys, entries, each
-//! record's JSON, a time index and a symbol index), shared
-//! by every thread of the process and bounded in bytes. A dashboard that keeps
-//! asking about yesterday pays the decompression and decoding once, not on each
-//! request.
+//! The decoded-block cache (`--cache-size`, [`BlockCache`]): sealed blocks as a
+//! query reads them, decoded and rendered ([`super::rendered`]: keys, entries,
+//! each record's JSON, a time index and a symbol index), bounded in bytes. A
+//! dashboard that keeps asking about yesterday pays the decompression and
+//! decoding once, not on each request.
+//!
+//! **Whose it is.** A value, not a static: the service makes one (`serve` of
+//! `--cache-size`, `export` of a constant) and gives it to the load
+//! ([`crate::data::load::LoadOptions`]), which gives it to every sealed tier it
+//! builds or reads ([`super::Sealed`]); a reload's tiers get the same one, so a
+//! reload never empties it, and a unit test makes one of its own, small or not.
+//! The counts of store-file reads its figures add are the process's
+//! ([`super::store_reads`]).
 //!
 //! **Why a sharded `lru` and not `moka` or `quick_cache`.** The contract (section 12)
 //! says the least recently used history leaves memory first. Each shard here is an
@@ -29,14 +36,12 @@ use std::any::Any;
 use std::hash::{BuildHasher as _, Hash};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-#[cfg(not(test))]
-use std::sync::LazyLock;
 
 use lru::LruCache;
 use parking_lot::Mutex;
 
 /// What the cache reports (the admin listener's `/metrics`): `pub` for
-/// [`cache_stats`], which returns it, and named by no path
+/// [`BlockCache::stats`], which returns it, and named by no path
 /// outside this crate.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CacheStats {
@@ -54,10 +59,12 @@ pub struct CacheStats {
     pub misses: u64,
 }
 
-/// The default `--cache-size`: 1 GiB.
+/// A unit test's cache, unless the test sets another: the default
+/// `--cache-size`, 1 GiB.
+#[cfg(test)]
 pub(crate) const DEFAULT_CAPACITY: u64 = 1 << 30;
 
-/// Shards of the process's cache: enough that two or a few HTTP workers seldom
+/// Shards of a [`BlockCache`]: enough that two or a few HTTP workers seldom
 /// wait on one lock, few enough that each shard's budget (a sixteenth of 1 GiB)
 /// holds thousands of blocks.
 const SHARDS: usize = 16;
@@ -147,7 +154,9 @@ impl<K: Hash + Eq, V: Clone> DecodedCache<K, V> {
     }
 
     /// Sets the bytes it may hold, dropping the least recently used entries of
-    /// each shard down to its new share.
+    /// each shard down to its new share: a test's cache shrunk under a
+    /// generation that reads through it.
+    #[cfg(test)]
     pub(crate) fn set_capacity(&self, capacity: u64) {
         let share = capacity / self.shards.len() as u64;
         self.share.store(share, Ordering::Relaxed);
@@ -200,80 +209,82 @@ pub(crate) const ENTRY_BYTES: u64 = (size_of::<BlockKey>()
     + 3 * size_of::<usize>()
     + 2 * size_of::<usize>()) as u64;
 
-/// The process's cache of decoded blocks, shared by every thread.
-#[cfg(not(test))]
-static BLOCKS: LazyLock<DecodedCache<BlockKey, CachedBlock>> =
-    LazyLock::new(|| DecodedCache::new(DEFAULT_CAPACITY, SHARDS));
+/// A cache of decoded blocks (`--cache-size`), which the reads of sealed tiers
+/// go through. Cloning one shares it: every generation of the process reads
+/// through the one the service made, so a reload keeps what it holds.
+#[derive(Clone)]
+pub struct BlockCache(Arc<DecodedCache<BlockKey, CachedBlock>>);
 
-#[cfg(test)]
-thread_local! {
-    /// In unit tests, a cache a thread (a test) of its own, so that a test that
-    /// sets a tiny capacity sets it for itself alone.
-    static BLOCKS: DecodedCache<BlockKey, CachedBlock> =
-        DecodedCache::new(DEFAULT_CAPACITY, SHARDS);
-}
-
-/// Calls `read` with the process's cache of decoded blocks.
-#[cfg(not(test))]
-pub(crate) fn with_blocks<T>(read: impl FnOnce(&DecodedCache<BlockKey, CachedBlock>) -> T) -> T {
-    read(&BLOCKS)
-}
-
-/// Calls `read` with the thread's cache of decoded blocks.
-#[cfg(test)]
-pub(crate) fn with_blocks<T>(read: impl FnOnce(&DecodedCache<BlockKey, CachedBlock>) -> T) -> T {
-    BLOCKS.with(read)
-}
-
-/// The value the process's cache holds under `key`, else the one `make` gives
-/// (with the heap bytes it weighs), kept there.
-pub(super) fn cached<T: Send + Sync + 'static, E>(
-    key: BlockKey,
-    make: impl FnOnce() -> Result<(T, u64), E>,
-) -> Result<Arc<T>, E> {
-    Ok(cached_if_kept(key, make)?.0)
-}
-
-/// As [`cached`], and whether the value is in the cache: one heavier than a
-/// shard of the cache holds is made, returned and not kept. A value `make` fails
-/// to make is its error, and nothing is kept.
-pub(super) fn cached_if_kept<T: Send + Sync + 'static, E>(
-    key: BlockKey,
-    make: impl FnOnce() -> Result<(T, u64), E>,
-) -> Result<(Arc<T>, bool), E> {
-    let cached =
-        with_blocks(|blocks| blocks.get(&key)).and_then(|cached| cached.downcast::<T>().ok());
-    if let Some(value) = cached {
-        return Ok((value, true));
+impl std::fmt::Debug for BlockCache {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Not its figures: those take every shard's lock.
+        formatter.debug_struct("BlockCache").finish_non_exhaustive()
     }
-    let (value, weight) = make()?;
-    let value = Arc::new(value);
-    let kept = Arc::clone(&value) as CachedBlock;
-    let kept = with_blocks(|blocks| blocks.insert(key, kept, weight + ENTRY_BYTES));
-    Ok((value, kept))
 }
 
-/// Sets the bytes the process's cache of decoded blocks may hold (`--cache-size`):
-/// the cache sealed blocks are read through, shared by every generation.
-pub fn set_cache_capacity(bytes: u64) {
-    with_blocks(|cache| cache.set_capacity(bytes));
-}
-
-/// The most one value may weigh (its entry's own bytes included) to be kept in
-/// the process's cache of decoded blocks.
-pub(crate) fn largest_kept() -> u64 {
-    with_blocks(|cache| cache.share()).saturating_sub(ENTRY_BYTES)
-}
-
-/// What the process's cache of decoded blocks holds and has done (`/metrics`).
-/// The caller reads its fields and never names its type, which no path exports.
-pub fn cache_stats() -> CacheStats {
-    let (store_reads, store_read_bytes) = super::store_reads();
-    CacheStats {
-        store_reads,
-        store_read_bytes,
-        ..with_blocks(DecodedCache::stats)
+impl BlockCache {
+    /// A cache that holds at most `capacity` bytes (`--cache-size`).
+    pub fn new(capacity: u64) -> BlockCache {
+        BlockCache(Arc::new(DecodedCache::new(capacity, SHARDS)))
     }
+
+    /// What it holds and has done, with the reads of store files (`/metrics`).
+    /// The caller reads its fields and never names its type, which no path
+    /// exports.
+    pub fn stats(&self) -> CacheStats {
+        let (store_reads, store_read_bytes) = super::store_reads();
+        CacheStats {
+            store_reads,
+            store_read_bytes,
+            ..self.0.stats()
+        }
+    }
+
+    /// The value it holds under `key`, else the one `make` gives (with the heap
+    /// bytes it weighs), kept here.
+    pub(crate) fn cached<T: Send + Sync + 'static, E>(
+        &self,
+        key: BlockKey,
+        make: impl FnOnce() -> Result<(T, u64), E>,
+    ) -> Result<Arc<T>, E> {
+        Ok(self.cached_if_kept(key, make)?.0)
+    }
+
+    /// As [`BlockCache::cached`], and whether the value is kept: one heavier
+    /// than a shard of the cache holds is made, returned and not kept. A value
+    /// `make` fails to make is its error, and nothing is kept.
+    pub(crate) fn cached_if_kept<T: Send + Sync + 'static, E>(
+        &self,
+        key: BlockKey,
+        make: impl FnOnce() -> Result<(T, u64), E>,
+    ) -> Result<(Arc<T>, bool), E> {
+        let cached = (self.0.get(&key)).and_then(|cached| cached.downcast::<T>().ok());
+        if let Some(value) = cached {
+            return Ok((value, true));
+        }
+        let (value, weight) = make()?;
+        let value = Arc::new(value);
+        let kept = Arc::clone(&value) as CachedBlock;
+        let kept = self.0.insert(key, kept, weight + ENTRY_BYTES);
+        Ok((value, kept))
+    }
+
+    /// The most one value may weigh (its entry's own bytes included) to be kept.
+    pub(crate) fn largest_kept(&self) -> u64 {
+        self.0.share().saturating_sub(ENTRY_BYTES)
+    }
+
+    /// Sets the bytes it may hold ([`DecodedCache::set_capacity`]).
+    #[cfg(test)]
+    pub(crate) fn set_capacity(&self, capacity: u64) {
+        self.0.set_capacity(capacity);
+    }
+}
+
+/// A unit test's cache, its own, of [`DEFAULT_CAPACITY`].
+#[cfg(test)]
+pub(crate) fn test_cache() -> BlockCache {
+    BlockCache::new(DEFAULT_CAPACITY)
 }
 
 #[cfg(test)]

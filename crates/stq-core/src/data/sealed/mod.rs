@@ -15,9 +15,10 @@
 //! units decompresses no metric. A record comes back exactly as written: its JSON
 //! is its five parts again, copied in order. The process keeps the blocks
 //! queries decoded lately in a cache bounded in bytes (`--cache-size`, [`cache`]),
-//! shared by its threads, rendered for reading ([`rendered`]: each record's JSON
-//! whole, a time index, and an index of each serial's or name's records), so a
-//! read goes to a window's records, or a filter's, not through its four hours.
+//! shared by its threads and generations, rendered for reading ([`rendered`]:
+//! each record's JSON whole, a time index, and an index of each serial's or
+//! name's records), so a read goes to a window's records, or a filter's, not
+//! through its four hours.
 //!
 //! A block also keeps what lets a read skip it without decompressing it: how many
 //! records of each kind it holds, which files they came from, and a 256-bit
@@ -71,7 +72,7 @@ mod tests;
 mod times;
 
 pub(crate) use body::{any_remote, fresh_id, prefetch, store_reads, Slice, StoreFile};
-pub(crate) use cache::largest_kept;
+use cache::BlockCache;
 pub(crate) use period::PeriodUnits;
 pub(crate) use read::{JsonMemo, MetricBlock, UnitBlock};
 pub(crate) use store::{index_region, Layout, Region};
@@ -298,6 +299,11 @@ pub(crate) struct Sealed {
     /// ([`Sealed::stored_in`]): what the tier sealed into next starts from, so
     /// that only blocks sealed since are headers in the heap.
     written: std::sync::OnceLock<Arc<Rows>>,
+    /// The cache its blocks are read through: given to every tier that holds a
+    /// block ([`Sealed::with`], [`Sealed::read_index`]), and none in an empty
+    /// tier (`Sealed::default`), which has no block to read and whose parts are
+    /// in memory.
+    cache: Option<BlockCache>,
 }
 
 /// A block's records of one kind, decompressed: their keys, entries (whose
@@ -339,6 +345,17 @@ impl Sealed {
     /// The serials of outputs in more than one of its blocks, in order.
     pub(crate) fn shared_serials(&self) -> &[Symbol] {
         &self.shared_serials
+    }
+
+    /// The cache its blocks are read through, if it holds any block.
+    pub(crate) fn cache(&self) -> Option<&BlockCache> {
+        self.cache.as_ref()
+    }
+
+    /// The cache its blocks are read through: only a tier that holds a block,
+    /// or a part in a store file, asks for it, and every such tier was given one.
+    fn reading_cache(&self) -> &BlockCache {
+        (self.cache.as_ref()).expect("a tier that holds blocks holds the cache")
     }
 
     /// A number that names its blocks together: a tier with other blocks (sealed
@@ -395,9 +412,10 @@ impl Sealed {
     /// This tier with `units` and `metrics` sealed too, in any order. A record in an
     /// period that is sealed already (one that came late) goes into that period's
     /// block, which is sealed again. A block to seal again that cannot be read is
-    /// its store file's fault.
+    /// its store file's fault. Its blocks are read through `cache`.
     pub(crate) fn with(
         &self,
+        cache: &BlockCache,
         units: Vec<Unsealed<'_, UnitEntry>>,
         metrics: Vec<Unsealed<'_, MetricEntry>>,
     ) -> Result<Sealed, StorageFault> {
@@ -446,6 +464,7 @@ impl Sealed {
             shared: IndexPart::resident(Arc::clone(&shared)),
             unit_count: self.unit_count + added_units,
             metric_count: self.metric_count + added_metrics,
+            cache: Some(cache.clone()),
             ..Sealed::default()
         };
         for (period, mut group) in groups {
@@ -484,6 +503,7 @@ impl Sealed {
         let mut kept = Sealed {
             blocks: self.blocks_to_change(),
             shared: Arc::clone(&self.shared),
+            cache: self.cache.clone(),
             ..Sealed::default()
         };
         let mut units = Vec::new();
@@ -500,7 +520,7 @@ impl Sealed {
         // A tier of its own, whether or not any record of the blocks read stays.
         kept.count()?;
         kept.settle()?;
-        Ok(Some(kept.with(units, metrics)?))
+        Ok(Some(kept.with(self.reading_cache(), units, metrics)?))
     }
 
     /// Calls `unit` and `metric` with each sealed record of the blocks that hold

@@ -29,7 +29,7 @@
 use std::ops::{Bound, Range};
 use std::sync::Arc;
 
-use super::cache::cached_if_kept;
+use super::cache::BlockCache;
 use super::rendered::{written, TimeIndex, WholeJson};
 use super::{period_start, Decoded, Sealed};
 use crate::data::fault::StorageFault;
@@ -63,16 +63,17 @@ impl PeriodUnits {
         (size_of::<Position>() + size_of::<UnitEntry>() + 2 * size_of::<u32>()) as u64;
 
     /// The units of `period` of the tiers `tiers` gives (each station's rank and
-    /// sealed tier, by its index in the shard), merged: from the process's cache,
+    /// sealed tier, by its index in the shard), merged: from `cache`,
     /// where `key` (what names those tiers together) and the period name them,
     /// else merged now and kept there; and whether the cache holds it (one
     /// heavier than a shard of the cache holds is not kept).
     pub(crate) fn of<'a>(
+        cache: &BlockCache,
         key: u64,
         period: i64,
         tiers: impl FnOnce() -> Vec<(u32, &'a Sealed)>,
     ) -> Result<(Arc<PeriodUnits>, bool), StorageFault> {
-        cached_if_kept((key, PERIOD_UNITS, period), || {
+        cache.cached_if_kept((key, PERIOD_UNITS, period), || {
             let merged = PeriodUnits::merge(period, &tiers())?;
             let weight = merged.heap_bytes();
             Ok((merged, weight))

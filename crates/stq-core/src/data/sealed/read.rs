@@ -1,5 +1,5 @@
 //! What queries read of a sealed tier: the blocks a key range needs, each
-//! decoded through the process's cache ([`super::cache`]) or a scan's
+//! decoded through the block cache ([`super::cache`]) or a scan's
 //! [`JsonMemo`], and the blocks a summary reads by their digests.
 
 use std::borrow::Cow;
@@ -12,7 +12,7 @@ use foldhash::HashMap;
 use itertools::Itertools as _;
 
 use super::body::{IndexPart, IndexPartAt, StoreFile};
-use super::cache::{cached, BlockKey};
+use super::cache::{BlockCache, BlockKey};
 use super::columns::Sealable;
 use super::period::PeriodUnits;
 use super::rendered::{Rendered, WholeJson};
@@ -33,10 +33,11 @@ use crate::domain::time::Timestamp;
 const SHARED_PIECES: u32 = 6;
 const SERIALS: u32 = 7;
 
-/// What `part` holds: from memory, or through the process's cache (known by its
+/// What `part` holds: from memory, or through the block cache (known by its
 /// body and `kind`, weighing `weight` of it) from its region of a store file, which
 /// `read` reads.
 fn through_cache<T: Send + Sync + 'static>(
+    cache: Option<&BlockCache>,
     part: &IndexPart<T>,
     kind: u32,
     read: fn(&[u8]) -> Result<T, Corrupt>,
@@ -46,7 +47,8 @@ fn through_cache<T: Send + Sync + 'static>(
         IndexPartAt::Resident(value) => return Ok(value),
         IndexPartAt::Stored(body, length, check) => (body, length, check),
     };
-    cached((body.id(), kind, 0), || {
+    let cache = cache.expect("a tier with a part in a store file holds the cache");
+    cache.cached((body.id(), kind, 0), || {
         let value = read(&body.read(0..length, check)?).unwrap_or_else(|corrupt| {
             panic!("a sealed tier's region passed its checksum but does not read: {corrupt}")
         });
@@ -172,7 +174,7 @@ impl Sealed {
     /// among `memo`'s blocks ([`JsonMemo::json`]): what a scan that writes their
     /// JSON reads. A block is taken into the memo when a read first reaches it, so
     /// that its records are not each looked up there again ([`Sealed::locate_json`])
-    /// and a read of another name finds it there, not in the process's cache.
+    /// and a read of another name finds it there, not in the block cache.
     pub(crate) fn metrics_of_name_in_memo<'a>(
         &'a self,
         name: Symbol,
@@ -369,14 +371,14 @@ impl Sealed {
     }
 
     /// `block`'s records of kind `E` (of `period`), rendered for reading: from
-    /// the process's cache ([`cache`]), else decompressed and rendered now and
+    /// the block cache ([`cache`]), else decompressed and rendered now and
     /// kept there.
     fn decoded<E: Sealable>(
         &self,
         period: i64,
         block: &Block,
     ) -> Result<Arc<Rendered<E>>, StorageFault> {
-        cached(self.cache_key::<E>(block.body.id()), || {
+        (self.reading_cache()).cached(self.cache_key::<E>(block.body.id()), || {
             let decoded = self.decode::<E>(period, block, true)?;
             let rendered = Rendered::new(self, decoded, period_start(period));
             let weight = rendered.heap_bytes();
@@ -384,33 +386,42 @@ impl Sealed {
         })
     }
 
-    /// Its shared pieces: from memory, or through the process's cache from its
+    /// Its shared pieces: from memory, or through the block cache from its
     /// store file.
     pub(super) fn shared(&self) -> Result<Arc<SharedPieces>, StorageFault> {
-        through_cache(&self.shared, SHARED_PIECES, SharedPieces::read, |pieces| {
-            pieces.heap_bytes()
-        })
+        through_cache(
+            self.cache(),
+            &self.shared,
+            SHARED_PIECES,
+            SharedPieces::read,
+            |pieces| pieces.heap_bytes(),
+        )
     }
 
-    /// The serials of its outputs, in order: from memory, or through the process's
+    /// The serials of its outputs, in order: from memory, or through the block
     /// cache from its store file.
     pub(crate) fn serials(&self) -> Result<Arc<SerialList>, StorageFault> {
-        through_cache(&self.serials, SERIALS, read_serials, |serials| {
-            (serials.len() * size_of::<Symbol>()) as u64
-        })
+        through_cache(
+            self.cache(),
+            &self.serials,
+            SERIALS,
+            read_serials,
+            |serials| (serials.len() * size_of::<Symbol>()) as u64,
+        )
     }
 
-    /// A digest of `block`: from memory, or through the process's cache from its
+    /// A digest of `block`: from memory, or through the block cache from its
     /// store file.
     fn digest(&self, block: &Block, part: Part) -> Result<Slice, StorageFault> {
         if block.body.is_resident() {
             return block.read(part);
         }
-        let digest = cached((block.body.id(), 2 + part as u32, 0), || {
-            let digest = block.read(part)?;
-            let weight = digest.heap_bytes();
-            Ok((digest, weight))
-        })?;
+        let digest =
+            (self.reading_cache()).cached((block.body.id(), 2 + part as u32, 0), || {
+                let digest = block.read(part)?;
+                let weight = digest.heap_bytes();
+                Ok((digest, weight))
+            })?;
         Ok(Slice::clone(&digest))
     }
 
@@ -421,7 +432,7 @@ impl Sealed {
     }
 
     /// Where the JSON of the sealed record `record` locates is among `memo`'s
-    /// blocks, which takes its block (from the process's cache, or decoded now)
+    /// blocks, which takes its block (from the block cache, or decoded now)
     /// unless an earlier record of the same scan took it.
     pub(crate) fn locate_json(
         &self,

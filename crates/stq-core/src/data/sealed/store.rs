@@ -24,6 +24,7 @@ use itertools::Itertools as _;
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::body::{BlockBody, IndexPart};
+use super::cache::BlockCache;
 use super::headers::{write_row, Blocks, Rows, ROW};
 use super::{Block, Filter, Part, Sealed, SerialList, SharedPieces, StoreFile};
 use crate::data::codec;
@@ -269,28 +270,31 @@ impl Sealed {
     }
 
     /// The tier of a store file (its whole `bytes`, checked, after the magic's
-    /// `skip` bytes), its blocks read from `file` when needed.
+    /// `skip` bytes), its blocks read from `file` when needed, through `cache`.
     pub(crate) fn read_file(
         bytes: &[u8],
         skip: usize,
         file: &Arc<StoreFile>,
+        cache: &BlockCache,
     ) -> Result<Sealed, codec::Corrupt> {
         let index = index_at(bytes, skip)?;
         // Not mapped (no mapping left, say): its rows are copied into the heap.
         let map = (file.map().ok()).filter(|map| map.len() == bytes.len());
-        Sealed::read_index(&bytes[index..], index as u64, skip, file, map)
+        Sealed::read_index(&bytes[index..], index as u64, skip, file, map, cache)
     }
 
     /// The tier of a store file from its index alone (`bytes`, from `index` to the
     /// file's end, checked), its blocks read from `file` when needed: an `s3://`
     /// store's start fetches only this much of each sealed file. Its
-    /// rows are read where they lie in `map`, the whole file mapped, if given.
+    /// rows are read where they lie in `map`, the whole file mapped, if given;
+    /// its blocks through `cache`.
     pub(crate) fn read_index(
         bytes: &[u8],
         index: u64,
         skip: usize,
         file: &Arc<StoreFile>,
         map: Option<Mapped>,
+        cache: &BlockCache,
     ) -> Result<Sealed, codec::Corrupt> {
         let corrupt = codec::Corrupt;
         let split = (bytes.len().checked_sub(8)).ok_or(corrupt("a sealed file's end"))?;
@@ -357,6 +361,7 @@ impl Sealed {
             ends,
             serials,
             shared_serials,
+            cache: Some(cache.clone()),
             ..Sealed::default()
         };
         sealed.base = sealed.blocks.first_period().unwrap_or(0);

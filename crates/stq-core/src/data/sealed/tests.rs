@@ -8,6 +8,7 @@ use proptest::test_runner::TestCaseError;
 use super::*;
 use crate::data::catalog::Generation;
 use crate::data::load::{load, LoadOptions, OnInvalid};
+use crate::data::sealed::cache::{test_cache, BlockCache};
 use crate::data::station::StationData;
 
 /// 2026-11-24T00:00:00Z.
@@ -46,14 +47,19 @@ fn lines(second: i64, serial: u8, style: u8) -> (String, String) {
 }
 
 fn loaded(records: &[(i64, u8, u8)], hot: Option<Duration>) -> Generation {
-    loaded_files(&[("a", records)], hot)
+    loaded_files(&[("a", records)], hot, &test_cache())
 }
 
 /// Records as [`lines`] writes them: (second, serial, style).
 type Records<'a> = &'a [(i64, u8, u8)];
 
-/// A load of one units file and one metrics file of `records` for each name.
-fn loaded_files(files: &[(&str, Records<'_>)], hot: Option<Duration>) -> Generation {
+/// A load of one units file and one metrics file of `records` for each name,
+/// its sealed tiers read through `cache`.
+fn loaded_files(
+    files: &[(&str, Records<'_>)],
+    hot: Option<Duration>,
+    cache: &BlockCache,
+) -> Generation {
     let directory = tempfile::tempdir().unwrap();
     for (name, records) in files {
         let (units, metrics): (Vec<String>, Vec<String>) = records
@@ -71,6 +77,7 @@ fn loaded_files(files: &[(&str, Records<'_>)], hot: Option<Duration>) -> Generat
         generation: 1,
         threads: 1,
         hot,
+        cache: cache.clone(),
     })
     .unwrap()
     .0
@@ -165,8 +172,17 @@ type Windows<'a> = &'a [(i64, i64, u8)];
 /// Loads `records` all hot and sealed, and asserts that they read the same in
 /// `windows` and whole.
 fn reads_the_same(records: Records<'_>, windows: Windows<'_>) -> Result<(), TestCaseError> {
-    let hot = loaded(records, None);
-    let sealed = loaded(records, Some(Duration::from_secs(1)));
+    reads_the_same_through(records, windows, &test_cache())
+}
+
+/// [`reads_the_same`], both loads read through `cache`.
+fn reads_the_same_through(
+    records: Records<'_>,
+    windows: Windows<'_>,
+    cache: &BlockCache,
+) -> Result<(), TestCaseError> {
+    let hot = loaded_files(&[("a", records)], None, cache);
+    let sealed = loaded_files(&[("a", records)], Some(Duration::from_secs(1)), cache);
     let (hot, sealed) = (station(&hot), station(&sealed));
     let newest = records.iter().map(|record| record.0).max().unwrap();
     prop_assert_eq!(
@@ -221,10 +237,9 @@ proptest! {
         ranges in proptest::collection::vec((0i64..5 * 3600, 0i64..5 * 3600, 0u8..3), 1..6),
         capacity in 0u64..16 << 10,
     ) {
-        cache::set_cache_capacity(capacity);
-        let result = reads_the_same(&records, &ranges);
-        let stats = cache::cache_stats();
-        cache::set_cache_capacity(cache::DEFAULT_CAPACITY);
+        let cache = BlockCache::new(capacity);
+        let result = reads_the_same_through(&records, &ranges, &cache);
+        let stats = cache.stats();
         result?;
         prop_assert!(stats.bytes <= stats.capacity, "{:?}", stats);
     }
@@ -284,12 +299,14 @@ proptest! {
 /// block's bytes, whose address is its key.
 #[test]
 fn issue_32_the_cache_never_answers_with_a_dropped_generations_block() {
+    // One cache for every round, as a process's is for its generations.
+    let cache = test_cache();
     for round in 0..20u8 {
         let records: Vec<(i64, u8, u8)> = (0..40)
             .map(|index| (index * 300, (index as u8 + round) % 6, round % 12))
             .collect();
         let windows = [(0, 12_000, 0)];
-        reads_the_same(&records, &windows).unwrap();
+        reads_the_same_through(&records, &windows, &cache).unwrap();
     }
 }
 
@@ -303,8 +320,8 @@ fn issue_22_dropping_whole_blocks_keeps_the_first_and_last_record() {
         .chain([(5 * 3600, 2, 0)])
         .collect();
     let hot = Some(Duration::from_secs(1));
-    let both = loaded_files(&[("a", &early), ("b", &late)], hot);
-    let only_late = loaded_files(&[("b", &late)], hot);
+    let both = loaded_files(&[("a", &early), ("b", &late)], hot, &test_cache());
+    let only_late = loaded_files(&[("b", &late)], hot, &test_cache());
     // `a.metrics` and `a.units` are the first two files in path order.
     let last_of_a = both.catalog.sources[1].ordinal;
     let sealed = &station(&both).sealed;

@@ -69,7 +69,7 @@ use crate::data::catalog::Catalog;
 use crate::data::catalog::Placement;
 use crate::data::codec;
 use crate::data::hot::{Hot, Layer, Trees};
-use crate::data::sealed::Remote;
+use crate::data::sealed::{cache::BlockCache, Remote};
 use crate::data::sealed::{index_region, Layout, Region, Sealed, StoreFile};
 use crate::data::shard::ShardData;
 use crate::data::sources::SourceState;
@@ -91,11 +91,10 @@ const MAGIC: &[u8; 8] = b"STQSTOR4";
 /// replaces its symbol runs (its other files are as this format writes them).
 const MAGIC_BEFORE: &[u8; 8] = b"STQSTOR3";
 
-/// The manifest's own version, one past its files': a manifest of it also says
-/// where each sealed file's index is, and the index's checksum, so that an `s3://`
-/// store's start fetches the indexes alone. A manifest of the version
-/// before ([`MAGIC`]) names the same files and is still read: its sealed files are
-/// read whole, as before.
+/// The manifest's own version, one past its files': a manifest of it also says where each
+/// sealed file's index is, and the index's checksum, so that an `s3://` store's start fetches
+/// the indexes alone. A manifest of the version before ([`MAGIC`]) names the same files and
+/// is still read: its sealed files are read whole, as before.
 const MANIFEST_MAGIC: &[u8; 8] = b"STQSTOR5";
 
 /// Which version wrote a manifest.
@@ -113,8 +112,7 @@ enum Format {
 /// station: the fastest (other levels not compared yet).
 const LAYER_LEVEL: i32 = 1;
 
-/// The symbol runs a manifest names at most: a new one past them is merged with
-/// the last.
+/// The symbol runs a manifest names at most: a new one past them is merged with the last.
 const SYMBOL_RUNS: usize = 8;
 
 /// A new symbol run takes in the last run unless that run holds more than this
@@ -239,24 +237,24 @@ struct WrittenStation {
     sealed: Option<(Weak<Sealed>, (FileRef, Region))>,
 }
 
-/// The generation the manifest of the store in `directory` describes, every file
-/// checked against its hash, if it was written for `settings`: what a start
-/// rebuilds from (`crate::data::load::start`).
+/// The generation the manifest of the store in `directory` describes, every file checked
+/// against its hash, if it was written for `settings`: what a start rebuilds from
+/// (`crate::data::load::start`); its sealed tiers are read through `cache`.
 pub(crate) fn read(
     directory: &Path,
     remote: Option<Arc<dyn Remote>>,
     settings: &StoreSettings,
+    cache: &BlockCache,
 ) -> Result<Restored, StoreError> {
     Store {
         directory: directory.to_path_buf(),
         remote,
     }
-    .read(settings)
+    .read(settings, cache)
 }
 
-/// A writer of the store in `directory` (which its first write makes if missing)
-/// for `settings`, which holds `written`: what a start restored from it, or
-/// nothing.
+/// A writer of the store in `directory` (which its first write makes if missing) for
+/// `settings`, which holds `written`: what a start restored from it, or nothing.
 pub(crate) fn writer(directory: &Path, settings: StoreSettings, written: Written) -> StoreWriter {
     StoreWriter::new(Store::new(directory), settings, written)
 }
@@ -271,8 +269,12 @@ impl Store {
     }
 
     /// The generation the manifest describes, every file checked against its hash,
-    /// if it was written for `settings`.
-    pub(crate) fn read(&self, settings: &StoreSettings) -> Result<Restored, StoreError> {
+    /// if it was written for `settings`; its sealed tiers read through `cache`.
+    pub(crate) fn read(
+        &self,
+        settings: &StoreSettings,
+        cache: &BlockCache,
+    ) -> Result<Restored, StoreError> {
         let manifest_path = self.directory.join(MANIFEST);
         let manifest = match fs::read(&manifest_path) {
             Ok(bytes) => bytes,
@@ -325,7 +327,7 @@ impl Store {
             }
         };
         let read = threads::map(manifest.stations, |station| {
-            let restored = self.station(&station);
+            let restored = self.station(&station, cache);
             (station.name, station.placement, restored)
         });
         let mut stations = Vec::with_capacity(read.len());
@@ -364,11 +366,11 @@ impl Store {
         })
     }
 
-    /// A station's tiers from its files, each checked, and what the writer keeps of
-    /// them.
+    /// A station's tiers from its files, each checked, and what the writer keeps of them.
     fn station(
         &self,
         station: &ManifestStation,
+        cache: &BlockCache,
     ) -> Result<(Arc<StationData>, WrittenStation), StoreError> {
         let settled = self.layer(&station.settled)?;
         let recent = match &station.recent {
@@ -385,7 +387,7 @@ impl Store {
         let (sealed, sealed_file) = match &station.sealed {
             None => (Sealed::default(), None),
             Some((file, index)) => {
-                let (sealed, index) = self.sealed(file, *index)?;
+                let (sealed, index) = self.sealed(file, *index, cache)?;
                 (sealed, Some((file.clone(), index)))
             }
         };
@@ -434,17 +436,17 @@ impl Store {
         Ok(bytes)
     }
 
-    /// The sealed tier in `file`, whose index the manifest says is at `index`
-    /// (not in a manifest of the format before), and that region. In the
-    /// directory, the file is checked whole: its blocks stay in it, read through the
-    /// handle it was checked through when a query needs them. Not there, with a
-    /// remote: its index alone, which the pull fetched beside it
-    /// ([`index_file_name`]), checked against the manifest; its blocks are read
-    /// from the remote, each checked against its header, until the file arrives.
+    /// The sealed tier in `file` (its blocks read through `cache`), whose index the manifest
+    /// says is at `index` (not in a manifest of the format before), and that region. In the
+    /// directory, the file is checked whole: its blocks stay in it, read through the handle it
+    /// was checked through when a query needs them. Not there, with a remote: its index alone,
+    /// which the pull fetched beside it ([`index_file_name`]), checked against the manifest;
+    /// its blocks are read from the remote, each checked against its header, until it arrives.
     fn sealed(
         &self,
         file: &FileRef,
         index: Option<Region>,
+        cache: &BlockCache,
     ) -> Result<(Sealed, Region), StoreError> {
         let path = self.directory.join(&file.name);
         let io = |path: &Path, source: io::Error| StoreError::Io {
@@ -464,7 +466,7 @@ impl Store {
                     });
                 }
                 let opened = StoreFile::remote(&path, Arc::clone(remote));
-                let sealed = Sealed::read_index(&bytes, index.0, MAGIC.len(), &opened, None)
+                let sealed = Sealed::read_index(&bytes, index.0, MAGIC.len(), &opened, None, cache)
                     .map_err(|corrupt| self.damaged(file, corrupt))?;
                 return Ok((sealed, index));
             }
@@ -476,7 +478,7 @@ impl Store {
         if index.is_some_and(|index| index != region) {
             return Err(damaged(codec::Corrupt("a sealed file's index region")));
         }
-        let sealed = Sealed::read_file(&bytes, MAGIC.len(), &opened).map_err(damaged)?;
+        let sealed = Sealed::read_file(&bytes, MAGIC.len(), &opened, cache).map_err(damaged)?;
         Ok((sealed, region))
     }
 

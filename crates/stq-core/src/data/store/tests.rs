@@ -10,6 +10,7 @@ use super::*;
 use crate::data::catalog::Generation;
 use crate::data::load::{load, load_from_store, reload, LoadError, LoadOptions, Look, OnInvalid};
 use crate::data::scan::ShardStation;
+use crate::data::sealed::cache::{test_cache, BlockCache};
 use crate::data::tier::Tier as _;
 use crate::data::StorageFault;
 
@@ -65,6 +66,7 @@ fn options(directory: &Path, generation: u64) -> LoadOptions {
         generation,
         threads: 2,
         hot: Some(Duration::from_secs(3600)),
+        cache: test_cache(),
     }
 }
 
@@ -148,7 +150,7 @@ fn fixture(stations: u32, minutes: u32) -> Fixture {
 
 impl Fixture {
     fn read(&self) -> Result<Restored, StoreError> {
-        Store::new(self.store.path()).read(&settings(self.snapshots.path()))
+        (Store::new(self.store.path())).read(&settings(self.snapshots.path()), &test_cache())
     }
 
     /// What the store's manifest says.
@@ -338,10 +340,13 @@ fn issue_32_a_damaged_file_is_never_read_and_a_stations_is_read_again_from_the_s
         assert!(fixture.read().unwrap().repaired.is_empty());
     }
     // Another snapshot directory, another number of shards: not this store.
-    let other = Store::new(fixture.store.path()).read(&StoreSettings {
-        shards: 3,
-        ..settings(fixture.snapshots.path())
-    });
+    let other = Store::new(fixture.store.path()).read(
+        &StoreSettings {
+            shards: 3,
+            ..settings(fixture.snapshots.path())
+        },
+        &test_cache(),
+    );
     assert!(matches!(other, Err(StoreError::Settings(_))));
 }
 
@@ -370,7 +375,7 @@ fn issue_32_measure() {
     let mut writer = StoreWriter::new(store.clone(), settings.clone(), Written::default());
     let report = writer.write(&catalog, &shards, false).unwrap();
     let started = Instant::now();
-    let restored = store.read(&settings).unwrap();
+    let restored = store.read(&settings, &options.cache).unwrap();
     let read = started.elapsed();
     let (_, _, used) = load_from_store(&options, restored).unwrap();
     let warm = started.elapsed();
@@ -568,17 +573,18 @@ fn issue_32_sealed_blocks_leave_memory_once_stored_and_are_read_from_their_files
     // The outputs' serials leave too; those in more than one block stay.
     assert!(serial_index(&shards) < serials_loaded);
     // Nothing decoded kept: every block is read again, from its file.
-    crate::data::sealed::cache::set_cache_capacity(0);
-    let reads = crate::data::sealed::cache::cache_stats().store_reads;
+    let cache = shards[0].sealed.cache().clone();
+    cache.set_capacity(0);
+    let reads = cache.stats().store_reads;
     assert_eq!(everything(&catalog, &shards), loaded);
-    assert!(crate::data::sealed::cache::cache_stats().store_reads > reads);
+    assert!(cache.stats().store_reads > reads);
     // A second write keeps the files: nothing changed.
     assert_eq!(
         writer.write(&catalog, &shards, false).unwrap().tiers_stored,
         0
     );
     let restored = Store::new(store.path())
-        .read(&settings(snapshots.path()))
+        .read(&settings(snapshots.path()), &test_cache())
         .unwrap();
     let (generation, _, used) = load_from_store(&options(snapshots.path(), 1), restored).unwrap();
     assert!(used);
@@ -1016,7 +1022,7 @@ fn issue_33_a_named_file_has_the_digest_of_its_bytes() {
 #[test]
 fn issue_35_a_start_from_sealed_indexes_alone_reads_blocks_from_the_remote() {
     // No decoded block kept: every read of a block goes to its file.
-    crate::data::sealed::cache::set_cache_capacity(0);
+    let cache = BlockCache::new(0);
     let fixture = fixture(3, 300);
     let bucket = tempfile::tempdir().unwrap();
     let names = leave_indexes_alone(fixture.store.path(), bucket.path());
@@ -1030,6 +1036,7 @@ fn issue_35_a_start_from_sealed_indexes_alone_reads_blocks_from_the_remote() {
             fixture.store.path(),
             remote,
             &settings(fixture.snapshots.path()),
+            &cache,
         )
     };
     // Without a remote, the stations are read from the snapshot files.
@@ -1082,6 +1089,7 @@ fn issue_35_a_damaged_index_alone_is_not_used() {
         fixture.store.path(),
         Some(remote),
         &settings(fixture.snapshots.path()),
+        &test_cache(),
     )
     .unwrap();
     assert_eq!(restored.repaired.len(), 1);
@@ -1131,7 +1139,7 @@ fn issue_35_a_repair_reads_stations_again_from_the_snapshot_files() {
 /// second query asks nothing ahead again.
 #[test]
 fn issue_35_a_query_fetches_its_remote_blocks_ahead_at_once() {
-    crate::data::sealed::cache::set_cache_capacity(0);
+    let cache = BlockCache::new(0);
     let fixture = fixture(3, 300);
     let bucket = tempfile::tempdir().unwrap();
     leave_indexes_alone(fixture.store.path(), bucket.path());
@@ -1143,6 +1151,7 @@ fn issue_35_a_query_fetches_its_remote_blocks_ahead_at_once() {
         fixture.store.path(),
         Some(Arc::clone(&remote) as Arc<dyn Remote>),
         &settings(fixture.snapshots.path()),
+        &cache,
     )
     .unwrap();
     let (generation, _, _) =

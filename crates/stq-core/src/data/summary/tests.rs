@@ -40,6 +40,7 @@ pub(super) fn generation_sealing(
         generation: 1,
         threads: 1,
         hot,
+        cache: crate::data::sealed::cache::test_cache(),
     })
     .unwrap()
     .0

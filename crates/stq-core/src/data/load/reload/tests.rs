@@ -13,10 +13,13 @@ use serde_json::Value;
 use super::*;
 use crate::data::cursor::RecordIdentity;
 use crate::data::key::{Position, RecordKey};
+use crate::data::sealed::cache::BlockCache;
 use crate::data::stored::StoredRecord;
 
-/// A fresh directory under the system's temporary directory, removed when dropped.
-struct TempDirectory(PathBuf);
+/// A fresh directory under the system's temporary directory, removed when dropped;
+/// with the cache that every generation loaded of it reads through, as a process's
+/// generations share one.
+struct TempDirectory(PathBuf, BlockCache);
 
 impl TempDirectory {
     fn new(name: &str) -> TempDirectory {
@@ -27,7 +30,7 @@ impl TempDirectory {
         ));
         let _ = std::fs::remove_dir_all(&path);
         std::fs::create_dir_all(&path).unwrap();
-        TempDirectory(path)
+        TempDirectory(path, crate::data::sealed::cache::test_cache())
     }
 
     fn path(&self, relative: &str) -> PathBuf {
@@ -49,12 +52,13 @@ fn options(directory: &TempDirectory, on_invalid: OnInvalid, generation: u64) ->
         generation,
         threads: 2,
         hot: HOT,
+        cache: directory.1.clone(),
     }
 }
 
 /// The hot window of these tests' loads and reloads: an hour, so that records an
 /// hour older than a station's newest are sealed and both tiers are read.
-const HOT: Option<std::time::Duration> = Some(std::time::Duration::from_secs(3600));
+const HOT: Option<Duration> = Some(Duration::from_secs(3600));
 
 /// What a generation serves: every record by identity and JSON in the contract's
 /// order, per kind, and the counts `/readyz` reports.
@@ -517,7 +521,7 @@ fn run_changes_restarting(name: &str, changes: &[(Change, bool)]) -> Result<(), 
         let skip = options(&writer.directory, OnInvalid::Skip, number);
         let next = match restart {
             true => {
-                let mut restored = store.read(&settings).unwrap();
+                let mut restored = store.read(&settings, &skip.cache).unwrap();
                 let written = std::mem::take(&mut restored.written);
                 let (generation, _, used) = load_from_store(&skip, restored).unwrap();
                 prop_assert!(used);
@@ -799,6 +803,7 @@ fn issue_34_a_file_held_at_start_up_is_released_once_it_reads_cleanly() {
         lines: vec![(1, 1, 1)],
     });
     let directory = writer.directory.0.clone();
+    let cache = writer.directory.1.clone();
     let hold = |generation| LoadOptions {
         directory: directory.clone(),
         shards: 2,
@@ -806,6 +811,7 @@ fn issue_34_a_file_held_at_start_up_is_released_once_it_reads_cleanly() {
         generation,
         threads: 2,
         hot: HOT,
+        cache: cache.clone(),
     };
     let status = |catalog: &Catalog, file: &str| {
         let status = (catalog.file_statuses())
@@ -1233,7 +1239,8 @@ fn issue_32_a_store_with_a_held_file_is_not_used_at_a_start() {
         .write(&catalog, &shards, false)
         .unwrap();
     let skip = options(&writer.directory, OnInvalid::Skip, 1);
-    let (generation, _, used) = load_from_store(&skip, store.read(&settings).unwrap()).unwrap();
+    let (generation, _, used) =
+        load_from_store(&skip, store.read(&settings, &skip.cache).unwrap()).unwrap();
     assert!(!used);
     assert_eq!(served(&generation), served(&full::load(&skip).unwrap().0));
 }

@@ -32,6 +32,8 @@ fn late_reload(files: &[(String, String)], late: &[(String, String)], shards: us
             .unwrap();
         std::io::Write::write_all(&mut file, text.as_bytes()).unwrap();
     };
+    // One cache for the load and its reloads, as a process's.
+    let cache = crate::data::sealed::cache::test_cache();
     let options = |generation, hot| LoadOptions {
         directory: directory.path().to_owned(),
         shards,
@@ -39,6 +41,7 @@ fn late_reload(files: &[(String, String)], late: &[(String, String)], shards: us
         generation,
         threads: 1,
         hot,
+        cache: cache.clone(),
     };
     let sealing = Some(std::time::Duration::from_secs(1));
     for (name, text) in files {

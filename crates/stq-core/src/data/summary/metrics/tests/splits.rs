@@ -75,6 +75,8 @@ fn loaded(records: &[Record], shards: usize, hot: Option<u64>) -> Generation {
             .unwrap();
         std::io::Write::write_all(&mut file, text.as_bytes()).unwrap();
     };
+    // One cache for the load and its reloads, as a process's.
+    let cache = crate::data::sealed::cache::test_cache();
     let options = |generation| LoadOptions {
         directory: directory.path().to_owned(),
         shards,
@@ -82,6 +84,7 @@ fn loaded(records: &[Record], shards: usize, hot: Option<u64>) -> Generation {
         generation,
         threads: 1,
         hot: hot.map(std::time::Duration::from_secs),
+        cache: cache.clone(),
     };
     files(records, false).iter().for_each(append);
     let Generation { catalog, shards } = load(&options(1)).unwrap().0;
