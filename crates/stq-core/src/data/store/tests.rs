@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
+use super::manifest::digest_in_name;
 use super::*;
 use crate::data::catalog::Generation;
 use crate::data::load::{load, load_from_store, reload, LoadError, LoadOptions, Look, OnInvalid};
