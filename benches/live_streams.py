@@ -9,7 +9,10 @@ knobs: RATES=120,1200 (lines/s)  SECONDS=30 (per rate)  STREAMS=1000 (freshness)
 
 The snapshot is `stq gen --stations N --days D --end 2026-11-24T00:00:00Z`; the
 writer appends to the units files of its last day, 2026-11-23, of every station
-(a working copy: every file hard-linked, the written ones copied).
+(a working copy: every file hard-linked, the written ones copied). A snapshot of
+one file per day for all stations (`benches/day_files.py`, no station
+directories) has one units file of that day, which every station's lines go to,
+as a central logger appends them; its stations are those `/stations` names.
 
 1. Idle cost: stq's VmRSS with nothing open, then with IDLE_STREAMS streams (each
    following one station, `from` now) and IDLE_WAITS held requests (each `/units`
@@ -83,15 +86,16 @@ def percentile(values, p):
 
 
 stations = sorted(name for name in os.listdir(source) if os.path.isdir(os.path.join(source, name)))
-if not stations:
-    fail(f"no station directories in {source}")
+day_files = not stations
+if day_files and not os.path.exists(f"{source}/{DAY}.units.jsonl"):
+    fail(f"no station directories in {source}, and no {DAY}.units.jsonl")
 copy = f"/tmp/bench/{label}-streams-snapshot"
 shutil.rmtree(copy, ignore_errors=True)
 subprocess.run(["cp", "-al", source, copy], check=True)
-for station in stations:
-    path = f"{copy}/{station}/{DAY}.units.jsonl"
+for written in ([DAY] if day_files else [f"{station}/{DAY}" for station in stations]):
+    path = f"{copy}/{written}.units.jsonl"
     os.unlink(path)
-    shutil.copyfile(f"{source}/{station}/{DAY}.units.jsonl", path)
+    shutil.copyfile(f"{source}/{written}.units.jsonl", path)
 os.sync()
 
 port, admin = free_port(), free_port()
@@ -130,8 +134,13 @@ while True:
         pass
     time.sleep(0.2)
 load_seconds = time.monotonic() - started
-files = {station: os.open(f"{copy}/{station}/{DAY}.units.jsonl", os.O_WRONLY | os.O_APPEND)
-         for station in stations}
+if day_files:
+    stations = sorted(record["station_id"] for record in json.loads(get("/stations")[2])["data"])
+    shared = os.open(f"{copy}/{DAY}.units.jsonl", os.O_WRONLY | os.O_APPEND)
+    files = {station: shared for station in stations}
+else:
+    files = {station: os.open(f"{copy}/{station}/{DAY}.units.jsonl", os.O_WRONLY | os.O_APPEND)
+             for station in stations}
 last_ms = 0
 
 
@@ -325,7 +334,8 @@ async def shared_evaluations(results):
 
 
 async def main():
-    results = dict(label=label, stations=len(stations), load_seconds=round(load_seconds, 1))
+    results = dict(label=label, stations=len(stations), load_seconds=round(load_seconds, 1),
+                   layout="a file per day" if day_files else "a file per station-day")
     await idle_cost(results)
     await shared_evaluations(results)
     await freshness(results)

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use actix_web::http::header::{self, HeaderValue};
-use actix_web::{HttpMessage as _, HttpRequest, HttpResponse};
+use actix_web::{HttpRequest, HttpResponse};
 use chrono::Utc;
 use std::future::Future;
 
@@ -31,10 +31,6 @@ use crate::engine::{Fault, Patience, RouterHandle, Slot};
 /// How many records a response holds, for the access log and the metrics.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct RecordCount(pub(super) usize);
-
-/// Who a request's token names, for its access line: a tokens file entry's name, or
-/// a JSON Web Token's `sub`; never the token.
-pub(super) struct Holder(pub(super) Arc<Principal>);
 
 /// The answer to a query as it is now, `wait` or not: 304 if `If-None-Match`
 /// names its tag.
@@ -95,9 +91,7 @@ fn authenticate(
         });
     }
     let principal = engine.authenticate(authorization, arrived)?;
-    request
-        .extensions_mut()
-        .insert(Holder(Arc::clone(&principal)));
+    RequestId::set_holder(request, &principal);
     let fault = fault::requested(request.headers());
     if fault == Some(Fault::HandlerPanic) {
         panic!("the handler panics, as the request asked");
@@ -150,12 +144,12 @@ pub(super) struct Reply {
 impl Reply {
     /// The 200, or 304 when `If-None-Match` names its tag.
     pub(super) fn respond(self, request: &HttpRequest) -> HttpResponse {
-        respond(&self.evaluated.etag, request, self.written, self.count)
+        respond(self.evaluated.etag, request, self.written, self.count)
     }
 
     /// The 200, whatever `If-None-Match` says: a held request's new answer.
     pub(super) fn changed(self) -> HttpResponse {
-        changed(&self.evaluated.etag, self.written, self.count)
+        changed(self.evaluated.etag, self.written, self.count)
     }
 }
 
@@ -163,15 +157,15 @@ impl Reply {
 /// The tag is the answer's own, so the answer must exist first; a match saves
 /// the bytes on the wire. `*` matches any answer, but only an answer: not a
 /// refusal.
-fn respond(etag: &str, request: &HttpRequest, written: Written, count: usize) -> HttpResponse {
+fn respond(etag: String, request: &HttpRequest, written: Written, count: usize) -> HttpResponse {
     let precondition = IfNoneMatch::of(request.headers());
-    if precondition == IfNoneMatch::Any || precondition.names(etag) {
-        return not_modified(etag.to_owned());
+    if precondition == IfNoneMatch::Any || precondition.names(&etag) {
+        return not_modified(etag);
     }
     changed(etag, written, count)
 }
 
-fn changed(etag: &str, written: Written, count: usize) -> HttpResponse {
+fn changed(etag: String, written: Written, count: usize) -> HttpResponse {
     let Written {
         body,
         content_type,
@@ -181,7 +175,7 @@ fn changed(etag: &str, written: Written, count: usize) -> HttpResponse {
     let mut response = HttpResponse::Ok();
     response
         .content_type(content_type)
-        .insert_header((header::ETAG, etag.to_owned()));
+        .insert_header((header::ETAG, etag));
     for header in headers {
         response.insert_header(header);
     }

@@ -15,7 +15,7 @@ use actix_web::http::header::{self, HeaderMap, HeaderValue};
 use actix_web::http::{Method, StatusCode};
 use actix_web::{HttpMessage as _, ResponseError as _};
 
-use super::answer::{Holder, RecordCount};
+use super::answer::RecordCount;
 use super::error::ApiError;
 use super::request_id::{request_id, RequestId, X_REQUEST_ID};
 use crate::metrics::{endpoint_label, WorkerTally};
@@ -34,7 +34,9 @@ where
     B: MessageBody,
 {
     let id = request_id(request.headers());
-    request.extensions_mut().insert(RequestId(Rc::clone(&id)));
+    request
+        .extensions_mut()
+        .insert(RequestId::new(Rc::clone(&id)));
     let access = Access::begin(&request, id);
     let preflight = is_preflight(&request);
     // An unlisted origin gets no CORS headers: its preflight is one more OPTIONS,
@@ -80,8 +82,8 @@ where
         let holder = response
             .request()
             .extensions()
-            .get::<Holder>()
-            .map(|holder| Arc::clone(&holder.0));
+            .get::<RequestId>()
+            .and_then(RequestId::holder);
         let name = holder.as_ref().map(|principal| principal.name.as_str());
         access.end(&tally, response.status(), records, name);
         Ok(response)

@@ -2,27 +2,56 @@
 //! printable and short, else a fresh UUID; echoed on the response, quoted in the
 //! envelope, an internal error and the access line.
 
+use std::cell::RefCell;
 use std::rc::Rc;
+use std::sync::Arc;
 
 use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
 use actix_web::{HttpMessage as _, HttpRequest};
+use stq_core::domain::auth::Principal;
 
 pub(crate) const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-/// The request id of a request, set by the middleware.
+/// The request id of a request, set by the middleware; and who its token names,
+/// once the handler has checked it, for the access line (a tokens file entry's
+/// name, or a JSON Web Token's `sub`; never the token).
 ///
-/// Shared, not copied: the middleware, the handler and the access line each hold
-/// it, and a request stays on one worker's thread.
-#[derive(Clone, Debug)]
-pub(crate) struct RequestId(pub(crate) Rc<str>);
+/// The id is shared, not copied: the middleware, the handler and the access line
+/// each hold it, and a request stays on one worker's thread. One extension holds
+/// both, since each extension a request carries is an allocation of its own.
+#[derive(Debug)]
+pub(crate) struct RequestId {
+    id: Rc<str>,
+    holder: RefCell<Option<Arc<Principal>>>,
+}
 
 impl RequestId {
+    /// The extension of a request whose id is `id`.
+    pub(crate) fn new(id: Rc<str>) -> RequestId {
+        RequestId {
+            id,
+            holder: RefCell::new(None),
+        }
+    }
+
     /// The id the middleware gave `request` (or, outside it, the one it would).
     pub(crate) fn of(request: &HttpRequest) -> Rc<str> {
         request
             .extensions()
             .get::<RequestId>()
-            .map_or_else(|| request_id(request.headers()), |id| Rc::clone(&id.0))
+            .map_or_else(|| request_id(request.headers()), |id| Rc::clone(&id.id))
+    }
+
+    /// Records that `request`'s token names `principal`.
+    pub(crate) fn set_holder(request: &HttpRequest, principal: &Arc<Principal>) {
+        if let Some(id) = request.extensions().get::<RequestId>() {
+            *id.holder.borrow_mut() = Some(Arc::clone(principal));
+        }
+    }
+
+    /// Who the request's token names, once the handler has checked it.
+    pub(crate) fn holder(&self) -> Option<Arc<Principal>> {
+        self.holder.borrow().clone()
     }
 }
 

@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use actix_web::http::header::{self, HeaderName, HeaderValue};
 use actix_web::web::{self, Bytes};
-use actix_web::{HttpMessage as _, HttpRequest, HttpResponse};
+use actix_web::{HttpRequest, HttpResponse};
 use chrono::Utc;
 use stq_core::data::load::Touch;
 use stq_core::data::plan::stream::{Stream, StreamPosition, EVENT_RECORDS};
@@ -44,7 +44,6 @@ use stq_core::domain::record::Kind;
 use stq_core::domain::time::Timestamp;
 use tokio::sync::Notify;
 
-use super::answer::Holder;
 use super::error::ApiError;
 use super::request_id::RequestId;
 use super::wait::Place;
@@ -98,9 +97,7 @@ async fn open(
     query::check_length(request.query_string(), engine.limits())?;
     let authorization = authorization(&request)?;
     let principal = engine.authenticate(authorization.as_deref(), arrived)?;
-    request
-        .extensions_mut()
-        .insert(Holder(Arc::clone(&principal)));
+    RequestId::set_holder(&request, &principal);
     let params = query::parse_stream(kind, request.query_string(), *engine.limits())?;
     let last_event_id = (request.headers().get(LAST_EVENT_ID))
         .and_then(|value| value.to_str().ok())

@@ -470,6 +470,47 @@ fn issue_10_access_lines_only_with_access_log() {
     }
 }
 
+/// An access line names who the request's token names (its tokens file entry),
+/// for a query and a stream alike, and no one for a refused token: the handler
+/// tells the middleware through the request's one extension.
+#[test]
+fn access_lines_name_the_tokens_holder_of_a_query_and_a_stream() {
+    let fixture = Fixture::main();
+    let server = Server::start(&fixture, &["--access-log"]);
+    let asked = |id: &str, token: &str| {
+        server
+            .request_as(
+                "GET",
+                &format!("/units?{WINDOW}"),
+                Some(token),
+                &[("X-Request-Id", id)],
+            )
+            .status
+    };
+    assert_eq!(asked("holder-query", LINE), 200);
+    assert_eq!(asked("holder-refused", "tok-wrong-0001"), 401);
+    let bearer = format!("Bearer {ST03}");
+    let _stream = sse::EventStream::open(
+        &server.url("/units/stream?from=2024-03-01T00:00:00Z"),
+        &[
+            ("Authorization", &bearer),
+            ("X-Request-Id", "holder-stream"),
+        ],
+    )
+    .unwrap_or_else(|response| panic!("the stream did not open: {}", response.context()));
+    for (id, holder) in [
+        ("holder-query", "line"),
+        ("holder-refused", ""),
+        ("holder-stream", "st03"),
+    ] {
+        let needle = format!("request_id={id}");
+        server.wait_for_log(&needle, 1);
+        let line = server.log().into_iter().find(|line| line.contains(&needle));
+        let line = line.expect("the access line");
+        assert!(line.contains(&format!("token=\"{holder}\"")), "{line}");
+    }
+}
+
 /// A fixture whose station ST-01 answers [`BIG_ANSWER`] with 60,000 records of about
 /// 520 bytes: about 31 MB, far more than the socket buffers hold.
 fn big_answer_fixture() -> Fixture {
