@@ -36,7 +36,7 @@ use actix_web::web::{self, Bytes};
 use actix_web::{HttpRequest, HttpResponse};
 use chrono::Utc;
 use stq_core::data::load::Touch;
-use stq_core::data::plan::stream::{Stream, StreamPosition, EVENT_RECORDS};
+use stq_core::data::plan::stream::{Stream, StreamPosition};
 use stq_core::data::plan::{Answer, Plan, PlanError, Request};
 use stq_core::domain::auth::{Principal, Unauthorized};
 use stq_core::domain::query::{self, Endpoint};
@@ -461,11 +461,9 @@ impl Feeder {
             .walk(position, since, Arc::clone(&catalog), settings);
         if let Some(plan) = self.planned(walk)? {
             let answer = self.executed(plan, newest).await?;
-            let count = answer.count();
-            let done = count < EVENT_RECORDS.min(engine.limits().max_records);
-            let next = position.after_walking(&answer, &catalog, done);
-            if count > 0 {
-                self.event(&answer, 0..count, &next);
+            let (next, done) = position.after_walking(&answer, &catalog, settings);
+            if answer.count() > 0 {
+                self.event(&answer, &next);
                 *last_sent = Instant::now();
             }
             *position = next;
@@ -487,7 +485,7 @@ impl Feeder {
                 };
                 let answer = self.executed(plan, newest).await?;
                 if answer.count() > 0 {
-                    self.event(&answer, 0..answer.count(), &next);
+                    self.event(&answer, &next);
                     *last_sent = Instant::now();
                 }
                 *position = next;
@@ -579,11 +577,13 @@ impl Feeder {
         }
     }
 
-    /// Queues a `records` event of `answer`'s records `range`, whose id names `next`.
-    fn event(&self, answer: &Answer, range: std::ops::Range<usize>, next: &StreamPosition) {
+    /// Queues a `records` event of `answer`'s records, whose id names `next`: its
+    /// `data` is the array a records answer's envelope holds.
+    fn event(&self, answer: &Answer, next: &StreamPosition) {
         let id = self.stream.id(next, self.state.engine.plan_settings());
         let prefix = format!("event: records\nid: {id}\ndata: ");
-        let event = answer.json_of(range, prefix.as_bytes(), b"\n\n");
+        let (mut event, _) = answer.json(prefix.as_bytes(), 2);
+        event.extend_from_slice(b"\n\n");
         self.queue_bytes(Bytes::from(event));
         self.state.metrics.live.events.inc();
     }

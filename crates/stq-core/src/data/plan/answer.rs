@@ -85,27 +85,6 @@ impl Answer {
         }
     }
 
-    /// The JSON array of the records `range` of a page (by index, in order), as
-    /// an event's `data` holds it, after `prefix` and with `suffix` after it.
-    pub fn json_of(&self, range: Range<usize>, prefix: &[u8], suffix: &[u8]) -> Vec<u8> {
-        let mut body = Vec::with_capacity(prefix.len() + suffix.len() + 2 + range.len() * 256);
-        body.extend_from_slice(prefix);
-        body.push(b'[');
-        if let Elements::Page(page) = &self.0 {
-            page.each_record(|index, parts| {
-                if range.contains(&index) {
-                    if index > range.start {
-                        body.push(b',');
-                    }
-                    parts.write_to(&mut body);
-                }
-            });
-        }
-        body.push(b']');
-        body.extend_from_slice(suffix);
-        body
-    }
-
     /// The CSV header row's names of an answer of `endpoint` to `params`: the
     /// fields of each element of its `data`, in their order. Known before the
     /// answer is, so that an empty answer has its header too.

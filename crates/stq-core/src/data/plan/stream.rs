@@ -34,7 +34,12 @@ use crate::domain::record::Kind;
 use crate::domain::time::{Timestamp, Window};
 
 /// The most records one event carries (docs/api.md section 14.2).
-pub const EVENT_RECORDS: usize = 1000;
+pub(crate) const EVENT_RECORDS: usize = 1000;
+
+/// The most records one event carries under `settings`: at most `--max-records`.
+fn event_records(settings: &Settings) -> usize {
+    EVENT_RECORDS.min(settings.limits.max_records)
+}
 
 /// The instant one nanosecond after `instant`: the end of a window that holds it.
 fn just_after(instant: Timestamp) -> Timestamp {
@@ -90,14 +95,16 @@ impl StreamPosition {
     }
 
     /// The position after the walk sent `answer`'s records (read from
-    /// `catalog`); caught up if the walk has no more (`done`).
+    /// `catalog`), and whether the walk is done: caught up when the event held
+    /// fewer than an event may, since the walk had no more.
     pub fn after_walking(
         &self,
         answer: &super::Answer,
         catalog: &Catalog,
-        done: bool,
-    ) -> StreamPosition {
-        match done {
+        settings: &Settings,
+    ) -> (StreamPosition, bool) {
+        let done = answer.count() < event_records(settings);
+        let next = match done {
             true => StreamPosition {
                 generation: self.generation,
                 added: 0,
@@ -108,7 +115,8 @@ impl StreamPosition {
                 after: (answer.last_identity(catalog)).or_else(|| self.after.clone()),
                 ..self.clone()
             },
-        }
+        };
+        (next, done)
     }
 }
 
@@ -251,7 +259,7 @@ impl Stream {
                 Pick::Except(later.into())
             }
         };
-        let cap = EVENT_RECORDS.min(settings.limits.max_records);
+        let cap = event_records(settings);
         self.plan(self.window(), after, cap, pick, catalog)
             .map(Some)
     }
@@ -276,7 +284,7 @@ impl Stream {
         catalog: Arc<Catalog>,
         settings: &Settings,
     ) -> Result<Option<(Plan, StreamPosition)>, PlanError> {
-        let cap = EVENT_RECORDS.min(settings.limits.max_records);
+        let cap = event_records(settings);
         let start = (position.added as usize).min(added.positions.len());
         let batch = &added.positions[start..(start + cap).min(added.positions.len())];
         let (Some(first), Some(last)) = (batch.first(), batch.last()) else {
