@@ -36,7 +36,7 @@ use actix_web::web::{self, Bytes};
 use actix_web::{HttpRequest, HttpResponse};
 use chrono::Utc;
 use stq_core::data::load::Touch;
-use stq_core::data::plan::stream::{Stream, StreamPosition};
+use stq_core::data::plan::Stream;
 use stq_core::data::plan::{Answer, Plan, PlanError, Request};
 use stq_core::domain::auth::{Principal, Unauthorized};
 use stq_core::domain::query::{self, Endpoint};
@@ -113,15 +113,17 @@ async fn open(
         principal,
         arrived,
     });
-    let stream = Stream::new(query, engine.process());
     // The plan's checks (the stations the token may see) before the stream starts.
-    let catalog = engine.catalog();
     let request_id = RequestId::of(&request);
-    engine
-        .planned(stream.walk(&stream.start(0), [], catalog, engine.plan_settings()))
-        .map_err(|error| {
-            ApiError::from_engine(error, &request_id, state.admission.request_timeout())
-        })?;
+    let opened = Stream::open(
+        query,
+        engine.process(),
+        engine.catalog(),
+        engine.plan_settings(),
+    );
+    let stream = engine.planned(opened).map_err(|error| {
+        ApiError::from_engine(error, &request_id, state.admission.request_timeout())
+    })?;
     if *engine.stopping().borrow() {
         // SIGTERM closed every stream: a client that reconnects on a kept-alive
         // connection is told to come back (to a replica, or after the restart),
@@ -324,39 +326,39 @@ impl Feeder {
     async fn run(mut self, last_event_id: Option<String>) {
         self.queue_bytes(Bytes::from_static(b"retry: 2000\n\n"));
         let engine = self.state.engine.clone();
-        let mut position = self.stream.start(engine.catalog().generation());
         if let Some(id) = last_event_id {
             match self.stream.resume(&id, engine.plan_settings()) {
-                Some((stream, resumed)) => {
+                Some(stream) => {
                     self.stream = stream;
-                    position = resumed;
-                    if engine.changes_since(position.generation()).is_err()
-                        || position.generation() > engine.catalog().generation()
+                    let generation = self.stream.generation();
+                    if engine.changes_since(generation).is_err()
+                        || generation > engine.catalog().generation()
                     {
-                        position = self.reset(Reset("the event id is older than the history kept"));
+                        self.reset(Reset("the event id is older than the history kept"));
                     }
                 }
                 None => {
-                    position = self.reset(Reset(
+                    self.reset(Reset(
                         "the event id was not issued by this process for this stream",
                     ));
                 }
             }
         }
-        let end = self.feed(position).await;
+        let end = self.feed().await;
         self.state.metrics.live.disconnected(end.label());
         self.queue.push(|pending| pending.ended = true);
     }
 
-    /// Sends `reset` and starts over from the stream's `from`; the new position.
-    fn reset(&mut self, Reset(reason): Reset) -> StreamPosition {
+    /// Sends `reset` and starts the stream over from its `from`.
+    fn reset(&mut self, Reset(reason): Reset) {
         let data = serde_json::json!({ "reason": reason }).to_string();
         self.queue_bytes(Bytes::from(format!("event: reset\ndata: {data}\n\n")));
-        self.stream.start(self.state.engine.catalog().generation())
+        let request = Arc::clone(self.stream.request());
+        (self.stream).restart(request, self.state.engine.catalog().generation());
     }
 
-    /// The stream from `position` on, until it ends.
-    async fn feed(&mut self, mut position: StreamPosition) -> End {
+    /// The stream from where it stands on, until it ends.
+    async fn feed(&mut self) -> End {
         let engine = self.state.engine.clone();
         let mut generations = engine.generations();
         let mut stopping = engine.stopping();
@@ -366,11 +368,11 @@ impl Feeder {
                 return End::Closed;
             }
             generations.borrow_and_update();
-            let progress = match self.step(&mut position, &mut last_sent).await {
+            let progress = match self.step(&mut last_sent).await {
                 Ok(progress) => progress,
                 Err(Interrupt::End(end)) => return end,
                 Err(Interrupt::Reset(reset)) => {
-                    position = self.reset(reset);
+                    self.reset(reset);
                     continue;
                 }
                 Err(Interrupt::Raced) => continue,
@@ -418,24 +420,21 @@ impl Feeder {
 
     /// One step: an event of the walk, or the events of the generations
     /// installed since the stream's position, until the client has enough to read.
-    async fn step(
-        &mut self,
-        position: &mut StreamPosition,
-        last_sent: &mut Instant,
-    ) -> Result<Progress, Interrupt> {
+    async fn step(&mut self, last_sent: &mut Instant) -> Result<Progress, Interrupt> {
         if self.queue.gone.load(Ordering::Acquire) {
             return Err(self.queue.left().into());
         }
         let engine = self.state.engine.clone();
         let catalog = engine.catalog();
         let newest = catalog.generation();
-        let mut changes = engine.changes_since(position.generation()).map_err(|_| {
+        let generation = self.stream.generation();
+        let mut changes = engine.changes_since(generation).map_err(|_| {
             Interrupt::Reset(Reset("the history this stream needs is no longer kept"))
         })?;
         changes.retain(|change| change.generation <= newest);
         if changes
             .last()
-            .map_or(position.generation(), |change| change.generation)
+            .map_or(generation, |change| change.generation)
             < newest
         {
             // The history records an install just after its catalog, and then
@@ -451,48 +450,30 @@ impl Feeder {
                 "a reload removed or changed records this stream reads",
             )));
         }
-        if let Some(paced) = self.paced()? {
-            return Ok(paced);
-        }
         let settings = engine.plan_settings();
-        let since = changes.iter().map(|change| &change.additions);
-        let walk = self
-            .stream
-            .walk(position, since, Arc::clone(&catalog), settings);
-        if let Some(plan) = self.planned(walk)? {
+        let since = changes
+            .iter()
+            .map(|change| (change.generation, &change.additions));
+        loop {
+            if let Some(paced) = self.paced()? {
+                return Ok(paced);
+            }
+            let walking = !self.stream.caught_up();
+            let next = (self.stream).next(since.clone(), Arc::clone(&catalog), settings);
+            let Some(plan) = self.planned(next)? else {
+                return Ok(Progress::CaughtUp);
+            };
             let answer = self.executed(plan, newest).await?;
-            let (next, done) = position.after_walking(&answer, &catalog, settings);
-            if answer.count() > 0 {
-                self.event(&answer, &next);
+            if let Some(id) = self.stream.answered(&answer, &catalog, settings) {
+                self.event(&answer, &id);
                 *last_sent = Instant::now();
             }
-            *position = next;
-            if !done {
+            // A walk goes an event a step, so that a long backlog hears of a stop
+            // or a new generation between its events.
+            if walking && !self.stream.caught_up() {
                 return Ok(self.paced()?.unwrap_or(Progress::More));
             }
         }
-        for change in &changes {
-            let added = self.stream.additions(&change.additions, &catalog);
-            loop {
-                if let Some(paced) = self.paced()? {
-                    return Ok(paced);
-                }
-                let planned = self
-                    .stream
-                    .added(&added, position, Arc::clone(&catalog), settings);
-                let Some((plan, next)) = self.planned(planned)? else {
-                    break;
-                };
-                let answer = self.executed(plan, newest).await?;
-                if answer.count() > 0 {
-                    self.event(&answer, &next);
-                    *last_sent = Instant::now();
-                }
-                *position = next;
-            }
-            *position = position.next_generation();
-        }
-        Ok(self.paced()?.unwrap_or(Progress::CaughtUp))
     }
 
     /// Whether the client has too much to read: cut off beyond [`MOST_UNSENT`]
@@ -534,7 +515,8 @@ impl Feeder {
                 .stream
                 .request()
                 .again(principal, self.stream.request().arrived);
-            self.stream = self.stream.with_request(Arc::new(request));
+            // The reset that follows starts over for the new request.
+            (self.stream).restart(Arc::new(request), engine.catalog().generation());
             return Err(Interrupt::Reset(Reset("the token's stations changed")));
         }
         Ok(())
@@ -577,10 +559,9 @@ impl Feeder {
         }
     }
 
-    /// Queues a `records` event of `answer`'s records, whose id names `next`: its
-    /// `data` is the array a records answer's envelope holds.
-    fn event(&self, answer: &Answer, next: &StreamPosition) {
-        let id = self.stream.id(next, self.state.engine.plan_settings());
+    /// Queues a `records` event of `answer`'s records, of id `id`: its `data` is
+    /// the array a records answer's envelope holds.
+    fn event(&self, answer: &Answer, id: &str) {
         let prefix = format!("event: records\nid: {id}\ndata: ");
         let (mut event, _) = answer.json(prefix.as_bytes(), 2);
         event.extend_from_slice(b"\n\n");

@@ -1,5 +1,6 @@
 //! The few thresholds that decide *when* the data layer does something whose
-//! result is the same either way (fold a layer, seal while reading), in one value:
+//! result is the same either way (fold a layer, seal while reading, where a
+//! sealed block ends), in one value:
 //! production's, and the unit tests', which set each so that the rarer path runs
 //! on small data. A leaf: it uses nothing of the layer.
 
@@ -20,6 +21,11 @@ pub(crate) struct Tuning {
     /// The fewest records a station holds before a read seals any of them:
     /// sealing a few records at a time would compress them worse.
     pub(crate) reading_seal_records: usize,
+    /// A sealed block's period of time, in seconds. Of 1, 2, 4 and 6 hours, four
+    /// took production the least memory for the generated 1000 stations x 7 days
+    /// at a 24-hour hot window (longer blocks compress better, but leave more
+    /// hours hot; BENCHMARKS.md).
+    pub(crate) period_seconds: i64,
 }
 
 /// Production's thresholds.
@@ -27,15 +33,18 @@ const PRODUCTION: Tuning = Tuning {
     recent_share: 16,
     reading_margin: Duration::from_secs(24 * 3600),
     reading_seal_records: 8192,
+    period_seconds: 4 * 3600,
 };
 
-/// The unit tests' thresholds: fold at once, seal any number of records, and
+/// The unit tests' thresholds: fold at once, seal any number of records, make
+/// a block of each hour, so that a few hours of records make several blocks, and
 /// keep an hour (a period) unsealed while reading, so that records come late to
 /// sealed blocks.
 const TESTS: Tuning = Tuning {
     recent_share: 1,
     reading_margin: Duration::from_secs(3600),
     reading_seal_records: 1,
+    period_seconds: 3600,
 };
 
 /// The thresholds in force: the unit tests' under `cfg(test)`, else production's.

@@ -17,7 +17,8 @@
 //! - [`page`]: the merge of the shards' answers, the page and its cursor, and the
 //!   reading of a page's records that every answer format goes through;
 //! - [`answer`]: the [`Answer`] written as the envelope's `data` or as CSV
-//!   ([`csv`]), so that the HTTP layer names no page, row or record part.
+//!   ([`csv`]), so that the HTTP layer names no page, row or record part;
+//! - [`stream`]: a [`Stream`], which plans its own events and keeps its position.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -38,7 +39,9 @@ mod csv;
 mod page;
 mod scope;
 mod shard;
-pub mod stream;
+mod stream;
+
+pub use stream::Stream;
 
 #[cfg(test)]
 mod tests;

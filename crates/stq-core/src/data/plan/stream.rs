@@ -34,7 +34,7 @@ use crate::domain::record::Kind;
 use crate::domain::time::{Timestamp, Window};
 
 /// The most records one event carries (docs/api.md section 14.2).
-pub(crate) const EVENT_RECORDS: usize = 1000;
+const EVENT_RECORDS: usize = 1000;
 
 /// The most records one event carries under `settings`: at most `--max-records`.
 fn event_records(settings: &Settings) -> usize {
@@ -55,19 +55,48 @@ fn just_after(instant: Timestamp) -> Timestamp {
     }
 }
 
-/// A stream's question: its kind, filters and token (a records request), where it
-/// starts (`from`), and the process that serves it.
+/// A stream: its question (its kind, filters and token, a records request), where
+/// it starts (`from`), the process that serves it, and where it stands. The
+/// service asks it for the plan of its [`next`](Stream::next) event and tells it
+/// when that plan is [`answered`](Stream::answered); the stream keeps its own
+/// position between the two.
 #[derive(Debug)]
 pub struct Stream {
     kind: Kind,
     request: Arc<Request>,
     from: Timestamp,
     process: u64,
+    position: StreamPosition,
+    /// What the plan [`Stream::next`] gave last moves the position to once
+    /// answered.
+    planned: Option<Planned>,
+    /// The additions of the generation after the position's, placed in a
+    /// catalog: kept while the stream sends them event by event.
+    placed: Option<Placed>,
+}
+
+/// Where a planned step leaves the stream once answered.
+#[derive(Debug)]
+enum Planned {
+    /// After the walk's records that the answer holds.
+    Walk,
+    /// At this position, among a generation's additions.
+    Added(StreamPosition),
+}
+
+/// One generation's additions that a stream reads, placed in a catalog.
+#[derive(Debug)]
+struct Placed {
+    /// The generation that added them.
+    generation: u64,
+    /// The generation of the catalog they are placed in.
+    catalog: u64,
+    additions: StreamAdditions,
 }
 
 /// Where a stream stands: see the module's doc.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StreamPosition {
+struct StreamPosition {
     generation: u64,
     /// Once caught up: how many of the next generation's additions (those in
     /// the stream's stations and window, matching or not) are accounted for.
@@ -79,13 +108,19 @@ pub struct StreamPosition {
 }
 
 impl StreamPosition {
-    /// The generation walked, or whose additions the stream has sent.
-    pub fn generation(&self) -> u64 {
-        self.generation
+    /// A new stream's position: nothing sent, the backlog walked in generation
+    /// `generation`.
+    fn start(generation: u64) -> StreamPosition {
+        StreamPosition {
+            generation,
+            added: 0,
+            after: None,
+            caught_up: false,
+        }
     }
 
     /// The position once the next generation's additions are all sent.
-    pub fn next_generation(&self) -> StreamPosition {
+    fn next_generation(&self) -> StreamPosition {
         StreamPosition {
             generation: self.generation + 1,
             added: 0,
@@ -95,16 +130,15 @@ impl StreamPosition {
     }
 
     /// The position after the walk sent `answer`'s records (read from
-    /// `catalog`), and whether the walk is done: caught up when the event held
-    /// fewer than an event may, since the walk had no more.
-    pub fn after_walking(
+    /// `catalog`): caught up when the event held fewer than an event may, since
+    /// the walk had no more.
+    fn after_walking(
         &self,
         answer: &super::Answer,
         catalog: &Catalog,
         settings: &Settings,
-    ) -> (StreamPosition, bool) {
-        let done = answer.count() < event_records(settings);
-        let next = match done {
+    ) -> StreamPosition {
+        match answer.count() < event_records(settings) {
             true => StreamPosition {
                 generation: self.generation,
                 added: 0,
@@ -115,24 +149,30 @@ impl StreamPosition {
                 after: (answer.last_identity(catalog)).or_else(|| self.after.clone()),
                 ..self.clone()
             },
-        };
-        (next, done)
+        }
     }
 }
 
 /// One generation's additions that a stream reads (in its stations and window),
-/// in the contract's order, placed in one catalog: what [`Stream::added`] sends
-/// from.
+/// in the contract's order, placed in one catalog: what a generation's events
+/// are sent from.
 #[derive(Debug)]
-pub struct StreamAdditions {
+struct StreamAdditions {
     positions: Vec<Position>,
 }
 
 impl Stream {
     /// The stream of the records that `request` (of `/units` or `/metrics`) asks
     /// for, from its `from` (by default the time it arrived) on, in the process
-    /// numbered `process`.
-    pub fn new(request: Arc<Request>, process: u64) -> Stream {
+    /// numbered `process`, opened on `catalog`'s generation: refused as its
+    /// first event's plan would be (stations the token may not see, filters
+    /// that do not fit).
+    pub fn open(
+        request: Arc<Request>,
+        process: u64,
+        catalog: Arc<Catalog>,
+        settings: &Settings,
+    ) -> Result<Stream, PlanError> {
         // Only the records endpoints have streams; a summary's kind is its records'.
         let kind = match request.endpoint {
             Endpoint::Metrics | Endpoint::MetricsSummary | Endpoint::MetricsControl => {
@@ -141,37 +181,57 @@ impl Stream {
             Endpoint::Units | Endpoint::UnitsSummary | Endpoint::Stations => Kind::Units,
         };
         let from = request.params.from().unwrap_or(request.arrived);
-        Stream::with_from(kind, request, from, process)
+        let position = StreamPosition::start(catalog.generation());
+        let stream = Stream::at(kind, request, from, process, position);
+        stream.walk(std::iter::empty(), catalog, settings)?;
+        Ok(stream)
     }
 
-    fn with_from(kind: Kind, request: Arc<Request>, from: Timestamp, process: u64) -> Stream {
+    fn at(
+        kind: Kind,
+        request: Arc<Request>,
+        from: Timestamp,
+        process: u64,
+        position: StreamPosition,
+    ) -> Stream {
         Stream {
             kind,
             request,
             from,
             process,
+            position,
+            planned: None,
+            placed: None,
         }
     }
 
-    /// The request it was opened with.
+    /// The request it was opened with, or restarted with last.
     pub fn request(&self) -> &Arc<Request> {
         &self.request
     }
 
-    /// The same stream for another request (a token whose stations changed).
-    pub fn with_request(&self, request: Arc<Request>) -> Stream {
-        Stream::with_from(self.kind, request, self.from, self.process)
+    /// The generation it walks, or whose additions it has sent: the changes
+    /// after it are what [`Stream::next`] needs.
+    pub fn generation(&self) -> u64 {
+        self.position.generation
     }
 
-    /// A new stream's position: nothing sent, the backlog walked in generation
-    /// `generation`.
-    pub fn start(&self, generation: u64) -> StreamPosition {
-        StreamPosition {
-            generation,
-            added: 0,
-            after: None,
-            caught_up: false,
-        }
+    /// Whether the backlog is sent: the stream sends generations' additions now.
+    pub fn caught_up(&self) -> bool {
+        self.position.caught_up
+    }
+
+    /// Starts over from `from`, for `request` (its own, or one for a token whose
+    /// stations changed), with the backlog walked in generation `generation`:
+    /// what follows a `reset`.
+    pub fn restart(&mut self, request: Arc<Request>, generation: u64) {
+        *self = Stream::at(
+            self.kind,
+            request,
+            self.from,
+            self.process,
+            StreamPosition::start(generation),
+        );
     }
 
     /// Whether the stream reads `station`: the token may see it, and the request
@@ -180,8 +240,79 @@ impl Stream {
         self.request.reads(station)
     }
 
-    /// The id an event names `position` with.
-    pub fn id(&self, position: &StreamPosition, settings: &Settings) -> String {
+    /// The plan of the next event, read in `catalog` (the newest generation's):
+    /// the walk's next records, or else the next of the generations' additions
+    /// that match; `since` are the changes installed after
+    /// [`Stream::generation`] up to `catalog`'s, each as its generation and what
+    /// it added. `None` once everything up to `catalog` is sent. Generations
+    /// whose additions hold nothing the stream sends are passed over.
+    pub fn next<'a, Since>(
+        &mut self,
+        since: Since,
+        catalog: Arc<Catalog>,
+        settings: &Settings,
+    ) -> Result<Option<Plan>, PlanError>
+    where
+        Since: IntoIterator<Item = (u64, &'a Additions)>,
+        Since::IntoIter: Clone,
+    {
+        self.planned = None;
+        let since = since.into_iter();
+        if !self.position.caught_up {
+            let walked = self.position.generation;
+            let later = (since.filter(move |(generation, _)| *generation > walked))
+                .map(|(_, additions)| additions);
+            let plan = self.walk(later, catalog, settings)?;
+            self.planned = Some(Planned::Walk);
+            return Ok(Some(plan));
+        }
+        loop {
+            let next = self.position.generation + 1;
+            let Some((_, additions)) = since.clone().find(|(generation, _)| *generation == next)
+            else {
+                return Ok(None);
+            };
+            let placed = (self.placed.as_ref()).is_some_and(|placed| {
+                placed.generation == next && placed.catalog == catalog.generation()
+            });
+            if !placed {
+                self.placed = Some(Placed {
+                    generation: next,
+                    catalog: catalog.generation(),
+                    additions: self.additions(additions, &catalog),
+                });
+            }
+            let additions = &self.placed.as_ref().expect("placed above").additions;
+            match self.added(additions, Arc::clone(&catalog), settings)? {
+                Some((plan, after)) => {
+                    self.planned = Some(Planned::Added(after));
+                    return Ok(Some(plan));
+                }
+                None => self.position = self.position.next_generation(),
+            }
+        }
+    }
+
+    /// Moves past the event [`Stream::next`] planned last, whose records are
+    /// `answer`'s (read from `catalog`): the id that names the new position, for
+    /// the event to send, if `answer` holds records; `None` if it holds none (and
+    /// no event is sent), or nothing was planned.
+    pub fn answered(
+        &mut self,
+        answer: &super::Answer,
+        catalog: &Catalog,
+        settings: &Settings,
+    ) -> Option<String> {
+        self.position = match self.planned.take()? {
+            Planned::Walk => self.position.after_walking(answer, catalog, settings),
+            Planned::Added(after) => after,
+        };
+        (answer.count() > 0).then(|| self.id(settings))
+    }
+
+    /// The id an event names the stream's position with.
+    fn id(&self, settings: &Settings) -> String {
+        let position = &self.position;
         let (flag, after) = match (&position.after, position.caught_up) {
             (_, true) => ('c', self.sentinel()),
             (Some(after), false) => ('a', after.clone()),
@@ -201,10 +332,10 @@ impl Stream {
         )
     }
 
-    /// The position `id` names, and the stream it continues (its `from` is the
-    /// original stream's), if this process issued it for this stream's endpoint,
-    /// filters and token; else `None`, and a new stream starts over.
-    pub fn resume(&self, id: &str, settings: &Settings) -> Option<(Stream, StreamPosition)> {
+    /// The stream that `id` continues, at the position it names (its `from` is
+    /// the original stream's), if this process issued it for this stream's
+    /// endpoint, filters and token; else `None`, and this stream starts over.
+    pub fn resume(&self, id: &str, settings: &Settings) -> Option<Stream> {
         let mut parts = id.splitn(3, '.');
         let (generation, added, rest) = (parts.next()?, parts.next()?, parts.next()?);
         let (generation, added) = (generation.parse::<u64>().ok()?, added.parse::<u32>().ok()?);
@@ -217,36 +348,33 @@ impl Stream {
         if cursor.kind != self.kind {
             return None;
         }
-        let stream = Stream::with_from(
-            self.kind,
-            Arc::clone(&self.request),
-            cursor.window.from,
-            self.process,
-        );
         let position = StreamPosition {
             generation,
             added,
             after: (flag == 'a').then_some(cursor.after),
             caught_up: flag == 'c',
         };
-        Some((stream, position))
+        Some(Stream::at(
+            self.kind,
+            Arc::clone(&self.request),
+            cursor.window.from,
+            self.process,
+            position,
+        ))
     }
 
     /// The plan of the walk's next event: the first [`EVENT_RECORDS`] matching
-    /// records after `position`'s last one, from `from` on, of `position`'s
+    /// records after the position's last one, from `from` on, of the position's
     /// generation, read in `catalog`, which may be newer: `since` are the
-    /// additions of every generation after `position`'s up to `catalog`'s, left
-    /// out of the walk. `None` once the walk is done.
-    pub fn walk<'a>(
+    /// additions of every generation after the position's up to `catalog`'s,
+    /// left out of the walk.
+    fn walk<'a>(
         &self,
-        position: &StreamPosition,
         since: impl IntoIterator<Item = &'a Additions>,
         catalog: Arc<Catalog>,
         settings: &Settings,
-    ) -> Result<Option<Plan>, PlanError> {
-        if position.caught_up {
-            return Ok(None);
-        }
+    ) -> Result<Plan, PlanError> {
+        let position = &self.position;
         let after = (position.after.as_ref()).map(|after| catalog.position_after(after));
         let mut later: Vec<Position> = (since.into_iter())
             .flat_map(|additions| self.positions(additions, &catalog))
@@ -261,29 +389,28 @@ impl Stream {
         };
         let cap = event_records(settings);
         self.plan(self.window(), after, cap, pick, catalog)
-            .map(Some)
     }
 
     /// The additions of one generation (`additions`) that the stream reads, in
     /// the contract's order, placed in `catalog` (which holds them).
-    pub fn additions(&self, additions: &Additions, catalog: &Catalog) -> StreamAdditions {
+    fn additions(&self, additions: &Additions, catalog: &Catalog) -> StreamAdditions {
         let mut positions: Vec<Position> = self.positions(additions, catalog).collect();
         positions.sort_unstable();
         StreamAdditions { positions }
     }
 
-    /// The plan of the next event of `position`'s next generation, whose
+    /// The plan of the next event of the position's next generation, whose
     /// additions are `added`: the matching records among the next
     /// [`EVENT_RECORDS`] (at most `--max-records`) of them not yet accounted for,
     /// in `catalog`, and the position once they are sent; `None` when none are
     /// left.
-    pub fn added(
+    fn added(
         &self,
         added: &StreamAdditions,
-        position: &StreamPosition,
         catalog: Arc<Catalog>,
         settings: &Settings,
     ) -> Result<Option<(Plan, StreamPosition)>, PlanError> {
+        let position = &self.position;
         let cap = event_records(settings);
         let start = (position.added as usize).min(added.positions.len());
         let batch = &added.positions[start..(start + cap).min(added.positions.len())];

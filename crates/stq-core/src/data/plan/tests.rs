@@ -202,3 +202,142 @@ fn answers_to_another_question_fail_the_merge_without_a_panic() {
         Err(PlanError::OtherAnswer)
     ));
 }
+
+/// A unit line of `station` at 2024-01-01T`hh:mm`:00Z.
+fn unit_line(station: &str, time: &str, serial: usize) -> String {
+    format!(
+        r#"{{"station_id":"{station}","time_created":"2024-01-01T{time}:00Z","direction":"output","slot":"1","unit_serial":"SN{serial}","result":"PASS"}}"#
+    ) + "\n"
+}
+
+/// `plan` asked of every shard of `shards` and merged.
+fn executed(plan: &Plan, shards: &[Arc<ShardData>], settings: &Settings) -> Answer {
+    let answers: Vec<ShardAnswer> = (plan.shard_questions())
+        .map(|(shard, question)| question.answer(Arc::clone(&shards[shard])).unwrap())
+        .collect();
+    plan.merge(answers, settings).unwrap()
+}
+
+/// Every event a stream sends from where it stands up to `generation`, given
+/// the additions of the generations since (`since`): each event's records
+/// and id.
+fn events(
+    stream: &mut Stream,
+    since: &[(u64, &crate::data::load::Additions)],
+    (catalog, shards): &(Arc<Catalog>, Vec<Arc<ShardData>>),
+    settings: &Settings,
+) -> Vec<(Vec<Value>, String)> {
+    let mut events = Vec::new();
+    while let Some(plan) =
+        (stream.next(since.iter().copied(), Arc::clone(catalog), settings)).unwrap()
+    {
+        let answer = executed(&plan, shards, settings);
+        let id = stream.answered(&answer, catalog, settings);
+        let (records, _) = page(answer);
+        match id {
+            Some(id) => events.push((records, id)),
+            None => assert!(records.is_empty()),
+        }
+    }
+    events
+}
+
+fn labels(events: &[(Vec<Value>, String)]) -> Vec<String> {
+    (events.iter())
+        .flat_map(|(records, _)| records)
+        .map(|record| format!("{} {}", record["station_id"], record["time_created"]))
+        .collect()
+}
+
+/// Issue 49: a stream sends its backlog (the walk of the records from `from`,
+/// in events of at most `--max-records`), then a generation's additions that it
+/// reads, and never the others; an id resumes it after its event, the walk of
+/// the old generation leaving out what the new one added, which follows it.
+#[test]
+fn issue_49_a_stream_walks_its_backlog_then_sends_what_generations_add() {
+    let directory = tempfile::tempdir().unwrap();
+    for station in ["A", "B", "C"] {
+        let lines: String = (0..5)
+            .map(|index| unit_line(station, &format!("00:{index}0"), index))
+            .collect();
+        let path = directory.path().join(format!("{station}.units.jsonl"));
+        std::fs::write(path, lines).unwrap();
+    }
+    let mut options = LoadOptions {
+        directory: directory.path().to_owned(),
+        shards: 2,
+        on_invalid: OnInvalid::Fail,
+        generation: 1,
+        threads: 1,
+        hot: None,
+        cache: crate::data::sealed::cache::test_cache(),
+    };
+    let served = |generation: crate::data::catalog::Generation| {
+        let shards = generation.shards.into_iter().map(Arc::new).collect();
+        (generation.catalog, shards)
+    };
+    let first = served(load(&options).unwrap().0);
+    let settings = settings(4);
+    let query = "from=2024-01-01T00:10:00Z&station_ids=A,B";
+    let asked = Arc::new(request(Endpoint::Units, query, r#""*""#, &settings));
+    let catalog = Arc::clone(&first.0);
+    let mut stream = Stream::open(Arc::clone(&asked), 7, catalog, &settings).unwrap();
+    assert_eq!((stream.generation(), stream.caught_up()), (1, false));
+    let backlog = events(&mut stream, &[], &first, &settings);
+    // A and B from 00:10 on, four a event: 4, 4 and the last 0 (a full event
+    // cannot tell it was the last).
+    let sizes: Vec<usize> = backlog.iter().map(|(records, _)| records.len()).collect();
+    assert_eq!(sizes, [4, 4]);
+    let walked = labels(&backlog);
+    assert_eq!(walked.len(), 8);
+    assert!(
+        walked.windows(2).all(|pair| pair[0][4..] <= pair[1][4..]),
+        "{walked:?}"
+    );
+    assert!(stream.caught_up());
+
+    let mut appended = std::fs::OpenOptions::new()
+        .append(true)
+        .open(directory.path().join("A.units.jsonl"))
+        .unwrap();
+    use std::io::Write as _;
+    appended
+        .write_all((unit_line("A", "01:00", 10) + &unit_line("A", "00:45", 11)).as_bytes())
+        .unwrap();
+    std::fs::write(
+        directory.path().join("C.units.jsonl"),
+        unit_line("C", "02:00", 12),
+    )
+    .unwrap();
+    options.generation = 2;
+    let (second, report) = crate::data::load::reload(&first.0, &first.1, &options).unwrap();
+    let second = served(second);
+    let since = [(2, &report.additions)];
+    let added = events(&mut stream, &since, &second, &settings);
+    assert_eq!(
+        labels(&added),
+        [
+            r#""A" "2024-01-01T00:45:00Z""#,
+            r#""A" "2024-01-01T01:00:00Z""#
+        ]
+    );
+    assert_eq!((stream.generation(), stream.caught_up()), (2, true));
+    assert!(events(&mut stream, &since, &second, &settings).is_empty());
+
+    // Resumed after the backlog's first event, in the new generation: the rest
+    // of the old walk, then the new records, each once.
+    let mut resumed = stream.resume(&backlog[0].1, &settings).unwrap();
+    assert_eq!((resumed.generation(), resumed.caught_up()), (1, false));
+    let rest = labels(&events(&mut resumed, &since, &second, &settings));
+    assert_eq!(rest[..4], walked[4..]);
+    assert_eq!(rest[4..], labels(&added));
+    assert!(stream.resume("1.0.cnot-an-id", &settings).is_none());
+
+    // A request for a station the token may not see is refused at the open.
+    let forbidden = request(Endpoint::Units, "station_ids=C", r#"["A"]"#, &settings);
+    let opened = Stream::open(Arc::new(forbidden), 7, Arc::clone(&second.0), &settings);
+    assert!(matches!(
+        opened,
+        Err(PlanError::Refused(Refusal::Forbidden { .. }))
+    ));
+}

@@ -49,6 +49,7 @@ use crate::data::key::RecordKey;
 use crate::data::stored::{Piece, StoredRecord};
 use crate::data::symbols::Symbol;
 use crate::data::tier::{KeyRange, MetricEntry, Tier, UnitEntry};
+use crate::data::tuning::TUNING;
 use crate::domain::record::Kind;
 use crate::domain::time::Timestamp;
 use body::{BlockBody, Body, IndexPart, IndexPartAt};
@@ -107,14 +108,8 @@ pub(crate) fn is_sealed(record: StoredRecord) -> bool {
     record.start & SEALED != 0
 }
 
-/// A block's period of time: four hours. Of 1, 2, 4 and 6 hours, four took the
-/// least memory for the generated 1000 stations x 7 days at a 24-hour hot window
-/// (longer blocks compress better, but leave more hours hot; BENCHMARKS.md).
-#[cfg(not(test))]
-const PERIOD_SECONDS: i64 = 4 * 3600;
-/// In tests, an hour: a few hours of records make several blocks.
-#[cfg(test)]
-const PERIOD_SECONDS: i64 = 3600;
+/// A block's period of time ([`Tuning::period_seconds`](crate::data::tuning::Tuning::period_seconds)).
+const PERIOD_SECONDS: i64 = TUNING.period_seconds;
 
 /// The period an instant falls in, in whole periods since the epoch.
 pub(crate) fn period_of(instant: Timestamp) -> i64 {
