@@ -444,8 +444,8 @@ impl Feeder {
         if !changes.is_empty() {
             self.check_token()?;
         }
-        let reads = |station: &str| self.stream.request().reads(station);
-        if (changes.iter()).any(|change| change.additions.touch_of(reads) == Touch::Altered) {
+        let request = self.stream.request();
+        if (changes.iter()).any(|change| request.touched_by(&change.additions) == Touch::Altered) {
             return Err(Interrupt::Reset(Reset(
                 "a reload removed or changed records this stream reads",
             )));

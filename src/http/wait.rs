@@ -231,12 +231,9 @@ async fn hold(
             asked.query = Arc::new(asked.query.again(principal, asked.query.arrived));
         }
         touched |= match engine.changes_since(seen) {
-            Ok(changes) => changes.iter().any(|change| {
-                change
-                    .additions
-                    .touch_of(|station| asked.query.reads(station))
-                    != Touch::Untouched
-            }),
+            Ok(changes) => changes
+                .iter()
+                .any(|change| asked.query.touched_by(&change.additions) != Touch::Untouched),
             Err(_) => true,
         };
         seen = newest;

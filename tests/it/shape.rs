@@ -29,11 +29,13 @@ use crate::imports::{is_test_only, modules};
 /// and shards, the block cache's bound and figures, and the plan: a request, its
 /// questions to the shards and their answers, the answer's writing, and a
 /// stream, which plans its own events; a store file's fault while serving and the
-/// stations it asks to read again (issue 51). The aim is 100, with room: live
-/// answers brought 33 more, JSON Web Tokens 7, storage faults 2, and the block
-/// cache as a value one (a type, its constructor and its figures in place of two
-/// functions over a static).
-const PUB_ITEMS: usize = 135;
+/// stations it asks to read again (issue 51). The aim is 100 (issue 50), which
+/// this is over by 34: live answers, JSON Web Tokens, storage faults and the
+/// block cache as a value brought 42, and a stream that plans its own events and
+/// keeps its position (9 items where its steps and positions were 15), with a
+/// request that says what a reload did to what it reads, took 8 back. The count
+/// holds the line until a reshaping brings it down.
+const PUB_ITEMS: usize = 134;
 /// A source file's lines, at most, once its inline `#[cfg(test)] mod tests` is
 /// left out.
 const FILE_LINES: usize = 1_200;

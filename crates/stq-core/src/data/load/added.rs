@@ -110,7 +110,7 @@ impl Additions {
     }
 
     /// The most it did to any station `allowed` says a reader reads.
-    pub fn touch_of(&self, allowed: impl Fn(&str) -> bool) -> Touch {
+    pub(crate) fn touch_of(&self, allowed: impl Fn(&str) -> bool) -> Touch {
         if self.whole || self.altered.iter().any(|station| allowed(station)) {
             return Touch::Altered;
         }

@@ -27,6 +27,7 @@ use crate::data::catalog::Catalog;
 use crate::data::cursor::{Cursor, CursorError};
 use crate::data::fault::StorageFault;
 use crate::data::key::Position;
+use crate::data::load::{Additions, Touch};
 use crate::data::scan::{Matcher, Pick, RecordFilter};
 use crate::data::summary::{self, ControlQuestion, Grouping, MetricQuestion, Rows, UnitQuestion};
 use crate::domain::auth::{Principal, Scope};
@@ -380,10 +381,16 @@ impl Request {
         )
     }
 
+    /// What a reload's `additions` did to the stations its answer reads: the
+    /// most they did to any of them.
+    pub fn touched_by(&self, additions: &Additions) -> Touch {
+        additions.touch_of(|station| self.reads(station))
+    }
+
     /// Whether its answer reads `station`, in this generation or a later one: the
     /// token may see it, and the request names it or names none. A change to
     /// another station cannot change its answer.
-    pub fn reads(&self, station: &str) -> bool {
+    pub(crate) fn reads(&self, station: &str) -> bool {
         self.principal.scope.allows(station)
             && (self.params.station_ids.as_ref()).is_none_or(|named| {
                 named
