@@ -12,7 +12,8 @@ where
     let mut streams = streams;
     match streams.len() {
         0 => Vec::new(),
-        1 => streams.pop().into_iter().flatten().take(cap).collect(),
+        // Not flattened: a stream's own size hint sizes the answer at once.
+        1 => (streams.pop().expect("one stream").take(cap)).collect(),
         _ => streams.into_iter().kmerge().take(cap).collect(),
     }
 }
