@@ -223,7 +223,7 @@ fn executed(plan: &Plan, shards: &[Arc<ShardData>], settings: &Settings) -> Answ
 /// and id.
 fn events(
     stream: &mut Stream,
-    since: &[(u64, &crate::data::load::Additions)],
+    since: &[(u64, &Additions)],
     (catalog, shards): &(Arc<Catalog>, Vec<Arc<ShardData>>),
     settings: &Settings,
 ) -> Vec<(Vec<Value>, String)> {
