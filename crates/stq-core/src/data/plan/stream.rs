@@ -234,12 +234,6 @@ impl Stream {
         );
     }
 
-    /// Whether the stream reads `station`: the token may see it, and the request
-    /// names it (or names none).
-    pub(crate) fn reads(&self, station: &str) -> bool {
-        self.request.reads(station)
-    }
-
     /// The plan of the next event, read in `catalog` (the newest generation's):
     /// the walk's next records, or else the next of the generations' additions
     /// that match; `since` are the changes installed after
@@ -438,7 +432,7 @@ impl Stream {
     ) -> impl Iterator<Item = Position> + 'a {
         (additions.added())
             .filter_map(|(station, added)| {
-                let rank = (self.reads(station)).then(|| catalog.rank(station))??;
+                let rank = (self.request.reads(station)).then(|| catalog.rank(station))??;
                 Some((rank, added))
             })
             .flat_map(move |(rank, added)| {

@@ -284,8 +284,8 @@ fn issue_49_a_stream_walks_its_backlog_then_sends_what_generations_add() {
     let mut stream = Stream::open(Arc::clone(&asked), 7, catalog, &settings).unwrap();
     assert_eq!((stream.generation(), stream.caught_up()), (1, false));
     let backlog = events(&mut stream, &[], &first, &settings);
-    // A and B from 00:10 on, four a event: 4, 4 and the last 0 (a full event
-    // cannot tell it was the last).
+    // A and B from 00:10 on, four an event: 4, 4, and then an empty walk that
+    // sends nothing (a full event cannot tell it was the last).
     let sizes: Vec<usize> = backlog.iter().map(|(records, _)| records.len()).collect();
     assert_eq!(sizes, [4, 4]);
     let walked = labels(&backlog);
