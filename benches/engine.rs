@@ -13,13 +13,13 @@ use std::sync::Arc;
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
 
 use stq::http::{envelope, Meta};
-use stq_core::data::plan::{Plan, Request, Settings, ShardAnswer};
 use stq_core::data::ShardData;
 use stq_core::data::{Catalog, Generation};
-use stq_core::domain::auth::{hash_token, Tokens};
-use stq_core::domain::query::{self, Endpoint, Limits};
+use stq_core::data::{Plan, Request, Settings, ShardAnswer};
 use stq_core::domain::record::{parse_line, Kind};
 use stq_core::domain::time::Timestamp;
+use stq_core::domain::Tokens;
+use stq_core::domain::{Endpoint, Limits, QueryParams};
 
 #[path = "support/dataset.rs"]
 mod support;
@@ -53,7 +53,7 @@ fn planned(catalog: &Arc<Catalog>, endpoint: Endpoint, query: &str, settings: &S
     const TOKEN: &str = "stq-engine-benchmark";
     let tokens = format!(
         r#"{{"tokens": [{{"name": "bench", "sha256": "{}", "stations": "*"}}]}}"#,
-        hash_token(TOKEN)
+        Tokens::hash(TOKEN)
     );
     let arrived = at(support::END);
     let principal = (tokens.parse::<Tokens>().expect("the tokens parse"))
@@ -61,7 +61,7 @@ fn planned(catalog: &Arc<Catalog>, endpoint: Endpoint, query: &str, settings: &S
         .expect("the token is known");
     let request = Request {
         endpoint,
-        params: query::parse(endpoint, query, settings.limits).expect("the query parses"),
+        params: QueryParams::parse(endpoint, query, settings.limits).expect("the query parses"),
         principal,
         arrived,
     };
@@ -219,7 +219,7 @@ fn query_parsing(criterion: &mut Criterion) {
     ];
     for (endpoint, name, text) in cases {
         group.bench_function(name, |bencher| {
-            bencher.iter(|| black_box(query::parse(endpoint, black_box(text), limits)));
+            bencher.iter(|| black_box(QueryParams::parse(endpoint, black_box(text), limits)));
         });
     }
     group.finish();

@@ -25,9 +25,9 @@ mod support;
 
 use stq::engine::Engine;
 use stq::http::{app, AppState};
-use stq_core::data::plan::Settings;
-use stq_core::domain::auth::{hash_token, Tokens};
-use stq_core::domain::query::Limits;
+use stq_core::data::Settings;
+use stq_core::domain::Limits;
+use stq_core::domain::Tokens;
 
 const TOKEN: &str = "stq-request-benchmark";
 /// Requests answered per `REQUEST_PROFILE` run.
@@ -38,7 +38,7 @@ fn engine() -> (Engine, PathBuf) {
     let (directory, generation) = support::dataset(2);
     let tokens = format!(
         r#"{{"tokens": [{{"name": "bench", "sha256": "{}", "stations": "*"}}]}}"#,
-        hash_token(TOKEN)
+        Tokens::hash(TOKEN)
     );
     let engine = Engine::start(
         generation,

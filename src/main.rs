@@ -7,7 +7,7 @@ use anyhow::Context as _;
 use clap::Parser as _;
 
 use stq::cli::{Cli, Command, GenArgs, LogFormat};
-use stq_core::data::load::{self, LoadError};
+use stq_core::data::{LoadError, LoadReport};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -62,7 +62,7 @@ fn main() -> ExitCode {
 /// `stq check`: 0 when every line is valid, 1 when one is not, 2 when the snapshot
 /// cannot be read at all.
 fn check(directory: &std::path::Path) -> anyhow::Result<ExitCode> {
-    let report = match load::check(directory, stq::cli::cpus()) {
+    let report = match LoadReport::check(directory, stq::cli::cpus()) {
         Ok(report) => report,
         Err(error @ (LoadError::MissingDirectory(_) | LoadError::Io { .. })) => {
             eprintln!("stq: {error}");
@@ -141,6 +141,6 @@ fn hash_token() -> anyhow::Result<()> {
         .strip_suffix("\r\n")
         .or_else(|| input.strip_suffix('\n'))
         .unwrap_or(&input);
-    println!("{}", stq_core::domain::auth::hash_token(token));
+    println!("{}", stq_core::domain::Tokens::hash(token));
     Ok(())
 }

@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
-use stq_core::data::load::{start, LoadOptions, OnInvalid};
 use stq_core::data::Generation;
+use stq_core::data::{LoadOptions, OnInvalid};
 use stq_gen::{generate, GenOptions};
 
 /// The end of the generated span: the data is the same on every run.
@@ -35,19 +35,16 @@ pub fn dataset(shards: usize) -> (PathBuf, Generation) {
         })
         .expect("the benchmark data can be written");
     }
-    let generation = start(
-        &LoadOptions {
-            directory: directory.clone(),
-            shards,
-            on_invalid: OnInvalid::Fail,
-            generation: 1,
-            threads: 2,
-            hot: hot_window(),
-            cache: stq_core::data::BlockCache::new(1 << 30),
-        },
-        None,
-        None,
-    )
+    let generation = LoadOptions {
+        directory: directory.clone(),
+        shards,
+        on_invalid: OnInvalid::Fail,
+        generation: 1,
+        threads: 2,
+        hot: hot_window(),
+        cache: stq_core::data::BlockCache::new(1 << 30),
+    }
+    .start(None, None)
     .expect("the benchmark data loads")
     .generation;
     (directory, generation)

@@ -20,13 +20,13 @@ use std::sync::OnceLock;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use libfuzzer_sys::fuzz_target;
-use stq_core::domain::auth::{hash_token, Tokens};
+use stq_core::domain::Tokens;
 
 /// A tokens file of one token, `stq-fuzz-token`, for every station.
 fn tokens() -> &'static Tokens {
     static TOKENS: OnceLock<Tokens> = OnceLock::new();
     TOKENS.get_or_init(|| {
-        let digest = hash_token("stq-fuzz-token");
+        let digest = Tokens::hash("stq-fuzz-token");
         format!(r#"{{"tokens":[{{"name":"fuzz","sha256":"{digest}","stations":"*"}}]}}"#)
             .parse()
             .expect("a tokens file")

@@ -1,4 +1,4 @@
-//! Fuzz target for the query-string parser, `stq_core::domain::query::parse`
+//! Fuzz target for the query-string parser, `stq_core::domain::QueryParams::parse`
 //! (docs/api.md sections 4, 5 and 9), for both endpoints. It must never panic, and a query it accepts
 //! must respect every limit: length, distinct stations, `limit`, `cursor` only
 //! with `limit`, normalized lists, and a window no longer than `--max-window`.
@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
-use stq_core::domain::query::Limits;
+use stq_core::domain::Limits;
 use stq_core::domain::record::Kind;
 use stq_core::domain::time::{Timestamp, Window};
 

@@ -5,8 +5,8 @@
 //! written, 1 with a message otherwise.
 
 use anyhow::Context as _;
-use stq_core::data::load::{self, LoadError, LoadOptions};
 use stq_core::data::BlockCache;
+use stq_core::data::{LoadError, LoadOptions};
 use stq_objects::{Objects, S3Settings};
 
 use super::{cpus, ExportArgs, INVALID_LINES_SHOWN};
@@ -31,7 +31,7 @@ pub fn export(args: ExportArgs) -> anyhow::Result<()> {
         hot: Some(std::time::Duration::from_secs(24 * 60 * 60)),
         cache: BlockCache::new(CACHE_BYTES),
     };
-    let (generation, mut report) = match load::start(&options, None, None) {
+    let (generation, mut report) = match options.start(None, None) {
         Ok(start) => (start.generation, start.report),
         Err(LoadError::Invalid { report }) => {
             for line in report.invalid.iter().take(INVALID_LINES_SHOWN) {

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use stq_core::data::load::OnInvalid;
-use stq_core::domain::auth::Stations;
+use stq_core::data::OnInvalid;
 use stq_core::domain::time::Timestamp;
+use stq_core::domain::Stations;
 use stq_objects::Location;
 
 mod export;

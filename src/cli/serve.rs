@@ -8,11 +8,10 @@ use std::sync::Arc;
 
 use actix_web::web;
 use anyhow::Context as _;
-use stq_core::data::load::{self, FromStore, LoadError, LoadOptions, LoadReport, Start};
-use stq_core::data::plan;
 use stq_core::data::{BlockCache, Generation};
-use stq_core::domain::auth::Tokens;
-use stq_core::domain::query::Limits;
+use stq_core::data::{FromStore, LoadError, LoadOptions, LoadReport, Start};
+use stq_core::domain::Limits;
+use stq_core::domain::Tokens;
 use stq_objects::{Location, Objects, S3Settings};
 
 use super::{cpus, ServeArgs, INVALID_LINES_SHOWN};
@@ -38,8 +37,8 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         max_wait: args.max_wait,
     };
     // Read before the snapshot, so a wrong key file fails at once, not after a load.
-    let plan =
-        plan::Settings::new(limits, args.cursor_key_file.as_deref()).map_err(anyhow::Error::msg)?;
+    let plan = stq_core::data::Settings::new(limits, args.cursor_key_file.as_deref())
+        .map_err(anyhow::Error::msg)?;
     let tokens = Tokens::load(&args.tokens)?;
     let certificates = args.identity.certificates()?;
     if tokens.is_empty() {
@@ -71,7 +70,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         mut report,
         writer,
         store: from_store,
-    } = match load::start(&options, directory, remote) {
+    } = match options.start(directory, remote) {
         Ok(start) => start,
         Err(LoadError::Invalid { report }) => return Err(refused(&args, &report)),
         Err(error) => return Err(error.into()),
@@ -326,7 +325,7 @@ fn refused(args: &ServeArgs, report: &LoadReport) -> anyhow::Error {
 /// What the engine and the listener are started with, besides the data.
 struct Settings {
     /// What queries are planned under.
-    plan: plan::Settings,
+    plan: stq_core::data::Settings,
     shards: usize,
     workers: usize,
     /// `--store`: the thread that writes it, and what `/readyz` says of it.

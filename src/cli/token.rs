@@ -12,8 +12,8 @@ use std::path::Path;
 use anyhow::Context as _;
 use chrono::Utc;
 
-use stq_core::domain::auth::{list_tokens, new_token, revoke_token};
 use stq_core::domain::time::Timestamp;
+use stq_core::domain::Tokens;
 
 use super::{TokenCommand, TokenNewArgs};
 
@@ -30,7 +30,7 @@ pub fn token(command: TokenCommand) -> anyhow::Result<()> {
 /// once its entry is in the file.
 fn new(args: TokenNewArgs) -> anyhow::Result<()> {
     let path = &args.file.tokens;
-    let token = new_token(path, args.name.clone(), args.stations, args.expires.clone())?;
+    let token = Tokens::add(path, args.name.clone(), args.stations, args.expires.clone())?;
 
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "{token}")
@@ -69,14 +69,14 @@ fn new(args: TokenNewArgs) -> anyhow::Result<()> {
 fn list(path: &Path) -> anyhow::Result<()> {
     print!(
         "{}",
-        table(&list_tokens(path, Timestamp::from(Utc::now()))?)
+        table(&Tokens::list(path, Timestamp::from(Utc::now()))?)
     );
     Ok(())
 }
 
 /// Removes the entry named `name`.
 fn revoke(path: &Path, name: &str) -> anyhow::Result<()> {
-    revoke_token(path, name)?;
+    Tokens::revoke(path, name)?;
     println!(
         "revoked token `{name}` in {}; a running stq refuses it after its next reload",
         path.display()

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use stq_core::data::load::Additions;
+use stq_core::data::Additions;
 use tokio::sync::watch;
 
 /// Kept however old (docs/api.md section 14.2: at least the last 64).

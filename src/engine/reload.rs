@@ -8,7 +8,7 @@
 //! that hold them (they serve what they served) and logs every `path:line: reason`.
 //!
 //! A reload reads only what changed since the generation it follows
-//! ([`stq_core::data::load::reload_looking`]): unchanged files are not opened, grown ones are
+//! ([`LoadOptions::reload`]): unchanged files are not opened, grown ones are
 //! read from their last whole line, and stations the change does not touch are
 //! shared with that generation.
 //!
@@ -24,9 +24,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use stq_core::data::load::{self, LoadError, LoadOptions, LoadReport, Look, OnInvalid};
+use stq_core::data::{Additions, LoadError, LoadOptions, LoadReport, Look, OnInvalid};
 use stq_core::data::{BlockCache, Catalog, Generation, ShardData};
-use stq_core::domain::auth::{Tokens, TokensError};
+use stq_core::domain::{Tokens, TokensError};
 use tokio::sync::mpsc;
 
 use super::Engine;
@@ -171,7 +171,7 @@ struct Pending {
     /// Paths relative to the snapshot directory that the watch saw change.
     paths: BTreeSet<String>,
     /// Stations whose store files were found damaged after the start: read again
-    /// from the snapshot files ([`load::reload_looking`]).
+    /// from the snapshot files ([`LoadOptions::reload`]).
     repair: BTreeSet<String>,
     /// The newest ticket among the repairs asked for: a generation built with
     /// them mends every fault up to it, and its write may call the store whole
@@ -235,7 +235,7 @@ impl ReloadTrigger {
     }
 }
 
-/// [`load::reload_looking`], which rebuilds stations from their surviving records
+/// [`LoadOptions::reload`], which rebuilds stations from their surviving records
 /// and so may read a store file that fails (docs/api.md section 12): then the
 /// stations reading that file are read again from the snapshot files too, and the
 /// reload is tried again, until it reads no file that fails. A fault that no
@@ -250,7 +250,7 @@ fn repairing(
     mut repair: BTreeSet<String>,
 ) -> Result<(Generation, LoadReport), LoadError> {
     loop {
-        let fault = match load::reload_looking(catalog, shards, options, look, &repair) {
+        let fault = match options.reload(catalog, shards, look, &repair) {
             Err(LoadError::Storage(fault)) => fault,
             reloaded => return reloaded,
         };
@@ -268,9 +268,9 @@ fn repairing(
 
 /// The whole generation read from the snapshot files, every station an addition.
 fn whole(options: &LoadOptions) -> Result<(Generation, LoadReport), LoadError> {
-    load::start(options, None, None).map(|start| {
+    options.start(None, None).map(|start| {
         let mut report = start.report;
-        report.additions = load::Additions::whole();
+        report.additions = Additions::whole();
         (start.generation, report)
     })
 }

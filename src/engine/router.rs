@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use actix::prelude::*;
 use futures_util::future::join_all;
-use stq_core::data::plan::{Answer, Plan, Request, ShardAnswer};
+use stq_core::data::{Answer, Plan, Request, ShardAnswer};
 
 use super::fault::ShardFault;
 use super::shard::{ShardError, ShardHandle};

@@ -27,7 +27,7 @@ use actix::prelude::*;
 use parking_lot::{Mutex, RwLock};
 use prometheus_client::metrics::counter::Counter;
 
-use stq_core::data::plan::{ShardAnswer, ShardQuestion};
+use stq_core::data::{ShardAnswer, ShardQuestion};
 use stq_core::data::{ShardData, StorageFault};
 
 use super::fault::ShardFault;
@@ -440,16 +440,16 @@ mod tests {
     /// A shard's data of generation `number`: one shard of an empty directory.
     fn generation(number: u64) -> Arc<ShardData> {
         let directory = tempfile::tempdir().unwrap();
-        let options = stq_core::data::load::LoadOptions {
+        let options = stq_core::data::LoadOptions {
             directory: directory.path().to_owned(),
             shards: 1,
-            on_invalid: stq_core::data::load::OnInvalid::Fail,
+            on_invalid: stq_core::data::OnInvalid::Fail,
             generation: number,
             threads: 1,
             hot: None,
             cache: stq_core::data::BlockCache::new(1 << 30),
         };
-        let start = stq_core::data::load::start(&options, None, None).unwrap();
+        let start = options.start(None, None).unwrap();
         let mut shards = start.generation.shards;
         Arc::new(shards.remove(0))
     }

@@ -3,7 +3,7 @@
 //! notification (inotify, through notify), or, with `--watch-poll` or on a network
 //! or user-space file system (NFS, CIFS/SMB, FUSE, told by statfs(2)'s magic
 //! number), by a look at every file's size, modification time and inode every so
-//! often ([`load::watch`]), as a reload itself tells a changed file from an unchanged
+//! often ([`Look::watch`]), as a reload itself tells a changed file from an unchanged
 //! one. Notification misses what other hosts write to a shared directory; a look
 //! sees it.
 //!
@@ -24,8 +24,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use notify::{RecursiveMode, Watcher as _};
-use stq_core::data::load::{self, Look};
 use stq_core::data::Catalog;
+use stq_core::data::Look;
 
 use super::reload::ReloadTrigger;
 
@@ -85,7 +85,7 @@ pub fn reload_on_change(
         Some(every) => {
             let looks = Looks {
                 seen: seen.clone(),
-                look: load::watch(catalog, &snapshots, &tokens),
+                look: Look::watch(catalog, &snapshots, &tokens),
                 every,
                 stop: Arc::clone(&stop),
             };

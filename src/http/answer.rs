@@ -14,10 +14,10 @@ use actix_web::{HttpRequest, HttpResponse};
 use chrono::Utc;
 use std::future::Future;
 
-use stq_core::data::plan::{Answer, Request};
-use stq_core::domain::auth::Principal;
-use stq_core::domain::query::{self, Endpoint};
+use stq_core::data::{Answer, Request};
 use stq_core::domain::time::Timestamp;
+use stq_core::domain::Principal;
+use stq_core::domain::{Endpoint, QueryParams};
 
 use super::caching::{entity_tag, not_modified, IfNoneMatch};
 use super::envelope::Meta;
@@ -82,7 +82,7 @@ fn authenticate(
     arrived: Timestamp,
 ) -> Result<(Arc<Principal>, Option<Fault>), ApiError> {
     let engine = &state.engine;
-    query::check_length(request.query_string(), engine.limits())?;
+    engine.limits().check_length(request.query_string())?;
     let mut authorizations = request.headers().get_all(header::AUTHORIZATION);
     let authorization = authorizations.next().map(HeaderValue::as_bytes);
     if authorizations.next().is_some() {
@@ -195,7 +195,7 @@ async fn evaluate_in_time(
     let arrived = Timestamp::from(Utc::now());
     let engine = &state.engine;
     let (principal, fault) = authenticate(request, state, arrived)?;
-    let params = query::parse(endpoint, request.query_string(), *engine.limits())?;
+    let params = QueryParams::parse(endpoint, request.query_string(), *engine.limits())?;
     let presentation = Presentation::of(request, endpoint, &params);
     let asked = Asked {
         endpoint,

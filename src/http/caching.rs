@@ -11,7 +11,7 @@
 
 use actix_web::http::header::{self, HeaderMap};
 use actix_web::HttpResponse;
-use stq_core::domain::query::{Endpoint, Format};
+use stq_core::domain::{Endpoint, Format};
 use xxhash_rust::xxh3::xxh3_128_with_seed;
 
 /// A weak ETag of an answer: its endpoint, its `data` as sent in `format` (the

@@ -6,8 +6,8 @@ use std::ops::Range;
 
 use chrono::{DateTime, Datelike as _, SecondsFormat, Timelike as _, Utc};
 
-use stq_core::data::plan::Answer;
-use stq_core::domain::query::Endpoint;
+use stq_core::data::Answer;
+use stq_core::domain::Endpoint;
 
 /// The envelope's `meta` (docs/api.md section 7).
 pub struct Meta<'a> {

@@ -14,11 +14,11 @@ use actix_web::http::{header, StatusCode};
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 use serde_json::{json, Value};
-use stq_core::domain::auth::Unauthorized;
-use stq_core::domain::query::{Endpoint, QueryError};
 use stq_core::domain::time::duration_text;
+use stq_core::domain::Unauthorized;
+use stq_core::domain::{Endpoint, QueryError};
 
-use stq_core::data::plan::Refusal;
+use stq_core::data::Refusal;
 
 use crate::engine::{EngineError, Overloaded};
 use crate::jwt::{self, Refused};

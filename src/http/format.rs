@@ -13,8 +13,8 @@ use std::ops::Range;
 use actix_web::http::header::{self, Header as _, HeaderName, HeaderValue};
 use actix_web::HttpRequest;
 
-use stq_core::data::plan::Answer;
-use stq_core::domain::query::{Endpoint, Format, QueryParams};
+use stq_core::data::Answer;
+use stq_core::domain::{Endpoint, Format, QueryParams};
 
 use super::envelope::{envelope, Meta};
 use super::error::JSON;

@@ -46,7 +46,7 @@ use crate::metrics::Metrics;
 use crate::store::StoreStatus;
 use error::JSON;
 use request_id::RequestId;
-use stq_core::domain::query::Endpoint;
+use stq_core::domain::Endpoint;
 use wait::answer;
 
 /// What every worker shares: the engine (which holds the current generation and

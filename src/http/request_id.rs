@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
 use actix_web::{HttpMessage as _, HttpRequest};
-use stq_core::domain::auth::Principal;
+use stq_core::domain::Principal;
 
 pub(crate) const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 

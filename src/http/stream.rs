@@ -5,7 +5,7 @@
 //! plan's stations), then answered with a body fed by a task on the worker it
 //! arrived on. The task sends the backlog (the walk from `from` of the
 //! generation it opened on), then each later generation's additions (which
-//! records, `stq_core::data::plan::Stream` says from the generation's
+//! records, `stq_core::data::Stream` says from the generation's
 //! [`Change`](crate::engine::Change): no history is read again), generation by
 //! generation however many were installed since its last step, as `records`
 //! events whose ids name the stream's position, so that a client that
@@ -35,13 +35,13 @@ use actix_web::http::header::{self, HeaderName, HeaderValue};
 use actix_web::web::{self, Bytes};
 use actix_web::{HttpRequest, HttpResponse};
 use chrono::Utc;
-use stq_core::data::load::Touch;
-use stq_core::data::plan::Stream;
-use stq_core::data::plan::{Answer, Plan, PlanError, Request};
-use stq_core::domain::auth::{Principal, Unauthorized};
-use stq_core::domain::query::{self, Endpoint};
+use stq_core::data::Stream;
+use stq_core::data::Touch;
+use stq_core::data::{Answer, Plan, PlanError, Request};
 use stq_core::domain::record::Kind;
 use stq_core::domain::time::Timestamp;
+use stq_core::domain::{Endpoint, QueryParams};
+use stq_core::domain::{Principal, Unauthorized};
 use tokio::sync::Notify;
 
 use super::error::ApiError;
@@ -94,11 +94,11 @@ async fn open(
 ) -> Result<HttpResponse, ApiError> {
     let arrived = Timestamp::from(Utc::now());
     let engine = &state.engine;
-    query::check_length(request.query_string(), engine.limits())?;
+    engine.limits().check_length(request.query_string())?;
     let authorization = authorization(&request)?;
     let principal = engine.authenticate(authorization.as_deref(), arrived)?;
     RequestId::set_holder(&request, &principal);
-    let params = query::parse_stream(kind, request.query_string(), *engine.limits())?;
+    let params = QueryParams::parse_stream(kind, request.query_string(), *engine.limits())?;
     let last_event_id = (request.headers().get(LAST_EVENT_ID))
         .and_then(|value| value.to_str().ok())
         .map(str::to_owned)

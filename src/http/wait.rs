@@ -24,9 +24,9 @@ use actix_web::{HttpRequest, HttpResponse};
 use chrono::Utc;
 use parking_lot::Mutex;
 use prometheus_client::metrics::gauge::Gauge;
-use stq_core::data::load::Touch;
-use stq_core::domain::query::Endpoint;
+use stq_core::data::Touch;
 use stq_core::domain::time::Timestamp;
+use stq_core::domain::Endpoint;
 
 use super::answer::{self, Asked, Evaluated, Reply};
 use super::caching::IfNoneMatch;
@@ -132,7 +132,7 @@ impl Drop for Place {
 
 /// The groups of held requests, by what they ask ([`Request::sharing_key`]).
 ///
-/// [`Request::sharing_key`]: stq_core::data::plan::Request::sharing_key
+/// [`Request::sharing_key`]: stq_core::data::Request::sharing_key
 #[derive(Default)]
 struct Groups(Mutex<HashMap<String, Weak<Group>>>);
 

@@ -24,10 +24,10 @@ use jsonwebtoken::{Algorithm, Validation};
 use parking_lot::{Mutex, RwLock};
 use serde_json::{Map, Value};
 use sha2::{Digest as _, Sha256};
-use stq_core::domain::auth::{Principal, Tokens, Unauthorized};
 pub use stq_core::domain::jwt::Refusal;
 use stq_core::domain::jwt::{self as text, header_of, json_web_token, LEEWAY_SECONDS};
 use stq_core::domain::time::Timestamp;
+use stq_core::domain::{Principal, Tokens, Unauthorized};
 
 pub use keys::KeySource;
 use keys::{Fetcher, KeySet};

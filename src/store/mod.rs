@@ -45,9 +45,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
-use stq_core::data::store::StoreWriter;
 use stq_core::data::Catalog;
 use stq_core::data::ShardData;
+use stq_core::data::StoreWriter;
 
 use crate::newest::Newest;
 use lock::WriterLock;

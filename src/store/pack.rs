@@ -32,7 +32,7 @@ use std::os::unix::fs::FileExt as _;
 use std::path::Path;
 use std::time::Duration;
 
-use stq_core::data::store::NamedFile;
+use stq_core::data::NamedFile;
 use xxhash_rust::xxh3::{xxh3_128, xxh3_64};
 
 /// The table's object name, beside the manifest.

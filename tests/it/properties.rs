@@ -1,7 +1,7 @@
 //! Property tests of the query path, over random snapshots and random queries.
 //!
 //! Every case writes a random snapshot to a temporary directory, loads it with the
-//! real loader (`stq_core::data::load::start`), starts the real sharded, actor-backed engine
+//! real loader (`LoadOptions::start`), starts the real sharded, actor-backed engine
 //! (`stq::engine::Engine`) and drives the real HTTP app (`stq::http::app`) in-process.
 //! What it proves, for every generated case:
 //!
@@ -61,11 +61,11 @@ use crate::common;
 
 use stq::engine::Engine;
 use stq::http::{app, AppState};
-use stq_core::data::load::{start, LoadOptions, OnInvalid, Start};
-use stq_core::data::plan::Settings;
-use stq_core::domain::auth::{hash_token, Tokens};
-use stq_core::domain::query::{Endpoint, Limits};
+use stq_core::data::Settings;
+use stq_core::data::{LoadOptions, OnInvalid, Start};
 use stq_core::domain::record::Kind;
+use stq_core::domain::Tokens;
+use stq_core::domain::{Endpoint, Limits};
 
 // --- The pools values are drawn from ----------------------------------------------
 
@@ -456,7 +456,7 @@ fn tokens_file(tokens: &[Token]) -> String {
         .map(|token| {
             json!({
                 "name": token.secret,
-                "sha256": hash_token(token.secret),
+                "sha256": Tokens::hash(token.secret),
                 "stations": token.stations.as_ref().map_or(json!("*"), |stations| json!(stations)),
             })
         })
@@ -1039,7 +1039,9 @@ impl Server {
         };
         let Start {
             generation, report, ..
-        } = start(&options, None, None).map_err(|error| failure("loading the snapshot", error))?;
+        } = options
+            .start(None, None)
+            .map_err(|error| failure("loading the snapshot", error))?;
         prop_assert_eq!(
             report.units,
             snapshot.count(Kind::Units),

@@ -231,7 +231,7 @@ fn issue_35_a_replica_reads_sealed_blocks_from_the_bucket_until_its_copy_has_the
     // The copy as a pull leaves it: each sealed file's index alone.
     let manifest = std::fs::read(copy.join("MANIFEST")).unwrap();
     let mut sealed = 0;
-    for file in stq_core::data::store::named_files(&manifest).unwrap() {
+    for file in stq_core::data::NamedFile::read_manifest(&manifest).unwrap() {
         let (Some((offset, length, _)), Some(index_file)) = (file.index, file.index_file) else {
             continue;
         };

@@ -67,10 +67,10 @@ use crate::common::summary::{self as model, Ordered, SummaryQuery};
 
 use stq::engine::Engine;
 use stq::http::{app, AppState};
-use stq_core::data::load::{start, LoadOptions, OnInvalid};
-use stq_core::data::plan::Settings;
-use stq_core::domain::auth::{hash_token, Tokens};
-use stq_core::domain::query::Limits;
+use stq_core::data::Settings;
+use stq_core::data::{LoadOptions, OnInvalid};
+use stq_core::domain::Limits;
+use stq_core::domain::Tokens;
 
 // --- The pools values are drawn from ----------------------------------------------
 
@@ -474,7 +474,7 @@ fn tokens_file(tokens: &[Token]) -> String {
         .map(|token| {
             json!({
                 "name": token.secret,
-                "sha256": hash_token(token.secret),
+                "sha256": Tokens::hash(token.secret),
                 "stations": token.stations.as_ref().map_or(json!("*"), |s| json!(s)),
             })
         })
@@ -779,7 +779,8 @@ impl Server {
             hot: (shards != 3).then_some(std::time::Duration::from_secs(1)),
             cache: stq_core::data::BlockCache::new(1 << 30),
         };
-        let generation = start(&options, None, None)
+        let generation = options
+            .start(None, None)
             .map_err(|error| failure("loading the snapshot", error))?
             .generation;
         let tokens = tokens_file(tokens)

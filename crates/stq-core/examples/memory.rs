@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use std::sync::Arc;
 
-use stq_core::data::load::{self, FromStore, LoadOptions, LoadReport, OnInvalid};
+use stq_core::data::{FromStore, LoadOptions, LoadReport, OnInvalid};
 use stq_core::data::Generation;
 use stq_core::data::MemoryUse;
 use stq_core::data::ShardData;
@@ -75,7 +75,7 @@ fn main() {
     };
     let (generation, report) = match std::env::var_os("STQ_MEMORY_STORE") {
         None => {
-            let start = load::start(&options, None, None).unwrap_or_else(|error| fail(&error));
+            let start = options.start(None, None).unwrap_or_else(|error| fail(&error));
             (start.generation, start.report)
         }
         Some(store) => with_store(&options, std::path::Path::new(&store)),
@@ -131,7 +131,7 @@ fn fail(error: &dyn std::fmt::Display) -> ! {
 fn with_store(options: &LoadOptions, directory: &std::path::Path) -> (Generation, LoadReport) {
     let mut started = std::time::Instant::now();
     let mut start =
-        load::start(options, Some(directory), None).unwrap_or_else(|error| fail(&error));
+        options.start(Some(directory), None).unwrap_or_else(|error| fail(&error));
     if let Some(why @ (FromStore::Empty | FromStore::NotUsed)) = start.store {
         // Dropped before the start from what it wrote.
         let (catalog, shards) = (start.generation.catalog, start.generation.shards);
@@ -143,7 +143,7 @@ fn with_store(options: &LoadOptions, directory: &std::path::Path) -> (Generation
         eprintln!("memory: no store to start from ({why:?}): a load wrote it: {written:?}");
         drop((catalog, shards, writer));
         started = std::time::Instant::now();
-        start = load::start(options, Some(directory), None).unwrap_or_else(|error| fail(&error));
+        start = options.start(Some(directory), None).unwrap_or_else(|error| fail(&error));
     }
     eprintln!(
         "memory: started from the store {} in {:?}",

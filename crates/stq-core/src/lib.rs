@@ -8,12 +8,11 @@
 //!   here.
 //! - [`data`]: how records are *held*: the time index and its scans, the merge of
 //!   sorted results, page cursors, and loading snapshot files into an immutable
-//!   generation; and how a query is answered from it ([`data::plan`]). Depends on
+//!   generation; and how a query is answered from it ([`data::Plan`]). Depends on
 //!   [`domain`].
 //!
 //! The service crate (`stq`) puts an actor engine and an HTTP layer on top: the
-//! engine runs `data::plan`'s steps on its actors, and names little else of
-//! `data`.
+//! engine runs a plan's steps on its actors, and names little else of `data`.
 
 // An item only this crate uses says so (`pub(crate)`): what is `pub` is the surface
 // the service reads, each item of it documented; tests/it/shape.rs counts it.

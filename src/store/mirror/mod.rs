@@ -44,7 +44,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime};
 
-use stq_core::data::store::NamedFile;
+use stq_core::data::NamedFile;
 use stq_core::data::Remote;
 use stq_objects::{Location, Objects, ObjectsError, S3Settings};
 
@@ -331,8 +331,8 @@ mod tests {
 
     use std::time::Duration;
 
-    use stq_core::data::load::{self, FromStore, LoadOptions, OnInvalid};
-    use stq_core::data::store::{named_files, MANIFEST};
+    use stq_core::data::NamedFile;
+    use stq_core::data::{FromStore, LoadOptions, OnInvalid};
 
     use super::push::GRACE;
     use super::*;
@@ -353,7 +353,7 @@ mod tests {
 
     /// A store of the repository's sample snapshot written in `copy`.
     fn written_store(copy: &Path) {
-        let start = load::start(&options(), Some(copy), None).unwrap();
+        let start = options().start(Some(copy), None).unwrap();
         let (catalog, shards) = (start.generation.catalog, start.generation.shards);
         let shards: Vec<_> = shards.into_iter().map(Arc::new).collect();
         start
@@ -365,10 +365,7 @@ mod tests {
 
     /// What a start from the store in `copy` had from it.
     fn from_store(copy: &Path) -> FromStore {
-        load::start(&options(), Some(copy), None)
-            .unwrap()
-            .store
-            .unwrap()
+        options().start(Some(copy), None).unwrap().store.unwrap()
     }
 
     /// A bucket and two copies under `root`.
@@ -394,7 +391,7 @@ mod tests {
                 let name = entry.file_name().to_string_lossy().into_owned();
                 (name, fs::read(entry.path()).unwrap())
             })
-            .filter(|(name, _)| name.ends_with(".stq") || name == MANIFEST)
+            .filter(|(name, _)| name.ends_with(".stq") || name == NamedFile::MANIFEST)
             .collect();
         files.sort();
         files
@@ -452,12 +449,14 @@ mod tests {
         let mut pulling = mirror(&bucket, &second);
         let pulled = pulling.pull().unwrap();
         assert!(!pulled.fill.is_empty());
-        let start = load::start(&options(), Some(&second), Some(pulling.remote())).unwrap();
+        let start = options()
+            .start(Some(&second), Some(pulling.remote()))
+            .unwrap();
         assert!(matches!(
             start.store,
             Some(FromStore::Restored { repaired: 0, .. })
         ));
-        let fresh = load::start(&options(), None, None).unwrap().generation;
+        let fresh = options().start(None, None).unwrap().generation;
         let records = |generation: &stq_core::data::Generation| {
             let catalog = &generation.catalog;
             (catalog.summary.units, catalog.summary.metrics)
@@ -531,7 +530,8 @@ mod tests {
             bucket.join(young).exists(),
             "another replica may be about to name it"
         );
-        let named = named_files(&fs::read(copy.join(MANIFEST)).unwrap()).unwrap();
+        let named =
+            NamedFile::read_manifest(&fs::read(copy.join(NamedFile::MANIFEST)).unwrap()).unwrap();
         for file in named {
             assert!(bucket.join(&file.name).exists(), "{}", file.name);
         }
@@ -556,7 +556,8 @@ mod tests {
             b"an object of a push cut off before its manifest",
         )
         .unwrap();
-        let named = named_files(&fs::read(bucket.join(MANIFEST)).unwrap()).unwrap();
+        let named =
+            NamedFile::read_manifest(&fs::read(bucket.join(NamedFile::MANIFEST)).unwrap()).unwrap();
         fs::create_dir_all(&second).unwrap();
         for file in named.iter().step_by(2) {
             fs::copy(bucket.join(&file.name), second.join(&file.name)).unwrap();
@@ -688,7 +689,7 @@ mod tests {
         // A new mirror reads the table and finds it current.
         let mut again = mirror(&bucket, &copy);
         again.listed = Some(Instant::now());
-        again.pushed = Some(fs::read(copy.join(MANIFEST)).unwrap());
+        again.pushed = Some(fs::read(copy.join(NamedFile::MANIFEST)).unwrap());
         assert_eq!(again.push().unwrap().pack, None);
 
         let old = format!("pack-{:032x}.pack", 7);

@@ -7,7 +7,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use stq_core::data::store::{named_files, NamedFile, MANIFEST};
+use stq_core::data::NamedFile;
 use stq_objects::{Objects, ObjectsError};
 
 use super::IN_FLIGHT_BYTES;
@@ -69,17 +69,19 @@ impl Mirror {
         fs::create_dir_all(&self.copy).map_err(|source| self.copy_error(&self.copy, source))?;
         remove_fetching(&self.copy);
         let mut pulled = Pulled::default();
-        let manifest = match self.bucket.get(MANIFEST) {
+        let manifest = match self.bucket.get(NamedFile::MANIFEST) {
             Ok(manifest) => manifest,
             Err(error) if error.is_not_found() => return Ok(pulled),
             Err(error) => return Err(error.into()),
         };
         pulled.manifest = true;
-        let files = match named_files(&manifest) {
+        let files = match NamedFile::read_manifest(&manifest) {
             Ok(files) => files,
             Err(reason) => {
                 // The copy keeps what it held; the next push puts a whole manifest.
-                pulled.damaged.push(format!("{MANIFEST}: {reason}"));
+                pulled
+                    .damaged
+                    .push(format!("{}: {reason}", NamedFile::MANIFEST));
                 return Ok(pulled);
             }
         };
@@ -126,7 +128,7 @@ impl Mirror {
         // fetching (BENCHMARKS.md). Were one torn all the same, the start would
         // find it failing its checksum, as any damaged file of the store.
         sync_file_system(&self.copy).map_err(|source| self.copy_error(&self.copy, source))?;
-        self.files.put(MANIFEST, manifest.clone())?;
+        self.files.put(NamedFile::MANIFEST, manifest.clone())?;
         // With an object to put again, the first push must not take the bucket for
         // whole, though its manifest may come out the same.
         if pulled.damaged.is_empty() {

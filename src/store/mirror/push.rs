@@ -5,7 +5,7 @@
 use std::fs;
 use std::time::{Duration, Instant, SystemTime};
 
-use stq_core::data::store::{named_files, NamedFile, MANIFEST};
+use stq_core::data::NamedFile;
 
 use super::{in_parallel, Mirror, MirrorError, IN_FLIGHT_BYTES, PACK_IN_FLIGHT_BYTES};
 use crate::store::pack;
@@ -41,7 +41,7 @@ impl Mirror {
     /// then deletes the objects no manifest needs.
     pub fn push(&mut self) -> Result<Pushed, MirrorError> {
         let begun = Instant::now();
-        let path = self.copy.join(MANIFEST);
+        let path = self.copy.join(NamedFile::MANIFEST);
         let manifest = fs::read(&path).map_err(|source| self.copy_error(&path, source))?;
         let mut pushed = Pushed::default();
         let stale = (self.listed).is_none_or(|listed| listed.elapsed() >= RELIST_INTERVAL);
@@ -61,7 +61,7 @@ impl Mirror {
         if unchanged && self.pack_read && self.pack.is_some() && !self.pack_failed {
             return Ok(pushed);
         }
-        let named = named_files(&manifest).map_err(|reason| MirrorError::Copy {
+        let named = NamedFile::read_manifest(&manifest).map_err(|reason| MirrorError::Copy {
             path: path.display().to_string(),
             source: std::io::Error::new(std::io::ErrorKind::InvalidData, reason),
         })?;
@@ -106,7 +106,7 @@ impl Mirror {
         if !(unchanged_manifest && missing_none && damaged.is_empty()) {
             pushed.files += 1;
             pushed.bytes += manifest.len() as u64;
-            self.bucket.put(MANIFEST, manifest.clone())?;
+            self.bucket.put(NamedFile::MANIFEST, manifest.clone())?;
         }
         pushed.pack = self.write_pack(&named)?;
         let named: std::collections::HashSet<&str> =

@@ -9,15 +9,15 @@
 //! computed by each shard over its own stations and merged. The [`store`] keeps a
 //! generation on disk, so that a start rebuilds it instead of parsing it again.
 //!
-//! The front door for queries is [`plan`]: a request planned, what each shard is
-//! asked and answers, and the merge into a page or rows, in a handful of types;
-//! the engine names those, not the scans, summaries and cursors behind them. The
-//! other public modules are those whose functions the service calls ([`load`],
-//! [`store`]). This file declares the modules and re-exports the few types of
-//! private ones that the service names ([`Generation`], its [`Catalog`] and each
-//! shard's [`ShardData`], the [`Remote`] an `s3://` store supplies, a
-//! generation's [`MemoryUse`]); it holds no code, so that no module of the layer
-//! uses it and it uses them back. The leaves that every tier and the store share
+//! The front door for queries is [`plan`]: a request planned ([`Plan`]), what
+//! each shard is asked and answers, and the merge into a page or rows, in a
+//! handful of types; the engine names those, not the scans, summaries and cursors
+//! behind them. Every module is private: this file declares them and re-exports
+//! the types the service names, whose functions are the ways in (a load's
+//! [`LoadOptions`], a [`Generation`] with its [`Catalog`] and each shard's
+//! [`ShardData`], the [`StoreWriter`], the [`Remote`] an `s3://` store supplies);
+//! it holds no code, so that no module of the layer uses it and it uses them
+//! back. The leaves that every tier and the store share
 //! are [`codec`] (the store's byte encoding) and [`sources`] (what a generation
 //! remembers of each snapshot file).
 
@@ -29,17 +29,17 @@ pub(crate) mod exact;
 pub(crate) mod fault;
 pub(crate) mod hot;
 pub(crate) mod key;
-pub mod load;
+pub(crate) mod load;
 pub(crate) mod mapped;
 pub(crate) mod memory;
 pub(crate) mod merge;
-pub mod plan;
+pub(crate) mod plan;
 pub(crate) mod scan;
 pub(crate) mod sealed;
 pub(crate) mod shard;
 pub(crate) mod sources;
 pub(crate) mod station;
-pub mod store;
+pub(crate) mod store;
 pub(crate) mod stored;
 pub(crate) mod summary;
 pub(crate) mod symbols;
@@ -49,7 +49,16 @@ pub(crate) mod tuning;
 
 pub use catalog::{Catalog, Generation, LoadSummary, StationRecords};
 pub use fault::StorageFault;
+pub use load::{
+    Additions, FileReport, FromStore, LoadError, LoadOptions, LoadReport, Look, OnInvalid, Start,
+    Touch,
+};
 pub use memory::MemoryUse;
+pub use plan::{
+    Answer, Plan, PlanError, Refusal, Request, Settings, ShardAnswer, ShardQuestion, Stream,
+};
 pub use sealed::cache::BlockCache;
 pub use sealed::Remote;
 pub use shard::ShardData;
+pub use sources::InvalidLine;
+pub use store::{NamedFile, StoreWriter, WriteReport};

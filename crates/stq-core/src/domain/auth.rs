@@ -7,8 +7,8 @@
 //! An entry may expire: from that instant on its token is refused like an unknown
 //! one, with a message saying so.
 //!
-//! The file as written, entry by entry, is what `stq token` edits ([`new_token`],
-//! [`revoke_token`], [`list_tokens`]) without changing the entries it does not
+//! The file as written, entry by entry, is what `stq token` edits ([`Tokens::add`],
+//! [`Tokens::revoke`], [`Tokens::list`]) without changing the entries it does not
 //! touch; [`Tokens`] is what a server checks requests against.
 
 use std::collections::{BTreeSet, HashMap};
@@ -280,7 +280,7 @@ impl TokensFile {
         let token = token_text(random);
         self.add(TokenEntry {
             name,
-            sha256: hash_token(&token),
+            sha256: Tokens::hash(&token),
             stations,
             expires,
         })?;
@@ -432,66 +432,72 @@ fn read_checked<T>(
     })
 }
 
-/// `stq token new`: adds an entry named `name` to the tokens file at `path` (a new
-/// file when there is none) for a new token made of 32 bytes from the operating
-/// system's random generator, and returns the token. The file keeps only its
-/// digest, so the token is returned once its entry is in the file, to be shown
-/// once.
-pub fn new_token(
-    path: &Path,
-    name: String,
-    stations: Stations,
-    expires: Option<String>,
-) -> Result<String, TokensError> {
-    let mut file = match TokensFile::read(path) {
-        Ok(file) => file,
-        Err(TokensError::Read { cause, .. }) if cause.kind() == std::io::ErrorKind::NotFound => {
-            TokensFile::default()
-        }
-        Err(error) => return Err(error),
-    };
-    let mut random = [0u8; 32];
-    OsRng
-        .try_fill_bytes(&mut random)
-        .map_err(TokensError::Random)?;
-    let token = file
-        .add_token(name, stations, expires, &random)
-        .map_err(|refusal| refused(path, &refusal))?;
-    write_file(path, &file)?;
-    Ok(token)
-}
-
-/// `stq token revoke`: removes the entry named `name` from the tokens file at
-/// `path`, keeping the others as they were, in their order.
-pub fn revoke_token(path: &Path, name: &str) -> Result<(), TokensError> {
-    let mut file = TokensFile::read(path)?;
-    file.revoke(name)
-        .map_err(|refusal| refused(path, &refusal))?;
-    write_file(path, &file)
-}
-
-/// `stq token list`: each entry of the tokens file at `path`, in its order, as
-/// its name, its stations (`*`, `(none)`, or their ids separated by commas) and
-/// its expiry (`never`, or the date-time as written, followed by `(expired)` once
-/// `now` has reached it); never a digest.
-pub fn list_tokens(path: &Path, now: Timestamp) -> Result<Vec<[String; 3]>, TokensError> {
-    let file = TokensFile::read(path)?;
-    let rows = file.tokens.into_iter().map(|entry| {
-        let stations = match entry.stations {
-            Stations::Every(star) => star,
-            Stations::List(stations) if stations.is_empty() => "(none)".to_owned(),
-            Stations::List(stations) => stations.join(","),
-        };
-        let expires = match entry.expires {
-            None => "never".to_owned(),
-            Some(text) if parse_rfc3339(&text).is_some_and(|instant| instant <= now) => {
-                format!("{text} (expired)")
+/// The tokens file's edits, `stq token`'s subcommands: each reads the file, changes
+/// it and writes it whole again.
+impl Tokens {
+    /// `stq token new`: adds an entry named `name` to the tokens file at `path` (a new
+    /// file when there is none) for a new token made of 32 bytes from the operating
+    /// system's random generator, and returns the token. The file keeps only its
+    /// digest, so the token is returned once its entry is in the file, to be shown
+    /// once.
+    pub fn add(
+        path: &Path,
+        name: String,
+        stations: Stations,
+        expires: Option<String>,
+    ) -> Result<String, TokensError> {
+        let mut file = match TokensFile::read(path) {
+            Ok(file) => file,
+            Err(TokensError::Read { cause, .. })
+                if cause.kind() == std::io::ErrorKind::NotFound =>
+            {
+                TokensFile::default()
             }
-            Some(text) => text,
+            Err(error) => return Err(error),
         };
-        [entry.name, stations, expires]
-    });
-    Ok(rows.collect())
+        let mut random = [0u8; 32];
+        OsRng
+            .try_fill_bytes(&mut random)
+            .map_err(TokensError::Random)?;
+        let token = file
+            .add_token(name, stations, expires, &random)
+            .map_err(|refusal| refused(path, &refusal))?;
+        write_file(path, &file)?;
+        Ok(token)
+    }
+
+    /// `stq token revoke`: removes the entry named `name` from the tokens file at
+    /// `path`, keeping the others as they were, in their order.
+    pub fn revoke(path: &Path, name: &str) -> Result<(), TokensError> {
+        let mut file = TokensFile::read(path)?;
+        file.revoke(name)
+            .map_err(|refusal| refused(path, &refusal))?;
+        write_file(path, &file)
+    }
+
+    /// `stq token list`: each entry of the tokens file at `path`, in its order, as
+    /// its name, its stations (`*`, `(none)`, or their ids separated by commas) and
+    /// its expiry (`never`, or the date-time as written, followed by `(expired)` once
+    /// `now` has reached it); never a digest.
+    pub fn list(path: &Path, now: Timestamp) -> Result<Vec<[String; 3]>, TokensError> {
+        let file = TokensFile::read(path)?;
+        let rows = file.tokens.into_iter().map(|entry| {
+            let stations = match entry.stations {
+                Stations::Every(star) => star,
+                Stations::List(stations) if stations.is_empty() => "(none)".to_owned(),
+                Stations::List(stations) => stations.join(","),
+            };
+            let expires = match entry.expires {
+                None => "never".to_owned(),
+                Some(text) if parse_rfc3339(&text).is_some_and(|instant| instant <= now) => {
+                    format!("{text} (expired)")
+                }
+                Some(text) => text,
+            };
+            [entry.name, stations, expires]
+        });
+        Ok(rows.collect())
+    }
 }
 
 fn refused(path: &Path, refusal: &EditError) -> TokensError {
@@ -570,9 +576,11 @@ pub(crate) fn sha256(token: &[u8]) -> [u8; 32] {
     Sha256::digest(token).into()
 }
 
-/// The hex digest the tokens file stores for a token.
-pub fn hash_token(token: &str) -> String {
-    hex::encode(sha256(token.as_bytes()))
+impl Tokens {
+    /// The hex digest the tokens file stores for a token.
+    pub fn hash(token: &str) -> String {
+        hex::encode(sha256(token.as_bytes()))
+    }
 }
 
 /// How every token `stq token new` makes begins.
@@ -594,8 +602,8 @@ mod tests {
                 {{"name": "ops", "sha256": "{}", "stations": "*"}},
                 {{"name": "line", "sha256": "{}", "stations": ["ST-01", "ST-02"]}}
             ]}}"#,
-            hash_token("ops-secret"),
-            hash_token("line-secret").to_uppercase(),
+            Tokens::hash("ops-secret"),
+            Tokens::hash("line-secret").to_uppercase(),
         ))
         .unwrap()
     }
@@ -664,7 +672,7 @@ mod tests {
         ] {
             assert!(Tokens::parse(text).is_err(), "{text}");
         }
-        let same = hash_token("x");
+        let same = Tokens::hash("x");
         let duplicate = format!(
             r#"{{"tokens": [{{"name": "a", "sha256": "{same}", "stations": "*"}},
                              {{"name": "b", "sha256": "{same}", "stations": "*"}}]}}"#
@@ -675,7 +683,7 @@ mod tests {
     #[test]
     fn hashes_are_lower_case_hex_sha256() {
         assert_eq!(
-            hash_token("abc"),
+            Tokens::hash("abc"),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
     }
@@ -683,7 +691,7 @@ mod tests {
     fn expiring(expires: &str) -> Tokens {
         Tokens::parse(&format!(
             r#"{{"tokens": [{{"name": "temp", "sha256": "{}", "stations": "*", "expires": "{expires}"}}]}}"#,
-            hash_token("temp-secret"),
+            Tokens::hash("temp-secret"),
         ))
         .unwrap()
     }
@@ -724,7 +732,7 @@ mod tests {
         ] {
             let file = format!(
                 r#"{{"tokens": [{{"name": "t", "sha256": "{}", "stations": "*", "expires": "{good}"}}]}}"#,
-                hash_token("x")
+                Tokens::hash("x")
             );
             assert!(Tokens::parse(&file).is_ok(), "{good}");
         }
@@ -737,14 +745,14 @@ mod tests {
         ] {
             let file = format!(
                 r#"{{"tokens": [{{"name": "t", "sha256": "{}", "stations": "*", "expires": "{bad}"}}]}}"#,
-                hash_token("x")
+                Tokens::hash("x")
             );
             let error = Tokens::parse(&file).err().unwrap_or_default();
             assert!(error.contains("token `t`: `expires`"), "{bad}: {error}");
         }
         let file = format!(
             r#"{{"tokens": [{{"name": "t", "sha256": "{}", "stations": "*", "expires": 1}}]}}"#,
-            hash_token("x")
+            Tokens::hash("x")
         );
         assert!(Tokens::parse(&file).is_err());
     }
@@ -753,7 +761,7 @@ mod tests {
     fn issue_24_unknown_members_of_an_entry_are_named() {
         let file = format!(
             r#"{{"tokens": [{{"name": "t", "sha256": "{}", "stations": "*", "expiry": "2026-11-25T12:00:00Z"}}]}}"#,
-            hash_token("x")
+            Tokens::hash("x")
         );
         let error = Tokens::parse(&file).err().unwrap_or_default();
         assert!(error.contains("unknown field `expiry`"), "{error}");
@@ -762,15 +770,15 @@ mod tests {
 
     #[test]
     fn issue_24_the_file_round_trips_entry_by_entry() {
-        let upper = hash_token("b").to_uppercase();
+        let upper = Tokens::hash("b").to_uppercase();
         let text = format!(
             r#"{{"tokens": [
                 {{"name": "z-last", "sha256": "{}", "stations": ["ST-09", "ST-01", "ST-01"]}},
                 {{"name": "a-first", "sha256": "{upper}", "stations": "*", "expires": "2030-01-01t00:00:00.10+02:00"}},
                 {{"name": "esc\u00e9\"", "sha256": "{}", "stations": []}}
             ]}}"#,
-            hash_token("a"),
-            hash_token("c"),
+            Tokens::hash("a"),
+            Tokens::hash("c"),
         );
         let file = TokensFile::parse(&text).unwrap();
         let names: Vec<_> = file
@@ -802,12 +810,12 @@ mod tests {
     fn issue_24_add_refuses_a_taken_name_and_revoke_an_unknown_one() {
         let mut file = TokensFile::parse(&format!(
             r#"{{"tokens": [{{"name": "ops", "sha256": "{}", "stations": "*"}}]}}"#,
-            hash_token("ops")
+            Tokens::hash("ops")
         ))
         .unwrap();
         let entry = |name: &str, secret: &str| TokenEntry {
             name: name.to_owned(),
-            sha256: hash_token(secret),
+            sha256: Tokens::hash(secret),
             stations: Stations::List(vec!["ST-01".to_owned()]),
             expires: None,
         };
@@ -850,7 +858,7 @@ mod tests {
         let directory = tempfile::tempdir().unwrap();
         let path = directory.path().join("tokens.json");
         // A new file when there is none; the token printed is the one it holds.
-        let token = new_token(&path, "ops".to_owned(), Stations::every(), None).unwrap();
+        let token = Tokens::add(&path, "ops".to_owned(), Stations::every(), None).unwrap();
         let tokens = Tokens::load(&path).unwrap();
         let bearer = format!("Bearer {token}");
         assert_eq!(
@@ -860,7 +868,7 @@ mod tests {
                 .name,
             "ops"
         );
-        new_token(
+        Tokens::add(
             &path,
             "old".to_owned(),
             Stations::List(Vec::new()),
@@ -869,9 +877,9 @@ mod tests {
         .unwrap();
         let stations = "ST-01, ST-02".parse().unwrap();
         let expires = Some("2099-01-01T00:00:00Z".to_owned());
-        new_token(&path, "line".to_owned(), stations, expires).unwrap();
+        Tokens::add(&path, "line".to_owned(), stations, expires).unwrap();
         assert_eq!(
-            list_tokens(&path, NOW).unwrap(),
+            Tokens::list(&path, NOW).unwrap(),
             [
                 ["ops", "*", "never"],
                 ["old", "(none)", "2020-01-01T00:00:00Z (expired)"],
@@ -881,7 +889,7 @@ mod tests {
         );
         // Refused edits leave the file as it was, and say so.
         let before = fs::read(&path).unwrap();
-        let taken = new_token(&path, "line".to_owned(), Stations::every(), None);
+        let taken = Tokens::add(&path, "line".to_owned(), Stations::every(), None);
         assert_eq!(
             taken.unwrap_err().to_string(),
             format!(
@@ -889,17 +897,17 @@ mod tests {
                 path.display()
             )
         );
-        let unknown = revoke_token(&path, "nobody").unwrap_err().to_string();
+        let unknown = Tokens::revoke(&path, "nobody").unwrap_err().to_string();
         assert!(
             unknown.ends_with("no token named `nobody` is in the tokens file"),
             "{unknown}"
         );
         assert_eq!(fs::read(&path).unwrap(), before);
-        revoke_token(&path, "old").unwrap();
-        let names: Vec<String> = (list_tokens(&path, NOW).unwrap().into_iter())
+        Tokens::revoke(&path, "old").unwrap();
+        let names: Vec<String> = (Tokens::list(&path, NOW).unwrap().into_iter())
             .map(|[name, ..]| name)
             .collect();
         assert_eq!(names, ["ops", "line"]);
-        assert!(list_tokens(&directory.path().join("none.json"), NOW).is_err());
+        assert!(Tokens::list(&directory.path().join("none.json"), NOW).is_err());
     }
 }

@@ -3,7 +3,7 @@
 //! cargo-fuzz targets under `fuzz/fuzz_targets/` (which build this crate with its
 //! `checks` feature, the only way this module is built outside its tests):
 //!
-//! - [`Kind::check_query`]: [`crate::domain::query::parse`] (CONTRACT sections 4, 5 and 9) never
+//! - [`Kind::check_query`]: [`QueryParams::parse`] (CONTRACT sections 4, 5 and 9) never
 //!   panics, and a query it accepts respects every limit and is normalized.
 //! - [`Kind::check_line`]: [`crate::domain::record::parse_line`] (CONTRACT section 2) never panics; a
 //!   line it accepts renders a record that is JSON, has exactly the fields of its
@@ -33,7 +33,7 @@ use serde_json::{Map, Value};
 
 use crate::domain::auth::{bearer_token, Scope, Tokens};
 use crate::domain::jwt::{self, header_of, json_web_token, read_claims, Refusal};
-use crate::domain::query::{self, Endpoint, Limits, QueryError, QueryParams};
+use crate::domain::query::{Endpoint, Limits, QueryError, QueryParams};
 use crate::domain::record::{parse_line, Direction, Directions, IndexedFields, Kind};
 use crate::domain::time::{parse_rfc3339, Timestamp};
 
@@ -44,10 +44,10 @@ impl Kind {
     /// request arrived. Returns the accepted parameters, for callers that compare
     /// spellings.
     pub fn check_query(self, query: &str, limits: Limits, now: Timestamp) -> Option<QueryParams> {
-        let result = query::parse(Endpoint::records(self), query, limits);
+        let result = QueryParams::parse(Endpoint::records(self), query, limits);
         let too_long = query.len() > limits.max_query_bytes;
         assert_eq!(
-            query::check_length(query, &limits).is_err(),
+            limits.check_length(query).is_err(),
             too_long,
             "check_length disagrees with the limit for {query:?}"
         );

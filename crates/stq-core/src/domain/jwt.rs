@@ -227,7 +227,7 @@ mod tests {
 
     /// A tokens file of one token, `stq-fuzz-token`, for every station.
     fn tokens() -> crate::domain::auth::Tokens {
-        let digest = crate::domain::auth::hash_token("stq-fuzz-token");
+        let digest = crate::domain::auth::Tokens::hash("stq-fuzz-token");
         format!(r#"{{"tokens":[{{"name":"fuzz","sha256":"{digest}","stations":"*"}}]}}"#)
             .parse()
             .unwrap()

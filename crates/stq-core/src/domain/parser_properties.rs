@@ -1,5 +1,5 @@
 //! Property tests of the two parsers that read hostile input directly: the query
-//! string parser (`crate::domain::query::parse`, CONTRACT sections 4, 5 and 9) and the
+//! string parser (`QueryParams::parse`, CONTRACT sections 4, 5 and 9) and the
 //! snapshot line parser (`crate::domain::record::parse_line`, CONTRACT section 2). The
 //! invariants themselves live in `crate::domain::checks`, shared with the
 //! cargo-fuzz targets under `fuzz/`; this file says which inputs they must hold for:
@@ -576,7 +576,7 @@ proptest! {
         let distinct_stations = expected.station_ids.as_ref().map_or(0, Vec::len);
         for query in [&canonical, &respelled] {
             if distinct_stations > max_stations {
-                let error = crate::domain::query::parse(
+                let error = QueryParams::parse(
                     crate::domain::query::Endpoint::records(request.kind),
                     query,
                     limits,

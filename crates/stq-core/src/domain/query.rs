@@ -139,16 +139,18 @@ impl Default for Limits {
     }
 }
 
-/// 414 when the query string is longer than the limit. Checked before anything
-/// else reads the query, by the handler as well as by [`parse`].
-pub fn check_length(query: &str, limits: &Limits) -> Result<(), QueryError> {
-    if query.len() > limits.max_query_bytes {
-        return Err(QueryError::UriTooLong {
-            length: query.len(),
-            max: limits.max_query_bytes,
-        });
+impl Limits {
+    /// 414 when the query string is longer than the limit. Checked before anything
+    /// else reads the query, by the handler as well as by [`QueryParams::parse`].
+    pub fn check_length(&self, query: &str) -> Result<(), QueryError> {
+        if query.len() > self.max_query_bytes {
+            return Err(QueryError::UriTooLong {
+                length: query.len(),
+                max: self.max_query_bytes,
+            });
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 /// A request's parameters, validated and normalized: lists deduplicated and sorted,
@@ -620,21 +622,31 @@ impl Parameter {
     }
 }
 
-/// Parses and validates the query string of a request to `endpoint`.
-pub fn parse(endpoint: Endpoint, query: &str, limits: Limits) -> Result<QueryParams, QueryError> {
-    parse_accepting(Accepted::Endpoint(endpoint), query, limits)
-}
+impl QueryParams {
+    /// Parses and validates the query string of a request to `endpoint`.
+    pub fn parse(
+        endpoint: Endpoint,
+        query: &str,
+        limits: Limits,
+    ) -> Result<QueryParams, QueryError> {
+        parse_accepting(Accepted::Endpoint(endpoint), query, limits)
+    }
 
-/// Parses and validates the query string of a stream of `kind`'s records
-/// (`/units/stream`, `/metrics/stream`: docs/api.md section 14.2): the records
-/// endpoint's parameters but `to`, `limit`, `cursor` and `format`, and
-/// `last_event_id`.
-pub fn parse_stream(kind: Kind, query: &str, limits: Limits) -> Result<QueryParams, QueryError> {
-    let endpoint = match kind {
-        Kind::Units => Endpoint::Units,
-        Kind::Metrics => Endpoint::Metrics,
-    };
-    parse_accepting(Accepted::Stream(endpoint), query, limits)
+    /// Parses and validates the query string of a stream of `kind`'s records
+    /// (`/units/stream`, `/metrics/stream`: docs/api.md section 14.2): the records
+    /// endpoint's parameters but `to`, `limit`, `cursor` and `format`, and
+    /// `last_event_id`.
+    pub fn parse_stream(
+        kind: Kind,
+        query: &str,
+        limits: Limits,
+    ) -> Result<QueryParams, QueryError> {
+        let endpoint = match kind {
+            Kind::Units => Endpoint::Units,
+            Kind::Metrics => Endpoint::Metrics,
+        };
+        parse_accepting(Accepted::Stream(endpoint), query, limits)
+    }
 }
 
 fn parse_accepting(
@@ -643,7 +655,7 @@ fn parse_accepting(
     limits: Limits,
 ) -> Result<QueryParams, QueryError> {
     let (Accepted::Endpoint(endpoint) | Accepted::Stream(endpoint)) = accepted;
-    check_length(query, &limits)?;
+    limits.check_length(query)?;
     let pairs = || {
         query
             .split('&')
@@ -1058,7 +1070,7 @@ mod tests {
     };
 
     fn units(query: &str) -> Result<QueryParams, QueryError> {
-        parse(Endpoint::Units, query, LIMITS)
+        QueryParams::parse(Endpoint::Units, query, LIMITS)
     }
 
     /// Issue 23: one table of endpoints. Each has its own path (so route and
@@ -1200,10 +1212,11 @@ mod tests {
                     _ => "x",
                 };
                 let listed = parameters.contains(&name);
-                let accepted = parse(endpoint, &format!("{name}={value}"), LIMITS).map_or_else(
-                    |error| code::<()>(Err(error)) != "unknown_parameter",
-                    |_| true,
-                );
+                let accepted = QueryParams::parse(endpoint, &format!("{name}={value}"), LIMITS)
+                    .map_or_else(
+                        |error| code::<()>(Err(error)) != "unknown_parameter",
+                        |_| true,
+                    );
                 assert_eq!(listed, accepted, "{} {name}", spec.path);
             }
             for field in [
@@ -1213,7 +1226,8 @@ mod tests {
                 GroupField::Mode,
                 GroupField::Unit,
             ] {
-                let grouped = parse(endpoint, &format!("group_by={}", field.name()), LIMITS);
+                let grouped =
+                    QueryParams::parse(endpoint, &format!("group_by={}", field.name()), LIMITS);
                 assert_eq!(
                     group_fields.contains(&field),
                     grouped.is_ok(),
@@ -1232,7 +1246,9 @@ mod tests {
     #[test]
     fn issue_34_every_endpoint_takes_format_json_or_csv_once() {
         for endpoint in Endpoint::ALL {
-            let format = |query: &str| parse(endpoint, query, LIMITS).map(|params| params.format);
+            let format = |query: &str| {
+                QueryParams::parse(endpoint, query, LIMITS).map(|params| params.format)
+            };
             assert_eq!(format(""), Ok(None));
             assert_eq!(format("format=json"), Ok(Some(Format::Json)));
             assert_eq!(format("format=csv"), Ok(Some(Format::Csv)));
@@ -1263,7 +1279,7 @@ mod tests {
 
     #[test]
     fn summaries_take_group_by_in_order_and_a_bucket() {
-        let summary = |query| parse(Endpoint::UnitsSummary, query, LIMITS);
+        let summary = |query| QueryParams::parse(Endpoint::UnitsSummary, query, LIMITS);
         assert_eq!(summary("").unwrap().group_by, [GroupField::StationId]);
         assert_eq!(
             summary("group_by=").unwrap().group_by,
@@ -1305,7 +1321,7 @@ mod tests {
         ] {
             assert_eq!(code(summary(query)), "invalid_parameter", "{query}");
         }
-        let metrics = |query| parse(Endpoint::MetricsSummary, query, LIMITS);
+        let metrics = |query| QueryParams::parse(Endpoint::MetricsSummary, query, LIMITS);
         assert_eq!(
             metrics("group_by=unit,slot").unwrap().group_by,
             [GroupField::Unit, GroupField::Slot]
@@ -1322,7 +1338,7 @@ mod tests {
         let params = units("result=FAIL,abort&result=Fail&result=,+").unwrap();
         assert_eq!(params.results, ["abort", "fail"]);
         assert_eq!(units("result=").unwrap().results, Vec::<String>::new());
-        let metrics = |query| parse(Endpoint::Metrics, query, LIMITS);
+        let metrics = |query| QueryParams::parse(Endpoint::Metrics, query, LIMITS);
         let params = metrics("serial_number=SN%2C1").unwrap();
         assert_eq!(params.unit_serial.as_deref(), Some("SN,1"));
         assert_eq!(
@@ -1350,25 +1366,25 @@ mod tests {
             (Endpoint::Metrics, "bucket=1h"),
         ] {
             assert_eq!(
-                code(parse(endpoint, query, LIMITS)),
+                code(QueryParams::parse(endpoint, query, LIMITS)),
                 "unknown_parameter",
                 "{endpoint:?} {query}"
             );
         }
-        assert!(parse(Endpoint::Stations, "station_ids=A", LIMITS).is_ok());
-        assert!(parse(
+        assert!(QueryParams::parse(Endpoint::Stations, "station_ids=A", LIMITS).is_ok());
+        assert!(QueryParams::parse(
             Endpoint::UnitsSummary,
             "type=a&serial_number=b&from=1&to=2",
             LIMITS
         )
         .is_ok());
-        assert!(parse(Endpoint::MetricsSummary, "names=a&names=b", LIMITS).is_ok());
+        assert!(QueryParams::parse(Endpoint::MetricsSummary, "names=a&names=b", LIMITS).is_ok());
     }
 
     #[test]
     fn issue_23_summaries_take_one_iana_time_zone() {
         for endpoint in [Endpoint::UnitsSummary, Endpoint::MetricsSummary] {
-            let summary = |query| parse(endpoint, query, LIMITS);
+            let summary = |query| QueryParams::parse(endpoint, query, LIMITS);
             assert_eq!(summary("").unwrap().zone, Zone::Utc);
             assert_eq!(summary("tz=UTC").unwrap().zone, Zone::Utc);
             assert_eq!(
@@ -1386,7 +1402,10 @@ mod tests {
             }
         }
         for endpoint in [Endpoint::Units, Endpoint::Metrics, Endpoint::Stations] {
-            assert_eq!(code(parse(endpoint, "tz=UTC", LIMITS)), "unknown_parameter");
+            assert_eq!(
+                code(QueryParams::parse(endpoint, "tz=UTC", LIMITS)),
+                "unknown_parameter"
+            );
         }
     }
 
@@ -1411,7 +1430,7 @@ mod tests {
         let params = units("type=b,%20a&type=a&type=,&direction=input%2Coutput").unwrap();
         assert_eq!(params.unit_types, ["a", "b"]);
         assert_eq!(params.directions, Directions::BOTH);
-        let params = parse(Endpoint::Metrics, "names=x&names=y,x", LIMITS).unwrap();
+        let params = QueryParams::parse(Endpoint::Metrics, "names=x&names=y,x", LIMITS).unwrap();
         assert_eq!(params.names, ["x", "y"]);
         let params = units("station_ids=B,A,%20B%20,,").unwrap();
         assert_eq!(params.station_ids, Some(vec!["A".into(), "B".into()]));
@@ -1448,7 +1467,7 @@ mod tests {
         assert_eq!(code(units("station_id=A")), "unknown_parameter");
         assert_eq!(code(units("from=bad&names=x")), "unknown_parameter");
         assert_eq!(
-            code(parse(Endpoint::Metrics, "type=x", LIMITS)),
+            code(QueryParams::parse(Endpoint::Metrics, "type=x", LIMITS)),
             "unknown_parameter"
         );
         assert_eq!(code(units("Station_ids=A")), "unknown_parameter");
@@ -1594,7 +1613,7 @@ mod tests {
     /// the numbers 1 to 8 in both list forms.
     #[test]
     fn issue_52_a_baseline_is_both_bounds_and_rules_are_one_to_eight() {
-        let control = |query: &str| parse(Endpoint::MetricsControl, query, LIMITS);
+        let control = |query: &str| QueryParams::parse(Endpoint::MetricsControl, query, LIMITS);
         let day = Some(Duration::from_secs(DAY_SECONDS as u64));
         let neither = control("").unwrap();
         assert_eq!(neither.baseline(day), Ok(None));
@@ -1633,7 +1652,7 @@ mod tests {
         }
         // The other summaries take none of these.
         for query in ["rules=1", "baseline_from=2024-01-01T00:00:00Z"] {
-            let error = parse(Endpoint::MetricsSummary, query, LIMITS).unwrap_err();
+            let error = QueryParams::parse(Endpoint::MetricsSummary, query, LIMITS).unwrap_err();
             assert_eq!(code::<()>(Err(error)), "unknown_parameter");
         }
     }

@@ -13,15 +13,18 @@
 //! The callers: [`full`] (start-up, `stq check`, and a reload that cannot build on
 //! the previous generation) reads every file; [`reload`] reads what changed and
 //! shares the rest; [`start`] makes a process's first generation, from the store
-//! through [`reload`] when it can, else through [`full`]. No module here imports one that imports it back: [`files`]
-//! (which the catalog keeps) imports only [`format`] and this module, [`format`]
-//! nothing of loading, and only [`full`] and [`reload`] import the catalog.
+//! through [`reload`] when it can, else through [`full`]. No module here imports
+//! one that imports it back: [`files`] (which the catalog keeps) imports only
+//! [`format`] and this module, [`format`] nothing of loading, and only [`full`]
+//! and [`reload`] import the catalog.
 //!
-//! This module is the front door: what a load is asked (its options), what it
-//! answers (its report, its errors), the three ways in ([`start`], [`check`],
-//! [`reload_looking`]) and `--watch-poll`'s looks ([`watch`]) are
-//! declared here, so that the service names each of them once and none of the
-//! steps (what `/files` says of a file is the catalog's `files_json`).
+//! This module is the front door, and the data layer re-exports its types: what a
+//! load is asked ([`LoadOptions`], whose methods are the ways in: a
+//! [`LoadOptions::start`] and a [`LoadOptions::reload`]), what it answers (its
+//! report, whose [`LoadReport::check`] is `stq check`, and its errors), and
+//! `--watch-poll`'s looks ([`Look::watch`]). The service names each of them once
+//! and none of the steps (what `/files` says of a file is the catalog's
+//! `files_json`).
 
 mod added;
 mod build;
@@ -32,7 +35,6 @@ mod read;
 mod reload;
 mod start;
 
-pub use crate::data::sources::InvalidLine;
 pub use added::{Additions, Touch};
 #[cfg(test)]
 pub(crate) use full::load;
@@ -51,63 +53,61 @@ use crate::data::fault::StorageFault;
 use crate::data::sealed::cache::BlockCache;
 use crate::data::sealed::Remote;
 use crate::data::shard::ShardData;
+use crate::data::sources::InvalidLine;
 use crate::data::store::StoreWriter;
 use crate::domain::record::Kind;
 
-/// Validates every line without building an index (`stq check`).
-pub fn check(directory: &Path, threads: usize) -> Result<LoadReport, LoadError> {
-    full::check(directory, threads)
-}
+impl LoadOptions {
+    /// A process's first generation, loaded from the snapshot directory
+    /// `self.directory` into `self.shards` shards: from every file (`stq
+    /// export`, and `stq serve` without `--store`); with `store` (a directory,
+    /// docs/api.md section 12), from the generation written there for these
+    /// options, rebuilt and then reloaded, so that it reads only the snapshot files
+    /// that changed since and serves what a start without it would; else, as without
+    /// `store`, from every file: when the store is empty or cannot be used (logged, as is
+    /// each damaged station, whose files are read again), or when a start under
+    /// `--on-invalid fail` would meet invalid lines (in the store's history or in
+    /// what changed; it then refuses to start as a start without a store does), or
+    /// the store holds files a reload held back (a start does not hold files back).
+    /// With `remote` (an `s3://` store's bucket), a sealed file the directory holds
+    /// only the index of ([`crate::data::NamedFile::index_file`]) has its blocks read
+    /// from there until the whole file is in the directory.
+    pub fn start(
+        &self,
+        store: Option<&Path>,
+        remote: Option<Arc<dyn Remote>>,
+    ) -> Result<Start, LoadError> {
+        start::start(self, store, remote)
+    }
 
-/// Builds the generation after `previous` (whose shards are `shards`) from what
-/// changed in the directory since `previous` was read, looking for changes only
-/// where `look` says, as `options` say; what it serves is what [`start`] without
-/// a store would of the same files. The stations of `repair` (none, as a rule) are read
-/// again from their snapshot files, and then every file is looked at: their
-/// store files were found damaged after the start used them (an `s3://` store's
-/// object that fails its checksum once fetched whole). The report
-/// counts what this reload read, and the totals of the data it holds.
-pub fn reload_looking(
-    previous: &Catalog,
-    shards: &[Arc<ShardData>],
-    options: &LoadOptions,
-    look: &Look,
-    repair: &BTreeSet<String>,
-) -> Result<(Generation, LoadReport), LoadError> {
-    match repair.is_empty() {
-        true => reload::reload_looking(previous, shards, options, look),
-        false => {
-            reload::repair(previous, shards, repair, options).map(|(generation, mut report)| {
-                report.additions = Additions::whole();
-                (generation, report)
-            })
+    /// Builds the generation after `previous` (whose shards are `shards`) from what
+    /// changed in the directory since `previous` was read, looking for changes only
+    /// where `look` says; what it serves is what [`LoadOptions::start`] without a
+    /// store would of the same files. The stations of `repair` (none, as a rule) are
+    /// read again from their snapshot files, and then every file is looked at: their
+    /// store files were found damaged after the start used them (an `s3://` store's
+    /// object that fails its checksum once fetched whole). The report counts what
+    /// this reload read, and the totals of the data it holds.
+    pub fn reload(
+        &self,
+        previous: &Catalog,
+        shards: &[Arc<ShardData>],
+        look: &Look,
+        repair: &BTreeSet<String>,
+    ) -> Result<(Generation, LoadReport), LoadError> {
+        match repair.is_empty() {
+            true => reload::reload_looking(previous, shards, self, look),
+            false => {
+                reload::repair(previous, shards, repair, self).map(|(generation, mut report)| {
+                    report.additions = Additions::whole();
+                    (generation, report)
+                })
+            }
         }
     }
 }
 
-/// A process's first generation, loaded from the snapshot directory
-/// `options.directory` into `options.shards` shards: from every file (`stq
-/// export`, and `stq serve` without `--store`); with `store` (a directory,
-/// docs/api.md section 12), from the generation written there for these
-/// options, rebuilt and then reloaded, so that it reads only the snapshot files
-/// that changed since and serves what a start without it would; else, as without
-/// `store`, from every file: when the store is empty or cannot be used (logged, as is
-/// each damaged station, whose files are read again), or when a start under
-/// `--on-invalid fail` would meet invalid lines (in the store's history or in
-/// what changed; it then refuses to start as a start without a store does), or
-/// the store holds files a reload held back (a start does not hold files back).
-/// With `remote` (an `s3://` store's bucket), a sealed file the directory holds
-/// only the index of ([`crate::data::store::NamedFile::index_file`]) has its blocks read
-/// from there until the whole file is in the directory.
-pub fn start(
-    options: &LoadOptions,
-    store: Option<&Path>,
-    remote: Option<Arc<dyn Remote>>,
-) -> Result<Start, LoadError> {
-    start::start(options, store, remote)
-}
-
-/// A first generation, as [`start`] made it.
+/// A first generation, as [`LoadOptions::start`] made it.
 pub struct Start {
     /// The generation.
     pub generation: Generation,
@@ -153,20 +153,22 @@ pub enum Look {
     Paths(BTreeSet<String>),
 }
 
-/// `--watch-poll` (docs/api.md section 8): a look at every snapshot file under
-/// `snapshots` and at the tokens file at `tokens` each time it is called, saying
-/// what changed since the look before as what a reload should look at (`None`
-/// when nothing did). The first look compares the snapshot files with how
-/// `catalog`'s loads read them, and the tokens file with how it is now. A look
-/// that cannot read the directory says to look at everything, once; the next look
-/// that can compares with the last one that could.
-pub fn watch(
-    catalog: &Catalog,
-    snapshots: &Path,
-    tokens: &Path,
-) -> impl FnMut() -> Option<Look> + Send + 'static {
-    let mut watched = files::Watched::new(snapshots, tokens, catalog.stamps());
-    move || watched.look()
+impl Look {
+    /// `--watch-poll` (docs/api.md section 8): a look at every snapshot file under
+    /// `snapshots` and at the tokens file at `tokens` each time it is called, saying
+    /// what changed since the look before as what a reload should look at (`None`
+    /// when nothing did). The first look compares the snapshot files with how
+    /// `catalog`'s loads read them, and the tokens file with how it is now. A look
+    /// that cannot read the directory says to look at everything, once; the next
+    /// look that can compares with the last one that could.
+    pub fn watch(
+        catalog: &Catalog,
+        snapshots: &Path,
+        tokens: &Path,
+    ) -> impl FnMut() -> Option<Look> + Send + 'static {
+        let mut watched = files::Watched::new(snapshots, tokens, catalog.stamps());
+        move || watched.look()
+    }
 }
 
 /// What to do with an invalid line (docs/api.md section 2).
@@ -260,6 +262,12 @@ pub struct LoadReport {
 }
 
 impl LoadReport {
+    /// Validates every line of the snapshot directory `directory` with `threads`
+    /// parsing threads, without building an index (`stq check`).
+    pub fn check(directory: &Path, threads: usize) -> Result<LoadReport, LoadError> {
+        full::check(directory, threads)
+    }
+
     /// Records loaded, units and metrics.
     pub(crate) fn records(&self) -> u64 {
         self.units + self.metrics

@@ -273,7 +273,7 @@ fn check_counts_openhtf_records() {
         directory.write(&format!("{name}.openhtf.json"), &fixture(name));
     }
     directory.write("bad.openhtf.json", b"[]");
-    let report = check(&directory.0, 2).unwrap();
+    let report = LoadReport::check(&directory.0, 2).unwrap();
     assert_eq!((report.units, report.metrics), (6, 18));
     assert_eq!(report.stations, 2);
     let files: Vec<(&str, u64, u64, u64)> = report
@@ -743,7 +743,7 @@ fn issue_34_hold_starts_without_the_files_with_invalid_lines() {
     assert_eq!(valid_lines + 1, written.lines().count());
 
     // `stq check` reports the line as ever.
-    let checked = check(directory.path(), 2).unwrap();
+    let checked = LoadReport::check(directory.path(), 2).unwrap();
     assert_eq!(checked.invalid, report.invalid);
     assert!(checked.held.is_empty());
 }

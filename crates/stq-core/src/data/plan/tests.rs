@@ -10,8 +10,8 @@ use serde_json::Value;
 use super::*;
 use crate::data::load::{load, LoadOptions, OnInvalid};
 use crate::data::shard::ShardData;
-use crate::domain::auth::{hash_token, Tokens};
-use crate::domain::query::parse;
+use crate::domain::auth::Tokens;
+use crate::domain::query::QueryParams;
 use crate::domain::time::parse_rfc3339;
 
 const TOKEN: &str = "plan-tests";
@@ -64,7 +64,7 @@ fn settings(max_records: usize) -> Settings {
 fn request(endpoint: Endpoint, query: &str, stations: &str, settings: &Settings) -> Request {
     let tokens = format!(
         r#"{{"tokens": [{{"name": "plan", "sha256": "{}", "stations": {stations}}}]}}"#,
-        hash_token(TOKEN)
+        Tokens::hash(TOKEN)
     );
     let arrived = parse_rfc3339("2024-01-02T00:00:00Z").unwrap();
     let principal = Tokens::parse(&tokens)
@@ -73,7 +73,7 @@ fn request(endpoint: Endpoint, query: &str, stations: &str, settings: &Settings)
         .unwrap();
     Request {
         endpoint,
-        params: parse(endpoint, query, settings.limits).unwrap(),
+        params: QueryParams::parse(endpoint, query, settings.limits).unwrap(),
         principal,
         arrived,
     }

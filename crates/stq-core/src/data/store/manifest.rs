@@ -1,6 +1,6 @@
 //! The store's manifest: which files make the generation it holds, the settings it
 //! was written with and every snapshot file's state, ending in its checksum; and
-//! what a copy of the store needs of it ([`named_files`]), which `--store s3://`'s
+//! what a copy of the store needs of it ([`NamedFile::read_manifest`]), which `--store s3://`'s
 //! mirror reads.
 
 use std::path::PathBuf;
@@ -58,9 +58,8 @@ pub(super) struct FileRef {
     pub(super) length: u64,
 }
 
-/// The files `manifest` names, each with its length, if the manifest is whole: what
-/// a copy of the store (`--store s3://`'s local one) must hold for a start to use it.
-/// A file a manifest names.
+/// A file a manifest names, with its length: what a copy of the store (`--store
+/// s3://`'s local one) must hold for a start to use it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NamedFile {
     /// Its name in the store.
@@ -81,8 +80,17 @@ pub struct NamedFile {
     pub station: Option<Box<str>>,
 }
 
-/// Every file the manifest `manifest` (its bytes) names, if its checksum matches.
-pub fn named_files(manifest: &[u8]) -> Result<Vec<NamedFile>, String> {
+impl NamedFile {
+    /// The manifest's name in the store's directory.
+    pub const MANIFEST: &str = super::MANIFEST;
+
+    /// Every file the manifest `manifest` (its bytes) names, if its checksum matches.
+    pub fn read_manifest(manifest: &[u8]) -> Result<Vec<NamedFile>, String> {
+        read_manifest(manifest)
+    }
+}
+
+fn read_manifest(manifest: &[u8]) -> Result<Vec<NamedFile>, String> {
     let body = checked_manifest(manifest)?;
     let manifest = Manifest::read(body).map_err(|corrupt| corrupt.to_string())?;
     let named = |file: &FileRef, index: Option<Region>, station: Option<&Box<str>>| NamedFile {

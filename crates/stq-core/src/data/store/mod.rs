@@ -1,7 +1,7 @@
 //! The store (docs/api.md section 12): what a generation holds, written
 //! to a directory so that a later start rebuilds it without parsing, and then
 //! reads only what changed in the snapshot files since (a start is a reload from
-//! the last generation written: `crate::data::load::start`).
+//! the last generation written: [`LoadOptions::start`](crate::data::LoadOptions::start)).
 //!
 //! The files, each written whole under a temporary name, fsynced, then renamed:
 //! - `settled-<hash>.stq` and `recent-<hash>.stq`: a station's hot tier, a file
@@ -80,13 +80,13 @@ use crate::data::threads;
 
 mod manifest;
 
+pub use manifest::NamedFile;
 pub(crate) use manifest::StoreSettings;
 use manifest::{checked_manifest, FileRef, Format, Manifest, ManifestStation, MAGIC, MAGIC_BEFORE};
 pub(crate) use manifest::{holds_its_name, index_file_name};
-pub use manifest::{named_files, NamedFile};
 
 /// The manifest's name in the store's directory.
-pub const MANIFEST: &str = "MANIFEST";
+pub(crate) const MANIFEST: &str = "MANIFEST";
 
 /// zstd's level for hot layers, a recent one written again at every append to its
 /// station: the fastest (other levels not compared yet).
@@ -201,7 +201,7 @@ struct WrittenStation {
 
 /// The generation the manifest of the store in `directory` describes, every file checked
 /// against its hash, if it was written for `settings`: what a start rebuilds from
-/// (`crate::data::load::start`); its sealed tiers are read through `cache`.
+/// ([`LoadOptions::start`](crate::data::LoadOptions::start)); its sealed tiers are read through `cache`.
 pub(crate) fn read(
     directory: &Path,
     remote: Option<Arc<dyn Remote>>,

@@ -786,13 +786,8 @@ fn issue_51_store_files_cut_under_a_generation_are_faults_its_reads_return() {
     assert!(cut(fault).starts_with("symbols-"));
     fixture.append(0, 600..602);
     let looked = Look::Everything;
-    let reloaded = crate::data::load::reload_looking(
-        &catalog,
-        &shards,
-        &options(fixture.snapshots.path(), 3),
-        &looked,
-        &BTreeSet::new(),
-    );
+    let reloaded =
+        options(fixture.snapshots.path(), 3).reload(&catalog, &shards, &looked, &BTreeSet::new());
     match reloaded {
         Err(LoadError::Storage(fault)) => drop(cut(fault)),
         other => panic!(
@@ -973,7 +968,7 @@ impl DirectoryRemote {
 fn leave_indexes_alone(store: &Path, bucket: &Path) -> Vec<String> {
     let manifest = fs::read(store.join(MANIFEST)).unwrap();
     let mut moved = Vec::new();
-    for file in named_files(&manifest).unwrap() {
+    for file in NamedFile::read_manifest(&manifest).unwrap() {
         let Some((offset, length, _)) = file.index else {
             continue;
         };
@@ -994,7 +989,7 @@ fn leave_indexes_alone(store: &Path, bucket: &Path) -> Vec<String> {
 fn issue_33_a_named_file_has_the_digest_of_its_bytes() {
     let fixture = fixture(3, 300);
     let manifest = fs::read(fixture.store.path().join(MANIFEST)).unwrap();
-    let files = named_files(&manifest).unwrap();
+    let files = NamedFile::read_manifest(&manifest).unwrap();
     assert!(files.len() > 3, "{files:?}");
     for file in files {
         let bytes = fs::read(fixture.store.path().join(&file.name)).unwrap();
@@ -1113,14 +1108,14 @@ fn issue_35_a_repair_reads_stations_again_from_the_snapshot_files() {
     let fixture = fixture(3, 300);
     let stations: BTreeSet<String> = [fixture.catalog.stations[1].to_string()].into();
     let options = options(fixture.snapshots.path(), 2);
-    let (generation, report) = crate::data::load::reload_looking(
-        &fixture.catalog,
-        &fixture.shards,
-        &options,
-        &Look::Paths(BTreeSet::new()),
-        &stations,
-    )
-    .unwrap();
+    let (generation, report) = options
+        .reload(
+            &fixture.catalog,
+            &fixture.shards,
+            &Look::Paths(BTreeSet::new()),
+            &stations,
+        )
+        .unwrap();
     assert_eq!(report.files.len(), 2, "the station's two files: {report:?}");
     let (catalog, shards) = parts(generation);
     assert_eq!(catalog.generation, 2);
