@@ -24,8 +24,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use stq_core::data::{Additions, LoadError, LoadOptions, LoadReport, Look, OnInvalid};
-use stq_core::data::{BlockCache, Catalog, Generation, ShardData};
+use stq_core::data::BlockCache;
+use stq_core::data::{LoadError, LoadOptions, LoadReport, Look, OnInvalid};
 use stq_core::domain::{Tokens, TokensError};
 use tokio::sync::mpsc;
 
@@ -235,46 +235,6 @@ impl ReloadTrigger {
     }
 }
 
-/// [`LoadOptions::reload`], which rebuilds stations from their surviving records
-/// and so may read a store file that fails (docs/api.md section 12): then the
-/// stations reading that file are read again from the snapshot files too, and the
-/// reload is tried again, until it reads no file that fails. A fault that no
-/// station's repair mends (the symbol table's run, which every station reads, cut
-/// or damaged) has the whole generation read from the snapshot files, as a start
-/// without a store reads it.
-fn repairing(
-    catalog: &Catalog,
-    shards: &[Arc<ShardData>],
-    options: &LoadOptions,
-    look: &Look,
-    mut repair: BTreeSet<String>,
-) -> Result<(Generation, LoadReport), LoadError> {
-    loop {
-        let fault = match options.reload(catalog, shards, look, &repair) {
-            Err(LoadError::Storage(fault)) => fault,
-            reloaded => return reloaded,
-        };
-        let before = repair.len();
-        repair.extend(catalog.stations_to_repair(shards, &fault));
-        tracing::warn!("{fault}; the reload reads its stations from the snapshot files too");
-        if repair.len() == before {
-            // Every station it names is read from the files already: what fails
-            // is shared by them all.
-            tracing::warn!("{fault}; the reload reads every station from the snapshot files");
-            return whole(options);
-        }
-    }
-}
-
-/// The whole generation read from the snapshot files, every station an addition.
-fn whole(options: &LoadOptions) -> Result<(Generation, LoadReport), LoadError> {
-    options.start(None, None).map(|start| {
-        let mut report = start.report;
-        report.additions = Additions::whole();
-        (start.generation, report)
-    })
-}
-
 impl Reloader {
     /// Builds, installs and swaps in the next generation; returns its number, what
     /// the reload read, and how many files it holds back. It looks for changes
@@ -312,13 +272,12 @@ impl Reloader {
                 let loaded = Credentials::read(certificates.as_deref(), jwt.as_deref())
                     .and_then(|credentials| Ok((credentials, Tokens::load(&tokens_path)?)))
                     .and_then(|(credentials, tokens)| {
-                        let loaded = match &previous {
-                            Some((catalog, shards)) => {
-                                repairing(catalog, shards, &options, &look, repair)
-                            }
-                            None => whole(&options),
-                        };
-                        Ok(((credentials, tokens), loaded?))
+                        let previous = (previous.as_ref())
+                            .map(|(catalog, shards)| (catalog.as_ref(), shards.as_slice()));
+                        Ok((
+                            (credentials, tokens),
+                            options.reload(previous, &look, repair)?,
+                        ))
                     });
                 let _ = sender.send(loaded);
             })

@@ -18,24 +18,24 @@ use crate::imports::{is_test_only, modules};
 /// name a `pub use` exports (once: a re-export of an item declared `pub` in a
 /// module of its own is that item), and the functions and constants of `impl`
 /// blocks (not fields, not variants, not a trait's methods, which are as public
-/// as it). Every item only stq-core uses is `pub(crate)`; a module the service
-/// names only types of is private, and the layer re-exports those types. What is
-/// left is what the service, benches, example, fuzz targets and tests name and
-/// the types their signatures reach: the domain (tokens and `stq token`'s edits
-/// of the tokens file, a JSON Web Token's shape, header and claims, the query string and the endpoint table, times, records
-/// and their checks), loading (a process's first generation, a reload, the
-/// `--watch-poll` looks, what a reload added to each station), the store's writer
-/// and the files an `s3://` store's mirror needs, a generation and its catalog
-/// and shards, the block cache's bound and figures, and the plan: a request, its
+/// as it). Every item only stq-core uses is `pub(crate)`. A module the service
+/// names only types of is private and its layer re-exports those types; a
+/// function that makes or reads a type is that type's (`LoadOptions::start`,
+/// `QueryParams::parse`, `Tokens::add`), so `data`'s modules are all private, and
+/// `domain`'s but `jwt`, `record` and `time`, whose functions belong to no one
+/// type. What is left is what the service, benches, example, fuzz targets and
+/// tests name and the types their signatures reach: the domain (tokens and `stq
+/// token`'s edits of the tokens file, a JSON Web Token's shape, header and
+/// claims, the query string and the endpoint table, times, records and their
+/// checks), loading (a process's first generation, a reload, the `--watch-poll`
+/// looks, what a reload added to each station), the store's writer and the
+/// files an `s3://` store's mirror needs, a generation and its catalog and
+/// shards, the block cache's bound and figures, and the plan: a request, its
 /// questions to the shards and their answers, the answer's writing, and a
-/// stream, which plans its own events; a store file's fault while serving and the
-/// stations it asks to read again (issue 51). The aim is 100 (issue 50), which
-/// this is over by 34: live answers, JSON Web Tokens, storage faults and the
-/// block cache as a value brought 42, and a stream that plans its own events and
-/// keeps its position (9 items where its steps and positions were 15), with a
-/// request that says what a reload did to what it reads, took 8 back. The count
-/// holds the line until a reshaping brings it down.
-const PUB_ITEMS: usize = 134;
+/// stream, which plans its own events; a store file's fault while serving and
+/// the stations it asks to read again. The aim is 100 (issue 50); the count is
+/// what the code holds, so that an item added is an item counted.
+const PUB_ITEMS: usize = 128;
 /// A source file's lines, at most, once its inline `#[cfg(test)] mod tests` is
 /// left out.
 const FILE_LINES: usize = 1_200;

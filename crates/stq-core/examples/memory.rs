@@ -12,10 +12,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use std::sync::Arc;
 
-use stq_core::data::{FromStore, LoadOptions, LoadReport, OnInvalid};
 use stq_core::data::Generation;
 use stq_core::data::MemoryUse;
 use stq_core::data::ShardData;
+use stq_core::data::{FromStore, LoadOptions, LoadReport, OnInvalid};
 
 /// The system allocator (what `stq` uses), counting the bytes it has handed out.
 struct Counting;
@@ -75,7 +75,9 @@ fn main() {
     };
     let (generation, report) = match std::env::var_os("STQ_MEMORY_STORE") {
         None => {
-            let start = options.start(None, None).unwrap_or_else(|error| fail(&error));
+            let start = options
+                .start(None, None)
+                .unwrap_or_else(|error| fail(&error));
             (start.generation, start.report)
         }
         Some(store) => with_store(&options, std::path::Path::new(&store)),
@@ -130,8 +132,9 @@ fn fail(error: &dyn std::fmt::Display) -> ! {
 /// start reads every file and writes it, and is dropped).
 fn with_store(options: &LoadOptions, directory: &std::path::Path) -> (Generation, LoadReport) {
     let mut started = std::time::Instant::now();
-    let mut start =
-        options.start(Some(directory), None).unwrap_or_else(|error| fail(&error));
+    let mut start = options
+        .start(Some(directory), None)
+        .unwrap_or_else(|error| fail(&error));
     if let Some(why @ (FromStore::Empty | FromStore::NotUsed)) = start.store {
         // Dropped before the start from what it wrote.
         let (catalog, shards) = (start.generation.catalog, start.generation.shards);
@@ -143,7 +146,9 @@ fn with_store(options: &LoadOptions, directory: &std::path::Path) -> (Generation
         eprintln!("memory: no store to start from ({why:?}): a load wrote it: {written:?}");
         drop((catalog, shards, writer));
         started = std::time::Instant::now();
-        start = options.start(Some(directory), None).unwrap_or_else(|error| fail(&error));
+        start = options
+            .start(Some(directory), None)
+            .unwrap_or_else(|error| fail(&error));
     }
     eprintln!(
         "memory: started from the store {} in {:?}",

@@ -57,7 +57,7 @@ pub enum Touch {
 
 impl Additions {
     /// A reload that read every file again: any record may have changed.
-    pub fn whole() -> Additions {
+    pub(crate) fn whole() -> Additions {
         Additions {
             whole: true,
             ..Additions::default()

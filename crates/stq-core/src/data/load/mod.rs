@@ -80,7 +80,7 @@ impl LoadOptions {
         start::start(self, store, remote)
     }
 
-    /// Builds the generation after `previous` (whose shards are `shards`) from what
+    /// Builds the generation after `previous` (a catalog and its shards) from what
     /// changed in the directory since `previous` was read, looking for changes only
     /// where `look` says; what it serves is what [`LoadOptions::start`] without a
     /// store would of the same files. The stations of `repair` (none, as a rule) are
@@ -88,7 +88,42 @@ impl LoadOptions {
     /// store files were found damaged after the start used them (an `s3://` store's
     /// object that fails its checksum once fetched whole). The report counts what
     /// this reload read, and the totals of the data it holds.
+    ///
+    /// A reload rebuilds stations from their surviving records, and so may read a
+    /// store file that fails (docs/api.md section 12): then the stations reading
+    /// that file are read again from the snapshot files too, and the reload is tried
+    /// again, until it reads no file that fails. A fault that no station's repair
+    /// mends (the symbol table's run, which every station reads, cut or damaged),
+    /// or no `previous` (an install under way), has the whole generation read from
+    /// the snapshot files, every station an addition.
     pub fn reload(
+        &self,
+        previous: Option<(&Catalog, &[Arc<ShardData>])>,
+        look: &Look,
+        mut repair: BTreeSet<String>,
+    ) -> Result<(Generation, LoadReport), LoadError> {
+        let Some((catalog, shards)) = previous else {
+            return self.whole();
+        };
+        loop {
+            let fault = match self.reload_once(catalog, shards, look, &repair) {
+                Err(LoadError::Storage(fault)) => fault,
+                reloaded => return reloaded,
+            };
+            let before = repair.len();
+            repair.extend(catalog.stations_to_repair(shards, &fault));
+            tracing::warn!("{fault}; the reload reads its stations from the snapshot files too");
+            if repair.len() == before {
+                // Every station it names is read from the files already: what fails
+                // is shared by them all.
+                tracing::warn!("{fault}; the reload reads every station from the snapshot files");
+                return self.whole();
+            }
+        }
+    }
+
+    /// [`LoadOptions::reload`] tried once: a store file that fails is its error.
+    pub(crate) fn reload_once(
         &self,
         previous: &Catalog,
         shards: &[Arc<ShardData>],
@@ -104,6 +139,16 @@ impl LoadOptions {
                 })
             }
         }
+    }
+
+    /// The whole generation read from the snapshot files, every station an
+    /// addition.
+    fn whole(&self) -> Result<(Generation, LoadReport), LoadError> {
+        self.start(None, None).map(|start| {
+            let mut report = start.report;
+            report.additions = Additions::whole();
+            (start.generation, report)
+        })
     }
 }
 

@@ -5,7 +5,7 @@
 //! **Why.** Station by station, fifteen minutes of a hundred stations is a block
 //! each: a lookup in the shared cache, then the first touch of each block's
 //! time index, keys and JSON, each likely a miss of the CPU's cache. That made
-//! such a read cost 2.4 x its CPU all hot (BENCHMARKS.md, session 21). Merged,
+//! such a read cost 2.4 x its CPU all hot, read station by station. Merged,
 //! it is a lookup and a search a period, and records whose keys and JSON lie
 //! together.
 //!

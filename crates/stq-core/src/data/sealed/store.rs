@@ -11,10 +11,9 @@
 //!
 //! The index starts with [`ROWS`], then the count of blocks (u64, little-endian)
 //! and their headers as rows of a fixed length, read where they lie in the mapped
-//! file ([`super::headers`]). An index of the format before (written before
-//! session 26) starts with the count as a LEB128 number and each header in
-//! LEB128 numbers; it is still read, its headers into the heap, and the store's
-//! first write replaces the file.
+//! file ([`super::headers`]). An index of the older format starts with the count
+//! as a LEB128 number and each header in LEB128 numbers; it is still read, its
+//! headers into the heap, and the store's first write replaces the file.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -433,7 +432,7 @@ impl Sealed {
 #[cfg(test)]
 impl Sealed {
     /// The tier as a store file of the format before rows (each header in LEB128
-    /// numbers), after `magic`: what a store written before session 26 holds.
+    /// numbers), after `magic`: what a store of the older format holds.
     pub(crate) fn file_before(&self, magic: &[u8]) -> Vec<u8> {
         let (file, layout) = self.file(magic).expect("a tier in memory reads");
         let index = index_at(&file, magic.len()).expect("a file just made");

@@ -786,8 +786,12 @@ fn issue_51_store_files_cut_under_a_generation_are_faults_its_reads_return() {
     assert!(cut(fault).starts_with("symbols-"));
     fixture.append(0, 600..602);
     let looked = Look::Everything;
-    let reloaded =
-        options(fixture.snapshots.path(), 3).reload(&catalog, &shards, &looked, &BTreeSet::new());
+    let reloaded = options(fixture.snapshots.path(), 3).reload_once(
+        &catalog,
+        &shards,
+        &looked,
+        &BTreeSet::new(),
+    );
     match reloaded {
         Err(LoadError::Storage(fault)) => drop(cut(fault)),
         other => panic!(
@@ -1109,7 +1113,7 @@ fn issue_35_a_repair_reads_stations_again_from_the_snapshot_files() {
     let stations: BTreeSet<String> = [fixture.catalog.stations[1].to_string()].into();
     let options = options(fixture.snapshots.path(), 2);
     let (generation, report) = options
-        .reload(
+        .reload_once(
             &fixture.catalog,
             &fixture.shards,
             &Look::Paths(BTreeSet::new()),
