@@ -1143,7 +1143,7 @@ fn issue_21_a_station_folds_its_recent_layer_once_it_outgrows_its_share() {
 
 /// Issue 21: a reload that finds no room between two files' ordinals numbers every
 /// file afresh, and under `fail` still holds back the file with an invalid line
-/// alone, serving its previous records, where it used to fail whole.
+/// alone, serving its previous records: the reload does not fail whole.
 #[test]
 fn issue_21_a_reload_that_numbers_the_files_afresh_still_holds_back_a_broken_file() {
     let directory = TempDirectory::new("renumbered");
