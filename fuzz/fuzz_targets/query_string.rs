@@ -70,6 +70,8 @@ fuzz_target!(|data: &[u8]| {
         max_stations: pick(&MAX_STATIONS, header[1]),
         max_query_bytes: pick(&MAX_QUERY_BYTES, header[2]),
         max_window: pick(&MAX_WINDOW, header[3]),
+        // `--max-wait` at the contract's default, which `wait` is checked against.
+        ..Limits::default()
     };
     let now = pick(&NOW, header[4]);
     for kind in [Kind::Units, Kind::Metrics] {
