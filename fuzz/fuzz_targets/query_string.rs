@@ -15,9 +15,9 @@
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
-use stq_core::domain::Limits;
 use stq_core::domain::record::Kind;
 use stq_core::domain::time::{Timestamp, Window};
+use stq_core::domain::Limits;
 
 const MAX_RECORDS: [usize; 5] = [100_000, 1, 2, 3, 10];
 const MAX_STATIONS: [usize; 5] = [1000, 0, 1, 2, 3];
