@@ -13,13 +13,10 @@ use std::sync::Arc;
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
 
 use stq::http::{envelope, Meta};
-use stq_core::data::ShardData;
-use stq_core::data::{Catalog, Generation};
-use stq_core::data::{Plan, Request, Settings, ShardAnswer};
+use stq_core::data::{Catalog, Generation, Plan, Request, Settings, ShardAnswer, ShardData};
 use stq_core::domain::record::{parse_line, Kind};
 use stq_core::domain::time::Timestamp;
-use stq_core::domain::Tokens;
-use stq_core::domain::{Endpoint, Limits, QueryParams};
+use stq_core::domain::{Endpoint, Limits, QueryParams, Tokens};
 
 #[path = "support/dataset.rs"]
 mod support;

@@ -26,8 +26,7 @@ mod support;
 use stq::engine::Engine;
 use stq::http::{app, AppState};
 use stq_core::data::Settings;
-use stq_core::domain::Limits;
-use stq_core::domain::Tokens;
+use stq_core::domain::{Limits, Tokens};
 
 const TOKEN: &str = "stq-request-benchmark";
 /// Requests answered per `REQUEST_PROFILE` run.

@@ -19,8 +19,7 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::exponential_buckets;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
-use stq_core::data::LoadReport;
-use stq_core::data::{BlockCache, Generation};
+use stq_core::data::{BlockCache, Generation, LoadReport};
 use stq_core::domain::Endpoint;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -5,8 +5,7 @@
 //! written, 1 with a message otherwise.
 
 use anyhow::Context as _;
-use stq_core::data::BlockCache;
-use stq_core::data::{LoadError, LoadOptions};
+use stq_core::data::{BlockCache, LoadError, LoadOptions};
 use stq_objects::{Objects, S3Settings};
 
 use super::{cpus, ExportArgs, INVALID_LINES_SHOWN};

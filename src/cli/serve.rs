@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use actix_web::web;
 use anyhow::Context as _;
-use stq_core::data::{BlockCache, Generation};
-use stq_core::data::{FromStore, LoadError, LoadOptions, LoadReport, Start};
-use stq_core::domain::Limits;
-use stq_core::domain::Tokens;
+use stq_core::data::{
+    BlockCache, FromStore, Generation, LoadError, LoadOptions, LoadReport, Start,
+};
+use stq_core::domain::{Limits, Tokens};
 use stq_objects::{Location, Objects, S3Settings};
 
 use super::{cpus, ServeArgs, INVALID_LINES_SHOWN};

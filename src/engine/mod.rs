@@ -31,13 +31,12 @@ use std::sync::Arc;
 use futures_util::future::join_all;
 use parking_lot::RwLock;
 use prometheus_client::metrics::counter::Counter;
-use stq_core::data::Additions;
-use stq_core::data::ShardData;
-use stq_core::data::{Catalog, Generation, StorageFault};
-use stq_core::data::{Plan, PlanError, Refusal, Request, Settings};
+use stq_core::data::{
+    Additions, Catalog, Generation, Plan, PlanError, Refusal, Request, Settings, ShardData,
+    StorageFault,
+};
 use stq_core::domain::time::Timestamp;
-use stq_core::domain::{Limits, QueryError};
-use stq_core::domain::{Principal, Tokens};
+use stq_core::domain::{Limits, Principal, QueryError, Tokens};
 
 pub use fault::{Fault, ShardFault};
 pub use live::{Change, Forgotten};

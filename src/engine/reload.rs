@@ -24,8 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use stq_core::data::BlockCache;
-use stq_core::data::{LoadError, LoadOptions, LoadReport, Look, OnInvalid};
+use stq_core::data::{BlockCache, LoadError, LoadOptions, LoadReport, Look, OnInvalid};
 use stq_core::domain::{Tokens, TokensError};
 use tokio::sync::mpsc;
 

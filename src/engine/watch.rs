@@ -24,8 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use notify::{RecursiveMode, Watcher as _};
-use stq_core::data::Catalog;
-use stq_core::data::Look;
+use stq_core::data::{Catalog, Look};
 
 use super::reload::ReloadTrigger;
 

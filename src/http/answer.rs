@@ -16,8 +16,7 @@ use std::future::Future;
 
 use stq_core::data::{Answer, Request};
 use stq_core::domain::time::Timestamp;
-use stq_core::domain::Principal;
-use stq_core::domain::{Endpoint, QueryParams};
+use stq_core::domain::{Endpoint, Principal, QueryParams};
 
 use super::caching::{entity_tag, not_modified, IfNoneMatch};
 use super::envelope::Meta;

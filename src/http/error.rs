@@ -15,8 +15,7 @@ use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 use serde_json::{json, Value};
 use stq_core::domain::time::duration_text;
-use stq_core::domain::Unauthorized;
-use stq_core::domain::{Endpoint, QueryError};
+use stq_core::domain::{Endpoint, QueryError, Unauthorized};
 
 use stq_core::data::Refusal;
 

@@ -35,13 +35,10 @@ use actix_web::http::header::{self, HeaderName, HeaderValue};
 use actix_web::web::{self, Bytes};
 use actix_web::{HttpRequest, HttpResponse};
 use chrono::Utc;
-use stq_core::data::Stream;
-use stq_core::data::Touch;
-use stq_core::data::{Answer, Plan, PlanError, Request};
+use stq_core::data::{Answer, Plan, PlanError, Request, Stream, Touch};
 use stq_core::domain::record::Kind;
 use stq_core::domain::time::Timestamp;
-use stq_core::domain::{Endpoint, QueryParams};
-use stq_core::domain::{Principal, Unauthorized};
+use stq_core::domain::{Endpoint, Principal, QueryParams, Unauthorized};
 use tokio::sync::Notify;
 
 use super::error::ApiError;

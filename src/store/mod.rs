@@ -45,9 +45,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
-use stq_core::data::Catalog;
-use stq_core::data::ShardData;
-use stq_core::data::StoreWriter;
+use stq_core::data::{Catalog, ShardData, StoreWriter};
 
 use crate::newest::Newest;
 use lock::WriterLock;

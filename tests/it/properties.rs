@@ -61,11 +61,9 @@ use crate::common;
 
 use stq::engine::Engine;
 use stq::http::{app, AppState};
-use stq_core::data::Settings;
-use stq_core::data::{LoadOptions, OnInvalid, Start};
+use stq_core::data::{LoadOptions, OnInvalid, Settings, Start};
 use stq_core::domain::record::Kind;
-use stq_core::domain::Tokens;
-use stq_core::domain::{Endpoint, Limits};
+use stq_core::domain::{Endpoint, Limits, Tokens};
 
 // --- The pools values are drawn from ----------------------------------------------
 

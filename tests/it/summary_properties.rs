@@ -67,10 +67,8 @@ use crate::common::summary::{self as model, Ordered, SummaryQuery};
 
 use stq::engine::Engine;
 use stq::http::{app, AppState};
-use stq_core::data::Settings;
-use stq_core::data::{LoadOptions, OnInvalid};
-use stq_core::domain::Limits;
-use stq_core::domain::Tokens;
+use stq_core::data::{LoadOptions, OnInvalid, Settings};
+use stq_core::domain::{Limits, Tokens};
 
 // --- The pools values are drawn from ----------------------------------------------
 

@@ -13,9 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use stq_core::data::Generation;
-use stq_core::data::MemoryUse;
-use stq_core::data::ShardData;
-use stq_core::data::{FromStore, LoadOptions, LoadReport, OnInvalid};
+use stq_core::data::{FromStore, LoadOptions, LoadReport, MemoryUse, OnInvalid, ShardData};
 
 /// The system allocator (what `stq` uses), counting the bytes it has handed out.
 struct Counting;

@@ -10,7 +10,8 @@
 //! of bytes that lie together, and the payload and spans are dropped. It costs
 //! bytes: a unit block weighs 1.3 x its parts form, a metric block 2 x; the
 //! parts written straight from the block took 13 to 18% more CPU a request
-//! (BENCHMARKS.md's tried and rejected), and the bound is `--cache-size` either way.
+//! (BENCHMARKS.md, tried and rejected), and the bound is `--cache-size` either
+//! way.
 //!
 //! **The time index.** The first record of each sixteenth of the period: a window
 //! starts in one, so a search reads the keys of that sixteenth alone, a line or

@@ -1,7 +1,7 @@
 //! The store's manifest: which files make the generation it holds, the settings it
 //! was written with and every snapshot file's state, ending in its checksum; and
-//! what a copy of the store needs of it ([`NamedFile::read_manifest`]), which `--store s3://`'s
-//! mirror reads.
+//! what a copy of the store needs of it ([`NamedFile::read_manifest`]), which
+//! `--store s3://`'s mirror reads.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -86,36 +86,32 @@ impl NamedFile {
 
     /// Every file the manifest `manifest` (its bytes) names, if its checksum matches.
     pub fn read_manifest(manifest: &[u8]) -> Result<Vec<NamedFile>, String> {
-        read_manifest(manifest)
-    }
-}
-
-fn read_manifest(manifest: &[u8]) -> Result<Vec<NamedFile>, String> {
-    let body = checked_manifest(manifest)?;
-    let manifest = Manifest::read(body).map_err(|corrupt| corrupt.to_string())?;
-    let named = |file: &FileRef, index: Option<Region>, station: Option<&Box<str>>| NamedFile {
-        name: file.name.clone(),
-        length: file.length,
-        digest: digest_in_name(&file.name),
-        index,
-        index_file: index.map(|_| index_file_name(&file.name)),
-        station: station.cloned(),
-    };
-    let mut files: Vec<NamedFile> = (manifest.symbols.iter())
-        .map(|(_, file)| named(file, None, None))
-        .collect();
-    for station in &manifest.stations {
-        for file in [Some(&station.settled), station.recent.as_ref()]
-            .into_iter()
-            .flatten()
-        {
-            files.push(named(file, None, Some(&station.name)));
+        let body = checked_manifest(manifest)?;
+        let manifest = Manifest::read(body).map_err(|corrupt| corrupt.to_string())?;
+        let named = |file: &FileRef, index: Option<Region>, station: Option<&Box<str>>| NamedFile {
+            name: file.name.clone(),
+            length: file.length,
+            digest: digest_in_name(&file.name),
+            index,
+            index_file: index.map(|_| index_file_name(&file.name)),
+            station: station.cloned(),
+        };
+        let mut files: Vec<NamedFile> = (manifest.symbols.iter())
+            .map(|(_, file)| named(file, None, None))
+            .collect();
+        for station in &manifest.stations {
+            for file in [Some(&station.settled), station.recent.as_ref()]
+                .into_iter()
+                .flatten()
+            {
+                files.push(named(file, None, Some(&station.name)));
+            }
+            if let Some((file, index)) = &station.sealed {
+                files.push(named(file, *index, Some(&station.name)));
+            }
         }
-        if let Some((file, index)) = &station.sealed {
-            files.push(named(file, *index, Some(&station.name)));
-        }
+        Ok(files)
     }
-    Ok(files)
 }
 
 /// The name under which a store directory holds the index of its sealed file

@@ -1,7 +1,8 @@
 //! The store (docs/api.md section 12): what a generation holds, written
 //! to a directory so that a later start rebuilds it without parsing, and then
 //! reads only what changed in the snapshot files since (a start is a reload from
-//! the last generation written: [`LoadOptions::start`](crate::data::LoadOptions::start)).
+//! the last generation written:
+//! [`LoadOptions::start`](crate::data::LoadOptions::start)).
 //!
 //! The files, each written whole under a temporary name, fsynced, then renamed:
 //! - `settled-<hash>.stq` and `recent-<hash>.stq`: a station's hot tier, a file
@@ -201,7 +202,8 @@ struct WrittenStation {
 
 /// The generation the manifest of the store in `directory` describes, every file checked
 /// against its hash, if it was written for `settings`: what a start rebuilds from
-/// ([`LoadOptions::start`](crate::data::LoadOptions::start)); its sealed tiers are read through `cache`.
+/// ([`LoadOptions::start`](crate::data::LoadOptions::start)); its sealed tiers are
+/// read through `cache`.
 pub(crate) fn read(
     directory: &Path,
     remote: Option<Arc<dyn Remote>>,
